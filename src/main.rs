@@ -1,0 +1,3 @@
+//! The `sandgate` command line (placeholder while the workspace is being laid out).
+
+fn main() {}

@@ -1,0 +1,81 @@
+//! Helpers for the end-to-end tests of the `sandgate` binary (the tests live in `tests/tests/`).
+//!
+//! The tests run the binary that `cargo build` produced, with a private `XDG_CONFIG_HOME` and
+//! `XDG_DATA_HOME` per test, so they never read or write the developer's own configuration.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Path of the `sandgate` binary built by this workspace.
+pub fn sandgate_bin() -> PathBuf {
+    // tests/ is a member crate; the binary lives in the shared target directory.
+    let mut dir = std::env::current_exe().expect("current_exe");
+    dir.pop(); // deps/
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("sandgate");
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo build` (or `cargo test --workspace`) first",
+        bin.display()
+    );
+    bin
+}
+
+/// An isolated environment for one test: its own config, data and runtime directories.
+pub struct Env {
+    /// Root of the temporary directory; removed on drop.
+    pub root: tempfile::TempDir,
+}
+
+impl Env {
+    /// Creates empty `config/`, `data/`, `run/` and `home/` directories under a new temp dir.
+    pub fn new() -> Self {
+        let root = tempfile::tempdir().expect("tempdir");
+        for d in ["config", "data", "run", "home"] {
+            std::fs::create_dir_all(root.path().join(d)).expect("mkdir");
+        }
+        Env { root }
+    }
+
+    /// `$XDG_CONFIG_HOME` of this environment.
+    pub fn config_home(&self) -> PathBuf {
+        self.root.path().join("config")
+    }
+
+    /// A `sandgate` command with this environment's variables set and everything else inherited.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(sandgate_bin());
+        c.env("XDG_CONFIG_HOME", self.config_home())
+            .env("XDG_DATA_HOME", self.root.path().join("data"))
+            .env("XDG_RUNTIME_DIR", self.root.path().join("run"))
+            .env("HOME", self.root.path().join("home"))
+            .env_remove("SANDGATE_EXTRA_DENY")
+            .env("NO_COLOR", "1");
+        c
+    }
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether the test runs in CI, where a missing capability must fail the test instead of skipping.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Skips (returns `true`) when a capability is missing outside CI; panics in CI.
+pub fn skip_unless(available: bool, what: &str) -> bool {
+    if available {
+        return false;
+    }
+    assert!(!in_ci(), "required capability missing in CI: {what}");
+    eprintln!("SKIP: {what} is not available here");
+    true
+}

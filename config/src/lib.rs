@@ -1,1 +1,31 @@
-//! Policy model (placeholder).
+//! sandgate's policy model: what a sandbox may read, write and reach.
+//!
+//! This crate parses and normalises hosts and domain patterns, compiles allow/deny lists for
+//! microsecond decisions, defines the tiers (`run`, `net`, `build`, and tiers from config), derives
+//! narrower child policies, and loads the three configuration layers (global file, per-directory
+//! file, command-line flags) with errors that name file, line and column.
+//!
+//! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
+//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-pf`).
+
+#![forbid(unsafe_code)]
+
+mod decision;
+mod file;
+mod host;
+mod layers;
+mod matcher;
+mod pattern;
+mod policy;
+mod tiers;
+
+pub use decision::{Decision, Rule, RuleSource};
+pub use file::{ConfigError, add_path, remove_path};
+pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
+pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError, project_key};
+pub use matcher::PatternSet;
+pub use pattern::{DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, PatternUse};
+pub use policy::{
+    FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
+};
+pub use tiers::{DEFAULT_HIDDEN, DEFAULT_PROTECTED, PRESETS, TierDef, builtin_tiers, preset};

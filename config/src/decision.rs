@@ -1,0 +1,109 @@
+//! Decisions and the rules that make them.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::pattern::DomainPattern;
+
+/// Where a rule came from, so a decision can say who to talk to about it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RuleSource {
+    /// Built into a tier's defaults.
+    Tier(String),
+    /// A named preset (e.g. `registries`).
+    Preset(String),
+    /// A configuration file (global or per-directory), with the line of the entry.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the entry.
+        line: usize,
+    },
+    /// A command-line flag.
+    CommandLine,
+    /// A grant a person gave (stored by the daemon), by its id.
+    Grant(String),
+    /// The tier has no network at all.
+    NoNetwork(String),
+    /// The directory the sandbox was started in.
+    CurrentDirectory,
+    /// sandgate's built-in defaults.
+    Builtin,
+    /// An environment variable.
+    Env(String),
+}
+
+impl fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuleSource::Tier(t) => write!(f, "tier {t}"),
+            RuleSource::Preset(p) => write!(f, "preset {p}"),
+            RuleSource::File { path, line } => write!(f, "{}:{line}", path.display()),
+            RuleSource::CommandLine => f.write_str("command line"),
+            RuleSource::Grant(id) => write!(f, "grant {id}"),
+            RuleSource::NoNetwork(t) => write!(f, "tier {t} has no network"),
+            RuleSource::CurrentDirectory => f.write_str("current directory"),
+            RuleSource::Builtin => f.write_str("built-in"),
+            RuleSource::Env(v) => write!(f, "${v}"),
+        }
+    }
+}
+
+/// One allow or deny entry: a pattern and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    /// What it matches (`None` for "no network", which matches everything).
+    pub pattern: Option<DomainPattern>,
+    /// Where it came from.
+    pub source: RuleSource,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.pattern {
+            Some(p) => write!(f, "{p} ({})", self.source),
+            None => write!(f, "{}", self.source),
+        }
+    }
+}
+
+/// The outcome of checking a destination, carrying the rule that decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Let it through, because of this rule.
+    Allow(Arc<Rule>),
+    /// Refuse it, because of this rule.
+    Deny(Arc<Rule>),
+    /// No rule decides: ask a person.
+    Ask,
+}
+
+impl Decision {
+    /// `allow`, `deny` or `ask`.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Decision::Allow(_) => "allow",
+            Decision::Deny(_) => "deny",
+            Decision::Ask => "ask",
+        }
+    }
+
+    /// The deciding rule, if any.
+    pub fn rule(&self) -> Option<&Rule> {
+        match self {
+            Decision::Allow(r) | Decision::Deny(r) => Some(r),
+            Decision::Ask => None,
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Allow(r) => write!(f, "allow: {r}"),
+            Decision::Deny(r) => write!(f, "deny: {r}"),
+            Decision::Ask => f.write_str("ask: no rule matches; a person must approve"),
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! One configuration file: TOML, unknown keys refused, every error placed at file:line:column.
+//!
+//! ```toml
+//! [network]
+//! allow = ["crates.io", "*.githubusercontent.com"]
+//! deny = ["evil.example.com"]
+//! presets = ["registries"]
+//!
+//! [filesystem]
+//! allow_write = ["~/.cargo/registry"]   # writable in tiers with a writable current directory
+//! deny_read = ["~/work/secrets"]        # hidden in every tier, like ~/.ssh
+//! protected = ["Makefile.local"]        # stays read-only inside writable directories
+//! unix_sockets = []                     # pathname sockets the sandbox may connect to
+//!
+//! [tiers.build-offline]
+//! base = "build"
+//! network = "none"
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::decision::{Rule, RuleSource};
+use crate::pattern::{DomainPattern, PatternUse};
+use crate::policy::{NetMode, PathRule};
+use crate::tiers::preset;
+
+/// A configuration error, placed in its file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file (or `command line`).
+    pub path: PathBuf,
+    /// 1-based line (0 when the error is about the file as a whole).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub help: String,
+    /// The offending line of the file, when known.
+    pub snippet: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            writeln!(f, "{}:{}:{}: {}", self.path.display(), self.line, self.column, self.message)?;
+        } else {
+            writeln!(f, "{}: {}", self.path.display(), self.message)?;
+        }
+        if let Some(snippet) = &self.snippet {
+            let n = self.line.to_string();
+            writeln!(f, " {n} | {snippet}")?;
+            let pad = " ".repeat(n.len());
+            writeln!(f, " {pad} | {}^", " ".repeat(self.column.saturating_sub(1)))?;
+        }
+        write!(f, "help: {}", self.help)
+    }
+}
+
+impl ConfigError {
+    /// An error at a byte span of `text` (the file's content).
+    pub(crate) fn at(
+        path: &Path,
+        text: &str,
+        span: Option<Range<usize>>,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) -> ConfigError {
+        let (line, column, snippet) = match span {
+            Some(span) => {
+                let start = span.start.min(text.len());
+                let before = &text[..start];
+                let line = before.matches('\n').count() + 1;
+                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                let column = text[line_start..start].chars().count() + 1;
+                let snippet = text[line_start..].lines().next().unwrap_or("").to_owned();
+                (line, column, Some(snippet))
+            }
+            None => (0, 0, None),
+        };
+        ConfigError {
+            path: path.to_owned(),
+            line,
+            column,
+            message: message.into(),
+            help: help.into(),
+            snippet,
+        }
+    }
+
+    /// An error about a whole file (cannot read it, ...).
+    pub(crate) fn file(path: &Path, message: impl Into<String>, help: impl Into<String>) -> Self {
+        ConfigError::at(path, "", None, message, help)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawFile {
+    network: RawNetwork,
+    filesystem: RawFs,
+    tiers: BTreeMap<String, RawTier>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawNetwork {
+    allow: Vec<Spanned<String>>,
+    deny: Vec<Spanned<String>>,
+    presets: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawFs {
+    allow_write: Vec<Spanned<String>>,
+    deny_read: Vec<Spanned<String>>,
+    protected: Vec<Spanned<String>>,
+    unix_sockets: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    base: Spanned<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    network: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_write: Vec<Spanned<String>>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+}
+
+/// A tier defined in a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileTier {
+    /// Its name.
+    pub name: String,
+    /// The tier it narrows or extends.
+    pub base: String,
+    /// One line on what it is for.
+    pub description: Option<String>,
+    /// Network mode, when it differs from the base.
+    pub network: Option<NetMode>,
+    /// Extra writable paths.
+    pub allow_write: Vec<PathRule>,
+    /// Extra allow rules.
+    pub allow: Vec<Rule>,
+    /// Extra deny rules.
+    pub deny: Vec<Rule>,
+}
+
+/// A configuration file, checked: every pattern parsed, every path absolute.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckedFile {
+    /// Allow rules (including presets, expanded).
+    pub allow: Vec<Rule>,
+    /// Deny rules.
+    pub deny: Vec<Rule>,
+    /// Writable paths (for tiers with a writable current directory).
+    pub allow_write: Vec<PathRule>,
+    /// Hidden paths.
+    pub deny_read: Vec<PathRule>,
+    /// Extra protected names.
+    pub protected: Vec<String>,
+    /// Allowed pathname unix sockets.
+    pub unix_sockets: Vec<PathRule>,
+    /// Tiers defined here.
+    pub tiers: Vec<FileTier>,
+}
+
+/// Parses and checks the text of a configuration file. `home` expands a leading `~/`.
+pub(crate) fn parse(
+    path: &Path,
+    text: &str,
+    home: Option<&Path>,
+) -> Result<CheckedFile, ConfigError> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let message = e.message().trim().to_owned();
+        let help = if message.starts_with("unknown field") {
+            "remove the key or fix its spelling; the README's \"Configuration\" section lists every key"
+        } else if message.contains("invalid type") {
+            "check the value's type: lists are written [\"a\", \"b\"], strings in double quotes"
+        } else {
+            "fix the TOML syntax at this position"
+        };
+        ConfigError::at(path, text, e.span(), message, help)
+    })?;
+    let cx = Cx { path, text, home };
+    let mut out = CheckedFile {
+        allow: cx.patterns(&raw.network.allow, PatternUse::Allow)?,
+        deny: cx.patterns(&raw.network.deny, PatternUse::Deny)?,
+        allow_write: cx.paths(&raw.filesystem.allow_write)?,
+        deny_read: cx.paths(&raw.filesystem.deny_read)?,
+        protected: Vec::new(),
+        unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
+        tiers: Vec::new(),
+    };
+    for name in &raw.network.presets {
+        let Some(patterns) = preset(name.get_ref()) else {
+            let known: Vec<&str> = crate::tiers::PRESETS.iter().map(|(n, _)| *n).collect();
+            return Err(cx.err(
+                name.span(),
+                format!("unknown preset {:?}", name.get_ref()),
+                format!("known presets: {}", known.join(", ")),
+            ));
+        };
+        for p in patterns {
+            let pattern = DomainPattern::parse(p, PatternUse::Allow)
+                .map_err(|e| cx.err(name.span(), e.to_string(), "report this as a bug"))?;
+            out.allow.push(Rule {
+                pattern: Some(pattern),
+                source: RuleSource::Preset(name.get_ref().clone()),
+            });
+        }
+    }
+    for p in &raw.filesystem.protected {
+        let name = p.get_ref();
+        if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
+            return Err(cx.err(
+                p.span(),
+                format!("protected entry {name:?} must be a relative path inside a directory"),
+                "write it relative to the writable directory, e.g. \".git/hooks\"",
+            ));
+        }
+        out.protected.push(name.clone());
+    }
+    for (name, tier) in raw.tiers {
+        if crate::tiers::builtin_tiers().iter().any(|t| t.name == name) {
+            return Err(cx.err(
+                tier.base.span(),
+                format!("tier {name:?} is built in and cannot be redefined"),
+                format!("give the tier another name and set base = {name:?}"),
+            ));
+        }
+        let network = match &tier.network {
+            None => None,
+            Some(n) => Some(NetMode::parse(n.get_ref()).ok_or_else(|| {
+                cx.err(
+                    n.span(),
+                    format!("unknown network mode {:?}", n.get_ref()),
+                    "use \"none\" or \"proxy\"",
+                )
+            })?),
+        };
+        out.tiers.push(FileTier {
+            name,
+            base: tier.base.get_ref().clone(),
+            description: tier.description,
+            network,
+            allow_write: cx.paths(&tier.allow_write)?,
+            allow: cx.patterns(&tier.allow, PatternUse::Allow)?,
+            deny: cx.patterns(&tier.deny, PatternUse::Deny)?,
+        });
+    }
+    Ok(out)
+}
+
+struct Cx<'a> {
+    path: &'a Path,
+    text: &'a str,
+    home: Option<&'a Path>,
+}
+
+impl Cx<'_> {
+    fn err(&self, span: Range<usize>, message: String, help: impl Into<String>) -> ConfigError {
+        ConfigError::at(self.path, self.text, Some(span), message, help)
+    }
+
+    fn line(&self, span: &Range<usize>) -> usize {
+        self.text[..span.start.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    fn patterns(
+        &self,
+        items: &[Spanned<String>],
+        usage: PatternUse,
+    ) -> Result<Vec<Rule>, ConfigError> {
+        items
+            .iter()
+            .map(|item| {
+                let pattern = DomainPattern::parse(item.get_ref(), usage)
+                    .map_err(|e| self.err(item.span(), e.to_string(), pattern_help(&e.kind)))?;
+                Ok(Rule {
+                    pattern: Some(pattern),
+                    source: RuleSource::File {
+                        path: self.path.to_owned(),
+                        line: self.line(&item.span()),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
+        items
+            .iter()
+            .map(|item| {
+                let path = expand_path(item.get_ref(), self.home).ok_or_else(|| {
+                    self.err(
+                        item.span(),
+                        format!("path {:?} is not absolute", item.get_ref()),
+                        "write an absolute path, or one starting with ~/ for your home directory",
+                    )
+                })?;
+                Ok(PathRule {
+                    path,
+                    source: RuleSource::File {
+                        path: self.path.to_owned(),
+                        line: self.line(&item.span()),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+fn pattern_help(kind: &crate::pattern::PatternErrorKind) -> &'static str {
+    use crate::pattern::PatternErrorKind as K;
+    match kind {
+        K::Host(_) => "write a host name like \"example.com\", an IP address, or a CIDR block",
+        K::MisplacedWildcard => "use \"*.example.com\" for subdomains, or list hosts one by one",
+        K::TooBroad(_) => "name the registrable domain you need, e.g. \"*.example.com\"",
+        K::Port => "write the port after a colon, e.g. \"example.com:8443\"",
+        K::Prefix => "use a prefix length of 0..=32 for IPv4, 0..=128 for IPv6",
+    }
+}
+
+/// Expands `~` and `~/...` with `home`; returns `None` for a relative path.
+pub(crate) fn expand_path(p: &str, home: Option<&Path>) -> Option<PathBuf> {
+    let path = if p == "~" {
+        home?.to_owned()
+    } else if let Some(rest) = p.strip_prefix("~/") {
+        home?.join(rest)
+    } else {
+        PathBuf::from(p)
+    };
+    path.is_absolute().then_some(path)
+}
+
+/// Adds `path` to `[filesystem] allow_write` of the file at `file` (created if missing), keeping
+/// the file's formatting and comments. Returns `false` when it was already there.
+pub fn add_path(file: &Path, path: &Path) -> Result<bool, ConfigError> {
+    edit_allow_write(file, |arr| {
+        let s = path.to_string_lossy();
+        if arr.iter().any(|v| v.as_str() == Some(&s)) {
+            return false;
+        }
+        arr.push(s.as_ref());
+        true
+    })
+}
+
+/// Removes `path` from `[filesystem] allow_write` of the file at `file`. Returns `false` when it
+/// was not there.
+pub fn remove_path(file: &Path, path: &Path) -> Result<bool, ConfigError> {
+    edit_allow_write(file, |arr| {
+        let s = path.to_string_lossy();
+        let before = arr.len();
+        arr.retain(|v| v.as_str() != Some(&s));
+        arr.len() != before
+    })
+}
+
+fn edit_allow_write(
+    file: &Path,
+    change: impl FnOnce(&mut toml_edit::Array) -> bool,
+) -> Result<bool, ConfigError> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            return Err(ConfigError::file(file, format!("cannot read: {e}"), "check permissions"));
+        }
+    };
+    // Refuse to edit a file that would not load: the person should see and fix the error first.
+    parse(file, &text, crate::layers::home_dir().as_deref())?;
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+        ConfigError::at(file, &text, e.span(), e.message().to_owned(), "fix the TOML syntax")
+    })?;
+    let fs = doc
+        .entry("filesystem")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()))
+        .as_table_like_mut()
+        .ok_or_else(|| {
+            ConfigError::file(file, "`filesystem` is not a table", "make it [filesystem]")
+        })?;
+    let arr = fs
+        .entry("allow_write")
+        .or_insert(toml_edit::value(toml_edit::Array::new()))
+        .as_array_mut()
+        .ok_or_else(|| {
+            ConfigError::file(
+                file,
+                "`filesystem.allow_write` is not a list",
+                "make it a list of paths",
+            )
+        })?;
+    if !change(arr) {
+        return Ok(false);
+    }
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            ConfigError::file(
+                file,
+                format!("cannot create {}: {e}", dir.display()),
+                "check permissions",
+            )
+        })?;
+    }
+    let tmp = file.with_extension("toml.tmp");
+    std::fs::write(&tmp, doc.to_string())
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| ConfigError::file(file, format!("cannot write: {e}"), "check permissions"))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        parse(Path::new("c.toml"), text, Some(Path::new("/home/u"))).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = err("[network]\nallow = [\"ok.com\"]\nalow = [\"x\"]\n");
+        assert_eq!((e.line, e.column), (3, 1), "{e}");
+        assert!(e.message.contains("unknown field"), "{e}");
+        let e = err("[network]\nallow = [\"ok.com\",\n  \"*.com\"]\n");
+        assert_eq!((e.line, e.column), (3, 3), "{e}");
+        assert!(e.to_string().contains("c.toml:3:3"), "{e}");
+        let e = err("[filesystem]\nallow_write = [\"rel/path\"]\n");
+        assert_eq!(e.line, 2);
+        let e = err("[network\n");
+        assert_eq!(e.line, 1);
+        let e = err("[tiers.x]\nbase = \"build\"\nnetwork = \"wifi\"\n");
+        assert_eq!((e.line, e.column), (3, 11), "{e}");
+        let e = err("[network]\npresets = [\"nope\"]\n");
+        assert!(e.help.contains("registries"));
+    }
+
+    #[test]
+    fn parses_a_full_file() {
+        let text = r#"
+[network]
+allow = ["crates.io", "*.github.com:443"]
+deny = ["evil.example.com"]
+presets = ["python"]
+[filesystem]
+allow_write = ["~/.cargo/registry", "/opt/cache"]
+deny_read = ["~/secrets"]
+protected = ["Makefile.local"]
+[tiers.build-offline]
+base = "build"
+network = "none"
+"#;
+        let f = parse(Path::new("/c.toml"), text, Some(Path::new("/home/u"))).unwrap();
+        assert_eq!(f.allow.len(), 4);
+        assert_eq!(f.allow[0].source, RuleSource::File { path: "/c.toml".into(), line: 3 });
+        assert_eq!(f.allow_write[0].path, Path::new("/home/u/.cargo/registry"));
+        assert_eq!(f.tiers[0].network, Some(NetMode::None));
+    }
+
+    #[test]
+    fn edits_keep_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, "# mine\n[network]\nallow = [\"a.com\"] # keep\n").unwrap();
+        assert!(add_path(&file, Path::new("/x/y")).unwrap());
+        assert!(!add_path(&file, Path::new("/x/y")).unwrap());
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("# mine") && text.contains("# keep") && text.contains("/x/y"));
+        assert!(remove_path(&file, Path::new("/x/y")).unwrap());
+        assert!(!remove_path(&file, Path::new("/x/y")).unwrap());
+    }
+}

@@ -1,0 +1,331 @@
+//! The three configuration layers and how a tier's policy is resolved from them.
+//!
+//! 1. global `$XDG_CONFIG_HOME/sandgate/config.toml`;
+//! 2. per directory `$XDG_CONFIG_HOME/sandgate/projects/<16 hex of sha256(realpath cwd)>.toml` —
+//!    never a file inside the project, so a sandboxed process cannot grant itself more;
+//! 3. command-line flags ([`Overrides`]).
+//!
+//! Lists add up across layers (allow, deny, writable, hidden, protected); deny always wins over
+//! allow when deciding, whichever layer each came from.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::decision::{Rule, RuleSource};
+use crate::file::{CheckedFile, ConfigError, FileTier, expand_path, parse};
+use crate::pattern::{DomainPattern, InvalidPattern, PatternUse};
+use crate::policy::{FsPolicy, NetMode, NetworkPolicy, PathRule, Policy};
+use crate::tiers::{DEFAULT_HIDDEN, DEFAULT_PROTECTED, TierDef, builtin_tiers};
+
+/// Where the configuration files of one directory are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigPaths {
+    /// `$XDG_CONFIG_HOME/sandgate`.
+    pub dir: PathBuf,
+    /// The global file.
+    pub global: PathBuf,
+    /// The per-directory file for `project_dir`.
+    pub project: PathBuf,
+    /// The directory (canonical) the per-directory file is for.
+    pub project_dir: PathBuf,
+    /// `$HOME`, for `~` and the default credential paths.
+    pub home: Option<PathBuf>,
+}
+
+/// The per-directory key: the first 16 hex digits of sha256 of the canonical path.
+pub fn project_key(canonical_dir: &Path) -> String {
+    let digest = Sha256::digest(canonical_dir.as_os_str().as_encoded_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// `$HOME`, when set and absolute.
+pub(crate) fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+impl ConfigPaths {
+    /// Finds the files for `cwd` from `$XDG_CONFIG_HOME` (or `$HOME/.config`).
+    pub fn discover(cwd: &Path) -> Result<ConfigPaths, ConfigError> {
+        let home = home_dir();
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| home.as_ref().map(|h| h.join(".config")))
+            .ok_or_else(|| {
+                ConfigError::file(
+                    Path::new("$XDG_CONFIG_HOME"),
+                    "neither XDG_CONFIG_HOME nor HOME is set to an absolute path",
+                    "set HOME (or XDG_CONFIG_HOME) so sandgate can find its configuration",
+                )
+            })?;
+        let project_dir = cwd.canonicalize().map_err(|e| {
+            ConfigError::file(
+                cwd,
+                format!("cannot resolve the directory: {e}"),
+                "run from an existing directory",
+            )
+        })?;
+        let dir = config_home.join("sandgate");
+        Ok(ConfigPaths {
+            global: dir.join("config.toml"),
+            project: dir.join("projects").join(format!("{}.toml", project_key(&project_dir))),
+            dir,
+            project_dir,
+            home,
+        })
+    }
+}
+
+/// A file that was found and loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// What it says.
+    pub content: CheckedFile,
+}
+
+/// Command-line flags, the third layer.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--allow-write P`.
+    pub allow_write: Vec<PathBuf>,
+    /// `--allow PATTERN`.
+    pub allow: Vec<String>,
+    /// `--deny PATTERN`.
+    pub deny: Vec<String>,
+    /// `--net none|proxy`.
+    pub net: Option<NetMode>,
+}
+
+/// Why a policy could not be resolved.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// No tier of that name.
+    #[error("unknown tier {name:?}; known tiers: {}", known.join(", "))]
+    UnknownTier {
+        /// The name asked for.
+        name: String,
+        /// The tiers that exist.
+        known: Vec<String>,
+    },
+    /// A `base` chain that loops or names a missing tier.
+    #[error("tier {name:?} has base {base:?}, which {why}")]
+    BadBase {
+        /// The tier.
+        name: String,
+        /// Its base.
+        base: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A flag's pattern is invalid.
+    #[error("{flag}: {error}")]
+    Flag {
+        /// `--allow` or `--deny`.
+        flag: &'static str,
+        /// The pattern error.
+        error: InvalidPattern,
+    },
+    /// A flag's path is not absolute and could not be made so.
+    #[error("--allow-write {0}: the path does not exist or cannot be resolved")]
+    Path(PathBuf),
+}
+
+/// All configuration for one directory: the global and the per-directory file (when present).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the files are.
+    pub paths: ConfigPaths,
+    /// The global file, if it exists.
+    pub global: Option<LoadedFile>,
+    /// The per-directory file, if it exists.
+    pub project: Option<LoadedFile>,
+}
+
+impl Config {
+    /// Loads both files; a missing file is no error, an unreadable or invalid one is.
+    pub fn load(paths: ConfigPaths) -> Result<Config, ConfigError> {
+        let global = load_file(&paths.global, paths.home.as_deref())?;
+        let project = load_file(&paths.project, paths.home.as_deref())?;
+        Ok(Config { paths, global, project })
+    }
+
+    /// The loaded files, global first.
+    pub fn files(&self) -> impl Iterator<Item = &LoadedFile> {
+        self.global.iter().chain(self.project.iter())
+    }
+
+    fn file_tiers(&self) -> impl Iterator<Item = (&FileTier, &Path)> {
+        self.files().flat_map(|f| f.content.tiers.iter().map(move |t| (t, f.path.as_path())))
+    }
+
+    /// Every tier: the built-in ones, then those of the global and the per-directory file.
+    pub fn tiers(&self) -> Result<Vec<TierDef>, PolicyError> {
+        let mut out = builtin_tiers();
+        for (t, path) in self.file_tiers() {
+            let base = self.tier_chain(&t.base, &t.name)?;
+            let base = base.first().cloned().ok_or_else(|| PolicyError::BadBase {
+                name: t.name.clone(),
+                base: t.base.clone(),
+                why: "does not exist",
+            })?;
+            out.push(TierDef {
+                name: t.name.clone(),
+                description: t
+                    .description
+                    .clone()
+                    .unwrap_or_else(|| format!("like {}, from {}", t.base, path.display())),
+                net: t.network.unwrap_or(base.net),
+                writable_cwd: base.writable_cwd,
+                defined_in: path.display().to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Resolves `name` to the built-in tier at the root of its `base` chain, plus the file tiers
+    /// along the way (nearest first, after the root).
+    fn tier_chain(&self, name: &str, from: &str) -> Result<Vec<TierDef>, PolicyError> {
+        let mut chain = Vec::new();
+        let mut current = name.to_owned();
+        for _ in 0..16 {
+            if let Some(b) = builtin_tiers().into_iter().find(|t| t.name == current) {
+                chain.insert(0, b);
+                return Ok(chain);
+            }
+            let Some((t, path)) = self.file_tiers().find(|(t, _)| t.name == current) else {
+                return Err(PolicyError::BadBase {
+                    name: from.into(),
+                    base: current,
+                    why: "does not exist",
+                });
+            };
+            chain.push(TierDef {
+                name: t.name.clone(),
+                description: String::new(),
+                net: t.network.unwrap_or(NetMode::Proxy),
+                writable_cwd: false,
+                defined_in: path.display().to_string(),
+            });
+            current = t.base.clone();
+        }
+        Err(PolicyError::BadBase { name: from.into(), base: name.into(), why: "forms a loop" })
+    }
+
+    /// Resolves the policy of tier `name` for this directory, with the command-line layer on top.
+    pub fn policy(&self, name: &str, flags: &Overrides) -> Result<Policy, PolicyError> {
+        let tiers = self.tiers()?;
+        let tier =
+            tiers.iter().find(|t| t.name == name).ok_or_else(|| PolicyError::UnknownTier {
+                name: name.into(),
+                known: tiers.iter().map(|t| t.name.clone()).collect(),
+            })?;
+        let chain_names: Vec<String> = {
+            let mut v = Vec::new();
+            let mut cur = name.to_owned();
+            while let Some((t, _)) = self.file_tiers().find(|(t, _)| t.name == cur) {
+                if v.contains(&t.name) {
+                    break;
+                }
+                v.push(t.name.clone());
+                cur = t.base.clone();
+            }
+            v
+        };
+        let tier_parts: Vec<&FileTier> = chain_names
+            .iter()
+            .filter_map(|n| self.file_tiers().find(|(t, _)| &t.name == n).map(|(t, _)| t))
+            .collect();
+
+        let mut allow: Vec<Rule> = self.files().flat_map(|f| f.content.allow.clone()).collect();
+        let mut deny: Vec<Rule> = self.files().flat_map(|f| f.content.deny.clone()).collect();
+        for t in &tier_parts {
+            allow.extend(t.allow.iter().cloned());
+            deny.extend(t.deny.iter().cloned());
+        }
+        for p in &flags.allow {
+            let pattern = DomainPattern::parse(p, PatternUse::Allow)
+                .map_err(|error| PolicyError::Flag { flag: "--allow", error })?;
+            allow.push(Rule { pattern: Some(pattern), source: RuleSource::CommandLine });
+        }
+        for p in &flags.deny {
+            let pattern = DomainPattern::parse(p, PatternUse::Deny)
+                .map_err(|error| PolicyError::Flag { flag: "--deny", error })?;
+            deny.push(Rule { pattern: Some(pattern), source: RuleSource::CommandLine });
+        }
+
+        let mut writable = Vec::new();
+        if tier.writable_cwd {
+            writable.push(PathRule {
+                path: self.paths.project_dir.clone(),
+                source: RuleSource::CurrentDirectory,
+            });
+            writable.extend(self.files().flat_map(|f| f.content.allow_write.clone()));
+            for t in &tier_parts {
+                writable.extend(t.allow_write.iter().cloned());
+            }
+        }
+        for p in &flags.allow_write {
+            let abs = if p.is_absolute() {
+                p.clone()
+            } else {
+                std::env::current_dir()
+                    .map(|d| d.join(p))
+                    .map_err(|_| PolicyError::Path(p.clone()))?
+            };
+            let path = abs.canonicalize().map_err(|_| PolicyError::Path(p.clone()))?;
+            writable.push(PathRule { path, source: RuleSource::CommandLine });
+        }
+
+        let mut hidden = Vec::new();
+        if let Some(home) = &self.paths.home {
+            hidden.extend(
+                DEFAULT_HIDDEN
+                    .iter()
+                    .map(|p| PathRule { path: home.join(p), source: RuleSource::Builtin }),
+            );
+        }
+        if let Some(extra) = std::env::var_os("SANDGATE_EXTRA_DENY") {
+            for p in std::env::split_paths(&extra) {
+                if let Some(path) = expand_path(&p.to_string_lossy(), self.paths.home.as_deref()) {
+                    hidden.push(PathRule {
+                        path,
+                        source: RuleSource::Env("SANDGATE_EXTRA_DENY".into()),
+                    });
+                }
+            }
+        }
+        hidden.extend(self.files().flat_map(|f| f.content.deny_read.clone()));
+
+        let mut protected: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| s.to_string()).collect();
+        for p in self.files().flat_map(|f| f.content.protected.iter()) {
+            if !protected.contains(p) {
+                protected.push(p.clone());
+            }
+        }
+        let unix_sockets = self.files().flat_map(|f| f.content.unix_sockets.clone()).collect();
+
+        let mode = flags.net.unwrap_or(tier.net);
+        Ok(Policy {
+            tier: name.to_owned(),
+            fs: FsPolicy { writable, hidden, protected, unix_sockets },
+            net: NetworkPolicy::new(name, mode, allow, deny),
+        })
+    }
+}
+
+fn load_file(path: &Path, home: Option<&Path>) -> Result<Option<LoadedFile>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            Ok(Some(LoadedFile { path: path.to_owned(), content: parse(path, &text, home)? }))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::file(
+            path,
+            format!("cannot read the configuration file: {e}"),
+            "check that the file is readable, or remove it",
+        )),
+    }
+}

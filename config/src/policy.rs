@@ -1,0 +1,256 @@
+//! The policy a sandbox runs under, and how a child policy is derived from its parent.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::decision::{Decision, Rule, RuleSource};
+use crate::host::{Host, Target};
+use crate::matcher::PatternSet;
+use crate::pattern::DomainPattern;
+
+/// How a sandbox reaches the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetMode {
+    /// Loopback only.
+    None,
+    /// Only through the allowlist proxy.
+    Proxy,
+}
+
+impl NetMode {
+    /// Parses `none` or `proxy`.
+    pub fn parse(s: &str) -> Option<NetMode> {
+        match s {
+            "none" => Some(NetMode::None),
+            "proxy" => Some(NetMode::Proxy),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NetMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NetMode::None => "none",
+            NetMode::Proxy => "proxy",
+        })
+    }
+}
+
+/// A path in a filesystem rule and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathRule {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Where it came from.
+    pub source: RuleSource,
+}
+
+/// Filesystem rules. Everything is readable except `hidden`; nothing is writable except
+/// `writable` (plus the sandbox's private `/tmp`); inside writable paths, entries named in
+/// `protected` stay read-only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsPolicy {
+    /// Paths the sandbox may write below.
+    pub writable: Vec<PathRule>,
+    /// Paths the sandbox may not read (credentials).
+    pub hidden: Vec<PathRule>,
+    /// Names relative to each writable path that stay read-only (`.git/hooks`, `.envrc`, ...).
+    pub protected: Vec<String>,
+    /// Pathname unix sockets the sandbox may connect to (none by default).
+    pub unix_sockets: Vec<PathRule>,
+}
+
+impl FsPolicy {
+    /// Whether `path` is at or below a writable path (lexically; callers canonicalise).
+    pub fn is_writable(&self, path: &Path) -> bool {
+        self.writable.iter().any(|w| path.starts_with(&w.path))
+    }
+}
+
+/// Network rules. Precedence, first match wins:
+/// 1. mode `none` denies everything;
+/// 2. deny patterns (deny wins over allow);
+/// 3. allow patterns;
+/// 4. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
+#[derive(Clone, Debug)]
+pub struct NetworkPolicy {
+    /// Network mode.
+    pub mode: NetMode,
+    allow: PatternSet,
+    deny: PatternSet,
+    no_network: Arc<Rule>,
+}
+
+impl NetworkPolicy {
+    /// Builds a network policy for `tier` from allow and deny rules.
+    pub fn new(tier: &str, mode: NetMode, allow: Vec<Rule>, deny: Vec<Rule>) -> NetworkPolicy {
+        NetworkPolicy {
+            mode,
+            allow: PatternSet::new(allow),
+            deny: PatternSet::new(deny),
+            no_network: Arc::new(Rule {
+                pattern: None,
+                source: RuleSource::NoNetwork(tier.into()),
+            }),
+        }
+    }
+
+    /// Decides a destination.
+    pub fn decide(&self, target: &Target) -> Decision {
+        self.decide_host(&target.host, target.port)
+    }
+
+    /// Decides `host:port`.
+    pub fn decide_host(&self, host: &Host, port: u16) -> Decision {
+        if self.mode == NetMode::None {
+            return Decision::Deny(self.no_network.clone());
+        }
+        if let Some(rule) = self.deny.find(host, port) {
+            return Decision::Deny(rule.clone());
+        }
+        match self.allow.find(host, port) {
+            Some(rule) => Decision::Allow(rule.clone()),
+            None => Decision::Ask,
+        }
+    }
+
+    /// The allow rules, in order.
+    pub fn allow_rules(&self) -> &[Arc<Rule>] {
+        self.allow.rules()
+    }
+
+    /// The deny rules, in order.
+    pub fn deny_rules(&self) -> &[Arc<Rule>] {
+        self.deny.rules()
+    }
+}
+
+/// A complete sandbox policy: the tier it came from, filesystem and network rules.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Tier name.
+    pub tier: String,
+    /// Filesystem rules.
+    pub fs: FsPolicy,
+    /// Network rules.
+    pub net: NetworkPolicy,
+}
+
+/// What a child sandbox asks for when derived from a parent. `None` means "as the parent".
+#[derive(Clone, Debug, Default)]
+pub struct Narrowing {
+    /// Network mode for the child.
+    pub net: Option<NetMode>,
+    /// Writable paths for the child (each must lie within a parent writable path).
+    pub writable: Option<Vec<PathBuf>>,
+    /// Allow patterns for the child (each must be covered by a parent allow pattern).
+    pub allow: Option<Vec<DomainPattern>>,
+    /// Extra deny patterns (always accepted).
+    pub deny: Vec<DomainPattern>,
+    /// Extra hidden paths (always accepted).
+    pub hidden: Vec<PathBuf>,
+}
+
+/// A child asked for more than its parent has.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "permission escalation: the child asked for {requested}, but the parent allows {parent_allows}; {instead}"
+)]
+pub struct PermissionEscalation {
+    /// What was asked for.
+    pub requested: String,
+    /// What the parent allows in that respect.
+    pub parent_allows: String,
+    /// What to do instead.
+    pub instead: String,
+}
+
+impl Policy {
+    /// Derives a child policy that can only be narrower than `self`.
+    ///
+    /// The child keeps every parent deny rule and hidden path, may replace the allow list and the
+    /// writable paths only by subsets, and may go from `proxy` to `none` but not back.
+    pub fn derive(&self, n: &Narrowing) -> Result<Policy, PermissionEscalation> {
+        let mode = n.net.unwrap_or(self.net.mode);
+        if mode == NetMode::Proxy && self.net.mode == NetMode::None {
+            return Err(PermissionEscalation {
+                requested: "network through the proxy".into(),
+                parent_allows: "no network".into(),
+                instead: "run the child with `--net none`, or start it from a tier with network"
+                    .into(),
+            });
+        }
+        let writable = match &n.writable {
+            None => self.fs.writable.clone(),
+            Some(paths) => {
+                let mut out = Vec::new();
+                for p in paths {
+                    if !self.fs.is_writable(p) {
+                        return Err(PermissionEscalation {
+                            requested: format!("write access to {}", p.display()),
+                            parent_allows: list(self.fs.writable.iter().map(|w| w.path.display())),
+                            instead: "ask for a path inside one of those, or change the parent's \
+                                      configuration outside the sandbox"
+                                .into(),
+                        });
+                    }
+                    out.push(PathRule { path: p.clone(), source: RuleSource::CommandLine });
+                }
+                out
+            }
+        };
+        let allow: Vec<Rule> = match &n.allow {
+            None => self.net.allow_rules().iter().map(|r| (**r).clone()).collect(),
+            Some(patterns) => {
+                let mut out = Vec::new();
+                for p in patterns {
+                    let covered =
+                        self.net.allow_rules().iter().any(|r| {
+                            r.pattern.as_ref().is_some_and(|parent| p.is_covered_by(parent))
+                        });
+                    if !covered {
+                        return Err(PermissionEscalation {
+                            requested: format!("access to {p}"),
+                            parent_allows: list(
+                                self.net.allow_rules().iter().filter_map(|r| r.pattern.as_ref()),
+                            ),
+                            instead: format!(
+                                "ask a person to approve it (`sandgate allow {p}`) instead of \
+                                 allowing it in the child"
+                            ),
+                        });
+                    }
+                    out.push(Rule { pattern: Some(p.clone()), source: RuleSource::CommandLine });
+                }
+                out
+            }
+        };
+        let mut deny: Vec<Rule> = self.net.deny_rules().iter().map(|r| (**r).clone()).collect();
+        deny.extend(
+            n.deny
+                .iter()
+                .map(|p| Rule { pattern: Some(p.clone()), source: RuleSource::CommandLine }),
+        );
+        let mut hidden = self.fs.hidden.clone();
+        hidden.extend(
+            n.hidden.iter().map(|p| PathRule { path: p.clone(), source: RuleSource::CommandLine }),
+        );
+        Ok(Policy {
+            tier: self.tier.clone(),
+            fs: FsPolicy {
+                writable,
+                hidden,
+                protected: self.fs.protected.clone(),
+                unix_sockets: self.fs.unix_sockets.clone(),
+            },
+            net: NetworkPolicy::new(&self.tier, mode, allow, deny),
+        })
+    }
+}
+
+fn list<T: fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    let v: Vec<String> = items.map(|i| i.to_string()).collect();
+    if v.is_empty() { "nothing".into() } else { v.join(", ") }
+}

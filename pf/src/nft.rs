@@ -1,0 +1,296 @@
+//! nftables backend (Linux): rule text for a sandbox's own network namespace and for host-wide
+//! guest-user scopes, applied with `nft -f -` as one transaction.
+//!
+//! Every ruleset starts with `add table` + `delete table` before the full table definition, so
+//! applying replaces whatever was there atomically and applying twice is idempotent.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::FirewallError;
+use crate::firewall::{Firewall, GuestPolicy, Installed, Plan, Scope};
+use crate::runner::{CommandRunner, SystemRunner};
+
+/// Name of the table inside a sandbox's network namespace.
+pub const NAMESPACE_TABLE: &str = "sandgate";
+
+/// Prefix of host-wide guest-user table names (`sandgate_u1001`, `sandgate_u1001_p4242`).
+pub const GUEST_TABLE_PREFIX: &str = "sandgate_";
+
+/// Longest NFLOG prefix the kernel keeps (`NF_LOG_PREFIXLEN` - 1).
+pub const MAX_PREFIX_LEN: usize = 127;
+
+/// What the namespace ruleset needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceRules {
+    /// NFLOG prefix of blocked packets: the sandbox id. Characters outside
+    /// `[A-Za-z0-9._:/@+=-]` become `_` and it is cut at [`MAX_PREFIX_LEN`] bytes (see
+    /// [`log_prefix`]).
+    pub prefix: String,
+    /// NFLOG group the monitor socket is bound to.
+    pub nflog_group: u16,
+}
+
+/// The nft text for inside a sandbox's own network namespace.
+///
+/// Table `inet sandgate`, one output chain with policy drop: loopback is accepted (the proxy
+/// listener lives on 127.0.0.1 inside the namespace); IPv6 neighbour discovery and MLD are dropped
+/// quietly (they are not connection attempts and would only flood the log); everything else is
+/// logged to NFLOG group `nflog_group` with prefix `prefix` and rejected at once — TCP with a reset,
+/// the rest with ICMP admin-prohibited — so a direct connect fails immediately and is reported.
+pub fn namespace_ruleset(rules: &NamespaceRules) -> String {
+    let t = NAMESPACE_TABLE;
+    let prefix = log_prefix(&rules.prefix);
+    let group = rules.nflog_group;
+    format!(
+        "add table inet {t}
+delete table inet {t}
+table inet {t} {{
+\tchain output {{
+\t\ttype filter hook output priority 0; policy drop;
+\t\toif \"lo\" accept
+\t\ticmpv6 type {{ {QUIET_ICMPV6} }} drop
+\t\tlog prefix \"{prefix}\" group {group}
+\t\tmeta l4proto tcp reject with tcp reset
+\t\treject with icmpx admin-prohibited
+\t}}
+}}
+"
+    )
+}
+
+/// ICMPv6 the kernel sends on its own (neighbour discovery, MLD): dropped without a log line.
+const QUIET_ICMPV6: &str = "nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, \
+                            mld-listener-report, mld2-listener-report";
+
+/// Makes `raw` safe inside an nft double-quoted string and within the kernel's prefix length.
+///
+/// nft strings have no escapes, so anything but `[A-Za-z0-9._:/@+=-]` becomes `_`.
+pub fn log_prefix(raw: &str) -> String {
+    raw.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._:/@+=-".contains(c) { c } else { '_' })
+        .take(MAX_PREFIX_LEN)
+        .collect()
+}
+
+/// Applies nft text with `nft -f -` (one atomic transaction).
+pub fn apply(text: &str) -> Result<(), FirewallError> {
+    apply_with(&SystemRunner, text)
+}
+
+/// Applies nft text with `nft -f -` through `runner`.
+pub fn apply_with(runner: &dyn CommandRunner, text: &str) -> Result<(), FirewallError> {
+    runner.run("nft", &["-f", "-"], Some(text)).map(drop)
+}
+
+/// The table name of a guest-user scope: `sandgate_u1001` or `sandgate_u1001_p4242`.
+pub fn guest_table(scope: &Scope) -> String {
+    format!("{GUEST_TABLE_PREFIX}{}", scope.label('_'))
+}
+
+/// The scope a table name belongs to, if it is a guest-user table made by [`guest_table`].
+pub fn scope_of_table(name: &str) -> Option<Scope> {
+    Scope::parse_label(name.strip_prefix(GUEST_TABLE_PREFIX)?, '_')
+}
+
+/// The nft text of a host-wide guest-user scope.
+///
+/// Packets from sockets of `scope.uid` (`meta skuid`) jump to chain `guest`: replies on
+/// connections someone else opened to the user (`ct direction reply`) pass; TCP to an address and
+/// port in set `allow4`/`allow6` (the proxies) passes; everything else — IPv4 and IPv6, TCP, UDP,
+/// ICMP — is logged to NFLOG group `policy.nflog_group` with prefix [`Scope::log_prefix`] and
+/// rejected. Other users' traffic is not touched (the base chain's policy is accept).
+pub fn guest_ruleset(scope: &Scope, policy: &GuestPolicy) -> String {
+    let t = guest_table(scope);
+    let uid = scope.uid;
+    let prefix = log_prefix(&scope.log_prefix());
+    let group = policy.nflog_group;
+    let mut s = format!("add table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n");
+    for (set, ty, v6) in [("allow4", "ipv4_addr", false), ("allow6", "ipv6_addr", true)] {
+        let _ = writeln!(s, "\tset {set} {{\n\t\ttype {ty} . inet_service");
+        let elems: Vec<String> =
+            policy.proxies.iter().filter(|a| a.is_ipv6() == v6).map(element).collect();
+        if !elems.is_empty() {
+            let _ = writeln!(s, "\t\telements = {{ {} }}", elems.join(", "));
+        }
+        s.push_str("\t}\n");
+    }
+    let _ = write!(
+        s,
+        "\tchain output {{
+\t\ttype filter hook output priority 0; policy accept;
+\t\tmeta skuid {uid} jump guest
+\t}}
+\tchain guest {{
+\t\tct direction reply accept
+\t\tip daddr . tcp dport @allow4 accept
+\t\tip6 daddr . tcp dport @allow6 accept
+\t\tlog prefix \"{prefix}\" group {group}
+\t\tmeta l4proto tcp reject with tcp reset
+\t\treject with icmpx admin-prohibited
+\t}}
+}}
+"
+    );
+    s
+}
+
+/// `ADDR . PORT` as an nft set element.
+fn element(addr: &SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V4(ip) => format!("{ip} . {}", addr.port()),
+        IpAddr::V6(ip) => format!("{ip} . {}", addr.port()),
+    }
+}
+
+/// nft text that adds (`add`) or deletes (`delete`) one proxy endpoint of an applied scope.
+pub fn element_command(verb: ElementVerb, scope: &Scope, addr: SocketAddr) -> String {
+    let set = if addr.is_ipv6() { "allow6" } else { "allow4" };
+    let verb = match verb {
+        ElementVerb::Add => "add",
+        ElementVerb::Delete => "delete",
+    };
+    format!("{verb} element inet {} {set} {{ {} }}\n", guest_table(scope), element(&addr))
+}
+
+/// Whether [`element_command`] adds or deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementVerb {
+    /// `add element`.
+    Add,
+    /// `delete element`.
+    Delete,
+}
+
+/// Table names of family `inet` in `nft list tables` output.
+pub fn parse_tables(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            match (words.next(), words.next(), words.next(), words.next()) {
+                (Some("table"), Some("inet"), Some(name), None) => Some(name.to_owned()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The nftables [`Firewall`] backend for host-wide guest-user scopes.
+#[derive(Debug, Default)]
+pub struct NftFirewall<R = SystemRunner> {
+    runner: R,
+}
+
+impl NftFirewall<SystemRunner> {
+    /// A backend that runs the real `nft`.
+    pub fn system() -> Self {
+        NftFirewall { runner: SystemRunner }
+    }
+}
+
+impl<R: CommandRunner> NftFirewall<R> {
+    /// A backend that runs commands through `runner`.
+    pub fn new(runner: R) -> Self {
+        NftFirewall { runner }
+    }
+
+    /// The runner (tests inspect a recording runner through this).
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
+    fn installed_tables(&self) -> Result<Vec<(Scope, String)>, FirewallError> {
+        let out = self.runner.run("nft", &["list", "tables", "inet"], None)?;
+        Ok(parse_tables(&out.stdout)
+            .into_iter()
+            .filter_map(|name| scope_of_table(&name).map(|s| (s, name)))
+            .collect())
+    }
+}
+
+impl<R: CommandRunner> Firewall for NftFirewall<R> {
+    fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
+        Ok(Plan { scope: *scope, name: guest_table(scope), text: guest_ruleset(scope, policy) })
+    }
+
+    fn apply(&self, plan: &Plan) -> Result<(), FirewallError> {
+        apply_with(&self.runner, &plan.text)
+    }
+
+    fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+        apply_with(&self.runner, &element_command(ElementVerb::Add, scope, addr))
+    }
+
+    fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+        apply_with(&self.runner, &element_command(ElementVerb::Delete, scope, addr))
+    }
+
+    fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
+        let name = guest_table(scope);
+        if !self.installed_tables()?.iter().any(|(_, n)| *n == name) {
+            return Ok(false);
+        }
+        // `add` first so a table deleted by someone else in between is not an error.
+        apply_with(&self.runner, &format!("add table inet {name}\ndelete table inet {name}\n"))?;
+        Ok(true)
+    }
+
+    fn list(&self) -> Result<Vec<Installed>, FirewallError> {
+        let mut found = Vec::new();
+        for (scope, name) in self.installed_tables()? {
+            let out = self.runner.run("nft", &["list", "table", "inet", &name], None)?;
+            found.push(Installed { scope, name, rules: out.stdout });
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_is_sanitised_and_bounded() {
+        for (raw, want) in [
+            ("sbx-01H.abc", "sbx-01H.abc"),
+            ("a\"b", "a_b"),
+            ("x y\nz\\", "x_y_z_"),
+            ("€", "_"),
+            ("$var;{}", "_var___"),
+        ] {
+            assert_eq!(log_prefix(raw), want);
+        }
+        assert_eq!(log_prefix(&"a".repeat(500)).len(), MAX_PREFIX_LEN);
+        assert_eq!(log_prefix(&"é".repeat(500)).len(), MAX_PREFIX_LEN);
+    }
+
+    #[test]
+    fn table_names_round_trip() {
+        for scope in [Scope::user(1001), Scope::owned_by(5, 77)] {
+            assert_eq!(scope_of_table(&guest_table(&scope)), Some(scope));
+        }
+        for foreign in ["sandgate", "sandgate_", "filter", "sandgate_x", "sandgate_u1_q2"] {
+            assert_eq!(scope_of_table(foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn parses_list_tables() {
+        let out = "table inet filter\ntable ip nat\ntable inet sandgate_u5\n\ntable inet  x  y\n";
+        assert_eq!(parse_tables(out), ["filter", "sandgate_u5"]);
+    }
+
+    #[test]
+    fn element_commands() {
+        let s = Scope::user(9);
+        assert_eq!(
+            element_command(ElementVerb::Add, &s, "127.0.0.1:3128".parse().unwrap()),
+            "add element inet sandgate_u9 allow4 { 127.0.0.1 . 3128 }\n"
+        );
+        assert_eq!(
+            element_command(ElementVerb::Delete, &s, "[::1]:8080".parse().unwrap()),
+            "delete element inet sandgate_u9 allow6 { ::1 . 8080 }\n"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! pf backend (macOS): one anchor per guest-user scope under `com.apple/`, which the stock
+//! `/etc/pf.conf` evaluates (`anchor "com.apple/*"`) without being edited.
+//!
+//! Sequencing (tested on every OS with a [`RecordingRunner`](crate::RecordingRunner)):
+//! - apply: `pfctl -E` once per scope (pf is reference counted; the token goes to the
+//!   [`TokenStore`]), then `pfctl -a ANCHOR -f -` with the rules (an atomic replace of the anchor);
+//! - remove: `pfctl -a ANCHOR -F all`, then `pfctl -X TOKEN` and the token is forgotten;
+//! - gc: anchors and stored tokens whose owner is gone are removed / released.
+//!
+//! pf can match `user` only for TCP and UDP, so ICMP of the guest user is not filtered by the
+//! anchor (the nftables backend does filter it).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use crate::FirewallError;
+use crate::firewall::{Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope};
+use crate::runner::{CommandRunner, SystemRunner};
+
+/// Parent anchor evaluated by the stock macOS pf.conf.
+pub const PARENT_ANCHOR: &str = "com.apple";
+
+/// First component of sandgate anchor names under [`PARENT_ANCHOR`].
+pub const ANCHOR_PREFIX: &str = "sandgate.";
+
+/// Path of `pfctl`.
+pub const PFCTL: &str = "/sbin/pfctl";
+
+/// The anchor of a scope: `com.apple/sandgate.u501` or `com.apple/sandgate.u501.p4242`.
+///
+/// pflog records the anchor's last component in a 16-byte field, so `sandgate.u501` is seen whole
+/// and longer names are cut; the monitor attributes by uid as well.
+pub fn anchor(scope: &Scope) -> String {
+    format!("{PARENT_ANCHOR}/{ANCHOR_PREFIX}{}", scope.label('.'))
+}
+
+/// The scope of an anchor path made by [`anchor`].
+pub fn scope_of_anchor(path: &str) -> Option<Scope> {
+    let rest = path.strip_prefix(PARENT_ANCHOR)?.strip_prefix('/')?.strip_prefix(ANCHOR_PREFIX)?;
+    Scope::parse_label(rest, '.')
+}
+
+/// The anchor's rules for a guest-user scope.
+///
+/// Proxies on loopback pass `on lo0`; everything else of the user's TCP and UDP (IPv4 and IPv6) is
+/// blocked with `return` (RST / ICMP unreachable, so connects fail at once) and logged to `pflog0`
+/// with the socket's uid and pid.
+pub fn guest_anchor_rules(scope: &Scope, policy: &GuestPolicy) -> String {
+    let uid = scope.uid;
+    let mut s = format!("# sandgate guest-user firewall: {scope}, anchor {}\n", anchor(scope));
+    for proxy in &policy.proxies {
+        let (af, on) = match (proxy.is_ipv6(), proxy.ip().is_loopback()) {
+            (false, true) => ("inet", " on lo0"),
+            (false, false) => ("inet", ""),
+            (true, true) => ("inet6", " on lo0"),
+            (true, false) => ("inet6", ""),
+        };
+        s.push_str(&format!(
+            "pass out quick{on} {af} proto tcp from any to {} port {} user {uid}\n",
+            proxy.ip(),
+            proxy.port()
+        ));
+    }
+    s.push_str(&format!(
+        "block return out log (user, to pflog0) quick inet proto {{ tcp udp }} all user {uid}\n\
+         block return out log (user, to pflog0) quick inet6 proto {{ tcp udp }} all user {uid}\n"
+    ));
+    s
+}
+
+/// Where the `pfctl -E` tokens of applied scopes are kept between runs (the store crate
+/// implements this on SQLite; [`MemoryTokenStore`] is for tests and one-shot use).
+pub trait TokenStore: Send + Sync {
+    /// The token held for `scope`, if any.
+    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError>;
+    /// Keeps `token` for `scope`, replacing an older one.
+    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError>;
+    /// Forgets the token of `scope`.
+    fn forget(&self, scope: &Scope) -> Result<(), FirewallError>;
+    /// Every scope with a token.
+    fn scopes(&self) -> Result<Vec<Scope>, FirewallError>;
+}
+
+/// A [`TokenStore`] in memory.
+#[derive(Debug, Default)]
+pub struct MemoryTokenStore {
+    tokens: Mutex<BTreeMap<Scope, String>>,
+}
+
+impl MemoryTokenStore {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<Scope, String>> {
+        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl TokenStore for MemoryTokenStore {
+    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError> {
+        Ok(self.map().get(scope).cloned())
+    }
+    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError> {
+        self.map().insert(*scope, token.to_owned());
+        Ok(())
+    }
+    fn forget(&self, scope: &Scope) -> Result<(), FirewallError> {
+        self.map().remove(scope);
+        Ok(())
+    }
+    fn scopes(&self) -> Result<Vec<Scope>, FirewallError> {
+        Ok(self.map().keys().copied().collect())
+    }
+}
+
+/// The token in `pfctl -E` output (`Token : 12345678901234567890`, on stderr or stdout).
+pub fn parse_enable_token(output: &str) -> Option<String> {
+    output.lines().find_map(|l| {
+        let (key, value) = l.split_once(':')?;
+        let value = value.trim();
+        (key.trim() == "Token" && !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| value.to_owned())
+    })
+}
+
+/// Anchor paths in `pfctl -a com.apple -s Anchors` output.
+pub fn parse_anchors(output: &str) -> Vec<String> {
+    output.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+/// The pf [`Firewall`] backend.
+#[derive(Debug)]
+pub struct PfFirewall<T, R = SystemRunner> {
+    runner: R,
+    tokens: T,
+}
+
+impl<T: TokenStore> PfFirewall<T, SystemRunner> {
+    /// A backend that runs the real `pfctl`.
+    pub fn system(tokens: T) -> Self {
+        PfFirewall { runner: SystemRunner, tokens }
+    }
+}
+
+impl<T: TokenStore, R: CommandRunner> PfFirewall<T, R> {
+    /// A backend that runs commands through `runner` and keeps tokens in `tokens`.
+    pub fn new(runner: R, tokens: T) -> Self {
+        PfFirewall { runner, tokens }
+    }
+
+    /// The runner (tests inspect a recording runner through this).
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
+    /// The token store.
+    pub fn tokens(&self) -> &T {
+        &self.tokens
+    }
+
+    fn pfctl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, FirewallError> {
+        let out = self.runner.run(PFCTL, args, stdin)?;
+        Ok(format!("{}{}", out.stdout, out.stderr))
+    }
+
+    fn installed_anchors(&self) -> Result<Vec<(Scope, String)>, FirewallError> {
+        let out = self.runner.run(PFCTL, &["-a", PARENT_ANCHOR, "-s", "Anchors"], None)?;
+        Ok(parse_anchors(&out.stdout)
+            .into_iter()
+            .filter_map(|a| scope_of_anchor(&a).map(|s| (s, a)))
+            .collect())
+    }
+
+    /// Releases the scope's pf enable token, if one is held.
+    fn release(&self, scope: &Scope) -> Result<bool, FirewallError> {
+        let Some(token) = self.tokens.load(scope)? else { return Ok(false) };
+        match self.pfctl(&["-X", &token], None) {
+            Ok(_) => {}
+            // A token pf no longer knows (reboot) is as good as released.
+            Err(FirewallError::Command { ref stderr, .. }) if is_unknown_token(stderr) => {}
+            Err(e) => return Err(e),
+        }
+        self.tokens.forget(scope)?;
+        Ok(true)
+    }
+}
+
+fn is_unknown_token(stderr: &str) -> bool {
+    let s = stderr.to_ascii_lowercase();
+    s.contains("invalid token") || s.contains("no such") || s.contains("not found")
+}
+
+impl<T: TokenStore, R: CommandRunner> Firewall for PfFirewall<T, R> {
+    fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
+        Ok(Plan { scope: *scope, name: anchor(scope), text: guest_anchor_rules(scope, policy) })
+    }
+
+    fn apply(&self, plan: &Plan) -> Result<(), FirewallError> {
+        if self.tokens.load(&plan.scope)?.is_none() {
+            let out = self.pfctl(&["-E"], None)?;
+            let token = parse_enable_token(&out).ok_or_else(|| FirewallError::Parse {
+                command: format!("{PFCTL} -E"),
+                what: format!("no `Token : N` line in {out:?}"),
+            })?;
+            self.tokens.save(&plan.scope, &token)?;
+        }
+        self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text)).map(drop)
+    }
+
+    fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+        Err(FirewallError::Invalid {
+            what: format!(
+                "pf anchors have no sets here: re-plan {scope} with proxy {addr} and apply \
+                 (an anchor reload is atomic)"
+            ),
+        })
+    }
+
+    fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+        self.allow(scope, addr)
+    }
+
+    fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
+        let name = anchor(scope);
+        let present = self.installed_anchors()?.iter().any(|(_, a)| *a == name);
+        if present {
+            self.pfctl(&["-a", &name, "-F", "all"], None)?;
+        }
+        let released = self.release(scope)?;
+        Ok(present || released)
+    }
+
+    fn list(&self) -> Result<Vec<Installed>, FirewallError> {
+        let mut found = Vec::new();
+        for (scope, name) in self.installed_anchors()? {
+            let out = self.runner.run(PFCTL, &["-a", &name, "-s", "rules"], None)?;
+            found.push(Installed { scope, name, rules: out.stdout });
+        }
+        Ok(found)
+    }
+
+    fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<Scope>, FirewallError> {
+        let mut removed = Vec::new();
+        for (scope, _) in self.installed_anchors()? {
+            if scope.is_stale(owners) && self.remove(&scope)? {
+                removed.push(scope);
+            }
+        }
+        // Tokens whose anchor is already gone (flushed by hand, lost at reboot).
+        for scope in self.tokens.scopes()? {
+            if scope.is_stale(owners) && !removed.contains(&scope) && self.release(&scope)? {
+                removed.push(scope);
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchors_round_trip() {
+        for (scope, path) in [
+            (Scope::user(501), "com.apple/sandgate.u501"),
+            (Scope::owned_by(501, 42), "com.apple/sandgate.u501.p42"),
+        ] {
+            assert_eq!(anchor(&scope), path);
+            assert_eq!(scope_of_anchor(path), Some(scope));
+        }
+        for foreign in ["com.apple/250.ApplicationFirewall", "sandgate.u1", "com.apple/sandgate.x"]
+        {
+            assert_eq!(scope_of_anchor(foreign), None);
+        }
+    }
+
+    #[test]
+    fn enable_token() {
+        for (out, want) in [
+            ("No ALTQ support in kernel\npf enabled\nToken : 1234567890\n", Some("1234567890")),
+            ("Token:42", Some("42")),
+            ("Token : \n", None),
+            ("Token : abc\n", None),
+            ("pf already enabled\n", None),
+        ] {
+            assert_eq!(parse_enable_token(out).as_deref(), want, "{out:?}");
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Golden-file tests of the generated rule text. `UPDATE_GOLDEN=1 cargo test -p sandgate-pf`
+//! rewrites the files; review the diff before committing.
+
+use std::path::PathBuf;
+
+use sandgate_pf::nft::{self, NamespaceRules};
+use sandgate_pf::{GuestPolicy, Scope};
+
+fn check(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(actual, expected, "{} differs from the generated text", path.display());
+}
+
+#[test]
+fn namespace_ruleset() {
+    let text = nft::namespace_ruleset(&NamespaceRules {
+        prefix: "sbx-01J9ZQ\"evil\nrule".into(),
+        nflog_group: 7,
+    });
+    check("namespace.nft", &text);
+}
+
+#[test]
+fn guest_ruleset_v4_and_v6_proxies() {
+    let policy = GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
+        nflog_group: 1,
+    };
+    check("guest_u1001.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+}
+
+#[test]
+fn guest_ruleset_owned_no_proxy() {
+    let policy = GuestPolicy { proxies: vec![], nflog_group: 2 };
+    check("guest_u1001_p4242.nft", &nft::guest_ruleset(&Scope::owned_by(1001, 4242), &policy));
+}

@@ -1,0 +1,437 @@
+//! The records the store keeps, as typed values.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{StoreError, Timestamp};
+
+/// A sandbox as the launcher registers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSandbox {
+    /// The sandbox id (unique; also the NFLOG prefix).
+    pub id: String,
+    /// Tier name (`run`, `net`, `build`, or one from the config).
+    pub tier: String,
+    /// The command line, argv as given.
+    pub command: Vec<String>,
+    /// Working directory of the command.
+    pub cwd: PathBuf,
+    /// Project key (hash of the real path of the project directory), for project-scoped grants.
+    pub project: Option<String>,
+    /// The uid the sandbox runs as.
+    pub uid: u32,
+    /// The launcher's pid, watched by [`Store::reap_dead`](crate::Store::reap_dead).
+    pub pid: u32,
+    /// When it started.
+    pub started: Timestamp,
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    /// Its launcher is (as far as the store knows) alive.
+    Running,
+    /// The launcher reported the command's end.
+    Exited,
+    /// The launcher disappeared without reporting (found by `reap_dead`).
+    Lost,
+}
+
+impl SandboxState {
+    /// The name stored and shown (`running`, `exited`, `lost`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Running => "running",
+            SandboxState::Exited => "exited",
+            SandboxState::Lost => "lost",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "running" => Ok(SandboxState::Running),
+            "exited" => Ok(SandboxState::Exited),
+            "lost" => Ok(SandboxState::Lost),
+            other => Err(StoreError::Decode { what: "sandbox state", value: other.to_string() }),
+        }
+    }
+}
+
+/// A sandbox as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    /// What was registered.
+    #[serde(flatten)]
+    pub sandbox: NewSandbox,
+    /// Running, exited or lost.
+    pub state: SandboxState,
+    /// When it ended (exit reported, or found lost).
+    pub ended: Option<Timestamp>,
+    /// The command's exit status when the launcher reported one (negative: killed by signal -n).
+    pub exit_status: Option<i32>,
+}
+
+/// Whether [`Store::register_sandbox`](crate::Store::register_sandbox) created the sandbox or
+/// found it already there (a launcher re-registering with a restarted daemon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// A new sandbox.
+    New,
+    /// The id was known; pid refreshed and state set back to running.
+    Again,
+}
+
+/// Allow or deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Let matching requests through.
+    Allow,
+    /// Refuse matching requests without asking.
+    Deny,
+}
+
+impl Effect {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Effect::Allow => "allow",
+            Effect::Deny => "deny",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "allow" => Ok(Effect::Allow),
+            "deny" => Ok(Effect::Deny),
+            other => Err(StoreError::Decode { what: "grant effect", value: other.to_string() }),
+        }
+    }
+}
+
+/// How long a grant lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScope {
+    /// One request; consumed by [`Store::take_once`](crate::Store::take_once).
+    Once,
+    /// As long as the sandbox lives (the target must be that sandbox).
+    Session,
+    /// Until the given instant (exclusive).
+    Until(Timestamp),
+    /// Until revoked.
+    Always,
+}
+
+impl GrantScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            GrantScope::Once => "once",
+            GrantScope::Session => "session",
+            GrantScope::Until(_) => "until",
+            GrantScope::Always => "always",
+        }
+    }
+
+    fn expires(self) -> Option<Timestamp> {
+        match self {
+            GrantScope::Until(t) => Some(t),
+            GrantScope::Once | GrantScope::Session | GrantScope::Always => None,
+        }
+    }
+}
+
+/// Whom a grant applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantTarget {
+    /// One sandbox (by id).
+    Sandbox(String),
+    /// Every sandbox of one project (by project key).
+    Project(String),
+    /// Every sandbox.
+    Global,
+}
+
+impl GrantTarget {
+    fn as_str(&self) -> &'static str {
+        match self {
+            GrantTarget::Sandbox(_) => "sandbox",
+            GrantTarget::Project(_) => "project",
+            GrantTarget::Global => "global",
+        }
+    }
+}
+
+/// A grant to record.
+///
+/// `pattern` is a host pattern the caller has validated (`example.com`, `*.example.com`, an IP
+/// literal, ...); the store keeps it as text and does not interpret it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewGrant {
+    /// Host pattern.
+    pub pattern: String,
+    /// Port, or `None` for any port.
+    pub port: Option<u16>,
+    /// Allow or deny.
+    pub effect: Effect,
+    /// How long.
+    pub scope: GrantScope,
+    /// For whom.
+    pub target: GrantTarget,
+    /// Who decided (`@name`, a user name, `config`).
+    pub approved_by: String,
+    /// Through which channel (`terminal`, `cli`, `telegram`, `hook`).
+    pub channel: String,
+    /// When it was given.
+    pub created: Timestamp,
+}
+
+impl NewGrant {
+    pub(crate) fn validate(&self) -> Result<(), StoreError> {
+        let bad = |what, value: &str, reason| {
+            Err(StoreError::Invalid { what, value: value.to_string(), reason })
+        };
+        if self.pattern.is_empty() || self.pattern.len() > 255 {
+            return bad("grant pattern", &self.pattern, "must be 1 to 255 bytes");
+        }
+        if self.pattern.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return bad(
+                "grant pattern",
+                &self.pattern,
+                "contains whitespace or control characters",
+            );
+        }
+        if self.port == Some(0) {
+            return bad("grant port", "0", "ports are 1 to 65535");
+        }
+        match (&self.scope, &self.target) {
+            (GrantScope::Session, GrantTarget::Project(p)) => {
+                return bad("session grant target", p, "a session grant must target a sandbox");
+            }
+            (GrantScope::Session, GrantTarget::Global) => {
+                return bad(
+                    "session grant target",
+                    "global",
+                    "a session grant must target a sandbox",
+                );
+            }
+            _ => {}
+        }
+        if let GrantScope::Until(t) = self.scope
+            && t <= self.created
+        {
+            return bad("grant expiry", &t.to_string(), "expires before it was created");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn scope_str(&self) -> &'static str {
+        self.scope.as_str()
+    }
+
+    pub(crate) fn expires(&self) -> Option<Timestamp> {
+        self.scope.expires()
+    }
+
+    pub(crate) fn target_str(&self) -> &'static str {
+        self.target.as_str()
+    }
+}
+
+/// A grant's id (never reused, also after revocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct GrantId(pub i64);
+
+impl std::fmt::Display for GrantId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A grant as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// Its id, for `sandgate revoke ID`.
+    pub id: GrantId,
+    /// What was given.
+    #[serde(flatten)]
+    pub grant: NewGrant,
+    /// When a `once` grant was consumed.
+    pub used: Option<Timestamp>,
+    /// When it was revoked.
+    pub revoked: Option<Timestamp>,
+}
+
+impl Grant {
+    /// Whether it still applies at `now`: not revoked, not consumed, not expired.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        self.revoked.is_none()
+            && self.used.is_none()
+            && match self.grant.scope {
+                GrantScope::Until(t) => now < t,
+                GrantScope::Once | GrantScope::Session | GrantScope::Always => true,
+            }
+    }
+
+    pub(crate) fn from_columns(c: GrantColumns) -> Result<Self, StoreError> {
+        let scope = match (c.scope.as_str(), c.expires) {
+            ("once", None) => GrantScope::Once,
+            ("session", None) => GrantScope::Session,
+            ("until", Some(t)) => GrantScope::Until(Timestamp(t)),
+            ("always", None) => GrantScope::Always,
+            (other, _) => {
+                return Err(StoreError::Decode { what: "grant scope", value: other.to_string() });
+            }
+        };
+        let target = match (c.target.as_str(), c.sandbox_id, c.project) {
+            ("sandbox", Some(s), _) => GrantTarget::Sandbox(s),
+            ("project", _, Some(p)) => GrantTarget::Project(p),
+            ("global", _, _) => GrantTarget::Global,
+            (other, _, _) => {
+                return Err(StoreError::Decode { what: "grant target", value: other.to_string() });
+            }
+        };
+        let port = match c.port {
+            None => None,
+            Some(p) => Some(
+                u16::try_from(p)
+                    .map_err(|_| StoreError::Decode { what: "grant port", value: p.to_string() })?,
+            ),
+        };
+        Ok(Grant {
+            id: GrantId(c.id),
+            grant: NewGrant {
+                pattern: c.pattern,
+                port,
+                effect: Effect::parse(&c.effect)?,
+                scope,
+                target,
+                approved_by: c.approved_by,
+                channel: c.channel,
+                created: Timestamp(c.created),
+            },
+            used: c.used.map(Timestamp),
+            revoked: c.revoked.map(Timestamp),
+        })
+    }
+}
+
+/// A grants row before decoding.
+pub(crate) struct GrantColumns {
+    pub id: i64,
+    pub pattern: String,
+    pub port: Option<i64>,
+    pub effect: String,
+    pub scope: String,
+    pub target: String,
+    pub sandbox_id: Option<String>,
+    pub project: Option<String>,
+    pub approved_by: String,
+    pub channel: String,
+    pub created: i64,
+    pub expires: Option<i64>,
+    pub used: Option<i64>,
+    pub revoked: Option<i64>,
+}
+
+/// Which grants [`Store::list_grants`](crate::Store::list_grants) returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantList {
+    /// Those live at the given instant (what `sandgate rules` shows).
+    Live(Timestamp),
+    /// Every grant ever recorded, including revoked, consumed and expired ones.
+    All,
+}
+
+/// The kind of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A request reached the proxy.
+    Request,
+    /// The proxy decided (allow / deny / ask) and by which rule.
+    Decision,
+    /// The monitor saw a packet the firewall blocked.
+    BlockedPacket,
+    /// A question was asked or answered.
+    Approval,
+}
+
+impl EventKind {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Request => "request",
+            EventKind::Decision => "decision",
+            EventKind::BlockedPacket => "blocked_packet",
+            EventKind::Approval => "approval",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "request" => Ok(EventKind::Request),
+            "decision" => Ok(EventKind::Decision),
+            "blocked_packet" => Ok(EventKind::BlockedPacket),
+            "approval" => Ok(EventKind::Approval),
+            other => Err(StoreError::Decode { what: "event kind", value: other.to_string() }),
+        }
+    }
+}
+
+/// An event to record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// When it happened.
+    pub time: Timestamp,
+    /// The sandbox it concerns, if any.
+    pub sandbox: Option<String>,
+    /// What kind.
+    pub kind: EventKind,
+    /// Free-form details (host, port, rule, decision, ...).
+    pub details: serde_json::Value,
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Its id (increasing with insertion order).
+    pub id: i64,
+    /// What was recorded.
+    #[serde(flatten)]
+    pub event: NewEvent,
+}
+
+/// A filter for [`Store::recent_events`](crate::Store::recent_events); `Default` = the newest
+/// 100 events of any kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only this sandbox's events.
+    pub sandbox: Option<String>,
+    /// Only this kind.
+    pub kind: Option<EventKind>,
+    /// Only events at or after this instant.
+    pub since: Option<Timestamp>,
+    /// At most this many (newest first).
+    pub limit: u32,
+}
+
+impl Default for EventQuery {
+    fn default() -> Self {
+        EventQuery { sandbox: None, kind: None, since: None, limit: 100 }
+    }
+}
+
+/// Counts for `sandgate status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoreCounts {
+    /// Sandboxes in state running.
+    pub sandboxes_running: u64,
+    /// Grants live now.
+    pub grants_live: u64,
+    /// Events kept.
+    pub events: u64,
+}

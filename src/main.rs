@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod firewall_cmd;
 mod launch_cmd;
+mod policy_cmd;
 mod proxy_cmd;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the
@@ -37,6 +38,51 @@ enum Command {
     Proxy(proxy_cmd::ProxyArgs),
     /// Manage host-wide firewall rules for a guest user (root).
     Firewall(firewall_cmd::FirewallArgs),
+    /// Explain the decision for a destination and the rule that made it.
+    ///
+    /// Exit status: 0 allow, 1 deny, 3 ask, 2 usage or configuration error.
+    Check(policy_cmd::CheckArgs),
+    /// Show or change the configuration (this directory's file, or --global).
+    Config(policy_cmd::ConfigArgs),
+    /// List the tiers and what each allows.
+    Tiers(policy_cmd::TiersArgs),
+    /// (not yet available) Run the proxy, approvals, monitor and store.
+    Daemon(NotYet),
+    /// (not yet available) Answer a pending request or add a grant.
+    Allow(NotYet),
+    /// (not yet available) Deny a pending request or add a deny grant.
+    Deny(NotYet),
+    /// (not yet available) List requests waiting for a person.
+    Pending(NotYet),
+    /// (not yet available) List grants.
+    Rules(NotYet),
+    /// (not yet available) Remove a grant.
+    Revoke(NotYet),
+    /// (not yet available) Live view of pending approvals and blocked traffic.
+    Watch(NotYet),
+    /// (not yet available) Show the daemon, live sandboxes and pending approvals.
+    Status(NotYet),
+    /// (not yet available) List sandboxes.
+    Ls(NotYet),
+    /// (not yet available) Stop the daemon.
+    Stop(NotYet),
+    /// (not yet available) Agent hooks (Claude Code PermissionRequest).
+    Hook(NotYet),
+}
+
+/// Arguments of a command that this build does not have yet.
+#[derive(Debug, clap::Args)]
+struct NotYet {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    args: Vec<OsString>,
+}
+
+fn not_yet(name: &str) -> anyhow::Result<u8> {
+    Err(policy_cmd::UsageError(format!(
+        "`sandgate {name}` is not yet available in this build: it comes with the daemon \
+         (see the README's \"Status\" section)"
+    ))
+    .into())
 }
 
 /// Maps the name the binary was started under to the tier subcommand it stands for.
@@ -67,12 +113,29 @@ fn main() -> ExitCode {
         Command::Explain(a) => launch_cmd::explain(a),
         Command::Proxy(a) => proxy_cmd::run(a),
         Command::Firewall(a) => firewall_cmd::run(a),
+        Command::Check(a) => policy_cmd::check(a),
+        Command::Config(a) => policy_cmd::config(a),
+        Command::Tiers(a) => policy_cmd::tiers(a),
+        Command::Daemon(_) => not_yet("daemon"),
+        Command::Allow(_) => not_yet("allow"),
+        Command::Deny(_) => not_yet("deny"),
+        Command::Pending(_) => not_yet("pending"),
+        Command::Rules(_) => not_yet("rules"),
+        Command::Revoke(_) => not_yet("revoke"),
+        Command::Watch(_) => not_yet("watch"),
+        Command::Status(_) => not_yet("status"),
+        Command::Ls(_) => not_yet("ls"),
+        Command::Stop(_) => not_yet("stop"),
+        Command::Hook(_) => not_yet("hook"),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("sandgate: error: {err:#}");
-            ExitCode::from(2)
+            match err.downcast_ref::<policy_cmd::UsageError>() {
+                Some(usage) => eprintln!("sandgate: {usage}"),
+                None => eprintln!("sandgate: error: {err:#}"),
+            }
+            ExitCode::from(policy_cmd::EXIT_USAGE)
         }
     }
 }

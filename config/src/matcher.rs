@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::decision::Rule;
 use crate::host::{DomainName, Host};
-use crate::pattern::{HostPattern, in_block};
+use crate::pattern::{HostPattern, mask};
 
 /// Patterns compiled for lookup. The first matching rule wins in this order: exact name, the
 /// longest matching `*.` suffix, exact IP, the longest matching CIDR, `*`. Within one key, a rule
@@ -21,8 +21,9 @@ pub struct PatternSet {
     exact: HashMap<DomainName, Entries>,
     suffix: HashMap<DomainName, Entries>,
     ips: HashMap<IpAddr, Entries>,
-    /// Sorted by prefix length, longest first.
-    cidrs: Vec<(IpAddr, u8, Entries)>,
+    /// Blocks grouped by (family, prefix length), longest prefix first; each group is a hash map
+    /// from the masked network address, so a lookup costs one probe per distinct prefix length.
+    cidrs: Vec<(bool, u8, HashMap<IpAddr, Entries>)>,
     any: Entries,
     rules: Vec<Arc<Rule>>,
 }
@@ -51,13 +52,16 @@ impl PatternSet {
             HostPattern::Subdomains(n) => self.suffix.entry(n).or_default().push(entry),
             HostPattern::Ip(ip) => self.ips.entry(ip).or_default().push(entry),
             HostPattern::Cidr(net, len) => {
-                match self.cidrs.iter_mut().find(|(n, l, _)| *n == net && *l == len) {
-                    Some((_, _, entries)) => entries.push(entry),
+                let v4 = net.is_ipv4();
+                let group = match self.cidrs.iter().position(|(f, l, _)| *f == v4 && *l == len) {
+                    Some(i) => i,
                     None => {
-                        self.cidrs.push((net, len, vec![entry]));
-                        self.cidrs.sort_by(|a, b| b.1.cmp(&a.1));
+                        self.cidrs.push((v4, len, HashMap::new()));
+                        self.cidrs.sort_by_key(|g| std::cmp::Reverse(g.1));
+                        self.cidrs.iter().position(|(f, l, _)| *f == v4 && *l == len).unwrap_or(0)
                     }
-                }
+                };
+                self.cidrs[group].2.entry(net).or_default().push(entry);
             }
             HostPattern::Any => self.any.push(entry),
         }
@@ -105,8 +109,8 @@ impl PatternSet {
         }
         self.cidrs
             .iter()
-            .filter(|(net, len, _)| in_block(ip, *net, *len))
-            .find_map(|(_, _, e)| pick(e, port))
+            .filter(|(v4, _, _)| *v4 == ip.is_ipv4())
+            .find_map(|(_, len, nets)| nets.get(&mask(ip, *len)).and_then(|e| pick(e, port)))
     }
 }
 

@@ -188,10 +188,10 @@ impl DomainPattern {
             }
         };
         let pattern = DomainPattern { host, port };
-        if usage == PatternUse::Allow {
-            if let Some(why) = pattern.too_broad() {
-                return Err(err(PatternErrorKind::TooBroad(why)));
-            }
+        if usage == PatternUse::Allow
+            && let Some(why) = pattern.too_broad()
+        {
+            return Err(err(PatternErrorKind::TooBroad(why)));
         }
         Ok(pattern)
     }
@@ -304,7 +304,7 @@ fn split_port(text: &str) -> Result<(&str, Option<u16>), PatternErrorKind> {
 }
 
 /// Zeroes the host bits of `ip` beyond `len`.
-fn mask(ip: IpAddr, len: u8) -> IpAddr {
+pub(crate) fn mask(ip: IpAddr, len: u8) -> IpAddr {
     match canonical_ip(ip) {
         IpAddr::V4(v4) => {
             let bits = u32::from(v4);

@@ -187,7 +187,10 @@ impl Policy {
             Some(paths) => {
                 let mut out = Vec::new();
                 for p in paths {
-                    if !self.fs.is_writable(p) {
+                    // Lexical containment is only sound for absolute paths without `..`.
+                    let plain = p.is_absolute()
+                        && !p.components().any(|c| c == std::path::Component::ParentDir);
+                    if !plain || !self.fs.is_writable(p) {
                         return Err(PermissionEscalation {
                             requested: format!("write access to {}", p.display()),
                             parent_allows: list(self.fs.writable.iter().map(|w| w.path.display())),

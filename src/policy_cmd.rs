@@ -1,0 +1,358 @@
+//! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use sandgate_config::{
+    Config, ConfigError, ConfigPaths, Decision, NetMode, Overrides, RuleSource, Target,
+};
+use serde_json::json;
+
+/// Exit status of `check`: allowed.
+const EXIT_ALLOW: u8 = 0;
+/// Exit status of `check`: denied.
+const EXIT_DENY: u8 = 1;
+/// Exit status for usage and configuration errors.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status of `check`: a person would be asked.
+const EXIT_ASK: u8 = 3;
+
+/// Options of `sandgate check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// `host[:port]` or a URL (`https://crates.io/...`); the port defaults to 443 (80 for http://).
+    pub target: String,
+    /// The tier whose policy decides.
+    #[arg(long, default_value = "net")]
+    pub tier: String,
+    /// Also allow this domain pattern (as `--allow` on a launch would).
+    #[arg(long = "allow", value_name = "PATTERN")]
+    pub allow: Vec<String>,
+    /// Also deny this domain pattern.
+    #[arg(long = "deny", value_name = "PATTERN")]
+    pub deny: Vec<String>,
+    /// Override the tier's network mode.
+    #[arg(long, value_name = "none|proxy", value_parser = parse_net)]
+    pub net: Option<NetMode>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `--net`.
+pub fn parse_net(s: &str) -> Result<NetMode, String> {
+    NetMode::parse(s).ok_or_else(|| format!("unknown network mode {s:?}: use `none` or `proxy`"))
+}
+
+/// A configuration problem, already formatted for the person; exits with status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn config_error(e: ConfigError) -> anyhow::Error {
+    UsageError(format!("invalid configuration:\n{e}")).into()
+}
+
+/// Loads the configuration for the current directory.
+pub fn load_config() -> anyhow::Result<Config> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let paths = ConfigPaths::discover(&cwd).map_err(config_error)?;
+    Config::load(paths).map_err(config_error)
+}
+
+/// `sandgate check`: prints the decision and the rule that made it.
+pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
+    let target = match Target::parse(&args.target) {
+        Ok(t) => t,
+        Err(e) => {
+            if args.json {
+                println!("{}", json!({ "target": args.target, "error": e.to_string() }));
+            } else {
+                eprintln!("sandgate: invalid target {:?}: {e}", args.target);
+                eprintln!("help: give host[:port] or a URL, e.g. `sandgate check crates.io:443`");
+            }
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let config = load_config()?;
+    let flags =
+        Overrides { allow: args.allow, deny: args.deny, net: args.net, ..Overrides::default() };
+    let policy = config.policy(&args.tier, &flags).map_err(|e| UsageError(e.to_string()))?;
+    let decision = policy.net.decide(&target);
+    let code = match &decision {
+        Decision::Allow(_) => EXIT_ALLOW,
+        Decision::Deny(_) => EXIT_DENY,
+        Decision::Ask => EXIT_ASK,
+    };
+    if args.json {
+        let rule = decision.rule().map(|r| {
+            json!({
+                "pattern": r.pattern.as_ref().map(|p| p.to_string()),
+                "source": r.source.to_string(),
+            })
+        });
+        println!(
+            "{}",
+            json!({
+                "target": target.to_string(),
+                "host": target.host.to_string(),
+                "port": target.port,
+                "tier": args.tier,
+                "decision": decision.verb(),
+                "rule": rule,
+            })
+        );
+        return Ok(code);
+    }
+    println!("{} {target}", decision.verb());
+    match &decision {
+        Decision::Allow(r) | Decision::Deny(r) => println!("  rule: {r}"),
+        Decision::Ask => println!(
+            "  no rule matches: the request would be held until a person answers \
+             (`sandgate allow {}`)",
+            target.host
+        ),
+    }
+    Ok(code)
+}
+
+/// Options of `sandgate config`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ConfigCommand {
+    /// Show each writable path grouped by where it comes from.
+    ListPaths {
+        /// Also show a path given with --allow-write on a launch.
+        #[arg(long = "allow-write", value_name = "PATH")]
+        allow_write: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make PATH writable in tiers with a writable current directory (`build`).
+    AddPath {
+        /// The path (made absolute).
+        path: PathBuf,
+        /// Edit the global file instead of this directory's.
+        #[arg(long)]
+        global: bool,
+    },
+    /// Remove PATH from the writable paths.
+    RemovePath {
+        /// The path (made absolute).
+        path: PathBuf,
+        /// Edit the global file instead of this directory's.
+        #[arg(long)]
+        global: bool,
+    },
+    /// Open the configuration file in $VISUAL / $EDITOR, then check it.
+    Edit {
+        /// Edit the global file instead of this directory's.
+        #[arg(long)]
+        global: bool,
+    },
+    /// Check both configuration files and say where each is.
+    Check,
+}
+
+/// `sandgate config ...`.
+pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let paths = ConfigPaths::discover(&cwd).map_err(config_error)?;
+    let file_for = |global: bool| if global { paths.global.clone() } else { paths.project.clone() };
+    match args.command {
+        ConfigCommand::ListPaths { allow_write, json } => list_paths(paths, allow_write, json),
+        ConfigCommand::AddPath { path, global } => {
+            let path = absolute(&cwd, &path);
+            let file = file_for(global);
+            if sandgate_config::add_path(&file, &path).map_err(config_error)? {
+                println!("added {} to {}", path.display(), file.display());
+            } else {
+                println!("{} is already in {}", path.display(), file.display());
+            }
+            Ok(0)
+        }
+        ConfigCommand::RemovePath { path, global } => {
+            let path = absolute(&cwd, &path);
+            let file = file_for(global);
+            if sandgate_config::remove_path(&file, &path).map_err(config_error)? {
+                println!("removed {} from {}", path.display(), file.display());
+                Ok(0)
+            } else {
+                eprintln!("sandgate: {} is not in {}", path.display(), file.display());
+                Ok(1)
+            }
+        }
+        ConfigCommand::Edit { global } => edit(&file_for(global), global, &paths),
+        ConfigCommand::Check => {
+            for (what, file) in [("global", &paths.global), ("per-directory", &paths.project)] {
+                let state = if file.exists() { "present" } else { "absent" };
+                println!("{what:14} {state:8} {}", file.display());
+            }
+            match Config::load(paths) {
+                Ok(config) => match config.tiers() {
+                    Ok(_) => {
+                        println!("ok: configuration is valid");
+                        Ok(0)
+                    }
+                    Err(e) => Err(UsageError(e.to_string()).into()),
+                },
+                Err(e) => Err(config_error(e)),
+            }
+        }
+    }
+}
+
+fn absolute(cwd: &Path, p: &Path) -> PathBuf {
+    let abs = if p.is_absolute() { p.to_owned() } else { cwd.join(p) };
+    abs.canonicalize().unwrap_or(abs)
+}
+
+fn list_paths(paths: ConfigPaths, extra: Vec<PathBuf>, json: bool) -> anyhow::Result<u8> {
+    let config = Config::load(paths).map_err(config_error)?;
+    let flags = Overrides { allow_write: extra, ..Overrides::default() };
+    let policy = config.policy("build", &flags).map_err(|e| UsageError(e.to_string()))?;
+    let group = |rule_source: &RuleSource| -> (String, Option<String>) {
+        match rule_source {
+            RuleSource::CurrentDirectory => ("current directory".into(), None),
+            RuleSource::File { path, .. }
+                if Some(path) == config.global.as_ref().map(|f| &f.path) =>
+            {
+                ("global".into(), Some(path.display().to_string()))
+            }
+            RuleSource::File { path, .. } => {
+                ("per-directory".into(), Some(path.display().to_string()))
+            }
+            RuleSource::CommandLine => ("command line".into(), None),
+            other => (other.to_string(), None),
+        }
+    };
+    if json {
+        let items: Vec<_> = policy
+            .fs
+            .writable
+            .iter()
+            .map(|w| {
+                let (source, file) = group(&w.source);
+                json!({ "path": w.path, "source": source, "file": file, "rule": w.source.to_string() })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+        return Ok(0);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "Writable paths in tier `build` (and tiers based on it):")?;
+    let mut last: Option<String> = None;
+    for w in &policy.fs.writable {
+        let (source, file) = group(&w.source);
+        let heading = match file {
+            Some(f) => format!("{source} ({f})"),
+            None => source,
+        };
+        if last.as_ref() != Some(&heading) {
+            writeln!(out, "  {heading}")?;
+            last = Some(heading);
+        }
+        writeln!(out, "    {}", w.path.display())?;
+    }
+    writeln!(out, "Everything else is read-only; tiers `run` and `net` write nowhere but /tmp.")?;
+    Ok(0)
+}
+
+const TEMPLATE: &str = r#"# sandgate configuration. See the README's "Configuration" section for every key.
+#
+# [network]
+# allow = ["crates.io", "*.githubusercontent.com"]
+# deny = []
+# presets = ["registries"]
+#
+# [filesystem]
+# allow_write = ["~/.cargo/registry"]
+# deny_read = []
+# protected = []
+"#;
+
+fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
+    if !file.exists() {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let header = if global {
+            String::new()
+        } else {
+            format!("# Per-directory configuration for {}\n", paths.project_dir.display())
+        };
+        std::fs::write(file, format!("{header}{TEMPLATE}"))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(file)
+        .status()
+        .with_context(|| format!("cannot start the editor {editor:?} (set $VISUAL or $EDITOR)"))?;
+    if !status.success() {
+        bail!(
+            "the editor {editor:?} failed ({status}); {} is unchanged by sandgate",
+            file.display()
+        );
+    }
+    Config::load(paths.clone()).map_err(config_error)?;
+    println!("ok: {} is valid", file.display());
+    Ok(0)
+}
+
+/// Options of `sandgate tiers`.
+#[derive(Debug, clap::Args)]
+pub struct TiersArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `sandgate tiers`: lists the tiers and what each allows.
+pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
+    let config = load_config()?;
+    let tiers = config.tiers().map_err(|e| UsageError(e.to_string()))?;
+    if args.json {
+        let items: Vec<_> = tiers
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name, "description": t.description, "network": t.net.to_string(),
+                    "writable_cwd": t.writable_cwd, "defined_in": t.defined_in,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(items));
+        return Ok(0);
+    }
+    for t in &tiers {
+        let fs = if t.writable_cwd { "cwd + configured paths writable" } else { "read-only" };
+        let net = match t.net {
+            NetMode::None => "no network",
+            NetMode::Proxy => "network via the allowlist proxy",
+        };
+        println!("{:<14} {fs}; {net}", t.name);
+        println!("{:<14} {} [{}]", "", t.description, t.defined_in);
+    }
+    Ok(0)
+}

@@ -1,0 +1,217 @@
+//! `sandgate check` against a table of hosts and patterns, and configuration errors end to end.
+//!
+//! NUL bytes cannot be passed in argv; they are covered by the config crate's host tests.
+
+use sandgate_tests::Env;
+
+const CONFIG: &str = r#"
+[network]
+allow = [
+  "example.com",
+  "*.wild.test",
+  "api.port.test:8443",
+  "10.1.2.3",
+  "192.168.50.0/24",
+  "[2001:db8::1]",
+  "bücher.example",
+  "127.0.0.1:9000",
+]
+deny = ["bad.wild.test", "*.evil.wild.test", "10.1.2.3:22"]
+"#;
+
+/// (target, extra args, expected exit status: 0 allow, 1 deny, 3 ask, 2 invalid)
+const ROWS: &[(&str, &[&str], i32)] = &[
+    // exact names, case, trailing dot, ports, URLs
+    ("example.com", &[], 0),
+    ("EXAMPLE.COM", &[], 0),
+    ("example.com.", &[], 0),
+    ("example.com:80", &[], 0),
+    ("https://example.com/x?y", &[], 0),
+    ("http://Example.com:8080/", &[], 0),
+    ("www.example.com", &[], 3),
+    ("evilexample.com", &[], 3),
+    ("example.com.evil.org", &[], 3),
+    ("example.co", &[], 3),
+    // wildcard depth and apex
+    ("wild.test", &[], 3),
+    ("a.wild.test", &[], 0),
+    ("a.b.c.wild.test", &[], 0),
+    ("A.WILD.TEST.", &[], 0),
+    ("evilwild.test", &[], 3),
+    ("wild.test.attacker.com", &[], 3),
+    ("xwild.test", &[], 3),
+    // deny wins, exactly as written
+    ("bad.wild.test", &[], 1),
+    ("BAD.wild.test.", &[], 1),
+    ("x.bad.wild.test", &[], 0),
+    ("evil.wild.test", &[], 0),
+    ("x.evil.wild.test", &[], 1),
+    ("a.b.evil.wild.test", &[], 1),
+    // ports on patterns
+    ("api.port.test:8443", &[], 0),
+    ("https://api.port.test:8443/v1", &[], 0),
+    ("api.port.test:443", &[], 3),
+    ("api.port.test", &[], 3),
+    ("http://api.port.test/", &[], 3),
+    // IPv4 literals in every numeric form
+    ("10.1.2.3", &[], 0),
+    ("10.1.2.3:22", &[], 1),
+    ("167838211", &[], 0),
+    ("0xa.1.2.3", &[], 0),
+    ("012.1.2.3", &[], 0),
+    ("10.1.515", &[], 0),
+    ("0x0a010203", &[], 0),
+    ("10.1.2.4", &[], 3),
+    ("192.168.50.7", &[], 0),
+    ("192.168.50.255:8080", &[], 0),
+    ("192.168.51.7", &[], 3),
+    ("127.1:9000", &[], 0),
+    ("2130706433:9000", &[], 0),
+    ("0x7f.1:9000", &[], 0),
+    ("0177.0.0.1:9000", &[], 0),
+    ("127.0.0.1:9001", &[], 3),
+    ("127.1", &[], 3),
+    ("localhost:9000", &[], 3),
+    // IPv6, brackets, mapped IPv4
+    ("[2001:db8::1]", &[], 0),
+    ("[2001:DB8:0::1]:443", &[], 0),
+    ("https://[2001:db8::1]:8443/", &[], 0),
+    ("[2001:db8::2]", &[], 3),
+    ("[::ffff:10.1.2.3]", &[], 0),
+    ("[::ffff:a01:203]:22", &[], 1),
+    ("[::1]:9000", &[], 3),
+    // IDN
+    ("bücher.example", &[], 0),
+    ("xn--bcher-kva.example", &[], 0),
+    ("BÜCHER.example", &[], 0),
+    ("buecher.example", &[], 3),
+    // malformed
+    ("exa\rmple.com", &[], 2),
+    ("example.com\r\nHost: evil", &[], 2),
+    ("[fe80::1%eth0]", &[], 2),
+    ("fe80::1%25lo", &[], 2),
+    ("user@example.com", &[], 2),
+    ("https://user:pw@example.com/", &[], 2),
+    ("example.com@evil.org", &[], 2),
+    ("example.com:0", &[], 2),
+    ("example.com:99999", &[], 2),
+    ("example.com:-1", &[], 2),
+    ("256.1.2.3", &[], 2),
+    ("1.2.3.4.5", &[], 2),
+    ("a..example.com", &[], 2),
+    ("[::1", &[], 2),
+    ("ex ample.com", &[], 2),
+    ("ftp://example.com", &[], 2),
+    ("-bad.example.com", &[], 2),
+    // tiers and flags
+    ("example.com", &["--tier", "run"], 1),
+    ("a.wild.test", &["--tier", "build"], 0),
+    ("example.com", &["--deny", "example.com"], 1),
+    ("www.example.com", &["--allow", "www.example.com"], 0),
+    ("example.com", &["--net", "none"], 1),
+    ("x.wild.test", &["--deny", "*.wild.test"], 1),
+];
+
+#[test]
+fn check_agrees_with_the_table() {
+    let env = Env::new();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
+    let long = "a".repeat(256);
+    let mut rows: Vec<(&str, &[&str], i32)> = ROWS.to_vec();
+    rows.push((&long, &[], 2));
+    assert!(rows.len() >= 60);
+    let mut failures = Vec::new();
+    for (target, extra, want) in rows {
+        let out = env.cmd().arg("check").arg(target).args(extra).output().unwrap();
+        let got = out.status.code().unwrap_or(-1);
+        if got != want {
+            failures.push(format!(
+                "{target:?} {extra:?}: want {want}, got {got}\n  stdout: {}  stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} rows disagree:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn check_names_the_rule_and_speaks_json() {
+    let env = Env::new();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
+    let out = env.cmd().args(["check", "x.evil.wild.test", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "deny");
+    assert_eq!(v["rule"]["pattern"], "*.evil.wild.test");
+    assert!(v["rule"]["source"].as_str().unwrap().ends_with("config.toml:13"), "{v}");
+    let out = env.cmd().args(["check", "a.wild.test"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("allow a.wild.test:443\n  rule: *.wild.test ("), "{text}");
+}
+
+#[test]
+fn malformed_config_gives_file_line_column_and_help() {
+    let env = Env::new();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), "[network]\nallow = [\"ok.test\", \"*.com\"]\n")
+        .unwrap();
+    let out = env.cmd().args(["check", "ok.test"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.toml:2:21:"), "{err}");
+    assert!(err.contains("help:"), "{err}");
+    assert!(err.lines().count() < 25, "one screen: {err}");
+
+    std::fs::write(dir.join("config.toml"), "[netwrok]\nallow = []\n").unwrap();
+    let out = env.cmd().args(["config", "check"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.toml:1:2:") && err.contains("unknown field"), "{err}");
+}
+
+#[test]
+fn config_paths_round_trip() {
+    let env = Env::new();
+    let work = env.root.path().join("home/proj");
+    std::fs::create_dir_all(work.join("cache")).unwrap();
+    let run = |args: &[&str]| {
+        let out = env.cmd().current_dir(&work).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = run(&["config", "add-path", "cache"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["config", "add-path", "/opt", "--global"]);
+    assert!(out.contains("added /opt"), "{out}");
+    let (code, out) = run(&["config", "list-paths"]);
+    assert_eq!(code, Some(0));
+    let cache = work.canonicalize().unwrap().join("cache");
+    assert!(out.contains("current directory"), "{out}");
+    assert!(out.contains(&format!("    {}", cache.display())), "{out}");
+    assert!(out.contains("  global (") && out.contains("  per-directory ("), "{out}");
+    let (_, json) = run(&["config", "list-paths", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let sources: Vec<&str> =
+        v.as_array().unwrap().iter().map(|i| i["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, ["current directory", "global", "per-directory"]);
+    let (code, _) = run(&["config", "remove-path", "cache"]);
+    assert_eq!(code, Some(0));
+    let (code, _) = run(&["config", "remove-path", "cache"]);
+    assert_eq!(code, Some(1));
+    let (code, out) = run(&["tiers"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("run") && out.contains("net") && out.contains("build"), "{out}");
+}
+
+#[test]
+fn unavailable_commands_say_so() {
+    let env = Env::new();
+    let out = env.cmd().args(["daemon"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not yet available"));
+}

@@ -181,7 +181,7 @@ pub struct CheckedFile {
 }
 
 /// Parses and checks the text of a configuration file. `home` expands a leading `~/`.
-pub(crate) fn parse(
+pub fn parse(
     path: &Path,
     text: &str,
     home: Option<&Path>,

@@ -1,0 +1,147 @@
+//! Real kernel: the namespace ruleset inside a network namespace the test created. Direct
+//! connects fail at once and are reported through an NFLOG socket opened inside that namespace.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::{NetNs, nflog_group, subnet, veth};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrStorage,
+};
+use sandgate_monitor::nflog::NflogSocket;
+use sandgate_monitor::{BlockedPacket, Protocol};
+use sandgate_pf::nft::{self, NamespaceRules};
+use sandgate_pf::{CommandOutput, CommandRunner, FirewallError, SystemRunner};
+
+/// Runs commands inside a named network namespace (`ip netns exec`).
+struct InNetns(String);
+
+impl CommandRunner for InNetns {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<CommandOutput, FirewallError> {
+        let mut full = vec!["netns", "exec", self.0.as_str(), program];
+        full.extend_from_slice(args);
+        SystemRunner.run("ip", &full, stdin)
+    }
+}
+
+/// Sends one ICMP / ICMPv6 echo request from a raw socket; the send itself fails (EPERM) when
+/// the output chain drops it.
+fn send_echo(dst: IpAddr) {
+    let (family, proto, kind) = match dst {
+        IpAddr::V4(_) => (AddressFamily::Inet, SockProtocol::Icmp, 8u8),
+        IpAddr::V6(_) => (AddressFamily::Inet6, SockProtocol::IcmpV6, 128u8),
+    };
+    let fd = nix::sys::socket::socket(family, SockType::Raw, SockFlag::SOCK_CLOEXEC, proto)
+        .expect("raw ICMP socket");
+    let addr = SockaddrStorage::from(SocketAddr::new(dst, 0));
+    let echo = [kind, 0, 0xf7, 0xfe, 0, 1, 0, 0];
+    let res = nix::sys::socket::sendto(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &echo,
+        &addr,
+        MsgFlags::empty(),
+    );
+    assert!(res.is_err(), "ICMP echo to {dst} was sent: {res:?}");
+}
+
+fn collect(sock: &mut NflogSocket, want: &[(Protocol, IpAddr)]) -> Vec<BlockedPacket> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got: Vec<BlockedPacket> = Vec::new();
+    while Instant::now() < deadline
+        && !want.iter().all(|(p, d)| got.iter().any(|g| g.protocol == *p && g.dst == *d))
+    {
+        got.extend(sock.recv(Duration::from_millis(200)).expect("recv"));
+    }
+    got
+}
+
+#[test]
+fn namespace_ruleset_rejects_at_once_and_reports() {
+    if common::skip_without_kernel() {
+        return;
+    }
+    let sandbox = NetNs::new("sb");
+    let testhost = NetNs::new("th");
+    let (me, host) = veth(Some(&sandbox), &testhost, subnet());
+    let l4 = testhost.enter(|| TcpListener::bind((host.v4, 0)).expect("bind v4"));
+    let l6 = testhost.enter(|| TcpListener::bind((host.v6, 0)).expect("bind v6"));
+    let (p4, p6) = (l4.local_addr().unwrap().port(), l6.local_addr().unwrap().port());
+
+    // Without the rules the test host is reachable: the failures below are the rules' doing.
+    sandbox.enter(|| {
+        TcpStream::connect_timeout(&(host.v4, p4).into(), Duration::from_secs(2))
+            .expect("reachable before the rules");
+    });
+
+    let group = nflog_group();
+    let prefix = format!("sbx-test-{group}");
+    let text =
+        nft::namespace_ruleset(&NamespaceRules { prefix: prefix.clone(), nflog_group: group });
+    let runner = InNetns(sandbox.name.clone());
+    nft::apply_with(&runner, &text).expect("apply namespace ruleset");
+    nft::apply_with(&runner, &text).expect("apply twice");
+
+    let got = sandbox.enter(|| {
+        let mut sock = NflogSocket::open(group).expect("open NFLOG inside the namespace");
+
+        // Loopback passes (the proxy listener lives there).
+        let lo = TcpListener::bind("127.0.0.1:0").unwrap();
+        TcpStream::connect(lo.local_addr().unwrap()).expect("loopback allowed");
+
+        for dst in [SocketAddr::new(host.v4.into(), p4), SocketAddr::new(host.v6.into(), p6)] {
+            let t = Instant::now();
+            let err = TcpStream::connect_timeout(&dst, Duration::from_secs(2)).unwrap_err();
+            let took = t.elapsed();
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{dst}: {err}");
+            assert!(took < Duration::from_millis(100), "{dst}: took {took:?}");
+        }
+        for dst in [IpAddr::from(host.v4), IpAddr::from(host.v6)] {
+            let u = UdpSocket::bind(SocketAddr::new(
+                if dst.is_ipv4() { me.v4.into() } else { me.v6.into() },
+                0,
+            ))
+            .unwrap();
+            assert!(u.send_to(b"ping", (dst, 53)).is_err(), "UDP to {dst} was sent");
+            send_echo(dst);
+        }
+        collect(
+            &mut sock,
+            &[
+                (Protocol::Tcp, host.v4.into()),
+                (Protocol::Tcp, host.v6.into()),
+                (Protocol::Udp, host.v4.into()),
+                (Protocol::Udp, host.v6.into()),
+                (Protocol::Icmp, host.v4.into()),
+                (Protocol::Icmpv6, host.v6.into()),
+            ],
+        )
+    });
+
+    let find = |p: Protocol, dst: IpAddr| {
+        got.iter()
+            .find(|g| g.protocol == p && g.dst == dst)
+            .unwrap_or_else(|| panic!("no {p:?} record to {dst} in {got:#?}"))
+    };
+    let tcp4 = find(Protocol::Tcp, host.v4.into());
+    assert_eq!((tcp4.dst_port, tcp4.tcp_flags), (Some(p4), Some(0x02)));
+    assert_eq!(tcp4.src, IpAddr::from(me.v4));
+    assert_eq!(find(Protocol::Tcp, host.v6.into()).dst_port, Some(p6));
+    assert_eq!(find(Protocol::Udp, host.v4.into()).dst_port, Some(53));
+    assert_eq!(find(Protocol::Udp, host.v6.into()).dst_port, Some(53));
+    assert_eq!(find(Protocol::Icmp, host.v4.into()).icmp_type, Some(8));
+    assert_eq!(find(Protocol::Icmpv6, host.v6.into()).icmp_type, Some(128));
+    for g in &got {
+        assert_eq!(g.prefix, prefix);
+        assert!(!g.dst.is_loopback(), "loopback was logged: {g:?}");
+    }
+    // Sockets of root in the namespace: the kernel reports their owner.
+    assert_eq!(tcp4.uid, Some(0));
+    drop((l4, l6));
+}

@@ -1,34 +1,471 @@
 //! Launcher subcommands: `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`.
 
-use anyhow::bail;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use sandgate_sandbox::{NetMode, SandboxId, SandboxSpec};
 
 /// Options shared by the tier commands.
 #[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
+    /// Make this path writable inside the sandbox (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Allow this domain through the proxy for this run (repeatable).
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    pub allow: Vec<String>,
+    /// Deny this domain at the proxy for this run (repeatable).
+    #[arg(long = "deny", value_name = "DOMAIN")]
+    pub deny: Vec<String>,
+    /// Network mode: `none` (only loopback) or `proxy` (only through the allowlist proxy).
+    #[arg(long, value_name = "MODE")]
+    pub net: Option<NetArg>,
+    /// Fail instead of warning when the kernel cannot enforce every restriction.
+    #[arg(long)]
+    pub require_full: bool,
+    /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
+    #[arg(long)]
+    pub report_blocked: bool,
     /// The command to run and its arguments (default: an interactive `$SHELL`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub command: Vec<std::ffi::OsString>,
+    pub command: Vec<OsString>,
+}
+
+/// `--net` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetArg {
+    /// Only loopback.
+    None,
+    /// Only through the allowlist proxy.
+    Proxy,
 }
 
 /// Options of `sandgate install`.
 #[derive(Debug, clap::Args)]
-pub struct InstallArgs {}
+pub struct InstallArgs {
+    /// Directory for the `sandbox-run`, `sandbox-net`, `sandbox-build` links (default
+    /// `~/.local/bin`).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
 
 /// Options of `sandgate explain`.
 #[derive(Debug, clap::Args)]
-pub struct ExplainArgs {}
+pub struct ExplainArgs {
+    /// The tier to explain.
+    #[arg(long, default_value = "run")]
+    pub tier: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Built-in defaults of the filesystem policy, in one place (the config crate's resolved policy
+/// replaces them).
+pub mod defaults {
+    /// Credential paths under `$HOME`, covered so that reads fail.
+    pub const CREDENTIALS: &[&str] = &[
+        ".ssh",
+        ".aws",
+        ".gnupg",
+        ".config/gcloud",
+        ".azure",
+        ".kube",
+        ".docker",
+        ".netrc",
+        ".npmrc",
+        ".pypirc",
+        ".git-credentials",
+        ".config/gh",
+        ".local/share/keyrings",
+    ];
+    /// Paths under each writable directory that make code run later outside the sandbox: they
+    /// stay read-only (and cannot be created) even where everything else is writable.
+    pub const PROTECTED: &[&str] = &[
+        ".git/hooks",
+        ".git/config",
+        ".gitmodules",
+        ".envrc",
+        ".vscode",
+        ".idea",
+        ".mcp.json",
+        ".claude",
+    ];
+    /// Shell start-up files under `$HOME`, protected like [`PROTECTED`] when `$HOME` is writable.
+    pub const SHELL_RC: &[&str] = &[
+        ".bashrc",
+        ".bash_profile",
+        ".bash_login",
+        ".profile",
+        ".zshrc",
+        ".zshenv",
+        ".zprofile",
+        ".zlogin",
+        ".config/fish",
+    ];
+    /// Environment variable with extra credential paths, colon-separated.
+    pub const EXTRA_DENY_VAR: &str = "SANDGATE_EXTRA_DENY";
+    /// NFLOG group the sandbox's namespace rules log to (groups are per network namespace).
+    pub const NFLOG_GROUP: u16 = 7;
+}
+
+/// What a tier grants, before paths are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    name: String,
+    cwd_writable: bool,
+    net: NetArg,
+}
+
+fn tier(name: &str) -> anyhow::Result<Tier> {
+    let (cwd_writable, net) = match name {
+        "run" => (false, NetArg::None),
+        "net" => (false, NetArg::Proxy),
+        "build" => (true, NetArg::Proxy),
+        other => bail!("unknown tier {other:?}: the tiers are run, net and build"),
+    };
+    Ok(Tier { name: name.to_owned(), cwd_writable, net })
+}
+
+/// Environment values the spec depends on (taken from the process, replaceable in tests).
+#[derive(Debug, Clone)]
+pub struct LaunchEnv {
+    /// Current directory.
+    pub cwd: PathBuf,
+    /// `$HOME`.
+    pub home: Option<PathBuf>,
+    /// `$XDG_CONFIG_HOME` (or `~/.config`).
+    pub config_home: Option<PathBuf>,
+    /// `$XDG_DATA_HOME` (or `~/.local/share`).
+    pub data_home: Option<PathBuf>,
+    /// `$SANDGATE_EXTRA_DENY`.
+    pub extra_deny: Option<OsString>,
+    /// The environment passed to the command (before proxy variables are added).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl LaunchEnv {
+    /// Reads the process's environment.
+    pub fn from_process() -> anyhow::Result<LaunchEnv> {
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        let xdg = |var: &str, fallback: &str| {
+            std::env::var_os(var)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| home.as_ref().map(|h| h.join(fallback)))
+        };
+        Ok(LaunchEnv {
+            cwd: std::env::current_dir().context("current directory")?,
+            config_home: xdg("XDG_CONFIG_HOME", ".config"),
+            data_home: xdg("XDG_DATA_HOME", ".local/share"),
+            extra_deny: std::env::var_os(defaults::EXTRA_DENY_VAR),
+            env: std::env::vars_os().collect(),
+            home,
+        })
+    }
+}
+
+/// Builds the sandbox spec of `tier` from the built-in defaults and the command-line flags.
+pub fn spec_from_tier(
+    tier_name: &str,
+    args: &LaunchArgs,
+    ctx: &LaunchEnv,
+    id: SandboxId,
+) -> anyhow::Result<SandboxSpec> {
+    let t = tier(tier_name)?;
+    let abs = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { ctx.cwd.join(p) };
+    let mut writable: Vec<PathBuf> = args.allow_write.iter().map(|p| abs(p)).collect();
+    if t.cwd_writable {
+        writable.push(ctx.cwd.clone());
+    }
+    let mut hidden = Vec::new();
+    if let Some(home) = &ctx.home {
+        hidden.extend(defaults::CREDENTIALS.iter().map(|c| home.join(c)));
+    }
+    if let Some(extra) = &ctx.extra_deny {
+        hidden.extend(std::env::split_paths(extra).filter(|p| p.is_absolute()));
+    }
+    if let Some(data) = &ctx.data_home {
+        hidden.push(data.join("sandgate")); // the store: grants and events
+    }
+    let mut read_only = Vec::new();
+    if let Some(config) = &ctx.config_home {
+        read_only.push(config.join("sandgate"));
+    }
+    for w in &writable {
+        read_only.extend(defaults::PROTECTED.iter().map(|p| w.join(p)));
+        if let Some(home) = &ctx.home
+            && home.starts_with(w)
+        {
+            read_only.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
+        }
+    }
+    let net = match args.net.unwrap_or(t.net) {
+        NetArg::None => NetMode::None,
+        NetArg::Proxy => NetMode::Proxy {
+            nflog_group: defaults::NFLOG_GROUP,
+            ruleset: sandgate_pf::nft::namespace_ruleset(&sandgate_pf::nft::NamespaceRules {
+                prefix: id.to_string(),
+                nflog_group: defaults::NFLOG_GROUP,
+            }),
+        },
+    };
+    let mut env: Vec<(OsString, OsString)> = ctx
+        .env
+        .iter()
+        .filter(|(k, _)| !is_proxy_var(k) && k != "SANDGATE_SANDBOX" && k != "SANDGATE_TIER")
+        .cloned()
+        .collect();
+    if matches!(net, NetMode::Proxy { .. }) {
+        env.extend(
+            sandgate_sandbox::proxy_env(sandgate_sandbox::PROXY_PORT)
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into())),
+        );
+    }
+    env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
+    env.push(("SANDGATE_TIER".into(), t.name.clone().into()));
+    let command = if args.command.is_empty() {
+        let shell = ctx
+            .env
+            .iter()
+            .find(|(k, _)| k == "SHELL")
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "/bin/sh".into());
+        vec![shell, "-i".into()]
+    } else {
+        args.command.clone()
+    };
+    Ok(SandboxSpec {
+        id,
+        tier_name: t.name,
+        cwd: ctx.cwd.clone(),
+        command,
+        env,
+        writable,
+        hidden,
+        read_only,
+        net,
+        allowed_unix_sockets: Vec::new(),
+        require_full: args.require_full,
+    })
+}
+
+fn is_proxy_var(k: &OsString) -> bool {
+    let names: Vec<String> = sandgate_sandbox::proxy_env(0).into_iter().map(|(k, _)| k).collect();
+    k.to_str().is_some_and(|k| names.iter().any(|n| n == k))
+}
+
+fn new_id() -> anyhow::Result<SandboxId> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Ok(SandboxId::try_from(format!("sg-{}-{nanos:08x}", std::process::id()))?)
+}
 
 /// Runs a command in the named tier; returns its exit status.
-pub fn run(tier: &str, _args: LaunchArgs) -> anyhow::Result<u8> {
-    bail!("`sandgate {tier}` is not yet available in this build")
+pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
+    let ctx = LaunchEnv::from_process()?;
+    let spec = spec_from_tier(tier, &args, &ctx, new_id()?)?;
+    launch(&spec, &args)
+}
+
+#[cfg(target_os = "linux")]
+fn launch(spec: &SandboxSpec, args: &LaunchArgs) -> anyhow::Result<u8> {
+    use sandgate_sandbox::SandboxError;
+    let launched = match sandgate_sandbox::launch(spec, &Hooks) {
+        Ok(l) => l,
+        Err(SandboxError::CommandNotFound { command }) => {
+            eprintln!("sandgate: {command}: command not found");
+            return Ok(127);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for m in &launched.enforcement.missing {
+        eprintln!("sandgate: warning: not enforced: {m}");
+    }
+    // The proxy is served by the daemon once it exists; until then the listener stays open and
+    // unserved, so proxied connections wait and direct ones are refused.
+    let _ = args.report_blocked;
+    Ok(launched.wait()?)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn launch(_spec: &SandboxSpec, _args: &LaunchArgs) -> anyhow::Result<u8> {
+    bail!("sandboxing is not implemented on this platform yet")
+}
+
+/// The firewall manager and monitor, called inside the sandbox's network namespace.
+#[cfg(target_os = "linux")]
+struct Hooks;
+
+#[cfg(target_os = "linux")]
+impl sandgate_sandbox::NamespaceHooks for Hooks {
+    fn apply_firewall(&self, ruleset: &str) -> Result<(), String> {
+        sandgate_pf::nft::apply(ruleset).map_err(|e| e.to_string())
+    }
+
+    fn open_nflog(&self, _group: u16) -> Result<Option<std::os::fd::OwnedFd>, String> {
+        Ok(None)
+    }
 }
 
 /// Creates the busybox-style links.
-pub fn install(_args: InstallArgs) -> anyhow::Result<u8> {
-    bail!("`sandgate install` is not yet available in this build")
+pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
+    let dir = match args.dir {
+        Some(d) => d,
+        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set; pass --dir")?)
+            .join(".local/bin"),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let exe = std::env::current_exe().context("path of the sandgate binary")?;
+    for name in ["sandbox-run", "sandbox-net", "sandbox-build"] {
+        let link = dir.join(name);
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)
+                .with_context(|| format!("replace {}", link.display()))?,
+            Ok(_) => bail!("{} exists and is not a link; remove it first", link.display()),
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link)
+            .with_context(|| format!("link {} -> {}", link.display(), exe.display()))?;
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    Ok(0)
 }
 
-/// Explains a tier.
-pub fn explain(_args: ExplainArgs) -> anyhow::Result<u8> {
-    bail!("`sandgate explain` is not yet available in this build")
+/// Explains a tier: what it allows and what this kernel can enforce.
+pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
+    let ctx = LaunchEnv::from_process()?;
+    let la = LaunchArgs {
+        allow_write: Vec::new(),
+        allow: Vec::new(),
+        deny: Vec::new(),
+        net: None,
+        require_full: false,
+        report_blocked: false,
+        command: vec!["true".into()],
+    };
+    let spec = spec_from_tier(&args.tier, &la, &ctx, SandboxId::try_from("explain")?)?;
+    let kernel = kernel_report();
+    let net = match &spec.net {
+        NetMode::None => "none: loopback only".to_owned(),
+        NetMode::Proxy { .. } => format!(
+            "proxy: only http://127.0.0.1:{} inside; direct connections are refused and logged",
+            sandgate_sandbox::PROXY_PORT
+        ),
+    };
+    let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    if args.json {
+        let v = serde_json::json!({
+            "tier": spec.tier_name,
+            "read": "everything except hidden paths",
+            "writable": paths(&spec.writable),
+            "private_tmp": true,
+            "hidden": paths(&spec.hidden),
+            "read_only": paths(&spec.read_only),
+            "network": net,
+            "kernel": kernel,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("tier {}", spec.tier_name);
+        println!("  read:       everything except hidden paths");
+        println!("  write:      private /tmp and /dev/shm");
+        for w in &spec.writable {
+            println!("              {}", w.display());
+        }
+        println!("  network:    {net}");
+        println!("  hidden:     {}", paths(&spec.hidden).join(" "));
+        println!("  read-only:  {}", paths(&spec.read_only).join(" "));
+        println!("kernel");
+        for (k, v) in kernel.as_object().into_iter().flatten() {
+            println!("  {k}: {v}");
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(target_os = "linux")]
+fn kernel_report() -> serde_json::Value {
+    let k = sandgate_sandbox::kernel_support();
+    let gaps = sandgate_sandbox::landlock_gaps(k.landlock_abi);
+    let unix = if k.landlock_abi >= 9 {
+        "checked by Landlock (connect only to allowed socket paths)"
+    } else {
+        "Landlock cannot check socket paths here: seccomp refuses new unix sockets \
+         unless sockets are allowed by config"
+    };
+    serde_json::json!({
+        "landlock_abi": k.landlock_abi,
+        "landlock_not_enforced": gaps,
+        "seccomp": k.seccomp,
+        "user_namespaces": k.user_namespaces,
+        "userns_settings": k.userns_settings.iter().map(|(a, b)| format!("{a}={b}")).collect::<Vec<_>>(),
+        "unix_sockets": unix,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kernel_report() -> serde_json::Value {
+    serde_json::json!({ "backend": "seatbelt (sandbox-exec)" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> LaunchEnv {
+        LaunchEnv {
+            cwd: "/work/p".into(),
+            home: Some("/home/u".into()),
+            config_home: Some("/home/u/.config".into()),
+            data_home: Some("/home/u/.local/share".into()),
+            extra_deny: Some("/secret/a:relative:/secret/b".into()),
+            env: vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("HTTP_PROXY".into(), "http://evil:1".into()),
+            ],
+        }
+    }
+
+    fn args(cmd: &[&str]) -> LaunchArgs {
+        LaunchArgs {
+            allow_write: vec!["out".into()],
+            allow: vec![],
+            deny: vec![],
+            net: None,
+            require_full: false,
+            report_blocked: false,
+            command: cmd.iter().map(OsString::from).collect(),
+        }
+    }
+
+    #[test]
+    fn tiers_map_to_specs() {
+        let id = || SandboxId::try_from("t").unwrap();
+        let run = spec_from_tier("run", &args(&["true"]), &ctx(), id()).unwrap();
+        assert_eq!(run.writable, vec![PathBuf::from("/work/p/out")]);
+        assert_eq!(run.net, NetMode::None);
+        assert!(run.hidden.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(run.hidden.contains(&PathBuf::from("/secret/b")));
+        assert!(!run.hidden.iter().any(|p| p.ends_with("relative")));
+        assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
+        assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
+        assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
+
+        let build = spec_from_tier("build", &args(&[]), &ctx(), id()).unwrap();
+        assert!(build.writable.contains(&PathBuf::from("/work/p")));
+        assert!(build.read_only.contains(&PathBuf::from("/work/p/.git/hooks")));
+        assert!(matches!(build.net, NetMode::Proxy { .. }));
+        assert!(build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://127.0.0.1:3128"));
+        assert_eq!(build.command, vec![OsString::from("/bin/sh"), OsString::from("-i")]);
+
+        let mut none = args(&["x"]);
+        none.net = Some(NetArg::None);
+        assert_eq!(spec_from_tier("build", &none, &ctx(), id()).unwrap().net, NetMode::None);
+        assert!(spec_from_tier("nope", &none, &ctx(), id()).is_err());
+    }
 }

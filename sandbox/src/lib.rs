@@ -1,1 +1,33 @@
-//! placeholder
+//! sandgate's launcher: starts one command inside a sandbox tier.
+//!
+//! On Linux it builds user, mount, pid, net, ipc and uts namespaces, a read-only view of the host
+//! with a private `/tmp`, covered credentials and writable paths bound back, a network namespace
+//! whose only way out is the proxy listener it hands back to the caller, and then locks the
+//! process down with Landlock, seccomp, no_new_privs and an empty capability set. On macOS it
+//! generates a Seatbelt profile ([`seatbelt::profile`], a pure function tested everywhere) and runs
+//! the command under `sandbox-exec`.
+//!
+//! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
+//! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
+//! caller serves it on [`Launched::listener`]).
+
+#![deny(unsafe_code)]
+
+mod error;
+pub mod seatbelt;
+mod spec;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
+
+pub use error::SandboxError;
+pub use spec::{Enforcement, NetMode, PROXY_PORT, SandboxId, SandboxSpec, proxy_env};
+
+#[cfg(target_os = "linux")]
+pub use linux::{
+    KernelSupport, Launched, NamespaceHooks, VETH_BATCH, kernel_support, landlock_gaps, launch,
+};
+#[cfg(target_os = "macos")]
+pub use macos::{Launched, launch};

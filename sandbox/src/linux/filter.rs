@@ -1,0 +1,154 @@
+//! The seccomp filters: system calls no sandboxed command needs and that would let it leave or
+//! weaken its walls.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Namespace flags of `clone(2)` / `unshare(2)`.
+const NAMESPACE_FLAGS: [u64; 8] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    0x80, // CLONE_NEWTIME
+];
+
+/// Calls refused outright with `EPERM`.
+const DENIED: &[i64] = &[
+    // namespaces and mounts: no way to build a new view of the system or undo the mounts
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    // other processes' memory
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
+    // io_uring bypasses seccomp for the operations it carries
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    // kernel keyrings (the session keyring is fresh, but no reason to reach any)
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    // kernel attack surface with no use in a build
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_kexec_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+];
+
+/// Which optional rules to add.
+#[derive(Debug, Clone, Copy)]
+pub struct FilterOptions {
+    /// Refuse `socket(AF_UNIX, ...)`: the kernel cannot check which pathname socket a process
+    /// connects to (Landlock below ABI 9), so no unix socket may be created at all.
+    /// `socketpair` stays allowed (it reaches nothing outside).
+    pub deny_unix_sockets: bool,
+}
+
+/// Builds the two filters: the first answers `clone3` with `ENOSYS` (its flags live in memory a
+/// filter cannot read; libc then falls back to `clone`, whose flags it can), the second refuses
+/// everything else with `EPERM`.
+pub fn build(options: FilterOptions) -> Result<[BpfProgram; 2], seccompiler::BackendError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)?;
+
+    let mut clone3 = BTreeMap::new();
+    clone3.insert(libc::SYS_clone3, vec![]);
+    let clone3 = SeccompFilter::new(
+        clone3,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )?;
+
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for &nr in DENIED {
+        rules.insert(nr, vec![]);
+    }
+    let any_flag = |arg: u8| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        NAMESPACE_FLAGS
+            .iter()
+            .map(|&f| {
+                SeccompRule::new(vec![SeccompCondition::new(
+                    arg,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(f),
+                    f,
+                )?])
+            })
+            .collect()
+    };
+    // clone's flags are argument 0 on every architecture seccompiler knows.
+    rules.insert(libc::SYS_clone, any_flag(0)?);
+    rules.insert(libc::SYS_unshare, any_flag(0)?);
+    // Terminal injection: TIOCSTI pushes input into a terminal, TIOCLINUX can too. Compared on
+    // 32 bits because the kernel truncates the request number to an int.
+    #[allow(clippy::unnecessary_cast)] // the request type differs between targets
+    let ioctls = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64]
+        .into_iter()
+        .map(|req| {
+            SeccompRule::new(vec![SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                req,
+            )?])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_ioctl, ioctls);
+    if options.deny_unix_sockets {
+        rules.insert(
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::AF_UNIX as u64,
+            )?])?],
+        );
+    }
+    let main = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )?;
+    Ok([clone3.try_into()?, main.try_into()?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compile_with_and_without_the_unix_rule() {
+        for deny in [false, true] {
+            let [a, b] = build(FilterOptions { deny_unix_sockets: deny }).unwrap();
+            assert!(!a.is_empty());
+            assert!(b.len() > DENIED.len());
+        }
+    }
+}

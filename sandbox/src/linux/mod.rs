@@ -1,0 +1,525 @@
+//! Linux backend: user, mount, pid, net, ipc and uts namespaces, Landlock, seccomp.
+//!
+//! Process layout (no other process is started, except `ip` and `nft` once in proxy mode):
+//!
+//! ```text
+//! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds
+//!  └─ init (pid 1 in the sandbox)        sets the walls up, then reaps and forwards signals
+//!      └─ command                          setpgid, exec
+//! ```
+//!
+//! The init builds the mounts and the network with the capabilities of its new user namespace,
+//! sends the proxy listener and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies
+//! `setsid`, no_new_privs, Landlock, drops every capability and installs the seccomp filters
+//! before it forks the command, which inherits all of it. When the command exits, init exits with
+//! its status and the kernel kills whatever else is left in the pid namespace.
+
+mod fence;
+mod filter;
+mod mounts;
+mod net;
+mod sys;
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::SandboxError;
+use crate::spec::{Enforcement, NetMode, SandboxSpec};
+
+pub use fence::gaps as landlock_gaps;
+pub use net::VETH_BATCH;
+
+/// Work done inside the sandbox's network namespace by code outside this crate (the firewall
+/// manager and the monitor), called in the sandbox's init before the command starts.
+pub trait NamespaceHooks {
+    /// Applies nft rule text inside the namespace (one transaction).
+    fn apply_firewall(&self, ruleset: &str) -> Result<(), String>;
+    /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
+    fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
+}
+
+/// Signals the launcher passes on to the command.
+const FORWARDED: [libc::c_int; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGWINCH,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// A started sandbox.
+#[derive(Debug)]
+pub struct Launched {
+    pid: libc::pid_t,
+    /// The proxy listener (127.0.0.1:3128 inside the sandbox), in proxy mode.
+    pub listener: Option<OwnedFd>,
+    /// The NFLOG socket of the sandbox's network namespace, in proxy mode.
+    pub nflog: Option<OwnedFd>,
+    /// What the kernel enforced.
+    pub enforcement: Enforcement,
+    placeholders: Vec<PathBuf>,
+}
+
+impl Launched {
+    /// Process id of the sandbox's init, as seen from the launcher.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Waits for the command, forwarding SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and
+    /// SIGUSR2 to it. Returns its exit code (128 + signal number when it was killed).
+    pub fn wait(self) -> Result<u8, SandboxError> {
+        let mut set = FORWARDED.to_vec();
+        set.push(libc::SIGCHLD);
+        let set = sys::SigSet::of(&set);
+        let code = loop {
+            if let Some((_, how)) =
+                sys::waitpid(self.pid, false).map_err(SandboxError::io("waitpid"))?
+            {
+                break how.code();
+            }
+            match set.wait(Some(1000)).map_err(SandboxError::io("sigtimedwait"))? {
+                None | Some(libc::SIGCHLD) => {}
+                Some(sig) => {
+                    let _ = sys::kill(self.pid, sig);
+                }
+            }
+        };
+        remove_placeholders(&self.placeholders);
+        Ok(code)
+    }
+}
+
+/// Starts `spec`. Must be called while the process has one thread: start the proxy's runtime
+/// afterwards, handing it [`Launched::listener`]. Blocks the forwarded signals (and SIGCHLD) in
+/// the calling thread; threads started later inherit that, so [`Launched::wait`] sees them.
+pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched, SandboxError> {
+    let threads = sys::thread_count();
+    if threads > 1 {
+        return Err(SandboxError::Threads { threads });
+    }
+    let (uid, gid) = sys::ids();
+    let plan = resolve(spec)?;
+    let mut block = FORWARDED.to_vec();
+    block.push(libc::SIGCHLD);
+    sys::SigSet::of(&block).block().map_err(SandboxError::io("block signals"))?;
+
+    let (parent_sock, child_sock) =
+        sys::seqpacket_pair().map_err(SandboxError::io("socketpair"))?;
+    // Root gets a user namespace too: its capabilities then reach only the sandbox's own
+    // namespaces (see `write_id_maps`).
+    let flags = libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWUSER;
+    let child = match sys::clone_fork(flags) {
+        Ok(c) => c,
+        Err(e)
+            if uid != 0
+                && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSPC | libc::EACCES)) =>
+        {
+            remove_placeholders(&plan.placeholders);
+            return Err(SandboxError::UserNamespaceDenied { source: e });
+        }
+        Err(e) => {
+            remove_placeholders(&plan.placeholders);
+            return Err(SandboxError::Io { what: "clone", source: e });
+        }
+    };
+    let Some(pid) = child else {
+        drop(parent_sock);
+        init::run(spec, &plan, uid, gid, child_sock, hooks);
+    };
+    drop(child_sock);
+
+    let mut buf = vec![0u8; 64 * 1024];
+    let received = sys::recv_with_fds(&parent_sock, &mut buf);
+    let fail = |e: SandboxError| {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        let _ = sys::waitpid(pid, true);
+        remove_placeholders(&plan.placeholders);
+        Err(e)
+    };
+    let (n, mut fds) = match received {
+        Ok(r) => r,
+        Err(e) => return fail(SandboxError::Io { what: "receive from sandbox", source: e }),
+    };
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    match text.split_once('\n') {
+        Some(("ok", rest)) => {
+            let enforcement = Enforcement::decode(rest);
+            let (listener, nflog) = match spec.net {
+                NetMode::None => (None, None),
+                NetMode::Proxy { .. } => {
+                    let mut fds = fds.drain(..);
+                    (fds.next(), fds.next())
+                }
+            };
+            Ok(Launched { pid, listener, nflog, enforcement, placeholders: plan.placeholders })
+        }
+        Some(("error", rest)) => {
+            let (step, message) = rest.split_once('\n').unwrap_or((rest, ""));
+            let err = if step == "exec" {
+                SandboxError::CommandNotFound { command: message.to_owned() }
+            } else if step == "enforcement" {
+                SandboxError::NotFullyEnforced { missing: message.to_owned() }
+            } else {
+                SandboxError::Setup { step: step.to_owned(), message: message.to_owned() }
+            };
+            fail(err)
+        }
+        _ => fail(SandboxError::Setup {
+            step: "start".into(),
+            message: "the sandbox's init exited before it was ready".into(),
+        }),
+    }
+}
+
+/// The spec with every path resolved, checked and sorted into what the mounts need.
+#[derive(Debug, Default)]
+struct Plan {
+    fs: mounts::FsPlan,
+    /// Empty files created for missing protected paths; removed after the sandbox ends.
+    placeholders: Vec<PathBuf>,
+    sockets: Vec<PathBuf>,
+}
+
+fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
+    if !p.is_absolute() {
+        return Err(SandboxError::Path {
+            role,
+            path: p.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path"),
+        });
+    }
+    p.canonicalize().map_err(|source| SandboxError::Path { role, path: p.to_path_buf(), source })
+}
+
+fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
+    let cwd = canonical("cwd", &spec.cwd)?;
+    let writable =
+        spec.writable.iter().map(|w| canonical("writable", w)).collect::<Result<Vec<_>, _>>()?;
+    let inside_writable = |p: &Path| writable.iter().any(|w| p.starts_with(w));
+    let mut plan = Plan::default();
+    let protect = |p: &Path, plan: &mut Plan| -> Result<(), SandboxError> {
+        if let Ok(real) = p.canonicalize() {
+            plan.fs.read_only.push(real);
+            return Ok(());
+        }
+        // Missing: make sure it cannot be created from inside. The first missing component
+        // becomes an empty read-only placeholder while the sandbox runs.
+        let mut missing = p.to_path_buf();
+        while let Some(parent) = missing.parent() {
+            if parent.exists() {
+                break;
+            }
+            missing = parent.to_path_buf();
+        }
+        let Some(parent) = missing.parent().and_then(|d| d.canonicalize().ok()) else {
+            return Ok(());
+        };
+        let Some(name) = missing.file_name() else { return Ok(()) };
+        let target = parent.join(name);
+        if !inside_writable(&target) {
+            return Ok(()); // read-only anyway
+        }
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&target).map_err(
+            |source| SandboxError::Path { role: "protected", path: target.clone(), source },
+        )?;
+        plan.placeholders.push(target.clone());
+        plan.fs.read_only.push(target);
+        Ok(())
+    };
+    for p in &spec.read_only {
+        if p.is_absolute() {
+            protect(p, &mut plan)?;
+        }
+    }
+    for h in &spec.hidden {
+        if !h.is_absolute() {
+            continue;
+        }
+        match h.canonicalize() {
+            Ok(real) if real.is_dir() => plan.fs.hidden_dirs.push(real),
+            Ok(real) => plan.fs.hidden_files.push(real),
+            // A missing credential path inside a writable one must not be creatable either.
+            Err(_) => protect(h, &mut plan)?,
+        }
+    }
+    plan.sockets = spec.allowed_unix_sockets.iter().filter_map(|s| s.canonicalize().ok()).collect();
+    plan.fs.cwd = cwd;
+    plan.fs.writable = writable;
+    plan.fs.read_only.sort();
+    plan.fs.read_only.dedup();
+    Ok(plan)
+}
+
+fn remove_placeholders(paths: &[PathBuf]) {
+    for p in paths {
+        // Only what is still the empty file we made.
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Finds `program` in the `PATH` of `env` (or takes it as a path when it has a slash).
+fn find_program(program: &OsStr, env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Path::new(program);
+    if program.as_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+mod init {
+    //! The sandbox's pid 1.
+
+    use super::*;
+
+    type Step = (String, String);
+
+    fn err(step: &str) -> impl FnOnce(io::Error) -> Step + '_ {
+        move |e| (step.to_owned(), e.to_string())
+    }
+
+    /// Never returns: sets up, reports to the launcher, runs the command, exits with its status.
+    pub fn run(
+        spec: &SandboxSpec,
+        plan: &Plan,
+        uid: u32,
+        gid: u32,
+        sock: OwnedFd,
+        hooks: &dyn NamespaceHooks,
+    ) -> ! {
+        match setup(spec, plan, uid, gid, &sock, hooks) {
+            Ok(prepared) => supervise(prepared, sock),
+            Err((step, message)) => {
+                let _ =
+                    sys::send_with_fds(&sock, format!("error\n{step}\n{message}").as_bytes(), &[]);
+                sys::exit_now(1)
+            }
+        }
+    }
+
+    struct Prepared {
+        program: CString,
+        argv: Vec<CString>,
+        envp: Vec<CString>,
+    }
+
+    fn setup(
+        spec: &SandboxSpec,
+        plan: &Plan,
+        uid: u32,
+        gid: u32,
+        sock: &OwnedFd,
+        hooks: &dyn NamespaceHooks,
+    ) -> Result<Prepared, Step> {
+        sys::set_parent_death_signal(libc::SIGKILL).map_err(err("parent death signal"))?;
+        write_id_maps(uid, gid).map_err(err("user namespace id maps"))?;
+        let _ = sys::sethostname("sandgate");
+        mounts::build(&plan.fs).map_err(|(step, e)| (step, e.to_string()))?;
+        std::env::set_current_dir(&plan.fs.cwd).map_err(err("chdir"))?;
+
+        net::loopback_up().map_err(err("bring lo up"))?;
+        let mut fds = Vec::new();
+        if let NetMode::Proxy { nflog_group, ruleset } = &spec.net {
+            net::veth().map_err(|m| ("veth".to_owned(), m))?;
+            hooks.apply_firewall(ruleset).map_err(|m| ("firewall".to_owned(), m))?;
+            fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
+            fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
+        }
+
+        let program = spec.command.first().ok_or(("exec".to_owned(), "(empty)".to_owned()))?;
+        let path = find_program(program, &spec.env)
+            .ok_or(("exec".to_owned(), program.to_string_lossy().into_owned()))?;
+        let cs = |s: &OsStr| sys::cstr(s).map_err(err("command line"));
+        let prepared = Prepared {
+            program: cs(path.as_os_str())?,
+            argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,
+            envp: spec
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    let mut kv = k.clone();
+                    kv.push("=");
+                    kv.push(v);
+                    cs(&kv)
+                })
+                .collect::<Result<_, _>>()?,
+        };
+
+        // The walls, in an order where each step still has what it needs.
+        sys::setsid().map_err(err("setsid"))?;
+        sys::join_new_session_keyring().map_err(err("session keyring"))?;
+        sys::set_no_new_privs().map_err(err("no_new_privs"))?;
+        let abi = sys::landlock_abi();
+        let mut enforcement = Enforcement { landlock_abi: abi, ..Enforcement::default() };
+        enforcement.missing.extend(fence::gaps(abi));
+        let mut writable = plan.fs.writable.clone();
+        writable.push(PathBuf::from("/tmp"));
+        writable.push(PathBuf::from("/dev/shm"));
+        fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })
+            .map_err(|m| ("landlock".to_owned(), m))?;
+        let unix_checked = fence::checks_unix_socket_paths(abi);
+        let deny_unix = !unix_checked && plan.sockets.is_empty();
+        if !unix_checked {
+            if deny_unix {
+                enforcement.substitutes.push(
+                    "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9), \
+                     so seccomp refuses every new unix socket"
+                        .to_owned(),
+                );
+            } else {
+                enforcement.missing.push(
+                    "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9) \
+                     and unix sockets are allowed, so any reachable socket can be connected to"
+                        .to_owned(),
+                );
+            }
+        }
+        if spec.require_full && !enforcement.is_full() {
+            return Err(("enforcement".to_owned(), enforcement.missing.join("; ")));
+        }
+        sys::drop_all_capabilities().map_err(err("drop capabilities"))?;
+        let filters = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix })
+            .map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
+        for f in &filters {
+            seccompiler::apply_filter(f).map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
+        }
+
+        let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let msg = format!("ok\n{}", enforcement.encode());
+        sys::send_with_fds(sock, msg.as_bytes(), &raw).map_err(err("hand over"))?;
+        drop(fds);
+        Ok(prepared)
+    }
+
+    /// Maps the caller's uid and gid to themselves, and nothing else: root stays uid 0, without
+    /// capabilities outside the sandbox's own namespaces (and none at all after setup); other
+    /// users' files show as the overflow id. A process may map only itself into a user namespace
+    /// it created, and only after giving up `setgroups`.
+    fn write_id_maps(uid: u32, gid: u32) -> io::Result<()> {
+        std::fs::write("/proc/self/setgroups", "deny")?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+    }
+
+    fn supervise(p: Prepared, sock: OwnedFd) -> ! {
+        let mut signals = FORWARDED.to_vec();
+        signals.push(libc::SIGCHLD);
+        for &s in &signals {
+            let _ = sys::install_noop_handler(s);
+        }
+        let set = sys::SigSet::of(&signals);
+        let _ = set.block();
+        let child = match sys::fork() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("sandgate: fork: {e}");
+                sys::exit_now(126)
+            }
+        };
+        let Some(cmd) = child else {
+            drop(sock);
+            let _ = sys::setpgid(0, 0);
+            for &s in &signals {
+                sys::default_handler(s);
+            }
+            let _ = set.unblock();
+            let e = sys::execve(&p.program, &p.argv, &p.envp);
+            eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
+            sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })
+        };
+        drop(sock);
+        let _ = sys::setpgid(cmd, cmd);
+        loop {
+            match set.wait(None) {
+                Ok(Some(libc::SIGCHLD)) | Ok(None) => {
+                    while let Ok(Some((pid, how))) = sys::waitpid(-1, false) {
+                        if pid == cmd {
+                            sys::exit_now(i32::from(how.code()));
+                        }
+                    }
+                }
+                Ok(Some(sig)) => {
+                    if sys::kill(-cmd, sig).is_err() {
+                        let _ = sys::kill(cmd, sig);
+                    }
+                }
+                Err(_) => sys::exit_now(125),
+            }
+        }
+    }
+}
+
+/// What this kernel offers the launcher, for `sandgate explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSupport {
+    /// Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// Whether seccomp filters can be installed.
+    pub seccomp: bool,
+    /// Whether this process may create a user namespace (`None`: not probed).
+    pub user_namespaces: Option<bool>,
+    /// The sysctl / AppArmor settings read from /proc, for messages.
+    pub userns_settings: Vec<(String, String)>,
+}
+
+/// Probes the running kernel (reads /proc; does not create namespaces).
+pub fn kernel_support() -> KernelSupport {
+    let mut settings = Vec::new();
+    for (name, path) in [
+        ("kernel.unprivileged_userns_clone", "/proc/sys/kernel/unprivileged_userns_clone"),
+        ("user.max_user_namespaces", "/proc/sys/user/max_user_namespaces"),
+        (
+            "kernel.apparmor_restrict_unprivileged_userns",
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        ),
+    ] {
+        if let Ok(v) = std::fs::read_to_string(path) {
+            settings.push((name.to_owned(), v.trim().to_owned()));
+        }
+    }
+    let (uid, _) = sys::ids();
+    let get = |n: &str| settings.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    let userns = uid == 0
+        || !(get("kernel.unprivileged_userns_clone") == Some("0")
+            || get("user.max_user_namespaces") == Some("0")
+            || get("kernel.apparmor_restrict_unprivileged_userns") == Some("1"));
+    KernelSupport {
+        landlock_abi: sys::landlock_abi(),
+        seccomp: sys::seccomp_available(),
+        user_namespaces: Some(userns),
+        userns_settings: settings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_in_the_commands_path() {
+        let env = vec![(OsString::from("PATH"), OsString::from("/nonexistent:/bin:/usr/bin"))];
+        assert!(find_program(OsStr::new("sh"), &env).is_some());
+        assert!(find_program(OsStr::new("no-such-program-sandgate"), &env).is_none());
+        assert_eq!(find_program(OsStr::new("./x"), &env), Some(PathBuf::from("./x")));
+    }
+}

@@ -1,0 +1,219 @@
+//! The mount namespace: the host's tree read-only and nosuid, a private `/tmp` and `/dev/shm`,
+//! writable paths bound back writable, protected paths read-only again, hidden paths covered,
+//! and a `/proc` of the new pid namespace.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::sys;
+
+/// The resolved filesystem plan (all paths canonical and existing).
+#[derive(Debug, Clone, Default)]
+pub struct FsPlan {
+    /// Working directory (kept visible even under `/tmp`).
+    pub cwd: PathBuf,
+    /// Writable paths.
+    pub writable: Vec<PathBuf>,
+    /// Paths made read-only again (inside writable ones, or the sandgate config).
+    pub read_only: Vec<PathBuf>,
+    /// Directories to cover with an empty, unreadable tmpfs.
+    pub hidden_dirs: Vec<PathBuf>,
+    /// Files to cover with an empty, unreadable file.
+    pub hidden_files: Vec<PathBuf>,
+}
+
+/// A failed step: what was done, and the kernel's answer.
+pub type StepError = (String, io::Error);
+
+fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, StepError> {
+    r.map_err(|e| (what(), e))
+}
+
+const TMP: &str = "/tmp";
+const SHM: &str = "/dev/shm";
+const EMPTY: &str = "/tmp/.sandgate-empty";
+
+/// Paths under `/tmp` that must stay visible on top of the private `/tmp`: the working directory
+/// and the writable paths, without those nested inside another one (they come along).
+pub fn kept_under_tmp(cwd: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
+    let mut all: Vec<&Path> = std::iter::once(cwd)
+        .chain(writable.iter().map(PathBuf::as_path))
+        .filter(|p| p.starts_with(TMP))
+        .collect();
+    all.sort();
+    all.dedup();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for p in all {
+        if !kept.iter().any(|k| p.starts_with(k)) {
+            kept.push(p.to_path_buf());
+        }
+    }
+    kept
+}
+
+/// Builds the mount namespace's view. Runs inside the new user + mount namespaces, with the
+/// capabilities of the user namespace, before anything else is restricted.
+pub fn build(plan: &FsPlan) -> Result<(), StepError> {
+    let root = Path::new("/");
+    step(
+        || "make / private".into(),
+        sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None),
+    )?;
+
+    // Clone the trees under /tmp that must survive the private /tmp before it hides them.
+    let kept = kept_under_tmp(&plan.cwd, &plan.writable);
+    let mut trees = Vec::new();
+    for p in &kept {
+        trees.push(step(|| format!("open_tree {}", p.display()), sys::open_tree_clone(p))?);
+    }
+
+    let tmpfs: &CStr = c"tmpfs";
+    let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    step(
+        || "mount private /tmp".into(),
+        sys::mount(Some(tmpfs), Path::new(TMP), Some(tmpfs), nosuid_nodev, Some(c"mode=1777")),
+    )?;
+    let has_shm = Path::new(SHM).is_dir();
+    if has_shm {
+        step(
+            || "mount private /dev/shm".into(),
+            sys::mount(Some(tmpfs), Path::new(SHM), Some(tmpfs), nosuid_nodev, Some(c"mode=1777")),
+        )?;
+    }
+
+    // The file bound over hidden files: mode 000 on our tmpfs, removed once bound.
+    // The file bound over hidden files: mode 000 on our tmpfs. Held by an O_PATH descriptor,
+    // because a kept tree put back on /tmp itself would cover its path.
+    let empty = if plan.hidden_files.is_empty() {
+        None
+    } else {
+        step(
+            || format!("create {EMPTY}"),
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o000).open(EMPTY),
+        )?;
+        Some(step(
+            || format!("open {EMPTY}"),
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(EMPTY),
+        )?)
+    };
+
+    for (p, tree) in kept.iter().zip(&trees) {
+        step(|| format!("mount point {}", p.display()), make_mount_point(p, p.is_dir()))?;
+        step(|| format!("put back {}", p.display()), sys::move_mount(tree, p))?;
+    }
+    drop(trees);
+
+    // Writable paths get their own mount so that they can be writable in a read-only tree.
+    let mut writable = plan.writable.clone();
+    writable.sort();
+    for w in &writable {
+        if kept.contains(w) {
+            continue; // already its own mount
+        }
+        step(|| format!("bind {}", w.display()), bind(w, w))?;
+    }
+    for r in &plan.read_only {
+        step(|| format!("bind {}", r.display()), bind(r, r))?;
+    }
+    for h in &plan.hidden_dirs {
+        step(
+            || format!("hide {}", h.display()),
+            sys::mount(
+                Some(tmpfs),
+                h,
+                Some(tmpfs),
+                nosuid_nodev | libc::MS_NOEXEC | libc::MS_RDONLY,
+                Some(c"mode=000,size=4k,nr_inodes=1"),
+            ),
+        )?;
+    }
+    if let Some(empty) = &empty {
+        let source = PathBuf::from(format!("/proc/self/fd/{}", empty.as_raw_fd()));
+        for h in &plan.hidden_files {
+            step(|| format!("hide {}", h.display()), bind(&source, h))?;
+        }
+        // Remove it only if the path still names our file (not a put-back real /tmp).
+        let ours = empty.metadata().ok();
+        let named = std::fs::symlink_metadata(EMPTY).ok();
+        if let (Some(a), Some(b)) = (ours, named)
+            && a.dev() == b.dev()
+            && a.ino() == b.ino()
+        {
+            step(|| format!("remove {EMPTY}"), std::fs::remove_file(EMPTY))?;
+        }
+    }
+
+    step(
+        || "mount /proc".into(),
+        sys::mount(
+            Some(c"proc"),
+            Path::new("/proc"),
+            Some(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+    )?;
+
+    // Everything read-only and nosuid, then the writable mounts writable again. Mounts the host
+    // locked (from a more privileged namespace) stay as they are; setting read-only is allowed.
+    step(
+        || "make / read-only".into(),
+        sys::mount_setattr(root, sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID, 0, true),
+    )?;
+    let mut rw: Vec<&Path> = vec![Path::new(TMP)];
+    if has_shm {
+        rw.push(Path::new(SHM));
+    }
+    rw.extend(writable.iter().map(PathBuf::as_path));
+    for w in rw {
+        step(
+            || format!("make {} writable", w.display()),
+            sys::mount_setattr(w, 0, sys::MOUNT_ATTR_RDONLY, false),
+        )?;
+    }
+    Ok(())
+}
+
+fn bind(source: &Path, target: &Path) -> io::Result<()> {
+    let src = sys::cpath(source)?;
+    sys::mount(Some(&src), target, None, libc::MS_BIND | libc::MS_REC, None)
+}
+
+fn make_mount_point(path: &Path, dir: bool) -> io::Result<()> {
+    if dir {
+        std::fs::create_dir_all(path)?;
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_under_tmp_keeps_outermost_paths_only() {
+        let p = PathBuf::from;
+        let table: &[(&str, &[&str], &[&str])] = &[
+            ("/home/u/p", &[], &[]),
+            ("/tmp/a/p", &[], &["/tmp/a/p"]),
+            ("/tmp/a/p", &["/tmp/a"], &["/tmp/a"]),
+            ("/tmp/a", &["/tmp/a/x", "/tmp/b", "/var/tmp/c"], &["/tmp/a", "/tmp/b"]),
+            ("/tmpfoo", &[], &[]),
+            ("/tmp", &[], &["/tmp"]),
+        ];
+        for (cwd, writable, want) in table {
+            let w: Vec<PathBuf> = writable.iter().map(p).collect();
+            let got = kept_under_tmp(Path::new(cwd), &w);
+            let want: Vec<PathBuf> = want.iter().map(p).collect();
+            assert_eq!(got, want, "cwd {cwd} writable {writable:?}");
+        }
+    }
+}

@@ -1,0 +1,540 @@
+//! Thin wrappers over the kernel calls the launcher needs. All `unsafe` of the crate lives here.
+//!
+//! Every wrapper returns `io::Result` with `errno` preserved, so callers can name the failing step.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+
+fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+fn cvt_i(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+/// A path as a C string; a path with a NUL byte is an `InvalidInput` error.
+pub fn cpath(path: &Path) -> io::Result<CString> {
+    cstr(path.as_os_str())
+}
+
+/// An OS string as a C string; one with a NUL byte is an `InvalidInput` error.
+pub fn cstr(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))
+}
+
+/// `clone(flags | SIGCHLD)` without a new stack: returns `Some(child pid)` in the parent and
+/// `None` in the child, like `fork`.
+///
+/// Only to be called while the process has a single thread (checked by the caller).
+pub fn clone_fork(flags: libc::c_int) -> io::Result<Option<libc::pid_t>> {
+    let flags = (flags | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: clone with a NULL stack behaves like fork: the child continues on a copy of the
+    // parent's stack. The process is single-threaded (checked by `launch`), so no lock held by
+    // another thread is copied into the child. The pointer arguments are NULL and unused.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match cvt(ret)? {
+        0 => Ok(None),
+        pid => Ok(Some(pid as libc::pid_t)),
+    }
+}
+
+/// Plain `fork(2)`. Same single-thread requirement as [`clone_fork`].
+pub fn fork() -> io::Result<Option<libc::pid_t>> {
+    clone_fork(0)
+}
+
+/// `mount(2)`.
+pub fn mount(
+    source: Option<&CStr>,
+    target: &Path,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> io::Result<()> {
+    let target = cpath(target)?;
+    let p = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: all pointers are NUL-terminated strings that outlive the call, or NULL.
+    let ret = unsafe {
+        libc::mount(p(source), target.as_ptr(), p(fstype), flags, p(data).cast::<libc::c_void>())
+    };
+    cvt_i(ret).map(drop)
+}
+
+/// `mount_setattr(2)` on `path` (and every mount below it when `recursive`).
+pub fn mount_setattr(path: &Path, set: u64, clear: u64, recursive: bool) -> io::Result<()> {
+    let path = cpath(path)?;
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `path` is a valid C string and `attr` a properly sized `struct mount_attr`, both
+    // alive for the duration of the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    cvt(ret).map(drop)
+}
+
+/// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE)`: a detached copy of the mount tree at `path`.
+pub fn open_tree_clone(path: &Path) -> io::Result<OwnedFd> {
+    let path = cpath(path)?;
+    // SAFETY: `path` is a valid C string; the returned fd is owned by us.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+        )
+    };
+    let fd = cvt(ret)? as RawFd;
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `move_mount(fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH)`.
+pub fn move_mount(tree: &OwnedFd, target: &Path) -> io::Result<()> {
+    let target = cpath(target)?;
+    // SAFETY: the empty string and `target` are valid C strings; `tree` is an open fd.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    cvt(ret).map(drop)
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
+pub fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt_i(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
+}
+
+/// `prctl(PR_SET_PDEATHSIG, sig)`.
+pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt_i(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) }).map(drop)
+}
+
+/// Drops every capability: bounding set, ambient set, inheritable/permitted/effective sets, and
+/// locks the securebits so that executing a program as uid 0 grants nothing back.
+pub fn drop_all_capabilities() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let secure = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECUREBITS,
+            SECBIT_NOROOT
+                | SECBIT_NOROOT_LOCKED
+                | SECBIT_NO_SETUID_FIXUP
+                | SECBIT_NO_SETUID_FIXUP_LOCKED
+                | SECBIT_KEEP_CAPS_LOCKED
+                | SECBIT_NO_CAP_AMBIENT_RAISE
+                | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+            0,
+            0,
+            0,
+        )
+    };
+    cvt_i(secure)?;
+    for cap in 0..=63 {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINVAL) {
+                break; // past the last capability this kernel knows
+            }
+            return Err(err);
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    cvt_i(unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) })?;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: header and a two-element data array as capset(2) expects for version 3.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    cvt(ret).map(drop)
+}
+
+/// Joins a new anonymous session keyring, so the caller's keys are out of reach.
+pub fn join_new_session_keyring() -> io::Result<()> {
+    // SAFETY: keyctl(JOIN_SESSION_KEYRING, NULL) takes no memory from us.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    cvt(ret).map(drop)
+}
+
+/// The Landlock ABI version of the running kernel (0 when Landlock is absent or disabled).
+pub fn landlock_abi() -> u32 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns a number.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(ret).unwrap_or(0)
+}
+
+/// Whether seccomp filters can be installed (`prctl(PR_GET_SECCOMP)` works).
+pub fn seccomp_available() -> bool {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+/// `setsid(2)`.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: no arguments.
+    cvt_i(unsafe { libc::setsid() }).map(drop)
+}
+
+/// `setpgid(pid, pgid)`.
+pub fn setpgid(pid: libc::pid_t, pgid: libc::pid_t) -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    cvt_i(unsafe { libc::setpgid(pid, pgid) }).map(drop)
+}
+
+/// `sethostname(2)`.
+pub fn sethostname(name: &str) -> io::Result<()> {
+    // SAFETY: pointer and length of a live byte slice.
+    cvt_i(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+/// `kill(pid, sig)`.
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    cvt_i(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// A set of signals.
+pub struct SigSet(libc::sigset_t);
+
+impl SigSet {
+    /// The set holding exactly `signals`.
+    pub fn of(signals: &[libc::c_int]) -> Self {
+        // SAFETY: sigemptyset/sigaddset initialise and fill a sigset_t we own.
+        unsafe {
+            let mut set = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut set);
+            for &s in signals {
+                libc::sigaddset(&mut set, s);
+            }
+            SigSet(set)
+        }
+    }
+
+    /// Blocks these signals in the calling thread.
+    pub fn block(&self) -> io::Result<()> {
+        // SAFETY: valid sigset pointer; old set not requested.
+        let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut()) };
+        if ret != 0 { Err(io::Error::from_raw_os_error(ret)) } else { Ok(()) }
+    }
+
+    /// Unblocks these signals in the calling thread.
+    pub fn unblock(&self) -> io::Result<()> {
+        // SAFETY: valid sigset pointer; old set not requested.
+        let ret =
+            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &self.0, std::ptr::null_mut()) };
+        if ret != 0 { Err(io::Error::from_raw_os_error(ret)) } else { Ok(()) }
+    }
+
+    /// Waits for one of these (blocked) signals; `None` on timeout.
+    pub fn wait(&self, timeout_ms: Option<u64>) -> io::Result<Option<libc::c_int>> {
+        loop {
+            let ts = timeout_ms.map(|ms| libc::timespec {
+                tv_sec: (ms / 1000) as libc::time_t,
+                tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+            });
+            let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: valid sigset and optional timespec pointers; siginfo not requested.
+            let ret = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), tsp) };
+            if ret >= 0 {
+                return Ok(Some(ret));
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => return Ok(None),
+                _ => return Err(err),
+            }
+        }
+    }
+}
+
+extern "C" fn noop_handler(_: libc::c_int) {}
+
+/// Installs a handler that does nothing for `sig`. Needed by pid 1 of a pid namespace: the kernel
+/// drops signals whose disposition is the default before they can be waited for.
+pub fn install_noop_handler(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with a valid handler function pointer and an empty mask.
+    unsafe {
+        let mut sa = std::mem::zeroed::<libc::sigaction>();
+        sa.sa_sigaction = noop_handler as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = libc::SA_RESTART;
+        cvt_i(libc::sigaction(sig, &sa, std::ptr::null_mut())).map(drop)
+    }
+}
+
+/// Restores the default disposition of `sig`.
+pub fn default_handler(sig: libc::c_int) {
+    // SAFETY: setting SIG_DFL is always valid for catchable signals; errors are irrelevant.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+}
+
+/// How a waited-for process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `exit(code)`.
+    Exit(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl Ended {
+    /// The shell convention: the exit code, or 128 + signal number.
+    pub fn code(self) -> u8 {
+        match self {
+            Ended::Exit(c) => (c & 0xff) as u8,
+            Ended::Signal(s) => (128 + s).clamp(0, 255) as u8,
+        }
+    }
+}
+
+/// `waitpid(pid, WNOHANG)` (or blocking): `Some((pid, how))` for a reaped child.
+pub fn waitpid(pid: libc::pid_t, block: bool) -> io::Result<Option<(libc::pid_t, Ended)>> {
+    let mut status = 0;
+    let flags = if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: valid pointer to a local int.
+        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if ret < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        let how = if libc::WIFEXITED(status) {
+            Ended::Exit(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Ended::Signal(libc::WTERMSIG(status))
+        } else {
+            continue;
+        };
+        return Ok(Some((ret, how)));
+    }
+}
+
+/// Brings a network interface up with `SIOCSIFFLAGS` (used for `lo`).
+pub fn interface_up(name: &str) -> io::Result<()> {
+    // SAFETY: socket() with constant arguments.
+    let fd =
+        cvt_i(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fd was just returned to us.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed ifreq is valid; the name is copied within bounds (IFNAMSIZ - 1).
+    unsafe {
+        let mut req = std::mem::zeroed::<libc::ifreq>();
+        for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+            *dst = src as libc::c_char;
+        }
+        cvt_i(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req))?;
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        cvt_i(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req))?;
+    }
+    Ok(())
+}
+
+/// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)`.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: valid pointer to two ints.
+    cvt_i(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: both fds were just returned to us.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+const MAX_FDS: usize = 4;
+
+/// Sends one message with up to four file descriptors attached (`SCM_RIGHTS`).
+pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
+    }
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // A buffer aligned for cmsghdr, large enough for MAX_FDS descriptors.
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr/cmsghdr manipulation within `cbuf`, whose size covers CMSG_SPACE of MAX_FDS
+    // ints; all pointers refer to locals alive during sendmsg.
+    unsafe {
+        let mut msg = std::mem::zeroed::<libc::msghdr>();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            let len = std::mem::size_of_val(fds) as u32;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(len) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(len) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                fds.len(),
+            );
+        }
+        cvt(libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) as libc::c_long).map(drop)
+    }
+}
+
+/// Receives one message (up to `buf.len()` bytes) and the descriptors attached to it.
+/// Returns 0 bytes at end of stream.
+pub fn recv_with_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: as in `send_with_fds`; received descriptors are taken into OwnedFd exactly once.
+    unsafe {
+        let mut msg = std::mem::zeroed::<libc::msghdr>();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let n = loop {
+            let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                return Err(err);
+            }
+        };
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let count = payload / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        Ok((n, fds))
+    }
+}
+
+/// `execve(2)`; returns only on failure.
+pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut args: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    args.push(std::ptr::null());
+    let mut env: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    env.push(std::ptr::null());
+    // SAFETY: NULL-terminated arrays of valid C strings that outlive the call.
+    unsafe {
+        libc::execve(path.as_ptr(), args.as_ptr(), env.as_ptr());
+    }
+    io::Error::last_os_error()
+}
+
+/// `_exit(code)`: leaves without running destructors or atexit handlers (for forked children).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and is async-signal-safe.
+    unsafe { libc::_exit(code) }
+}
+
+/// Number of threads of the calling process.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count())
+}
+
+/// Real uid and gid of the calling process.
+pub fn ids() -> (u32, u32) {
+    // SAFETY: getuid/getgid cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
+}

@@ -1,1 +1,31 @@
-//! placeholder
+//! sandgate's approvals: requests the policy does not cover are *held* while a person is asked,
+//! on every channel at once, and the first answer releases them.
+//!
+//! - [`Broker`]: one open question per (sandbox, host, port) however many requests wait on it;
+//!   every waiter gets the same [`Outcome`]; no answer within the timeout (60 s by default) is a
+//!   denial whose [`Outcome::denial_reason`] the proxy puts in its 403 body. Answers
+//!   ([`Answer`] = allow/deny × [`Scope`]) may name a question or a host pattern, including a
+//!   wildcard that releases every open question it covers. Grants are persisted through the
+//!   [`GrantWriter`] the daemon implements over the store.
+//! - Channels: [`terminal`] (a prompt written to `/dev/tty`, never stdout, and the reply keys
+//!   `o/s/h/a/d`) and [`telegram`] (a bot with inline buttons and commands, robust to the Bot API
+//!   failing). The CLI channel is the daemon's control socket calling [`Broker::answer`].
+//!
+//! This crate does not decide policy, match allowlists or touch the store itself.
+
+#![forbid(unsafe_code)]
+
+mod broker;
+mod pattern;
+mod scope;
+pub mod telegram;
+pub mod terminal;
+
+pub use broker::{
+    AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, Effect, GrantRequest,
+    GrantTarget, GrantWriter, Outcome, PendingQuestion, Question, QuestionId, SandboxRef,
+};
+pub use pattern::{HostPattern, PatternError};
+pub use scope::{
+    Answer, Channel, DurationError, MAX_DURATION, Responder, Scope, format_duration, parse_duration,
+};

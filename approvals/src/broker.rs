@@ -1,0 +1,693 @@
+//! The broker: one open question per (sandbox, host, port), however many requests wait on it.
+//!
+//! Lifecycle of a question:
+//! 1. [`Broker::ask`] by the first request creates it (and publishes [`BrokerEvent::Asked`]);
+//!    later requests for the same key join it.
+//! 2. It ends exactly once, by whichever comes first:
+//!    - an answer ([`Broker::answer`]) from any channel: it is *claimed* (a second answer now
+//!      gets [`AnswerError::AlreadyAnswered`]), the grants are persisted through the
+//!      [`GrantWriter`], then every waiter is released with the same [`Outcome`] and
+//!      [`BrokerEvent::Answered`] is published;
+//!    - its deadline (first ask + timeout): every waiter gets [`Outcome::TimedOut`] (a denial)
+//!      and [`BrokerEvent::TimedOut`] is published.
+//!
+//! A waiter that goes away (the client hung up) does not end the question: it stays answerable
+//! until its deadline, so an answer still becomes a grant the retried request will find.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::pattern::{HostPattern, PatternError};
+use crate::scope::{Answer, Responder, Scope, format_duration};
+
+/// Broker settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// How long a question waits for an answer before it is denied (default 60 s).
+    pub timeout: Duration,
+    /// Events buffered per subscriber.
+    pub event_capacity: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig { timeout: Duration::from_secs(60), event_capacity: 256 }
+    }
+}
+
+/// A held request, as the proxy describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    /// The sandbox asking.
+    pub sandbox: String,
+    /// The normalised destination host.
+    pub host: String,
+    /// The destination port.
+    pub port: u16,
+    /// HTTP method, when known (plain HTTP or intercepted TLS; not for CONNECT).
+    pub method: Option<String>,
+    /// Request path, when known.
+    pub path: Option<String>,
+    /// The sandbox's command line.
+    pub command: Vec<String>,
+    /// The sandbox's working directory.
+    pub cwd: Option<PathBuf>,
+    /// The sandbox's project key, for `always` grants.
+    pub project: Option<String>,
+}
+
+/// A question's id, unique for the broker's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct QuestionId(pub u64);
+
+impl std::fmt::Display for QuestionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "q{}", self.0)
+    }
+}
+
+impl std::str::FromStr for QuestionId {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.strip_prefix('q').unwrap_or(s).parse().map(QuestionId)
+    }
+}
+
+/// An open question as the channels show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingQuestion {
+    /// Its id.
+    pub id: QuestionId,
+    /// What the first request asked (method and path are those of the first request).
+    #[serde(flatten)]
+    pub question: Question,
+    /// When it was first asked.
+    pub first_asked: SystemTime,
+    /// When it will be denied if nobody answers.
+    pub deadline: SystemTime,
+    /// Requests waiting on it now.
+    pub waiters: usize,
+}
+
+/// What a waiting request learns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A person answered.
+    Answered {
+        /// The answer.
+        answer: Answer,
+        /// Who, where.
+        by: Responder,
+        /// The pattern answered (the host itself, or a wildcard covering it).
+        pattern: String,
+    },
+    /// Nobody answered in time: deny.
+    TimedOut {
+        /// How long the question was open.
+        after: Duration,
+    },
+    /// The broker shut down before an answer: deny.
+    Closed,
+}
+
+impl Outcome {
+    /// Whether the request may proceed.
+    pub fn allows(&self) -> bool {
+        match self {
+            Outcome::Answered { answer, .. } => answer.allows(),
+            Outcome::TimedOut { .. } | Outcome::Closed => false,
+        }
+    }
+
+    /// A sentence for the proxy's 403 body, written for the model reading it, or `None` when
+    /// the outcome allows.
+    pub fn denial_reason(&self, host: &str, port: u16) -> Option<String> {
+        match self {
+            Outcome::Answered { answer: Answer::Allow(_), .. } => None,
+            Outcome::Answered { answer: Answer::Deny(scope), by, pattern } => Some(format!(
+                "Access to {host}:{port} was denied {scope} {by} (rule {pattern}). Do not retry; \
+                 ask the user if this destination is needed."
+            )),
+            Outcome::TimedOut { after } => Some(format!(
+                "Access to {host}:{port} needs approval and nobody answered within {}. Ask the \
+                 user to run `sandgate allow {host}` (or answer in Telegram), then retry.",
+                format_duration(*after)
+            )),
+            Outcome::Closed => Some(format!(
+                "Access to {host}:{port} needs approval but the sandgate daemon stopped before \
+                 an answer. Retry once it is running again."
+            )),
+        }
+    }
+}
+
+/// What an answer applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AnswerTarget {
+    /// One question (a button, a key press, `sandgate allow --id`).
+    Question(QuestionId),
+    /// Every open question whose host matches `pattern` (`example.com` or `*.example.com`), of
+    /// one sandbox if given; also persists a grant when nothing is pending (`sandgate allow
+    /// crates.io --for 1h`).
+    Host {
+        /// The pattern the person typed.
+        pattern: String,
+        /// Restrict to this sandbox (and target its session/project when nothing is pending).
+        sandbox: Option<SandboxRef>,
+    },
+}
+
+/// A sandbox named in an answer, with its project (from the store) for `always` grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxRef {
+    /// Sandbox id.
+    pub id: String,
+    /// Its project key.
+    pub project: Option<String>,
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// The question was answered (or timed out) already: first answer wins.
+    #[error("question {id} was already {how}")]
+    AlreadyAnswered {
+        /// The question.
+        id: QuestionId,
+        /// "allowed once in Telegram by @bob", "timed out".
+        how: String,
+        /// Who answered, when a person did.
+        by: Option<Responder>,
+    },
+    /// No such question (unknown id, or too old to remember).
+    #[error("no open question {id}; see `sandgate pending`")]
+    NotFound {
+        /// The id asked for.
+        id: QuestionId,
+    },
+    /// The pattern is malformed or too broad.
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+    /// `once` means "the requests waiting now", and none matches.
+    #[error(
+        "nothing pending matches {pattern}; `once` applies only to waiting requests (use --for, --session or --always)"
+    )]
+    NothingPending {
+        /// The pattern given.
+        pattern: String,
+    },
+    /// A session answer with nothing pending needs a sandbox.
+    #[error("nothing pending matches {pattern}; a session grant needs --sandbox ID")]
+    NeedsSandbox {
+        /// The pattern given.
+        pattern: String,
+    },
+    /// An `always` (project) answer with nothing pending needs a sandbox with a project.
+    #[error(
+        "nothing pending matches {pattern}; say --global, or --sandbox ID of a sandbox with a project"
+    )]
+    NeedsProject {
+        /// The pattern given.
+        pattern: String,
+    },
+}
+
+/// The result of an accepted answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answered {
+    /// The questions it released (their waiters are running again).
+    pub released: Vec<PendingQuestion>,
+    /// Ids of the grants the [`GrantWriter`] recorded.
+    pub grants: Vec<String>,
+    /// Grants that could not be recorded (the answer still released the waiters).
+    pub grant_errors: Vec<String>,
+}
+
+/// Allow or deny, for a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Allow.
+    Allow,
+    /// Deny.
+    Deny,
+}
+
+/// Whom a grant covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantTarget {
+    /// One sandbox.
+    Sandbox(String),
+    /// One project.
+    Project(String),
+    /// Everyone.
+    Global,
+}
+
+/// A grant for the daemon to persist, derived from an answer:
+///
+/// | scope            | target                                                        |
+/// |------------------|---------------------------------------------------------------|
+/// | `Once`           | each released question's sandbox (record it as consumed)      |
+/// | `Session`        | each released question's sandbox, or the named sandbox        |
+/// | `For(d)`         | each released question's project (its sandbox when it has none); the named sandbox's project; else global. Expires at `at + d` |
+/// | `Always{false}`  | each released question's project (sandbox when none), or the named sandbox's project |
+/// | `Always{true}`   | global                                                        |
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRequest {
+    /// Host pattern (validated).
+    pub pattern: String,
+    /// Port: the question's for a single-question answer, `None` (any) for a pattern answer.
+    pub port: Option<u16>,
+    /// Allow or deny.
+    pub effect: Effect,
+    /// The answer's scope.
+    pub scope: Scope,
+    /// Whom it covers.
+    pub target: GrantTarget,
+    /// When it stops applying (`For` answers).
+    pub expires: Option<SystemTime>,
+    /// Who answered.
+    pub by: Responder,
+    /// When.
+    pub at: SystemTime,
+}
+
+/// Persists grants; the daemon implements it over the store. Called on a blocking thread.
+pub trait GrantWriter: Send + Sync + 'static {
+    /// Records `grant`; returns its id.
+    fn write(&self, grant: &GrantRequest) -> Result<String, String>;
+}
+
+/// What the channels hear about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BrokerEvent {
+    /// A new question.
+    Asked(PendingQuestion),
+    /// A question was answered.
+    Answered {
+        /// The question, as it was.
+        question: PendingQuestion,
+        /// The answer.
+        answer: Answer,
+        /// Who, where.
+        by: Responder,
+        /// The pattern answered.
+        pattern: String,
+    },
+    /// A question timed out (denied).
+    TimedOut(PendingQuestion),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    sandbox: String,
+    host: String,
+    port: u16,
+}
+
+struct Open {
+    info: PendingQuestion,
+    deadline: Instant,
+    claimed: Option<Responder>,
+    tx: watch::Sender<Option<Outcome>>,
+}
+
+/// How a closed question ended, remembered for `AlreadyAnswered`.
+struct Closed {
+    id: QuestionId,
+    how: String,
+    by: Option<Responder>,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    by_key: HashMap<Key, QuestionId>,
+    open: HashMap<QuestionId, Open>,
+    closed: VecDeque<Closed>,
+}
+
+const CLOSED_MEMORY: usize = 1024;
+
+impl State {
+    fn close(&mut self, id: QuestionId, how: String, by: Option<Responder>) -> Option<Open> {
+        let open = self.open.remove(&id)?;
+        let q = &open.info.question;
+        let key = Key { sandbox: q.sandbox.clone(), host: q.host.clone(), port: q.port };
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
+        if self.closed.len() >= CLOSED_MEMORY {
+            self.closed.pop_front();
+        }
+        self.closed.push_back(Closed { id, how, by });
+        Some(open)
+    }
+}
+
+struct Inner {
+    config: BrokerConfig,
+    state: Mutex<State>,
+    events: broadcast::Sender<BrokerEvent>,
+    writer: Option<Arc<dyn GrantWriter>>,
+}
+
+/// The approvals broker. Cheap to clone; clones share the questions.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// A broker that persists grants through `writer` (`None`: answers release waiters only).
+    pub fn new(config: BrokerConfig, writer: Option<Arc<dyn GrantWriter>>) -> Self {
+        let (events, _) = broadcast::channel(config.event_capacity.max(1));
+        Broker { inner: Arc::new(Inner { config, state: Mutex::default(), events, writer }) }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> BrokerConfig {
+        self.inner.config
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The lock is never held across an await or user code that could panic midway.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every question asked, answered or timed out from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<BrokerEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The open questions, oldest first.
+    pub fn pending(&self) -> Vec<PendingQuestion> {
+        let st = self.state();
+        let mut v: Vec<_> =
+            st.open.values().filter(|o| o.claimed.is_none()).map(|o| o.info.clone()).collect();
+        v.sort_by_key(|q| q.id);
+        v
+    }
+
+    /// One question by id while it is open (also while an answer to it is being recorded).
+    pub fn question(&self, id: QuestionId) -> Option<PendingQuestion> {
+        self.state().open.get(&id).map(|o| o.info.clone())
+    }
+
+    /// Ends every open question with [`Outcome::Closed`] (a denial), for a daemon that stops.
+    /// Questions asked afterwards are handled normally.
+    pub fn shutdown(&self) -> usize {
+        let closed: Vec<Open> = {
+            let mut st = self.state();
+            let ids: Vec<QuestionId> = st.open.keys().copied().collect();
+            ids.into_iter()
+                .filter_map(|id| st.close(id, "closed by shutdown".into(), None))
+                .collect()
+        };
+        for open in &closed {
+            open.tx.send_replace(Some(Outcome::Closed));
+        }
+        closed.len()
+    }
+
+    /// Holds the caller until the question for (sandbox, host, port) is answered or times out.
+    /// Must run inside a tokio runtime (the deadline is a tokio timer).
+    pub async fn ask(&self, question: Question) -> Outcome {
+        let key = Key {
+            sandbox: question.sandbox.clone(),
+            host: question.host.to_ascii_lowercase(),
+            port: question.port,
+        };
+        let (id, mut rx) = {
+            let mut st = self.state();
+            let existing = st.by_key.get(&key).copied();
+            match existing.and_then(|id| st.open.get_mut(&id).map(|o| (id, o))) {
+                Some((id, open)) => {
+                    open.info.waiters += 1;
+                    (id, open.tx.subscribe())
+                }
+                None => {
+                    st.next_id += 1;
+                    let id = QuestionId(st.next_id);
+                    let now = SystemTime::now();
+                    let timeout = self.inner.config.timeout;
+                    let info = PendingQuestion {
+                        id,
+                        question: Question { host: key.host.clone(), ..question },
+                        first_asked: now,
+                        deadline: now + timeout,
+                        waiters: 1,
+                    };
+                    let deadline = Instant::now() + timeout;
+                    let (tx, rx) = watch::channel(None);
+                    st.by_key.insert(key, id);
+                    st.open.insert(id, Open { info: info.clone(), deadline, claimed: None, tx });
+                    drop(st);
+                    let _ = self.inner.events.send(BrokerEvent::Asked(info));
+                    let weak = Arc::downgrade(&self.inner);
+                    tokio::spawn(expire_at(weak, id, deadline));
+                    (id, rx)
+                }
+            }
+        };
+        let _waiting = Waiter { broker: self, id };
+        match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or(Outcome::Closed),
+            Err(_) => Outcome::Closed,
+        }
+    }
+
+    /// Applies an answer: the first answer to a question wins, later ones get
+    /// [`AnswerError::AlreadyAnswered`]. See the module docs for the order of events.
+    pub async fn answer(
+        &self,
+        target: AnswerTarget,
+        answer: Answer,
+        by: Responder,
+    ) -> Result<Answered, AnswerError> {
+        let at = SystemTime::now();
+        // 1. Claim the questions it covers.
+        let (claimed, requests, pattern) = {
+            let mut st = self.state();
+            let (ids, pattern, port, sandbox) = match &target {
+                AnswerTarget::Question(id) => {
+                    let Some(open) = st.open.get(id) else {
+                        return Err(match st.closed.iter().rev().find(|c| c.id == *id) {
+                            Some(c) => AnswerError::AlreadyAnswered {
+                                id: *id,
+                                how: c.how.clone(),
+                                by: c.by.clone(),
+                            },
+                            None => AnswerError::NotFound { id: *id },
+                        });
+                    };
+                    if let Some(who) = &open.claimed {
+                        return Err(AnswerError::AlreadyAnswered {
+                            id: *id,
+                            how: format!("being answered {who}"),
+                            by: Some(who.clone()),
+                        });
+                    }
+                    let q = &open.info.question;
+                    (vec![*id], q.host.clone(), Some(q.port), None)
+                }
+                AnswerTarget::Host { pattern, sandbox } => {
+                    let pat = HostPattern::parse(pattern)?;
+                    let mut ids: Vec<QuestionId> = st
+                        .open
+                        .values()
+                        .filter(|o| o.claimed.is_none())
+                        .filter(|o| {
+                            sandbox.as_ref().is_none_or(|s| s.id == o.info.question.sandbox)
+                        })
+                        .filter(|o| pat.matches(&o.info.question.host))
+                        .map(|o| o.info.id)
+                        .collect();
+                    ids.sort();
+                    (ids, pat.as_str().to_string(), None, sandbox.clone())
+                }
+            };
+            let covered: Vec<PendingQuestion> =
+                ids.iter().filter_map(|id| st.open.get(id)).map(|o| o.info.clone()).collect();
+            let requests =
+                grant_requests(&covered, sandbox.as_ref(), &pattern, port, answer, &by, at)?;
+            for id in &ids {
+                if let Some(o) = st.open.get_mut(id) {
+                    o.claimed = Some(by.clone());
+                }
+            }
+            (ids, requests, pattern)
+        };
+
+        // 2. Persist (off the async threads: the store's calls block).
+        let mut grants = Vec::new();
+        let mut grant_errors = Vec::new();
+        if let Some(writer) = self.inner.writer.clone() {
+            let results = tokio::task::spawn_blocking(move || {
+                requests.iter().map(|r| writer.write(r)).collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_else(|e| vec![Err(format!("grant writer failed: {e}"))]);
+            for r in results {
+                match r {
+                    Ok(id) => grants.push(id),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record a grant");
+                        grant_errors.push(e);
+                    }
+                }
+            }
+        }
+
+        // 3. Release.
+        let mut released = Vec::new();
+        let outcome = Outcome::Answered { answer, by: by.clone(), pattern: pattern.clone() };
+        {
+            let mut st = self.state();
+            for id in claimed {
+                if let Some(open) =
+                    st.close(id, answer.to_string() + " " + &by.to_string(), Some(by.clone()))
+                {
+                    open.tx.send_replace(Some(outcome.clone()));
+                    released.push(open.info);
+                }
+            }
+        }
+        for q in &released {
+            let _ = self.inner.events.send(BrokerEvent::Answered {
+                question: q.clone(),
+                answer,
+                by: by.clone(),
+                pattern: pattern.clone(),
+            });
+        }
+        Ok(Answered { released, grants, grant_errors })
+    }
+
+    fn expire(&self, id: QuestionId) {
+        let expired = {
+            let mut st = self.state();
+            match st.open.get(&id) {
+                // Claimed: an answer is being recorded and will release it.
+                Some(o) if o.claimed.is_none() && o.deadline <= Instant::now() => {
+                    st.close(id, "timed out".into(), None)
+                }
+                Some(_) | None => None,
+            }
+        };
+        if let Some(open) = expired {
+            let after = self.inner.config.timeout;
+            open.tx.send_replace(Some(Outcome::TimedOut { after }));
+            tracing::info!(question = %id, host = %open.info.question.host, "approval timed out");
+            let _ = self.inner.events.send(BrokerEvent::TimedOut(open.info));
+        }
+    }
+
+    fn leave(&self, id: QuestionId) {
+        if let Some(o) = self.state().open.get_mut(&id) {
+            o.info.waiters = o.info.waiters.saturating_sub(1);
+        }
+    }
+}
+
+async fn expire_at(broker: Weak<Inner>, id: QuestionId, deadline: Instant) {
+    tokio::time::sleep_until(deadline).await;
+    if let Some(inner) = broker.upgrade() {
+        Broker { inner }.expire(id);
+    }
+}
+
+/// Counts a waiter out when its request finishes or is dropped.
+struct Waiter<'a> {
+    broker: &'a Broker,
+    id: QuestionId,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.broker.leave(self.id);
+    }
+}
+
+/// Derives the grants to persist from an answer (see the table on [`GrantRequest`]).
+fn grant_requests(
+    covered: &[PendingQuestion],
+    sandbox: Option<&SandboxRef>,
+    pattern: &str,
+    port: Option<u16>,
+    answer: Answer,
+    by: &Responder,
+    at: SystemTime,
+) -> Result<Vec<GrantRequest>, AnswerError> {
+    let scope = answer.scope();
+    let effect = if answer.allows() { Effect::Allow } else { Effect::Deny };
+    let per_sandbox = || -> Vec<GrantTarget> {
+        covered.iter().map(|q| GrantTarget::Sandbox(q.question.sandbox.clone())).collect()
+    };
+    let per_project = || -> Vec<GrantTarget> {
+        covered
+            .iter()
+            .map(|q| match &q.question.project {
+                Some(p) => GrantTarget::Project(p.clone()),
+                None => GrantTarget::Sandbox(q.question.sandbox.clone()),
+            })
+            .collect()
+    };
+    let named_project = sandbox.and_then(|s| s.project.clone()).map(GrantTarget::Project);
+    let mut targets = match scope {
+        Scope::Once if covered.is_empty() => {
+            return Err(AnswerError::NothingPending { pattern: pattern.into() });
+        }
+        Scope::Once => per_sandbox(),
+        Scope::Session if covered.is_empty() => match sandbox {
+            Some(s) => vec![GrantTarget::Sandbox(s.id.clone())],
+            None => return Err(AnswerError::NeedsSandbox { pattern: pattern.into() }),
+        },
+        Scope::Session => per_sandbox(),
+        Scope::For(_) if covered.is_empty() => {
+            vec![named_project.unwrap_or(GrantTarget::Global)]
+        }
+        Scope::For(_) => per_project(),
+        Scope::Always { global: true } => vec![GrantTarget::Global],
+        Scope::Always { global: false } if covered.is_empty() => match named_project {
+            Some(t) => vec![t],
+            None => return Err(AnswerError::NeedsProject { pattern: pattern.into() }),
+        },
+        Scope::Always { global: false } => per_project(),
+    };
+    let mut seen = std::collections::HashSet::new();
+    targets.retain(|t| seen.insert(t.clone()));
+    let expires = match scope {
+        Scope::For(d) => Some(at + d),
+        Scope::Once | Scope::Session | Scope::Always { .. } => None,
+    };
+    Ok(targets
+        .into_iter()
+        .map(|target| GrantRequest {
+            pattern: pattern.to_string(),
+            port,
+            effect,
+            scope,
+            target,
+            expires,
+            by: by.clone(),
+            at,
+        })
+        .collect())
+}

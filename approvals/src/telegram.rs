@@ -1,0 +1,1 @@
+//! Telegram channel (in progress).

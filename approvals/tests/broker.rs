@@ -1,0 +1,430 @@
+//! The broker's contract: coalescing, first answer wins, wildcards, timeouts, grants.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sandgate_approvals::{
+    Answer, AnswerError, AnswerTarget, Broker, BrokerConfig, BrokerEvent, Channel, Effect,
+    GrantRequest, GrantTarget, GrantWriter, Outcome, Question, QuestionId, Responder, SandboxRef,
+    Scope,
+};
+
+fn q(sandbox: &str, host: &str, port: u16) -> Question {
+    Question {
+        sandbox: sandbox.into(),
+        host: host.into(),
+        port,
+        method: None,
+        path: None,
+        command: vec!["agent".into()],
+        cwd: Some("/p".into()),
+        project: Some(format!("proj-{sandbox}")),
+    }
+}
+
+fn alice() -> Responder {
+    Responder::new(Channel::Telegram, "@alice")
+}
+
+fn bob() -> Responder {
+    Responder::new(Channel::Cli, "bob")
+}
+
+#[derive(Default)]
+struct Recorder {
+    grants: Mutex<Vec<GrantRequest>>,
+    fail: bool,
+    gate: Option<Arc<std::sync::Barrier>>,
+}
+
+impl GrantWriter for Recorder {
+    fn write(&self, g: &GrantRequest) -> Result<String, String> {
+        if let Some(gate) = &self.gate {
+            gate.wait();
+        }
+        if self.fail {
+            return Err("store full".into());
+        }
+        let mut v = self.grants.lock().unwrap();
+        v.push(g.clone());
+        Ok(format!("{}", v.len()))
+    }
+}
+
+fn broker_with(writer: Arc<Recorder>, timeout: Duration) -> Broker {
+    Broker::new(BrokerConfig { timeout, ..Default::default() }, Some(writer))
+}
+
+/// Waits until the broker shows `n` questions with `waiters` total waiters (signal, not sleep:
+/// polls the broker's own state, yielding to the runtime).
+async fn until_pending(b: &Broker, n: usize, waiters: usize) {
+    let started = Instant::now();
+    loop {
+        let p = b.pending();
+        if p.len() == n && p.iter().map(|q| q.waiters).sum::<usize>() == waiters {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "pending stuck at {p:?}");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_concurrent_asks_for_one_key_are_one_question() {
+    let rec = Arc::new(Recorder::default());
+    let b = broker_with(rec.clone(), Duration::from_secs(30));
+    let mut events = b.subscribe();
+    let waiters: Vec<_> = (0..100)
+        .map(|_| {
+            let b = b.clone();
+            tokio::spawn(async move { b.ask(q("sb1", "Crates.io", 443)).await })
+        })
+        .collect();
+    until_pending(&b, 1, 100).await;
+    let pending = b.pending();
+    assert_eq!(pending[0].question.host, "crates.io", "host normalised to lower case");
+    let id = pending[0].id;
+
+    let done = b.answer(AnswerTarget::Question(id), Answer::Allow(Scope::Session), alice()).await;
+    let done = done.unwrap();
+    assert_eq!(done.released.len(), 1);
+    assert_eq!(done.grants, vec!["1"]);
+    let want = Outcome::Answered {
+        answer: Answer::Allow(Scope::Session),
+        by: alice(),
+        pattern: "crates.io".into(),
+    };
+    for w in waiters {
+        assert_eq!(w.await.unwrap(), want);
+    }
+    assert!(b.pending().is_empty());
+    // Exactly one Asked and one Answered event.
+    assert!(matches!(events.recv().await.unwrap(), BrokerEvent::Asked(p) if p.id == id));
+    assert!(
+        matches!(events.recv().await.unwrap(), BrokerEvent::Answered { question, .. } if question.id == id)
+    );
+    assert!(events.try_recv().is_err());
+    let grants = rec.grants.lock().unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].target, GrantTarget::Sandbox("sb1".into()));
+    assert_eq!((grants[0].port, grants[0].effect), (Some(443), Effect::Allow));
+}
+
+#[tokio::test]
+async fn different_keys_are_different_questions() {
+    let b = Broker::new(BrokerConfig::default(), None);
+    let asks = [q("sb1", "a.example", 443), q("sb1", "a.example", 80), q("sb2", "a.example", 443)];
+    let handles: Vec<_> = asks
+        .into_iter()
+        .map(|x| {
+            tokio::spawn({
+                let b = b.clone();
+                async move { b.ask(x).await }
+            })
+        })
+        .collect();
+    until_pending(&b, 3, 3).await;
+    // One host answer (any sandbox) releases all three.
+    let done = b
+        .answer(
+            AnswerTarget::Host { pattern: "a.example".into(), sandbox: None },
+            Answer::Allow(Scope::Once),
+            bob(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.released.len(), 3);
+    for h in handles {
+        assert!(h.await.unwrap().allows());
+    }
+}
+
+#[tokio::test]
+async fn a_question_times_out_as_a_denial_with_a_reason() {
+    let b = Broker::new(
+        BrokerConfig { timeout: Duration::from_millis(150), ..Default::default() },
+        None,
+    );
+    let mut events = b.subscribe();
+    let started = Instant::now();
+    let (o1, o2) =
+        tokio::join!(b.ask(q("sb", "slow.example", 443)), b.ask(q("sb", "slow.example", 443)));
+    let waited = started.elapsed();
+    assert_eq!(o1, Outcome::TimedOut { after: Duration::from_millis(150) });
+    assert_eq!(o1, o2);
+    assert!(!o1.allows());
+    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(5), "{waited:?}");
+    let reason = o1.denial_reason("slow.example", 443).unwrap();
+    assert!(
+        reason.contains("nobody answered") && reason.contains("sandgate allow slow.example"),
+        "{reason}"
+    );
+    let BrokerEvent::Asked(p) = events.recv().await.unwrap() else { panic!("Asked first") };
+    assert!(matches!(events.recv().await.unwrap(), BrokerEvent::TimedOut(t) if t.id == p.id));
+    // Answering after the timeout: first "answer" (the timeout) won.
+    let err = b
+        .answer(AnswerTarget::Question(p.id), Answer::Allow(Scope::Once), alice())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, AnswerError::AlreadyAnswered { how, by: None, .. } if how == "timed out"),
+        "{err:?}"
+    );
+    assert!(b.pending().is_empty());
+}
+
+#[tokio::test]
+async fn the_first_answer_wins_and_later_ones_learn_who() {
+    let b = Broker::new(BrokerConfig::default(), None);
+    let h = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    b.answer(AnswerTarget::Question(id), Answer::Deny(Scope::Session), bob()).await.unwrap();
+    let err = b
+        .answer(AnswerTarget::Question(id), Answer::Allow(Scope::Once), alice())
+        .await
+        .unwrap_err();
+    match err {
+        AnswerError::AlreadyAnswered { by: Some(by), how, .. } => {
+            assert_eq!(by, bob());
+            assert_eq!(how, "denied for this session in the CLI by bob");
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = h.await.unwrap();
+    assert!(!out.allows());
+    assert!(
+        out.denial_reason("x.example", 443)
+            .unwrap()
+            .contains("denied for this session in the CLI by bob")
+    );
+    assert!(matches!(
+        b.answer(AnswerTarget::Question(QuestionId(999)), Answer::Allow(Scope::Once), bob()).await,
+        Err(AnswerError::NotFound { id: QuestionId(999) })
+    ));
+}
+
+#[tokio::test]
+async fn a_wildcard_answer_releases_every_question_it_covers() {
+    let rec = Arc::new(Recorder::default());
+    let b = broker_with(rec.clone(), Duration::from_secs(30));
+    let hosts = ["a.example.com", "b.c.example.com", "example.com", "other.org"];
+    let handles: Vec<_> = hosts
+        .iter()
+        .map(|h| {
+            tokio::spawn({
+                let (b, x) = (b.clone(), q("sb1", h, 443));
+                async move { b.ask(x).await }
+            })
+        })
+        .collect();
+    until_pending(&b, 4, 4).await;
+    let done = b
+        .answer(
+            AnswerTarget::Host { pattern: "*.EXAMPLE.com".into(), sandbox: None },
+            Answer::Allow(Scope::Always { global: false }),
+            alice(),
+        )
+        .await
+        .unwrap();
+    let mut released: Vec<_> = done.released.iter().map(|p| p.question.host.as_str()).collect();
+    released.sort();
+    assert_eq!(released, vec!["a.example.com", "b.c.example.com"]);
+    let left: Vec<_> = b.pending().into_iter().map(|p| p.question.host).collect();
+    assert_eq!(left, vec!["example.com", "other.org"], "the apex is not covered by *.");
+    // One project grant for the pattern, any port.
+    let grants = rec.grants.lock().unwrap().clone();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].pattern, "*.example.com");
+    assert_eq!(grants[0].port, None);
+    assert_eq!(grants[0].target, GrantTarget::Project("proj-sb1".into()));
+    for h in handles.into_iter().take(2) {
+        assert!(h.await.unwrap().allows());
+    }
+    // Too broad or malformed patterns are refused.
+    for bad in ["*", "*.com", "a b"] {
+        let err = b
+            .answer(
+                AnswerTarget::Host { pattern: bad.into(), sandbox: None },
+                Answer::Allow(Scope::Once),
+                alice(),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AnswerError::Pattern(_)), "{bad}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_host_answer_can_be_limited_to_one_sandbox() {
+    let b = Broker::new(BrokerConfig::default(), None);
+    let h1 = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb1", "x.example", 443)).await }
+    });
+    let _h2 = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb2", "x.example", 443)).await }
+    });
+    until_pending(&b, 2, 2).await;
+    let sandbox = Some(SandboxRef { id: "sb1".into(), project: None });
+    let done = b
+        .answer(
+            AnswerTarget::Host { pattern: "x.example".into(), sandbox },
+            Answer::Allow(Scope::Once),
+            bob(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.released.len(), 1);
+    assert!(h1.await.unwrap().allows());
+    assert_eq!(b.pending()[0].question.sandbox, "sb2");
+}
+
+#[tokio::test]
+async fn answers_with_nothing_pending_become_grants_or_say_what_is_missing() {
+    let rec = Arc::new(Recorder::default());
+    let b = broker_with(rec.clone(), Duration::from_secs(30));
+    let host =
+        |p: &str, s: Option<SandboxRef>| AnswerTarget::Host { pattern: p.into(), sandbox: s };
+    let sb = || Some(SandboxRef { id: "sb9".into(), project: Some("proj9".into()) });
+    let err =
+        b.answer(host("a.example", None), Answer::Allow(Scope::Once), bob()).await.unwrap_err();
+    assert!(matches!(err, AnswerError::NothingPending { .. }), "{err:?}");
+    let err =
+        b.answer(host("a.example", None), Answer::Allow(Scope::Session), bob()).await.unwrap_err();
+    assert!(matches!(err, AnswerError::NeedsSandbox { .. }), "{err:?}");
+    let err = b
+        .answer(host("a.example", None), Answer::Allow(Scope::Always { global: false }), bob())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AnswerError::NeedsProject { .. }), "{err:?}");
+    assert!(rec.grants.lock().unwrap().is_empty(), "refused answers write nothing");
+
+    let hour = Duration::from_secs(3600);
+    b.answer(host("a.example", sb()), Answer::Allow(Scope::Session), bob()).await.unwrap();
+    b.answer(host("b.example", None), Answer::Allow(Scope::For(hour)), bob()).await.unwrap();
+    b.answer(host("c.example", sb()), Answer::Allow(Scope::For(hour)), bob()).await.unwrap();
+    b.answer(host("d.example", sb()), Answer::Allow(Scope::Always { global: false }), bob())
+        .await
+        .unwrap();
+    b.answer(host("e.example", None), Answer::Deny(Scope::Always { global: true }), bob())
+        .await
+        .unwrap();
+    let grants = rec.grants.lock().unwrap().clone();
+    let got: Vec<_> = grants
+        .iter()
+        .map(|g| (g.pattern.as_str(), g.target.clone(), g.effect, g.expires.is_some()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a.example", GrantTarget::Sandbox("sb9".into()), Effect::Allow, false),
+            ("b.example", GrantTarget::Global, Effect::Allow, true),
+            ("c.example", GrantTarget::Project("proj9".into()), Effect::Allow, true),
+            ("d.example", GrantTarget::Project("proj9".into()), Effect::Allow, false),
+            ("e.example", GrantTarget::Global, Effect::Deny, false),
+        ]
+    );
+    let for_grant = &grants[1];
+    assert_eq!(for_grant.expires.unwrap().duration_since(for_grant.at).unwrap(), hour);
+    assert_eq!(for_grant.by, bob());
+}
+
+#[tokio::test]
+async fn a_failing_grant_writer_still_releases_and_reports() {
+    let rec = Arc::new(Recorder { fail: true, ..Default::default() });
+    let b = broker_with(rec, Duration::from_secs(30));
+    let h = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    let done = b
+        .answer(AnswerTarget::Question(id), Answer::Allow(Scope::Always { global: true }), alice())
+        .await
+        .unwrap();
+    assert_eq!(done.grant_errors, vec!["store full"]);
+    assert!(done.grants.is_empty());
+    assert!(h.await.unwrap().allows());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_an_answer_is_being_recorded_others_lose_and_newcomers_join() {
+    let gate = Arc::new(std::sync::Barrier::new(2));
+    let rec = Arc::new(Recorder { gate: Some(gate.clone()), ..Default::default() });
+    let b = broker_with(rec, Duration::from_secs(30));
+    let first = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    let answering = tokio::spawn({
+        let b = b.clone();
+        async move { b.answer(AnswerTarget::Question(id), Answer::Allow(Scope::Session), alice()).await }
+    });
+    // The writer is now parked on the gate: the question is claimed, hidden from `pending`.
+    let started = Instant::now();
+    while !b.pending().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::task::yield_now().await;
+    }
+    let err =
+        b.answer(AnswerTarget::Question(id), Answer::Deny(Scope::Once), bob()).await.unwrap_err();
+    assert!(
+        matches!(&err, AnswerError::AlreadyAnswered { by: Some(by), .. } if *by == alice()),
+        "{err:?}"
+    );
+    // A request arriving now joins the claimed question instead of asking again.
+    let late = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    while b.question(id).map(|p| p.waiters) != Some(2) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the late request did not join");
+        tokio::task::yield_now().await;
+    }
+    tokio::task::spawn_blocking(move || gate.wait()).await.unwrap();
+    answering.await.unwrap().unwrap();
+    assert!(first.await.unwrap().allows());
+    assert!(late.await.unwrap().allows());
+}
+
+#[tokio::test]
+async fn a_waiter_that_leaves_does_not_end_the_question() {
+    let b = Broker::new(BrokerConfig::default(), None);
+    let gone = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    let stays = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    until_pending(&b, 1, 2).await;
+    gone.abort();
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    b.answer(AnswerTarget::Question(id), Answer::Allow(Scope::Once), alice()).await.unwrap();
+    assert!(stays.await.unwrap().allows());
+}
+
+#[tokio::test]
+async fn shutdown_denies_waiters_as_closed() {
+    let b = Broker::new(BrokerConfig::default(), None);
+    let h = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb", "x.example", 443)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    assert_eq!(b.shutdown(), 1);
+    let out = h.await.unwrap();
+    assert_eq!(out, Outcome::Closed);
+    assert!(out.denial_reason("x.example", 443).unwrap().contains("daemon stopped"));
+    assert!(b.pending().is_empty());
+}

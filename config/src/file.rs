@@ -181,11 +181,7 @@ pub struct CheckedFile {
 }
 
 /// Parses and checks the text of a configuration file. `home` expands a leading `~/`.
-pub fn parse(
-    path: &Path,
-    text: &str,
-    home: Option<&Path>,
-) -> Result<CheckedFile, ConfigError> {
+pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile, ConfigError> {
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let message = e.message().trim().to_owned();
         let help = if message.starts_with("unknown field") {

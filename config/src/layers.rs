@@ -165,79 +165,69 @@ impl Config {
     pub fn tiers(&self) -> Result<Vec<TierDef>, PolicyError> {
         let mut out = builtin_tiers();
         for (t, path) in self.file_tiers() {
-            let base = self.tier_chain(&t.base, &t.name)?;
-            let base = base.first().cloned().ok_or_else(|| PolicyError::BadBase {
-                name: t.name.clone(),
-                base: t.base.clone(),
-                why: "does not exist",
-            })?;
+            let (root, chain) = self.chain(&t.name)?;
             out.push(TierDef {
                 name: t.name.clone(),
                 description: t
                     .description
                     .clone()
                     .unwrap_or_else(|| format!("like {}, from {}", t.base, path.display())),
-                net: t.network.unwrap_or(base.net),
-                writable_cwd: base.writable_cwd,
+                net: chain.iter().find_map(|t| t.network).unwrap_or(root.net),
+                writable_cwd: root.writable_cwd,
                 defined_in: path.display().to_string(),
             });
         }
         Ok(out)
     }
 
-    /// Resolves `name` to the built-in tier at the root of its `base` chain, plus the file tiers
-    /// along the way (nearest first, after the root).
-    fn tier_chain(&self, name: &str, from: &str) -> Result<Vec<TierDef>, PolicyError> {
-        let mut chain = Vec::new();
-        let mut current = name.to_owned();
-        for _ in 0..16 {
-            if let Some(b) = builtin_tiers().into_iter().find(|t| t.name == current) {
-                chain.insert(0, b);
-                return Ok(chain);
+    /// Follows `base` from tier `name` to a built-in tier: returns that root and the configured
+    /// tiers on the way, nearest first (empty for a built-in tier).
+    fn chain(&self, name: &str) -> Result<(TierDef, Vec<&FileTier>), PolicyError> {
+        let mut chain: Vec<&FileTier> = Vec::new();
+        let mut current = name;
+        loop {
+            if let Some(root) = builtin_tiers().into_iter().find(|t| t.name == current) {
+                return Ok((root, chain));
             }
-            let Some((t, path)) = self.file_tiers().find(|(t, _)| t.name == current) else {
-                return Err(PolicyError::BadBase {
-                    name: from.into(),
-                    base: current,
-                    why: "does not exist",
+            let from = chain.last().map_or(name, |t| t.name.as_str());
+            let Some((t, _)) = self.file_tiers().find(|(t, _)| t.name == current) else {
+                return Err(match chain.last() {
+                    None => PolicyError::UnknownTier {
+                        name: name.into(),
+                        known: self.known_tier_names(),
+                    },
+                    Some(_) => PolicyError::BadBase {
+                        name: from.into(),
+                        base: current.into(),
+                        why: "does not exist",
+                    },
                 });
             };
-            chain.push(TierDef {
-                name: t.name.clone(),
-                description: String::new(),
-                net: t.network.unwrap_or(NetMode::Proxy),
-                writable_cwd: false,
-                defined_in: path.display().to_string(),
-            });
-            current = t.base.clone();
+            if chain.iter().any(|c| c.name == t.name) {
+                return Err(PolicyError::BadBase {
+                    name: from.into(),
+                    base: current.into(),
+                    why: "forms a loop",
+                });
+            }
+            chain.push(t);
+            current = &t.base;
         }
-        Err(PolicyError::BadBase { name: from.into(), base: name.into(), why: "forms a loop" })
+    }
+
+    fn known_tier_names(&self) -> Vec<String> {
+        builtin_tiers()
+            .into_iter()
+            .map(|t| t.name)
+            .chain(self.file_tiers().map(|(t, _)| t.name.clone()))
+            .collect()
     }
 
     /// Resolves the policy of tier `name` for this directory, with the command-line layer on top.
     pub fn policy(&self, name: &str, flags: &Overrides) -> Result<Policy, PolicyError> {
-        let tiers = self.tiers()?;
+        let (root, tier_parts) = self.chain(name)?;
         let tier =
-            tiers.iter().find(|t| t.name == name).ok_or_else(|| PolicyError::UnknownTier {
-                name: name.into(),
-                known: tiers.iter().map(|t| t.name.clone()).collect(),
-            })?;
-        let chain_names: Vec<String> = {
-            let mut v = Vec::new();
-            let mut cur = name.to_owned();
-            while let Some((t, _)) = self.file_tiers().find(|(t, _)| t.name == cur) {
-                if v.contains(&t.name) {
-                    break;
-                }
-                v.push(t.name.clone());
-                cur = t.base.clone();
-            }
-            v
-        };
-        let tier_parts: Vec<&FileTier> = chain_names
-            .iter()
-            .filter_map(|n| self.file_tiers().find(|(t, _)| &t.name == n).map(|(t, _)| t))
-            .collect();
+            TierDef { net: tier_parts.iter().find_map(|t| t.network).unwrap_or(root.net), ..root };
 
         let mut allow: Vec<Rule> = self.files().flat_map(|f| f.content.allow.clone()).collect();
         let mut deny: Vec<Rule> = self.files().flat_map(|f| f.content.deny.clone()).collect();
@@ -327,5 +317,63 @@ fn load_file(path: &Path, home: Option<&Path>) -> Result<Option<LoadedFile>, Con
             format!("cannot read the configuration file: {e}"),
             "check that the file is readable, or remove it",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Decision;
+    use crate::host::Target;
+
+    fn config(global: &str, project: &str) -> (tempfile::TempDir, Config) {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = ConfigPaths {
+            dir: dir.path().into(),
+            global: dir.path().join("config.toml"),
+            project: dir.path().join("p.toml"),
+            project_dir: dir.path().join("proj"),
+            home: Some("/home/u".into()),
+        };
+        std::fs::write(&paths.global, global).unwrap();
+        std::fs::write(&paths.project, project).unwrap();
+        let config = Config::load(paths).unwrap();
+        (dir, config)
+    }
+
+    #[test]
+    fn configured_tiers_follow_their_base() {
+        let (_d, c) = config(
+            "[tiers.offline]\nbase = \"build\"\nnetwork = \"none\"\n\
+             [tiers.offline2]\nbase = \"offline\"\nallow_write = [\"/cache\"]\n",
+            "[network]\nallow = [\"proj.test\"]\n[filesystem]\nallow_write = [\"~/x\"]\n",
+        );
+        let names: Vec<String> = c.tiers().unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["run", "net", "build", "offline", "offline2"]);
+        let p = c.policy("offline2", &Overrides::default()).unwrap();
+        assert_eq!(p.net.mode, NetMode::None);
+        let writable: Vec<_> = p.fs.writable.iter().map(|w| w.path.clone()).collect();
+        assert_eq!(
+            writable,
+            [PathBuf::from(c.paths.project_dir.clone()), "/home/u/x".into(), "/cache".into()]
+        );
+        let net = c.policy("net", &Overrides::default()).unwrap();
+        assert!(net.fs.writable.is_empty(), "net writes nowhere");
+        assert!(matches!(net.net.decide(&Target::parse("proj.test").unwrap()), Decision::Allow(_)));
+        assert!(net.fs.hidden.iter().any(|h| h.path == Path::new("/home/u/.ssh")));
+    }
+
+    #[test]
+    fn bad_tier_chains_are_errors() {
+        let (_d, c) = config("[tiers.a]\nbase = \"b\"\n[tiers.b]\nbase = \"a\"\n", "");
+        assert!(matches!(
+            c.policy("a", &Overrides::default()),
+            Err(PolicyError::BadBase { why: "forms a loop", .. })
+        ));
+        let (_d, c) = config("[tiers.a]\nbase = \"nope\"\n", "");
+        assert!(matches!(c.tiers(), Err(PolicyError::BadBase { why: "does not exist", .. })));
+        let (_d, c) = config("", "");
+        let e = c.policy("bulid", &Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("run, net, build"), "{e}");
     }
 }

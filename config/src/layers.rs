@@ -353,10 +353,7 @@ mod tests {
         let p = c.policy("offline2", &Overrides::default()).unwrap();
         assert_eq!(p.net.mode, NetMode::None);
         let writable: Vec<_> = p.fs.writable.iter().map(|w| w.path.clone()).collect();
-        assert_eq!(
-            writable,
-            [PathBuf::from(c.paths.project_dir.clone()), "/home/u/x".into(), "/cache".into()]
-        );
+        assert_eq!(writable, [c.paths.project_dir.clone(), "/home/u/x".into(), "/cache".into()]);
         let net = c.policy("net", &Overrides::default()).unwrap();
         assert!(net.fs.writable.is_empty(), "net writes nowhere");
         assert!(matches!(net.net.decide(&Target::parse("proj.test").unwrap()), Decision::Allow(_)));

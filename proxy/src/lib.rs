@@ -1,1 +1,44 @@
-//! placeholder
+//! sandgate's allowlist proxy: HTTP/1.1 forwarding (absolute-form requests) and CONNECT tunnels,
+//! each request put through one decision pipeline before a single byte reaches the upstream.
+//!
+//! # Stages, in the order they run
+//!
+//! 1. `request_filter` — read the request head (with a deadline and a size limit), check the
+//!    sandbox token (407), parse and normalise the target; malformed → 400.
+//! 2. `decide` — the sandbox's [`NetworkPolicy`](sandgate_config::NetworkPolicy): deny → 403,
+//!    allow → go; otherwise grants from a [`GrantSource`].
+//! 3. `ask` — an [`Approver`] is asked, once per (sandbox, host, port) however many requests
+//!    wait; the request is held until it answers or the ask timeout passes (timeout = deny).
+//! 4. `upstream_peer` — resolve the name ([`Resolver`]) and drop loopback, link-local, private,
+//!    metadata and the host's own addresses unless that IP is itself allowed ([`guard`]).
+//! 5. `connect` — to exactly the addresses that were checked, in order; none reachable → 502.
+//! 6. `sni_filter` — for a tunnel whose client speaks TLS, the ClientHello's server name must be
+//!    the CONNECT host or itself allowed (no domain fronting); otherwise the tunnel is refused.
+//! 7. `tunnel` / `forward` — splice(2) or a large-buffer copy; plain HTTP through a keep-alive
+//!    connection pool with hop-by-hop and `Proxy-Authorization` headers removed.
+//! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP) to an
+//!    [`EventSink`].
+//!
+//! The proxy does not terminate TLS, does not cache, and speaks HTTP/1.1 only.
+
+#![forbid(unsafe_code)]
+
+mod ask;
+mod conn;
+mod denial;
+mod forward;
+pub mod guard;
+pub mod head;
+mod io;
+mod proxy;
+pub mod sni;
+mod traits;
+mod tunnel;
+
+pub use denial::{Refusal, render_refusal};
+pub use io::{Listener, raise_nofile_limit};
+pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
+pub use traits::{
+    Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, ProxyToken,
+    Question, Resolver, SandboxId, SystemResolver, TracingSink,
+};

@@ -1,0 +1,389 @@
+//! Refusals and the responses that explain them, written for an AI agent to read and act on.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandgate_config::{NetworkPolicy, Rule};
+
+use crate::guard::Forbidden;
+
+/// How many allowed destinations a 403 body lists.
+const LISTED_ALLOWED: usize = 12;
+
+/// Why a request does not go through. Each becomes one response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The request or its target is malformed (400).
+    Malformed {
+        /// What was sent (shortened, escaped).
+        input: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A plain request in origin form (`GET /path`): the client is not using the proxy as one.
+    OriginForm,
+    /// `GET https://...` sent to the proxy: HTTPS must go through CONNECT.
+    HttpsWithoutConnect {
+        /// The target.
+        target: String,
+    },
+    /// The sandbox has a token and the request did not carry it (407).
+    Unauthenticated,
+    /// A deny rule (or the absence of network) refuses it (403).
+    Deny {
+        /// `host:port`.
+        target: String,
+        /// The rule.
+        rule: Arc<Rule>,
+    },
+    /// A person refused it (403).
+    Denied {
+        /// `host:port`.
+        target: String,
+    },
+    /// Nobody answered within the ask timeout (403).
+    AskTimedOut {
+        /// `host:port`.
+        target: String,
+        /// How long the proxy waited.
+        after: Duration,
+    },
+    /// No approver is running, so unknown destinations cannot be approved (403).
+    NoApprover {
+        /// `host:port`.
+        target: String,
+    },
+    /// The name resolves only to addresses the sandbox may not reach (403).
+    ForbiddenAddress {
+        /// `host:port`.
+        target: String,
+        /// The first refused address.
+        ip: IpAddr,
+        /// Why.
+        why: Forbidden,
+    },
+    /// The name does not resolve (502).
+    Unresolvable {
+        /// `host:port`.
+        target: String,
+        /// The resolver's error.
+        error: String,
+    },
+    /// No checked address accepted a connection, or the upstream failed mid-request (502).
+    Unreachable {
+        /// `host:port`.
+        target: String,
+        /// The last error.
+        error: String,
+    },
+}
+
+impl Refusal {
+    /// The HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Malformed { .. }
+            | Refusal::OriginForm
+            | Refusal::HttpsWithoutConnect { .. } => 400,
+            Refusal::Unauthenticated => 407,
+            Refusal::Deny { .. }
+            | Refusal::Denied { .. }
+            | Refusal::AskTimedOut { .. }
+            | Refusal::NoApprover { .. }
+            | Refusal::ForbiddenAddress { .. } => 403,
+            Refusal::Unresolvable { .. } | Refusal::Unreachable { .. } => 502,
+        }
+    }
+
+    /// The event verb: `deny` for policy refusals, `reject` for bad requests, `allow` for an
+    /// allowed request whose upstream failed.
+    pub fn verb(&self) -> &'static str {
+        match self.status() {
+            403 => "deny",
+            502 => "allow",
+            _ => "reject",
+        }
+    }
+
+    /// The deciding rule, as text (also the `rule=` of `X-Sandgate-Decision`).
+    pub fn rule_text(&self) -> String {
+        match self {
+            Refusal::Malformed { .. } => "malformed request".into(),
+            Refusal::OriginForm => "not a proxy request".into(),
+            Refusal::HttpsWithoutConnect { .. } => "https without CONNECT".into(),
+            Refusal::Unauthenticated => "proxy token required".into(),
+            Refusal::Deny { rule, .. } => deny_rule_text(rule),
+            Refusal::Denied { .. } => "denied by a person".into(),
+            Refusal::AskTimedOut { .. } => "approval timed out".into(),
+            Refusal::NoApprover { .. } => "no approver running".into(),
+            Refusal::ForbiddenAddress { ip, why, .. } => format!("{ip} is {why}"),
+            Refusal::Unresolvable { .. } => "name does not resolve".into(),
+            Refusal::Unreachable { .. } => "upstream unreachable".into(),
+        }
+    }
+
+    /// The destination, when one was understood.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Refusal::Malformed { .. } | Refusal::OriginForm | Refusal::Unauthenticated => None,
+            Refusal::HttpsWithoutConnect { target }
+            | Refusal::Deny { target, .. }
+            | Refusal::Denied { target }
+            | Refusal::AskTimedOut { target, .. }
+            | Refusal::NoApprover { target }
+            | Refusal::ForbiddenAddress { target, .. }
+            | Refusal::Unresolvable { target, .. }
+            | Refusal::Unreachable { target, .. } => Some(target),
+        }
+    }
+}
+
+fn deny_rule_text(rule: &Rule) -> String {
+    match &rule.pattern {
+        Some(p) => format!("deny {p} ({})", rule.source),
+        None => rule.source.to_string(),
+    }
+}
+
+/// A rendered refusal: status line reason, headers and body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rendered {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase.
+    pub reason: &'static str,
+    /// Extra headers (name, value); values are safe to put on the wire.
+    pub headers: Vec<(&'static str, String)>,
+    /// Plain-text body.
+    pub body: String,
+}
+
+impl Rendered {
+    /// The whole response as HTTP/1.1 bytes, with `Connection: close`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, self.reason);
+        for (k, v) in &self.headers {
+            let _ = write!(out, "{k}: {v}\r\n");
+        }
+        let _ = write!(
+            out,
+            "Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            self.body.len(),
+            self.body
+        );
+        out.into_bytes()
+    }
+}
+
+/// Renders a refusal for a sandbox under `policy`.
+pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
+    let status = refusal.status();
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        407 => "Proxy Authentication Required",
+        _ => "Bad Gateway",
+    };
+    let mut headers = vec![(
+        "X-Sandgate-Decision",
+        format!("{}; rule={}", refusal.verb(), header_safe(&refusal.rule_text())),
+    )];
+    if status == 407 {
+        headers.push(("Proxy-Authenticate", "Basic realm=\"sandgate\"".into()));
+    }
+    let mut body = String::new();
+    let t = refusal.target().unwrap_or("");
+    let host = t.rsplit_once(':').map_or(t, |(h, _)| h);
+    let how_to_ask = |body: &mut String| {
+        let _ = write!(
+            body,
+            "To get access, ask the person you are working for to run `sandgate allow {host}` in a \
+             terminal outside the sandbox, or to approve it in chat. Retrying before that will be \
+             refused the same way.\n"
+        );
+    };
+    match refusal {
+        Refusal::Malformed { input, why } => {
+            let _ = writeln!(body, "sandgate proxy: bad request {input}: {why}.");
+            body.push_str("Send `CONNECT host:port` for HTTPS or an absolute `http://` URL.\n");
+        }
+        Refusal::OriginForm => body.push_str(
+            "sandgate proxy: this is an HTTP proxy, not a web server. Set HTTP_PROXY and \
+             HTTPS_PROXY (e.g. http://127.0.0.1:3128) so requests are sent through it.\n",
+        ),
+        Refusal::HttpsWithoutConnect { target } => {
+            let _ = writeln!(
+                body,
+                "sandgate proxy: {target} is https; HTTPS goes through a CONNECT tunnel. Set \
+                 HTTPS_PROXY to this proxy and use the https:// URL as usual."
+            );
+        }
+        Refusal::Unauthenticated => body.push_str(
+            "sandgate proxy: this proxy needs the sandbox's token in Proxy-Authorization. Use \
+             the HTTP_PROXY/HTTPS_PROXY values set inside the sandbox unchanged.\n",
+        ),
+        Refusal::Deny { rule, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}.\nRule: {}.",
+                deny_rule_text(rule)
+            );
+            allowed_list(&mut body, policy);
+            body.push_str(
+                "A deny rule wins over every allow rule and grant; only the person running the \
+                 sandbox can change it (in sandgate's configuration, outside the sandbox).\n",
+            );
+        }
+        Refusal::Denied { .. } => {
+            let _ = writeln!(body, "sandgate blocked the connection to {t}: a person denied it.");
+            allowed_list(&mut body, policy);
+            body.push_str("Do not retry; ask the person if you need it and explain why.\n");
+        }
+        Refusal::AskTimedOut { after, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: it is not on the allowlist and nobody \
+                 approved it within {}s (the request timed out).",
+                after.as_secs()
+            );
+            allowed_list(&mut body, policy);
+            how_to_ask(&mut body);
+        }
+        Refusal::NoApprover { .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: it is not on the allowlist, and no \
+                 approver is running to ask a person (the proxy runs without the sandgate daemon)."
+            );
+            allowed_list(&mut body, policy);
+            how_to_ask(&mut body);
+        }
+        Refusal::ForbiddenAddress { ip, why, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: the name resolves to {ip}, which is {why}. \
+                 Sandboxes may reach such addresses only when the address itself is allowed."
+            );
+            allowed_list(&mut body, policy);
+        }
+        Refusal::Unresolvable { error, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate allowed {t}, but the name does not resolve: {error}. Check the spelling."
+            );
+        }
+        Refusal::Unreachable { error, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate allowed {t}, but the server could not be reached: {error}. The server \
+                 may be down; this is not a policy decision."
+            );
+        }
+    }
+    Rendered { status, reason, headers, body }
+}
+
+fn allowed_list(body: &mut String, policy: &NetworkPolicy) {
+    let rules = policy.allow_rules();
+    let names: Vec<String> = rules
+        .iter()
+        .filter_map(|r| r.pattern.as_ref())
+        .take(LISTED_ALLOWED)
+        .map(|p| p.to_string())
+        .collect();
+    if names.is_empty() {
+        body.push_str("Allowed destinations: none.\n");
+    } else if rules.len() > names.len() {
+        let _ = writeln!(
+            body,
+            "Allowed destinations (first {} of {}): {}.",
+            names.len(),
+            rules.len(),
+            names.join(", ")
+        );
+    } else {
+        let _ = writeln!(body, "Allowed destinations: {}.", names.join(", "));
+    }
+}
+
+/// Replaces anything that may not appear in a header value with `?`.
+fn header_safe(s: &str) -> String {
+    s.chars().map(|c| if c == ' ' || c.is_ascii_graphic() { c } else { '?' }).collect()
+}
+
+/// Shortens and escapes untrusted input for a message.
+pub(crate) fn quote(input: &[u8]) -> String {
+    let shown = &input[..input.len().min(80)];
+    let mut s = format!("{:?}", String::from_utf8_lossy(shown));
+    if input.len() > shown.len() {
+        s.push_str("...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandgate_config::{DomainPattern, NetMode, PatternUse, RuleSource};
+
+    fn policy() -> NetworkPolicy {
+        let rule = |p: &str, u| Rule {
+            pattern: Some(DomainPattern::parse(p, u).unwrap()),
+            source: RuleSource::CommandLine,
+        };
+        NetworkPolicy::new(
+            "net",
+            NetMode::Proxy,
+            vec![rule("crates.io", PatternUse::Allow), rule("*.github.com", PatternUse::Allow)],
+            vec![rule("evil.example", PatternUse::Deny)],
+        )
+    }
+
+    #[test]
+    fn deny_body_names_target_rule_allowlist_and_remedy() {
+        let p = policy();
+        let rule = p.deny_rules()[0].clone();
+        let r = render_refusal(&Refusal::Deny { target: "evil.example:443".into(), rule }, &p);
+        assert_eq!(r.status, 403);
+        assert_eq!(
+            r.headers[0],
+            ("X-Sandgate-Decision", "deny; rule=deny evil.example (command line)".into())
+        );
+        assert_eq!(
+            r.body,
+            "sandgate blocked the connection to evil.example:443.\n\
+             Rule: deny evil.example (command line).\n\
+             Allowed destinations: crates.io, *.github.com.\n\
+             A deny rule wins over every allow rule and grant; only the person running the \
+             sandbox can change it (in sandgate's configuration, outside the sandbox).\n"
+        );
+        let bytes = String::from_utf8(r.to_bytes()).unwrap();
+        assert!(bytes.starts_with("HTTP/1.1 403 Forbidden\r\nX-Sandgate-Decision: deny; rule="));
+        assert!(bytes.ends_with(&r.body));
+    }
+
+    #[test]
+    fn timeout_body_says_how_to_ask() {
+        let r = render_refusal(
+            &Refusal::AskTimedOut { target: "pypi.org:443".into(), after: Duration::from_secs(60) },
+            &policy(),
+        );
+        assert_eq!(r.headers[0].1, "deny; rule=approval timed out");
+        assert!(r.body.contains("within 60s (the request timed out)"), "{}", r.body);
+        assert!(r.body.contains("`sandgate allow pypi.org`"), "{}", r.body);
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(Refusal::OriginForm.status(), 400);
+        assert_eq!(Refusal::Unauthenticated.status(), 407);
+        let unreachable = Refusal::Unreachable { target: "a:1".into(), error: "refused".into() };
+        assert_eq!(unreachable.status(), 502);
+        let r = render_refusal(&Refusal::Unauthenticated, &policy());
+        assert!(r.headers.iter().any(|(k, _)| *k == "Proxy-Authenticate"));
+        assert_eq!(header_safe("a\r\nb\u{e9}"), "a??b?");
+        assert_eq!(quote(b"a\0b"), "\"a\\0b\"");
+    }
+}

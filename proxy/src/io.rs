@@ -1,0 +1,248 @@
+//! Listeners and client streams: TCP, Unix sockets, and listening sockets handed over as fds.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use nix::sys::socket::{AddressFamily, SockaddrLike, SockaddrStorage, getsockname};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// A listening socket the proxy serves.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// A Unix stream socket.
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Adopts an already bound and listening socket (TCP or Unix), e.g. one created inside a
+    /// sandbox's network namespace and passed over SCM_RIGHTS. Must be called inside a tokio
+    /// runtime.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Listener> {
+        let family = getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map_err(io::Error::from)?
+            .family();
+        match family {
+            Some(AddressFamily::Unix) => {
+                let l = std::os::unix::net::UnixListener::from(fd);
+                l.set_nonblocking(true)?;
+                Ok(Listener::Unix(UnixListener::from_std(l)?))
+            }
+            Some(AddressFamily::Inet | AddressFamily::Inet6) => {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true)?;
+                Ok(Listener::Tcp(TcpListener::from_std(l)?))
+            }
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the listening socket has address family {other:?}; expected TCP or Unix"),
+            )),
+        }
+    }
+
+    /// Where it listens, for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_else(|| "unix socket".into()),
+        }
+    }
+
+    pub(crate) async fn accept(&self) -> io::Result<ClientStream> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept().await?;
+                s.set_nodelay(true)?;
+                Ok(ClientStream::Tcp(s))
+            }
+            Listener::Unix(l) => Ok(ClientStream::Unix(l.accept().await?.0)),
+        }
+    }
+}
+
+impl From<TcpListener> for Listener {
+    fn from(l: TcpListener) -> Self {
+        Listener::Tcp(l)
+    }
+}
+
+impl From<UnixListener> for Listener {
+    fn from(l: UnixListener) -> Self {
+        Listener::Unix(l)
+    }
+}
+
+/// An accepted client connection.
+#[derive(Debug)]
+pub(crate) enum ClientStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// The readiness-based operations splice(2) needs, on TCP and Unix streams alike.
+pub(crate) trait RawStream: AsFd {
+    /// Waits for `interest`.
+    fn ready_for(&self, interest: Interest) -> impl Future<Output = io::Result<()>> + Send;
+    /// Runs a non-blocking operation, clearing readiness on `WouldBlock`.
+    fn try_io_with<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R>;
+}
+
+impl RawStream for TcpStream {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+        self.ready(interest).await.map(drop)
+    }
+    fn try_io_with<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.try_io(interest, f)
+    }
+}
+
+impl RawStream for UnixStream {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+        self.ready(interest).await.map(drop)
+    }
+    fn try_io_with<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.try_io(interest, f)
+    }
+}
+
+impl AsFd for ClientStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            ClientStream::Tcp(s) => s.as_fd(),
+            ClientStream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl RawStream for ClientStream {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+        match self {
+            ClientStream::Tcp(s) => s.ready(interest).await.map(drop),
+            ClientStream::Unix(s) => s.ready(interest).await.map(drop),
+        }
+    }
+    fn try_io_with<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self {
+            ClientStream::Tcp(s) => s.try_io(interest, f),
+            ClientStream::Unix(s) => s.try_io(interest, f),
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A stream with bytes already read from it put back in front.
+pub(crate) struct Rewind<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S> Rewind<S> {
+    pub(crate) fn new(prefix: Bytes, inner: S) -> Self {
+        Rewind { prefix, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.prefix.has_remaining() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
+    }
+    Ok(hard.max(soft))
+}

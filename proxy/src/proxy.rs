@@ -1,0 +1,460 @@
+//! The proxy value, its configuration, and the decision stages shared by tunnels and forwarding.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use sandgate_config::{Decision, Host, NetworkPolicy, Rule, Target};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
+
+use crate::ask::Asks;
+use crate::denial::Refusal;
+use crate::forward::Pool;
+use crate::guard::{self, OwnAddresses};
+use crate::io::Listener;
+use crate::traits::{
+    Answer, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Question, Resolver,
+    SandboxId, SystemResolver, TracingSink,
+};
+
+/// How tunnels move bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunnelMode {
+    /// splice(2) through a pipe: the bytes never enter user space.
+    Splice,
+    /// `copy_bidirectional` with large buffers.
+    Copy,
+}
+
+/// Limits and timeouts.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// How long a client may take to send a complete request head (slow clients are dropped).
+    pub header_timeout: Duration,
+    /// How long a tunnel or keep-alive connection may sit without traffic.
+    pub idle_timeout: Duration,
+    /// How long a request is held waiting for a person's answer (then it is denied).
+    pub ask_timeout: Duration,
+    /// How long to wait for one upstream address to accept a connection.
+    pub connect_timeout: Duration,
+    /// Largest request head, in bytes.
+    pub max_head_bytes: usize,
+    /// Buffer size of each direction in [`TunnelMode::Copy`].
+    pub tunnel_buffer: usize,
+    /// How tunnels move bytes.
+    pub tunnel_mode: TunnelMode,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
+            ask_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            max_head_bytes: crate::head::MAX_HEAD_BYTES,
+            tunnel_buffer: 256 * 1024,
+            tunnel_mode: TunnelMode::Splice,
+        }
+    }
+}
+
+/// What a listener serves: which sandbox, under which policy, with which token.
+#[derive(Clone, Debug)]
+pub struct SandboxContext {
+    /// The sandbox.
+    pub id: SandboxId,
+    /// Its network policy (replace it at run time with [`Proxy::set_policy`]).
+    pub policy: Arc<NetworkPolicy>,
+    /// When set, clients must present it in `Proxy-Authorization` (407 otherwise).
+    pub token: Option<ProxyToken>,
+}
+
+/// A sandbox as the proxy holds it while at least one listener serves it.
+#[derive(Debug)]
+pub(crate) struct Sandbox {
+    pub(crate) id: SandboxId,
+    policy: RwLock<Arc<NetworkPolicy>>,
+    pub(crate) token: Option<ProxyToken>,
+}
+
+impl Sandbox {
+    pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Builds a [`Proxy`].
+pub struct ProxyBuilder {
+    config: ProxyConfig,
+    approver: Option<Arc<dyn Approver>>,
+    grants: Option<Arc<dyn GrantSource>>,
+    events: Arc<dyn EventSink>,
+    resolver: Arc<dyn Resolver>,
+}
+
+impl ProxyBuilder {
+    /// Sets limits and timeouts.
+    pub fn config(mut self, config: ProxyConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Who to ask about unknown destinations (without one, they are denied).
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Where grants come from.
+    pub fn grants(mut self, grants: Arc<dyn GrantSource>) -> Self {
+        self.grants = Some(grants);
+        self
+    }
+
+    /// Where events go (default: the tracing log).
+    pub fn events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// How names are resolved (default: the system resolver).
+    pub fn resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Builds the proxy.
+    pub fn build(self) -> Proxy {
+        let (shutdown, _) = watch::channel(false);
+        Proxy {
+            inner: Arc::new(Inner {
+                config: self.config,
+                approver: self.approver,
+                grants: self.grants,
+                events: self.events,
+                resolver: self.resolver,
+                asks: Asks::default(),
+                own: OwnAddresses::default(),
+                pool: Pool::default(),
+                sandboxes: Mutex::new(HashMap::new()),
+                shutdown,
+                active: AtomicUsize::new(0),
+                drained: Notify::new(),
+            }),
+        }
+    }
+}
+
+/// The proxy: one value (cheap to clone) serving any number of listeners and sandboxes.
+#[derive(Clone)]
+pub struct Proxy {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ProxyConfig,
+    approver: Option<Arc<dyn Approver>>,
+    grants: Option<Arc<dyn GrantSource>>,
+    pub(crate) events: Arc<dyn EventSink>,
+    resolver: Arc<dyn Resolver>,
+    asks: Asks,
+    own: OwnAddresses,
+    pub(crate) pool: Pool,
+    sandboxes: Mutex<HashMap<SandboxId, Weak<Sandbox>>>,
+    pub(crate) shutdown: watch::Sender<bool>,
+    active: AtomicUsize,
+    drained: Notify,
+}
+
+/// Addresses that passed the guard, and the rule that let the request through.
+pub(crate) struct Admitted {
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) addrs: Vec<SocketAddr>,
+}
+
+impl Proxy {
+    /// A builder with the defaults: no approver, no grants, events to the tracing log, the system
+    /// resolver.
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder {
+            config: ProxyConfig::default(),
+            approver: None,
+            grants: None,
+            events: Arc::new(TracingSink),
+            resolver: Arc::new(SystemResolver),
+        }
+    }
+
+    /// Serves `listener` for one sandbox until [`Proxy::shutdown`]. Listeners of the same
+    /// sandbox id share one policy: the latest context registered wins.
+    pub async fn serve(
+        &self,
+        listener: impl Into<Listener>,
+        ctx: SandboxContext,
+    ) -> io::Result<()> {
+        let listener = listener.into();
+        let sandbox = self.register(ctx);
+        let mut stop = self.inner.shutdown.subscribe();
+        tracing::debug!(sandbox = %sandbox.id, listen = %listener.describe(), "serving");
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = stop.changed() => return Ok(()),
+            };
+            match accepted {
+                Ok(stream) => {
+                    let (inner, sandbox) = (self.inner.clone(), sandbox.clone());
+                    let guard = ActiveGuard::new(inner.clone());
+                    tokio::spawn(async move {
+                        inner.handle(sandbox, stream).await;
+                        drop(guard);
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before accept: keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    /// Replaces the policy of a sandbox that is being served; `false` when none is.
+    pub fn set_policy(&self, id: &SandboxId, policy: Arc<NetworkPolicy>) -> bool {
+        let map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(id).and_then(Weak::upgrade) {
+            Some(sb) => {
+                *sb.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops accepting on every listener. Connections in progress continue; see
+    /// [`Proxy::drain`].
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Waits until no connection is in progress, or `grace` passes; returns how many remain.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let wait = async {
+            loop {
+                let notified = self.inner.drained.notified();
+                if self.inner.active.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, wait).await;
+        self.inner.active.load(Ordering::SeqCst)
+    }
+
+    /// Number of connections in progress.
+    pub fn active_connections(&self) -> usize {
+        self.inner.active.load(Ordering::SeqCst)
+    }
+
+    fn register(&self, ctx: SandboxContext) -> Arc<Sandbox> {
+        let mut map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        if let Some(sb) = map.get(&ctx.id).and_then(Weak::upgrade) {
+            *sb.policy.write().unwrap_or_else(|e| e.into_inner()) = ctx.policy;
+            return sb;
+        }
+        let sb = Arc::new(Sandbox {
+            id: ctx.id.clone(),
+            policy: RwLock::new(ctx.policy),
+            token: ctx.token,
+        });
+        map.insert(ctx.id, Arc::downgrade(&sb));
+        sb
+    }
+}
+
+/// Counts a connection as active while it lives.
+struct ActiveGuard(Arc<Inner>);
+
+impl ActiveGuard {
+    fn new(inner: Arc<Inner>) -> ActiveGuard {
+        inner.active.fetch_add(1, Ordering::SeqCst);
+        ActiveGuard(inner)
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+impl Inner {
+    /// Stages `decide` → `ask` → `upstream_peer` for one request.
+    pub(crate) async fn admit(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+        method: &str,
+        path: Option<&str>,
+    ) -> Result<Admitted, Refusal> {
+        let rule = self.decide(sandbox, policy, target, method, path).await?;
+        let addrs = self.upstream_peer(sandbox, policy, target).await?;
+        Ok(Admitted { rule, addrs })
+    }
+
+    /// Stages `decide` and `ask`: deny rules, allow rules, grants, then a person.
+    async fn decide(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+        method: &str,
+        path: Option<&str>,
+    ) -> Result<Arc<Rule>, Refusal> {
+        match policy.decide(target) {
+            Decision::Allow(rule) => return Ok(rule),
+            Decision::Deny(rule) => {
+                return Err(Refusal::Deny { target: target.to_string(), rule });
+            }
+            Decision::Ask => {}
+        }
+        if let Some(rule) = self.grant(sandbox, target).await {
+            return Ok(rule);
+        }
+        let Some(approver) = &self.approver else {
+            return Err(Refusal::NoApprover { target: target.to_string() });
+        };
+        let question = Question {
+            sandbox: sandbox.id.clone(),
+            target: target.clone(),
+            method: method.to_owned(),
+            path: path.map(str::to_owned),
+        };
+        match self.asks.ask(approver, question, self.config.ask_timeout).await {
+            Answer::Allow(rule) => Ok(rule),
+            Answer::Deny(DenyReason::Rule(rule)) => {
+                Err(Refusal::Deny { target: target.to_string(), rule })
+            }
+            Answer::Deny(DenyReason::Denied) => Err(Refusal::Denied { target: target.to_string() }),
+            Answer::Deny(DenyReason::TimedOut) => Err(Refusal::AskTimedOut {
+                target: target.to_string(),
+                after: self.config.ask_timeout,
+            }),
+        }
+    }
+
+    async fn grant(&self, sandbox: &Sandbox, target: &Target) -> Option<Arc<Rule>> {
+        match &self.grants {
+            Some(g) => g.grant_for(&sandbox.id, target).await,
+            None => None,
+        }
+    }
+
+    /// Whether the policy (or a grant) allows `host:port` outright, without asking anyone.
+    pub(crate) async fn allowed_outright(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+    ) -> bool {
+        match policy.decide(target) {
+            Decision::Allow(_) => true,
+            Decision::Deny(_) => false,
+            Decision::Ask => self.grant(sandbox, target).await.is_some(),
+        }
+    }
+
+    /// Stage `upstream_peer`: resolve and keep the addresses the guard lets through.
+    async fn upstream_peer(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+    ) -> Result<Vec<SocketAddr>, Refusal> {
+        let resolved = match &target.host {
+            Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+            Host::Name(name) => match self.resolver.resolve(name, target.port).await {
+                Ok(addrs) if !addrs.is_empty() => addrs,
+                Ok(_) => {
+                    return Err(Refusal::Unresolvable {
+                        target: target.to_string(),
+                        error: "no addresses".into(),
+                    });
+                }
+                Err(e) => {
+                    return Err(Refusal::Unresolvable {
+                        target: target.to_string(),
+                        error: e.to_string(),
+                    });
+                }
+            },
+        };
+        let mut passed = Vec::with_capacity(resolved.len());
+        let mut first_refused = None;
+        for addr in resolved {
+            let ip = sandgate_config::canonical_ip(addr.ip());
+            let addr = SocketAddr::new(ip, target.port);
+            match self.forbidden(ip) {
+                None => passed.push(addr),
+                Some(why) => {
+                    let ip_target = Target { host: Host::Ip(ip), port: target.port };
+                    if self.allowed_outright(sandbox, policy, &ip_target).await {
+                        passed.push(addr);
+                    } else if first_refused.is_none() {
+                        first_refused = Some((ip, why));
+                    }
+                }
+            }
+        }
+        match (passed.is_empty(), first_refused) {
+            (true, Some((ip, why))) => {
+                Err(Refusal::ForbiddenAddress { target: target.to_string(), ip, why })
+            }
+            _ => Ok(passed),
+        }
+    }
+
+    fn forbidden(&self, ip: IpAddr) -> Option<guard::Forbidden> {
+        guard::classify(ip)
+            .or_else(|| self.own.contains(ip).then_some(guard::Forbidden::OwnAddress))
+    }
+
+    /// Stage `connect`: the checked addresses, in order, until one accepts.
+    pub(crate) async fn connect(
+        &self,
+        target: &Target,
+        addrs: &[SocketAddr],
+    ) -> Result<TcpStream, Refusal> {
+        let mut last = String::from("no address to connect to");
+        for addr in addrs {
+            match tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr)).await
+            {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => {
+                    last = format!(
+                        "{addr}: no answer within {}s",
+                        self.config.connect_timeout.as_secs()
+                    );
+                }
+            }
+        }
+        Err(Refusal::Unreachable { target: target.to_string(), error: last })
+    }
+}

@@ -1,0 +1,193 @@
+//! What the proxy needs from the rest of sandgate, as small traits that tests replace with fakes.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandgate_config::{DomainName, Rule, Target};
+
+/// A boxed future, so the traits below can be used as `Arc<dyn Trait>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The id of a sandbox, as the daemon and the store name it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxId(Arc<str>);
+
+impl SandboxId {
+    /// Wraps an id.
+    pub fn new(id: impl Into<Arc<str>>) -> SandboxId {
+        SandboxId(id.into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// A secret a sandbox's clients must present in `Proxy-Authorization` (as the password of
+/// `Basic` credentials, with any user name, or as a `Bearer` token).
+#[derive(Clone)]
+pub struct ProxyToken(Arc<str>);
+
+impl ProxyToken {
+    /// Wraps a token.
+    pub fn new(token: impl Into<Arc<str>>) -> ProxyToken {
+        ProxyToken(token.into())
+    }
+
+    /// The token as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ProxyToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProxyToken(..)")
+    }
+}
+
+/// Grants a person gave (kept by the store), consulted when the policy has no rule.
+pub trait GrantSource: Send + Sync + 'static {
+    /// The grant that allows `target` for `sandbox`, if any; its rule should have
+    /// [`RuleSource::Grant`](sandgate_config::RuleSource::Grant) as source.
+    fn grant_for<'a>(
+        &'a self,
+        sandbox: &'a SandboxId,
+        target: &'a Target,
+    ) -> BoxFuture<'a, Option<Arc<Rule>>>;
+}
+
+/// A request for a person's decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Question {
+    /// The sandbox asking.
+    pub sandbox: SandboxId,
+    /// Where it wants to go.
+    pub target: Target,
+    /// The method of the first request that asked (`CONNECT`, `GET`, ...).
+    pub method: String,
+    /// The path of the first request, for plain HTTP (a tunnel has none).
+    pub path: Option<String>,
+}
+
+/// Why a question ended in a denial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DenyReason {
+    /// A person denied it with a rule (e.g. "deny always").
+    Rule(Arc<Rule>),
+    /// A person denied it once.
+    Denied,
+    /// Nobody answered in time.
+    TimedOut,
+}
+
+/// A person's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Let it through, under this rule (usually a grant).
+    Allow(Arc<Rule>),
+    /// Refuse it.
+    Deny(DenyReason),
+}
+
+/// Asks a person. The proxy holds the request while the future runs, and asks only once per
+/// (sandbox, host, port) however many requests are waiting.
+pub trait Approver: Send + Sync + 'static {
+    /// Puts the question and waits for an answer (the proxy applies its own timeout).
+    fn ask(&self, question: Question) -> BoxFuture<'_, Answer>;
+}
+
+/// One connection (one request for plain HTTP) and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyEvent {
+    /// The sandbox.
+    pub sandbox: SandboxId,
+    /// Request method (`CONNECT`, `GET`, ...; empty when no head was read).
+    pub method: String,
+    /// The host as normalised, or as sent when it could not be parsed.
+    pub host: String,
+    /// The port (0 when unknown).
+    pub port: u16,
+    /// `allow`, `deny`, or `reject` (malformed request or missing token).
+    pub decision: &'static str,
+    /// The rule that decided, as text (or why the request was rejected).
+    pub rule: String,
+    /// Bytes from the client to the upstream.
+    pub bytes_up: u64,
+    /// Bytes from the upstream to the client.
+    pub bytes_down: u64,
+    /// From the first byte of the request to the end of the connection or response.
+    pub duration: Duration,
+    /// What went wrong, if anything (unreachable upstream, timeout, refused SNI, ...).
+    pub error: Option<String>,
+}
+
+/// Where events go. `record` is called on the proxy's hot path: it must not block.
+pub trait EventSink: Send + Sync + 'static {
+    /// Takes one event.
+    fn record(&self, event: ProxyEvent);
+}
+
+/// Writes events to the `tracing` log (target `sandgate::proxy::event`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingSink;
+
+impl EventSink for TracingSink {
+    fn record(&self, e: ProxyEvent) {
+        tracing::info!(
+            target: "sandgate::proxy::event",
+            sandbox = %e.sandbox,
+            method = %e.method,
+            host = %e.host,
+            port = e.port,
+            decision = e.decision,
+            rule = %e.rule,
+            bytes_up = e.bytes_up,
+            bytes_down = e.bytes_down,
+            duration_ms = e.duration.as_secs_f64() * 1e3,
+            error = e.error.as_deref().unwrap_or(""),
+        );
+    }
+}
+
+/// Turns names into addresses.
+pub trait Resolver: Send + Sync + 'static {
+    /// The addresses of `name`, with `port` filled in.
+    fn resolve<'a>(
+        &'a self,
+        name: &'a DomainName,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>>;
+}
+
+/// The system resolver (`getaddrinfo` on tokio's blocking pool).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve<'a>(
+        &'a self,
+        name: &'a DomainName,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((name.as_str(), port)).await?.collect()) })
+    }
+}

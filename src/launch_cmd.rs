@@ -193,7 +193,7 @@ pub fn spec_from_tier(
     if let Some(config) = &ctx.config_home {
         read_only.push(config.join("sandgate"));
     }
-    for w in &writable {
+    for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(defaults::PROTECTED.iter().map(|p| w.join(p)));
         if let Some(home) = &ctx.home
             && home.starts_with(w)

@@ -230,9 +230,17 @@ fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
         if !inside_writable(&target) {
             return Ok(()); // read-only anyway
         }
-        std::fs::OpenOptions::new().write(true).create_new(true).open(&target).map_err(
-            |source| SandboxError::Path { role: "protected", path: target.clone(), source },
-        )?;
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&target) {
+            Ok(_) => {}
+            // Something (an earlier placeholder, a file) is in the way: nothing can be created
+            // there from inside either.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::EEXIST)) => {
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(SandboxError::Path { role: "protected", path: target, source });
+            }
+        }
         plan.placeholders.push(target.clone());
         plan.fs.read_only.push(target);
         Ok(())
@@ -340,6 +348,9 @@ mod init {
         net::loopback_up().map_err(err("bring lo up"))?;
         let mut fds = Vec::new();
         if let NetMode::Proxy { nflog_group, ruleset } = &spec.net {
+            // `ip` and `nft` are separate programs: for a non-root uid, exec clears the
+            // capabilities unless they are ambient.
+            sys::raise_ambient(sys::CAP_NET_ADMIN).map_err(err("ambient CAP_NET_ADMIN"))?;
             net::veth().map_err(|m| ("veth".to_owned(), m))?;
             hooks.apply_firewall(ruleset).map_err(|m| ("firewall".to_owned(), m))?;
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);

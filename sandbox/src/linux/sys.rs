@@ -198,24 +198,51 @@ pub fn drop_all_capabilities() -> io::Result<()> {
     }
     // SAFETY: prctl with integer arguments only.
     cvt_i(unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) })?;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [CapData::default(); 2];
     // SAFETY: header and a two-element data array as capset(2) expects for version 3.
-    let ret = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    let ret =
+        unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) };
     cvt(ret).map(drop)
+}
+
+/// `CAP_NET_ADMIN`.
+pub const CAP_NET_ADMIN: u32 = 12;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Makes `cap` (held in the permitted set) ambient, so programs executed next keep it.
+pub fn raise_ambient(cap: u32) -> io::Result<()> {
+    let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and a two-element data array as capget(2)/capset(2) expect for version 3.
+    unsafe {
+        cvt(libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()))?;
+        data[(cap / 32) as usize].inheritable |= 1 << (cap % 32);
+        cvt(libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()))?;
+        cvt_i(libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE,
+            cap as libc::c_ulong,
+            0,
+            0,
+        ))
+        .map(drop)
+    }
 }
 
 /// Joins a new anonymous session keyring, so the caller's keys are out of reach.

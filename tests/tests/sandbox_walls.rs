@@ -1,0 +1,172 @@
+//! The filesystem and process walls of each tier, as root and as an unprivileged user.
+
+mod sandbox_support;
+
+use sandbox_support::{Scratch, WRITE_REFUSED, Who, refused};
+
+const TIERS: [&str; 3] = ["run", "net", "build"];
+
+fn p(path: &std::path::Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn reads_work_and_writes_are_confined(who: &Who) {
+    let s = Scratch::new(who);
+    for tier in TIERS {
+        assert_eq!(s.probe(tier, &[], &["read", "/etc/hostname"]), "ok", "{tier}");
+        assert_eq!(s.probe(tier, &[], &["read", p(&s.proj.join("file.txt"))]), "ok", "{tier}");
+        let etc = s.probe(tier, &[], &["write", "/etc/sandgate-test"]);
+        refused(&etc, WRITE_REFUSED, &format!("{tier}: write /etc"));
+        let victim_path = s.outside.join("victim.txt");
+        let victim = p(&victim_path);
+        refused(&s.probe(tier, &[], &["write", victim]), WRITE_REFUSED, "write outside");
+        refused(&s.probe(tier, &[], &["chmod", victim]), WRITE_REFUSED, "chmod outside");
+        refused(&s.probe(tier, &[], &["utime", victim]), WRITE_REFUSED, "utime outside");
+        refused(
+            &s.probe(tier, &[], &["write", p(&s.home.join("new"))]),
+            WRITE_REFUSED,
+            "write in HOME",
+        );
+        // The private /tmp is writable and stays private.
+        let tmp = format!("/tmp/sandgate-private-{}", std::process::id());
+        assert_eq!(s.probe(tier, &[], &["write", &tmp]), "ok", "{tier}: private /tmp");
+        assert!(!std::path::Path::new(&tmp).exists(), "{tier}: /tmp leaked to the host");
+        let in_cwd = s.probe(tier, &[], &["write", p(&s.proj.join(format!("new-{tier}")))]);
+        if tier == "build" {
+            assert_eq!(in_cwd, "ok", "build writes its cwd");
+            assert!(s.proj.join("new-build").exists());
+        } else {
+            refused(&in_cwd, WRITE_REFUSED, &format!("{tier}: write cwd"));
+        }
+    }
+    assert_eq!(std::fs::read_to_string(s.outside.join("victim.txt")).unwrap(), "untouched\n");
+}
+
+fn allow_write_opens_one_path(who: &Who) {
+    let s = Scratch::new(who);
+    let target = s.outside.join("victim.txt");
+    let arg = format!("--allow-write={}", target.display());
+    assert_eq!(s.probe("run", &[&arg], &["write", p(&target)]), "ok");
+    let other = s.outside.join("secret2.txt");
+    refused(&s.probe("run", &[&arg], &["write", p(&other)]), WRITE_REFUSED, "other path");
+}
+
+fn credentials_config_and_store_are_out_of_reach(who: &Who) {
+    let s = Scratch::new(who);
+    for tier in TIERS {
+        let key = s.probe(tier, &[], &["read", p(&s.home.join(".ssh/id_rsa"))]);
+        refused(&key, &["EACCES", "EPERM", "ENOENT"], &format!("{tier}: ~/.ssh/id_rsa"));
+        let extra = s.probe(tier, &[], &["read", p(&s.outside.join("secret.txt"))]);
+        refused(&extra, &["EACCES", "EPERM", "ENOENT"], "SANDGATE_EXTRA_DENY");
+        let store =
+            s.probe(tier, &[], &["read", p(&s.home.join(".local/share/sandgate/store.db"))]);
+        refused(&store, &["EACCES", "EPERM", "ENOENT"], "store");
+        let config =
+            s.probe(tier, &[], &["write", p(&s.home.join(".config/sandgate/config.toml"))]);
+        refused(&config, WRITE_REFUSED, "config");
+    }
+    // Even with HOME writable, the config, the shell rc files and credentials stay shut.
+    let arg = format!("--allow-write={}", s.home.display());
+    let config = s.probe("build", &[&arg], &["write", p(&s.home.join(".config/sandgate/x.toml"))]);
+    refused(&config, WRITE_REFUSED, "config dir with HOME writable");
+    let rc = s.probe("build", &[&arg], &["write", p(&s.home.join(".bashrc"))]);
+    refused(&rc, WRITE_REFUSED, ".bashrc with HOME writable");
+    let ssh = s.probe("build", &[&arg], &["write", p(&s.home.join(".ssh/authorized_keys"))]);
+    refused(&ssh, &["EACCES", "EPERM", "EROFS", "ENOENT"], "~/.ssh with HOME writable");
+}
+
+fn children_inherit_the_walls(who: &Who) {
+    let s = Scratch::new(who);
+    let script = format!(
+        "sh -c 'sh -c \"python3 {} write /etc/sandgate-child; python3 {} read {}\"'",
+        p(&s.probe),
+        p(&s.probe),
+        p(&s.home.join(".ssh/id_rsa"))
+    );
+    let out = s.run("build", &[], &["sh", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    refused(lines[0], WRITE_REFUSED, "grandchild write");
+    refused(lines[1], &["EACCES", "EPERM"], "grandchild read");
+}
+
+fn protected_files_stay_read_only_in_build(who: &Who) {
+    let s = Scratch::new(who);
+    let cases = [
+        (s.proj.join(".git/config"), "existing .git/config"),
+        (s.proj.join(".git/hooks/pre-commit"), "new hook"),
+        (s.proj.join(".envrc"), "missing .envrc"),
+        (s.proj.join(".vscode/tasks.json"), "missing .vscode/"),
+        (s.proj.join(".mcp.json"), "missing .mcp.json"),
+    ];
+    for (path, what) in &cases {
+        let answer = s.probe("build", &[], &["write", p(path)]);
+        refused(&answer, &["EACCES", "EPERM", "EROFS", "ENOTDIR", "EEXIST"], what);
+    }
+    let mkdir = s.probe("build", &[], &["mkdir", p(&s.proj.join(".claude"))]);
+    refused(&mkdir, &["EACCES", "EPERM", "EROFS", "EEXIST"], "mkdir .claude");
+    // Placeholders are gone afterwards; the real files are untouched.
+    for name in [".envrc", ".vscode", ".mcp.json", ".claude", ".idea", ".gitmodules"] {
+        assert!(!s.proj.join(name).exists(), "placeholder {name} left behind");
+    }
+    assert_eq!(std::fs::read_to_string(s.proj.join(".git/config")).unwrap(), "[core]\n");
+}
+
+fn links_do_not_lead_outside(who: &Who) {
+    let s = Scratch::new(who);
+    let victim = s.outside.join("victim.txt");
+    let link = s.proj.join("link");
+    let sym = s.probe("build", &[], &["symlink-write", p(&victim), p(&link)]);
+    refused(&sym, WRITE_REFUSED, "write through a symlink");
+    let hard = s.probe("build", &[], &["hardlink", p(&victim), p(&s.proj.join("hard"))]);
+    refused(&hard, &["EXDEV", "EPERM", "EACCES", "EROFS"], "hardlink");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+}
+
+fn exit_codes_and_signals_come_back(who: &Who) {
+    let s = Scratch::new(who);
+    assert_eq!(s.run("run", &[], &["sh", "-c", "exit 7"]).status.code(), Some(7));
+    assert_eq!(s.run("run", &[], &["sh", "-c", "kill -TERM $$"]).status.code(), Some(143));
+    let missing = s.run("run", &[], &["sandgate-no-such-command"]);
+    assert_eq!(missing.status.code(), Some(127));
+    // A signal to the launcher reaches the command.
+    let mut child = s
+        .command(
+            "run",
+            &[],
+            &["sh", "-c", "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert_eq!(child.wait().unwrap().code(), Some(42));
+}
+
+fn nothing_outlives_the_sandbox(who: &Who) {
+    let s = Scratch::new(who);
+    let marker = format!("1000.{}{}", std::process::id(), who.uid);
+    let out = s.run("run", &[], &["sh", "-c", &format!("sleep {marker} & echo started")]);
+    assert!(out.status.success());
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("sleep {marker}")])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "a process outlived the sandbox: {:?}", left.stdout);
+}
+
+both!(
+    reads_work_and_writes_are_confined,
+    allow_write_opens_one_path,
+    credentials_config_and_store_are_out_of_reach,
+    children_inherit_the_walls,
+    protected_files_stay_read_only_in_build,
+    links_do_not_lead_outside,
+    exit_codes_and_signals_come_back,
+    nothing_outlives_the_sandbox,
+);

@@ -187,6 +187,7 @@ pub const WRITE_REFUSED: &[&str] = &["EACCES", "EPERM", "EROFS"];
 /// A test host in a network namespace made by the test: host side 10.202.0.1 / fd00:5a9d::1,
 /// the host at 10.202.0.2 / fd00:5a9d::2 with a TCP listener on 8080 and a UDP one on 53.
 pub struct TestHost {
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
     ns: String,
     link: String,
     listeners: Vec<std::process::Child>,
@@ -197,6 +198,9 @@ pub const HOST6: &str = "fd00:5a9d::2";
 
 impl TestHost {
     pub fn start() -> Option<TestHost> {
+        // The host side address is fixed: one test host at a time.
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let n = std::process::id() % 100_000;
         let ns = format!("sgt{n}");
         let link = format!("sgh{n}");
@@ -212,7 +216,8 @@ impl TestHost {
              ip -n {ns} -6 addr add fd00:5a9d::2/64 dev {peer} nodad && \
              ip -n {ns} link set {peer} up && ip -n {ns} link set lo up"
         ));
-        let mut host = TestHost { ns: ns.clone(), link, listeners: Vec::new() };
+        let mut host =
+            TestHost { _one_at_a_time: guard, ns: ns.clone(), link, listeners: Vec::new() };
         if skip_unless(ok, "ip netns / veth (test host)") {
             return None;
         }

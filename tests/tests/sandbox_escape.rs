@@ -1,0 +1,161 @@
+//! Escape attempts from inside a sandbox; each must fail. Network targets are a test host in a
+//! network namespace this test creates (reachable from outside, as a control).
+
+mod sandbox_support;
+
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+
+use sandbox_support::{HOST4, HOST6, Scratch, TestHost, Who, refused};
+
+/// A blocked direct attempt must fail quickly.
+const FAST_MS: u64 = 100;
+
+#[track_caller]
+fn refused_fast(answer: &str, what: &str) {
+    let mut parts = answer.split_whitespace();
+    let res = parts.next().unwrap_or("");
+    let ms: u64 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(u64::MAX);
+    assert_ne!(res, "ok", "{what}: escaped ({answer})");
+    assert!(ms <= FAST_MS, "{what}: took {ms} ms ({answer})");
+}
+
+fn direct_network_is_refused(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    for tier in ["run", "net", "build"] {
+        for (op, host, port) in
+            [("tcp", HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
+        {
+            let answer = s.probe(tier, &[], &[op, host, port]);
+            refused_fast(&answer, &format!("{tier} {op} {host}:{port}"));
+        }
+        // Without the proxy variables nothing changes: there is no route but the firewall.
+        let probe = s.probe.to_str().unwrap();
+        let out = s.run(
+            tier,
+            &[],
+            &[
+                "env",
+                "-u",
+                "HTTP_PROXY",
+                "-u",
+                "http_proxy",
+                "-u",
+                "ALL_PROXY",
+                "python3",
+                probe,
+                "tcp",
+                HOST4,
+                "8080",
+            ],
+        );
+        refused_fast(String::from_utf8_lossy(&out.stdout).trim(), "tcp without proxy variables");
+    }
+}
+
+fn raw_sockets_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    for tier in ["run", "net"] {
+        refused(&s.probe(tier, &[], &["raw"]), &["EPERM", "EACCES"], "raw socket");
+    }
+}
+
+fn unix_sockets_outside_are_unreachable(who: &Who) {
+    let s = Scratch::new(who);
+    // A pathname socket standing in for docker.sock, made outside, reachable by the user.
+    let path = s.root.join("docker.sock");
+    let _listener = UnixListener::bind(&path).unwrap();
+    let _ = Command::new("chmod").arg("666").arg(&path).status();
+    let answer = s.probe("build", &[], &["unix", path.to_str().unwrap()]);
+    refused(&answer, &["EPERM", "EACCES", "ECONNREFUSED", "ENOENT"], "pathname unix socket");
+    // An abstract socket made outside.
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = format!("sandgate-test-{}-{}", std::process::id(), who.uid);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _abstract = UnixListener::bind_addr(&addr).unwrap();
+    let answer = s.probe("build", &[], &["abstract", &name]);
+    refused(&answer, &["EPERM", "EACCES", "ECONNREFUSED"], "abstract unix socket");
+}
+
+fn outside_processes_are_out_of_reach(who: &Who) {
+    let s = Scratch::new(who);
+    let mut outside = Command::new("setpriv")
+        .args(["--reuid", &who.uid.to_string(), "--regid", &who.gid.to_string(), "--clear-groups"])
+        .args(["sleep", "30"])
+        .spawn()
+        .unwrap();
+    let pid = outside.id().to_string();
+    refused(&s.probe("run", &[], &["kill", &pid]), &["ESRCH", "EPERM"], "kill outside");
+    refused(&s.probe("run", &[], &["ptrace", &pid]), &["ESRCH", "EPERM"], "ptrace outside");
+    let _ = outside.kill();
+    let _ = outside.wait();
+}
+
+fn terminal_injection_is_refused(who: &Who) {
+    let s = Scratch::new(who);
+    // `script` gives the launcher a terminal as stdin and controlling terminal.
+    let inner = s.command("run", &[], &["python3", s.probe.to_str().unwrap(), "tiocsti"]);
+    let mut line = format!("{:?}", inner.get_program());
+    for a in inner.get_args() {
+        line.push(' ');
+        line.push_str(&shell_quote(a.to_str().unwrap()));
+    }
+    let envs: Vec<String> = inner
+        .get_envs()
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, shell_quote(v?.to_str()?))))
+        .collect();
+    let cmd =
+        format!("cd {} && env -i {} {line}", shell_quote(s.proj.to_str().unwrap()), envs.join(" "));
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("EPERM") || text.contains("EIO"), "TIOCSTI: {text}");
+    assert!(!text.lines().any(|l| l.trim() == "ok"), "TIOCSTI worked: {text}");
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn setuid_binaries_give_nothing(who: &Who) {
+    let s = Scratch::new(who);
+    let id = s.root.join("suid-id");
+    std::fs::copy("/usr/bin/id", &id).unwrap();
+    // Owned by nobody with the setuid bit: running it must not make us nobody.
+    let _ = Command::new("chown").args(["65534:65534"]).arg(&id).status();
+    let _ = Command::new("chmod").args(["4755"]).arg(&id).status();
+    let out = s.run("run", &[], &[id.to_str().unwrap(), "-u"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), who.uid.to_string());
+}
+
+fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let probe = s.probe.to_str().unwrap();
+    let script = format!(
+        "unshare -r true 2>/dev/null && echo unshare-ok; \
+         unshare -n true 2>/dev/null && echo unshare-net-ok; \
+         mount -t tmpfs none /mnt 2>/dev/null && echo mount-ok; \
+         mount -o remount,rw / 2>/dev/null && echo remount-ok; \
+         nft flush ruleset 2>/dev/null && echo flush-ok; \
+         python3 {probe} tcp {HOST4} 8080"
+    );
+    let out = s.run("net", &[], &["sh", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("-ok"), "an escape step worked: {text}");
+    refused_fast(text.lines().last().unwrap_or(""), "tcp after nft flush");
+}
+
+both!(
+    direct_network_is_refused,
+    raw_sockets_are_refused,
+    unix_sockets_outside_are_unreachable,
+    outside_processes_are_out_of_reach,
+    terminal_injection_is_refused,
+    setuid_binaries_give_nothing,
+    namespaces_mounts_and_firewall_stay_shut,
+);

@@ -288,8 +288,65 @@ fn launch(spec: &SandboxSpec, args: &LaunchArgs) -> anyhow::Result<u8> {
     }
     // The proxy is served by the daemon once it exists; until then the listener stays open and
     // unserved, so proxied connections wait and direct ones are refused.
-    let _ = args.report_blocked;
-    Ok(launched.wait()?)
+    let mut launched = launched;
+    let reporter = match (args.report_blocked, launched.nflog.take()) {
+        (true, Some(fd)) => Some(BlockedReporter::start(fd)),
+        _ => None,
+    };
+    let code = launched.wait()?;
+    if let Some(r) = reporter {
+        r.finish();
+    }
+    Ok(code)
+}
+
+/// Prints each blocked packet of the sandbox's NFLOG socket as
+/// `sandgate: blocked PROTO DST:PORT` on stderr (`--report-blocked`).
+#[cfg(target_os = "linux")]
+struct BlockedReporter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+#[cfg(target_os = "linux")]
+impl BlockedReporter {
+    fn start(fd: std::os::fd::OwnedFd) -> BlockedReporter {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut sock = sandgate_monitor::nflog::NflogSocket::from_fd(fd);
+            loop {
+                let stopping = flag.load(Ordering::Acquire);
+                let packets = match sock.recv(std::time::Duration::from_millis(50)) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("sandgate: NFLOG: {e}");
+                        return;
+                    }
+                };
+                for p in &packets {
+                    let proto = format!("{:?}", p.protocol).to_lowercase();
+                    let dst = match (p.dst, p.dst_port) {
+                        (std::net::IpAddr::V6(a), Some(port)) => format!("[{a}]:{port}"),
+                        (a, Some(port)) => format!("{a}:{port}"),
+                        (a, None) => a.to_string(),
+                    };
+                    eprintln!("sandgate: blocked {proto} {dst}");
+                }
+                if stopping && packets.is_empty() {
+                    return;
+                }
+            }
+        });
+        BlockedReporter { stop, thread }
+    }
+
+    /// Prints what is still queued, then stops.
+    fn finish(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.thread.join();
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -307,8 +364,10 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
         sandgate_pf::nft::apply(ruleset).map_err(|e| e.to_string())
     }
 
-    fn open_nflog(&self, _group: u16) -> Result<Option<std::os::fd::OwnedFd>, String> {
-        Ok(None)
+    fn open_nflog(&self, group: u16) -> Result<Option<std::os::fd::OwnedFd>, String> {
+        sandgate_monitor::nflog::NflogSocket::open(group)
+            .map(|s| Some(s.into_fd()))
+            .map_err(|e| format!("NFLOG group {group}: {e}"))
     }
 }
 

@@ -54,6 +54,30 @@ fn direct_network_is_refused(who: &Who) {
     }
 }
 
+fn blocked_attempts_are_reported(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let probe = s.probe.to_str().unwrap();
+    let script = format!(
+        "python3 {probe} tcp {HOST4} 8080; python3 {probe} udp {HOST4} 53; python3 {probe} tcp {HOST6} 8443"
+    );
+    for tier in ["net", "build"] {
+        let out = s.run(tier, &["--report-blocked"], &["sh", "-c", &script]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for line in stdout.lines() {
+            refused_fast(line, &format!("{tier}: {line}"));
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for want in [
+            format!("sandgate: blocked tcp {HOST4}:8080"),
+            format!("sandgate: blocked udp {HOST4}:53"),
+            format!("sandgate: blocked tcp [{HOST6}]:8443"),
+        ] {
+            assert!(stderr.contains(&want), "{tier}: no NFLOG record {want:?} in:\n{stderr}");
+        }
+    }
+}
+
 fn raw_sockets_are_refused(who: &Who) {
     let s = Scratch::new(who);
     for tier in ["run", "net"] {
@@ -152,6 +176,7 @@ fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
 
 both!(
     direct_network_is_refused,
+    blocked_attempts_are_reported,
     raw_sockets_are_refused,
     unix_sockets_outside_are_unreachable,
     outside_processes_are_out_of_reach,

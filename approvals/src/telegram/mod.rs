@@ -1,0 +1,180 @@
+//! The Telegram channel: a bot that posts each question with inline buttons, takes commands
+//! from the chats it is configured to obey, edits its messages when a question is answered
+//! elsewhere, and posts deduplicated blocked-traffic alerts.
+//!
+//! Robustness: every call to the Bot API is retried with exponential backoff (honouring a 429's
+//! `retry_after`); nothing the API returns (errors, garbage, silence) stops the bot or holds a
+//! question, which stays answerable from the CLI and the terminal the whole time.
+//!
+//! Buttons: **Allow once** (the requests waiting now), **This session** (the sandbox, until it
+//! ends), **1 hour** (the project, for an hour), **Always** (the project, until revoked),
+//! **Deny** (for this sandbox session).
+//!
+//! Commands: `/allow DOMAIN [15m|1h|…|session|always|global]` (default: session), `/deny DOMAIN
+//! [same]`, `/pending`, `/rules`, `/revoke ID`, `/status`, `/help`.
+
+mod alerts;
+mod bot;
+mod render;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use alerts::{Alert, AlertDeduper};
+pub use bot::TelegramHandle;
+pub use render::{BotCommand, CommandError, callback_data, parse_callback, parse_command};
+
+use crate::Broker;
+
+/// The environment variable that holds the bot token (it wins over the config file).
+pub const TOKEN_ENV: &str = "SANDGATE_TELEGRAM_TOKEN";
+
+/// A bot token. Never printed: `Debug` shows `BotToken(<redacted>)` and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BotToken(String);
+
+impl fmt::Debug for BotToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BotToken(<redacted>)")
+    }
+}
+
+/// Why the Telegram channel could not be set up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TelegramError {
+    /// The token does not look like `123456:ABC-def…` (the token itself is not repeated here).
+    #[error(
+        "the Telegram bot token is malformed: expected `<digits>:<letters, digits, - and _>` as BotFather gives it"
+    )]
+    BadToken,
+    /// No chat is configured, so the bot would obey nobody.
+    #[error("no Telegram chat ids configured: add the ids of the chats the bot may obey")]
+    NoChats,
+    /// The API URL override is not a URL.
+    #[error("invalid Telegram API URL {url:?}: {reason}")]
+    BadApiUrl {
+        /// The URL given.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl BotToken {
+    /// Checks the shape of a token (`<bot id>:<secret>`).
+    pub fn new(token: impl Into<String>) -> Result<Self, TelegramError> {
+        let token = token.into();
+        let token = token.trim().to_string();
+        let ok = match token.split_once(':') {
+            Some((id, secret)) => {
+                !id.is_empty()
+                    && id.bytes().all(|b| b.is_ascii_digit())
+                    && !secret.is_empty()
+                    && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            }
+            None => false,
+        };
+        if ok { Ok(BotToken(token)) } else { Err(TelegramError::BadToken) }
+    }
+
+    /// The token from `SANDGATE_TELEGRAM_TOKEN` if set and non-empty, else from the config
+    /// file; `Ok(None)` when neither has one (the bot is off).
+    pub fn from_env_or(config: Option<&str>) -> Result<Option<Self>, TelegramError> {
+        let env = std::env::var(TOKEN_ENV).ok().filter(|v| !v.trim().is_empty());
+        Self::choose(env.as_deref(), config)
+    }
+
+    fn choose(env: Option<&str>, config: Option<&str>) -> Result<Option<Self>, TelegramError> {
+        match env.or(config.filter(|c| !c.trim().is_empty())) {
+            Some(t) => Self::new(t).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The bot's settings.
+#[derive(Debug, Clone)]
+pub struct TelegramConfig {
+    /// The token.
+    pub token: BotToken,
+    /// The chats whose messages and buttons it obeys (and where it posts).
+    pub chats: Vec<i64>,
+    /// Another Bot API server (tests, a local Bot API server); `None` = api.telegram.org.
+    pub api_url: Option<String>,
+    /// One alert per sandbox+destination per window; the rest are counted.
+    pub alert_window: Duration,
+    /// Long-poll timeout of `getUpdates` (below the HTTP client's 17 s timeout).
+    pub poll_timeout: Duration,
+    /// First retry delay after a failed call; doubles up to `max_backoff`.
+    pub min_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+}
+
+impl TelegramConfig {
+    /// Defaults: api.telegram.org, 60 s alert window, 10 s long poll, backoff 0.5 s to 30 s.
+    pub fn new(token: BotToken, chats: Vec<i64>) -> Self {
+        TelegramConfig {
+            token,
+            chats,
+            api_url: None,
+            alert_window: Duration::from_secs(60),
+            poll_timeout: Duration::from_secs(10),
+            min_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What `/rules`, `/revoke` and `/status` need from the daemon. Called on a blocking thread.
+pub trait BotControl: Send + Sync + 'static {
+    /// The live grants, one per line with their ids.
+    fn rules(&self) -> String;
+    /// Revokes grant `id`; the confirmation or the reason it failed.
+    fn revoke(&self, id: &str) -> Result<String, String>;
+    /// A short status (daemon, sandboxes alive, pending, counts).
+    fn status(&self) -> String;
+}
+
+/// Starts the bot's tasks on the current tokio runtime.
+pub fn spawn(
+    config: TelegramConfig,
+    broker: Broker,
+    control: Arc<dyn BotControl>,
+) -> Result<TelegramHandle, TelegramError> {
+    bot::spawn(config, broker, control)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked_and_never_shown() {
+        let t = BotToken::new("123456:AA-b_c9").unwrap();
+        assert_eq!(format!("{t:?}"), "BotToken(<redacted>)");
+        assert_eq!(
+            format!("{:?}", TelegramConfig::new(t.clone(), vec![1])).matches("AA-b").count(),
+            0
+        );
+        for bad in ["", "abc", "123:", ":abc", "12a:abc", "123:a b", "123:a/b"] {
+            assert_eq!(BotToken::new(bad), Err(TelegramError::BadToken), "{bad:?}");
+        }
+        assert!(!TelegramError::BadToken.to_string().contains("AA-b"));
+    }
+
+    #[test]
+    fn env_wins_over_config() {
+        let pick = |e, c| BotToken::choose(e, c).map(|t| t.map(|t| t.expose().to_string()));
+        assert_eq!(pick(Some("1:env"), Some("2:cfg")), Ok(Some("1:env".into())));
+        assert_eq!(pick(None, Some("2:cfg")), Ok(Some("2:cfg".into())));
+        assert_eq!(pick(None, Some("  ")), Ok(None));
+        assert_eq!(pick(None, None), Ok(None));
+        assert_eq!(pick(Some("bad"), None), Err(TelegramError::BadToken));
+    }
+}

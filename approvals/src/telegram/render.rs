@@ -1,0 +1,298 @@
+//! Pure pieces of the bot: message texts, buttons, callback data, command parsing.
+//!
+//! Messages are plain text (no parse mode), so nothing a sandbox puts in a host or a path can
+//! be interpreted as markup.
+
+use std::time::{Duration, SystemTime};
+
+use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
+
+use crate::broker::{BrokerEvent, PendingQuestion, QuestionId};
+use crate::scope::{Answer, DurationError, Scope, format_duration, parse_duration};
+use crate::terminal::{parse_reply, sanitize, shorten};
+
+/// A command from a chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BotCommand {
+    /// `/allow DOMAIN [scope]`.
+    Allow {
+        /// Host or `*.domain` pattern.
+        pattern: String,
+        /// Allow with the scope given (default: session).
+        answer: Answer,
+    },
+    /// `/deny DOMAIN [scope]`.
+    Deny {
+        /// Host or `*.domain` pattern.
+        pattern: String,
+        /// Deny with the scope given (default: session).
+        answer: Answer,
+    },
+    /// `/pending`.
+    Pending,
+    /// `/rules`.
+    Rules,
+    /// `/revoke ID`.
+    Revoke(String),
+    /// `/status`.
+    Status,
+    /// `/help`, `/start`, or plain text.
+    Help,
+}
+
+/// A command that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// Not a command the bot knows.
+    #[error("unknown command {0}; send /help")]
+    Unknown(String),
+    /// Missing or extra arguments.
+    #[error("usage: {0}")]
+    Usage(&'static str),
+    /// A bad duration.
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+}
+
+const ALLOW_USAGE: &str = "/allow DOMAIN [15m|1h|2d|once|session|always|global]";
+const DENY_USAGE: &str = "/deny DOMAIN [15m|1h|2d|once|session|always|global]";
+
+/// Reads a message text: `/cmd` or `/cmd@botname`, then arguments.
+pub fn parse_command(text: &str) -> Result<BotCommand, CommandError> {
+    let mut words = text.split_whitespace();
+    let Some(first) = words.next() else { return Ok(BotCommand::Help) };
+    let Some(cmd) = first.strip_prefix('/') else { return Ok(BotCommand::Help) };
+    let cmd = cmd.split('@').next().unwrap_or(cmd).to_ascii_lowercase();
+    let args: Vec<&str> = words.collect();
+    let scoped = |usage, allow: bool| -> Result<(String, Answer), CommandError> {
+        let (pattern, scope) = match args.as_slice() {
+            [p] => (p, Scope::Session),
+            [p, s] => (p, parse_scope(s)?),
+            _ => return Err(CommandError::Usage(usage)),
+        };
+        let answer = if allow { Answer::Allow(scope) } else { Answer::Deny(scope) };
+        Ok((pattern.to_string(), answer))
+    };
+    let none = |c: BotCommand, usage| {
+        if args.is_empty() { Ok(c) } else { Err(CommandError::Usage(usage)) }
+    };
+    match cmd.as_str() {
+        "allow" => {
+            scoped(ALLOW_USAGE, true).map(|(pattern, answer)| BotCommand::Allow { pattern, answer })
+        }
+        "deny" => {
+            scoped(DENY_USAGE, false).map(|(pattern, answer)| BotCommand::Deny { pattern, answer })
+        }
+        "pending" => none(BotCommand::Pending, "/pending"),
+        "rules" => none(BotCommand::Rules, "/rules"),
+        "status" => none(BotCommand::Status, "/status"),
+        "revoke" => match args.as_slice() {
+            [id] => Ok(BotCommand::Revoke(id.to_string())),
+            _ => Err(CommandError::Usage("/revoke ID (see /rules)")),
+        },
+        "help" | "start" => Ok(BotCommand::Help),
+        _ => Err(CommandError::Unknown(format!("/{}", shorten(&sanitize(&cmd), 32)))),
+    }
+}
+
+fn parse_scope(s: &str) -> Result<Scope, CommandError> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "once" => Scope::Once,
+        "session" => Scope::Session,
+        "always" => Scope::Always { global: false },
+        "global" => Scope::Always { global: true },
+        _ => Scope::For(parse_duration(s)?),
+    })
+}
+
+/// The help text.
+pub(crate) fn help_text() -> String {
+    format!(
+        "sandgate asks here when a sandbox wants a host its allowlist does not cover.\n\
+         Buttons: Allow once (the waiting requests) · This session (the sandbox) · 1 hour · \
+         Always (this project) · Deny (this session).\n\
+         Commands:\n{ALLOW_USAGE}\n{DENY_USAGE}\n/pending\n/rules\n/revoke ID\n/status"
+    )
+}
+
+/// Callback data of a button: `q12:o`.
+pub fn callback_data(id: QuestionId, key: char) -> String {
+    format!("{id}:{key}")
+}
+
+/// Reads a button's callback data back.
+pub fn parse_callback(data: &str) -> Option<(QuestionId, Answer)> {
+    let (id, key) = data.split_once(':')?;
+    let id = id.strip_prefix('q')?.parse().ok().map(QuestionId)?;
+    let answer = parse_reply(key).ok()?;
+    Some((id, answer))
+}
+
+/// The inline buttons under a question.
+pub(crate) fn keyboard(id: QuestionId) -> InlineKeyboardMarkup {
+    let b = |label: &str, key| InlineKeyboardButton::callback(label, callback_data(id, key));
+    InlineKeyboardMarkup::new(vec![
+        vec![b("Allow once", 'o'), b("This session", 's'), b("1 hour", 'h')],
+        vec![b("Always", 'a'), b("Deny", 'd')],
+    ])
+}
+
+/// The text of a question message.
+pub(crate) fn question_text(q: &PendingQuestion) -> String {
+    let x = &q.question;
+    let mut s = format!("🔒 {} wants {}:{}", sanitize(&x.sandbox), sanitize(&x.host), x.port);
+    if let Some(m) = &x.method {
+        s.push_str(&format!(
+            "\n{} {}",
+            sanitize(m),
+            sanitize(&shorten(x.path.as_deref().unwrap_or(""), 200))
+        ));
+    }
+    s.push_str(&format!("\ncommand: {}", sanitize(&shorten(&x.command.join(" "), 200))));
+    if let Some(cwd) = &x.cwd {
+        s.push_str(&format!("\ncwd: {}", sanitize(&shorten(&cwd.to_string_lossy(), 200))));
+    }
+    let timeout = q.deadline.duration_since(q.first_asked).unwrap_or(Duration::ZERO);
+    s.push_str(&format!(
+        "\nquestion {} · denied in {} without an answer · or /allow {}",
+        q.id,
+        format_duration(timeout),
+        sanitize(&x.host)
+    ));
+    s
+}
+
+/// The text a question message is edited to once it ends.
+pub(crate) fn closed_text(ev: &BrokerEvent) -> Option<(QuestionId, String)> {
+    match ev {
+        BrokerEvent::Asked(_) => None,
+        BrokerEvent::Answered { question, answer, by, pattern } => {
+            let mark = if answer.allows() { "✅" } else { "⛔" };
+            let q = &question.question;
+            let via = if pattern != &q.host {
+                format!(" (as {})", sanitize(pattern))
+            } else {
+                String::new()
+            };
+            Some((
+                question.id,
+                format!(
+                    "{mark} {}:{} {answer}{via} {} (sandbox {})",
+                    sanitize(&q.host),
+                    q.port,
+                    sanitize(&by.to_string()),
+                    sanitize(&q.sandbox)
+                ),
+            ))
+        }
+        BrokerEvent::TimedOut(question) => {
+            let q = &question.question;
+            Some((
+                question.id,
+                format!(
+                    "⌛ {}:{} denied: nobody answered in time (sandbox {})",
+                    sanitize(&q.host),
+                    q.port,
+                    sanitize(&q.sandbox)
+                ),
+            ))
+        }
+    }
+}
+
+/// The reply to `/pending`.
+pub(crate) fn pending_text(pending: &[PendingQuestion], now: SystemTime) -> String {
+    if pending.is_empty() {
+        return "Nothing pending.".into();
+    }
+    let mut s = format!("{} pending:", pending.len());
+    for q in pending {
+        let left = q.deadline.duration_since(now).unwrap_or(Duration::ZERO);
+        s.push_str(&format!(
+            "\n{} · {} wants {}:{} · {} waiting · {} left",
+            q.id,
+            sanitize(&q.question.sandbox),
+            sanitize(&q.question.host),
+            q.question.port,
+            q.waiters,
+            format_duration(Duration::from_secs(left.as_secs().max(1)))
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse() {
+        let hour = Scope::For(Duration::from_secs(3600));
+        let rows: Vec<(&str, Result<BotCommand, CommandError>)> = vec![
+            (
+                "/allow crates.io",
+                Ok(BotCommand::Allow {
+                    pattern: "crates.io".into(),
+                    answer: Answer::Allow(Scope::Session),
+                }),
+            ),
+            (
+                "/allow@sandgate_bot *.example.com 1h",
+                Ok(BotCommand::Allow {
+                    pattern: "*.example.com".into(),
+                    answer: Answer::Allow(hour),
+                }),
+            ),
+            (
+                "/ALLOW x.io global",
+                Ok(BotCommand::Allow {
+                    pattern: "x.io".into(),
+                    answer: Answer::Allow(Scope::Always { global: true }),
+                }),
+            ),
+            (
+                "/deny evil.example",
+                Ok(BotCommand::Deny {
+                    pattern: "evil.example".into(),
+                    answer: Answer::Deny(Scope::Session),
+                }),
+            ),
+            (
+                "/deny evil.example always",
+                Ok(BotCommand::Deny {
+                    pattern: "evil.example".into(),
+                    answer: Answer::Deny(Scope::Always { global: false }),
+                }),
+            ),
+            ("/pending", Ok(BotCommand::Pending)),
+            ("/rules", Ok(BotCommand::Rules)),
+            ("/status", Ok(BotCommand::Status)),
+            ("/revoke 12", Ok(BotCommand::Revoke("12".into()))),
+            ("/start", Ok(BotCommand::Help)),
+            ("hello", Ok(BotCommand::Help)),
+            ("", Ok(BotCommand::Help)),
+            ("/allow", Err(CommandError::Usage(ALLOW_USAGE))),
+            ("/allow a b c", Err(CommandError::Usage(ALLOW_USAGE))),
+            ("/revoke", Err(CommandError::Usage("/revoke ID (see /rules)"))),
+            ("/pending now", Err(CommandError::Usage("/pending"))),
+            ("/rm -rf", Err(CommandError::Unknown("/rm".into()))),
+        ];
+        for (text, want) in rows {
+            assert_eq!(parse_command(text), want, "{text:?}");
+        }
+        assert!(matches!(parse_command("/allow x.io 3y"), Err(CommandError::Duration(_))));
+    }
+
+    #[test]
+    fn callbacks_round_trip() {
+        for key in ['o', 's', 'h', 'a', 'd'] {
+            let data = callback_data(QuestionId(42), key);
+            assert!(data.len() <= 64, "Telegram's limit");
+            let (id, answer) = parse_callback(&data).unwrap();
+            assert_eq!((id, Ok(answer)), (QuestionId(42), parse_reply(&key.to_string())));
+        }
+        for bad in ["", "q1", "x1:o", "q1:z", "q:o", "qq1:o"] {
+            assert_eq!(parse_callback(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -58,7 +58,6 @@ impl Asks {
     }
 
     /// Number of requests waiting for the answer about `target`.
-    #[cfg(test)]
     pub(crate) fn waiting(&self, sandbox: &SandboxId, target: &Target) -> usize {
         let map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&key(sandbox, target)).map_or(0, |tx| tx.receiver_count())

@@ -260,6 +260,11 @@ impl Proxy {
         self.inner.active.load(Ordering::SeqCst)
     }
 
+    /// How many requests of `sandbox` are held waiting for a person's answer about `target`.
+    pub fn waiting(&self, sandbox: &SandboxId, target: &Target) -> usize {
+        self.inner.asks.waiting(sandbox, target)
+    }
+
     /// Number of connections in progress.
     pub fn active_connections(&self) -> usize {
         self.inner.active.load(Ordering::SeqCst)

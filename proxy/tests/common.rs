@@ -1,0 +1,203 @@
+//! Shared harness: origin servers on 127.0.0.1 (HTTP, TLS with a CA made here), a proxy with a
+//! fake resolver, and real `curl`.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use sandgate_config::{
+    DomainName, DomainPattern, NetMode, NetworkPolicy, PatternUse, Rule, RuleSource,
+};
+use sandgate_proxy::{
+    BoxFuture, EventSink, Proxy, ProxyEvent, Resolver, SandboxContext, SandboxId,
+};
+use tokio::net::TcpListener;
+
+/// Names under `.test` resolve to 127.0.0.1; anything else does not resolve.
+pub struct TestResolver;
+
+impl Resolver for TestResolver {
+    fn resolve<'a>(
+        &'a self,
+        name: &'a DomainName,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move {
+            if name.as_str().ends_with(".test") {
+                Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+            } else {
+                Err(io::Error::new(io::ErrorKind::NotFound, format!("{name}: unknown test name")))
+            }
+        })
+    }
+}
+
+/// Collects events.
+#[derive(Default)]
+pub struct Events(pub Mutex<Vec<ProxyEvent>>);
+
+impl EventSink for Events {
+    fn record(&self, e: ProxyEvent) {
+        self.0.lock().unwrap().push(e);
+    }
+}
+
+impl Events {
+    pub fn all(&self) -> Vec<ProxyEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn rules(patterns: &[&str], usage: PatternUse) -> Vec<Rule> {
+    patterns
+        .iter()
+        .map(|p| Rule {
+            pattern: Some(DomainPattern::parse(p, usage).unwrap()),
+            source: RuleSource::CommandLine,
+        })
+        .collect()
+}
+
+/// A proxy policy allowing and denying these patterns.
+pub fn policy(allow: &[&str], deny: &[&str]) -> Arc<NetworkPolicy> {
+    Arc::new(NetworkPolicy::new(
+        "net",
+        NetMode::Proxy,
+        rules(allow, PatternUse::Allow),
+        rules(deny, PatternUse::Deny),
+    ))
+}
+
+/// Serves `proxy` for a sandbox on a fresh 127.0.0.1 port.
+pub async fn serve(proxy: &Proxy, id: &str, policy: Arc<NetworkPolicy>) -> SocketAddr {
+    serve_ctx(proxy, SandboxContext { id: SandboxId::new(id), policy, token: None }).await
+}
+
+pub async fn serve_ctx(proxy: &Proxy, ctx: SandboxContext) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let proxy = proxy.clone();
+    tokio::spawn(async move { proxy.serve(listener, ctx).await });
+    addr
+}
+
+async fn hello(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let host = req.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
+    let leaked = req.headers().contains_key("proxy-authorization");
+    Ok(Response::new(Full::new(Bytes::from(format!(
+        "origin says hello to {} at {host} (proxy-authorization leaked: {leaked})",
+        req.uri()
+    )))))
+}
+
+/// A plain HTTP origin on 127.0.0.1.
+pub async fn http_origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), hyper::service::service_fn(hello))
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A TLS origin on 127.0.0.1 with a certificate for `names`, and the CA file for curl.
+pub struct TlsOrigin {
+    pub addr: SocketAddr,
+    pub ca_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn tls_origin(names: &[&str]) -> TlsOrigin {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sandgate test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params =
+        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else { return };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), hyper::service::service_fn(hello))
+                    .await;
+            });
+        }
+    });
+    TlsOrigin { addr, ca_file, _dir: dir }
+}
+
+/// What curl printed and how it ended.
+#[derive(Debug)]
+pub struct Curl {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs curl with `args` (silent, with errors shown, 20 s limit).
+pub async fn curl(args: &[&str]) -> Curl {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--noproxy", ""])
+        .args(args)
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .output()
+        .await
+        .expect("curl must be installed");
+    Curl {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Sends raw bytes to `addr` and returns everything it answers until it closes.
+pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,374 @@
+//! End-to-end: real `curl` through the proxy to origins on 127.0.0.1.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
+use sandgate_proxy::{
+    Answer, Approver, BoxFuture, DenyReason, Proxy, ProxyConfig, ProxyToken, Question,
+    SandboxContext, SandboxId,
+};
+use tokio::sync::Notify;
+
+fn proxy() -> Proxy {
+    Proxy::builder().resolver(Arc::new(TestResolver)).build()
+}
+
+fn url(host: &str, port: u16, path: &str) -> String {
+    format!("http://{host}:{port}{path}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_http_passes_and_proxy_authorization_is_not_forwarded() {
+    let origin = http_origin().await;
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let out = curl(&[
+        "-x",
+        &format!("http://u:p@{addr}"),
+        &url("allowed.test", origin.port(), "/hello?x=1"),
+    ])
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "origin says hello to /hello?x=1 at allowed.test:{} (proxy-authorization leaked: false)",
+            origin.port()
+        )
+    );
+    let ev = events.all();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].method.as_str(), ev[0].decision, ev[0].host.as_str()),
+        ("GET", "allow", "allowed.test")
+    );
+    assert_eq!(ev[0].rule, "allowed.test (command line)");
+    assert!(ev[0].bytes_down > 50, "{ev:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_https_passes_through_a_tunnel() {
+    let tls = tls_origin(&["allowed.test"]).await;
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let out = curl(&[
+        "-x",
+        &format!("http://{addr}"),
+        "--cacert",
+        tls.ca_file.to_str().unwrap(),
+        &format!("https://allowed.test:{}/secure", tls.addr.port()),
+    ])
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("origin says hello to /secure"), "{out:?}");
+    // The event is recorded when the tunnel closes, just after curl exits.
+    let ev = wait_for(|| events.all().into_iter().find(|e| e.method == "CONNECT")).await;
+    assert_eq!(ev.decision, "allow");
+    assert!(ev.bytes_up > 100 && ev.bytes_down > 500, "{ev:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_destinations_get_a_403_that_explains() {
+    let p = proxy();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "crates.io"], &["denied.test"])).await;
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), "http://denied.test/x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out:?}");
+    assert!(
+        out.stdout.contains("x-sandgate-decision: deny; rule=deny denied.test (command line)"),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("sandgate blocked the connection to denied.test:80."), "{out:?}");
+    assert!(out.stdout.contains("Allowed destinations: allowed.test, crates.io."), "{out:?}");
+
+    // CONNECT: curl reports the status, the raw response carries the body.
+    let out = curl(&["-x", &format!("http://{addr}"), "https://denied.test/"]).await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("403"), "{out:?}");
+    let resp =
+        raw(addr, b"CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n").await;
+    assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+    assert!(resp.contains("Rule: deny denied.test (command line)."), "{resp}");
+
+    // Not on any list, and no approver: denied, saying so and how to ask.
+    let resp = raw(addr, b"CONNECT unknown.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(resp.contains("X-Sandgate-Decision: deny; rule=no approver running"), "{resp}");
+    assert!(resp.contains("`sandgate allow unknown.test`"), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_targets_get_400() {
+    let p = proxy();
+    let addr = serve(&p, "s1", policy(&["allowed.test"], &[])).await;
+    let long = format!("CONNECT {}.test:443 HTTP/1.1\r\n\r\n", "a".repeat(256));
+    let rows: Vec<Vec<u8>> = vec![
+        b"CONNECT allowed.test\0evil.test:443 HTTP/1.1\r\n\r\n".to_vec(),
+        b"CONNECT allowed.test\r\nevil.test:443 HTTP/1.1\r\n\r\n".to_vec(),
+        b"CONNECT [fe80::1%25eth0]:443 HTTP/1.1\r\n\r\n".to_vec(),
+        b"CONNECT evil.test@allowed.test:443 HTTP/1.1\r\n\r\n".to_vec(),
+        b"CONNECT allowed.test HTTP/1.1\r\n\r\n".to_vec(),
+        long.into_bytes(),
+        b"GET http://user@allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n".to_vec(),
+        b"GET http://[fe80::1%25eth0]/ HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+    ];
+    for row in rows {
+        let resp = raw(addr, &row).await;
+        assert!(
+            resp.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{:?} got {resp}",
+            String::from_utf8_lossy(&row)
+        );
+    }
+    // Origin-form requests mean the client is not configured to use the proxy.
+    let out = curl(&["-i", &format!("http://{addr}/path")]).await;
+    assert!(out.stdout.starts_with("HTTP/1.1 400"), "{out:?}");
+    assert!(out.stdout.contains("Set HTTP_PROXY"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_resolving_to_loopback_is_refused_unless_the_ip_is_allowed() {
+    let origin = http_origin().await;
+    let p = proxy();
+    let addr = serve(&p, "s1", policy(&["rebind.test"], &[])).await;
+    let target = url("rebind.test", origin.port(), "/");
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), &target]).await;
+    assert!(out.stdout.starts_with("HTTP/1.1 403"), "{out:?}");
+    assert!(
+        out.stdout.contains("the name resolves to 127.0.0.1, which is a loopback address"),
+        "{out:?}"
+    );
+    // The same through a tunnel.
+    let connect = format!("CONNECT rebind.test:{} HTTP/1.1\r\n\r\n", origin.port());
+    assert!(raw(addr, connect.as_bytes()).await.contains("loopback address"));
+    // Allow the address itself, at run time: now it goes through.
+    assert!(p.set_policy(&SandboxId::new("s1"), policy(&["rebind.test", "127.0.0.1"], &[])));
+    let out = curl(&["-x", &format!("http://{addr}"), &target]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("origin says hello"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sni_that_differs_from_the_connect_host_must_itself_be_allowed() {
+    let tls = tls_origin(&["allowed.test", "also.test", "forbidden.test"]).await;
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "also.test", "127.0.0.1"], &[])).await;
+    let port = tls.addr.port();
+    let via = |sni_host: &str| {
+        // curl sends CONNECT allowed.test:PORT but the ClientHello names `sni_host`.
+        vec![
+            "-x".to_owned(),
+            format!("http://{addr}"),
+            "--cacert".into(),
+            tls.ca_file.to_str().unwrap().to_owned(),
+            "--connect-to".into(),
+            format!("{sni_host}:{port}:allowed.test:{port}"),
+            format!("https://{sni_host}:{port}/"),
+        ]
+    };
+    let args = via("forbidden.test");
+    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    let ev = wait_for(|| events.all().into_iter().find(|e| e.decision == "deny")).await;
+    assert_eq!(ev.host, "allowed.test");
+    assert!(ev.rule.contains("TLS server name forbidden.test differs"), "{ev:?}");
+
+    let args = via("also.test");
+    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("origin says hello to / at also.test"), "{out:?}");
+}
+
+/// Answers only when told to, counting the questions.
+struct Gate {
+    asked: AtomicUsize,
+    release: Notify,
+}
+
+impl Gate {
+    fn new() -> Arc<Gate> {
+        Arc::new(Gate { asked: AtomicUsize::new(0), release: Notify::new() })
+    }
+}
+
+impl Approver for Gate {
+    fn ask(&self, q: Question) -> BoxFuture<'_, Answer> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            self.release.notified().await;
+            let pattern = DomainPattern::parse(&q.target.host.to_string(), PatternUse::Allow);
+            Answer::Allow(Arc::new(Rule {
+                pattern: pattern.ok(),
+                source: RuleSource::Grant("g-1".into()),
+            }))
+        })
+    }
+}
+
+async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "condition not reached within 20s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_is_released_by_an_approval() {
+    let origin = http_origin().await;
+    let gate = Gate::new();
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(gate.clone()).build();
+    let addr = serve(&p, "s1", policy(&["127.0.0.1"], &[])).await;
+    let target = Target::parse(&format!("ask.test:{}", origin.port())).unwrap();
+    let proxy_url = format!("http://{addr}");
+    let url = url("ask.test", origin.port(), "/held");
+    let request = tokio::spawn(async move { curl(&["-x", &proxy_url, &url]).await });
+    wait_for(|| (p.waiting(&SandboxId::new("s1"), &target) == 1).then_some(())).await;
+    gate.release.notify_one();
+    let out = request.await.unwrap();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("origin says hello to /held"), "{out:?}");
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_is_denied_when_nobody_answers_in_time() {
+    let gate = Gate::new();
+    let p = Proxy::builder()
+        .resolver(Arc::new(TestResolver))
+        .approver(gate.clone())
+        .config(ProxyConfig { ask_timeout: Duration::from_millis(300), ..ProxyConfig::default() })
+        .build();
+    let addr = serve(&p, "s1", policy(&["127.0.0.1"], &[])).await;
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), "http://slow.test/"]).await;
+    assert!(out.stdout.starts_with("HTTP/1.1 403"), "{out:?}");
+    assert!(out.stdout.contains("x-sandgate-decision: deny; rule=approval timed out"), "{out:?}");
+    assert!(out.stdout.contains("(the request timed out)"), "{out:?}");
+    assert!(out.stdout.contains("`sandgate allow slow.test`"), "{out:?}");
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_can_deny_a_held_request() {
+    struct No;
+    impl Approver for No {
+        fn ask(&self, _: Question) -> BoxFuture<'_, Answer> {
+            Box::pin(async { Answer::Deny(DenyReason::Denied) })
+        }
+    }
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(Arc::new(No)).build();
+    let addr = serve(&p, "s1", policy(&["127.0.0.1"], &[])).await;
+    let resp = raw(addr, b"CONNECT nope.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(resp.contains("deny; rule=denied by a person"), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_requests_for_one_host_ask_one_question() {
+    let origin = http_origin().await;
+    let gate = Gate::new();
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(gate.clone()).build();
+    let addr = serve(&p, "s1", policy(&["127.0.0.1"], &[])).await;
+    let target = Target::parse(&format!("many.test:{}", origin.port())).unwrap();
+    let mut args: Vec<String> = vec![
+        "-Z".into(),
+        "--parallel-immediate".into(),
+        "--parallel-max".into(),
+        "100".into(),
+        "-x".into(),
+        format!("http://{addr}"),
+        "-w".into(),
+        "%{http_code}\n".into(),
+    ];
+    for i in 0..100 {
+        args.extend([
+            "-o".into(),
+            "/dev/null".into(),
+            url("many.test", origin.port(), &format!("/{i}")),
+        ]);
+    }
+    let request =
+        tokio::spawn(
+            async move { curl(&args.iter().map(String::as_str).collect::<Vec<_>>()).await },
+        );
+    wait_for(|| (p.waiting(&SandboxId::new("s1"), &target) == 100).then_some(())).await;
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 1);
+    gate.release.notify_one();
+    let out = request.await.unwrap();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.lines().filter(|l| *l == "200").count(), 100, "{out:?}");
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_token_is_required_when_configured() {
+    let origin = http_origin().await;
+    let p = proxy();
+    let addr = serve_ctx(
+        &p,
+        SandboxContext {
+            id: SandboxId::new("s1"),
+            policy: policy(&["allowed.test", "127.0.0.1"], &[]),
+            token: Some(ProxyToken::new("s3cret")),
+        },
+    )
+    .await;
+    let target = url("allowed.test", origin.port(), "/");
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), &target]).await;
+    assert!(out.stdout.starts_with("HTTP/1.1 407"), "{out:?}");
+    assert!(out.stdout.contains("proxy-authenticate: Basic realm=\"sandgate\""), "{out:?}");
+    let out = curl(&["-x", &format!("http://sandbox:s3cret@{addr}"), &target]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.ends_with("(proxy-authorization leaked: false)"), "{out:?}");
+    let resp = raw(addr, b"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(resp.starts_with("HTTP/1.1 407"), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_gets_a_502_that_says_so() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = proxy();
+    let addr = serve(&p, "s1", policy(&["down.test", "127.0.0.1"], &[])).await;
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), &url("down.test", port, "/")]).await;
+    assert!(out.stdout.starts_with("HTTP/1.1 502"), "{out:?}");
+    assert!(out.stdout.contains("could not be reached"), "{out:?}");
+    assert!(out.stdout.contains("this is not a policy decision"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = Proxy::builder()
+        .resolver(Arc::new(TestResolver))
+        .config(ProxyConfig {
+            header_timeout: Duration::from_millis(300),
+            ..ProxyConfig::default()
+        })
+        .build();
+    let addr = serve(&p, "s1", policy(&["allowed.test"], &[])).await;
+    for partial in [
+        &b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: a"[..],
+        b"GET http://allowed.test/ HTTP/1.1\r\n",
+    ] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(partial).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the proxy must close a slow client")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(started.elapsed() >= Duration::from_millis(250));
+    }
+}

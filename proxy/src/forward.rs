@@ -163,6 +163,10 @@ fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
         }
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if rendered.status == 400 {
+        // After a malformed request, nothing that follows on the connection can be trusted.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
 

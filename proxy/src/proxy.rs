@@ -20,6 +20,7 @@ use crate::traits::{
     Answer, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Question, Resolver,
     SandboxId, SystemResolver, TracingSink,
 };
+use crate::tunnel::PipePool;
 
 /// How tunnels move bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +142,7 @@ impl ProxyBuilder {
                 asks: Asks::default(),
                 own: OwnAddresses::default(),
                 pool: Pool::default(),
+                pipes: PipePool::default(),
                 sandboxes: Mutex::new(HashMap::new()),
                 shutdown,
                 active: AtomicUsize::new(0),
@@ -165,6 +167,7 @@ pub(crate) struct Inner {
     asks: Asks,
     own: OwnAddresses,
     pub(crate) pool: Pool,
+    pub(crate) pipes: PipePool,
     sandboxes: Mutex<HashMap<SandboxId, Weak<Sandbox>>>,
     pub(crate) shutdown: watch::Sender<bool>,
     active: AtomicUsize,

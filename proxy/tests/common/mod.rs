@@ -1,7 +1,8 @@
+//! End-to-end tests (docs are on the test functions).
 //! Shared harness: origin servers on 127.0.0.1 (HTTP, TLS with a CA made here), a proxy with a
 //! fake resolver, and real `curl`.
 
-#![allow(dead_code)]
+#![allow(dead_code, missing_docs)]
 
 use std::convert::Infallible;
 use std::io;

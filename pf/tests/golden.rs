@@ -40,3 +40,21 @@ fn guest_ruleset_owned_no_proxy() {
     let policy = GuestPolicy { proxies: vec![], nflog_group: 2 };
     check("guest_u1001_p4242.nft", &nft::guest_ruleset(&Scope::owned_by(1001, 4242), &policy));
 }
+
+#[test]
+fn pf_anchor_rules_loopback_proxies() {
+    let policy = GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
+        nflog_group: 0,
+    };
+    check("guest_u501.pf", &sandgate_pf::pf::guest_anchor_rules(&Scope::user(501), &policy));
+}
+
+#[test]
+fn pf_anchor_rules_owned_remote_proxy() {
+    let policy = GuestPolicy { proxies: vec!["192.0.2.10:8080".parse().unwrap()], nflog_group: 0 };
+    check(
+        "guest_u501_p4242.pf",
+        &sandgate_pf::pf::guest_anchor_rules(&Scope::owned_by(501, 4242), &policy),
+    );
+}

@@ -1,0 +1,193 @@
+//! The apply / remove / list / gc command sequences of both backends, recorded with a fake runner
+//! (runs on every OS; nothing is executed).
+
+use sandgate_pf::nft::NftFirewall;
+use sandgate_pf::pf::{MemoryTokenStore, PfFirewall, TokenStore};
+use sandgate_pf::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
+
+const PFCTL: &str = "/sbin/pfctl";
+
+fn policy() -> GuestPolicy {
+    GuestPolicy { proxies: vec!["127.0.0.1:3128".parse().unwrap()], nflog_group: 3 }
+}
+
+/// Owners: uid 666 and pid 999 are gone, everything else exists.
+struct Owners;
+impl OwnerCheck for Owners {
+    fn user_exists(&self, uid: u32) -> bool {
+        uid != 666
+    }
+    fn process_alive(&self, pid: u32) -> bool {
+        pid != 999
+    }
+}
+
+#[test]
+fn pf_apply_enables_once_then_loads_the_anchor() {
+    let runner = RecordingRunner::new();
+    runner.reply(
+        &format!("{PFCTL} -E"),
+        "",
+        "No ALTQ support in kernel\npf enabled\nToken : 18446744073\n",
+    );
+    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let scope = Scope::user(501);
+    let plan = fw.plan(&scope, &policy()).unwrap();
+    fw.apply(&plan).unwrap();
+    fw.apply(&plan).unwrap();
+    assert_eq!(
+        fw.runner().commands(),
+        [
+            format!("{PFCTL} -E"),
+            format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
+            format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
+        ]
+    );
+    assert_eq!(fw.runner().calls()[1].stdin.as_deref(), Some(plan.text.as_str()));
+    assert_eq!(fw.tokens().load(&scope).unwrap().as_deref(), Some("18446744073"));
+}
+
+#[test]
+fn pf_apply_without_a_token_fails_before_loading() {
+    let runner = RecordingRunner::new();
+    runner.reply(&format!("{PFCTL} -E"), "", "pf already enabled\n");
+    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("Token"), "{err}");
+    assert_eq!(fw.runner().commands(), [format!("{PFCTL} -E")]);
+}
+
+#[test]
+fn pf_remove_flushes_then_releases_the_token() {
+    let runner = RecordingRunner::new();
+    runner.reply(
+        &format!("{PFCTL} -a com.apple -s Anchors"),
+        "  com.apple/250.ApplicationFirewall\n  com.apple/sandgate.u501\n",
+        "",
+    );
+    let tokens = MemoryTokenStore::default();
+    tokens.save(&Scope::user(501), "42").unwrap();
+    let fw = PfFirewall::new(runner, tokens);
+    assert!(fw.remove(&Scope::user(501)).unwrap());
+    assert_eq!(
+        fw.runner().commands(),
+        [
+            format!("{PFCTL} -a com.apple -s Anchors"),
+            format!("{PFCTL} -a com.apple/sandgate.u501 -F all"),
+            format!("{PFCTL} -X 42"),
+        ]
+    );
+    assert_eq!(fw.tokens().load(&Scope::user(501)).unwrap(), None);
+}
+
+#[test]
+fn pf_remove_of_a_token_pf_forgot_still_forgets_it() {
+    let runner = RecordingRunner::new();
+    runner.fail(&format!("{PFCTL} -X"), "pfctl: Invalid token");
+    let tokens = MemoryTokenStore::default();
+    tokens.save(&Scope::user(7), "5").unwrap();
+    let fw = PfFirewall::new(runner, tokens);
+    assert!(fw.remove(&Scope::user(7)).unwrap());
+    assert!(fw.tokens().scopes().unwrap().is_empty());
+}
+
+#[test]
+fn pf_gc_removes_stale_anchors_and_tokens_only() {
+    let runner = RecordingRunner::new();
+    runner.reply(
+        &format!("{PFCTL} -a com.apple -s Anchors"),
+        "  com.apple/sandgate.u501.p999\n  com.apple/sandgate.u501.p1\n  com.apple/sandgate.u666\n  com.apple/other\n",
+        "",
+    );
+    let tokens = MemoryTokenStore::default();
+    tokens.save(&Scope::owned_by(501, 999), "1").unwrap();
+    tokens.save(&Scope::owned_by(501, 1), "2").unwrap();
+    tokens.save(&Scope::owned_by(502, 999), "3").unwrap(); // anchor already gone
+    let fw = PfFirewall::new(runner, tokens);
+    let removed = fw.gc(&Owners).unwrap();
+    assert_eq!(removed, [Scope::owned_by(501, 999), Scope::user(666), Scope::owned_by(502, 999)]);
+    let cmds = fw.runner().commands();
+    for want in [
+        format!("{PFCTL} -a com.apple/sandgate.u501.p999 -F all"),
+        format!("{PFCTL} -X 1"),
+        format!("{PFCTL} -a com.apple/sandgate.u666 -F all"),
+        format!("{PFCTL} -X 3"),
+    ] {
+        assert!(cmds.contains(&want), "{want} not in {cmds:#?}");
+    }
+    assert!(
+        !cmds.iter().any(|c| c.contains("sandgate.u501.p1 ") || c.ends_with("-X 2")),
+        "{cmds:#?}"
+    );
+    assert_eq!(fw.tokens().scopes().unwrap(), [Scope::owned_by(501, 1)]);
+}
+
+#[test]
+fn pf_list_reads_rules_of_sandgate_anchors() {
+    let runner = RecordingRunner::new();
+    runner.reply(
+        &format!("{PFCTL} -a com.apple -s Anchors"),
+        "  com.apple/sandgate.u501\n  com.apple/x\n",
+        "",
+    );
+    runner.reply(
+        &format!("{PFCTL} -a com.apple/sandgate.u501 -s rules"),
+        "block return out ...\n",
+        "",
+    );
+    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let listed = fw.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].scope, listed[0].rules.as_str()),
+        (Scope::user(501), "block return out ...\n")
+    );
+}
+
+#[test]
+fn nft_sequences() {
+    let runner = RecordingRunner::new();
+    runner.reply("nft list tables inet", "table inet filter\ntable inet sandgate_u1001\ntable inet sandgate_u666\ntable inet sandgate_u5_p999\n", "");
+    let fw = NftFirewall::new(runner);
+    let scope = Scope::user(1001);
+    let plan = fw.plan(&scope, &policy()).unwrap();
+    fw.apply(&plan).unwrap();
+    fw.allow(&scope, "[::1]:8080".parse().unwrap()).unwrap();
+    fw.disallow(&scope, "127.0.0.1:3128".parse().unwrap()).unwrap();
+    assert!(fw.remove(&scope).unwrap());
+    assert!(!fw.remove(&Scope::user(4)).unwrap());
+    let removed = fw.gc(&Owners).unwrap();
+    assert_eq!(removed, [Scope::user(666), Scope::owned_by(5, 999)]);
+    let calls = fw.runner().calls();
+    let text: Vec<(String, String)> =
+        calls.iter().map(|c| (c.command.clone(), c.stdin.clone().unwrap_or_default())).collect();
+    let want: Vec<(&str, &str)> = vec![
+        ("nft -f -", plan.text.as_str()),
+        ("nft -f -", "add element inet sandgate_u1001 allow6 { ::1 . 8080 }\n"),
+        ("nft -f -", "delete element inet sandgate_u1001 allow4 { 127.0.0.1 . 3128 }\n"),
+        ("nft list tables inet", ""),
+        ("nft -f -", "add table inet sandgate_u1001\ndelete table inet sandgate_u1001\n"),
+        ("nft list tables inet", ""),
+        // gc: list (tables + each table's rules), then remove the stale ones
+        ("nft list tables inet", ""),
+        ("nft list table inet sandgate_u1001", ""),
+        ("nft list table inet sandgate_u666", ""),
+        ("nft list table inet sandgate_u5_p999", ""),
+        ("nft list tables inet", ""),
+        ("nft -f -", "add table inet sandgate_u666\ndelete table inet sandgate_u666\n"),
+        ("nft list tables inet", ""),
+        ("nft -f -", "add table inet sandgate_u5_p999\ndelete table inet sandgate_u5_p999\n"),
+    ];
+    let got: Vec<(&str, &str)> = text.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn nft_errors_carry_the_command_and_stderr() {
+    let runner = RecordingRunner::new();
+    runner.fail("nft -f -", "Error: Could not process rule: Operation not permitted");
+    let fw = NftFirewall::new(runner);
+    let err = fw.apply(&fw.plan(&Scope::user(1), &policy()).unwrap()).unwrap_err();
+    assert!(err.is_permission_denied());
+    assert!(err.to_string().contains("nft -f -"), "{err}");
+}

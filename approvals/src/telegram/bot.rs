@@ -130,11 +130,13 @@ impl Shared {
                 Ok(v) => return Some(v),
                 Err(e) => match self.retry_delay(&e, &mut delay) {
                     Some(wait) => {
-                        tracing::warn!(call = what, attempt, error = %e, ?wait, "Telegram call failed; retrying");
+                        let error = self.describe(&e);
+                        tracing::warn!(call = what, attempt, %error, ?wait, "Telegram call failed; retrying");
                         wait
                     }
                     None => {
-                        tracing::warn!(call = what, error = %e, "Telegram call failed; giving up");
+                        let error = self.describe(&e);
+                        tracing::warn!(call = what, %error, "Telegram call failed; giving up");
                         return None;
                     }
                 },
@@ -161,6 +163,11 @@ impl Shared {
             RequestError::Api(ApiError::Unknown(_)) => Some(next()),
             RequestError::Api(_) | RequestError::MigrateToChatId(_) => None,
         }
+    }
+
+    /// The error's text with the token cut out, whatever the HTTP layer put in it.
+    fn describe(&self, e: &RequestError) -> String {
+        redact(&e.to_string(), self.config.token.expose())
     }
 
     fn allowed(&self, chat: ChatId) -> bool {
@@ -283,6 +290,9 @@ async fn sleep_until_opt(at: Option<std::time::Instant>) {
     }
 }
 
+/// A `/rules`, `/revoke` or `/status` call, run on a blocking thread.
+type ControlCall = Box<dyn FnOnce(&dyn BotControl) -> String + Send>;
+
 struct Poller {
     shared: Arc<Shared>,
     broker: Broker,
@@ -323,7 +333,8 @@ impl Poller {
                             sh.retry_delay(other, &mut backoff).unwrap_or(sh.config.max_backoff)
                         }
                     };
-                    tracing::warn!(error = %e, ?wait, "Telegram getUpdates failed; retrying");
+                    let error = sh.describe(&e);
+                    tracing::warn!(%error, ?wait, "Telegram getUpdates failed; retrying");
                     tokio::time::sleep(wait).await;
                 }
             }
@@ -376,7 +387,7 @@ impl Poller {
             Ok(c) => c,
             Err(e) => return e.to_string(),
         };
-        let blocking = |f: Box<dyn FnOnce(&dyn BotControl) -> String + Send>| {
+        let blocking = |f: ControlCall| {
             let control = self.control.clone();
             async move {
                 tokio::task::spawn_blocking(move || f(control.as_ref()))
@@ -406,6 +417,15 @@ impl Poller {
     }
 }
 
+fn redact(text: &str, token: &str) -> String {
+    let mut out = text.replace(token, "<token>");
+    // The secret half alone is as sensitive as the whole.
+    if let Some((_, secret)) = token.split_once(':') {
+        out = out.replace(secret, "<token>");
+    }
+    out
+}
+
 fn responder(user: Option<&User>, chat: ChatId) -> Responder {
     let who = match user {
         Some(u) => match &u.username {
@@ -430,4 +450,19 @@ fn summary(answer: Answer, done: &Answered) -> String {
         s.push_str(&format!(" · could not save the rule: {}", done.grant_errors.join("; ")));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_logged_without_the_token() {
+        let t = "123456:AAbbCC-dd";
+        assert_eq!(
+            redact("error sending request for url (http://x/bot123456:AAbbCC-dd/getMe)", t),
+            "error sending request for url (http://x/bot<token>/getMe)"
+        );
+        assert_eq!(redact("secret AAbbCC-dd alone", t), "secret <token> alone");
+    }
 }

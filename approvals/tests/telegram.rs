@@ -1,0 +1,318 @@
+//! The Telegram channel against a fake Bot API server on 127.0.0.1.
+
+mod fake_telegram;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fake_telegram::{Failure, FakeTelegram};
+use sandgate_approvals::telegram::{
+    self, Alert, BotControl, BotToken, TelegramConfig, TelegramHandle,
+};
+use sandgate_approvals::{
+    Answer, AnswerTarget, Broker, BrokerConfig, Channel, Outcome, Question, Responder, Scope,
+};
+use serde_json::Value;
+
+const CHAT: i64 = 42;
+const STRANGER: i64 = 666;
+
+struct Control {
+    revoked: Mutex<Vec<String>>,
+}
+
+impl BotControl for Control {
+    fn rules(&self) -> String {
+        "#1 allow crates.io:443 always (global) by config".into()
+    }
+    fn revoke(&self, id: &str) -> Result<String, String> {
+        self.revoked.lock().unwrap().push(id.into());
+        if id == "1" { Ok("revoked #1".into()) } else { Err(format!("no grant {id}")) }
+    }
+    fn status(&self) -> String {
+        "daemon up · 2 sandboxes".into()
+    }
+}
+
+fn question(sandbox: &str, host: &str) -> Question {
+    Question {
+        sandbox: sandbox.into(),
+        host: host.into(),
+        port: 443,
+        method: Some("GET".into()),
+        path: Some("/index.json".into()),
+        command: vec!["cargo".into(), "build".into()],
+        cwd: Some("/home/u/proj".into()),
+        project: Some("proj".into()),
+    }
+}
+
+fn config(url: &str) -> TelegramConfig {
+    let mut c = TelegramConfig::new(BotToken::new("123456:TEST-token").unwrap(), vec![CHAT]);
+    c.api_url = Some(url.into());
+    c.poll_timeout = Duration::from_secs(5);
+    c.min_backoff = Duration::from_millis(50);
+    c.max_backoff = Duration::from_millis(400);
+    c
+}
+
+fn start(
+    fake: &FakeTelegram,
+    broker: &Broker,
+    tweak: impl FnOnce(&mut TelegramConfig),
+) -> (TelegramHandle, Arc<Control>) {
+    let control = Arc::new(Control { revoked: Mutex::default() });
+    let mut c = config(&fake.url);
+    tweak(&mut c);
+    let handle = telegram::spawn(c, broker.clone(), control.clone()).unwrap();
+    (handle, control)
+}
+
+fn broker() -> Broker {
+    Broker::new(BrokerConfig { timeout: Duration::from_secs(60), ..Default::default() }, None)
+}
+
+fn text_has(needle: &'static str) -> impl Fn(&Value) -> bool {
+    move |b| b["text"].as_str().is_some_and(|t| t.contains(needle))
+}
+
+/// The callback data of the button labelled `label` in a sendMessage body.
+fn button(body: &Value, label: &str) -> String {
+    let rows = body["reply_markup"]["inline_keyboard"].as_array().expect("inline keyboard");
+    for row in rows {
+        for b in row.as_array().unwrap() {
+            if b["text"] == label {
+                return b["callback_data"].as_str().unwrap().to_string();
+            }
+        }
+    }
+    panic!("no button {label:?} in {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_releases_the_held_request_and_latencies_are_small() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let mut post_ms = Vec::new();
+    let mut release_ms = Vec::new();
+    for round in 0..5usize {
+        let host = format!("h{round}.example");
+        let asked = Instant::now();
+        let waiter = tokio::spawn({
+            let (b, q) = (b.clone(), question("sb1", &host));
+            async move {
+                let out = b.ask(q).await;
+                (out, Instant::now())
+            }
+        });
+        let posted = fake
+            .wait_nth_call("sendMessage", 1, move |body| {
+                body["text"].as_str().is_some_and(|t| t.contains(&format!("{host}:443")))
+            })
+            .await;
+        post_ms.push(posted.at.duration_since(asked).as_secs_f64() * 1000.0);
+        let text = posted.body["text"].as_str().unwrap();
+        for part in ["sb1", "GET /index.json", "cargo build", "/home/u/proj"] {
+            assert!(text.contains(part), "{part:?} missing from {text:?}");
+        }
+        assert_eq!(posted.body["chat_id"], CHAT);
+        for label in ["Allow once", "This session", "1 hour", "Always", "Deny"] {
+            button(&posted.body, label);
+        }
+        let msg_id = round as i64 + 1;
+        let update =
+            fake.push_callback(CHAT, "alice", msg_id, &button(&posted.body, "This session"));
+        let (out, released) = waiter.await.unwrap();
+        assert_eq!(
+            out,
+            Outcome::Answered {
+                answer: Answer::Allow(Scope::Session),
+                by: Responder::new(Channel::Telegram, "@alice"),
+                pattern: format!("h{round}.example"),
+            }
+        );
+        let delivered = fake.delivered_at(update).expect("the update was delivered");
+        release_ms.push(released.duration_since(delivered).as_secs_f64() * 1000.0);
+        // The button press is acknowledged and the message edited for every chat.
+        fake.wait_nth_call("answerCallbackQuery", round + 1, |b| {
+            b["text"].as_str().is_some_and(|t| t.contains("1 request released"))
+        })
+        .await;
+        let edit = fake.wait_nth_call("editMessageText", round + 1, |_| true).await;
+        let edited = edit.body["text"].as_str().unwrap();
+        assert!(edited.contains("allowed for this session in Telegram by @alice"), "{edited}");
+        assert!(edit.body.get("reply_markup").is_none(), "buttons removed: {}", edit.body);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("telegram latency: blocked request -> question posted (ms): {post_ms:.2?}");
+    println!("telegram latency: update delivered -> waiter released (ms): {release_ms:.2?}");
+    let (p, r) = (median(&mut post_ms), median(&mut release_ms));
+    println!("telegram latency medians: post {p:.2} ms, release {r:.2} ms (target <= 50 ms each)");
+    assert!(p <= 50.0, "posting a question took {p:.1} ms (median)");
+    assert!(r <= 50.0, "releasing a waiter took {r:.1} ms (median)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_command_releases_the_held_request() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "api.example.com")).await }
+    });
+    fake.wait_call("sendMessage", text_has("api.example.com:443")).await;
+    fake.push_message(CHAT, "bob", "/allow *.example.com 1h");
+    let out = waiter.await.unwrap();
+    assert_eq!(
+        out,
+        Outcome::Answered {
+            answer: Answer::Allow(Scope::For(Duration::from_secs(3600))),
+            by: Responder::new(Channel::Telegram, "@bob"),
+            pattern: "*.example.com".into(),
+        }
+    );
+    fake.wait_call("sendMessage", text_has("allowed for 1h: 1 request released")).await;
+    fake.wait_call("editMessageText", text_has("(as *.example.com) in Telegram by @bob")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_are_ignored_and_pending_lists_open_questions() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let _w1 = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "one.example")).await }
+    });
+    let _w2 = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb2", "two.example")).await }
+    });
+    fake.wait_call("sendMessage", text_has("one.example:443")).await;
+    let q2 = fake.wait_call("sendMessage", text_has("two.example:443")).await;
+
+    // A stranger's command and button press...
+    fake.push_message(STRANGER, "mallory", "/allow one.example");
+    fake.push_callback(STRANGER, "mallory", 2, &button(&q2.body, "Always"));
+    // ...then our /pending: the poller handles updates in order, so its reply proves the
+    // stranger's updates were seen first.
+    fake.push_message(CHAT, "alice", "/pending");
+    let reply = fake.wait_call("sendMessage", text_has("pending:")).await;
+    let text = reply.body["text"].as_str().unwrap();
+    assert!(text.starts_with("2 pending:"), "{text}");
+    assert!(text.contains("q1 · sb1 wants one.example:443 · 1 waiting"), "{text}");
+    assert!(text.contains("q2 · sb2 wants two.example:443"), "{text}");
+    assert_eq!(b.pending().len(), 2, "nothing was released by a stranger");
+    for c in fake.calls("sendMessage").iter().chain(&fake.calls("answerCallbackQuery")) {
+        assert_ne!(c.body["chat_id"], STRANGER, "the bot answered a stranger: {}", c.body);
+    }
+    assert!(fake.calls("answerCallbackQuery").is_empty());
+
+    // /rules, /revoke, /status go to the daemon's control.
+    fake.push_message(CHAT, "alice", "/rules");
+    fake.wait_call("sendMessage", text_has("#1 allow crates.io")).await;
+    fake.push_message(CHAT, "alice", "/revoke 7");
+    fake.wait_call("sendMessage", text_has("not revoked: no grant 7")).await;
+    fake.push_message(CHAT, "alice", "/status");
+    fake.wait_call("sendMessage", text_has("daemon up")).await;
+    fake.push_message(CHAT, "alice", "/frobnicate");
+    fake.wait_call("sendMessage", text_has("unknown command /frobnicate")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_garbage_and_a_500_are_survived() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    fake.fail_next("sendMessage", Failure::TooManyRequests { retry_after: 1 });
+    fake.fail_next("sendMessage", Failure::Garbage);
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "x.example")).await }
+    });
+    // The first post gets 429 (retry after 1 s), the second garbage; the third goes through.
+    let posted = fake.wait_nth_call("sendMessage", 3, |_| true).await;
+    let waited = posted.at.duration_since(started);
+    assert!(waited >= Duration::from_secs(1), "retry_after honoured: {waited:?}");
+    assert_eq!(fake.calls("sendMessage").len(), 3);
+
+    // Now getUpdates fails with a 500 (teloxide itself waits 10 s on a 5xx), after which the
+    // poller carries on and a button still works.
+    let polls_before = fake.calls("getUpdates").len();
+    fake.fail_next("getUpdates", Failure::ServerError);
+    // Wake the current long poll so the next one hits the failure.
+    fake.push_message(CHAT, "alice", "/help");
+    fake.wait_call("sendMessage", text_has("Commands:")).await;
+    fake.wait_nth_call("getUpdates", polls_before + 3, |_| true).await;
+    let update = fake.push_callback(CHAT, "alice", 1, &button(&posted.body, "Allow once"));
+    let out = waiter.await.unwrap();
+    assert!(out.allows(), "{out:?}");
+    assert!(fake.delivered_at(update).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_stay_answerable_when_telegram_is_unreachable() {
+    let b = broker();
+    // Port 1 on loopback: nothing listens, connections are refused at once.
+    let mut c = config("http://127.0.0.1:1/");
+    c.min_backoff = Duration::from_millis(20);
+    let control = Arc::new(Control { revoked: Mutex::default() });
+    let _bot = telegram::spawn(c, b.clone(), control).unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "x.example")).await }
+    });
+    let started = Instant::now();
+    while b.pending().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::task::yield_now().await;
+    }
+    let id = b.pending()[0].id;
+    b.answer(
+        AnswerTarget::Question(id),
+        Answer::Allow(Scope::Once),
+        Responder::new(Channel::Cli, "root"),
+    )
+    .await
+    .unwrap();
+    assert!(waiter.await.unwrap().allows());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_burst_becomes_a_handful_of_messages_with_counts() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (bot, _) = start(&fake, &b, |c| c.alert_window = Duration::from_millis(300));
+    for _ in 0..1000 {
+        assert!(bot.alert(Alert {
+            key: "sb1 10.200.0.9:443/tcp".into(),
+            text: "sb1 tried 10.200.0.9:443/tcp directly (blocked)".into(),
+            count: 1,
+        }));
+    }
+    let summary = fake.wait_call("sendMessage", text_has("999 more")).await;
+    assert!(summary.body["text"].as_str().unwrap().contains("10.200.0.9:443"));
+    let alerts: Vec<_> = fake
+        .calls("sendMessage")
+        .into_iter()
+        .filter(|c| c.body["text"].as_str().is_some_and(|t| t.contains("10.200.0.9")))
+        .collect();
+    println!("1000 blocked packets -> {} alert messages", alerts.len());
+    assert!(alerts.len() <= 3, "{:?}", alerts.iter().map(|c| &c.body["text"]).collect::<Vec<_>>());
+    assert_eq!(bot.alerts_dropped(), 0);
+}
+
+#[tokio::test]
+async fn a_bot_without_chats_is_refused() {
+    let b = broker();
+    let c = TelegramConfig::new(BotToken::new("123456:TEST-token").unwrap(), vec![]);
+    let control = Arc::new(Control { revoked: Mutex::default() });
+    let err = telegram::spawn(c, b, control).unwrap_err();
+    assert!(err.to_string().contains("no Telegram chat ids"));
+}

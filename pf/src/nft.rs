@@ -239,8 +239,13 @@ impl<R: CommandRunner> Firewall for NftFirewall<R> {
     fn list(&self) -> Result<Vec<Installed>, FirewallError> {
         let mut found = Vec::new();
         for (scope, name) in self.installed_tables()? {
-            let out = self.runner.run("nft", &["list", "table", "inet", &name], None)?;
-            found.push(Installed { scope, name, rules: out.stdout });
+            match self.runner.run("nft", &["list", "table", "inet", &name], None) {
+                Ok(out) => found.push(Installed { scope, name, rules: out.stdout }),
+                // Removed by someone else between the two commands: not installed any more.
+                Err(FirewallError::Command { ref stderr, .. })
+                    if stderr.contains("No such file or directory") => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(found)
     }

@@ -191,3 +191,16 @@ fn nft_errors_carry_the_command_and_stderr() {
     assert!(err.is_permission_denied());
     assert!(err.to_string().contains("nft -f -"), "{err}");
 }
+
+#[test]
+fn nft_list_skips_a_table_removed_meanwhile() {
+    let runner = RecordingRunner::new();
+    runner.reply("nft list tables inet", "table inet sandgate_u1\ntable inet sandgate_u2\n", "");
+    runner.fail(
+        "nft list table inet sandgate_u1",
+        "Error: No such file or directory\nlist table inet sandgate_u1",
+    );
+    let fw = NftFirewall::new(runner);
+    let listed: Vec<Scope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
+    assert_eq!(listed, [Scope::user(2)]);
+}

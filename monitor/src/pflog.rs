@@ -195,7 +195,7 @@ pub mod capture {
         }
 
         /// Reads the next frame; `Ok(None)` on read timeout or an undecodable frame (counted).
-        pub fn next(&mut self) -> Result<Option<BlockedPacket>, MonitorError> {
+        pub fn recv(&mut self) -> Result<Option<BlockedPacket>, MonitorError> {
             match self.rx.next() {
                 Ok(frame) => match decode(frame, SystemTime::now()) {
                     Ok((_, packet)) => Ok(Some(packet)),

@@ -448,7 +448,8 @@ fn event_writer_drops_and_counts_instead_of_blocking() {
     writer.flush();
     let stats = writer.stats();
     println!("20000 sends while locked: total {total:?}, slowest {slowest:?}, stats {stats:?}");
-    assert!(slowest < Duration::from_millis(50), "a send blocked for {slowest:?}");
+    // Blocking would mean waiting out the lock (2 s busy timeout); allow for a descheduled thread.
+    assert!(slowest < Duration::from_millis(500), "a send blocked for {slowest:?}");
     assert!(stats.dropped > 0);
     assert_eq!(stats.dropped + accepted, 20_000);
     assert_eq!(stats.written + stats.failed, accepted);

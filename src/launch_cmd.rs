@@ -1,9 +1,10 @@
 //! Launcher subcommands: `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
+use sandgate_config::{Overrides, Policy};
 use sandgate_sandbox::{NetMode, SandboxId, SandboxSpec};
 
 /// Options shared by the tier commands.
@@ -61,71 +62,12 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
-/// Built-in defaults of the filesystem policy, in one place (the config crate's resolved policy
-/// replaces them).
+/// Launcher constants that are not policy (policy lists live in `sandgate_config`).
 pub mod defaults {
-    /// Credential paths under `$HOME`, covered so that reads fail.
-    pub const CREDENTIALS: &[&str] = &[
-        ".ssh",
-        ".aws",
-        ".gnupg",
-        ".config/gcloud",
-        ".azure",
-        ".kube",
-        ".docker",
-        ".netrc",
-        ".npmrc",
-        ".pypirc",
-        ".git-credentials",
-        ".config/gh",
-        ".local/share/keyrings",
-    ];
-    /// Paths under each writable directory that make code run later outside the sandbox: they
-    /// stay read-only (and cannot be created) even where everything else is writable.
-    pub const PROTECTED: &[&str] = &[
-        ".git/hooks",
-        ".git/config",
-        ".gitmodules",
-        ".envrc",
-        ".vscode",
-        ".idea",
-        ".mcp.json",
-        ".claude",
-    ];
-    /// Shell start-up files under `$HOME`, protected like [`PROTECTED`] when `$HOME` is writable.
-    pub const SHELL_RC: &[&str] = &[
-        ".bashrc",
-        ".bash_profile",
-        ".bash_login",
-        ".profile",
-        ".zshrc",
-        ".zshenv",
-        ".zprofile",
-        ".zlogin",
-        ".config/fish",
-    ];
-    /// Environment variable with extra credential paths, colon-separated.
-    pub const EXTRA_DENY_VAR: &str = "SANDGATE_EXTRA_DENY";
-    /// NFLOG group the sandbox's namespace rules log to (groups are per network namespace).
+    /// Shell start-up files kept read-only in `$HOME` when `$HOME` is writable.
+    pub use sandgate_config::SHELL_RC;
+    /// NFLOG group the namespace's firewall logs refused packets to.
     pub const NFLOG_GROUP: u16 = 7;
-}
-
-/// What a tier grants, before paths are resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tier {
-    name: String,
-    cwd_writable: bool,
-    net: NetArg,
-}
-
-fn tier(name: &str) -> anyhow::Result<Tier> {
-    let (cwd_writable, net) = match name {
-        "run" => (false, NetArg::None),
-        "net" => (false, NetArg::Proxy),
-        "build" => (true, NetArg::Proxy),
-        other => bail!("unknown tier {other:?}: the tiers are run, net and build"),
-    };
-    Ok(Tier { name: name.to_owned(), cwd_writable, net })
 }
 
 /// Environment values the spec depends on (taken from the process, replaceable in tests).
@@ -139,8 +81,6 @@ pub struct LaunchEnv {
     pub config_home: Option<PathBuf>,
     /// `$XDG_DATA_HOME` (or `~/.local/share`).
     pub data_home: Option<PathBuf>,
-    /// `$SANDGATE_EXTRA_DENY`.
-    pub extra_deny: Option<OsString>,
     /// The environment passed to the command (before proxy variables are added).
     pub env: Vec<(OsString, OsString)>,
 }
@@ -159,51 +99,57 @@ impl LaunchEnv {
             cwd: std::env::current_dir().context("current directory")?,
             config_home: xdg("XDG_CONFIG_HOME", ".config"),
             data_home: xdg("XDG_DATA_HOME", ".local/share"),
-            extra_deny: std::env::var_os(defaults::EXTRA_DENY_VAR),
             env: std::env::vars_os().collect(),
             home,
         })
     }
 }
 
-/// Builds the sandbox spec of `tier` from the built-in defaults and the command-line flags.
-pub fn spec_from_tier(
-    tier_name: &str,
+/// Resolves the policy of `tier` from the configuration layers and the command-line flags.
+pub fn resolve_policy(tier: &str, args: &LaunchArgs) -> anyhow::Result<Policy> {
+    let config = crate::policy_cmd::load_config()?;
+    let flags = Overrides {
+        allow_write: args.allow_write.clone(),
+        allow: args.allow.clone(),
+        deny: args.deny.clone(),
+        net: args.net.map(|n| match n {
+            NetArg::None => sandgate_config::NetMode::None,
+            NetArg::Proxy => sandgate_config::NetMode::Proxy,
+        }),
+    };
+    config.policy(tier, &flags).map_err(|e| crate::policy_cmd::UsageError(e.to_string()).into())
+}
+
+/// Builds the sandbox spec from a resolved policy and the launch environment.
+pub fn spec_from_policy(
+    policy: &Policy,
     args: &LaunchArgs,
     ctx: &LaunchEnv,
     id: SandboxId,
 ) -> anyhow::Result<SandboxSpec> {
-    let t = tier(tier_name)?;
-    let abs = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { ctx.cwd.join(p) };
-    let mut writable: Vec<PathBuf> = args.allow_write.iter().map(|p| abs(p)).collect();
-    if t.cwd_writable {
-        writable.push(ctx.cwd.clone());
-    }
-    let mut hidden = Vec::new();
-    if let Some(home) = &ctx.home {
-        hidden.extend(defaults::CREDENTIALS.iter().map(|c| home.join(c)));
-    }
-    if let Some(extra) = &ctx.extra_deny {
-        hidden.extend(std::env::split_paths(extra).filter(|p| p.is_absolute()));
-    }
+    let writable: Vec<PathBuf> = policy.fs.writable.iter().map(|w| w.path.clone()).collect();
+    // The policy already holds the built-in credential list, config `deny_read` and
+    // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
+    // inside).
+    let mut hidden: Vec<PathBuf> = policy.fs.hidden.iter().map(|h| h.path.clone()).collect();
     if let Some(data) = &ctx.data_home {
-        hidden.push(data.join("sandgate")); // the store: grants and events
+        hidden.push(data.join("sandgate"));
     }
     let mut read_only = Vec::new();
     if let Some(config) = &ctx.config_home {
         read_only.push(config.join("sandgate"));
     }
     for w in writable.iter().filter(|w| !w.is_file()) {
-        read_only.extend(defaults::PROTECTED.iter().map(|p| w.join(p)));
+        read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
         if let Some(home) = &ctx.home
             && home.starts_with(w)
         {
             read_only.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
         }
     }
-    let net = match args.net.unwrap_or(t.net) {
-        NetArg::None => NetMode::None,
-        NetArg::Proxy => NetMode::Proxy {
+    let net = match policy.net.mode {
+        sandgate_config::NetMode::None => NetMode::None,
+        sandgate_config::NetMode::Proxy => NetMode::Proxy {
             nflog_group: defaults::NFLOG_GROUP,
             ruleset: fresh_namespace(&sandgate_pf::nft::namespace_ruleset(
                 &sandgate_pf::nft::NamespaceRules {
@@ -227,7 +173,7 @@ pub fn spec_from_tier(
         );
     }
     env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
-    env.push(("SANDGATE_TIER".into(), t.name.clone().into()));
+    env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
     let command = if args.command.is_empty() {
         let shell = ctx
             .env
@@ -242,7 +188,7 @@ pub fn spec_from_tier(
     };
     Ok(SandboxSpec {
         id,
-        tier_name: t.name,
+        tier_name: policy.tier.clone(),
         cwd: ctx.cwd.clone(),
         command,
         env,
@@ -250,7 +196,7 @@ pub fn spec_from_tier(
         hidden,
         read_only,
         net,
-        allowed_unix_sockets: Vec::new(),
+        allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
     })
 }
@@ -280,12 +226,17 @@ fn new_id() -> anyhow::Result<SandboxId> {
 /// Runs a command in the named tier; returns its exit status.
 pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let ctx = LaunchEnv::from_process()?;
-    let spec = spec_from_tier(tier, &args, &ctx, new_id()?)?;
-    launch(&spec, &args)
+    let policy = resolve_policy(tier, &args)?;
+    let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
+    launch(&spec, &args, policy.net)
 }
 
 #[cfg(target_os = "linux")]
-fn launch(spec: &SandboxSpec, args: &LaunchArgs) -> anyhow::Result<u8> {
+fn launch(
+    spec: &SandboxSpec,
+    args: &LaunchArgs,
+    net: sandgate_config::NetworkPolicy,
+) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
     let launched = match sandgate_sandbox::launch(spec, &Hooks) {
         Ok(l) => l,
@@ -298,9 +249,13 @@ fn launch(spec: &SandboxSpec, args: &LaunchArgs) -> anyhow::Result<u8> {
     for m in &launched.enforcement.missing {
         eprintln!("sandgate: warning: not enforced: {m}");
     }
-    // The proxy is served by the daemon once it exists; until then the listener stays open and
-    // unserved, so proxied connections wait and direct ones are refused.
+    // Until the daemon exists, the launcher serves the proxy itself on the listener created inside
+    // the namespace (started only now: `launch` needs a single-threaded process).
     let mut launched = launched;
+    let proxy = match launched.listener.take() {
+        Some(fd) => Some(InProcessProxy::start(fd, spec.id.as_str(), net)?),
+        None => None,
+    };
     let reporter = match (args.report_blocked, launched.nflog.take()) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
         _ => None,
@@ -309,7 +264,62 @@ fn launch(spec: &SandboxSpec, args: &LaunchArgs) -> anyhow::Result<u8> {
     if let Some(r) = reporter {
         r.finish();
     }
+    if let Some(p) = proxy {
+        p.stop();
+    }
     Ok(code)
+}
+
+/// The allowlist proxy on the sandbox's listener, on a small runtime of its own. Nobody can be
+/// asked yet, so destinations the policy does not allow are refused with a body that says so.
+#[cfg(target_os = "linux")]
+struct InProcessProxy {
+    proxy: sandgate_proxy::Proxy,
+    thread: std::thread::JoinHandle<()>,
+}
+
+#[cfg(target_os = "linux")]
+impl InProcessProxy {
+    fn start(
+        fd: std::os::fd::OwnedFd,
+        id: &str,
+        net: sandgate_config::NetworkPolicy,
+    ) -> anyhow::Result<InProcessProxy> {
+        use sandgate_proxy::{Listener, Proxy, SandboxContext, SandboxId};
+        let _ = sandgate_proxy::raise_nofile_limit();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("cannot start the proxy's runtime")?;
+        let listener = {
+            let _enter = runtime.enter();
+            Listener::from_fd(fd).context("cannot serve the sandbox's proxy listener")?
+        };
+        let proxy = Proxy::builder().build();
+        let ctx = SandboxContext {
+            id: SandboxId::new(id.to_owned()),
+            policy: std::sync::Arc::new(net),
+            token: None,
+        };
+        let serving = proxy.clone();
+        let thread = std::thread::Builder::new()
+            .name("sandgate-proxy".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    if let Err(e) = serving.serve(listener, ctx).await {
+                        eprintln!("sandgate: proxy stopped: {e}");
+                    }
+                });
+            })
+            .context("cannot start the proxy thread")?;
+        Ok(InProcessProxy { proxy, thread })
+    }
+
+    fn stop(self) {
+        self.proxy.shutdown();
+        let _ = self.thread.join();
+    }
 }
 
 /// Prints each blocked packet of the sandbox's NFLOG socket as
@@ -362,12 +372,20 @@ impl BlockedReporter {
 }
 
 #[cfg(target_os = "macos")]
-fn launch(spec: &SandboxSpec, _args: &LaunchArgs) -> anyhow::Result<u8> {
+fn launch(
+    spec: &SandboxSpec,
+    _args: &LaunchArgs,
+    _net: sandgate_config::NetworkPolicy,
+) -> anyhow::Result<u8> {
     Ok(sandgate_sandbox::launch(spec)?.wait()?)
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-fn launch(_spec: &SandboxSpec, _args: &LaunchArgs) -> anyhow::Result<u8> {
+fn launch(
+    _spec: &SandboxSpec,
+    _args: &LaunchArgs,
+    _net: sandgate_config::NetworkPolicy,
+) -> anyhow::Result<u8> {
     bail!("sandboxing is not implemented on this platform")
 }
 
@@ -424,7 +442,8 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         report_blocked: false,
         command: vec!["true".into()],
     };
-    let spec = spec_from_tier(&args.tier, &la, &ctx, SandboxId::try_from("explain")?)?;
+    let policy = resolve_policy(&args.tier, &la)?;
+    let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
     let kernel = kernel_report();
     let net = match &spec.net {
         NetMode::None => "none: loopback only".to_owned(),
@@ -499,7 +518,6 @@ mod tests {
             home: Some("/home/u".into()),
             config_home: Some("/home/u/.config".into()),
             data_home: Some("/home/u/.local/share".into()),
-            extra_deny: Some("/secret/a:relative:/secret/b".into()),
             env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 ("HTTP_PROXY".into(), "http://evil:1".into()),
@@ -519,29 +537,58 @@ mod tests {
         }
     }
 
+    fn policy(tier: &str, net: sandgate_config::NetMode, writable: &[&str]) -> Policy {
+        use sandgate_config::{FsPolicy, NetworkPolicy, PathRule, RuleSource};
+        let rule = |p: &str| PathRule { path: p.into(), source: RuleSource::Builtin };
+        Policy {
+            tier: tier.into(),
+            fs: FsPolicy {
+                writable: writable.iter().map(|p| rule(p)).collect(),
+                hidden: vec![rule("/home/u/.ssh"), rule("/secret/b")],
+                protected: sandgate_config::DEFAULT_PROTECTED
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                unix_sockets: vec![rule("/run/allowed.sock")],
+            },
+            net: NetworkPolicy::new(tier, net, vec![], vec![]),
+        }
+    }
+
     #[test]
-    fn tiers_map_to_specs() {
+    fn policies_map_to_specs() {
+        use sandgate_config::NetMode as Net;
         let id = || SandboxId::try_from("t").unwrap();
-        let run = spec_from_tier("run", &args(&["true"]), &ctx(), id()).unwrap();
+        let run = spec_from_policy(
+            &policy("run", Net::None, &["/work/p/out"]),
+            &args(&["true"]),
+            &ctx(),
+            id(),
+        )
+        .unwrap();
         assert_eq!(run.writable, vec![PathBuf::from("/work/p/out")]);
         assert_eq!(run.net, NetMode::None);
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.ssh")));
         assert!(run.hidden.contains(&PathBuf::from("/secret/b")));
-        assert!(!run.hidden.iter().any(|p| p.ends_with("relative")));
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
         assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
         assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
+        assert_eq!(run.allowed_unix_sockets, vec![PathBuf::from("/run/allowed.sock")]);
 
-        let build = spec_from_tier("build", &args(&[]), &ctx(), id()).unwrap();
+        let build = spec_from_policy(
+            &policy("build", Net::Proxy, &["/work/p", "/home/u"]),
+            &args(&[]),
+            &ctx(),
+            id(),
+        )
+        .unwrap();
         assert!(build.writable.contains(&PathBuf::from("/work/p")));
         assert!(build.read_only.contains(&PathBuf::from("/work/p/.git/hooks")));
+        assert!(build.read_only.contains(&PathBuf::from("/home/u/.bashrc")));
+        assert!(!build.read_only.contains(&PathBuf::from("/work/p/.bashrc")));
         assert!(matches!(build.net, NetMode::Proxy { .. }));
         assert!(build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://127.0.0.1:3128"));
+        assert!(!build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://evil:1"));
         assert_eq!(build.command, vec![OsString::from("/bin/sh"), OsString::from("-i")]);
-
-        let mut none = args(&["x"]);
-        none.net = Some(NetArg::None);
-        assert_eq!(spec_from_tier("build", &none, &ctx(), id()).unwrap().net, NetMode::None);
-        assert!(spec_from_tier("nope", &none, &ctx(), id()).is_err());
     }
 }

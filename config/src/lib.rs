@@ -28,4 +28,6 @@ pub use pattern::{DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, 
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
-pub use tiers::{DEFAULT_HIDDEN, DEFAULT_PROTECTED, PRESETS, TierDef, builtin_tiers, preset};
+pub use tiers::{
+    DEFAULT_HIDDEN, DEFAULT_PROTECTED, PRESETS, SHELL_RC, TierDef, builtin_tiers, preset,
+};

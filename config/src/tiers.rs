@@ -66,12 +66,19 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
     ".idea",
     ".mcp.json",
     ".claude",
+];
+
+/// Shell start-up files, kept read-only in `$HOME` whenever `$HOME` lies in a writable path.
+pub const SHELL_RC: &[&str] = &[
     ".bashrc",
     ".bash_profile",
+    ".bash_login",
     ".profile",
     ".zshrc",
-    ".zprofile",
     ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
 ];
 
 /// Named sets of allow patterns that configs can include with `presets = ["..."]`.

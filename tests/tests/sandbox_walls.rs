@@ -160,7 +160,34 @@ fn nothing_outlives_the_sandbox(who: &Who) {
     assert!(left.stdout.is_empty(), "a process outlived the sandbox: {:?}", left.stdout);
 }
 
+/// Regression: a working directory under /tmp was put back as a file mount point (EINVAL), so no
+/// tier could start there.
+fn a_working_directory_under_tmp_stays_visible(who: &Who) {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new(who);
+    let dir = tempfile::Builder::new().prefix("sandgate-cwd").tempdir_in("/tmp").unwrap();
+    std::fs::write(dir.path().join("in-tmp.txt"), "seen\n").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let probe = s.probe.to_str().unwrap().to_owned();
+    let run = |tier: &str, op: &[&str]| {
+        let mut cmd = vec!["python3", probe.as_str()];
+        cmd.extend_from_slice(op);
+        let out = s.command(tier, &[], &cmd).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{tier} {op:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let file = dir.path().join("in-tmp.txt");
+    for tier in TIERS {
+        assert_eq!(run(tier, &["read", p(&file)]), "ok", "{tier}: read the cwd under /tmp");
+    }
+    let new = dir.path().join("written.txt");
+    assert_eq!(run("build", &["write", p(&new)]), "ok", "build writes its cwd under /tmp");
+    assert!(new.exists(), "the write reached the real directory");
+    refused(&run("run", &["write", p(&dir.path().join("no.txt"))]), WRITE_REFUSED, "run: cwd");
+}
+
 both!(
+    a_working_directory_under_tmp_stays_visible,
     reads_work_and_writes_are_confined,
     allow_write_opens_one_path,
     credentials_config_and_store_are_out_of_reach,

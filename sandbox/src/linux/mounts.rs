@@ -67,7 +67,10 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
     let kept = kept_under_tmp(&plan.cwd, &plan.writable);
     let mut trees = Vec::new();
     for p in &kept {
-        trees.push(step(|| format!("open_tree {}", p.display()), sys::open_tree_clone(p))?);
+        // Whether it is a directory must be read now: once the private /tmp covers it, the path
+        // no longer exists and its mount point would be made as a file (move_mount: EINVAL).
+        let tree = step(|| format!("open_tree {}", p.display()), sys::open_tree_clone(p))?;
+        trees.push((tree, p.is_dir()));
     }
 
     let tmpfs: &CStr = c"tmpfs";
@@ -100,8 +103,8 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
         )?)
     };
 
-    for (p, tree) in kept.iter().zip(&trees) {
-        step(|| format!("mount point {}", p.display()), make_mount_point(p, p.is_dir()))?;
+    for (p, (tree, is_dir)) in kept.iter().zip(&trees) {
+        step(|| format!("mount point {}", p.display()), make_mount_point(p, *is_dir))?;
         step(|| format!("put back {}", p.display()), sys::move_mount(tree, p))?;
     }
     drop(trees);

@@ -1,0 +1,96 @@
+//! The `net` tier's only way out is the in-process allowlist proxy: an allowed destination is
+//! reached through it, anything else gets the proxy's 403 body, and a direct connection fails.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use sandgate_tests::{Env, skip_unless};
+
+/// A one-thread HTTP origin on 127.0.0.1 that answers every request with `body`.
+fn origin(body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+fn can_sandbox() -> bool {
+    // The net tier needs namespaces and nft (root in CI) and the test needs curl.
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    root && Command::new("curl").arg("--version").output().is_ok()
+}
+
+fn net(env: &Env, args: &[&str], curl: &[&str]) -> Output {
+    env.cmd()
+        .arg("net")
+        .args(args)
+        .arg("--")
+        .args(["curl", "-sS", "--max-time", "5", "--noproxy", "", "-x", "http://127.0.0.1:3128"])
+        .args(curl)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn allowed_destinations_pass_through_the_proxy_and_others_get_its_refusal() {
+    if skip_unless(can_sandbox(), "root and curl (net tier with namespaces and nft)") {
+        return;
+    }
+    let env = Env::new();
+    let port = origin("hello from the origin\n");
+    let url = format!("http://127.0.0.1:{port}/x");
+    let allow = format!("--allow=127.0.0.1:{port}");
+
+    let out = net(&env, &[&allow], &[&url]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the origin\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Not allowed: the proxy answers 403 with a body written for the agent.
+    let out = net(&env, &[], &["-i", &url]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(text.to_ascii_lowercase().contains("x-sandgate-decision: deny"), "{text}");
+    assert!(text.contains("sandgate allow"), "{text}");
+
+    // Denied by a rule: the rule is named.
+    let deny = format!("--deny=127.0.0.1:{port}");
+    let out = net(&env, &[&allow, &deny], &["-i", &url]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("HTTP/1.1 403") && text.contains(&format!("127.0.0.1:{port}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_run_tier_has_no_proxy_at_all() {
+    if skip_unless(can_sandbox(), "root and curl (run tier with namespaces)") {
+        return;
+    }
+    let env = Env::new();
+    let port = origin("unreachable\n");
+    let out = env
+        .cmd()
+        .args(["run", "--", "curl", "-sS", "--max-time", "3", "-x", "http://127.0.0.1:3128"])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -197,11 +197,11 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
     let t = refusal.target().unwrap_or("");
     let host = t.rsplit_once(':').map_or(t, |(h, _)| h);
     let how_to_ask = |body: &mut String| {
-        let _ = write!(
+        let _ = writeln!(
             body,
             "To get access, ask the person you are working for to run `sandgate allow {host}` in a \
              terminal outside the sandbox, or to approve it in chat. Retrying before that will be \
-             refused the same way.\n"
+             refused the same way."
         );
     };
     match refusal {

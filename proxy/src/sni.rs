@@ -72,11 +72,11 @@ pub fn parse_client_hello(buf: &[u8]) -> Result<Hello, BadHello> {
         }
         msg.extend_from_slice(&rest[5..5 + len]);
         rest = &rest[5 + len..];
-        if let Some(total) = check_message_header(&msg)? {
-            if msg.len() >= total {
-                let server_name = parse_body(&msg[4..total])?;
-                return Ok(Hello::Complete { server_name });
-            }
+        if let Some(total) = check_message_header(&msg)?
+            && msg.len() >= total
+        {
+            let server_name = parse_body(&msg[4..total])?;
+            return Ok(Hello::Complete { server_name });
         }
     }
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Benchmarks the sandgate proxy on 127.0.0.1 only, side by side with a direct connection and, when
+# installed, tinyproxy and squid (Debian packages `tinyproxy`, `squid`):
+#   (a) one 1 GiB transfer through a CONNECT tunnel      (target >= 0.9x direct)
+#   (b) new connection + CONNECT + small GET, p50/p99     (target <= 60 us added p50)
+#   (c) new tunnels per second, 64 concurrent clients     (target >= 0.5x direct)
+#   (d) keep-alive requests/s of plain-HTTP forwarding (wrk, 64 connections)
+# Usage: bench/proxy.sh            (release build; takes about two minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release -q -p sandgate --bin sandgate
+cargo build --release -q -p sandgate-proxy --example proxy_bench
+BIN=target/release
+T=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "nothing listens on 127.0.0.1:$1" >&2
+    return 1
+}
+
+"$BIN/examples/proxy_bench" origin "$T/origin.port" & PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
+ORIGIN=$(cat "$T/origin.port")
+PROXIES=()
+
+start_sandgate() { # name mode
+    local port; port=$(free_port)
+    XDG_CONFIG_HOME="$T/xdg" RUST_LOG=warn "$BIN/sandgate" proxy --listen "127.0.0.1:$port" \
+        --allow 127.0.0.1 --tunnel "$2" 2>"$T/$1.log" & PIDS+=($!)
+    wait_port "$port"
+    PROXIES+=("$1=127.0.0.1:$port")
+}
+mkdir -p "$T/xdg"
+start_sandgate sandgate splice
+start_sandgate sandgate-copy copy
+
+if command -v tinyproxy >/dev/null; then
+    port=$(free_port)
+    cat >"$T/tinyproxy.conf" <<CONF
+Port $port
+Listen 127.0.0.1
+Timeout 600
+MaxClients 1024
+LogLevel Critical
+PidFile "$T/tinyproxy.pid"
+Allow 127.0.0.1
+CONF
+    [ "$(id -u)" = 0 ] && printf 'User nobody\nGroup nogroup\n' >>"$T/tinyproxy.conf"
+    tinyproxy -d -c "$T/tinyproxy.conf" >"$T/tinyproxy.log" 2>&1 & PIDS+=($!)
+    wait_port "$port" && PROXIES+=("tinyproxy=127.0.0.1:$port")
+else
+    echo "tinyproxy not installed: skipped" >&2
+fi
+
+SQUID=$(command -v squid || true)
+if [ -n "$SQUID" ]; then
+    port=$(free_port)
+    chmod 777 "$T"
+    cat >"$T/squid.conf" <<CONF
+http_port 127.0.0.1:$port
+http_access allow all
+cache deny all
+access_log none
+cache_log $T/squid-cache.log
+pid_filename $T/squid.pid
+coredump_dir $T
+shutdown_lifetime 0 seconds
+max_filedescriptors 65536
+CONF
+    "$SQUID" -N -f "$T/squid.conf" >"$T/squid.log" 2>&1 & PIDS+=($!)
+    wait_port "$port" && PROXIES+=("squid=127.0.0.1:$port")
+else
+    echo "squid not installed: skipped" >&2
+fi
+
+echo "== (a)-(c): origin 127.0.0.1:$ORIGIN; 1 GiB transfer, ${#PROXIES[@]} proxies"
+"$BIN/examples/proxy_bench" client "127.0.0.1:$ORIGIN" "${PROXIES[@]}"
+
+echo
+echo "== (d) keep-alive plain-HTTP forwarding, wrk -t2 -c64 -d5s"
+cat >"$T/proxy.lua" <<LUA
+wrk.path = "http://127.0.0.1:$ORIGIN/"
+wrk.headers["Host"] = "127.0.0.1:$ORIGIN"
+LUA
+rps() { wrk -t2 -c64 -d5s "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+direct=$(rps "http://127.0.0.1:$ORIGIN/")
+printf '%-16s %12s req/s\n' direct "$direct"
+for p in "${PROXIES[@]}"; do
+    name=${p%%=*}; addr=${p#*=}
+    [ "$name" = sandgate-copy ] && continue # same forwarding path as `sandgate`
+    r=$(rps -s "$T/proxy.lua" "http://$addr/")
+    printf '%-16s %12s req/s %6.2fx\n' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
+done

@@ -136,6 +136,8 @@ pub trait Firewall {
     fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError>;
     /// Removes an allowed proxy endpoint from an applied scope.
     fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError>;
+    /// What [`remove`](Firewall::remove) would run for `scope`, as text (for `--dry-run`). Pure.
+    fn remove_plan(&self, scope: &Scope) -> String;
     /// Removes the scope's rules; `Ok(false)` when there were none.
     fn remove(&self, scope: &Scope) -> Result<bool, FirewallError>;
     /// Lists the sandgate scopes currently installed.
@@ -150,6 +152,17 @@ pub trait Firewall {
         }
         Ok(removed)
     }
+}
+
+/// NFLOG group of host-wide guest-user rules when none is given (the daemon's monitor binds it).
+pub const DEFAULT_NFLOG_GROUP: u16 = 2323;
+
+/// Proxy address of host-wide guest-user rules when none is given.
+pub const DEFAULT_PROXY: &str = "127.0.0.1:3128";
+
+/// Whether this process runs with euid 0 (needed to change firewall rules).
+pub fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// Answers whether the owners named in a [`Scope`] still exist.

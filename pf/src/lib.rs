@@ -21,5 +21,8 @@ pub mod pf;
 mod runner;
 
 pub use error::FirewallError;
-pub use firewall::{Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope, SystemOwnerCheck};
+pub use firewall::{
+    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope,
+    SystemOwnerCheck, running_as_root,
+};
 pub use runner::{CommandOutput, CommandRunner, RecordedCall, RecordingRunner, SystemRunner};

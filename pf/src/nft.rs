@@ -226,13 +226,18 @@ impl<R: CommandRunner> Firewall for NftFirewall<R> {
         apply_with(&self.runner, &element_command(ElementVerb::Delete, scope, addr))
     }
 
+    fn remove_plan(&self, scope: &Scope) -> String {
+        // `add` first so a table deleted by someone else in between is not an error.
+        let name = guest_table(scope);
+        format!("add table inet {name}\ndelete table inet {name}\n")
+    }
+
     fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
         let name = guest_table(scope);
         if !self.installed_tables()?.iter().any(|(_, n)| *n == name) {
             return Ok(false);
         }
-        // `add` first so a table deleted by someone else in between is not an error.
-        apply_with(&self.runner, &format!("add table inet {name}\ndelete table inet {name}\n"))?;
+        apply_with(&self.runner, &self.remove_plan(scope))?;
         Ok(true)
     }
 

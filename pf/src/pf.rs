@@ -111,6 +111,65 @@ impl TokenStore for MemoryTokenStore {
     }
 }
 
+/// A [`TokenStore`] keeping one file per scope in a directory (e.g. `/var/run/sandgate/pf-tokens`,
+/// which macOS clears at boot, exactly when pf forgets its tokens).
+#[derive(Debug, Clone)]
+pub struct FileTokenStore {
+    dir: std::path::PathBuf,
+}
+
+impl FileTokenStore {
+    /// A store in `dir` (created on first save).
+    pub fn new(dir: impl Into<std::path::PathBuf>) -> Self {
+        FileTokenStore { dir: dir.into() }
+    }
+
+    fn path(&self, scope: &Scope) -> std::path::PathBuf {
+        self.dir.join(scope.label('.'))
+    }
+}
+
+fn store_err(what: &str, path: &std::path::Path, e: std::io::Error) -> FirewallError {
+    FirewallError::TokenStore(format!("{what} {}: {e}", path.display()))
+}
+
+impl TokenStore for FileTokenStore {
+    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError> {
+        let path = self.path(scope);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(Some(t.trim().to_owned()).filter(|t| !t.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(store_err("read", &path, e)),
+        }
+    }
+    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| store_err("create", &self.dir, e))?;
+        let path = self.path(scope);
+        std::fs::write(&path, token).map_err(|e| store_err("write", &path, e))
+    }
+    fn forget(&self, scope: &Scope) -> Result<(), FirewallError> {
+        let path = self.path(scope);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(store_err("remove", &path, e)),
+        }
+    }
+    fn scopes(&self) -> Result<Vec<Scope>, FirewallError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(store_err("list", &self.dir, e)),
+        };
+        let mut scopes: Vec<Scope> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Scope::parse_label(e.file_name().to_str()?, '.'))
+            .collect();
+        scopes.sort();
+        Ok(scopes)
+    }
+}
+
 /// The token in `pfctl -E` output (`Token : 12345678901234567890`, on stderr or stdout).
 pub fn parse_enable_token(output: &str) -> Option<String> {
     output.lines().find_map(|l| {
@@ -218,6 +277,10 @@ impl<T: TokenStore, R: CommandRunner> Firewall for PfFirewall<T, R> {
         self.allow(scope, addr)
     }
 
+    fn remove_plan(&self, scope: &Scope) -> String {
+        format!("{PFCTL} -a {} -F all\n{PFCTL} -X <token of {scope}>\n", anchor(scope))
+    }
+
     fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
         let name = anchor(scope);
         let present = self.installed_anchors()?.iter().any(|(_, a)| *a == name);
@@ -271,6 +334,21 @@ mod tests {
         {
             assert_eq!(scope_of_anchor(foreign), None);
         }
+    }
+
+    #[test]
+    fn file_token_store_round_trips() {
+        let dir = std::env::temp_dir().join(format!("sg-pf-tokens-{}", std::process::id()));
+        let store = FileTokenStore::new(&dir);
+        assert_eq!(store.load(&Scope::user(1)).unwrap(), None);
+        store.save(&Scope::user(1), "11").unwrap();
+        store.save(&Scope::owned_by(2, 3), "23").unwrap();
+        assert_eq!(store.load(&Scope::user(1)).unwrap().as_deref(), Some("11"));
+        assert_eq!(store.scopes().unwrap(), [Scope::user(1), Scope::owned_by(2, 3)]);
+        store.forget(&Scope::user(1)).unwrap();
+        store.forget(&Scope::user(1)).unwrap();
+        assert_eq!(store.scopes().unwrap(), [Scope::owned_by(2, 3)]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

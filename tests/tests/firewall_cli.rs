@@ -1,0 +1,183 @@
+//! `sandgate firewall`: dry runs (no root needed), the not-root error, and (root) apply / show /
+//! remove / gc against the real nftables, leaving no trace.
+
+use std::process::{Command, Output, Stdio};
+
+use sandgate_tests::{Env, skip_unless};
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+fn have(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join(program).is_file())
+}
+
+fn sandgate(env: &Env, args: &[&str]) -> Output {
+    env.cmd().args(args).stdin(Stdio::null()).output().expect("run sandgate")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ruleset() -> String {
+    text(&Command::new("nft").args(["list", "ruleset"]).output().expect("nft").stdout)
+}
+
+/// A system user for the test, deleted on drop.
+struct User {
+    name: String,
+    uid: u32,
+}
+
+impl User {
+    fn new(tag: &str) -> Self {
+        let name = format!("sgcli{tag}{}", std::process::id() % 100_000);
+        let ok = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", &name])
+            .status()
+            .expect("useradd")
+            .success();
+        assert!(ok, "useradd {name}");
+        let out = Command::new("id").args(["-u", &name]).output().expect("id");
+        let uid = text(&out.stdout).trim().parse().expect("uid");
+        User { name, uid }
+    }
+
+    fn delete(&self) {
+        let _ = Command::new("userdel").arg(&self.name).stderr(Stdio::null()).status();
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
+#[test]
+fn dry_run_prints_the_exact_rules_and_changes_nothing() {
+    let env = Env::new();
+    let out = sandgate(
+        &env,
+        &[
+            "firewall",
+            "apply",
+            "--uid",
+            "4242",
+            "--proxy",
+            "127.0.0.1:3128",
+            "--proxy",
+            "[::1]:8080",
+            "--nflog-group",
+            "9",
+            "--dry-run",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rules = text(&out.stdout);
+    for line in [
+        "add table inet sandgate_u4242\ndelete table inet sandgate_u4242\ntable inet sandgate_u4242 {",
+        "\t\telements = { 127.0.0.1 . 3128 }",
+        "\t\telements = { ::1 . 8080 }",
+        "\t\tmeta skuid 4242 jump guest",
+        "\t\tlog prefix \"sandgate.u4242\" group 9",
+        "\t\tmeta l4proto tcp reject with tcp reset",
+        "\t\treject with icmpx admin-prohibited",
+    ] {
+        assert!(rules.contains(line), "missing {line:?} in\n{rules}");
+    }
+    let out =
+        sandgate(&env, &["firewall", "remove", "--uid", "4242", "--owner-pid", "7", "--dry-run"]);
+    assert_eq!(
+        text(&out.stdout),
+        "add table inet sandgate_u4242_p7\ndelete table inet sandgate_u4242_p7\n"
+    );
+    if is_root() {
+        assert!(!ruleset().contains("sandgate_u4242"), "a dry run changed the ruleset");
+    }
+}
+
+#[test]
+fn not_root_is_a_clear_error() {
+    let env = Env::new();
+    let mut cmd = if is_root() {
+        if skip_unless(have("setpriv"), "setpriv (util-linux) to drop root") {
+            return;
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(sandgate_tests::sandgate_bin());
+        c
+    } else {
+        env.cmd()
+    };
+    let out =
+        cmd.args(["firewall", "apply", "--uid", "4242"]).stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("must run as root") && err.contains("--dry-run"), "{err}");
+}
+
+#[test]
+fn apply_show_remove_gc_as_root() {
+    if skip_unless(is_root() && have("nft") && have("useradd"), "root with nft and useradd") {
+        return;
+    }
+    let env = Env::new();
+    let user = User::new("a");
+    let gone = User::new("g");
+    let uid = user.uid.to_string();
+    let table = format!("sandgate_u{uid}");
+    for _ in 0..2 {
+        let out =
+            sandgate(&env, &["firewall", "apply", "--uid", &uid, "--proxy", "127.0.0.1:3999"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(
+        ruleset().matches(&format!("table inet {table} ")).count(),
+        1,
+        "applied twice = once"
+    );
+
+    let out = sandgate(&env, &["firewall", "show", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let entry = shown
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|e| e["name"] == table.as_str())
+        .unwrap_or_else(|| panic!("{table} not shown in {shown}"));
+    assert_eq!(entry["scope"]["uid"], user.uid);
+    assert!(entry["rules"].as_str().unwrap().contains("127.0.0.1 . 3999"));
+    let out = sandgate(&env, &["firewall", "show"]);
+    assert!(text(&out.stdout).contains(&format!("# {table} (uid {uid})")));
+
+    let out = sandgate(&env, &["firewall", "remove", "--uid", &uid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ruleset().contains(&table), "remove left a trace:\n{}", ruleset());
+
+    // gc: rules of a user that no longer exists go away.
+    let gone_uid = gone.uid.to_string();
+    let out = sandgate(&env, &["firewall", "apply", "--uid", &gone_uid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    gone.delete();
+    let out = sandgate(&env, &["firewall", "gc", "--dry-run"]);
+    assert!(
+        text(&out.stdout).contains(&format!("delete table inet sandgate_u{gone_uid}\n")),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(ruleset().contains(&format!("sandgate_u{gone_uid}")), "gc --dry-run removed rules");
+    let out = sandgate(&env, &["firewall", "gc"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("removed uid {gone_uid}")),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!ruleset().contains(&format!("sandgate_u{gone_uid} ")), "gc left the table");
+}

@@ -194,7 +194,8 @@ impl Proxy {
     }
 
     /// Serves `listener` for one sandbox until [`Proxy::shutdown`]. Listeners of the same
-    /// sandbox id share one policy: the latest context registered wins.
+    /// sandbox id share one state: the latest context's policy replaces the policy, the token
+    /// stays the one of the first listener still being served.
     pub async fn serve(
         &self,
         listener: impl Into<Listener>,

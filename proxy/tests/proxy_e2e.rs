@@ -100,7 +100,7 @@ async fn denied_destinations_get_a_403_that_explains() {
     // Not on any list, and no approver: denied, saying so and how to ask.
     let resp = raw(addr, b"CONNECT unknown.test:443 HTTP/1.1\r\n\r\n").await;
     assert!(resp.contains("X-Sandgate-Decision: deny; rule=no approver running"), "{resp}");
-    assert!(resp.contains("`sandgate allow unknown.test`"), "{resp}");
+    assert!(resp.contains("`--allow unknown.test`"), "{resp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

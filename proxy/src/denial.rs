@@ -261,7 +261,9 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
             // Without the daemon nobody can answer `sandgate allow`: name what works today.
             let _ = writeln!(
                 body,
-                "To get access, ask the person you are working for to start the sandbox again with                  `--allow {host}`, or to add it to `[network] allow` in sandgate's configuration                  (outside the sandbox). Retrying before that will be refused the same way."
+                "To get access, ask the person you are working for to start the sandbox again with \
+                 `--allow {host}`, or to add it to `[network] allow` in sandgate's configuration \
+                 (outside the sandbox). Retrying before that will be refused the same way."
             );
         }
         Refusal::ForbiddenAddress { ip, why, .. } => {

@@ -101,6 +101,7 @@ async fn denied_destinations_get_a_403_that_explains() {
     let resp = raw(addr, b"CONNECT unknown.test:443 HTTP/1.1\r\n\r\n").await;
     assert!(resp.contains("X-Sandgate-Decision: deny; rule=no approver running"), "{resp}");
     assert!(resp.contains("`--allow unknown.test`"), "{resp}");
+    assert!(!resp.contains("  "), "no runs of spaces in the body: {resp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

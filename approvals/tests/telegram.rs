@@ -205,8 +205,9 @@ async fn strangers_are_ignored_and_pending_lists_open_questions() {
     let reply = fake.wait_call("sendMessage", text_has("pending:")).await;
     let text = reply.body["text"].as_str().unwrap();
     assert!(text.starts_with("2 pending:"), "{text}");
-    assert!(text.contains("q1 · sb1 wants one.example:443 · 1 waiting"), "{text}");
-    assert!(text.contains("q2 · sb2 wants two.example:443"), "{text}");
+    // The two askers race, so which question got q1 is not fixed.
+    assert!(text.contains(" · sb1 wants one.example:443 · 1 waiting"), "{text}");
+    assert!(text.contains(" · sb2 wants two.example:443 · 1 waiting"), "{text}");
     assert_eq!(b.pending().len(), 2, "nothing was released by a stranger");
     for c in fake.calls("sendMessage").iter().chain(&fake.calls("answerCallbackQuery")) {
         assert_ne!(c.body["chat_id"], STRANGER, "the bot answered a stranger: {}", c.body);

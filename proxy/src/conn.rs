@@ -277,8 +277,14 @@ impl Inner {
         }
         let idle = self.config.idle_timeout;
         let result = match self.config.tunnel_mode {
+            #[cfg(target_os = "linux")]
             TunnelMode::Splice => {
                 tunnel::splice(&client, &upstream, &self.pipes, &activity, idle).await
+            }
+            #[cfg(not(target_os = "linux"))]
+            TunnelMode::Splice => {
+                let buf = self.config.tunnel_buffer;
+                tunnel::copy(&mut client, &mut upstream, buf, &activity, idle).await
             }
             TunnelMode::Copy => {
                 let buf = self.config.tunnel_buffer;

@@ -89,6 +89,7 @@ pub(crate) enum ClientStream {
 }
 
 /// The readiness-based operations splice(2) needs, on TCP and Unix streams alike.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only splice(2) needs it
 pub(crate) trait RawStream: AsFd {
     /// Waits for `interest`.
     fn ready_for(&self, interest: Interest) -> impl Future<Output = io::Result<()>> + Send;

@@ -167,6 +167,7 @@ pub(crate) struct Inner {
     asks: Asks,
     own: OwnAddresses,
     pub(crate) pool: Pool,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only splice(2) needs it
     pub(crate) pipes: PipePool,
     sandboxes: Mutex<HashMap<SandboxId, Weak<Sandbox>>>,
     pub(crate) shutdown: watch::Sender<bool>,

@@ -3,18 +3,13 @@
 //! before the next read.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl};
-use nix::sys::socket::{Shutdown, shutdown};
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
-
-use crate::io::RawStream;
 
 /// Byte counters and the time of the last activity, shared with the idle watchdog.
 #[derive(Debug)]
@@ -95,123 +90,147 @@ where
     }
 }
 
-/// Splices both ways until both sides are done. Pipes are borrowed from `pipes` only while a
-/// chunk is in flight, so an idle tunnel holds no pipe (and no extra file descriptors).
-pub(crate) async fn splice<A: RawStream, B: RawStream>(
-    a: &A,
-    b: &B,
-    pipes: &PipePool,
-    activity: &Activity,
-    idle: Duration,
-) -> Result<(), TunnelEnd> {
-    let both = async {
-        tokio::try_join!(
-            splice_one(a, b, pipes, &activity.up, activity),
-            splice_one(b, a, pipes, &activity.down, activity),
-        )
-    };
-    tokio::select! {
-        r = both => r.map(drop).map_err(TunnelEnd::Io),
-        () = activity.idle(idle) => Err(TunnelEnd::Idle(idle)),
-    }
-}
+/// splice(2) exists on Linux only; elsewhere [`crate::TunnelMode::Splice`] falls back to the copy.
+#[cfg(target_os = "linux")]
+pub(crate) use splicing::{PipePool, splice};
 
-/// Empty pipes ready for reuse.
+/// Stand-in where splice(2) does not exist.
+#[cfg(not(target_os = "linux"))]
 #[derive(Default)]
-pub(crate) struct PipePool {
-    idle: std::sync::Mutex<Vec<Pipe>>,
-}
+pub(crate) struct PipePool;
 
-/// Most empty pipes kept for reuse.
-const POOLED_PIPES: usize = 256;
+#[cfg(target_os = "linux")]
+mod splicing {
+    use std::io;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
-/// Capacity asked for each pipe.
-const PIPE_SIZE: i32 = 1 << 20;
+    use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl};
+    use nix::sys::socket::{Shutdown, shutdown};
+    use tokio::io::Interest;
 
-impl PipePool {
-    fn take(&self) -> io::Result<Pipe> {
-        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match pooled {
-            Some(p) => Ok(p),
-            None => Pipe::new(),
-        }
-    }
+    use super::{Activity, TunnelEnd};
+    use crate::io::RawStream;
 
-    /// Takes back a pipe that is known to be empty.
-    fn give(&self, pipe: Pipe) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < POOLED_PIPES {
-            idle.push(pipe);
-        }
-    }
-}
-
-struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
-    capacity: usize,
-}
-
-impl Pipe {
-    fn new() -> io::Result<Pipe> {
-        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-        // A larger pipe moves more per system call; the default (64 KiB) is kept when the system
-        // limit (fs.pipe-max-size, or the per-user pipe budget) refuses.
-        let capacity = fcntl(write.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE))
-            .or_else(|_| fcntl(write.as_raw_fd(), FcntlArg::F_GETPIPE_SZ))
-            .map_or(1 << 16, |n| n.max(4096) as usize);
-        Ok(Pipe { read, write, capacity })
-    }
-}
-
-async fn splice_one<F: RawStream, T: RawStream>(
-    from: &F,
-    to: &T,
-    pipes: &PipePool,
-    count: &AtomicU64,
-    activity: &Activity,
-) -> io::Result<()> {
-    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-    loop {
-        from.ready_for(Interest::READABLE).await?;
-        let pipe = pipes.take()?;
-        // The pipe is empty, so the socket read never waits on it.
-        let n = match from.try_io_with(Interest::READABLE, || {
-            nix::fcntl::splice(from.as_fd(), None, &pipe.write, None, pipe.capacity, flags)
-                .map_err(io::Error::from)
-        }) {
-            Ok(0) => {
-                pipes.give(pipe);
-                break;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                pipes.give(pipe);
-                continue;
-            }
-            Err(e) => return Err(e),
+    /// Splices both ways until both sides are done. Pipes are borrowed from `pipes` only while a
+    /// chunk is in flight, so an idle tunnel holds no pipe (and no extra file descriptors).
+    pub(crate) async fn splice<A: RawStream, B: RawStream>(
+        a: &A,
+        b: &B,
+        pipes: &PipePool,
+        activity: &Activity,
+        idle: Duration,
+    ) -> Result<(), TunnelEnd> {
+        let both = async {
+            tokio::try_join!(
+                splice_one(a, b, pipes, &activity.up, activity),
+                splice_one(b, a, pipes, &activity.down, activity),
+            )
         };
-        count.fetch_add(n as u64, Ordering::Relaxed);
-        activity.touch();
-        let mut left = n;
-        while left > 0 {
-            to.ready_for(Interest::WRITABLE).await?;
-            match to.try_io_with(Interest::WRITABLE, || {
-                nix::fcntl::splice(&pipe.read, None, to.as_fd(), None, left, flags)
+        tokio::select! {
+            r = both => r.map(drop).map_err(TunnelEnd::Io),
+            () = activity.idle(idle) => Err(TunnelEnd::Idle(idle)),
+        }
+    }
+
+    /// Empty pipes ready for reuse.
+    #[derive(Default)]
+    pub(crate) struct PipePool {
+        idle: std::sync::Mutex<Vec<Pipe>>,
+    }
+
+    /// Most empty pipes kept for reuse.
+    const POOLED_PIPES: usize = 256;
+
+    /// Capacity asked for each pipe.
+    const PIPE_SIZE: i32 = 1 << 20;
+
+    impl PipePool {
+        fn take(&self) -> io::Result<Pipe> {
+            let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match pooled {
+                Some(p) => Ok(p),
+                None => Pipe::new(),
+            }
+        }
+
+        /// Takes back a pipe that is known to be empty.
+        fn give(&self, pipe: Pipe) {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < POOLED_PIPES {
+                idle.push(pipe);
+            }
+        }
+    }
+
+    struct Pipe {
+        read: OwnedFd,
+        write: OwnedFd,
+        capacity: usize,
+    }
+
+    impl Pipe {
+        fn new() -> io::Result<Pipe> {
+            let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+            // A larger pipe moves more per system call; the default (64 KiB) is kept when the system
+            // limit (fs.pipe-max-size, or the per-user pipe budget) refuses.
+            let capacity = fcntl(write.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE))
+                .or_else(|_| fcntl(write.as_raw_fd(), FcntlArg::F_GETPIPE_SZ))
+                .map_or(1 << 16, |n| n.max(4096) as usize);
+            Ok(Pipe { read, write, capacity })
+        }
+    }
+
+    async fn splice_one<F: RawStream, T: RawStream>(
+        from: &F,
+        to: &T,
+        pipes: &PipePool,
+        count: &AtomicU64,
+        activity: &Activity,
+    ) -> io::Result<()> {
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        loop {
+            from.ready_for(Interest::READABLE).await?;
+            let pipe = pipes.take()?;
+            // The pipe is empty, so the socket read never waits on it.
+            let n = match from.try_io_with(Interest::READABLE, || {
+                nix::fcntl::splice(from.as_fd(), None, &pipe.write, None, pipe.capacity, flags)
                     .map_err(io::Error::from)
             }) {
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // A pipe with bytes left in it is dropped, never reused.
+                Ok(0) => {
+                    pipes.give(pipe);
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pipes.give(pipe);
+                    continue;
+                }
                 Err(e) => return Err(e),
+            };
+            count.fetch_add(n as u64, Ordering::Relaxed);
+            activity.touch();
+            let mut left = n;
+            while left > 0 {
+                to.ready_for(Interest::WRITABLE).await?;
+                match to.try_io_with(Interest::WRITABLE, || {
+                    nix::fcntl::splice(&pipe.read, None, to.as_fd(), None, left, flags)
+                        .map_err(io::Error::from)
+                }) {
+                    Ok(m) => left -= m,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // A pipe with bytes left in it is dropped, never reused.
+                    Err(e) => return Err(e),
+                }
             }
+            pipes.give(pipe);
         }
-        pipes.give(pipe);
-    }
-    // Pass the half-close on, so protocols that end with a shutdown(SHUT_WR) keep working.
-    match shutdown(to.as_fd().as_raw_fd(), Shutdown::Write) {
-        Ok(()) | Err(nix::errno::Errno::ENOTCONN) => Ok(()),
-        Err(e) => Err(e.into()),
+        // Pass the half-close on, so protocols that end with a shutdown(SHUT_WR) keep working.
+        match shutdown(to.as_fd().as_raw_fd(), Shutdown::Write) {
+            Ok(()) | Err(nix::errno::Errno::ENOTCONN) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

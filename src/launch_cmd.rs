@@ -159,10 +159,17 @@ pub fn spec_from_policy(
             )),
         },
     };
+    // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy.
+    let proxy_vars: Vec<String> =
+        sandgate_sandbox::proxy_env(0).into_iter().map(|(k, _)| k).collect();
     let mut env: Vec<(OsString, OsString)> = ctx
         .env
         .iter()
-        .filter(|(k, _)| !is_proxy_var(k) && k != "SANDGATE_SANDBOX" && k != "SANDGATE_TIER")
+        .filter(|(k, _)| {
+            !proxy_vars.iter().any(|n| k == n.as_str())
+                && k != "SANDGATE_SANDBOX"
+                && k != "SANDGATE_TIER"
+        })
         .cloned()
         .collect();
     if matches!(net, NetMode::Proxy { .. }) {
@@ -209,11 +216,6 @@ fn fresh_namespace(ruleset: &str) -> String {
         .filter(|l| !(l.starts_with("add table ") || l.starts_with("delete table ")))
         .map(|l| format!("{l}\n"))
         .collect()
-}
-
-fn is_proxy_var(k: &OsString) -> bool {
-    let names: Vec<String> = sandgate_sandbox::proxy_env(0).into_iter().map(|(k, _)| k).collect();
-    k.to_str().is_some_and(|k| names.iter().any(|n| n == k))
 }
 
 fn new_id() -> anyhow::Result<SandboxId> {

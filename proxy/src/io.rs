@@ -101,31 +101,25 @@ pub(crate) trait RawStream: AsFd {
     ) -> io::Result<R>;
 }
 
-impl RawStream for TcpStream {
-    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
-        self.ready(interest).await.map(drop)
-    }
-    fn try_io_with<R>(
-        &self,
-        interest: Interest,
-        f: impl FnOnce() -> io::Result<R>,
-    ) -> io::Result<R> {
-        self.try_io(interest, f)
-    }
+/// TCP and Unix streams offer the same readiness API under the same names.
+macro_rules! raw_stream {
+    ($($t:ty),*) => {$(
+        impl RawStream for $t {
+            async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+                self.ready(interest).await.map(drop)
+            }
+            fn try_io_with<R>(
+                &self,
+                interest: Interest,
+                f: impl FnOnce() -> io::Result<R>,
+            ) -> io::Result<R> {
+                self.try_io(interest, f)
+            }
+        }
+    )*};
 }
 
-impl RawStream for UnixStream {
-    async fn ready_for(&self, interest: Interest) -> io::Result<()> {
-        self.ready(interest).await.map(drop)
-    }
-    fn try_io_with<R>(
-        &self,
-        interest: Interest,
-        f: impl FnOnce() -> io::Result<R>,
-    ) -> io::Result<R> {
-        self.try_io(interest, f)
-    }
-}
+raw_stream!(TcpStream, UnixStream);
 
 impl AsFd for ClientStream {
     fn as_fd(&self) -> BorrowedFd<'_> {

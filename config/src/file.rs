@@ -15,12 +15,23 @@
 //! [tiers.build-offline]
 //! base = "build"
 //! network = "none"
+//!
+//! [daemon]                              # global file only
+//! ask_timeout = "60s"                   # a held request is denied after this long
+//! event_retention = "30d"               # events older than this are pruned
+//! desktop_notifications = false         # notify-send / osascript for each question
+//!
+//! [telegram]                            # global file only
+//! token = "123456:ABC..."               # or SANDGATE_TELEGRAM_TOKEN
+//! chats = [123456789]                   # the chats the bot obeys
+//! alert_window = "60s"                  # one blocked-traffic alert per sandbox+destination
 //! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -107,6 +118,25 @@ struct RawFile {
     network: RawNetwork,
     filesystem: RawFs,
     tiers: BTreeMap<String, RawTier>,
+    daemon: RawDaemon,
+    telegram: Option<RawTelegram>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDaemon {
+    ask_timeout: Option<Spanned<String>>,
+    event_retention: Option<Spanned<String>>,
+    desktop_notifications: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawTelegram {
+    token: Option<String>,
+    chats: Vec<i64>,
+    api_url: Option<String>,
+    alert_window: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -178,6 +208,77 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
+    /// `[daemon]` settings (unset fields are `None`).
+    pub daemon: DaemonSettings,
+    /// `[telegram]`, when the section is present.
+    pub telegram: Option<TelegramSettings>,
+}
+
+/// The `[daemon]` section.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonSettings {
+    /// How long a held request waits for a person before it is denied.
+    pub ask_timeout: Option<Duration>,
+    /// How long events are kept.
+    pub event_retention: Option<Duration>,
+    /// Desktop notifications for questions.
+    pub desktop_notifications: Option<bool>,
+}
+
+/// The `[telegram]` section. `Debug` does not show the token.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TelegramSettings {
+    /// The bot token (`SANDGATE_TELEGRAM_TOKEN` wins over it).
+    pub token: Option<String>,
+    /// The chats the bot obeys and posts to.
+    pub chats: Vec<i64>,
+    /// Another Bot API server (a local one, or a test's).
+    pub api_url: Option<String>,
+    /// One blocked-traffic alert per sandbox+destination per window.
+    pub alert_window: Option<Duration>,
+}
+
+impl fmt::Debug for TelegramSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelegramSettings")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("chats", &self.chats)
+            .field("api_url", &self.api_url)
+            .field("alert_window", &self.alert_window)
+            .finish()
+    }
+}
+
+/// Parses a duration written as a number and a unit: `500ms`, `30s`, `15m`, `1h`, `7d`, `2w`, or
+/// a sum of them (`1h30m`). A bare number is refused (seconds or minutes?).
+pub fn parse_duration(input: &str) -> Result<Duration, String> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err("empty duration; write e.g. \"30s\", \"15m\", \"1h\"".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let n: u64 = rest[..digits].parse().map_err(|_| {
+            format!("{input:?} is not a duration; write e.g. \"30s\", \"15m\", \"1h\"")
+        })?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86_400)),
+            "w" => Duration::from_secs(n.saturating_mul(7 * 86_400)),
+            "" => return Err(format!("{input:?} has no unit; add ms, s, m, h, d or w")),
+            u => return Err(format!("{input:?}: unknown unit {u:?}; use ms, s, m, h, d or w")),
+        };
+        rest = &rest[unit_len..];
+        total = total.saturating_add(part);
+    }
+    Ok(total)
 }
 
 /// Parses and checks the text of a configuration file. `home` expands a leading `~/`.
@@ -202,7 +303,21 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         tiers: Vec::new(),
+        daemon: DaemonSettings {
+            ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
+            event_retention: cx.duration(raw.daemon.event_retention.as_ref())?,
+            desktop_notifications: raw.daemon.desktop_notifications,
+        },
+        telegram: None,
     };
+    if let Some(t) = raw.telegram {
+        out.telegram = Some(TelegramSettings {
+            alert_window: cx.duration(t.alert_window.as_ref())?,
+            token: t.token,
+            chats: t.chats,
+            api_url: t.api_url,
+        });
+    }
     for name in &raw.network.presets {
         let Some(patterns) = preset(name.get_ref()) else {
             let known: Vec<&str> = crate::tiers::PRESETS.iter().map(|(n, _)| *n).collect();
@@ -297,6 +412,15 @@ impl Cx<'_> {
                 })
             })
             .collect()
+    }
+
+    fn duration(&self, item: Option<&Spanned<String>>) -> Result<Option<Duration>, ConfigError> {
+        item.map(|d| {
+            parse_duration(d.get_ref()).map_err(|e| {
+                self.err(d.span(), e, "write a duration like \"30s\", \"15m\", \"7d\"")
+            })
+        })
+        .transpose()
     }
 
     fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
@@ -446,6 +570,37 @@ mod tests {
         assert_eq!((e.line, e.column), (3, 11), "{e}");
         let e = err("[network]\npresets = [\"nope\"]\n");
         assert!(e.help.contains("registries"));
+    }
+
+    #[test]
+    fn daemon_and_telegram_sections() {
+        let f = parse(
+            Path::new("/c.toml"),
+            "[daemon]\nask_timeout = \"90s\"\nevent_retention = \"1w\"\n\
+             [telegram]\ntoken = \"1:abc\"\nchats = [5, -7]\nalert_window = \"2m\"\n",
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.daemon.ask_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(f.daemon.event_retention, Some(Duration::from_secs(7 * 86_400)));
+        let t = f.telegram.unwrap();
+        assert_eq!(t.chats, vec![5, -7]);
+        assert_eq!(t.alert_window, Some(Duration::from_secs(120)));
+        assert!(!format!("{t:?}").contains("abc"), "the token is never shown");
+        let e = err("[daemon]\nask_timeout = \"soon\"\n");
+        assert_eq!((e.line, e.column), (2, 15));
+        assert!(err("[telegram]\nchat = [1]\n").message.contains("unknown field"));
+    }
+
+    #[test]
+    fn durations() {
+        for (text, secs) in [("30s", 30), ("15m", 900), ("1h30m", 5400), ("2d", 172_800)] {
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(secs)), "{text}");
+        }
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "m", "5x", "-5s", "5 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

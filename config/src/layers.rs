@@ -152,6 +152,17 @@ impl Config {
         Ok(Config { paths, global, project })
     }
 
+    /// The `[daemon]` settings of the global file (the per-directory file's are ignored: the
+    /// daemon serves every directory).
+    pub fn daemon_settings(&self) -> crate::DaemonSettings {
+        self.global.as_ref().map(|f| f.content.daemon.clone()).unwrap_or_default()
+    }
+
+    /// The `[telegram]` section of the global file.
+    pub fn telegram_settings(&self) -> Option<crate::TelegramSettings> {
+        self.global.as_ref().and_then(|f| f.content.telegram.clone())
+    }
+
     /// The loaded files, global first.
     pub fn files(&self) -> impl Iterator<Item = &LoadedFile> {
         self.global.iter().chain(self.project.iter())

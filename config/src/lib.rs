@@ -20,7 +20,10 @@ mod policy;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
-pub use file::{CheckedFile, ConfigError, FileTier, add_path, parse as parse_config, remove_path};
+pub use file::{
+    CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_path,
+    parse as parse_config, parse_duration, remove_path,
+};
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
 pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError, project_key};
 pub use matcher::PatternSet;

@@ -81,6 +81,8 @@ pub struct LaunchEnv {
     pub config_home: Option<PathBuf>,
     /// `$XDG_DATA_HOME` (or `~/.local/share`).
     pub data_home: Option<PathBuf>,
+    /// The daemon's runtime directory (control socket), hidden inside.
+    pub runtime_dir: PathBuf,
     /// The environment passed to the command (before proxy variables are added).
     pub env: Vec<(OsString, OsString)>,
 }
@@ -100,6 +102,7 @@ impl LaunchEnv {
             config_home: xdg("XDG_CONFIG_HOME", ".config"),
             data_home: xdg("XDG_DATA_HOME", ".local/share"),
             env: std::env::vars_os().collect(),
+            runtime_dir: crate::daemon::Paths::discover().dir,
             home,
         })
     }
@@ -135,6 +138,8 @@ pub fn spec_from_policy(
     if let Some(data) = &ctx.data_home {
         hidden.push(data.join("sandgate"));
     }
+    // The daemon's control socket: nothing inside may answer its own questions.
+    hidden.push(ctx.runtime_dir.clone());
     let mut read_only = Vec::new();
     if let Some(config) = &ctx.config_home {
         read_only.push(config.join("sandgate"));
@@ -229,6 +234,9 @@ fn new_id() -> anyhow::Result<SandboxId> {
 pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
+    // The runtime directory must exist before the sandbox starts, so that it is hidden inside
+    // even when the daemon is started (and creates its socket there) afterwards.
+    crate::daemon::Paths::discover().ensure_dir()?;
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
     launch(&spec, &args, policy.net)
 }
@@ -251,25 +259,77 @@ fn launch(
     for m in &launched.enforcement.missing {
         eprintln!("sandgate: warning: not enforced: {m}");
     }
-    // Until the daemon exists, the launcher serves the proxy itself on the listener created inside
-    // the namespace (started only now: `launch` needs a single-threaded process).
+    // The daemon serves the proxy on the listener created inside the namespace (started only
+    // now: `launch` needs a single-threaded process). Without a daemon (SANDGATE_NO_DAEMON=1, or
+    // none can be started) the launcher serves it itself, refusing what nobody can approve.
     let mut launched = launched;
-    let proxy = match launched.listener.take() {
-        Some(fd) => Some(InProcessProxy::start(fd, spec.id.as_str(), net)?),
-        None => None,
-    };
-    let reporter = match (args.report_blocked, launched.nflog.take()) {
+    let mut served = Served::None;
+    if let Some(fd) = launched.listener.take() {
+        let nflog = launched.nflog.take();
+        served = serve(spec, args, net, fd, nflog)?;
+    }
+    let code = launched.wait()?;
+    match served {
+        Served::Daemon(link) => link.finish(i32::from(code)),
+        Served::InProcess(proxy, reporter) => {
+            if let Some(r) = reporter {
+                r.finish();
+            }
+            proxy.stop();
+        }
+        Served::None => {}
+    }
+    Ok(code)
+}
+
+#[cfg(target_os = "linux")]
+enum Served {
+    None,
+    Daemon(crate::launch_daemon::DaemonLink),
+    InProcess(InProcessProxy, Option<BlockedReporter>),
+}
+
+#[cfg(target_os = "linux")]
+fn serve(
+    spec: &SandboxSpec,
+    args: &LaunchArgs,
+    net: sandgate_config::NetworkPolicy,
+    listener: std::os::fd::OwnedFd,
+    nflog: Option<std::os::fd::OwnedFd>,
+) -> anyhow::Result<Served> {
+    use std::io::IsTerminal as _;
+    let no_daemon =
+        std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0");
+    if !no_daemon {
+        let info = crate::daemon::protocol::SandboxInfo {
+            id: spec.id.to_string(),
+            tier: spec.tier_name.clone(),
+            command: spec.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            cwd: spec.cwd.clone(),
+            pid: std::process::id(),
+            allow: args.allow.clone(),
+            deny: args.deny.clone(),
+        };
+        // Keep copies: if the daemon cannot take them, this process serves them.
+        let copies = (listener.try_clone()?, nflog.as_ref().map(|n| n.try_clone()).transpose()?);
+        let out = crate::launch_daemon::Output {
+            report_blocked: args.report_blocked,
+            tty_notices: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        };
+        match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, out) {
+            Ok(link) => return Ok(Served::Daemon(link)),
+            Err(e) => eprintln!(
+                "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
+                 destinations outside the allowlist are refused instead of asked"
+            ),
+        }
+    }
+    let proxy = InProcessProxy::start(listener, spec.id.as_str(), net)?;
+    let reporter = match (args.report_blocked, nflog) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
         _ => None,
     };
-    let code = launched.wait()?;
-    if let Some(r) = reporter {
-        r.finish();
-    }
-    if let Some(p) = proxy {
-        p.stop();
-    }
-    Ok(code)
+    Ok(Served::InProcess(proxy, reporter))
 }
 
 /// The allowlist proxy on the sandbox's listener, on a small runtime of its own. Nobody can be
@@ -520,6 +580,7 @@ mod tests {
             home: Some("/home/u".into()),
             config_home: Some("/home/u/.config".into()),
             data_home: Some("/home/u/.local/share".into()),
+            runtime_dir: "/run/user/1000/sandgate".into(),
             env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 ("HTTP_PROXY".into(), "http://evil:1".into()),
@@ -573,6 +634,7 @@ mod tests {
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.ssh")));
         assert!(run.hidden.contains(&PathBuf::from("/secret/b")));
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
+        assert!(run.hidden.contains(&PathBuf::from("/run/user/1000/sandgate")));
         assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
         assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
         assert_eq!(run.allowed_unix_sockets, vec![PathBuf::from("/run/allowed.sock")]);

@@ -8,8 +8,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
+mod control_cmd;
+mod daemon;
 mod firewall_cmd;
 mod launch_cmd;
+mod launch_daemon;
 mod policy_cmd;
 mod proxy_cmd;
 
@@ -46,26 +50,26 @@ enum Command {
     Config(policy_cmd::ConfigArgs),
     /// List the tiers and what each allows.
     Tiers(policy_cmd::TiersArgs),
-    /// (not yet available) Run the proxy, approvals, monitor and store.
-    Daemon(NotYet),
-    /// (not yet available) Answer a pending request or add a grant.
-    Allow(NotYet),
-    /// (not yet available) Deny a pending request or add a deny grant.
-    Deny(NotYet),
-    /// (not yet available) List requests waiting for a person.
-    Pending(NotYet),
-    /// (not yet available) List grants.
-    Rules(NotYet),
-    /// (not yet available) Remove a grant.
-    Revoke(NotYet),
-    /// (not yet available) Live view of pending approvals and blocked traffic.
-    Watch(NotYet),
-    /// (not yet available) Show the daemon, live sandboxes and pending approvals.
-    Status(NotYet),
-    /// (not yet available) List sandboxes.
-    Ls(NotYet),
-    /// (not yet available) Stop the daemon.
-    Stop(NotYet),
+    /// Run the proxy, approvals, monitor and store (launchers start it when needed).
+    Daemon(daemon::DaemonArgs),
+    /// Answer pending requests for a host (or question id) with allow, or add an allow grant.
+    Allow(control_cmd::AnswerArgs),
+    /// Answer pending requests for a host (or question id) with deny, or add a deny grant.
+    Deny(control_cmd::AnswerArgs),
+    /// List requests waiting for a person.
+    Pending(control_cmd::JsonArg),
+    /// List grants (answers that outlive the request).
+    Rules(control_cmd::RulesArgs),
+    /// Remove a grant.
+    Revoke(control_cmd::RevokeArgs),
+    /// Live view of pending approvals and blocked traffic; keys answer.
+    Watch(control_cmd::WatchArgs),
+    /// Show the daemon, live sandboxes and pending approvals (exit 3 when it is not running).
+    Status(control_cmd::JsonArg),
+    /// List sandboxes.
+    Ls(control_cmd::LsArgs),
+    /// Stop the daemon.
+    Stop(control_cmd::JsonArg),
     /// (not yet available) Agent hooks (Claude Code PermissionRequest).
     Hook(NotYet),
 }
@@ -79,8 +83,8 @@ struct NotYet {
 
 fn not_yet(name: &str) -> anyhow::Result<u8> {
     Err(policy_cmd::UsageError(format!(
-        "`sandgate {name}` is not yet available in this build: it comes with the daemon \
-         (see the README's \"Status\" section)"
+        "`sandgate {name}` is not yet available in this build (see the README's \"Status\" \
+         section)"
     ))
     .into())
 }
@@ -116,16 +120,16 @@ fn main() -> ExitCode {
         Command::Check(a) => policy_cmd::check(a),
         Command::Config(a) => policy_cmd::config(a),
         Command::Tiers(a) => policy_cmd::tiers(a),
-        Command::Daemon(_) => not_yet("daemon"),
-        Command::Allow(_) => not_yet("allow"),
-        Command::Deny(_) => not_yet("deny"),
-        Command::Pending(_) => not_yet("pending"),
-        Command::Rules(_) => not_yet("rules"),
-        Command::Revoke(_) => not_yet("revoke"),
-        Command::Watch(_) => not_yet("watch"),
-        Command::Status(_) => not_yet("status"),
-        Command::Ls(_) => not_yet("ls"),
-        Command::Stop(_) => not_yet("stop"),
+        Command::Daemon(a) => control_cmd::daemon(a),
+        Command::Allow(a) => control_cmd::answer(a, true),
+        Command::Deny(a) => control_cmd::answer(a, false),
+        Command::Pending(a) => control_cmd::pending(a),
+        Command::Rules(a) => control_cmd::rules(a),
+        Command::Revoke(a) => control_cmd::revoke(a),
+        Command::Watch(a) => control_cmd::watch(a),
+        Command::Status(a) => control_cmd::status(a),
+        Command::Ls(a) => control_cmd::ls(a),
+        Command::Stop(a) => control_cmd::stop(a),
         Command::Hook(_) => not_yet("hook"),
     };
     match result {

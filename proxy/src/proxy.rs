@@ -321,7 +321,12 @@ impl Inner {
         path: Option<&str>,
     ) -> Result<Admitted, Refusal> {
         let rule = self.decide(sandbox, policy, target, method, path).await?;
-        let addrs = self.upstream_peer(sandbox, policy, target).await?;
+        let addrs = match target.host {
+            // An address asked for by number was itself allowed (by a rule, a grant or a
+            // person's answer): that is the "allowed by IP" exception of the guard.
+            Host::Ip(ip) => vec![SocketAddr::new(sandgate_config::canonical_ip(ip), target.port)],
+            Host::Name(_) => self.upstream_peer(sandbox, policy, target).await?,
+        };
         Ok(Admitted { rule, addrs })
     }
 

@@ -215,6 +215,19 @@ impl Store {
         Ok(outcome)
     }
 
+    /// Marks a running sandbox as lost (its launcher went away without reporting the end);
+    /// `false` when it was not running.
+    pub fn mark_lost(&self, id: &str, now: Timestamp) -> Result<bool, StoreError> {
+        let n = self
+            .conn()
+            .execute(
+                "UPDATE sandboxes SET state = 'lost', ended = ?2 WHERE id = ?1 AND state = 'running'",
+                params![id, now.0],
+            )
+            .map_err(sql("marking a sandbox lost"))?;
+        Ok(n == 1)
+    }
+
     /// Records that a sandbox's command ended with `exit_status` (None: unknown).
     pub fn finish_sandbox(
         &self,

@@ -1,0 +1,213 @@
+//! The daemon's client side: connect (starting a daemon when none answers), send requests, read
+//! replies and events. Synchronous: launchers and CLI commands are plain threads.
+
+use std::collections::VecDeque;
+use std::io::{BufRead as _, BufReader};
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::daemon::Paths;
+use crate::daemon::protocol::{Envelope, Event, PROTOCOL_VERSION, Reply, Request};
+
+/// An error the daemon replied with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DaemonError {
+    /// `bad_request`, `not_found`, `conflict`, `store`, `denied`, `internal`.
+    pub code: String,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+/// What arrives on a connection.
+#[derive(Debug)]
+pub enum Incoming {
+    /// An event line.
+    Event(Event),
+    /// The connection closed.
+    Closed,
+}
+
+/// A connection to the daemon.
+pub struct Client {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+    next_id: u64,
+    events: VecDeque<Event>,
+}
+
+impl Client {
+    /// Connects to a running daemon.
+    pub fn connect(paths: &Paths) -> std::io::Result<Client> {
+        let stream = UnixStream::connect(&paths.socket)?;
+        let reader = BufReader::new(stream.try_clone()?);
+        Ok(Client { stream, reader, next_id: 1, events: VecDeque::new() })
+    }
+
+    /// Connects, starting a daemon first when none answers (one at a time: a lock file keeps two
+    /// launchers from starting two daemons).
+    pub fn connect_or_start(paths: &Paths) -> anyhow::Result<Client> {
+        if let Ok(c) = Client::connect(paths) {
+            return Ok(c);
+        }
+        start_daemon(paths)?;
+        Client::connect(paths).with_context(|| {
+            format!("the daemon started but {} does not answer", paths.socket.display())
+        })
+    }
+
+    /// A clone of the socket, for writing from another thread.
+    pub fn try_clone_stream(&self) -> std::io::Result<UnixStream> {
+        self.stream.try_clone()
+    }
+
+    /// Sends a request (with descriptors) and waits for its reply; events that arrive meanwhile
+    /// are kept for [`next`](Self::next).
+    pub fn request_with_fds(&mut self, request: Request, fds: &[RawFd]) -> anyhow::Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_string(&Envelope { id: Some(id), request })?;
+        line.push('\n');
+        crate::daemon::fdpass::send_with_fds(&self.stream, line.as_bytes(), fds)
+            .context("cannot send to the daemon")?;
+        loop {
+            let mut l = String::new();
+            if self.reader.read_line(&mut l).context("cannot read from the daemon")? == 0 {
+                bail!("the daemon closed the connection before replying");
+            }
+            let v: Value = match serde_json::from_str(&l) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if v.get("event").is_some() {
+                if let Ok(ev) = serde_json::from_value(v) {
+                    self.events.push_back(ev);
+                }
+                continue;
+            }
+            let reply: Reply = serde_json::from_value(v).context("unreadable reply")?;
+            if reply.id.is_some() && reply.id != Some(id) {
+                continue;
+            }
+            return match (reply.ok, reply.error) {
+                (true, _) => Ok(reply.result.unwrap_or(Value::Null)),
+                (false, Some(e)) => Err(DaemonError { code: e.code, message: e.message }.into()),
+                (false, None) => bail!("the daemon refused the request without saying why"),
+            };
+        }
+    }
+
+    /// [`request_with_fds`](Self::request_with_fds) without descriptors.
+    pub fn request(&mut self, request: Request) -> anyhow::Result<Value> {
+        self.request_with_fds(request, &[])
+    }
+
+    /// The next event (blocking), or `Closed`.
+    pub fn next(&mut self) -> std::io::Result<Incoming> {
+        if let Some(ev) = self.events.pop_front() {
+            return Ok(Incoming::Event(ev));
+        }
+        loop {
+            let mut l = String::new();
+            if self.reader.read_line(&mut l)? == 0 {
+                return Ok(Incoming::Closed);
+            }
+            if let Ok(ev) = serde_json::from_str::<Event>(&l) {
+                return Ok(Incoming::Event(ev));
+            }
+        }
+    }
+
+    /// The next line as JSON (an event or a reply), events kept earlier first; `None` at the end.
+    pub fn next_value(&mut self) -> std::io::Result<Option<Value>> {
+        if let Some(ev) = self.events.pop_front() {
+            return Ok(serde_json::to_value(ev).ok());
+        }
+        loop {
+            let mut l = String::new();
+            if self.reader.read_line(&mut l)? == 0 {
+                return Ok(None);
+            }
+            if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                return Ok(Some(v));
+            }
+        }
+    }
+
+    /// Checks the protocol version of the daemon.
+    pub fn hello(&mut self) -> anyhow::Result<Value> {
+        let v = self.request(Request::Hello)?;
+        let theirs = v["protocol"].as_u64().unwrap_or(0);
+        if theirs != u64::from(PROTOCOL_VERSION) {
+            bail!(
+                "the running daemon speaks protocol {theirs}, this sandgate {PROTOCOL_VERSION}: \
+                 restart it with `sandgate stop` (launchers start a new one)"
+            );
+        }
+        Ok(v)
+    }
+}
+
+/// Starts `sandgate daemon --detach --idle-exit 10m` and waits until it answers.
+pub fn start_daemon(paths: &Paths) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    paths.ensure_dir()?;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&paths.start_lock)
+        .with_context(|| format!("cannot open {}", paths.start_lock.display()))?;
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", paths.start_lock.display()))?;
+    // Another launcher may have started one while we waited for the lock.
+    if UnixStream::connect(&paths.socket).is_ok() {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("path of the sandgate binary")?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&paths.log)
+        .with_context(|| format!("cannot open {}", paths.log.display()))?;
+    let mut child = std::process::Command::new(exe)
+        .args(["daemon", "--detach", "--idle-exit", "10m"])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("cannot start the sandgate daemon")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if UnixStream::connect(&paths.socket).is_ok() {
+            // Reap it later without blocking: it outlives us normally.
+            std::thread::spawn(move || child.wait());
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the sandgate daemon exited at start ({status}):\n{}", tail(&paths.log, 5));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the sandgate daemon did not answer within 10 s; its log {} says:\n{}",
+                paths.log.display(),
+                tail(&paths.log, 5)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,635 @@
+//! Commands that talk to the daemon: `status`, `ls`, `stop`, `watch`, `pending`, `allow`,
+//! `deny`, `rules`, `revoke`, and `daemon` itself.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use sandgate_approvals::{Answer, BrokerEvent, PendingQuestion, Scope};
+use serde_json::Value;
+
+use crate::client::{Client, DaemonError, Incoming};
+use crate::daemon::Paths;
+use crate::daemon::protocol::{AnswerTargetSpec, Event, Request};
+
+/// Exit status when the daemon is not running (`status`).
+pub const EXIT_NOT_RUNNING: u8 = 3;
+
+/// `--json`.
+#[derive(Debug, clap::Args)]
+pub struct JsonArg {
+    /// Print JSON (one document) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate ls`.
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    /// Also sandboxes that ended.
+    #[arg(long, short)]
+    pub all: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate rules`.
+#[derive(Debug, clap::Args)]
+pub struct RulesArgs {
+    /// Also revoked, expired and used grants.
+    #[arg(long, short)]
+    pub all: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate revoke`.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    /// The grant's id, as `sandgate rules` shows it (`#12` or `12`).
+    pub id: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate allow` and `sandgate deny`.
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("scope").args(["once", "session", "for_", "always"]))]
+pub struct AnswerArgs {
+    /// The host (`example.com`), a wildcard you mean (`*.example.com`), or a question id from
+    /// `sandgate pending` (`q3`).
+    pub target: String,
+    /// Only the requests waiting now.
+    #[arg(long)]
+    pub once: bool,
+    /// Until the sandbox ends (the default).
+    #[arg(long)]
+    pub session: bool,
+    /// For this long (`15m`, `1h`, `2d`), for the project.
+    #[arg(long = "for", value_name = "DURATION")]
+    pub for_: Option<String>,
+    /// Until revoked, for the project (or everywhere with --global).
+    #[arg(long)]
+    pub always: bool,
+    /// With --always: every project, not just the sandbox's.
+    #[arg(long)]
+    pub global: bool,
+    /// Only this sandbox (needed for --session when nothing is pending).
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate watch`.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// One JSON event per line (no keys, no colour).
+    #[arg(long)]
+    pub json: bool,
+    /// Only this sandbox's events.
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// Also show every proxied request (not only questions and blocked traffic).
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+fn connect_running() -> anyhow::Result<Option<Client>> {
+    match Client::connect(&Paths::discover()) {
+        Ok(c) => Ok(Some(c)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e).context("cannot connect to the sandgate daemon"),
+    }
+}
+
+fn connect_starting() -> anyhow::Result<Client> {
+    Client::connect_or_start(&Paths::discover())
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Maps a daemon error to an exit status: 1 for "no such thing / already answered", 2 otherwise.
+fn fail(e: anyhow::Error, json: bool) -> anyhow::Result<u8> {
+    match e.downcast_ref::<DaemonError>() {
+        Some(d) => {
+            if json {
+                print_json(
+                    &serde_json::json!({ "ok": false, "code": d.code, "message": d.message }),
+                )?;
+            } else {
+                eprintln!("sandgate: {}", d.message);
+            }
+            Ok(if matches!(d.code.as_str(), "not_found" | "conflict") { 1 } else { 2 })
+        }
+        None => Err(e),
+    }
+}
+
+/// `sandgate daemon`.
+pub fn daemon(args: crate::daemon::DaemonArgs) -> anyhow::Result<u8> {
+    crate::daemon::run(args)
+}
+
+/// `sandgate status`.
+pub fn status(args: JsonArg) -> anyhow::Result<u8> {
+    let Some(mut c) = connect_running()? else {
+        if args.json {
+            print_json(&serde_json::json!({ "running": false }))?;
+        } else {
+            println!(
+                "sandgate daemon: not running (launchers start it; `sandgate daemon` runs it in the foreground)"
+            );
+        }
+        return Ok(EXIT_NOT_RUNNING);
+    };
+    let mut v = match c.request(Request::Status) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        v["running"] = Value::Bool(true);
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let d = &v["daemon"];
+    println!(
+        "sandgate daemon: running, pid {}, up {}, {} MiB resident, telegram {}",
+        d["pid"],
+        sandgate_approvals::format_duration(Duration::from_secs(
+            d["uptime_s"].as_u64().unwrap_or(0).max(1)
+        )),
+        d["rss_kib"].as_u64().unwrap_or(0) / 1024,
+        if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
+    );
+    println!("  socket  {}", d["socket"].as_str().unwrap_or("?"));
+    println!("  store   {}", d["store"].as_str().unwrap_or("?"));
+    let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
+    println!("sandboxes running: {}", sandboxes.len());
+    for s in &sandboxes {
+        println!(
+            "  {}  {:<6} {}",
+            s["id"].as_str().unwrap_or("?"),
+            s["tier"].as_str().unwrap_or("?"),
+            command_text(&s["command"])
+        );
+    }
+    let pending: Vec<PendingQuestion> =
+        serde_json::from_value(v["pending"].clone()).unwrap_or_default();
+    println!("pending approvals: {}", pending.len());
+    for q in &pending {
+        println!("  {}", pending_line(q));
+    }
+    let counts = &v["counts"];
+    println!(
+        "grants live: {} · events kept: {} · proxied connections open: {}",
+        counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
+    );
+    if let Some(e) = v["events"]["last_error"].as_str() {
+        println!("warning: events could not be stored: {e}");
+    }
+    Ok(0)
+}
+
+fn command_text(v: &Value) -> String {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn pending_line(q: &PendingQuestion) -> String {
+    let left = q.deadline.duration_since(SystemTime::now()).unwrap_or_default().as_secs();
+    let req = match (&q.question.method, &q.question.path) {
+        (Some(m), Some(p)) => format!(" {m} {p}"),
+        (Some(m), None) => format!(" {m}"),
+        _ => String::new(),
+    };
+    format!(
+        "{:<4} {}  {}:{}{req}  ({} waiting, denied in {left}s)",
+        q.id.to_string(),
+        q.question.sandbox,
+        q.question.host,
+        q.question.port,
+        q.waiters
+    )
+}
+
+/// `sandgate ls`.
+pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
+    let list = match connect_running()? {
+        Some(mut c) => match c.request(Request::List { all: args.all }) {
+            Ok(v) => v,
+            Err(e) => return fail(e, args.json),
+        },
+        None => {
+            // No daemon: read the store directly (nothing is served then).
+            let path = sandgate_store::Store::default_path()?;
+            if !path.exists() {
+                Value::Array(Vec::new())
+            } else {
+                let store = sandgate_store::Store::open(&path)?;
+                serde_json::to_value(store.list_sandboxes(!args.all)?)?
+            }
+        }
+    };
+    if args.json {
+        print_json(&list)?;
+        return Ok(0);
+    }
+    let rows = list.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
+        return Ok(0);
+    }
+    println!("{:<24} {:<6} {:<8} {:>7}  {:<30} COMMAND", "ID", "TIER", "STATE", "PID", "CWD");
+    for r in rows {
+        let state = r["state"].as_str().unwrap_or("?");
+        println!(
+            "{:<24} {:<6} {:<8} {:>7}  {:<30} {}",
+            r["id"].as_str().unwrap_or("?"),
+            r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
+            state,
+            r["sandbox"]["pid"].as_u64().or(r["pid"].as_u64()).unwrap_or(0),
+            r["sandbox"]["cwd"].as_str().or(r["cwd"].as_str()).unwrap_or("?"),
+            command_text(if r["sandbox"]["command"].is_array() {
+                &r["sandbox"]["command"]
+            } else {
+                &r["command"]
+            }),
+        );
+    }
+    Ok(0)
+}
+
+/// `sandgate stop`.
+pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
+    let Some(mut c) = connect_running()? else {
+        if args.json {
+            print_json(&serde_json::json!({ "stopped": false, "running": false }))?;
+        } else {
+            println!("sandgate daemon: not running");
+        }
+        return Ok(0);
+    };
+    let v = match c.request(Request::Stop) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    // Wait until it is gone (its socket closes when it exits).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !matches!(c.next(), Ok(Incoming::Closed) | Err(_)) {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    if args.json {
+        print_json(&serde_json::json!({ "stopped": true, "pid": v["pid"] }))?;
+    } else {
+        println!(
+            "sandgate daemon (pid {}) stopped; running sandboxes wait for the next one",
+            v["pid"]
+        );
+    }
+    Ok(0)
+}
+
+/// `sandgate pending`.
+pub fn pending(args: JsonArg) -> anyhow::Result<u8> {
+    let Some(mut c) = connect_running()? else {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("nothing pending (the daemon is not running)");
+        }
+        return Ok(0);
+    };
+    let v = match c.request(Request::Pending) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let list: Vec<PendingQuestion> = serde_json::from_value(v)?;
+    if list.is_empty() {
+        println!("nothing pending");
+    }
+    for q in &list {
+        println!("{}", pending_line(q));
+    }
+    if let Some(q) = list.first() {
+        println!(
+            "answer with `sandgate allow {}` (--once, --for 1h, --always) or `sandgate deny {}`",
+            q.question.host, q.question.host
+        );
+    }
+    Ok(0)
+}
+
+/// `sandgate allow` (`allow = true`) and `sandgate deny`.
+pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
+    let scope = if args.once {
+        Scope::Once
+    } else if let Some(d) = &args.for_ {
+        let d = sandgate_approvals::parse_duration(d)
+            .map_err(|e| crate::policy_cmd::UsageError(format!("--for: {e}")))?;
+        if args.global {
+            return Err(crate::policy_cmd::UsageError(
+                "--global goes with --always (a --for grant covers the sandbox's project, or \
+                 everyone when no sandbox is named)"
+                    .into(),
+            )
+            .into());
+        }
+        Scope::For(d)
+    } else if args.always {
+        Scope::Always { global: args.global }
+    } else {
+        if args.global {
+            return Err(crate::policy_cmd::UsageError("--global goes with --always".into()).into());
+        }
+        Scope::Session
+    };
+    let answer = if allow { Answer::Allow(scope) } else { Answer::Deny(scope) };
+    let t = args.target.trim();
+    let target = if t.len() > 1 && t.starts_with('q') && t[1..].bytes().all(|b| b.is_ascii_digit())
+    {
+        AnswerTargetSpec::Question(t.to_owned())
+    } else {
+        AnswerTargetSpec::Host { pattern: t.to_owned(), sandbox: args.sandbox.clone() }
+    };
+    let mut c = connect_starting()?;
+    let v = match c.request(Request::Answer { target, answer, by: None }) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let released = v["released"].as_array().map_or(0, Vec::len);
+    let grants: Vec<String> = v["grants"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|g| g.as_str().map(|s| format!("#{s}"))).collect())
+        .unwrap_or_default();
+    let mut msg = format!("{} {t} {}", if allow { "allowed" } else { "denied" }, scope_text(scope));
+    if released > 0 {
+        msg.push_str(&format!("; answered {released} waiting question(s)"));
+    }
+    if !grants.is_empty() && scope != Scope::Once {
+        msg.push_str(&format!("; grant {} (`sandgate revoke ID` removes it)", grants.join(", ")));
+    }
+    println!("{msg}");
+    for e in v["grant_errors"].as_array().into_iter().flatten() {
+        eprintln!("sandgate: warning: the grant was not recorded: {}", e.as_str().unwrap_or("?"));
+    }
+    Ok(0)
+}
+
+fn scope_text(s: Scope) -> String {
+    s.to_string()
+}
+
+/// `sandgate rules`.
+pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
+    let mut c = connect_starting()?;
+    let v = match c.request(Request::Rules { all: args.all }) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let rows = v.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
+    }
+    for r in rows {
+        println!("{}", r["line"].as_str().unwrap_or("?"));
+    }
+    Ok(0)
+}
+
+/// `sandgate revoke`.
+pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
+    let id: i64 = args.id.trim_start_matches('#').parse().map_err(|_| {
+        crate::policy_cmd::UsageError(format!(
+            "{:?} is not a grant id; see `sandgate rules`",
+            args.id
+        ))
+    })?;
+    let mut c = connect_starting()?;
+    let v = match c.request(Request::Revoke { grant: id }) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+    } else {
+        println!("revoked {}", v["line"].as_str().unwrap_or("?"));
+    }
+    Ok(0)
+}
+
+/// `sandgate watch`.
+pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
+    let paths = Paths::discover();
+    let mut c = Client::connect_or_start(&paths)?;
+    let pending: Vec<PendingQuestion> = serde_json::from_value(c.request(Request::Pending)?)?;
+    c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
+    let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && !args.json;
+    let colour = tty && std::env::var_os("NO_COLOR").is_none();
+    let open = std::sync::Arc::new(std::sync::Mutex::new(pending.clone()));
+    let _keys = if tty { Some(KeyReader::start(paths.clone(), open.clone())?) } else { None };
+    let mut out = std::io::stdout().lock();
+    if tty {
+        writeln!(
+            out,
+            "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny, [q]uit\r"
+        )?;
+    }
+    for q in &pending {
+        show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
+    }
+    loop {
+        let ev = match c.next()? {
+            Incoming::Event(ev) => ev,
+            Incoming::Closed => {
+                if !args.json {
+                    writeln!(out, "sandgate: the daemon stopped\r")?;
+                }
+                return Ok(0);
+            }
+        };
+        {
+            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+            match &ev {
+                Event::Asked { question } => o.push(question.clone()),
+                Event::Answered { question, .. } | Event::TimedOut { question } => {
+                    o.retain(|q| q.id != question.id)
+                }
+                _ => {}
+            }
+        }
+        if !args.verbose && !args.json && matches!(ev, Event::Request { .. }) {
+            continue;
+        }
+        show(&mut out, &ev, args.json, colour)?;
+    }
+}
+
+fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(ev)?)?;
+        out.flush()?;
+        return Ok(());
+    }
+    let now = SystemTime::now();
+    let (text, c) = match ev {
+        Event::Asked { question } => (
+            format!(
+                "{} {}",
+                question.id,
+                sandgate_approvals::terminal::format_prompt(question, now)
+            ),
+            "33",
+        ),
+        Event::Answered { question, answer, by, pattern } => (
+            sandgate_approvals::terminal::format_event(
+                &BrokerEvent::Answered {
+                    question: question.clone(),
+                    answer: *answer,
+                    by: by.clone(),
+                    pattern: pattern.clone(),
+                },
+                now,
+            ),
+            if answer.allows() { "32" } else { "31" },
+        ),
+        Event::TimedOut { question } => (
+            sandgate_approvals::terminal::format_event(
+                &BrokerEvent::TimedOut(question.clone()),
+                now,
+            ),
+            "31",
+        ),
+        Event::Blocked { sandbox, protocol, dst, port, count } => {
+            let dest = port.map_or_else(|| dst.clone(), |p| format!("{dst}:{p}"));
+            let n = if *count > 1 { format!(" (×{count})") } else { String::new() };
+            (format!("sandgate: {sandbox} blocked {protocol} {dest}{n}"), "31")
+        }
+        Event::Request { sandbox, method, host, port, decision, rule, ms, .. } => (
+            format!("sandgate: {sandbox} {method} {host}:{port} {decision} ({rule}) {ms:.1} ms"),
+            if decision == "allow" { "2" } else { "31" },
+        ),
+        Event::SandboxStarted { sandbox, tier, command } => {
+            (format!("sandgate: {sandbox} started ({tier}): {}", command.join(" ")), "2")
+        }
+        Event::SandboxEnded { sandbox, exit_status, lost } => (
+            if *lost {
+                format!("sandgate: {sandbox} lost (its launcher went away)")
+            } else {
+                format!(
+                    "sandgate: {sandbox} ended (exit {})",
+                    exit_status.map_or("?".into(), |c| c.to_string())
+                )
+            },
+            "2",
+        ),
+        Event::DaemonStopping => ("sandgate: the daemon is stopping".to_owned(), "2"),
+    };
+    let nl = if colour { "\r\n" } else { "\n" };
+    if colour {
+        write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;
+    } else {
+        write!(out, "{text}{nl}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
+/// answers the oldest open question.
+struct KeyReader {
+    saved: nix::sys::termios::Termios,
+}
+
+impl KeyReader {
+    fn start(
+        paths: Paths,
+        open: std::sync::Arc<std::sync::Mutex<Vec<PendingQuestion>>>,
+    ) -> anyhow::Result<KeyReader> {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).context("terminal settings")?;
+        let mut raw = saved.clone();
+        raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO);
+        tcsetattr(&stdin, SetArg::TCSANOW, &raw).context("terminal settings")?;
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut byte = [0u8; 1];
+            while std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1) {
+                let key = (byte[0] as char).to_string();
+                if key == "q" {
+                    restore_and_exit();
+                }
+                let Ok(answer) = sandgate_approvals::terminal::parse_reply(&key) else { continue };
+                let oldest = open.lock().unwrap_or_else(|e| e.into_inner()).first().cloned();
+                let Some(q) = oldest else {
+                    eprint!("sandgate: nothing pending\r\n");
+                    continue;
+                };
+                let result =
+                    Client::connect(&paths).map_err(anyhow::Error::from).and_then(|mut c| {
+                        c.request(Request::Answer {
+                            target: AnswerTargetSpec::Question(q.id.to_string()),
+                            answer,
+                            by: None,
+                        })
+                    });
+                if let Err(e) = result {
+                    eprint!("sandgate: {e}\r\n");
+                }
+            }
+        });
+        Ok(KeyReader { saved })
+    }
+}
+
+fn restore_and_exit() -> ! {
+    // The saved settings are restored by the process's exit through the drop of KeyReader is not
+    // reached from this thread; restore a sane canonical mode here.
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    if let Ok(mut t) = tcgetattr(&stdin) {
+        t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ECHO);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &t);
+    }
+    std::process::exit(0);
+}
+
+impl Drop for KeyReader {
+    fn drop(&mut self) {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.saved,
+        );
+    }
+}

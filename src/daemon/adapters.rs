@@ -1,0 +1,421 @@
+//! The daemon's implementations of the proxy's and the approvals' traits, over the store and the
+//! broker: grants (a cache of the store's live grants, reloaded on every change), the approver
+//! (deny grants first, then a person through the broker), the event sink, the grant writer and
+//! the Telegram bot's control.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use sandgate_approvals as approvals;
+use sandgate_config::{DomainPattern, Host, PatternUse, Rule, RuleSource, Target};
+use sandgate_proxy::{Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent};
+use sandgate_store::{
+    Effect, EventKind, EventSender, Grant, GrantList, GrantScope, GrantTarget, NewEvent, NewGrant,
+    Store, StoreError, Timestamp,
+};
+use tokio::sync::broadcast;
+
+use super::protocol::Event;
+
+/// A sandbox the daemon serves.
+#[derive(Debug, Clone)]
+pub struct Live {
+    /// What the launcher said.
+    pub info: super::protocol::SandboxInfo,
+    /// Its project key (for project grants).
+    pub project: Option<String>,
+    /// Which control connection registered it (the latest one).
+    pub conn: u64,
+    /// Set to stop serving its listener and NFLOG socket.
+    pub stop: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Answers, once the NFLOG reader stopped, with what it drained at the end.
+    pub nflog_done: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Vec<serde_json::Value>>>>>,
+}
+
+/// The sandboxes being served, by id.
+pub type Registry = Arc<Mutex<HashMap<String, Live>>>;
+
+struct Cached {
+    grant: Grant,
+    pattern: DomainPattern,
+    rule: Arc<Rule>,
+}
+
+/// The live grants, in memory (the daemon is the store's only writer of grants, so reloading
+/// after each of its writes keeps the cache exact; expiry is checked at match time).
+pub struct GrantCache {
+    store: Store,
+    entries: RwLock<Arc<Vec<Cached>>>,
+}
+
+impl GrantCache {
+    /// An empty cache; call [`reload`](Self::reload).
+    pub fn new(store: Store) -> GrantCache {
+        GrantCache { store, entries: RwLock::new(Arc::new(Vec::new())) }
+    }
+
+    /// Reads the live grants from the store. A grant whose pattern no longer parses is skipped
+    /// (and logged): it cannot match anything safely.
+    pub fn reload(&self) -> Result<usize, StoreError> {
+        let grants = self.store.list_grants(GrantList::Live(Timestamp::now()))?;
+        let mut out = Vec::with_capacity(grants.len());
+        for grant in grants {
+            if grant.grant.scope == GrantScope::Once {
+                continue; // consumed by the requests that were waiting when it was given
+            }
+            let usage = match grant.grant.effect {
+                Effect::Allow => PatternUse::Allow,
+                Effect::Deny => PatternUse::Deny,
+            };
+            match DomainPattern::parse(&grant.grant.pattern, usage) {
+                Ok(pattern) => {
+                    let rule = Arc::new(Rule {
+                        pattern: Some(pattern.clone()),
+                        source: RuleSource::Grant(describe(&grant)),
+                    });
+                    out.push(Cached { grant, pattern, rule });
+                }
+                Err(e) => tracing::warn!(id = grant.id.0, error = %e, "unusable grant skipped"),
+            }
+        }
+        let n = out.len();
+        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(out);
+        Ok(n)
+    }
+
+    /// The first live grant of `effect` covering `host:port` for this sandbox / project.
+    pub fn find(
+        &self,
+        effect: Effect,
+        sandbox: &str,
+        project: Option<&str>,
+        host: &Host,
+        port: u16,
+    ) -> Option<Arc<Rule>> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let now = Timestamp::now();
+        entries
+            .iter()
+            .filter(|c| c.grant.grant.effect == effect && c.grant.is_live(now))
+            .filter(|c| match &c.grant.grant.target {
+                GrantTarget::Sandbox(s) => s == sandbox,
+                GrantTarget::Project(p) => project == Some(p.as_str()),
+                GrantTarget::Global => true,
+            })
+            .filter(|c| c.grant.grant.port.is_none_or(|p| p == port))
+            .find(|c| c.pattern.matches(host, port))
+            .map(|c| c.rule.clone())
+    }
+}
+
+/// `grant #12 (always, project) by alice via cli`.
+fn describe(g: &Grant) -> String {
+    let scope = match g.grant.scope {
+        GrantScope::Once => "once".to_owned(),
+        GrantScope::Session => "session".to_owned(),
+        GrantScope::Until(t) => format!("until {t}"),
+        GrantScope::Always => "always".to_owned(),
+    };
+    let target = match &g.grant.target {
+        GrantTarget::Sandbox(s) => format!("sandbox {s}"),
+        GrantTarget::Project(_) => "project".to_owned(),
+        GrantTarget::Global => "global".to_owned(),
+    };
+    format!("#{} ({scope}, {target}) by {} via {}", g.id, g.grant.approved_by, g.grant.channel)
+}
+
+/// What the adapters share.
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Events to the store (never blocks).
+    pub events: EventSender,
+    /// The writer behind `events` (taken at shutdown).
+    pub writer: Mutex<Option<sandgate_store::EventWriter>>,
+    /// The Telegram bot, when configured (for blocked-traffic alerts).
+    pub telegram: std::sync::OnceLock<approvals::telegram::TelegramHandle>,
+    /// Questions.
+    pub broker: approvals::Broker,
+    /// Grants.
+    pub grants: Arc<GrantCache>,
+    /// Sandboxes served.
+    pub sandboxes: Registry,
+    /// Events for launchers and `watch`.
+    pub bus: broadcast::Sender<Event>,
+}
+
+impl Shared {
+    /// The event writer's counters.
+    pub fn events_stats(&self) -> sandgate_store::EventWriterStats {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|w| w.stats())
+            .unwrap_or_default()
+    }
+
+    fn project_of(&self, sandbox: &str) -> Option<String> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sandbox)
+            .and_then(|l| l.project.clone())
+    }
+
+    fn live(&self, sandbox: &str) -> Option<Live> {
+        self.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).get(sandbox).cloned()
+    }
+
+    /// Records an event in the store (queued) and tells the subscribers.
+    pub fn publish(&self, kind: EventKind, sandbox: Option<&str>, event: Event) {
+        if let Ok(details) = serde_json::to_value(&event) {
+            self.events.send(NewEvent {
+                time: Timestamp::now(),
+                sandbox: sandbox.map(str::to_owned),
+                kind,
+                details,
+            });
+        }
+        let _ = self.bus.send(event);
+    }
+}
+
+/// [`GrantSource`] over the cache: allow grants, unless a deny grant covers the target too.
+pub struct Grants(pub Arc<Shared>);
+
+impl GrantSource for Grants {
+    fn grant_for<'a>(
+        &'a self,
+        sandbox: &'a sandgate_proxy::SandboxId,
+        target: &'a Target,
+    ) -> BoxFuture<'a, Option<Arc<Rule>>> {
+        Box::pin(async move {
+            let s = &self.0;
+            let project = s.project_of(sandbox.as_str());
+            let find = |e| {
+                s.grants.find(e, sandbox.as_str(), project.as_deref(), &target.host, target.port)
+            };
+            if find(Effect::Deny).is_some() {
+                return None; // the approver answers with the deny grant
+            }
+            find(Effect::Allow)
+        })
+    }
+}
+
+/// [`Approver`]: a deny grant answers at once; otherwise the broker asks a person.
+pub struct Asker(pub Arc<Shared>);
+
+impl Approver for Asker {
+    fn ask(&self, q: sandgate_proxy::Question) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let s = &self.0;
+            let live = s.live(q.sandbox.as_str());
+            let project = live.as_ref().and_then(|l| l.project.clone());
+            let host = &q.target.host;
+            if let Some(rule) = s.grants.find(
+                Effect::Deny,
+                q.sandbox.as_str(),
+                project.as_deref(),
+                host,
+                q.target.port,
+            ) {
+                return Answer::Deny(DenyReason::Rule(rule));
+            }
+            if let Some(rule) = s.grants.find(
+                Effect::Allow,
+                q.sandbox.as_str(),
+                project.as_deref(),
+                host,
+                q.target.port,
+            ) {
+                return Answer::Allow(rule); // granted while this request was on its way
+            }
+            let host_text = match host {
+                Host::Name(n) => n.as_str().to_owned(),
+                Host::Ip(ip) => ip.to_string(),
+            };
+            let question = approvals::Question {
+                sandbox: q.sandbox.to_string(),
+                host: host_text,
+                port: q.target.port,
+                method: Some(q.method.clone()).filter(|m| !m.is_empty()),
+                path: q.path.clone(),
+                command: live.as_ref().map(|l| l.info.command.clone()).unwrap_or_default(),
+                cwd: live.as_ref().map(|l| l.info.cwd.clone()),
+                project,
+            };
+            outcome_to_answer(s.broker.ask(question).await)
+        })
+    }
+}
+
+fn outcome_to_answer(outcome: approvals::Outcome) -> Answer {
+    match outcome {
+        approvals::Outcome::Answered { answer, by, pattern } => {
+            let usage = if answer.allows() { PatternUse::Allow } else { PatternUse::Deny };
+            let rule = Arc::new(Rule {
+                pattern: DomainPattern::parse(&pattern, usage).ok(),
+                source: RuleSource::Grant(format!("{answer} {by}")),
+            });
+            if answer.allows() { Answer::Allow(rule) } else { Answer::Deny(DenyReason::Rule(rule)) }
+        }
+        approvals::Outcome::TimedOut { .. } => Answer::Deny(DenyReason::TimedOut),
+        approvals::Outcome::Closed => Answer::Deny(DenyReason::Denied),
+    }
+}
+
+/// [`EventSink`]: each proxy event to the store (queued, never blocking) and to subscribers.
+pub struct Sink(pub Arc<Shared>);
+
+impl EventSink for Sink {
+    fn record(&self, e: ProxyEvent) {
+        let sandbox = e.sandbox.to_string();
+        let event = Event::Request {
+            sandbox: sandbox.clone(),
+            method: e.method,
+            host: e.host,
+            port: e.port,
+            decision: e.decision.to_owned(),
+            rule: e.rule,
+            bytes_up: e.bytes_up,
+            bytes_down: e.bytes_down,
+            ms: e.duration.as_secs_f64() * 1e3,
+            error: e.error,
+        };
+        self.0.publish(EventKind::Decision, Some(&sandbox), event);
+    }
+}
+
+/// [`approvals::GrantWriter`]: answers become grants in the store; the cache is reloaded.
+pub struct Writer {
+    /// The store.
+    pub store: Store,
+    /// The cache to reload.
+    pub grants: Arc<GrantCache>,
+}
+
+impl approvals::GrantWriter for Writer {
+    fn write(&self, g: &approvals::GrantRequest) -> Result<String, String> {
+        let s = self;
+        let created = Timestamp::from_system_time(g.at);
+        let scope = match g.scope {
+            approvals::Scope::Once => GrantScope::Once,
+            approvals::Scope::Session => GrantScope::Session,
+            approvals::Scope::For(d) => GrantScope::Until(Timestamp::from_system_time(
+                g.expires.unwrap_or_else(|| g.at + d),
+            )),
+            approvals::Scope::Always { .. } => GrantScope::Always,
+        };
+        let new = NewGrant {
+            pattern: g.pattern.clone(),
+            port: g.port,
+            effect: match g.effect {
+                approvals::Effect::Allow => Effect::Allow,
+                approvals::Effect::Deny => Effect::Deny,
+            },
+            scope,
+            target: match &g.target {
+                approvals::GrantTarget::Sandbox(id) => GrantTarget::Sandbox(id.clone()),
+                approvals::GrantTarget::Project(p) => GrantTarget::Project(p.clone()),
+                approvals::GrantTarget::Global => GrantTarget::Global,
+            },
+            approved_by: g.by.who.clone(),
+            channel: g.by.channel.as_str().to_owned(),
+            created,
+        };
+        let grant = s.store.add_grant(&new).map_err(|e| e.to_string())?;
+        if scope == GrantScope::Once {
+            // Used by the requests it released, now.
+            let _ = s.store.take_once(grant.id, created);
+        }
+        if let Err(e) = s.grants.reload() {
+            tracing::warn!(error = %e, "grant cache not reloaded");
+        }
+        Ok(grant.id.to_string())
+    }
+}
+
+/// Lines for `sandgate rules` and the bot's `/rules`.
+pub fn format_grant(g: &Grant) -> String {
+    let port = g.grant.port.map(|p| format!(":{p}")).unwrap_or_default();
+    let effect = match g.grant.effect {
+        Effect::Allow => "allow",
+        Effect::Deny => "deny",
+    };
+    let scope = match g.grant.scope {
+        GrantScope::Once => "once".to_owned(),
+        GrantScope::Session => "session".to_owned(),
+        GrantScope::Until(t) => {
+            let left = t.0 - Timestamp::now().0;
+            if left > 0 {
+                format!(
+                    "{} left",
+                    approvals::format_duration(std::time::Duration::from_millis(left as u64))
+                )
+            } else {
+                "expired".to_owned()
+            }
+        }
+        GrantScope::Always => "always".to_owned(),
+    };
+    let target = match &g.grant.target {
+        GrantTarget::Sandbox(s) => format!("sandbox {s}"),
+        GrantTarget::Project(p) => format!("project {}", &p[..p.len().min(8)]),
+        GrantTarget::Global => "global".to_owned(),
+    };
+    let state = if g.revoked.is_some() {
+        " [revoked]"
+    } else if g.used.is_some() {
+        " [used]"
+    } else {
+        ""
+    };
+    format!(
+        "#{:<4} {effect:<5} {}{port}  {scope}, {target}, by {} via {}{state}",
+        g.id, g.grant.pattern, g.grant.approved_by, g.grant.channel
+    )
+}
+
+/// The Telegram bot's `/rules`, `/revoke`, `/status`.
+pub struct BotControl(pub Arc<Shared>, pub SystemTime);
+
+impl approvals::telegram::BotControl for BotControl {
+    fn rules(&self) -> String {
+        match self.0.store.list_grants(GrantList::Live(Timestamp::now())) {
+            Ok(g) if g.is_empty() => "No grants.".to_owned(),
+            Ok(g) => g.iter().map(format_grant).collect::<Vec<_>>().join("\n"),
+            Err(e) => format!("cannot read the grants: {e}"),
+        }
+    }
+
+    fn revoke(&self, id: &str) -> Result<String, String> {
+        let n: i64 =
+            id.trim_start_matches('#').parse().map_err(|_| format!("{id:?} is not a grant id"))?;
+        revoke(&self.0, n).map(|g| format!("revoked {}", format_grant(&g)))
+    }
+
+    fn status(&self) -> String {
+        let alive = self.0.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let pending = self.0.broker.pending().len();
+        let up = self.1.elapsed().unwrap_or_default();
+        format!(
+            "sandgate daemon up {}: {alive} sandbox(es) running, {pending} question(s) pending",
+            approvals::format_duration(std::time::Duration::from_secs(up.as_secs().max(1)))
+        )
+    }
+}
+
+/// Revokes grant `id` and reloads the cache.
+pub fn revoke(s: &Shared, id: i64) -> Result<Grant, String> {
+    let g = s
+        .store
+        .revoke_grant(sandgate_store::GrantId(id), Timestamp::now())
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = s.grants.reload() {
+        tracing::warn!(error = %e, "grant cache not reloaded");
+    }
+    Ok(g)
+}

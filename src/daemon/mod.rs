@@ -1,0 +1,330 @@
+//! `sandgate daemon`: one long-running process per user that hosts the proxy (serving every
+//! sandbox's listener), the approvals broker (and the Telegram bot when configured), the monitor
+//! (every sandbox's NFLOG socket) and the store, behind the control socket.
+//!
+//! Lifecycle: take the pid-file lock (one daemon per user) → open the store, mark sandboxes whose
+//! launcher is gone as lost, prune old events → load the grants → bind the control socket (0600)
+//! → serve until `sandgate stop`, SIGINT/SIGTERM, or `--idle-exit` → tell the launchers, deny
+//! what is pending, flush the events.
+//!
+//! Failure: a daemon that dies leaves the sandboxes without network (their listeners are only
+//! served by a daemon) but running; each launcher keeps its descriptors and registers them again
+//! with the next daemon, which it starts itself when the old one died without `stop`.
+
+pub mod adapters;
+pub mod fdpass;
+pub mod monitor;
+pub mod paths;
+pub mod protocol;
+pub mod server;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use sandgate_approvals as approvals;
+use sandgate_store::{EventWriter, EventWriterConfig, Store, Timestamp};
+
+pub use paths::Paths;
+
+/// Options of `sandgate daemon`.
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// Exit after this long with no sandbox, no connection and nothing pending (e.g. `10m`);
+    /// daemons that launchers start use 10m. Default: run until stopped.
+    #[arg(long, value_name = "DURATION")]
+    pub idle_exit: Option<String>,
+    /// Start a new session (detach from the terminal); used when a launcher starts the daemon.
+    #[arg(long, hide = true)]
+    pub detach: bool,
+}
+
+const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// Runs the daemon until it is stopped; returns the exit code.
+pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
+    if args.detach {
+        let _ = nix::unistd::setsid();
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDGATE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let idle_exit = args
+        .idle_exit
+        .as_deref()
+        .map(sandgate_config::parse_duration)
+        .transpose()
+        .map_err(|e| crate::policy_cmd::UsageError(format!("--idle-exit: {e}")))?;
+    let paths = Paths::discover();
+    paths.ensure_dir()?;
+    let _lock = match lock_pid_file(&paths)? {
+        Some(l) => l,
+        None => {
+            let pid = std::fs::read_to_string(&paths.pid_file).unwrap_or_default();
+            eprintln!(
+                "sandgate: a daemon is already running (pid {}); `sandgate status` shows it, \
+                 `sandgate stop` stops it",
+                pid.trim()
+            );
+            return Ok(1);
+        }
+    };
+    let _ = sandgate_proxy::raise_nofile_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sandgate-daemon")
+        .build()
+        .context("cannot start the daemon's runtime")?;
+    runtime.block_on(serve(paths, idle_exit))
+}
+
+/// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
+fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&paths.pid_file)
+        .with_context(|| format!("cannot open {}", paths.pid_file.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0).context("pid file")?;
+            write!(lock, "{}", std::process::id()).context("pid file")?;
+            Ok(Some(lock))
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => bail!("cannot lock {}: {e}", paths.pid_file.display()),
+    }
+}
+
+fn is_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Ok(()) | Err(nix::errno::Errno::EPERM)
+    )
+}
+
+async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> {
+    let config = crate::policy_cmd::load_config()?;
+    let settings = config.daemon_settings();
+    let store_path = Store::default_path().context("where the store lives")?;
+    let store = {
+        let p = store_path.clone();
+        tokio::task::spawn_blocking(move || Store::open(&p)).await?
+    }
+    .with_context(|| format!("cannot open the store {}", store_path.display()))?;
+    {
+        let store = store.clone();
+        let retention = settings.event_retention.unwrap_or(DEFAULT_RETENTION);
+        let (lost, pruned) = tokio::task::spawn_blocking(move || {
+            let now = Timestamp::now();
+            Ok::<_, sandgate_store::StoreError>((
+                store.reap_dead(is_alive, now)?,
+                store.prune_events(now.minus(retention))?,
+            ))
+        })
+        .await??;
+        if !lost.is_empty() {
+            tracing::info!(count = lost.len(), "sandboxes whose launcher is gone marked lost");
+        }
+        if pruned > 0 {
+            tracing::info!(pruned, "old events pruned");
+        }
+    }
+    let writer = EventWriter::start(&store, EventWriterConfig::default())
+        .context("cannot start the event writer")?;
+    let grants = Arc::new(adapters::GrantCache::new(store.clone()));
+    let n = {
+        let g = grants.clone();
+        tokio::task::spawn_blocking(move || g.reload()).await??
+    };
+    let ask_timeout = settings.ask_timeout.unwrap_or(Duration::from_secs(60));
+    let broker = approvals::Broker::new(
+        approvals::BrokerConfig { timeout: ask_timeout, ..approvals::BrokerConfig::default() },
+        Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),
+    );
+    let (bus, _) = tokio::sync::broadcast::channel(4096);
+    let shared = Arc::new(adapters::Shared {
+        store: store.clone(),
+        events: writer.sender(),
+        writer: std::sync::Mutex::new(Some(writer)),
+        telegram: std::sync::OnceLock::new(),
+        broker: broker.clone(),
+        grants,
+        sandboxes: Arc::default(),
+        bus,
+    });
+    let proxy = sandgate_proxy::Proxy::builder()
+        .config(sandgate_proxy::ProxyConfig {
+            // The broker's timeout denies first, with its own message; this is the backstop.
+            ask_timeout,
+            ..sandgate_proxy::ProxyConfig::default()
+        })
+        .approver(Arc::new(adapters::Asker(shared.clone())))
+        .grants(Arc::new(adapters::Grants(shared.clone())))
+        .events(Arc::new(adapters::Sink(shared.clone())))
+        .build();
+    let telegram = start_telegram(&config, &shared)?;
+    tokio::spawn(approval_events(shared.clone(), settings.desktop_notifications.unwrap_or(false)));
+
+    // The socket: remove a stale one (we hold the lock, so nobody serves it), bind, 0600.
+    let _ = std::fs::remove_file(&paths.socket);
+    let listener = tokio::net::UnixListener::bind(&paths.socket)
+        .with_context(|| format!("cannot listen on {}", paths.socket.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
+            .context("control socket permissions")?;
+    }
+    let daemon = Arc::new(server::Daemon::new(
+        shared.clone(),
+        proxy.clone(),
+        telegram,
+        paths.socket.clone(),
+    ));
+    tracing::info!(
+        pid = std::process::id(),
+        socket = %paths.socket.display(),
+        store = %store_path.display(),
+        grants = n,
+        "sandgate daemon ready"
+    );
+    let mut stop = daemon.stop.subscribe();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_prune = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            a = listener.accept() => match a {
+                Ok((stream, _)) => { tokio::spawn(server::connection(daemon.clone(), stream)); }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = stop.wait_for(|s| *s) => break,
+            _ = term.recv() => { let _ = shared.bus.send(protocol::Event::DaemonStopping); break }
+            _ = int.recv() => { let _ = shared.bus.send(protocol::Event::DaemonStopping); break }
+            _ = tick.tick() => {
+                if idle_exit.is_some_and(|d| daemon.idle_for(d)) {
+                    tracing::info!("idle; exiting");
+                    break;
+                }
+                if last_prune.elapsed() > Duration::from_secs(3600) {
+                    last_prune = std::time::Instant::now();
+                    let store = store.clone();
+                    let retention = settings.event_retention.unwrap_or(DEFAULT_RETENTION);
+                    tokio::task::spawn_blocking(move || store.prune_events(Timestamp::now().minus(retention)));
+                }
+            }
+        }
+    }
+    tracing::info!("stopping");
+    let _ = std::fs::remove_file(&paths.socket);
+    broker.shutdown();
+    proxy.shutdown();
+    // Let launchers read `daemon_stopping` and in-flight replies go out.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.drain(Duration::from_secs(1)).await;
+    if let Some(w) = shared.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let stats = tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap_or_default();
+        tracing::info!(written = stats.written, dropped = stats.dropped, "events flushed");
+    }
+    Ok(0)
+}
+
+/// Starts the Telegram bot when a token and chats are configured.
+fn start_telegram(
+    config: &sandgate_config::Config,
+    shared: &Arc<adapters::Shared>,
+) -> anyhow::Result<bool> {
+    let settings = config.telegram_settings();
+    let token = approvals::telegram::BotToken::from_env_or(
+        settings.as_ref().and_then(|s| s.token.as_deref()),
+    )
+    .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
+    let Some(token) = token else { return Ok(false) };
+    let Some(settings) = settings else {
+        bail!(
+            "telegram: {} is set but the config has no [telegram] chats; add `chats = [ID]`",
+            approvals::telegram::TOKEN_ENV
+        );
+    };
+    let mut tc = approvals::telegram::TelegramConfig::new(token, settings.chats.clone());
+    tc.api_url = settings.api_url.clone();
+    if let Some(w) = settings.alert_window {
+        tc.alert_window = w;
+    }
+    let control = Arc::new(adapters::BotControl(shared.clone(), std::time::SystemTime::now()));
+    let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
+        .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
+    let _ = shared.telegram.set(handle);
+    tracing::info!(chats = settings.chats.len(), "telegram bot started");
+    Ok(true)
+}
+
+/// Broker events → store, subscribers, desktop notifications.
+async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
+    use protocol::Event;
+    use sandgate_store::EventKind;
+    let mut rx = shared.broker.subscribe();
+    loop {
+        let ev = match rx.recv().await {
+            Ok(ev) => ev,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let event = match ev {
+            approvals::BrokerEvent::Asked(q) => {
+                if desktop {
+                    notify(&q);
+                }
+                Event::Asked { question: q }
+            }
+            approvals::BrokerEvent::Answered { question, answer, by, pattern } => {
+                Event::Answered { question, answer, by, pattern }
+            }
+            approvals::BrokerEvent::TimedOut(q) => Event::TimedOut { question: q },
+        };
+        let sandbox = event.sandbox().map(str::to_owned);
+        shared.publish(EventKind::Approval, sandbox.as_deref(), event);
+    }
+}
+
+/// A desktop notification for a question (best effort: notify-send on Linux, osascript on macOS).
+fn notify(q: &approvals::PendingQuestion) {
+    let body = format!(
+        "{} wants {}:{} — `sandgate allow {}` or answer in `sandgate watch`",
+        q.question.sandbox, q.question.host, q.question.port, q.question.host
+    );
+    #[cfg(target_os = "macos")]
+    let cmd = std::process::Command::new("osascript")
+        .arg("-e")
+        .arg(format!("display notification {:?} with title \"sandgate\"", body.replace('"', "'")))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    #[cfg(not(target_os = "macos"))]
+    let cmd = std::process::Command::new("notify-send")
+        .args(["--app-name=sandgate", "sandgate: approval needed"])
+        .arg(&body)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Ok(mut child) = cmd {
+        std::thread::spawn(move || child.wait());
+    }
+}

@@ -1,0 +1,126 @@
+//! Blocked traffic: the NFLOG socket of each sandbox, read by the daemon. Each batch of packets
+//! becomes one event per destination (with a count) for the store, the subscribers, the
+//! launcher (`--report-blocked`) and the Telegram bot (which deduplicates per window).
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use sandgate_store::EventKind;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::adapters::Shared;
+use super::protocol::Event;
+
+/// Reads `fd` until `stop`; then drains what is queued and hands it to `done` (so that the
+/// launcher's `unregister` reply carries the last packets of the run).
+#[cfg(target_os = "linux")]
+pub async fn read_nflog(
+    s: Arc<Shared>,
+    sandbox: String,
+    fd: OwnedFd,
+    launcher: mpsc::Sender<String>,
+    mut stop: watch::Receiver<bool>,
+    done: oneshot::Sender<Vec<Value>>,
+) {
+    use sandgate_monitor::nflog::NflogSocket;
+    let mut sock = match NflogSocket::from_fd(fd).into_async() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%sandbox, error = %e, "cannot read the sandbox's NFLOG socket");
+            let _ = done.send(Vec::new());
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            r = sock.recv() => match r {
+                Ok(packets) => {
+                    for ev in summarise(&sandbox, &packets) {
+                        publish(&s, &sandbox, &launcher, ev).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%sandbox, error = %e, "NFLOG read failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
+        }
+    }
+    // The tail: whatever the kernel queued before the sandbox ended.
+    let mut sync = sock.into_inner();
+    let mut tail = Vec::new();
+    while let Ok(packets) = sync.recv(std::time::Duration::ZERO) {
+        if packets.is_empty() {
+            break;
+        }
+        for ev in summarise(&sandbox, &packets) {
+            if let Ok(v) = serde_json::to_value(&ev) {
+                tail.push(v);
+            }
+            s.publish(EventKind::BlockedPacket, Some(&sandbox), ev);
+        }
+    }
+    let _ = done.send(tail);
+}
+
+/// Non-Linux: there is no NFLOG; the descriptor is dropped.
+#[cfg(not(target_os = "linux"))]
+pub async fn read_nflog(
+    _s: Arc<Shared>,
+    _sandbox: String,
+    _fd: OwnedFd,
+    _launcher: mpsc::Sender<String>,
+    _stop: watch::Receiver<bool>,
+    done: oneshot::Sender<Vec<Value>>,
+) {
+    let _ = done.send(Vec::new());
+}
+
+async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev: Event) {
+    if let Event::Blocked { protocol, dst, port, count, .. } = &ev {
+        if let Some(bot) = s.telegram.get() {
+            let dest = match port {
+                Some(p) => format!("{dst}:{p}/{protocol}"),
+                None => format!("{dst}/{protocol}"),
+            };
+            bot.alert(sandgate_approvals::telegram::Alert {
+                key: format!("{sandbox} → {dest}"),
+                text: format!("{sandbox}: blocked direct connection to {dest}"),
+                count: *count,
+            });
+        }
+    }
+    if let Ok(mut l) = serde_json::to_string(&ev) {
+        l.push('\n');
+        let _ = launcher.try_send(l);
+    }
+    s.publish(EventKind::BlockedPacket, Some(sandbox), ev);
+}
+
+/// One event per (protocol, destination, port) in a batch, with its count.
+pub fn summarise(sandbox: &str, packets: &[sandgate_monitor::BlockedPacket]) -> Vec<Event> {
+    let mut groups: BTreeMap<(String, String, Option<u16>), u64> = BTreeMap::new();
+    for p in packets {
+        let port = match p.protocol {
+            sandgate_monitor::Protocol::Icmp | sandgate_monitor::Protocol::Icmpv6 => {
+                p.icmp_type.map(u16::from)
+            }
+            _ => p.dst_port,
+        };
+        let proto = format!("{:?}", p.protocol).to_lowercase();
+        *groups.entry((proto, p.dst.to_string(), port)).or_default() += 1;
+    }
+    groups
+        .into_iter()
+        .map(|((protocol, dst, port), count)| Event::Blocked {
+            sandbox: sandbox.to_owned(),
+            protocol,
+            dst,
+            port,
+            count,
+        })
+        .collect()
+}

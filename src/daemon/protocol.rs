@@ -1,0 +1,338 @@
+//! The control protocol: JSON lines over `$XDG_RUNTIME_DIR/sandgate/control.sock`.
+//!
+//! Every line a client sends is one request object, `{"id": N, "op": "...", ...}` (the `id` is
+//! optional and echoed back). Every request gets exactly one reply line, `{"id": N, "ok": true,
+//! "result": ...}` or `{"id": N, "ok": false, "error": {"code": "...", "message": "..."}}`; a line
+//! that is not a request gets an error reply with `"id": null` and the connection stays usable.
+//! After `register` or `subscribe`, the daemon also writes event lines, `{"event": "...", ...}`,
+//! on that connection. `register` carries file descriptors (SCM_RIGHTS) with its line.
+//! The README's "Control protocol" section documents every request with an example.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the protocol; `hello` reports it and clients refuse a daemon with another one.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest accepted request line (bytes); longer lines are refused and skipped.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A request line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Echoed in the reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// The request.
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// What a client asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Version and pid of the daemon.
+    Hello,
+    /// A launcher hands over a sandbox: the proxy listener and (optionally) the NFLOG socket come
+    /// with the line as SCM_RIGHTS, in the order of `fds`. The connection then belongs to the
+    /// sandbox: when it closes without `unregister`, the sandbox is marked lost.
+    Register {
+        /// The sandbox.
+        sandbox: SandboxInfo,
+        /// What the passed descriptors are, in order.
+        fds: Vec<FdKind>,
+    },
+    /// The launcher's command ended.
+    Unregister {
+        /// Sandbox id.
+        sandbox: String,
+        /// Exit status (128+N for signal N), if known.
+        exit_status: Option<i32>,
+    },
+    /// The open questions.
+    Pending,
+    /// Allow or deny: a question by id, or a host pattern (answers every open question it covers
+    /// and records a grant even when nothing is pending, except `once`).
+    Answer {
+        /// What it applies to.
+        target: AnswerTargetSpec,
+        /// Allow/deny and scope.
+        answer: sandgate_approvals::Answer,
+        /// Who answers (shown in the other channels; defaults to the peer's user name).
+        #[serde(default)]
+        by: Option<String>,
+    },
+    /// The grants (live ones, or every one ever with `all`).
+    Rules {
+        /// Include revoked, expired and used grants.
+        #[serde(default)]
+        all: bool,
+    },
+    /// Revokes a grant.
+    Revoke {
+        /// Grant id (as `rules` shows it).
+        grant: i64,
+    },
+    /// Daemon, sandboxes, pending questions, counts.
+    Status,
+    /// Sandboxes known to the store.
+    List {
+        /// Also those that ended.
+        #[serde(default)]
+        all: bool,
+    },
+    /// Turns the connection into a stream of events (questions, answers, blocked traffic,
+    /// requests, sandboxes starting and ending); the reply comes first.
+    Subscribe {
+        /// Only this sandbox's events.
+        #[serde(default)]
+        sandbox: Option<String>,
+    },
+    /// Stops the daemon (launchers are told, and wait for a new daemon instead of starting one).
+    Stop,
+}
+
+/// A descriptor passed with `register`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FdKind {
+    /// The listening TCP socket of the sandbox's proxy (127.0.0.1:3128 inside).
+    Listener,
+    /// The NFLOG netlink socket of the sandbox's network namespace.
+    Nflog,
+}
+
+/// What `register` says about a sandbox. The daemon resolves the network policy itself, from the
+/// configuration of `cwd` for `tier` plus the launcher's `--allow`/`--deny` flags.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxInfo {
+    /// Sandbox id (`sg-...`).
+    pub id: String,
+    /// Tier name.
+    pub tier: String,
+    /// The command line.
+    pub command: Vec<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The launcher's pid.
+    pub pid: u32,
+    /// `--allow` flags of the launch.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// `--deny` flags of the launch.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// What an `answer` applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum AnswerTargetSpec {
+    /// One question (`q3` or `3`).
+    Question(String),
+    /// A host pattern (`example.com`, `*.example.com`), of one sandbox if given.
+    Host {
+        /// The pattern.
+        pattern: String,
+        /// Sandbox id.
+        #[serde(default)]
+        sandbox: Option<String>,
+    },
+}
+
+/// A reply line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reply {
+    /// The request's id.
+    pub id: Option<u64>,
+    /// Whether it worked.
+    pub ok: bool,
+    /// The result, when `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// The error, when not `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable: `bad_request`, `not_found`, `conflict`, `store`, `denied`, `internal`.
+    pub code: String,
+    /// For people: what happened and what to do.
+    pub message: String,
+}
+
+impl Reply {
+    /// A success.
+    pub fn ok(id: Option<u64>, result: serde_json::Value) -> Reply {
+        Reply { id, ok: true, result: Some(result), error: None }
+    }
+
+    /// A failure.
+    pub fn err(id: Option<u64>, code: &str, message: impl Into<String>) -> Reply {
+        Reply {
+            id,
+            ok: false,
+            result: None,
+            error: Some(ErrorBody { code: code.into(), message: message.into() }),
+        }
+    }
+}
+
+/// An event line (after `register` or `subscribe`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A new question.
+    Asked {
+        /// The question.
+        question: sandgate_approvals::PendingQuestion,
+    },
+    /// A question was answered.
+    Answered {
+        /// The question.
+        question: sandgate_approvals::PendingQuestion,
+        /// The answer.
+        answer: sandgate_approvals::Answer,
+        /// Who, where.
+        by: sandgate_approvals::Responder,
+        /// The pattern answered.
+        pattern: String,
+    },
+    /// A question timed out (denied).
+    TimedOut {
+        /// The question.
+        question: sandgate_approvals::PendingQuestion,
+    },
+    /// The firewall blocked a direct connection attempt (aggregated: `count` packets).
+    Blocked {
+        /// Sandbox id (the NFLOG prefix).
+        sandbox: String,
+        /// `tcp`, `udp`, `icmp`, ...
+        protocol: String,
+        /// Destination address.
+        dst: String,
+        /// Destination port (or ICMP type).
+        port: Option<u16>,
+        /// Packets this line stands for.
+        count: u64,
+    },
+    /// The proxy decided a request.
+    Request {
+        /// Sandbox id.
+        sandbox: String,
+        /// Method.
+        method: String,
+        /// Host.
+        host: String,
+        /// Port.
+        port: u16,
+        /// `allow`, `deny`, `reject`.
+        decision: String,
+        /// The rule.
+        rule: String,
+        /// Bytes up.
+        bytes_up: u64,
+        /// Bytes down.
+        bytes_down: u64,
+        /// Duration in milliseconds.
+        ms: f64,
+        /// What went wrong.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A sandbox registered.
+    SandboxStarted {
+        /// Sandbox id.
+        sandbox: String,
+        /// Tier.
+        tier: String,
+        /// Command line.
+        command: Vec<String>,
+    },
+    /// A sandbox ended (`lost`: its launcher went away without saying).
+    SandboxEnded {
+        /// Sandbox id.
+        sandbox: String,
+        /// Exit status, if known.
+        exit_status: Option<i32>,
+        /// The launcher disappeared.
+        lost: bool,
+    },
+    /// The daemon is stopping on request: launchers wait for a new one instead of starting one.
+    DaemonStopping,
+}
+
+impl Event {
+    /// The sandbox the event concerns, if one.
+    pub fn sandbox(&self) -> Option<&str> {
+        match self {
+            Event::Asked { question }
+            | Event::Answered { question, .. }
+            | Event::TimedOut { question } => Some(&question.question.sandbox),
+            Event::Blocked { sandbox, .. }
+            | Event::Request { sandbox, .. }
+            | Event::SandboxStarted { sandbox, .. }
+            | Event::SandboxEnded { sandbox, .. } => Some(sandbox),
+            Event::DaemonStopping => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_unknown_fields_are_refused() {
+        let line = r#"{"id":7,"op":"answer","target":{"host":{"pattern":"*.example.com"}},"answer":{"allow":{"for":900}}}"#;
+        let env: Envelope = serde_json::from_str(line).unwrap();
+        assert_eq!(env.id, Some(7));
+        match &env.request {
+            Request::Answer {
+                target: AnswerTargetSpec::Host { pattern, sandbox: None }, ..
+            } => {
+                assert_eq!(pattern, "*.example.com")
+            }
+            other => panic!("{other:?}"),
+        }
+        let back: Envelope = serde_json::from_str(&serde_json::to_string(&env).unwrap()).unwrap();
+        assert_eq!(back.id, Some(7));
+        for bad in [
+            r#"{"op":"nope"}"#,
+            r#"{"op":"status","extra":1}"#,
+            r#"{"op":"revoke"}"#,
+            r#"{"op":"revoke","grant":"x"}"#,
+            "[]",
+            "",
+        ] {
+            assert!(serde_json::from_str::<Envelope>(bad).is_err(), "{bad}");
+        }
+        let un: Envelope =
+            serde_json::from_str(r#"{"id":3,"op":"unregister","sandbox":"sg-1","exit_status":0}"#)
+                .unwrap();
+        assert_eq!(un.id, Some(3));
+        assert!(matches!(un.request, Request::Unregister { ref sandbox, .. } if sandbox == "sg-1"));
+        let status: Envelope = serde_json::from_str(r#"{"op":"status"}"#).unwrap();
+        assert!(matches!(status.request, Request::Status) && status.id.is_none());
+    }
+
+    #[test]
+    fn events_are_tagged() {
+        let e = Event::Blocked {
+            sandbox: "sg-1".into(),
+            protocol: "tcp".into(),
+            dst: "10.0.0.1".into(),
+            port: Some(443),
+            count: 3,
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["event"], "blocked");
+        assert_eq!(e.sandbox(), Some("sg-1"));
+    }
+}

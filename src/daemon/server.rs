@@ -1,0 +1,718 @@
+//! The daemon's control socket: accepts connections, checks each peer, reads JSON lines (with
+//! descriptors), answers each, and streams events to launchers and subscribers.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use sandgate_approvals as approvals;
+use sandgate_config::{Config, ConfigPaths, Overrides, project_key};
+use sandgate_store::{EventKind, GrantList, NewSandbox, StoreError, Timestamp};
+use serde_json::{Value, json};
+use tokio::io::{AsyncWriteExt as _, Interest};
+use tokio::net::UnixStream;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use super::adapters::{Live, Shared, format_grant, revoke};
+use super::protocol::{
+    AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, PROTOCOL_VERSION, Reply, Request,
+    SandboxInfo,
+};
+
+/// The running daemon, as connections see it.
+pub struct Daemon {
+    /// Store, broker, grants, registry, bus.
+    pub shared: Arc<Shared>,
+    /// The proxy serving every sandbox's listener.
+    pub proxy: sandgate_proxy::Proxy,
+    /// When it started.
+    pub started: SystemTime,
+    /// Set to stop the daemon.
+    pub stop: watch::Sender<bool>,
+    /// Connections open now.
+    pub connections: AtomicU64,
+    /// Last time anything happened (for `--idle-exit`).
+    pub last_activity: std::sync::Mutex<Instant>,
+    /// Whether the Telegram bot runs.
+    pub telegram: bool,
+    /// The control socket's path.
+    pub socket: std::path::PathBuf,
+    next_conn: AtomicU64,
+}
+
+impl Daemon {
+    /// A daemon over `shared` and `proxy`.
+    pub fn new(
+        shared: Arc<Shared>,
+        proxy: sandgate_proxy::Proxy,
+        telegram: bool,
+        socket: std::path::PathBuf,
+    ) -> Daemon {
+        Daemon {
+            shared,
+            proxy,
+            started: SystemTime::now(),
+            stop: watch::channel(false).0,
+            connections: AtomicU64::new(0),
+            last_activity: std::sync::Mutex::new(Instant::now()),
+            telegram,
+            socket,
+            next_conn: AtomicU64::new(1),
+        }
+    }
+
+    fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// Idle: nothing served, nobody connected, nothing pending, for at least `d`.
+    pub fn idle_for(&self, d: Duration) -> bool {
+        let quiet = self.shared.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+            && self.connections.load(Ordering::Relaxed) == 0
+            && self.shared.broker.pending().is_empty();
+        if !quiet {
+            self.touch();
+            return false;
+        }
+        self.last_activity.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= d
+    }
+}
+
+/// A request that failed: a code for scripts and a message for people.
+struct Failure(&'static str, String);
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        Failure("store", e.to_string())
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Failure {
+    Failure("bad_request", msg.into())
+}
+
+/// Runs a blocking store call off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(Failure("internal", format!("the store call failed: {e}"))))
+}
+
+/// Who is on the other end.
+struct Peer {
+    uid: u32,
+    name: String,
+}
+
+/// Checks a peer: the same uid as the daemon, or root; not a process inside a sandbox.
+fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
+    let cred = stream.peer_cred().map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me && cred.uid() != 0 {
+        return Err(format!(
+            "uid {} may not use the sandgate daemon of uid {me}: only the same user or root",
+            cred.uid()
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(pid) = cred.pid() {
+        // A process in another pid namespace (a sandbox, or a sandbox in a sandbox) is refused
+        // even with a matching uid: nothing inside a sandbox may change its own policy.
+        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+        if let (Some(theirs), Some(mine)) = (ns(&pid.to_string()), ns("self"))
+            && theirs != mine
+        {
+            return Err("requests from inside a sandbox are refused".into());
+        }
+    }
+    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(cred.uid()))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {}", cred.uid()), |u| u.name);
+    Ok(Peer { uid: cred.uid(), name })
+}
+
+/// Reads once from the socket, with any descriptors that came along.
+async fn read_some(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    loop {
+        stream.readable().await?;
+        match stream
+            .try_io(Interest::READABLE, || super::fdpass::recv_with_fds(stream.as_raw_fd(), buf))
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
+fn line(v: &impl serde::Serialize) -> String {
+    let mut s = serde_json::to_string(v).unwrap_or_else(|e| {
+        format!(r#"{{"ok":false,"error":{{"code":"internal","message":"{e}"}}}}"#)
+    });
+    s.push('\n');
+    s
+}
+
+/// Serves one connection until it closes.
+pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
+    d.connections.fetch_add(1, Ordering::Relaxed);
+    d.touch();
+    let conn = d.next_conn.fetch_add(1, Ordering::Relaxed);
+    let peer = match check_peer(&stream) {
+        Ok(p) => p,
+        Err(why) => {
+            tracing::warn!(%why, "control connection refused");
+            let mut stream = stream;
+            let _ = stream.write_all(line(&Reply::err(None, "denied", why)).as_bytes()).await;
+            d.connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::channel::<String>(1024);
+    let stream = Arc::new(stream);
+    let writer = {
+        let stream = stream.clone();
+        tokio::spawn(async move {
+            while let Some(l) = rx.recv().await {
+                let mut off = 0;
+                while off < l.len() {
+                    if stream.writable().await.is_err() {
+                        return;
+                    }
+                    match stream.try_write(&l.as_bytes()[off..]) {
+                        Ok(n) => off += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => return,
+                    }
+                }
+            }
+        })
+    };
+    let mut cx =
+        Conn { d: d.clone(), conn, peer, tx: tx.clone(), owned: Vec::new(), fds: VecDeque::new() };
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut pending: Vec<u8> = Vec::new();
+    let mut skipping = false;
+    loop {
+        let (n, fds) = match read_some(&stream, &mut buf).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "control connection read failed");
+                break;
+            }
+        };
+        cx.fds.extend(fds);
+        if n == 0 {
+            break;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(pos) = pending.iter().position(|&b| b == b'\n') {
+            let raw: Vec<u8> = pending.drain(..=pos).collect();
+            if std::mem::take(&mut skipping) {
+                continue; // the tail of an over-long line
+            }
+            let text = String::from_utf8_lossy(&raw[..raw.len() - 1]).trim().to_owned();
+            if text.is_empty() {
+                continue;
+            }
+            cx.line(&text).await;
+        }
+        if pending.len() > MAX_LINE {
+            pending.clear();
+            if !skipping {
+                skipping = true;
+                let _ = tx
+                    .send(line(&Reply::err(
+                        None,
+                        "bad_request",
+                        format!("line longer than {MAX_LINE} bytes; skipped"),
+                    )))
+                    .await;
+            }
+        }
+        if cx.fds.len() > 16 {
+            cx.fds.clear(); // descriptors nobody asked for
+        }
+    }
+    cx.closed().await;
+    drop(cx);
+    drop(tx);
+    let _ = writer.await;
+    d.connections.fetch_sub(1, Ordering::Relaxed);
+    d.touch();
+}
+
+struct Conn {
+    d: Arc<Daemon>,
+    conn: u64,
+    peer: Peer,
+    tx: mpsc::Sender<String>,
+    owned: Vec<String>,
+    fds: VecDeque<OwnedFd>,
+}
+
+impl Conn {
+    async fn line(&mut self, text: &str) {
+        let env: Envelope = match serde_json::from_str(text) {
+            Ok(e) => e,
+            Err(e) => {
+                let id = serde_json::from_str::<Value>(text).ok().and_then(|v| v["id"].as_u64());
+                let reply = Reply::err(
+                    id,
+                    "bad_request",
+                    format!("not a request: {e}; see the README's \"Control protocol\""),
+                );
+                let _ = self.tx.send(line(&reply)).await;
+                return;
+            }
+        };
+        let id = env.id;
+        if let Request::Subscribe { sandbox } = &env.request {
+            // Subscribe before replying, so that nothing after the reply is missed.
+            let rx = self.d.shared.bus.subscribe();
+            let _ = self.tx.send(line(&Reply::ok(id, json!({ "subscribed": true })))).await;
+            tokio::spawn(forward(rx, self.tx.clone(), sandbox.clone(), true));
+            return;
+        }
+        let reply = match self.handle(env.request).await {
+            Ok(v) => Reply::ok(id, v),
+            Err(Failure(code, msg)) => Reply::err(id, code, msg),
+        };
+        let _ = self.tx.send(line(&reply)).await;
+    }
+
+    async fn handle(&mut self, req: Request) -> Result<Value, Failure> {
+        let d = self.d.clone();
+        let s = d.shared.clone();
+        match req {
+            Request::Hello => Ok(json!({
+                "protocol": PROTOCOL_VERSION,
+                "version": env!("CARGO_PKG_VERSION"),
+                "pid": std::process::id(),
+            })),
+            Request::Register { sandbox, fds } => self.register(sandbox, fds).await,
+            Request::Unregister { sandbox: id, exit_status } => {
+                if !self.owned.contains(&id) {
+                    return Err(bad(format!("sandbox {id} was not registered on this connection")));
+                }
+                self.owned.retain(|o| o != &id);
+                let drained = end_sandbox(&d, &id, self.conn).await;
+                let store = s.store.clone();
+                let id2 = id.clone();
+                blocking(move || Ok(store.finish_sandbox(&id2, exit_status, Timestamp::now())?))
+                    .await?;
+                s.publish(
+                    EventKind::Request,
+                    Some(&id),
+                    Event::SandboxEnded { sandbox: id.clone(), exit_status, lost: false },
+                );
+                Ok(json!({ "unregistered": id, "blocked": drained }))
+            }
+            Request::Pending => Ok(serde_json::to_value(s.broker.pending()).unwrap_or(Value::Null)),
+            Request::Answer { target, answer, by } => self.answer(target, answer, by).await,
+            Request::Rules { all } => {
+                let store = s.store.clone();
+                let grants = blocking(move || {
+                    let which =
+                        if all { GrantList::All } else { GrantList::Live(Timestamp::now()) };
+                    Ok(store.list_grants(which)?)
+                })
+                .await?;
+                Ok(Value::Array(
+                    grants
+                        .iter()
+                        .map(|g| {
+                            let mut v = serde_json::to_value(g).unwrap_or(Value::Null);
+                            v["line"] = Value::String(format_grant(g));
+                            v
+                        })
+                        .collect(),
+                ))
+            }
+            Request::Revoke { grant: id } => {
+                let s2 = s.clone();
+                let g = blocking(move || {
+                    revoke(&s2, id).map_err(|e| {
+                        if e.starts_with("no grant") {
+                            Failure("not_found", e)
+                        } else {
+                            Failure("store", e)
+                        }
+                    })
+                })
+                .await?;
+                Ok(json!({ "revoked": g.id, "line": format_grant(&g) }))
+            }
+            Request::Status => self.status().await,
+            Request::List { all } => {
+                let store = s.store.clone();
+                let list = blocking(move || Ok(store.list_sandboxes(!all)?)).await?;
+                let served = s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                Ok(Value::Array(
+                    list.iter()
+                        .map(|r| {
+                            let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+                            v["served"] = Value::Bool(served.contains_key(&r.sandbox.id));
+                            v
+                        })
+                        .collect(),
+                ))
+            }
+            Request::Subscribe { .. } => Err(Failure("internal", "subscribe handled above".into())),
+            Request::Stop => {
+                let _ = s.bus.send(Event::DaemonStopping);
+                let _ = d.stop.send(true);
+                Ok(json!({ "stopping": true, "pid": std::process::id() }))
+            }
+        }
+    }
+
+    async fn register(&mut self, info: SandboxInfo, kinds: Vec<FdKind>) -> Result<Value, Failure> {
+        let d = self.d.clone();
+        let s = d.shared.clone();
+        if kinds.len() > self.fds.len() {
+            self.fds.clear();
+            return Err(bad(format!(
+                "register names {} descriptor(s) but {} arrived with it",
+                kinds.len(),
+                self.fds.len()
+            )));
+        }
+        let mut listener = None;
+        let mut nflog = None;
+        for k in &kinds {
+            let fd = self.fds.pop_front();
+            match k {
+                FdKind::Listener => listener = fd,
+                FdKind::Nflog => nflog = fd,
+            }
+        }
+        let Some(listener) = listener else {
+            return Err(bad("register needs the proxy listener descriptor"));
+        };
+        // The policy: the configuration of the sandbox's directory for its tier, plus its flags.
+        let (policy, project) = {
+            let info = info.clone();
+            blocking(move || {
+                let paths = ConfigPaths::discover(&info.cwd).map_err(|e| bad(e.to_string()))?;
+                let config = Config::load(paths).map_err(|e| bad(e.to_string()))?;
+                let flags = Overrides {
+                    allow: info.allow.clone(),
+                    deny: info.deny.clone(),
+                    ..Overrides::default()
+                };
+                let policy = config.policy(&info.tier, &flags).map_err(|e| bad(e.to_string()))?;
+                let project = std::fs::canonicalize(&info.cwd).ok().map(|p| project_key(&p));
+                Ok((policy, project))
+            })
+            .await?
+        };
+        if policy.net.mode == sandgate_config::NetMode::None {
+            return Err(bad(format!("tier {} has no network; nothing to serve", info.tier)));
+        }
+        let store = s.store.clone();
+        let new = NewSandbox {
+            id: info.id.clone(),
+            tier: info.tier.clone(),
+            command: info.command.clone(),
+            cwd: info.cwd.clone(),
+            project: project.clone(),
+            uid: self.peer.uid,
+            pid: info.pid,
+            started: Timestamp::now(),
+        };
+        let again = blocking(move || Ok(store.register_sandbox(&new)?)).await?;
+        // A sandbox registered again (its launcher reconnected) replaces the old serving.
+        end_sandbox(&d, &info.id, u64::MAX).await;
+        let listener = {
+            sandgate_proxy::Listener::from_fd(listener).map_err(|e| {
+                bad(format!("the listener descriptor is not a listening socket: {e}"))
+            })?
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop = Arc::new(stop_tx);
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
+        let live = Live {
+            info: info.clone(),
+            project: project.clone(),
+            conn: self.conn,
+            stop: stop.clone(),
+            nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
+        };
+        s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
+        self.owned.push(info.id.clone());
+        let ctx = sandgate_proxy::SandboxContext {
+            id: sandgate_proxy::SandboxId::new(info.id.clone()),
+            policy: Arc::new(policy.net.clone()),
+            token: None,
+        };
+        let proxy = d.proxy.clone();
+        let mut stop_serve = stop_rx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                r = proxy.serve(listener, ctx) => {
+                    if let Err(e) = r { tracing::warn!(error = %e, "proxy listener failed"); }
+                }
+                _ = async { let _ = stop_serve.wait_for(|s| *s).await; } => {}
+            }
+        });
+        match nflog {
+            Some(fd) => {
+                tokio::spawn(super::monitor::read_nflog(
+                    s.clone(),
+                    info.id.clone(),
+                    fd,
+                    self.tx.clone(),
+                    stop_rx.clone(),
+                    done_tx,
+                ));
+            }
+            None => drop(done_tx),
+        }
+        // Questions about this sandbox go to its launcher (for its terminal).
+        tokio::spawn(forward_until(s.bus.subscribe(), self.tx.clone(), info.id.clone(), stop_rx));
+        s.publish(
+            EventKind::Request,
+            Some(&info.id),
+            Event::SandboxStarted {
+                sandbox: info.id.clone(),
+                tier: info.tier.clone(),
+                command: info.command.clone(),
+            },
+        );
+        tracing::info!(sandbox = %info.id, tier = %info.tier, again = ?again, "sandbox registered");
+        Ok(json!({
+            "registered": info.id,
+            "again": matches!(again, sandgate_store::Registration::Again),
+            "project": project,
+            "allow": policy.net.allow_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            "deny": policy.net.deny_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        }))
+    }
+
+    async fn answer(
+        &mut self,
+        target: AnswerTargetSpec,
+        answer: approvals::Answer,
+        by: Option<String>,
+    ) -> Result<Value, Failure> {
+        let s = self.d.shared.clone();
+        let target = match target {
+            AnswerTargetSpec::Question(q) => approvals::AnswerTarget::Question(
+                q.parse().map_err(|_| bad(format!("{q:?} is not a question id (q3, or 3)")))?,
+            ),
+            AnswerTargetSpec::Host { pattern, sandbox } => {
+                let usage = if answer.allows() {
+                    sandgate_config::PatternUse::Allow
+                } else {
+                    sandgate_config::PatternUse::Deny
+                };
+                sandgate_config::DomainPattern::parse(&pattern, usage)
+                    .map_err(|e| bad(format!("{pattern}: {e}")))?;
+                let sandbox = match sandbox {
+                    None => None,
+                    Some(id) => {
+                        let project = s
+                            .sandboxes
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get(&id)
+                            .map(|l| l.project.clone());
+                        let project = match project {
+                            Some(p) => p,
+                            None => {
+                                let store = s.store.clone();
+                                let id2 = id.clone();
+                                let rec = blocking(move || Ok(store.sandbox(&id2)?)).await?;
+                                match rec {
+                                    Some(r) => r.sandbox.project,
+                                    None => {
+                                        return Err(Failure(
+                                            "not_found",
+                                            format!("no sandbox {id}; see `sandgate ls`"),
+                                        ));
+                                    }
+                                }
+                            }
+                        };
+                        Some(approvals::SandboxRef { id, project })
+                    }
+                };
+                approvals::AnswerTarget::Host { pattern, sandbox }
+            }
+        };
+        let who = by.unwrap_or_else(|| self.peer.name.clone());
+        let by = approvals::Responder::new(approvals::Channel::Cli, who);
+        match s.broker.answer(target, answer, by).await {
+            Ok(a) => {
+                if !a.grant_errors.is_empty() && a.grants.is_empty() && a.released.is_empty() {
+                    return Err(Failure("store", a.grant_errors.join("; ")));
+                }
+                Ok(serde_json::to_value(a).unwrap_or(Value::Null))
+            }
+            Err(e) => {
+                let code = match &e {
+                    approvals::AnswerError::AlreadyAnswered { .. } => "conflict",
+                    approvals::AnswerError::NotFound { .. } => "not_found",
+                    _ => "bad_request",
+                };
+                Err(Failure(code, e.to_string()))
+            }
+        }
+    }
+
+    async fn status(&self) -> Result<Value, Failure> {
+        let d = &self.d;
+        let s = &d.shared;
+        let store = s.store.clone();
+        let (counts, path) = blocking(move || {
+            Ok((store.counts(Timestamp::now())?, store.path().display().to_string()))
+        })
+        .await?;
+        let served: Vec<Value> = s
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|l| {
+                json!({
+                    "id": l.info.id, "tier": l.info.tier, "command": l.info.command,
+                    "cwd": l.info.cwd, "pid": l.info.pid,
+                })
+            })
+            .collect();
+        Ok(json!({
+            "daemon": {
+                "pid": std::process::id(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "protocol": PROTOCOL_VERSION,
+                "uptime_s": d.started.elapsed().unwrap_or_default().as_secs(),
+                "socket": d.socket,
+                "store": path,
+                "telegram": d.telegram,
+                "rss_kib": rss_kib(),
+            },
+            "sandboxes": served,
+            "pending": s.broker.pending(),
+            "counts": counts,
+            "proxy": { "active_connections": d.proxy.active_connections() },
+            "events": {
+                "written": s.events_stats().written,
+                "dropped": s.events_stats().dropped,
+                "failed": s.events_stats().failed,
+                "last_error": s.events_stats().last_error,
+            },
+        }))
+    }
+
+    /// The connection closed: sandboxes it registered and did not unregister are lost.
+    async fn closed(&mut self) {
+        for id in std::mem::take(&mut self.owned) {
+            {
+                end_sandbox(&self.d, &id, self.conn).await;
+                let store = self.d.shared.store.clone();
+                let id2 = id.clone();
+                let _ = blocking(move || Ok(store.mark_lost(&id2, Timestamp::now())?)).await;
+                self.d.shared.publish(
+                    EventKind::Request,
+                    Some(&id),
+                    Event::SandboxEnded { sandbox: id.clone(), exit_status: None, lost: true },
+                );
+                tracing::info!(sandbox = %id, "launcher went away; sandbox marked lost");
+            }
+        }
+    }
+}
+
+/// Stops serving `id` if connection `conn` (or any, with `u64::MAX`) registered it; returns the
+/// blocked-packet events drained from its NFLOG socket at the end.
+async fn end_sandbox(d: &Daemon, id: &str, conn: u64) -> Vec<Value> {
+    let live = {
+        let mut map = d.shared.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(id) {
+            Some(l) if conn == u64::MAX || l.conn == conn => map.remove(id),
+            _ => None,
+        }
+    };
+    let Some(live) = live else { return Vec::new() };
+    let _ = live.stop.send(true);
+    let done = live.nflog_done.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match done {
+        Some(rx) => tokio::time::timeout(Duration::from_millis(300), rx)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// Forwards bus events to a subscriber (optionally of one sandbox) until it goes away.
+async fn forward(
+    mut rx: broadcast::Receiver<Event>,
+    tx: mpsc::Sender<String>,
+    sandbox: Option<String>,
+    all_kinds: bool,
+) {
+    loop {
+        match rx.recv().await {
+            Ok(ev) => {
+                if let Some(s) = &sandbox
+                    && ev.sandbox().is_some_and(|e| e != s)
+                {
+                    continue;
+                }
+                if !all_kinds
+                    && !matches!(
+                        ev,
+                        Event::Asked { .. }
+                            | Event::Answered { .. }
+                            | Event::TimedOut { .. }
+                            | Event::DaemonStopping
+                    )
+                {
+                    continue;
+                }
+                if tx.send(line(&ev)).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                let note = json!({ "event": "lagged", "missed": n });
+                if tx.send(line(&note)).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// [`forward`] for a launcher: its sandbox's questions and answers, until the sandbox ends.
+async fn forward_until(
+    rx: broadcast::Receiver<Event>,
+    tx: mpsc::Sender<String>,
+    sandbox: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = forward(rx, tx, Some(sandbox), false) => {}
+        _ = async { let _ = stop.wait_for(|s| *s).await; } => {}
+    }
+}
+
+/// Resident set size of this process, in KiB (Linux; 0 elsewhere).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,257 @@
+//! The launcher's side of the daemon: hand the sandbox's proxy listener and NFLOG socket to the
+//! daemon (starting one if none answers), show its questions on the terminal, print blocked
+//! traffic with `--report-blocked`, and, when the daemon dies, keep the descriptors and register
+//! them again with the next daemon, so the sandbox gets its network back without a restart.
+
+use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::client::Client;
+use crate::daemon::Paths;
+use crate::daemon::protocol::{Envelope, Event, FdKind, Request, SandboxInfo};
+
+/// Request id of the final `unregister` (the reader thread stops at its reply).
+const UNREGISTER_ID: u64 = u64::MAX / 2;
+
+/// What the launcher prints.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// `--report-blocked`: one stderr line per blocked destination.
+    pub report_blocked: bool,
+    /// Questions and answers about this sandbox on `/dev/tty`.
+    pub tty_notices: bool,
+}
+
+/// A sandbox registered with the daemon.
+pub struct DaemonLink {
+    id: String,
+    writer: Arc<Mutex<Option<UnixStream>>>,
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+struct Fds {
+    listener: OwnedFd,
+    nflog: Option<OwnedFd>,
+}
+
+impl Fds {
+    fn raw(&self) -> (Vec<FdKind>, Vec<RawFd>) {
+        let mut kinds = vec![FdKind::Listener];
+        let mut raw = vec![self.listener.as_raw_fd()];
+        if let Some(n) = &self.nflog {
+            kinds.push(FdKind::Nflog);
+            raw.push(n.as_raw_fd());
+        }
+        (kinds, raw)
+    }
+}
+
+fn register(c: &mut Client, info: &SandboxInfo, fds: &Fds) -> anyhow::Result<Value> {
+    let (kinds, raw) = fds.raw();
+    c.request_with_fds(Request::Register { sandbox: info.clone(), fds: kinds }, &raw)
+}
+
+impl DaemonLink {
+    /// Registers the sandbox (starting a daemon when none answers) and starts the thread that
+    /// follows the connection.
+    pub fn start(
+        info: SandboxInfo,
+        listener: OwnedFd,
+        nflog: Option<OwnedFd>,
+        out: Output,
+    ) -> anyhow::Result<DaemonLink> {
+        let paths = Paths::discover();
+        let mut client = Client::connect_or_start(&paths)?;
+        client.hello()?;
+        let fds = Fds { listener, nflog };
+        register(&mut client, &info, &fds).context("the daemon refused the sandbox")?;
+        let writer = Arc::new(Mutex::new(Some(client.try_clone_stream()?)));
+        let done = Arc::new(AtomicBool::new(false));
+        let id = info.id.clone();
+        let thread = {
+            let (writer, done) = (writer.clone(), done.clone());
+            std::thread::Builder::new()
+                .name("sandgate-link".into())
+                .spawn(move || follow(client, paths, info, fds, writer, done, out))
+                .context("cannot start the daemon link thread")?
+        };
+        Ok(DaemonLink { id, writer, done, thread })
+    }
+
+    /// Reports the command's end to the daemon and waits (briefly) for the last blocked-traffic
+    /// lines.
+    pub fn finish(self, exit_status: i32) {
+        self.done.store(true, Ordering::Release);
+        let line = serde_json::to_string(&Envelope {
+            id: Some(UNREGISTER_ID),
+            request: Request::Unregister {
+                sandbox: self.id.clone(),
+                exit_status: Some(exit_status),
+            },
+        })
+        .unwrap_or_default();
+        let sent = {
+            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            match w.as_mut() {
+                Some(s) => {
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    s.write_all(format!("{line}\n").as_bytes()).is_ok()
+                }
+                None => false,
+            }
+        };
+        if !sent {
+            self.shutdown();
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !self.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.shutdown();
+        let _ = self.thread.join();
+    }
+
+    fn shutdown(&self) {
+        if let Some(s) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Follows the connection: prints events; when the daemon goes away, waits for (or starts) the
+/// next one and registers the same descriptors with it.
+fn follow(
+    mut client: Client,
+    paths: Paths,
+    info: SandboxInfo,
+    fds: Fds,
+    writer: Arc<Mutex<Option<UnixStream>>>,
+    done: Arc<AtomicBool>,
+    out: Output,
+) {
+    let mut tty = if out.tty_notices {
+        std::fs::OpenOptions::new().write(true).open("/dev/tty").ok()
+    } else {
+        None
+    };
+    let mut stopping = false;
+    loop {
+        match client.next_value() {
+            Ok(Some(v)) => {
+                if v.get("event").is_some() {
+                    if let Ok(ev) = serde_json::from_value::<Event>(v) {
+                        if matches!(ev, Event::DaemonStopping) {
+                            stopping = true;
+                        }
+                        show(&ev, &info.id, out, tty.as_mut());
+                    }
+                } else if v["id"].as_u64() == Some(UNREGISTER_ID) {
+                    // The last blocked packets, drained by the daemon at the end.
+                    for b in v["result"]["blocked"].as_array().into_iter().flatten() {
+                        if let Ok(ev) = serde_json::from_value::<Event>(b.clone()) {
+                            show(&ev, &info.id, out, None);
+                        }
+                    }
+                    return;
+                }
+                continue;
+            }
+            Ok(None) | Err(_) => {}
+        }
+        if done.load(Ordering::Acquire) {
+            return;
+        }
+        // The daemon went away.
+        *writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        eprintln!(
+            "sandgate: the daemon {}; {} has no network until {}",
+            if stopping { "was stopped" } else { "went away" },
+            info.id,
+            if stopping { "one is started again" } else { "it is back (restarting it)" }
+        );
+        let mut backoff = Duration::from_millis(20);
+        client = loop {
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            if done.load(Ordering::Acquire) {
+                return;
+            }
+            let c = if stopping {
+                Client::connect(&paths).map_err(anyhow::Error::from)
+            } else {
+                Client::connect_or_start(&paths)
+            };
+            let Ok(mut c) = c else { continue };
+            match register(&mut c, &info, &fds) {
+                Ok(_) => break c,
+                Err(e) => {
+                    tracing::debug!(error = %e, "re-register failed");
+                    continue;
+                }
+            }
+        };
+        if let Ok(s) = client.try_clone_stream() {
+            *writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+        }
+        stopping = false;
+        eprintln!("sandgate: {} is registered with the daemon again; network is back", info.id);
+    }
+}
+
+fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
+    match ev {
+        Event::Blocked { sandbox, protocol, dst, port, .. }
+            if out.report_blocked && sandbox == id =>
+        {
+            let dst = match (dst.contains(':'), port) {
+                (true, Some(p)) => format!("[{dst}]:{p}"),
+                (false, Some(p)) => format!("{dst}:{p}"),
+                (_, None) => dst.clone(),
+            };
+            eprintln!("sandgate: blocked {protocol} {dst}");
+        }
+        Event::Asked { question } => {
+            if let Some(t) = tty {
+                let q = &question.question;
+                let _ = write!(
+                    t,
+                    "\r\nsandgate: {} wants {}:{} — `sandgate allow {}` (--once, --for 1h, --always) \
+                     or `sandgate deny {}`; keys in `sandgate watch`\r\n",
+                    q.sandbox, q.host, q.port, q.host, q.host
+                );
+            }
+        }
+        Event::Answered { .. } | Event::TimedOut { .. } => {
+            if let Some(t) = tty {
+                let text = match ev.clone() {
+                    Event::Answered { question, answer, by, pattern } => {
+                        sandgate_approvals::terminal::format_event(
+                            &sandgate_approvals::BrokerEvent::Answered {
+                                question,
+                                answer,
+                                by,
+                                pattern,
+                            },
+                            std::time::SystemTime::now(),
+                        )
+                    }
+                    Event::TimedOut { question } => sandgate_approvals::terminal::format_event(
+                        &sandgate_approvals::BrokerEvent::TimedOut(question),
+                        std::time::SystemTime::now(),
+                    ),
+                    _ => String::new(),
+                };
+                let _ = write!(t, "\r\n{text}\r\n");
+            }
+        }
+        _ => {}
+    }
+}

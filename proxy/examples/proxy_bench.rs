@@ -16,6 +16,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 const BIG: u64 = 1 << 30;
 const LATENCY_SAMPLES: usize = 3000;
+const LATENCY_WARMUP: usize = 200;
+/// (b) takes this many samples from one target before going on to the next one, ...
+const LATENCY_BLOCK: usize = 100;
+/// ... after this many requests that are not counted.
+const LATENCY_SETTLE: usize = 3;
 const CONCURRENCY: usize = 64;
 const RATE_SECS: u64 = 4;
 
@@ -25,7 +30,12 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("origin") => rt.block_on(origin(&args[1])),
         Some("client") => rt.block_on(client(&args[1..])),
-        _ => eprintln!("usage: proxy_bench origin PORT_FILE | client ORIGIN [NAME=PROXY]..."),
+        Some("latency") => rt.block_on(latency_only(&args[1..])),
+        Some(what @ ("throughput" | "rate")) => rt.block_on(one_only(what, &args[1..])),
+        _ => eprintln!(
+            "usage: proxy_bench origin PORT_FILE | client ORIGIN [NAME=PROXY]... \
+             | latency|throughput|rate ORIGIN [NAME=PROXY]..."
+        ),
     }
 }
 
@@ -91,13 +101,16 @@ async fn open(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::Result<
     let mut s = TcpStream::connect(p).await?;
     s.set_nodelay(true)?;
     s.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes()).await?;
+    // Read the answer as a client library does, a buffer at a time. Nothing can follow it before
+    // the GET is sent (the origin speaks only when asked), so no tunnel bytes are swallowed.
     let mut head = Vec::new();
-    let mut b = [0u8; 1];
+    let mut b = [0u8; 512];
     while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).await? == 0 {
+        let n = s.read(&mut b).await?;
+        if n == 0 {
             return Err(std::io::Error::other("proxy closed during CONNECT"));
         }
-        head.push(b[0]);
+        head.extend_from_slice(&b[..n]);
     }
     if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
         return Err(std::io::Error::other(String::from_utf8_lossy(&head).into_owned()));
@@ -142,42 +155,118 @@ async fn one_request(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::
     Ok(())
 }
 
+/// (b): p50 and p99 of new connection + CONNECT + small GET for each target (`None` = direct),
+/// sequential, after a warm-up.
+///
+/// The targets are measured interleaved (blocks of requests to each in turn), so a change in the
+/// machine's load during the run weighs on direct and proxied alike. The client runs on a
+/// single-threaded runtime of its own: on the multi-thread runtime every wait adds a hand-over
+/// (futex wake + context switch) from the worker that polls epoll to the thread running this
+/// future, once per round trip, which would charge the client's own overhead to the proxy's
+/// extra round trip.
+async fn latency(
+    origin: SocketAddr,
+    targets: Vec<Option<SocketAddr>>,
+) -> Vec<std::io::Result<(Duration, Duration)>> {
+    let run = tokio::task::spawn_blocking(move || {
+        (if std::env::var_os("MT").is_some() {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        })
+        .enable_all()
+        .build()
+        .map(|rt| rt.block_on(latency_samples(origin, &targets)))
+    });
+    match run.await.map_err(std::io::Error::other) {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) | Err(e) => vec![Err(e)],
+    }
+}
+
+async fn latency_samples(
+    origin: SocketAddr,
+    targets: &[Option<SocketAddr>],
+) -> Vec<std::io::Result<(Duration, Duration)>> {
+    let mut samples: Vec<std::io::Result<Vec<Duration>>> =
+        targets.iter().map(|_| Ok(Vec::with_capacity(LATENCY_SAMPLES))).collect();
+    for block in 0..(LATENCY_WARMUP + LATENCY_SAMPLES) / LATENCY_BLOCK {
+        for (proxy, samples) in targets.iter().zip(&mut samples) {
+            for i in 0..LATENCY_BLOCK + LATENCY_SETTLE {
+                let Ok(list) = samples else { break };
+                let t = Instant::now();
+                match one_request(origin, *proxy).await {
+                    // The first requests of a block share the machine with the previous
+                    // target's last connections closing; they are not counted.
+                    Ok(()) if block * LATENCY_BLOCK >= LATENCY_WARMUP && i >= LATENCY_SETTLE => {
+                        list.push(t.elapsed());
+                    }
+                    Ok(()) => {}
+                    Err(e) => *samples = Err(e),
+                }
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|s| {
+            let mut s = s?;
+            s.sort();
+            Ok((s[s.len() / 2], s[s.len() * 99 / 100]))
+        })
+        .collect()
+}
+
+/// Only (b): direct, then each proxy.
+async fn latency_only(args: &[String]) {
+    let origin: SocketAddr = args[0].parse().expect("origin address");
+    let mut names = vec!["direct"];
+    let mut targets = vec![None];
+    for spec in &args[1..] {
+        let (name, addr) = spec.split_once('=').expect("NAME=ADDR");
+        names.push(name);
+        targets.push(Some(addr.parse().expect("proxy address")));
+    }
+    let rows = latency(origin, targets).await;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let Some(Ok((d50, d99))) = rows.first() else {
+        eprintln!("direct: failed: {:?}", rows.first());
+        return;
+    };
+    for (name, row) in names.iter().zip(&rows) {
+        match row {
+            Ok((p50, p99)) => println!(
+                "{name:<16} {:>8.0}µs {:>8.0}µs  added {:>6.0}µs {:>6.0}µs",
+                us(*p50),
+                us(*p99),
+                us(*p50) - us(*d50),
+                us(*p99) - us(*d99)
+            ),
+            Err(e) => eprintln!("{name}: failed: {e}"),
+        }
+    }
+}
+
 struct Row {
     name: String,
+    proxy: Option<SocketAddr>,
     gbps: f64,
     p50: Duration,
     p99: Duration,
     rate: f64,
 }
 
-async fn measure(
-    name: &str,
-    origin: SocketAddr,
-    proxy: Option<SocketAddr>,
-) -> std::io::Result<Row> {
-    // (a) throughput.
+/// (a): one 1 GiB transfer, in GB/s.
+async fn throughput(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::Result<f64> {
     let mut buf = vec![0u8; 256 * 1024];
     let mut s = open(origin, proxy).await?;
     let t = Instant::now();
     let n = get(&mut s, &format!("/bytes/{BIG}"), &mut buf).await?;
-    let gbps = n as f64 / t.elapsed().as_secs_f64() / 1e9;
-    drop(s);
+    Ok(n as f64 / t.elapsed().as_secs_f64() / 1e9)
+}
 
-    // (b) latency, sequential (after a short warm-up).
-    for _ in 0..200 {
-        one_request(origin, proxy).await?;
-    }
-    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
-    for _ in 0..LATENCY_SAMPLES {
-        let t = Instant::now();
-        one_request(origin, proxy).await?;
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    let p50 = samples[samples.len() / 2];
-    let p99 = samples[samples.len() * 99 / 100];
-
-    // (c) new tunnels per second, 64 clients.
+/// (c): new tunnels per second, 64 clients.
+async fn rate(name: &str, origin: SocketAddr, proxy: Option<SocketAddr>) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -204,7 +293,43 @@ async fn measure(
     if errs > 0 {
         eprintln!("{name}: {errs} failed requests during (c)");
     }
-    Ok(Row { name: name.to_owned(), gbps, p50, p99, rate })
+    rate
+}
+
+async fn measure(
+    name: &str,
+    origin: SocketAddr,
+    proxy: Option<SocketAddr>,
+) -> std::io::Result<Row> {
+    let gbps = throughput(origin, proxy).await?;
+    let rate = rate(name, origin, proxy).await;
+    Ok(Row { name: name.to_owned(), proxy, gbps, p50: Duration::ZERO, p99: Duration::ZERO, rate })
+}
+
+/// Only (a), or only (c): direct, then each proxy.
+async fn one_only(what: &str, args: &[String]) {
+    let origin: SocketAddr = args[0].parse().expect("origin address");
+    let mut targets = vec![("direct", None)];
+    for spec in &args[1..] {
+        let (name, addr) = spec.split_once('=').expect("NAME=ADDR");
+        targets.push((name, Some(addr.parse().expect("proxy address"))));
+    }
+    let mut first = None;
+    for (name, proxy) in targets {
+        let v = if what == "throughput" {
+            match throughput(origin, proxy).await {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("{name}: failed: {e}");
+                    continue;
+                }
+            }
+        } else {
+            rate(name, origin, proxy).await
+        };
+        let base = *first.get_or_insert(v);
+        println!("{name:<16} {v:>10.2} {:>6.2}x", v / base);
+    }
 }
 
 async fn client(args: &[String]) {
@@ -217,6 +342,14 @@ async fn client(args: &[String]) {
         match measure(name, origin, Some(addr.parse().expect("proxy address"))).await {
             Ok(r) => rows.push(r),
             Err(e) => eprintln!("{name}: failed: {e}"),
+        }
+    }
+    // (b) for all targets at once, interleaved.
+    let latencies = latency(origin, rows.iter().map(|r| r.proxy).collect()).await;
+    for (r, l) in rows.iter_mut().zip(latencies) {
+        match l {
+            Ok((p50, p99)) => (r.p50, r.p99) = (p50, p99),
+            Err(e) => eprintln!("{}: latency failed: {e}", r.name),
         }
     }
     let d = &rows[0];

@@ -18,7 +18,9 @@ mod fence;
 mod filter;
 mod mounts;
 mod net;
+mod placeholder;
 mod sys;
+mod terminal;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -52,6 +54,10 @@ const FORWARDED: [libc::c_int; 7] = [
     libc::SIGUSR2,
 ];
 
+/// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
+/// terminal is restored first) and its resumption (raw mode again).
+const JOB_CONTROL: [libc::c_int; 2] = [libc::SIGTSTP, libc::SIGCONT];
+
 /// A started sandbox.
 #[derive(Debug)]
 pub struct Launched {
@@ -62,7 +68,31 @@ pub struct Launched {
     pub nflog: Option<OwnedFd>,
     /// What the kernel enforced.
     pub enforcement: Enforcement,
-    placeholders: Vec<PathBuf>,
+    cleanup: Cleanup,
+    tty: Option<terminal::Relay>,
+    /// Signals blocked by `launch` and handled by `wait`.
+    signals: Vec<libc::c_int>,
+    reaped: bool,
+}
+
+/// Placeholders to release once the sandbox is gone, and the process that does it.
+#[derive(Debug, Default)]
+struct Cleanup {
+    placeholders: Vec<placeholder::Placeholder>,
+    cleaner: Option<libc::pid_t>,
+}
+
+impl Cleanup {
+    /// Call once the sandbox's init has been reaped.
+    fn finish(&mut self) {
+        if let Some(pid) = self.cleaner.take() {
+            let _ = sys::waitpid(pid, true);
+        }
+        // Normally a no-op (the cleaner did it); covers a cleaner that could not start or died.
+        for p in self.placeholders.drain(..) {
+            p.release();
+        }
+    }
 }
 
 impl Launched {
@@ -73,41 +103,116 @@ impl Launched {
 
     /// Waits for the command, forwarding SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and
     /// SIGUSR2 to it. Returns its exit code (128 + signal number when it was killed).
-    pub fn wait(self) -> Result<u8, SandboxError> {
-        let mut set = FORWARDED.to_vec();
-        set.push(libc::SIGCHLD);
-        let set = sys::SigSet::of(&set);
-        let code = loop {
+    ///
+    /// In terminal mode (see `launch`) it also relays the caller's terminal to the sandbox's pty
+    /// in raw mode, copies the window size on SIGWINCH, and on SIGTSTP restores the terminal and
+    /// stops the launcher until SIGCONT. The terminal is restored when this returns.
+    pub fn wait(mut self) -> Result<u8, SandboxError> {
+        let code = self.supervise();
+        if code.is_err() {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::waitpid(self.pid, true);
+        }
+        self.reaped = true;
+        if let Some(tty) = &mut self.tty {
+            tty.finish();
+        }
+        self.cleanup.finish();
+        code
+    }
+
+    fn supervise(&mut self) -> Result<u8, SandboxError> {
+        let sigfd =
+            sys::signalfd(&sys::SigSet::of(&self.signals)).map_err(SandboxError::io("signalfd"))?;
+        if let Some(tty) = &mut self.tty {
+            tty.enter_raw();
+            tty.sync_winsize();
+        }
+        loop {
             if let Some((_, how)) =
                 sys::waitpid(self.pid, false).map_err(SandboxError::io("waitpid"))?
             {
-                break how.code();
+                return Ok(how.code());
             }
-            match set.wait(Some(1000)).map_err(SandboxError::io("sigtimedwait"))? {
-                None | Some(libc::SIGCHLD) => {}
-                Some(sig) => {
-                    let _ = sys::kill(self.pid, sig);
-                }
+            let none = libc::pollfd { fd: -1, events: 0, revents: 0 };
+            let [a, b] = self.tty.as_ref().map_or([none, none], terminal::Relay::poll_set);
+            let mut fds =
+                [libc::pollfd { fd: sigfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }, a, b];
+            // The timeout is only a safety net: SIGCHLD wakes the loop when init ends.
+            sys::poll(&mut fds, 1000).map_err(SandboxError::io("poll"))?;
+            // Signals first: a window change that came before a key press is applied before it.
+            while let Some(sig) = sys::read_signal(&sigfd).map_err(SandboxError::io("signalfd"))? {
+                self.on_signal(sig);
             }
-        };
-        remove_placeholders(&self.placeholders);
-        Ok(code)
+            if let Some(tty) = &mut self.tty {
+                tty.on_ready(&[fds[1], fds[2]]);
+            }
+        }
+    }
+
+    fn on_signal(&mut self, sig: libc::c_int) {
+        match (sig, &mut self.tty) {
+            (libc::SIGCHLD, _) => {}
+            // The pty's window size changes, and the kernel tells the sandbox's foreground job.
+            (libc::SIGWINCH, Some(tty)) => tty.sync_winsize(),
+            (libc::SIGTSTP, Some(tty)) => {
+                tty.restore();
+                sys::stop_self();
+                // Resumed: the SIGCONT that did it is read next and puts raw mode back.
+            }
+            (libc::SIGCONT, Some(tty)) => {
+                tty.enter_raw();
+                tty.sync_winsize();
+            }
+            (sig, _) => {
+                let _ = sys::kill(self.pid, sig);
+            }
+        }
+    }
+}
+
+impl Drop for Launched {
+    /// A sandbox nobody waits for is killed, and its placeholders removed.
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::waitpid(self.pid, true);
+            self.reaped = true;
+        }
+        if let Some(tty) = &mut self.tty {
+            tty.restore();
+        }
+        self.cleanup.finish();
     }
 }
 
 /// Starts `spec`. Must be called while the process has one thread: start the proxy's runtime
 /// afterwards, handing it [`Launched::listener`]. Blocks the forwarded signals (and SIGCHLD) in
 /// the calling thread; threads started later inherit that, so [`Launched::wait`] sees them.
+///
+/// When stdin and stdout are terminals, the command gets a pseudo-terminal of its own and
+/// [`Launched::wait`] relays the caller's terminal to it (job control works inside); SIGTSTP
+/// and SIGCONT are then blocked too. Otherwise the command runs in a new session without a
+/// controlling terminal.
 pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched, SandboxError> {
     let threads = sys::thread_count();
     if threads > 1 {
         return Err(SandboxError::Threads { threads });
     }
     let (uid, gid) = sys::ids();
-    let plan = resolve(spec)?;
-    let mut block = FORWARDED.to_vec();
-    block.push(libc::SIGCHLD);
-    sys::SigSet::of(&block).block().map_err(SandboxError::io("block signals"))?;
+    let mut plan = resolve(spec)?;
+    let mut cleanup =
+        Cleanup { placeholders: std::mem::take(&mut plan.placeholders), cleaner: None };
+    plan.tty = terminal::Outer::detect();
+    let mut signals = FORWARDED.to_vec();
+    signals.push(libc::SIGCHLD);
+    if plan.tty.is_some() {
+        signals.extend(JOB_CONTROL);
+    }
+    if let Err(e) = sys::SigSet::of(&signals).block() {
+        cleanup.finish();
+        return Err(SandboxError::Io { what: "block signals", source: e });
+    }
 
     let (parent_sock, child_sock) =
         sys::seqpacket_pair().map_err(SandboxError::io("socketpair"))?;
@@ -125,11 +230,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             if uid != 0
                 && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSPC | libc::EACCES)) =>
         {
-            remove_placeholders(&plan.placeholders);
+            cleanup.finish();
             return Err(SandboxError::UserNamespaceDenied { source: e });
         }
         Err(e) => {
-            remove_placeholders(&plan.placeholders);
+            cleanup.finish();
             return Err(SandboxError::Io { what: "clone", source: e });
         }
     };
@@ -138,31 +243,50 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     drop(child_sock);
+    if !cleanup.placeholders.is_empty()
+        && let Ok(pidfd) = sys::pidfd_open(pid)
+    {
+        cleanup.cleaner = placeholder::start_cleaner(&pidfd, &cleanup.placeholders);
+    }
 
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
-    let fail = |e: SandboxError| {
+    let fail = |mut cleanup: Cleanup, e: SandboxError| {
         let _ = sys::kill(pid, libc::SIGKILL);
         let _ = sys::waitpid(pid, true);
-        remove_placeholders(&plan.placeholders);
+        cleanup.finish();
         Err(e)
     };
-    let (n, mut fds) = match received {
+    let (n, fds) = match received {
         Ok(r) => r,
-        Err(e) => return fail(SandboxError::Io { what: "receive from sandbox", source: e }),
+        Err(e) => {
+            return fail(cleanup, SandboxError::Io { what: "receive from sandbox", source: e });
+        }
     };
     let text = String::from_utf8_lossy(&buf[..n]).into_owned();
     match text.split_once('\n') {
         Some(("ok", rest)) => {
             let enforcement = Enforcement::decode(rest);
+            let mut fds = fds.into_iter();
+            // In the order init sends them: the pty master, then the proxy listener and NFLOG.
+            let tty = match plan.tty {
+                Some(outer) => match fds.next() {
+                    Some(master) => Some(terminal::Relay::new(master, outer)),
+                    None => {
+                        let e = SandboxError::Setup {
+                            step: "terminal".into(),
+                            message: "the sandbox sent no pty".into(),
+                        };
+                        return fail(cleanup, e);
+                    }
+                },
+                None => None,
+            };
             let (listener, nflog) = match spec.net {
                 NetMode::None => (None, None),
-                NetMode::Proxy { .. } => {
-                    let mut fds = fds.drain(..);
-                    (fds.next(), fds.next())
-                }
+                NetMode::Proxy { .. } => (fds.next(), fds.next()),
             };
-            Ok(Launched { pid, listener, nflog, enforcement, placeholders: plan.placeholders })
+            Ok(Launched { pid, listener, nflog, enforcement, cleanup, tty, signals, reaped: false })
         }
         Some(("error", rest)) => {
             let (step, message) = rest.split_once('\n').unwrap_or((rest, ""));
@@ -173,12 +297,15 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             } else {
                 SandboxError::Setup { step: step.to_owned(), message: message.to_owned() }
             };
-            fail(err)
+            fail(cleanup, err)
         }
-        _ => fail(SandboxError::Setup {
-            step: "start".into(),
-            message: "the sandbox's init exited before it was ready".into(),
-        }),
+        _ => fail(
+            cleanup,
+            SandboxError::Setup {
+                step: "start".into(),
+                message: "the sandbox's init exited before it was ready".into(),
+            },
+        ),
     }
 }
 
@@ -186,9 +313,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
 #[derive(Debug, Default)]
 struct Plan {
     fs: mounts::FsPlan,
-    /// Empty files created for missing protected paths; removed after the sandbox ends.
-    placeholders: Vec<PathBuf>,
+    /// Placeholders for missing protected paths, locked; released after the sandbox ends.
+    placeholders: Vec<placeholder::Placeholder>,
     sockets: Vec<PathBuf>,
+    /// The caller's terminal, when the sandbox gets a pty.
+    tty: Option<terminal::Outer>,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -203,18 +332,37 @@ fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
 }
 
 fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
+    let mut plan = Plan::default();
+    match resolve_into(spec, &mut plan) {
+        Ok(()) => Ok(plan),
+        Err(e) => {
+            for p in plan.placeholders.drain(..) {
+                p.release();
+            }
+            Err(e)
+        }
+    }
+}
+
+fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError> {
     let cwd = canonical("cwd", &spec.cwd)?;
     let writable =
         spec.writable.iter().map(|w| canonical("writable", w)).collect::<Result<Vec<_>, _>>()?;
     let inside_writable = |p: &Path| writable.iter().any(|w| p.starts_with(w));
-    let mut plan = Plan::default();
     let protect = |p: &Path, plan: &mut Plan| -> Result<(), SandboxError> {
         if let Ok(real) = p.canonicalize() {
+            // Another sandbox's placeholder: share it, so that it is not removed under us.
+            // (Best effort: whatever is there is bound read-only in any case.)
+            if inside_writable(&real)
+                && let Ok(Some(held)) = placeholder::hold(&real)
+            {
+                plan.placeholders.push(held);
+            }
             plan.fs.read_only.push(real);
             return Ok(());
         }
         // Missing: make sure it cannot be created from inside. The first missing component
-        // becomes an empty read-only placeholder while the sandbox runs.
+        // becomes an empty read-only placeholder while the sandbox runs (see `placeholder`).
         let mut missing = p.to_path_buf();
         while let Some(parent) = missing.parent() {
             if parent.exists() {
@@ -230,24 +378,22 @@ fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
         if !inside_writable(&target) {
             return Ok(()); // read-only anyway
         }
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&target) {
-            Ok(_) => {}
-            // Something (an earlier placeholder, a file) is in the way: nothing can be created
-            // there from inside either.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::EEXIST)) => {
-                return Ok(());
-            }
+        match placeholder::hold(&target) {
+            Ok(Some(held)) => plan.placeholders.push(held),
+            // Something (a file, a symlink) appeared in the way: protect what is there.
+            Ok(None) => {}
+            // A path through a file: nothing can be created there from inside either.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(()),
             Err(source) => {
                 return Err(SandboxError::Path { role: "protected", path: target, source });
             }
         }
-        plan.placeholders.push(target.clone());
         plan.fs.read_only.push(target);
         Ok(())
     };
     for p in &spec.read_only {
         if p.is_absolute() {
-            protect(p, &mut plan)?;
+            protect(p, plan)?;
         }
     }
     for h in &spec.hidden {
@@ -258,7 +404,7 @@ fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
             Ok(real) if real.is_dir() => plan.fs.hidden_dirs.push(real),
             Ok(real) => plan.fs.hidden_files.push(real),
             // A missing credential path inside a writable one must not be creatable either.
-            Err(_) => protect(h, &mut plan)?,
+            Err(_) => protect(h, plan)?,
         }
     }
     plan.sockets = spec.allowed_unix_sockets.iter().filter_map(|s| s.canonicalize().ok()).collect();
@@ -266,16 +412,7 @@ fn resolve(spec: &SandboxSpec) -> Result<Plan, SandboxError> {
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
     plan.fs.read_only.dedup();
-    Ok(plan)
-}
-
-fn remove_placeholders(paths: &[PathBuf]) {
-    for p in paths {
-        // Only what is still the empty file we made.
-        if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.len() == 0) {
-            let _ = std::fs::remove_file(p);
-        }
-    }
+    Ok(())
 }
 
 /// Finds `program` in the `PATH` of `env` (or takes it as a path when it has a slash).
@@ -329,6 +466,8 @@ mod init {
         program: CString,
         argv: Vec<CString>,
         envp: Vec<CString>,
+        /// The pty's slave in terminal mode, and which of 0, 1, 2 go to it.
+        slave: Option<(OwnedFd, [bool; 3])>,
     }
 
     fn setup(
@@ -347,6 +486,14 @@ mod init {
 
         net::loopback_up().map_err(err("bring lo up"))?;
         let mut fds = Vec::new();
+        // Allocated in the sandbox's own devpts instance (mounted by `mounts::build`), so that
+        // the pty is the only terminal the command can reach.
+        let mut slave = None;
+        if let Some(outer) = &plan.tty {
+            let (master, s) = terminal::open_inside(outer).map_err(err("pseudo-terminal"))?;
+            fds.push(master);
+            slave = Some((s, outer.on_tty));
+        }
         if let NetMode::Proxy { nflog_group, ruleset } = &spec.net {
             // `ip` and `nft` are separate programs: for a non-root uid, exec clears the
             // capabilities unless they are ambient.
@@ -374,12 +521,15 @@ mod init {
                     cs(&kv)
                 })
                 .collect::<Result<_, _>>()?,
+            slave,
         };
 
         // The walls, in an order where each step still has what it needs.
         sys::setsid().map_err(err("setsid"))?;
         sys::join_new_session_keyring().map_err(err("session keyring"))?;
         sys::set_no_new_privs().map_err(err("no_new_privs"))?;
+        // The command may not open /proc/1/fd/* (init keeps the caller's stdio) or /proc/1/mem.
+        sys::set_dumpable(false).map_err(err("dumpable"))?;
         let abi = sys::landlock_abi();
         let mut enforcement = Enforcement { landlock_abi: abi, ..Enforcement::default() };
         enforcement.missing.extend(fence::gaps(abi));
@@ -440,6 +590,16 @@ mod init {
         }
         let set = sys::SigSet::of(&signals);
         let _ = set.block();
+        let terminal = p.slave.is_some();
+        if let Some((slave, on_tty)) = &p.slave {
+            // Init's own stdio too: it must hold no descriptor of the caller's terminal.
+            for (fd, &tty) in on_tty.iter().enumerate() {
+                if tty {
+                    let _ = sys::dup2(slave.as_raw_fd(), fd as i32);
+                }
+            }
+        }
+        drop(p.slave);
         let child = match sys::fork() {
             Ok(c) => c,
             Err(e) => {
@@ -449,7 +609,15 @@ mod init {
         };
         let Some(cmd) = child else {
             drop(sock);
-            let _ = sys::setpgid(0, 0);
+            if terminal {
+                // Leader of a session whose controlling terminal is the pty (on fd 0).
+                let ctty = sys::setsid().and_then(|()| sys::set_controlling_tty(0));
+                if let Err(e) = ctty {
+                    eprintln!("sandgate: no job control: controlling terminal: {e}");
+                }
+            } else {
+                let _ = sys::setpgid(0, 0);
+            }
             for &s in &signals {
                 sys::default_handler(s);
             }
@@ -459,7 +627,11 @@ mod init {
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })
         };
         drop(sock);
-        let _ = sys::setpgid(cmd, cmd);
+        if !terminal {
+            // Both sides, so that signals forwarded right away reach the group. Not with a
+            // terminal: the child's setsid() must find it no group leader yet.
+            let _ = sys::setpgid(cmd, cmd);
+        }
         loop {
             match set.wait(None) {
                 Ok(Some(libc::SIGCHLD)) | Ok(None) => {

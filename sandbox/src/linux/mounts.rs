@@ -34,6 +34,7 @@ fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, StepErr
 
 const TMP: &str = "/tmp";
 const SHM: &str = "/dev/shm";
+const PTS: &str = "/dev/pts";
 const EMPTY: &str = "/tmp/.sandgate-empty";
 
 /// Paths under `/tmp` that must stay visible on top of the private `/tmp`: the working directory
@@ -121,7 +122,10 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
     for r in &plan.read_only {
         step(|| format!("bind {}", r.display()), bind(r, r))?;
     }
-    for h in &plan.hidden_dirs {
+    // A hidden path that is not there any more (under the private /tmp, outside the trees put
+    // back) is out of reach already.
+    let present = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
+    for h in plan.hidden_dirs.iter().filter(present) {
         step(
             || format!("hide {}", h.display()),
             sys::mount(
@@ -135,7 +139,7 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
     }
     if let Some(empty) = &empty {
         let source = PathBuf::from(format!("/proc/self/fd/{}", empty.as_raw_fd()));
-        for h in &plan.hidden_files {
+        for h in plan.hidden_files.iter().filter(present) {
             step(|| format!("hide {}", h.display()), bind(&source, h))?;
         }
         // Remove it only if the path still names our file (not a put-back real /tmp).
@@ -159,6 +163,22 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
             None,
         ),
     )?;
+
+    // A devpts instance of our own: the host's terminals (/dev/pts/N, owned by the same user or,
+    // as root, by anyone) are out of sight, and /dev/ptmx allocates ptys here (the kernel looks
+    // for "pts" next to the ptmx node in the caller's mount namespace).
+    if Path::new(PTS).is_dir() {
+        step(
+            || "mount private /dev/pts".into(),
+            sys::mount(
+                Some(c"devpts"),
+                Path::new(PTS),
+                Some(c"devpts"),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                Some(c"newinstance,ptmxmode=0666,mode=0620"),
+            ),
+        )?;
+    }
 
     // Everything read-only and nosuid, then the writable mounts writable again. Mounts the host
     // locked (from a more privileged namespace) stay as they are; setting read-only is allowed.

@@ -160,6 +160,12 @@ pub fn set_no_new_privs() -> io::Result<()> {
     cvt_i(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
 }
 
+/// `prctl(PR_SET_DUMPABLE, on)`.
+pub fn set_dumpable(on: bool) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt_i(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on), 0, 0, 0) }).map(drop)
+}
+
 /// `prctl(PR_SET_PDEATHSIG, sig)`.
 pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
@@ -564,4 +570,203 @@ pub fn thread_count() -> usize {
 pub fn ids() -> (u32, u32) {
     // SAFETY: getuid/getgid cannot fail.
     unsafe { (libc::getuid(), libc::getgid()) }
+}
+
+/// Whether `fd` refers to a terminal.
+pub fn isatty(fd: RawFd) -> bool {
+    // SAFETY: isatty takes an integer and only queries the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// `tcgetattr(3)`.
+pub fn tcgetattr(fd: RawFd) -> io::Result<libc::termios> {
+    // SAFETY: a zeroed termios is a valid out-buffer; tcgetattr fills it.
+    unsafe {
+        let mut t = std::mem::zeroed::<libc::termios>();
+        cvt_i(libc::tcgetattr(fd, &mut t))?;
+        Ok(t)
+    }
+}
+
+/// `tcsetattr(fd, TCSANOW, t)`.
+pub fn tcsetattr(fd: RawFd, t: &libc::termios) -> io::Result<()> {
+    loop {
+        // SAFETY: valid pointer to a termios we own.
+        match cvt_i(unsafe { libc::tcsetattr(fd, libc::TCSANOW, t) }) {
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            r => return r.map(drop),
+        }
+    }
+}
+
+/// `t` switched to raw mode (`cfmakeraw(3)`).
+pub fn raw_termios(t: &libc::termios) -> libc::termios {
+    let mut raw = *t;
+    // SAFETY: cfmakeraw only edits the struct it is given.
+    unsafe { libc::cfmakeraw(&mut raw) };
+    raw
+}
+
+/// `ioctl(fd, TIOCGWINSZ)`.
+pub fn get_winsize(fd: RawFd) -> io::Result<libc::winsize> {
+    // SAFETY: a zeroed winsize is a valid out-buffer for TIOCGWINSZ.
+    unsafe {
+        let mut w = std::mem::zeroed::<libc::winsize>();
+        cvt_i(libc::ioctl(fd, libc::TIOCGWINSZ, &mut w))?;
+        Ok(w)
+    }
+}
+
+/// `ioctl(fd, TIOCSWINSZ, w)`.
+pub fn set_winsize(fd: RawFd, w: &libc::winsize) -> io::Result<()> {
+    // SAFETY: valid pointer to a winsize we own.
+    cvt_i(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, w) }).map(drop)
+}
+
+/// A new pseudo-terminal from `/dev/ptmx` (the devpts instance of the caller's mount namespace):
+/// `(master, slave)`, both close-on-exec, the slave opened through the master (`TIOCGPTPEER`)
+/// so no path lookup can substitute another terminal.
+pub fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: constant NUL-terminated path.
+    let m = cvt_i(unsafe { libc::open(c"/dev/ptmx".as_ptr(), flags) })?;
+    // SAFETY: the kernel just returned this fd to us.
+    let master = unsafe { OwnedFd::from_raw_fd(m) };
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads an int from a valid pointer.
+    cvt_i(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) })?;
+    // SAFETY: TIOCGPTPEER takes open flags by value and returns a new fd.
+    let s = cvt_i(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) })?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok((master, unsafe { OwnedFd::from_raw_fd(s) }))
+}
+
+/// `ioctl(fd, TIOCSCTTY, 0)`: makes the terminal the controlling terminal of the caller's session
+/// (the caller must be a session leader without one).
+pub fn set_controlling_tty(fd: RawFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument.
+    cvt_i(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(drop)
+}
+
+/// `dup2(from, to)`.
+pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    cvt_i(unsafe { libc::dup2(from, to) }).map(drop)
+}
+
+/// Closes every descriptor of the process except those in `keep`.
+pub fn close_all_except(keep: &[RawFd]) {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|&f| u32::try_from(f).ok()).collect();
+    keep.sort_unstable();
+    let mut from = 0u32;
+    for k in keep.into_iter().chain(std::iter::once(u32::MAX)) {
+        if k > from {
+            // SAFETY: close_range with integer arguments; closing descriptors we do not use.
+            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0u32) };
+        }
+        from = k.saturating_add(1);
+    }
+}
+
+/// `pidfd_open(pid, 0)`.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments; the returned fd is ours.
+    let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) })? as RawFd;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `poll(2)`; an interruption counts as "nothing ready".
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: pointer and length of a live slice of pollfd.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    match cvt_i(ret) {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// A non-blocking, close-on-exec `signalfd` for these (blocked) signals.
+pub fn signalfd(set: &SigSet) -> io::Result<OwnedFd> {
+    // SAFETY: valid sigset pointer; -1 asks for a new descriptor.
+    let fd = cvt_i(unsafe { libc::signalfd(-1, &set.0, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads one signal from a non-blocking signalfd; `None` when none is pending.
+pub fn read_signal(fd: &OwnedFd) -> io::Result<Option<libc::c_int>> {
+    // SAFETY: a zeroed signalfd_siginfo is a valid buffer of the size we pass.
+    unsafe {
+        let mut info = std::mem::zeroed::<libc::signalfd_siginfo>();
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        let n = libc::read(fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok((n as usize == size).then_some(info.ssi_signo as libc::c_int))
+    }
+}
+
+/// `read(2)`, retried on `EINTR`.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: pointer and length of a live, writable buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// `write(2)`, retried on `EINTR`.
+pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: pointer and length of a live buffer.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Sets `O_NONBLOCK` on a descriptor.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with integer arguments only.
+    unsafe {
+        let flags = cvt_i(libc::fcntl(fd, libc::F_GETFL))?;
+        cvt_i(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK)).map(drop)
+    }
+}
+
+/// Stops the calling process (`SIGSTOP` to itself) until a `SIGCONT`.
+pub fn stop_self() {
+    // SAFETY: getpid cannot fail; kill with integer arguments.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
+}
+
+/// `flock(fd, op)`, retried on `EINTR`.
+pub fn flock(fd: RawFd, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: integer arguments only.
+        match cvt_i(unsafe { libc::flock(fd, op) }) {
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            r => return r.map(drop),
+        }
+    }
 }

@@ -1,0 +1,226 @@
+//! Interactive use: the sandbox gets a pseudo-terminal of its own.
+//!
+//! Without a terminal (stdin or stdout is not one) the command runs in a new session with no
+//! controlling terminal, as before. When the launcher's stdin and stdout are both terminals, the
+//! sandbox's init allocates a pty in the sandbox's private devpts instance, the command becomes
+//! the leader of a new session with the pty's slave as its controlling terminal, and the launcher
+//! relays bytes between the caller's terminal (in raw mode, restored on exit and on suspension)
+//! and the master, copying the window size on every `SIGWINCH`.
+//!
+//! Why a pty (design "a") rather than handing the caller's terminal to the command in a
+//! foreground process group of its own (design "b"): with (b) the command holds the caller's
+//! real terminal, so its safety rests on seccomp catching every dangerous terminal ioctl
+//! (TIOCSTI, TIOCLINUX, and also TIOCSETD, TIOCCONS, termios changes that outlive the command,
+//! foreground-group games in the caller's session) and on the kernel's TIOCSTI policy. With (a)
+//! the command never receives a descriptor of the caller's terminal: TIOCSTI (still refused by
+//! seccomp) could at most push input into the sandbox's own pty, job control is entirely the
+//! sandbox's (Ctrl-C, Ctrl-Z and `jobs` act on the pty's foreground group, with the launcher's
+//! terminal in raw mode passing the bytes through), and the caller's terminal settings are the
+//! launcher's to restore. This is what ssh, docker `-t` and podman `-t` do.
+//!
+//! Why stdin *and* stdout: with stdout redirected (`sandbox-run git log | less`) the relay would
+//! read the terminal concurrently with the pager and steal its keys; such runs keep today's
+//! behaviour. Standard error is put on the pty only when it is the terminal too.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use super::sys;
+
+/// The caller's terminal, captured before the sandbox starts.
+#[derive(Clone, Copy)]
+pub struct Outer {
+    /// Its settings (the sandbox's pty starts with the same, and they are restored at the end).
+    pub termios: libc::termios,
+    /// Its window size.
+    pub winsize: Option<libc::winsize>,
+    /// Which of the descriptors 0, 1, 2 are terminals (and so go to the pty).
+    pub on_tty: [bool; 3],
+}
+
+impl fmt::Debug for Outer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outer")
+            .field("winsize", &self.winsize.map(|w| (w.ws_row, w.ws_col)))
+            .field("on_tty", &self.on_tty)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outer {
+    /// The caller's terminal when stdin and stdout are terminals (see the module docs).
+    pub fn detect() -> Option<Outer> {
+        if !(sys::isatty(0) && sys::isatty(1)) {
+            return None;
+        }
+        let termios = sys::tcgetattr(0).ok()?;
+        Some(Outer {
+            termios,
+            winsize: sys::get_winsize(0).ok(),
+            on_tty: [true, true, sys::isatty(2)],
+        })
+    }
+}
+
+/// The inside half, run by the sandbox's init: a new pty with the caller's settings and size.
+/// Returns `(master, slave)`.
+pub fn open_inside(outer: &Outer) -> io::Result<(OwnedFd, OwnedFd)> {
+    let (master, slave) = sys::open_pty()?;
+    sys::tcsetattr(slave.as_raw_fd(), &outer.termios)?;
+    if let Some(w) = &outer.winsize {
+        sys::set_winsize(slave.as_raw_fd(), w)?;
+    }
+    Ok((master, slave))
+}
+
+const STDIN: RawFd = 0;
+const STDOUT: RawFd = 1;
+
+/// The launcher's half: copies between the caller's terminal and the pty master.
+#[derive(Debug)]
+pub struct Relay {
+    master: OwnedFd,
+    outer: Outer,
+    raw: bool,
+    /// Typed bytes not yet accepted by the master.
+    pending: Vec<u8>,
+    stdin_open: bool,
+    master_open: bool,
+}
+
+impl Relay {
+    /// A relay over `master` for the terminal described by `outer`.
+    pub fn new(master: OwnedFd, outer: Outer) -> Relay {
+        let _ = sys::set_nonblocking(master.as_raw_fd());
+        Relay {
+            master,
+            outer,
+            raw: false,
+            pending: Vec::new(),
+            stdin_open: true,
+            master_open: true,
+        }
+    }
+
+    /// Puts the caller's terminal in raw mode: every key goes to the sandbox's pty, whose line
+    /// discipline turns Ctrl-C / Ctrl-Z into signals for the sandbox's foreground job. From a
+    /// background process group this stops the launcher (SIGTTOU) until it is brought back.
+    pub fn enter_raw(&mut self) {
+        if sys::tcsetattr(STDIN, &sys::raw_termios(&self.outer.termios)).is_ok() {
+            self.raw = true;
+        }
+    }
+
+    /// Gives the caller's terminal its settings back.
+    pub fn restore(&mut self) {
+        if self.raw {
+            let _ = sys::tcsetattr(STDIN, &self.outer.termios);
+            self.raw = false;
+        }
+    }
+
+    /// Copies the caller's window size to the pty (the kernel then sends SIGWINCH inside).
+    pub fn sync_winsize(&self) {
+        if let Ok(w) = sys::get_winsize(STDIN) {
+            let _ = sys::set_winsize(self.master.as_raw_fd(), &w);
+        }
+    }
+
+    /// The two descriptors to poll: the caller's terminal (when there is room to take input)
+    /// and the master. A negative fd is ignored by `poll`.
+    pub fn poll_set(&self) -> [libc::pollfd; 2] {
+        let stdin = if self.stdin_open && self.pending.is_empty() { STDIN } else { -1 };
+        let master = if self.master_open { self.master.as_raw_fd() } else { -1 };
+        let mut events = libc::POLLIN;
+        if !self.pending.is_empty() {
+            events |= libc::POLLOUT;
+        }
+        [
+            libc::pollfd { fd: stdin, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: master, events, revents: 0 },
+        ]
+    }
+
+    /// Moves what `poll` said is ready.
+    pub fn on_ready(&mut self, ready: &[libc::pollfd; 2]) {
+        let mut buf = [0u8; 16 * 1024];
+        if ready[0].fd >= 0 && ready[0].revents != 0 {
+            match sys::read(STDIN, &mut buf) {
+                Ok(0) | Err(_) => self.stdin_open = false,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+            }
+        }
+        if ready[1].fd >= 0 && ready[1].revents != 0 {
+            if ready[1].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                self.copy_out(&mut buf, 4);
+            }
+            if !self.pending.is_empty() {
+                self.push_input();
+            }
+        }
+    }
+
+    fn push_input(&mut self) {
+        match sys::write(self.master.as_raw_fd(), &self.pending) {
+            Ok(n) => {
+                self.pending.drain(..n);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+            Err(_) => {
+                self.pending.clear();
+                self.master_open = false;
+            }
+        }
+    }
+
+    /// Copies the master's output to the caller's terminal: at most `rounds` reads, so that a
+    /// command printing without pause cannot starve the keyboard and the signals.
+    fn copy_out(&mut self, buf: &mut [u8], rounds: usize) {
+        for _ in 0..rounds {
+            match sys::read(self.master.as_raw_fd(), buf) {
+                Ok(0) => {
+                    self.master_open = false;
+                    return;
+                }
+                Ok(n) => write_all(STDOUT, &buf[..n]),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return,
+                // EIO: every slave descriptor is closed.
+                Err(_) => {
+                    self.master_open = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// After the sandbox ended: copies what it wrote last, then restores the terminal.
+    pub fn finish(&mut self) {
+        if self.master_open {
+            // Finite now: every writer is gone.
+            let mut buf = [0u8; 16 * 1024];
+            self.copy_out(&mut buf, usize::MAX);
+        }
+        self.restore();
+    }
+}
+
+fn write_all(fd: RawFd, mut data: &[u8]) {
+    while !data.is_empty() {
+        match sys::write(fd, data) {
+            Ok(0) => return,
+            Ok(n) => data = &data[n..],
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                let mut p = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+                let _ = sys::poll(&mut p, 1000);
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}

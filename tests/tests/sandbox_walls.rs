@@ -186,6 +186,69 @@ fn a_working_directory_under_tmp_stays_visible(who: &Who) {
     refused(&run("run", &["write", p(&dir.path().join("no.txt"))]), WRITE_REFUSED, "run: cwd");
 }
 
+/// Polls until `cond` holds (a detached process acts; nothing signals the test), or fails.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Starts `sandgate build -- sh -c SCRIPT` with pipes; returns it after it printed `ready`.
+fn started(s: &Scratch, script: &str) -> std::process::Child {
+    use std::io::BufRead as _;
+    let mut child = s
+        .command("build", &[], &["sh", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    child
+}
+
+/// A missing protected file cannot be created from inside, and its placeholder is gone after
+/// the run: after a normal exit, and after the launcher itself was killed.
+fn placeholders_do_not_outlive_the_sandbox(who: &Who) {
+    let s = Scratch::new(who);
+    let envrc = s.proj.join(".envrc");
+    let out = s.run("build", &[], &["sh", "-c", "echo x > .envrc; echo rc=$?"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.trim() != "rc=0", "created .envrc from inside: {text}");
+    assert!(!envrc.exists(), ".envrc left behind after a normal exit");
+
+    let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
+    let mut child = started(&s, &format!("echo ready; exec {marker}"));
+    assert!(envrc.exists(), "the placeholder is there while the sandbox runs");
+    child.kill().unwrap(); // SIGKILL: the launcher cannot clean up itself
+    child.wait().unwrap();
+    eventually("placeholder removed after the launcher was killed", || !envrc.exists());
+    let left = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
+    assert!(left.stdout.is_empty(), "the sandbox outlived its killed launcher");
+}
+
+/// Two sandboxes in one directory share the placeholder: the first one to end leaves it in
+/// place (removing it would detach the second one's read-only mount), the last removes it.
+fn concurrent_sandboxes_share_placeholders(who: &Who) {
+    use std::io::Write as _;
+    let s = Scratch::new(who);
+    let envrc = s.proj.join(".envrc");
+    let probe = s.probe.to_str().unwrap();
+    let mut a = started(&s, "echo ready; read x || true");
+    let mut b = started(&s, &format!("echo ready; read x; python3 {probe} write .envrc"));
+    drop(a.stdin.take()); // EOF: `a` ends
+    assert!(a.wait().unwrap().success());
+    assert!(envrc.exists(), "removed while the other sandbox still used it");
+    b.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = b.wait_with_output().unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    refused(answer.trim(), WRITE_REFUSED, "create .envrc after the first sandbox ended");
+    assert!(!envrc.exists(), "placeholder left behind by the last sandbox");
+}
+
 both!(
     a_working_directory_under_tmp_stays_visible,
     reads_work_and_writes_are_confined,
@@ -196,4 +259,6 @@ both!(
     links_do_not_lead_outside,
     exit_codes_and_signals_come_back,
     nothing_outlives_the_sandbox,
+    placeholders_do_not_outlive_the_sandbox,
+    concurrent_sandboxes_share_placeholders,
 );

@@ -380,7 +380,10 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
         match placeholder::hold(&target) {
             Ok(Some(held)) => plan.placeholders.push(held),
-            // Something (a file, a symlink) appeared in the way: protect what is there.
+            // Something (a file, a symlink) appeared there: protect what is there. Nothing
+            // there, and a file in the way (`.git` a placeholder, then `.git/config`): nothing
+            // can be created there from inside either.
+            Ok(None) if std::fs::symlink_metadata(&target).is_err() => return Ok(()),
             Ok(None) => {}
             // A path through a file: nothing can be created there from inside either.
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(()),

@@ -71,7 +71,8 @@ pub enum NetMode {
 /// 2. a private `/tmp` (and `/dev/shm`), with `cwd` and `writable` paths under `/tmp` put back;
 /// 3. `writable` paths writable;
 /// 4. `read_only` paths read-only again, even inside a writable path (a missing one is created
-///    as an empty placeholder for the sandbox's lifetime so it cannot be created from inside);
+///    as an empty placeholder for the sandbox's lifetime so it cannot be created from inside,
+///    and removed afterwards by the last sandbox using it);
 /// 5. `hidden` paths covered so that reading them fails.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {

@@ -3,16 +3,19 @@
 //! Process layout (no other process is started, except `ip` and `nft` once in proxy mode):
 //!
 //! ```text
-//! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds
-//!  └─ init (pid 1 in the sandbox)        sets the walls up, then reaps and forwards signals
-//!      └─ command                          setpgid, exec
+//! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds,
+//!  │                                      relays the terminal to the pty master (terminal mode)
+//!  ├─ init (pid 1 in the sandbox)        sets the walls up, then reaps and forwards signals
+//!  │   └─ command                          setpgid (terminal mode: setsid + pty as ctty), exec
+//!  └─ cleaner (only with placeholders)   waits for init's end, removes placeholders
 //! ```
 //!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
-//! sends the proxy listener and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies
-//! `setsid`, no_new_privs, Landlock, drops every capability and installs the seccomp filters
-//! before it forks the command, which inherits all of it. When the command exits, init exits with
-//! its status and the kernel kills whatever else is left in the pid namespace.
+//! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener
+//! and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies `setsid`, no_new_privs,
+//! Landlock, drops every capability and installs the seccomp filters before it forks the
+//! command, which inherits all of it. When the command exits, init exits with its status and the
+//! kernel kills whatever else is left in the pid namespace.
 
 mod fence;
 mod filter;

@@ -28,7 +28,7 @@ pub struct DaemonError {
 #[derive(Debug)]
 pub enum Incoming {
     /// An event line.
-    Event(Event),
+    Event(Box<Event>),
     /// The connection closed.
     Closed,
 }
@@ -110,7 +110,7 @@ impl Client {
     /// The next event (blocking), or `Closed`.
     pub fn next(&mut self) -> std::io::Result<Incoming> {
         if let Some(ev) = self.events.pop_front() {
-            return Ok(Incoming::Event(ev));
+            return Ok(Incoming::Event(Box::new(ev)));
         }
         loop {
             let mut l = String::new();
@@ -118,7 +118,7 @@ impl Client {
                 return Ok(Incoming::Closed);
             }
             if let Ok(ev) = serde_json::from_str::<Event>(&l) {
-                return Ok(Incoming::Event(ev));
+                return Ok(Incoming::Event(Box::new(ev)));
             }
         }
     }

@@ -469,7 +469,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
     }
     loop {
         let ev = match c.next()? {
-            Incoming::Event(ev) => ev,
+            Incoming::Event(ev) => *ev,
             Incoming::Closed => {
                 if !args.json {
                     writeln!(out, "sandgate: the daemon stopped\r")?;

@@ -270,7 +270,7 @@ fn launch(
     }
     let code = launched.wait()?;
     match served {
-        Served::Daemon(link) => link.finish(i32::from(code)),
+        Served::Daemon(link) => link.finish(i32::from(code), args.report_blocked),
         Served::InProcess(proxy, reporter) => {
             if let Some(r) = reporter {
                 r.finish();

@@ -88,13 +88,14 @@ impl DaemonLink {
 
     /// Reports the command's end to the daemon and waits (briefly) for the last blocked-traffic
     /// lines.
-    pub fn finish(self, exit_status: i32) {
+    pub fn finish(self, exit_status: i32, flush_blocked: bool) {
         self.done.store(true, Ordering::Release);
         let line = serde_json::to_string(&Envelope {
             id: Some(UNREGISTER_ID),
             request: Request::Unregister {
                 sandbox: self.id.clone(),
                 exit_status: Some(exit_status),
+                flush_blocked,
             },
         })
         .unwrap_or_default();
@@ -144,8 +145,8 @@ fn follow(
     };
     let mut stopping = false;
     loop {
-        match client.next_value() {
-            Ok(Some(v)) => {
+        if let Ok(Some(v)) = client.next_value() {
+            {
                 if v.get("event").is_some() {
                     if let Ok(ev) = serde_json::from_value::<Event>(v) {
                         if matches!(ev, Event::DaemonStopping) {
@@ -164,7 +165,6 @@ fn follow(
                 }
                 continue;
             }
-            Ok(None) | Err(_) => {}
         }
         if done.load(Ordering::Acquire) {
             return;

@@ -109,6 +109,24 @@ fn main() -> ExitCode {
         args.extend(rest);
     }
     let cli = Cli::parse_from(args);
+    if matches!(
+        cli.command,
+        Command::Status(_)
+            | Command::Ls(_)
+            | Command::Pending(_)
+            | Command::Rules(_)
+            | Command::Watch(_)
+            | Command::Tiers(_)
+            | Command::Check(_)
+            | Command::Explain(_)
+    ) {
+        // Listing commands end quietly when the reader goes away (`sandgate ls | head`), like
+        // other command-line tools; launchers and the daemon keep SIGPIPE ignored.
+        // SAFETY: setting a signal disposition to SIG_DFL before any thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Run(a) => launch_cmd::run("run", a),
         Command::Net(a) => launch_cmd::run("net", a),

@@ -34,7 +34,18 @@ pub struct Env {
 impl Env {
     /// Creates empty `config/`, `data/`, `run/` and `home/` directories under a new temp dir.
     pub fn new() -> Self {
-        let root = tempfile::tempdir().expect("tempdir");
+        Env::with_root(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// Like [`Env::new`], under `/var/tmp`: for tests that run sandboxes, whose private `/tmp`
+    /// would hide a configuration directory under `/tmp`.
+    pub fn outside_tmp() -> Self {
+        Env::with_root(
+            tempfile::Builder::new().prefix("sandgate-t").tempdir_in("/var/tmp").expect("tempdir"),
+        )
+    }
+
+    fn with_root(root: tempfile::TempDir) -> Self {
         for d in ["config", "data", "run", "home"] {
             std::fs::create_dir_all(root.path().join(d)).expect("mkdir");
         }
@@ -56,6 +67,32 @@ impl Env {
             .env_remove("SANDGATE_EXTRA_DENY")
             .env("NO_COLOR", "1");
         c
+    }
+}
+
+impl Env {
+    /// The `sandgate` daemon's pid in this environment, if one runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        let text =
+            std::fs::read_to_string(self.root.path().join("run/sandgate/daemon.pid")).ok()?;
+        let pid: u32 = text.trim().parse().ok()?;
+        std::path::Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+}
+
+impl Drop for Env {
+    /// Stops the daemon a launcher of this environment may have started.
+    fn drop(&mut self) {
+        if let Some(pid) = self.daemon_pid() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            for _ in 0..200 {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
     }
 }
 

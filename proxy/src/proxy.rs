@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ use crate::traits::{
     SandboxId, SystemResolver, TracingSink,
 };
 use crate::tunnel::PipePool;
+
+/// How far ahead the timer anchor's deadline is (see [`Proxy::anchor_timers`]): shorter than any
+/// per-connection deadline with the default configuration.
+const TIMER_ANCHOR: Duration = Duration::from_secs(1);
 
 /// How tunnels move bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +150,7 @@ impl ProxyBuilder {
                 sandboxes: Mutex::new(HashMap::new()),
                 shutdown,
                 active: AtomicUsize::new(0),
+                timer_anchor: AtomicBool::new(false),
                 drained: Notify::new(),
             }),
         }
@@ -172,6 +177,8 @@ pub(crate) struct Inner {
     sandboxes: Mutex<HashMap<SandboxId, Weak<Sandbox>>>,
     pub(crate) shutdown: watch::Sender<bool>,
     active: AtomicUsize,
+    /// Whether the timer anchor task (see [`Proxy::anchor_timers`]) runs.
+    timer_anchor: AtomicBool,
     drained: Notify,
 }
 
@@ -205,13 +212,15 @@ impl Proxy {
         let listener = listener.into();
         let sandbox = self.register(ctx);
         let mut stop = self.inner.shutdown.subscribe();
+        let nodelay_inherited = listener.nodelay_for_accepted();
+        self.anchor_timers();
         tracing::debug!(sandbox = %sandbox.id, listen = %listener.describe(), "serving");
         loop {
             if *stop.borrow() {
                 return Ok(());
             }
             let accepted = tokio::select! {
-                a = listener.accept() => a,
+                a = listener.accept(nodelay_inherited) => a,
                 _ = stop.changed() => return Ok(()),
             };
             match accepted {
@@ -230,6 +239,30 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// Keeps one timer pending, [`TIMER_ANCHOR`] ahead, for as long as the proxy serves.
+    ///
+    /// Every connection arms a few deadlines (request head, connect, idle), all further away than
+    /// that. When tokio registers a timer earlier than the next wake-up its driver planned — always
+    /// the case when no other timer is pending, as between the connections of a lone client — it
+    /// wakes the I/O driver (an eventfd write and one more `epoll_wait`, or a context switch when
+    /// another worker sleeps in it). With the anchor pending, the planned wake-up is never later
+    /// than `TIMER_ANCHOR`, so a connection's deadlines go into the timer wheel without that.
+    fn anchor_timers(&self) {
+        if self.inner.timer_anchor.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let mut stop = self.inner.shutdown.subscribe();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(TIMER_ANCHOR) => {}
+                    // Shut down, or the proxy is gone.
+                    _ = stop.changed() => return,
+                }
+            }
+        });
     }
 
     /// Replaces the policy of a sandbox that is being served; `false` when none is.

@@ -27,6 +27,8 @@ pub struct Live {
     pub project: Option<String>,
     /// Which control connection registered it (the latest one).
     pub conn: u64,
+    /// Set before `stop`: the NFLOG reader waits for the kernel's last batch.
+    pub flush: Arc<std::sync::atomic::AtomicBool>,
     /// Set to stop serving its listener and NFLOG socket.
     pub stop: Arc<tokio::sync::watch::Sender<bool>>,
     /// Answers, once the NFLOG reader stopped, with what it drained at the end.

@@ -237,7 +237,8 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
     // Let launchers read `daemon_stopping` and in-flight replies go out.
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.drain(Duration::from_secs(1)).await;
-    if let Some(w) = shared.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    let writer = shared.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(w) = writer {
         let stats = tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap_or_default();
         tracing::info!(written = stats.written, dropped = stats.dropped, "events flushed");
     }

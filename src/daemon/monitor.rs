@@ -22,6 +22,7 @@ pub async fn read_nflog(
     fd: OwnedFd,
     launcher: mpsc::Sender<String>,
     mut stop: watch::Receiver<bool>,
+    flush: Arc<std::sync::atomic::AtomicBool>,
     done: oneshot::Sender<Vec<Value>>,
 ) {
     use sandgate_monitor::nflog::NflogSocket;
@@ -49,10 +50,17 @@ pub async fn read_nflog(
             _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
         }
     }
-    // The tail: whatever the kernel queued before the sandbox ended.
+    // The tail: whatever the kernel queued before the sandbox ended. The kernel sends a batch
+    // after its flush timeout (10 ms), so a launcher that reports blocked traffic waits for it.
     let mut sync = sock.into_inner();
     let mut tail = Vec::new();
-    while let Ok(packets) = sync.recv(std::time::Duration::ZERO) {
+    let mut wait = if flush.load(std::sync::atomic::Ordering::Acquire) {
+        std::time::Duration::from_millis(30)
+    } else {
+        std::time::Duration::ZERO
+    };
+    while let Ok(packets) = tokio::task::block_in_place(|| sync.recv(wait)) {
+        wait = std::time::Duration::ZERO;
         if packets.is_empty() {
             break;
         }
@@ -74,14 +82,17 @@ pub async fn read_nflog(
     _fd: OwnedFd,
     _launcher: mpsc::Sender<String>,
     _stop: watch::Receiver<bool>,
+    _flush: Arc<std::sync::atomic::AtomicBool>,
     done: oneshot::Sender<Vec<Value>>,
 ) {
     let _ = done.send(Vec::new());
 }
 
 async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev: Event) {
-    if let Event::Blocked { protocol, dst, port, count, .. } = &ev {
-        if let Some(bot) = s.telegram.get() {
+    if let Event::Blocked { protocol, dst, port, count, .. } = &ev
+        && let Some(bot) = s.telegram.get()
+    {
+        {
             let dest = match port {
                 Some(p) => format!("{dst}:{p}/{protocol}"),
                 None => format!("{dst}/{protocol}"),

@@ -50,6 +50,10 @@ pub enum Request {
         sandbox: String,
         /// Exit status (128+N for signal N), if known.
         exit_status: Option<i32>,
+        /// Wait for the kernel's last NFLOG batch (up to ~30 ms) and return the blocked packets
+        /// in the reply (`--report-blocked`).
+        #[serde(default)]
+        flush_blocked: bool,
     },
     /// The open questions.
     Pending,
@@ -305,7 +309,7 @@ mod tests {
         assert_eq!(back.id, Some(7));
         for bad in [
             r#"{"op":"nope"}"#,
-            r#"{"op":"status","extra":1}"#,
+            r#"{"op":"rules","all":true,"extra":1}"#,
             r#"{"op":"revoke"}"#,
             r#"{"op":"revoke","grant":"x"}"#,
             "[]",

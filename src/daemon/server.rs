@@ -63,6 +63,20 @@ impl Daemon {
         }
     }
 
+    /// The open questions, with the number of requests the proxy holds for each (the broker
+    /// sees one asker per destination: the proxy coalesces them).
+    pub fn pending(&self) -> Vec<approvals::PendingQuestion> {
+        let mut list = self.shared.broker.pending();
+        for q in &mut list {
+            if let Ok(host) = sandgate_config::Host::parse(&q.question.host) {
+                let target = sandgate_config::Target { host, port: q.question.port };
+                let id = sandgate_proxy::SandboxId::new(q.question.sandbox.clone());
+                q.waiters = q.waiters.max(self.proxy.waiting(&id, &target));
+            }
+        }
+        list
+    }
+
     fn touch(&self) {
         *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
@@ -295,12 +309,12 @@ impl Conn {
                 "pid": std::process::id(),
             })),
             Request::Register { sandbox, fds } => self.register(sandbox, fds).await,
-            Request::Unregister { sandbox: id, exit_status } => {
+            Request::Unregister { sandbox: id, exit_status, flush_blocked } => {
                 if !self.owned.contains(&id) {
                     return Err(bad(format!("sandbox {id} was not registered on this connection")));
                 }
                 self.owned.retain(|o| o != &id);
-                let drained = end_sandbox(&d, &id, self.conn).await;
+                let drained = end_sandbox(&d, &id, self.conn, flush_blocked).await;
                 let store = s.store.clone();
                 let id2 = id.clone();
                 blocking(move || Ok(store.finish_sandbox(&id2, exit_status, Timestamp::now())?))
@@ -312,7 +326,7 @@ impl Conn {
                 );
                 Ok(json!({ "unregistered": id, "blocked": drained }))
             }
-            Request::Pending => Ok(serde_json::to_value(s.broker.pending()).unwrap_or(Value::Null)),
+            Request::Pending => Ok(serde_json::to_value(d.pending()).unwrap_or(Value::Null)),
             Request::Answer { target, answer, by } => self.answer(target, answer, by).await,
             Request::Rules { all } => {
                 let store = s.store.clone();
@@ -427,7 +441,7 @@ impl Conn {
         };
         let again = blocking(move || Ok(store.register_sandbox(&new)?)).await?;
         // A sandbox registered again (its launcher reconnected) replaces the old serving.
-        end_sandbox(&d, &info.id, u64::MAX).await;
+        end_sandbox(&d, &info.id, u64::MAX, false).await;
         let listener = {
             sandgate_proxy::Listener::from_fd(listener).map_err(|e| {
                 bad(format!("the listener descriptor is not a listening socket: {e}"))
@@ -436,11 +450,13 @@ impl Conn {
         let (stop_tx, stop_rx) = watch::channel(false);
         let stop = Arc::new(stop_tx);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
+        let flush = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let live = Live {
             info: info.clone(),
             project: project.clone(),
             conn: self.conn,
             stop: stop.clone(),
+            flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
         };
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
@@ -468,6 +484,7 @@ impl Conn {
                     fd,
                     self.tx.clone(),
                     stop_rx.clone(),
+                    flush,
                     done_tx,
                 ));
             }
@@ -597,7 +614,7 @@ impl Conn {
                 "rss_kib": rss_kib(),
             },
             "sandboxes": served,
-            "pending": s.broker.pending(),
+            "pending": d.pending(),
             "counts": counts,
             "proxy": { "active_connections": d.proxy.active_connections() },
             "events": {
@@ -613,7 +630,7 @@ impl Conn {
     async fn closed(&mut self) {
         for id in std::mem::take(&mut self.owned) {
             {
-                end_sandbox(&self.d, &id, self.conn).await;
+                end_sandbox(&self.d, &id, self.conn, false).await;
                 let store = self.d.shared.store.clone();
                 let id2 = id.clone();
                 let _ = blocking(move || Ok(store.mark_lost(&id2, Timestamp::now())?)).await;
@@ -630,7 +647,7 @@ impl Conn {
 
 /// Stops serving `id` if connection `conn` (or any, with `u64::MAX`) registered it; returns the
 /// blocked-packet events drained from its NFLOG socket at the end.
-async fn end_sandbox(d: &Daemon, id: &str, conn: u64) -> Vec<Value> {
+async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Vec<Value> {
     let live = {
         let mut map = d.shared.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
         match map.get(id) {
@@ -639,6 +656,7 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64) -> Vec<Value> {
         }
     };
     let Some(live) = live else { return Vec::new() };
+    live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
     let done = live.nflog_done.lock().unwrap_or_else(|e| e.into_inner()).take();
     match done {

@@ -32,8 +32,11 @@ fn can_sandbox() -> bool {
     root && Command::new("curl").arg("--version").output().is_ok()
 }
 
+/// The launcher serving the proxy itself (no daemon): what nobody can approve is refused at
+/// once. The daemon's path (questions, grants) is tested in `daemon.rs`.
 fn net(env: &Env, args: &[&str], curl: &[&str]) -> Output {
     env.cmd()
+        .env("SANDGATE_NO_DAEMON", "1")
         .arg("net")
         .args(args)
         .arg("--")

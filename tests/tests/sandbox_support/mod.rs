@@ -86,6 +86,7 @@ impl Scratch {
             home.join(".local/share/sandgate"),
             proj.join(".git/hooks"),
             outside.clone(),
+            root.join("run"),
         ] {
             std::fs::create_dir_all(d).unwrap();
         }
@@ -145,6 +146,7 @@ impl Scratch {
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
             .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("XDG_RUNTIME_DIR", self.root.join("run"))
             .env("SANDGATE_EXTRA_DENY", self.outside.join("secret.txt"))
             .env("SHELL", "/bin/sh")
             .current_dir(&self.proj)
@@ -171,6 +173,24 @@ impl Scratch {
             String::from_utf8_lossy(&out.stderr)
         );
         stdout
+    }
+}
+
+impl Drop for Scratch {
+    /// Stops the daemon a `net`/`build` launch started for this tree.
+    fn drop(&mut self) {
+        let pid_file = self.root.join("run/sandgate/daemon.pid");
+        if let Some(pid) =
+            std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            for _ in 0..200 {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
     }
 }
 

@@ -1,0 +1,627 @@
+//! The daemon: one process serves every sandbox's proxy, holds questions until a person answers,
+//! keeps grants in the store, and survives (and recovers from) `kill -9`.
+//!
+//! Every test has its own `Env` (config, data and runtime directories), so its own daemon, which
+//! `Env`'s drop stops. Origins are in-process servers on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sandgate_tests::{Env, skip_unless};
+use serde_json::Value;
+
+fn can_sandbox() -> bool {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    root && Command::new("curl").arg("--version").output().is_ok()
+        && Command::new("python3").arg("--version").output().is_ok()
+}
+
+/// An HTTP origin on 127.0.0.1 answering every request with `body` (a thread per connection).
+fn origin(body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+/// A TCP echo server on 127.0.0.1 (a thread per connection).
+fn echo() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+struct T {
+    env: Env,
+    proj: PathBuf,
+}
+
+impl T {
+    fn new(config: &str) -> T {
+        let env = Env::outside_tmp();
+        let proj = env.root.path().join("proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        let dir = env.config_home().join("sandgate");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        T { env, proj }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.env.cmd();
+        c.current_dir(&self.proj).stdin(Stdio::null());
+        c
+    }
+
+    fn sg(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.sg(args);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: {e}\nstdout {}\nstderr {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    fn status(&self) -> Value {
+        self.json(&["status", "--json"])
+    }
+
+    /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
+    fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
+        self.cmd()
+            .arg("net")
+            .args(args)
+            .arg("--")
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.env.root.path().join("run/sandgate/control.sock")
+    }
+
+    fn store_path(&self) -> PathBuf {
+        self.env.root.path().join("data/sandgate/sandgate.db")
+    }
+}
+
+fn curl(url: &str) -> Vec<String> {
+    [
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "--noproxy",
+        "",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}\n",
+        url,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// [`curl`] as one shell command (each word quoted).
+fn curl_sh(url: &str) -> String {
+    curl(url)
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { return };
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn expect_line(
+    rx: &mpsc::Receiver<String>,
+    timeout: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return l,
+            Ok(_) => continue,
+            Err(e) => panic!("expected line not seen: {e}"),
+        }
+    }
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn two_sandboxes_through_one_daemon_see_only_their_own_allowlists() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let (pa, pb) = (origin("A"), origin("B"));
+    let (ua, ub) = (format!("http://127.0.0.1:{pa}/"), format!("http://127.0.0.1:{pb}/"));
+    let script = |first: &str, second: &str| {
+        format!("while [ ! -e go ]; do sleep 0.02; done; {}; {}", curl_sh(first), curl_sh(second))
+    };
+    let a = t.spawn_net(&[&format!("--allow=127.0.0.1:{pa}")], &["sh", "-c", &script(&ua, &ub)]);
+    let b = t.spawn_net(&[&format!("--allow=127.0.0.1:{pb}")], &["sh", "-c", &script(&ua, &ub)]);
+    wait_until("two sandboxes registered", Duration::from_secs(20), || {
+        t.status()["sandboxes"].as_array().is_some_and(|s| s.len() == 2)
+    });
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &u32| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let needle = format!("XDG_RUNTIME_DIR={}", t.env.root.path().join("run").display());
+                env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes())
+            }) && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"daemon"))
+        })
+        .collect();
+    assert_eq!(pids.len(), 1, "exactly one daemon serves both sandboxes: {pids:?}");
+    std::fs::write(t.proj.join("go"), "").unwrap();
+    let (ca, oa, ea) = finish(a);
+    let (cb, ob, eb) = finish(b);
+    assert_eq!((ca, oa.as_str()), (0, "200\n403\n"), "sandbox A: {ea}");
+    assert_eq!((cb, ob.as_str()), (0, "403\n200\n"), "sandbox B: {eb}");
+}
+
+#[test]
+fn an_answer_releases_held_requests_and_becomes_a_grant() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    // `watch --json` sees the question and its answer.
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3), "no daemon yet");
+    let mut watch = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
+    let events = lines_of(watch.stdout.take().unwrap());
+    // Three requests for the same destination: one question.
+    let script = format!("for i in 1 2 3; do {} & done; wait", curl_sh(&url));
+    let held = t.spawn_net(&[], &["sh", "-c", &script]);
+    let mut pending = Value::Null;
+    wait_until("one pending question with three waiters", Duration::from_secs(20), || {
+        pending = t.json(&["pending", "--json"]);
+        pending.as_array().is_some_and(|p| p.len() == 1 && p[0]["waiters"] == 3)
+    });
+    assert_eq!(pending[0]["host"], "127.0.0.1");
+    assert_eq!(pending[0]["port"], port);
+    assert_eq!(pending[0]["method"], "GET");
+    let asked = expect_line(&events, Duration::from_secs(5), |l| l.contains(r#""event":"asked""#));
+    assert!(asked.contains("127.0.0.1"), "{asked}");
+
+    let answered_at = Instant::now();
+    let out = t.sg(&["allow", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("answered 1 waiting question"));
+    let (code, stdout, stderr) = finish(held);
+    let released_in = answered_at.elapsed();
+    assert_eq!((code, stdout.as_str()), (0, "200\n200\n200\n"), "{stderr}");
+    assert!(released_in < Duration::from_secs(3), "released after {released_in:?}");
+    expect_line(&events, Duration::from_secs(5), |l| {
+        l.contains(r#""event":"answered""#) && l.contains(r#""channel":"cli""#)
+    });
+
+    // The answer (default: this session) is a grant tied to that sandbox.
+    let rules = t.json(&["rules", "--json"]);
+    let rules = rules.as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0]["scope"], "session");
+    assert_eq!(rules[0]["pattern"], "127.0.0.1");
+    assert_eq!(rules[0]["channel"], "cli");
+    assert!(rules[0]["target"]["sandbox"].is_string());
+
+    // A grant for the project: the next sandbox in this directory passes without a question.
+    let out = t.sg(&[
+        "allow",
+        "127.0.0.1",
+        "--always",
+        "--sandbox",
+        rules[0]["target"]["sandbox"].as_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, _) =
+        finish(t.spawn_net(&[], &curl(&url).iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!((code, stdout.as_str()), (0, "200\n"));
+
+    // Revoked, it asks again; a deny answers with 403 at once.
+    let rules = t.json(&["rules", "--json"]);
+    for r in rules.as_array().unwrap() {
+        let id = r["id"].to_string();
+        assert!(t.sg(&["revoke", &id]).status.success());
+    }
+    assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]));
+    let held = t.spawn_net(&[], &curl(&url).iter().map(String::as_str).collect::<Vec<_>>());
+    wait_until("a new question", Duration::from_secs(20), || {
+        t.json(&["pending", "--json"]).as_array().is_some_and(|p| p.len() == 1)
+    });
+    let q = t.json(&["pending", "--json"])[0]["id"].as_u64().unwrap();
+    assert!(t.sg(&["deny", &format!("q{q}"), "--once"]).status.success());
+    let (_, stdout, _) = finish(held);
+    assert_eq!(stdout, "403\n");
+    // Answering it again: it was answered already.
+    let out = t.sg(&["allow", &format!("q{q}")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+const TUNNELS: &str = r#"
+import os, socket, sys, time
+PORT = int(sys.argv[1]); N = 50
+def tunnel():
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (PORT, PORT)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = s.recv(1)
+        if not c:
+            raise OSError("closed during the CONNECT reply")
+        head += c
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise OSError(head.decode(errors="replace"))
+    return s
+socks = [tunnel() for _ in range(N)]
+for i, s in enumerate(socks):
+    s.sendall(b"ping%d\n" % i)
+    assert s.recv(100).startswith(b"ping")
+print("open", len(socks), flush=True)
+while not os.path.exists("phase2"):
+    time.sleep(0.02)
+dead = 0
+for s in socks:
+    try:
+        s.settimeout(2); s.sendall(b"x\n")
+        if not s.recv(10):
+            dead += 1
+    except OSError:
+        dead += 1
+print("dead", dead, flush=True)
+deadline = time.time() + 30
+while True:
+    try:
+        s = tunnel(); s.sendall(b"again\n")
+        assert s.recv(10).startswith(b"again")
+        break
+    except Exception as e:
+        if time.time() > deadline:
+            print("no network back:", e, flush=True); sys.exit(1)
+        time.sleep(0.1)
+print("back", flush=True)
+"#;
+
+#[test]
+fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    let port = echo();
+    std::fs::write(t.proj.join("tunnels.py"), TUNNELS).unwrap();
+    let mut child =
+        t.spawn_net(&["--allow=127.0.0.1"], &["python3", "tunnels.py", &port.to_string()]);
+    let out = lines_of(child.stdout.take().unwrap());
+    expect_line(&out, Duration::from_secs(30), |l| l == "open 50");
+    // A grant and some history before the crash.
+    assert!(t.sg(&["allow", "keep.example.com", "--always", "--global"]).status.success());
+    let before = t.status();
+    assert!(before["proxy"]["active_connections"].as_u64().unwrap() >= 50, "{before}");
+    let old = before["daemon"]["pid"].as_u64().unwrap();
+    let killed = Instant::now();
+    assert!(Command::new("kill").args(["-9", &old.to_string()]).status().unwrap().success());
+
+    // The launcher notices, starts a new daemon and registers its descriptors again.
+    let mut now = Value::Null;
+    wait_until("a new daemon serving the running sandbox", Duration::from_secs(20), || {
+        now = t.status();
+        now["daemon"]["pid"].as_u64().is_some_and(|p| p != old)
+            && now["sandboxes"].as_array().is_some_and(|s| s.len() == 1)
+    });
+    eprintln!("network back {:?} after kill -9", killed.elapsed());
+    let store = sandgate_store::Store::open(t.store_path()).unwrap();
+    assert_eq!(store.integrity_check().unwrap(), Vec::<String>::new());
+    drop(store);
+    let rules = t.json(&["rules", "--json"]);
+    assert!(
+        rules.as_array().unwrap().iter().any(|r| r["pattern"] == "keep.example.com"),
+        "the grant survived: {rules}"
+    );
+    std::fs::write(t.proj.join("phase2"), "").unwrap();
+    let dead = expect_line(&out, Duration::from_secs(20), |l| l.starts_with("dead "));
+    eprintln!("tunnels cut by the crash: {dead}");
+    expect_line(&out, Duration::from_secs(40), |l| l == "back");
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    // New launches work.
+    let o = origin("new");
+    let (code, stdout, stderr) = finish(t.spawn_net(
+        &["--allow=127.0.0.1"],
+        &curl(&format!("http://127.0.0.1:{o}/")).iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    let ls = t.json(&["ls", "--all", "--json"]);
+    assert_eq!(ls.as_array().unwrap().len(), 2, "{ls}");
+    assert!(ls.as_array().unwrap().iter().all(|s| s["state"] == "exited"), "{ls}");
+}
+
+fn start_daemon(t: &T) {
+    // Any command that needs the daemon starts it.
+    let out = t.sg(&["rules"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.socket().exists());
+}
+
+fn request(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, line: &str) -> Value {
+    stream.write_all(line.as_bytes()).unwrap();
+    stream.write_all(b"\n").unwrap();
+    let mut reply = String::new();
+    reader.read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply:?}"))
+}
+
+#[test]
+fn garbage_on_the_control_socket_gets_an_error_and_the_connection_stays_usable() {
+    let t = T::new("");
+    start_daemon(&t);
+    let mut s = UnixStream::connect(t.socket()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for garbage in ["this is not json", "{\"op\":\"fly\"}", "[1,2]", "{\"id\":4,\"op\":\"revoke\"}"]
+    {
+        let v = request(&mut s, &mut r, garbage);
+        assert_eq!(v["ok"], false, "{garbage}: {v}");
+        assert_eq!(v["error"]["code"], "bad_request", "{garbage}: {v}");
+    }
+    let v = request(&mut s, &mut r, "{\"id\":4,\"op\":\"revoke\"}");
+    assert_eq!(v["id"], 4, "the id is echoed even when the request is malformed");
+    let long = format!("{{\"op\":\"hello\",\"x\":\"{}\"}}", "a".repeat(100_000));
+    let v = request(&mut s, &mut r, &long);
+    assert_eq!(v["error"]["code"], "bad_request");
+    // A register without descriptors is refused, not trusted.
+    let v = request(
+        &mut s,
+        &mut r,
+        r#"{"op":"register","sandbox":{"id":"sg-x","tier":"net","command":["x"],"cwd":"/","pid":1},"fds":["listener"]}"#,
+    );
+    assert_eq!(v["ok"], false, "{v}");
+    let v = request(&mut s, &mut r, r#"{"id":9,"op":"hello"}"#);
+    assert_eq!((v["ok"].clone(), v["id"].clone()), (Value::Bool(true), Value::from(9)), "{v}");
+    assert_eq!(v["result"]["protocol"], 1);
+}
+
+#[test]
+fn another_uid_is_refused_on_the_control_socket() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if skip_unless(
+        root && Path::new("/usr/bin/setpriv").exists() && Path::new("/usr/bin/python3").exists(),
+        "root, setpriv and /usr/bin/python3",
+    ) {
+        return;
+    }
+    let t = T::new("");
+    start_daemon(&t);
+    let client = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    print("connect", e.errno); sys.exit(0)
+s.sendall(b'{"op":"status"}\n')
+print(s.makefile().readline().strip())
+"#;
+    let as_nobody = |t: &T| {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                client,
+            ])
+            .arg(t.socket())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    // The directory (0700) and the socket (0600) keep others out...
+    assert_eq!(as_nobody(&t), "connect 13", "EACCES");
+    // ...and with both opened up, the peer check still refuses.
+    let dir = t.socket().parent().unwrap().to_path_buf();
+    use std::os::unix::fs::PermissionsExt as _;
+    for d in [t.env.root.path(), dir.parent().unwrap(), &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(t.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let reply: Value = serde_json::from_str(&as_nobody(&t)).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(reply["error"]["code"], "denied", "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("uid 65534"), "{reply}");
+    // The owner still gets in.
+    assert_eq!(t.status()["running"], true);
+}
+
+#[test]
+fn a_locked_store_is_reported_not_a_crash() {
+    let t = T::new("");
+    start_daemon(&t);
+    // Another process holds the write lock.
+    let mut holder = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked',flush=True)\ntime.sleep(30)",
+        ])
+        .arg(t.store_path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(holder.stdout.take().unwrap());
+    expect_line(&lines, Duration::from_secs(10), |l| l == "locked");
+    let out = t.sg(&["allow", "locked.example.com", "--always", "--global"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("busy") || stderr.contains("lock"), "{stderr}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // The daemon is fine and the next answer is recorded.
+    assert!(t.sg(&["allow", "locked.example.com", "--always", "--global"]).status.success());
+    assert_eq!(t.json(&["rules", "--json"]).as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_full_disk_is_reported_not_a_crash() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if skip_unless(root, "root (mounts a small tmpfs for the store)") {
+        return;
+    }
+    let t = T::new("");
+    let data = t.env.root.path().join("data/sandgate");
+    std::fs::create_dir_all(&data).unwrap();
+    assert!(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs"])
+            .arg(&data)
+            .status()
+            .unwrap()
+            .success()
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(data.clone());
+    start_daemon(&t);
+    assert!(t.sg(&["allow", "before.example.com", "--always", "--global"]).status.success());
+    // Fill the disk.
+    let mut filler = std::fs::File::create(data.join("filler")).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while filler.write_all(&chunk).is_ok() {}
+    let _ = filler.sync_all();
+    let mut failed = None;
+    for i in 0..50 {
+        let out = t.sg(&["allow", &format!("h{i}.full.example.com"), "--always", "--global"]);
+        if !out.status.success() {
+            failed = Some(out);
+            break;
+        }
+    }
+    let out = failed.expect("a write failed once the disk is full");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("full"), "{stderr}");
+    assert_eq!(t.status()["running"], true, "the daemon is still there");
+    drop(filler);
+    std::fs::remove_file(data.join("filler")).unwrap();
+    assert!(t.sg(&["allow", "after.example.com", "--always", "--global"]).status.success());
+    let rules = t.json(&["rules", "--json"]);
+    assert!(rules.as_array().unwrap().iter().any(|r| r["pattern"] == "before.example.com"));
+    assert!(t.sg(&["stop"]).status.success());
+}
+
+#[test]
+fn status_stop_and_concurrent_launchers_start_one_daemon() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3));
+    assert_eq!(t.json(&["status", "--json"])["running"], false);
+    let kids: Vec<Child> = (0..4).map(|_| t.spawn_net(&[], &["true"])).collect();
+    for k in kids {
+        let (code, _, stderr) = finish(k);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(!stderr.contains("warning"), "{stderr}");
+    }
+    let st = t.status();
+    assert_eq!(st["running"], true);
+    let log = std::fs::read_to_string(t.env.root.path().join("run/sandgate/daemon.log")).unwrap();
+    assert_eq!(log.matches("sandgate daemon ready").count(), 1, "one daemon started:\n{log}");
+    let ls = t.json(&["ls", "--all", "--json"]);
+    assert_eq!(ls.as_array().unwrap().len(), 4);
+    let text = String::from_utf8_lossy(&t.sg(&["status"]).stdout).into_owned();
+    assert!(text.contains("sandgate daemon: running"), "{text}");
+    let out = t.sg(&["stop"]);
+    assert!(out.status.success());
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3));
+}

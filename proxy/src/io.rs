@@ -57,11 +57,31 @@ impl Listener {
         }
     }
 
-    pub(crate) async fn accept(&self) -> io::Result<ClientStream> {
+    /// Sets TCP_NODELAY on a TCP listening socket, where accepted sockets inherit it (Linux):
+    /// one system call per listener instead of one per connection. `true` when accepted sockets
+    /// need no `set_nodelay` of their own.
+    pub(crate) fn nodelay_for_accepted(&self) -> bool {
+        match self {
+            #[cfg(target_os = "linux")]
+            Listener::Tcp(l) => {
+                nix::sys::socket::setsockopt(l, nix::sys::socket::sockopt::TcpNoDelay, &true)
+                    .is_ok()
+            }
+            #[cfg(not(target_os = "linux"))]
+            Listener::Tcp(_) => false,
+            Listener::Unix(_) => true,
+        }
+    }
+
+    /// Accepts a connection; with TCP, `nodelay_inherited` tells whether the listener already
+    /// gives accepted sockets TCP_NODELAY (see [`Listener::nodelay_for_accepted`]).
+    pub(crate) async fn accept(&self, nodelay_inherited: bool) -> io::Result<ClientStream> {
         match self {
             Listener::Tcp(l) => {
                 let (s, _) = l.accept().await?;
-                s.set_nodelay(true)?;
+                if !nodelay_inherited {
+                    s.set_nodelay(true)?;
+                }
                 Ok(ClientStream::Tcp(s))
             }
             Listener::Unix(l) => Ok(ClientStream::Unix(l.accept().await?.0)),
@@ -240,4 +260,27 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(io::Error::from)?;
     }
     Ok(hard.max(soft))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepted TCP connections have Nagle's algorithm off, whether they inherit TCP_NODELAY
+    /// from the listener or get it set one by one.
+    #[tokio::test]
+    async fn accepted_tcp_sockets_have_nodelay() {
+        let l = Listener::Tcp(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let Listener::Tcp(tcp) = &l else { unreachable!() };
+        let addr = tcp.local_addr().unwrap();
+        for inherited in [false, l.nodelay_for_accepted()] {
+            let _client = TcpStream::connect(addr).await.unwrap();
+            let ClientStream::Tcp(s) = l.accept(inherited).await.unwrap() else {
+                panic!("a TCP listener accepted a non-TCP stream")
+            };
+            assert!(s.nodelay().unwrap(), "inherited={inherited}");
+        }
+        #[cfg(target_os = "linux")]
+        assert!(l.nodelay_for_accepted());
+    }
 }

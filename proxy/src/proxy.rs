@@ -255,7 +255,7 @@ impl Proxy {
         }
         let mut stop = self.inner.shutdown.subscribe();
         tokio::spawn(async move {
-            loop {
+            while !*stop.borrow_and_update() {
                 tokio::select! {
                     () = tokio::time::sleep(TIMER_ANCHOR) => {}
                     // Shut down, or the proxy is gone.

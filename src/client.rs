@@ -41,6 +41,8 @@ pub struct Client {
     events: VecDeque<Event>,
 }
 
+// Launchers (Linux only, so far) use the descriptor and raw-line calls.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Client {
     /// Connects to a running daemon.
     pub fn connect(paths: &Paths) -> std::io::Result<Client> {

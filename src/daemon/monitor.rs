@@ -2,6 +2,9 @@
 //! becomes one event per destination (with a count) for the store, the subscribers, the
 //! launcher (`--report-blocked`) and the Telegram bot (which deduplicates per window).
 
+// NFLOG is Linux's; elsewhere only the stub below is compiled.
+#![cfg_attr(not(target_os = "linux"), allow(unused_imports))]
+
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -88,6 +91,7 @@ pub async fn read_nflog(
     let _ = done.send(Vec::new());
 }
 
+#[cfg(target_os = "linux")]
 async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev: Event) {
     if let Event::Blocked { protocol, dst, port, count, .. } = &ev
         && let Some(bot) = s.telegram.get()
@@ -112,6 +116,7 @@ async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev:
 }
 
 /// One event per (protocol, destination, port) in a batch, with its count.
+#[cfg(target_os = "linux")]
 pub fn summarise(sandbox: &str, packets: &[sandgate_monitor::BlockedPacket]) -> Vec<Event> {
     let mut groups: BTreeMap<(String, String, Option<u16>), u64> = BTreeMap::new();
     for p in packets {

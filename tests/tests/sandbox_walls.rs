@@ -130,6 +130,13 @@ fn exit_codes_and_signals_come_back(who: &Who) {
     assert_eq!(s.run("run", &[], &["sh", "-c", "kill -TERM $$"]).status.code(), Some(143));
     let missing = s.run("run", &[], &["sandgate-no-such-command"]);
     assert_eq!(missing.status.code(), Some(127));
+    // Signal dispositions are the default ones inside (SIGPIPE is not left ignored).
+    let pipe = s.run("run", &[], &["sh", "-c", "yes | head -1"]);
+    let stderr = String::from_utf8_lossy(&pipe.stderr);
+    assert_eq!(String::from_utf8_lossy(&pipe.stdout), "y\n");
+    assert!(!stderr.contains("Broken pipe"), "SIGPIPE is ignored inside: {stderr}");
+    let ign = s.run("run", &[], &["grep", "SigIgn", "/proc/self/status"]);
+    assert_eq!(String::from_utf8_lossy(&ign.stdout), "SigIgn:\t0000000000000000\n");
     // A signal to the launcher reaches the command.
     let mut child = s
         .command(

@@ -627,6 +627,9 @@ mod init {
             for &s in &signals {
                 sys::default_handler(s);
             }
+            // The Rust runtime ignores SIGPIPE and an ignored signal stays ignored across exec:
+            // give the command the default (`yes | head -1` ends quietly, as outside).
+            sys::default_handler(libc::SIGPIPE);
             let _ = set.unblock();
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());

@@ -5,6 +5,9 @@
 //! `proxy_bench client ORIGIN [NAME=PROXY]...` measures, for a direct connection and through each
 //! proxy: (a) one 1 GiB transfer through a CONNECT tunnel, (b) latency of new connection +
 //! CONNECT + small GET (p50/p99), (c) new tunnels per second with 64 concurrent clients.
+//! Each is measured for all targets interleaved (so load from elsewhere on the machine weighs on
+//! direct and proxied alike): (a) median of 5 transfers, (b) 3,000 samples in blocks of 100,
+//! (c) median of 3 runs of 2 s. `latency`, `throughput` and `rate` measure one of them only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +25,10 @@ const LATENCY_BLOCK: usize = 100;
 /// ... after this many requests that are not counted.
 const LATENCY_SETTLE: usize = 3;
 const CONCURRENCY: usize = 64;
-const RATE_SECS: u64 = 4;
+const RATE_SECS: f64 = 2.0;
+/// (a) and (c) are measured this many times per target, interleaved; the median is reported.
+const THROUGHPUT_ROUNDS: usize = 5;
+const RATE_ROUNDS: usize = 3;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -247,14 +253,6 @@ async fn latency_only(args: &[String]) {
     }
 }
 
-struct Row {
-    name: String,
-    proxy: Option<SocketAddr>,
-    gbps: f64,
-    p50: Duration,
-    p99: Duration,
-    rate: f64,
-}
 
 /// (a): one 1 GiB transfer, in GB/s.
 async fn throughput(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::Result<f64> {
@@ -265,8 +263,8 @@ async fn throughput(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::R
     Ok(n as f64 / t.elapsed().as_secs_f64() / 1e9)
 }
 
-/// (c): new tunnels per second, 64 clients.
-async fn rate(name: &str, origin: SocketAddr, proxy: Option<SocketAddr>) -> f64 {
+/// (c): new tunnels per second, 64 clients, for `secs`.
+async fn rate(origin: SocketAddr, proxy: Option<SocketAddr>, secs: f64) -> std::io::Result<f64> {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -283,94 +281,109 @@ async fn rate(name: &str, origin: SocketAddr, proxy: Option<SocketAddr>) -> f64 
             }
         }));
     }
-    tokio::time::sleep(Duration::from_secs(RATE_SECS)).await;
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         let _ = task.await;
     }
-    let rate = done.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64();
-    let errs = errors.load(Ordering::Relaxed);
-    if errs > 0 {
-        eprintln!("{name}: {errs} failed requests during (c)");
+    match errors.load(Ordering::Relaxed) {
+        0 => Ok(done.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()),
+        n => Err(std::io::Error::other(format!("{n} failed requests during (c)"))),
     }
-    rate
 }
 
-async fn measure(
-    name: &str,
-    origin: SocketAddr,
-    proxy: Option<SocketAddr>,
-) -> std::io::Result<Row> {
-    let gbps = throughput(origin, proxy).await?;
-    let rate = rate(name, origin, proxy).await;
-    Ok(Row { name: name.to_owned(), proxy, gbps, p50: Duration::ZERO, p99: Duration::ZERO, rate })
+/// Runs `one` for every target in turn, `rounds` times over (so a change in the machine's load
+/// weighs on direct and proxied alike), and keeps the median of each; a target that fails once
+/// is left out of the rounds after.
+async fn median_of<F, Fut>(
+    targets: &[Option<SocketAddr>],
+    rounds: usize,
+    mut one: F,
+) -> Vec<std::io::Result<f64>>
+where
+    F: FnMut(Option<SocketAddr>) -> Fut,
+    Fut: Future<Output = std::io::Result<f64>>,
+{
+    let mut all: Vec<std::io::Result<Vec<f64>>> = targets.iter().map(|_| Ok(Vec::new())).collect();
+    for _ in 0..rounds {
+        for (proxy, values) in targets.iter().zip(&mut all) {
+            let Ok(list) = values else { continue };
+            match one(*proxy).await {
+                Ok(v) => list.push(v),
+                Err(e) => *values = Err(e),
+            }
+        }
+    }
+    all.into_iter()
+        .map(|v| {
+            let mut v = v?;
+            v.sort_by(f64::total_cmp);
+            Ok(v[v.len() / 2])
+        })
+        .collect()
 }
 
-/// Only (a), or only (c): direct, then each proxy.
-async fn one_only(what: &str, args: &[String]) {
+/// `ORIGIN [NAME=PROXY]...` as names and targets, direct first.
+fn parse_targets(args: &[String]) -> (SocketAddr, Vec<String>, Vec<Option<SocketAddr>>) {
     let origin: SocketAddr = args[0].parse().expect("origin address");
-    let mut targets = vec![("direct", None)];
+    let mut names = vec!["direct".to_owned()];
+    let mut targets = vec![None];
     for spec in &args[1..] {
         let (name, addr) = spec.split_once('=').expect("NAME=ADDR");
-        targets.push((name, Some(addr.parse().expect("proxy address"))));
+        names.push(name.to_owned());
+        targets.push(Some(addr.parse().expect("proxy address")));
     }
-    let mut first = None;
-    for (name, proxy) in targets {
-        let v = if what == "throughput" {
-            match throughput(origin, proxy).await {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("{name}: failed: {e}");
-                    continue;
-                }
-            }
-        } else {
-            rate(name, origin, proxy).await
-        };
-        let base = *first.get_or_insert(v);
-        println!("{name:<16} {v:>10.2} {:>6.2}x", v / base);
+    (origin, names, targets)
+}
+
+/// Only (a), or only (c).
+async fn one_only(what: &str, args: &[String]) {
+    let (origin, names, targets) = parse_targets(args);
+    let values = if what == "throughput" {
+        median_of(&targets, THROUGHPUT_ROUNDS, |p| throughput(origin, p)).await
+    } else {
+        median_of(&targets, RATE_ROUNDS, |p| rate(origin, p, RATE_SECS)).await
+    };
+    let base = values.first().and_then(|v| v.as_ref().ok()).copied().unwrap_or(f64::NAN);
+    for (name, v) in names.iter().zip(values) {
+        match v {
+            Ok(v) => println!("{name:<16} {v:>10.2} {:>6.2}x", v / base),
+            Err(e) => eprintln!("{name}: failed: {e}"),
+        }
     }
 }
 
 async fn client(args: &[String]) {
-    let origin: SocketAddr = args[0].parse().expect("origin address");
-    let mut rows = Vec::new();
-    let direct = measure("direct", origin, None).await.expect("direct");
-    rows.push(direct);
-    for spec in &args[1..] {
-        let (name, addr) = spec.split_once('=').expect("NAME=ADDR");
-        match measure(name, origin, Some(addr.parse().expect("proxy address"))).await {
-            Ok(r) => rows.push(r),
-            Err(e) => eprintln!("{name}: failed: {e}"),
-        }
-    }
-    // (b) for all targets at once, interleaved.
-    let latencies = latency(origin, rows.iter().map(|r| r.proxy).collect()).await;
-    for (r, l) in rows.iter_mut().zip(latencies) {
-        match l {
-            Ok((p50, p99)) => (r.p50, r.p99) = (p50, p99),
-            Err(e) => eprintln!("{}: latency failed: {e}", r.name),
-        }
-    }
-    let d = &rows[0];
-    let (d_gbps, d_p50, d_p99, d_rate) = (d.gbps, d.p50, d.p99, d.rate);
+    let (origin, names, targets) = parse_targets(args);
+    let gbps = median_of(&targets, THROUGHPUT_ROUNDS, |p| throughput(origin, p)).await;
+    let latencies = latency(origin, targets.clone()).await;
+    let rates = median_of(&targets, RATE_ROUNDS, |p| rate(origin, p, RATE_SECS)).await;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (Some(Ok(d_gbps)), Some(Ok((d_p50, d_p99))), Some(Ok(d_rate))) =
+        (gbps.first(), latencies.first(), rates.first())
+    else {
+        eprintln!("direct: failed: {:?} {:?} {:?}", gbps.first(), latencies.first(), rates.first());
+        return;
+    };
+    let (d_gbps, d_p50, d_p99, d_rate) = (*d_gbps, us(*d_p50), us(*d_p99), *d_rate);
     println!(
         "{:<16} {:>10} {:>7} {:>10} {:>10} {:>12} {:>12} {:>11} {:>6}",
         "", "(a) GB/s", "x", "(b) p50", "p99", "added p50", "added p99", "(c) conn/s", "x"
     );
-    for r in &rows {
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
+    for (((name, g), l), r) in names.iter().zip(gbps).zip(latencies).zip(rates) {
+        let (g, r) = (g.unwrap_or(f64::NAN), r.unwrap_or(f64::NAN));
+        let (p50, p99) = l.map_or((f64::NAN, f64::NAN), |(a, b)| (us(a), us(b)));
         println!(
             "{:<16} {:>10.2} {:>7.2} {:>8.0}µs {:>8.0}µs {:>10.0}µs {:>10.0}µs {:>11.0} {:>6.2}",
-            r.name,
-            r.gbps,
-            r.gbps / d_gbps,
-            us(r.p50),
-            us(r.p99),
-            us(r.p50) - us(d_p50),
-            us(r.p99) - us(d_p99),
-            r.rate,
-            r.rate / d_rate
+            name,
+            g,
+            g / d_gbps,
+            p50,
+            p99,
+            p50 - d_p50,
+            p99 - d_p99,
+            r,
+            r / d_rate
         );
     }
 }

@@ -421,3 +421,144 @@ pub fn revoke(s: &Shared, id: i64) -> Result<Grant, String> {
     }
     Ok(g)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(
+        pattern: &str,
+        port: Option<u16>,
+        effect: Effect,
+        scope: GrantScope,
+        target: GrantTarget,
+    ) -> NewGrant {
+        NewGrant {
+            pattern: pattern.into(),
+            port,
+            effect,
+            scope,
+            target,
+            approved_by: "alice".into(),
+            channel: "cli".into(),
+            created: Timestamp::now(),
+        }
+    }
+
+    fn host(h: &str) -> Host {
+        Host::parse(h).unwrap()
+    }
+
+    #[test]
+    fn grants_match_by_target_port_scope_and_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let reg = |id: &str| {
+            store
+                .register_sandbox(&sandgate_store::NewSandbox {
+                    id: id.into(),
+                    tier: "net".into(),
+                    command: vec!["x".into()],
+                    cwd: "/p".into(),
+                    project: Some("p1".into()),
+                    uid: 0,
+                    pid: 1,
+                    started: Timestamp::now(),
+                })
+                .unwrap()
+        };
+        reg("sb1");
+        reg("sb2");
+        let add = |g: NewGrant| store.add_grant(&g).unwrap();
+        add(grant(
+            "a.example.com",
+            None,
+            Effect::Allow,
+            GrantScope::Session,
+            GrantTarget::Sandbox("sb1".into()),
+        ));
+        add(grant(
+            "*.proj.example",
+            Some(443),
+            Effect::Allow,
+            GrantScope::Always,
+            GrantTarget::Project("p1".into()),
+        ));
+        add(grant("g.example.com", None, Effect::Allow, GrantScope::Always, GrantTarget::Global));
+        add(grant(
+            "bad.g.example.com",
+            None,
+            Effect::Deny,
+            GrantScope::Always,
+            GrantTarget::Global,
+        ));
+        let once = add(grant(
+            "once.example.com",
+            None,
+            Effect::Allow,
+            GrantScope::Once,
+            GrantTarget::Sandbox("sb1".into()),
+        ));
+        let past = Timestamp::now().minus(std::time::Duration::from_secs(10));
+        let mut expired = grant(
+            "old.example.com",
+            None,
+            Effect::Allow,
+            GrantScope::Until(Timestamp::now().plus(std::time::Duration::from_millis(50))),
+            GrantTarget::Global,
+        );
+        expired.created = past;
+        add(expired);
+        let cache = GrantCache::new(store.clone());
+        cache.reload().unwrap();
+        let allow = |sb: &str, project: Option<&str>, h: &str, port: u16| {
+            cache.find(Effect::Allow, sb, project, &host(h), port).is_some()
+        };
+        // Session grants: that sandbox only.
+        assert!(allow("sb1", None, "a.example.com", 443));
+        assert!(!allow("sb2", Some("p1"), "a.example.com", 443));
+        // Project grants: that project, that port, subdomains not the apex.
+        assert!(allow("sb2", Some("p1"), "x.proj.example", 443));
+        assert!(!allow("sb2", Some("p1"), "x.proj.example", 80));
+        assert!(!allow("sb2", Some("p1"), "proj.example", 443));
+        assert!(!allow("sb2", Some("p2"), "x.proj.example", 443));
+        // Global grants: everyone; deny grants are found separately (and win in the adapters).
+        assert!(allow("sb9", None, "g.example.com", 1));
+        assert!(cache.find(Effect::Deny, "sb9", None, &host("bad.g.example.com"), 443).is_some());
+        assert!(cache.find(Effect::Deny, "sb9", None, &host("g.example.com"), 443).is_none());
+        // Once grants are for the requests that were waiting, never later ones.
+        assert!(!allow("sb1", None, "once.example.com", 443));
+        let _ = once;
+        // Expired grants stop matching without a reload.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert!(!allow("sb1", None, "old.example.com", 443));
+        // Revoked: gone after the reload the daemon does on every change.
+        let all = store.list_grants(GrantList::All).unwrap();
+        let g = all.iter().find(|g| g.grant.pattern == "g.example.com").unwrap();
+        store.revoke_grant(g.id, Timestamp::now()).unwrap();
+        cache.reload().unwrap();
+        assert!(!allow("sb9", None, "g.example.com", 1));
+    }
+
+    #[test]
+    fn grant_lines_say_what_whom_and_who() {
+        let g = Grant {
+            id: sandgate_store::GrantId(7),
+            grant: grant(
+                "crates.io",
+                Some(443),
+                Effect::Allow,
+                GrantScope::Always,
+                GrantTarget::Global,
+            ),
+            used: None,
+            revoked: None,
+        };
+        let line = format_grant(&g);
+        assert!(line.starts_with("#7"), "{line}");
+        for part in ["allow", "crates.io:443", "always", "global", "by alice via cli"] {
+            assert!(line.contains(part), "{line}");
+        }
+        assert!(describe(&g).contains("#7 (always, global)"));
+    }
+}

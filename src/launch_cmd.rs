@@ -282,14 +282,14 @@ fn launch(
     Ok(code)
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 enum Served {
     None,
     Daemon(crate::launch_daemon::DaemonLink),
     InProcess(InProcessProxy, Option<BlockedReporter>),
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn serve(
     spec: &SandboxSpec,
     args: &LaunchArgs,
@@ -334,13 +334,13 @@ fn serve(
 
 /// The allowlist proxy on the sandbox's listener, on a small runtime of its own. Nobody can be
 /// asked yet, so destinations the policy does not allow are refused with a body that says so.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 struct InProcessProxy {
     proxy: sandgate_proxy::Proxy,
     thread: std::thread::JoinHandle<()>,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 impl InProcessProxy {
     fn start(
         fd: std::os::fd::OwnedFd,
@@ -382,6 +382,20 @@ impl InProcessProxy {
         self.proxy.shutdown();
         let _ = self.thread.join();
     }
+}
+
+/// No NFLOG outside Linux (pf's log is read by the host-wide monitor).
+#[cfg(target_os = "macos")]
+struct BlockedReporter;
+
+#[cfg(target_os = "macos")]
+impl BlockedReporter {
+    fn start(fd: std::os::fd::OwnedFd) -> BlockedReporter {
+        drop(fd);
+        BlockedReporter
+    }
+
+    fn finish(self) {}
 }
 
 /// Prints each blocked packet of the sandbox's NFLOG socket as
@@ -433,13 +447,48 @@ impl BlockedReporter {
     }
 }
 
+/// macOS: the proxy listens on a port of the host's loopback chosen for this sandbox; the Seatbelt
+/// profile lets the command reach that port and nothing else, and the daemon serves it (or this
+/// process, as on Linux).
 #[cfg(target_os = "macos")]
 fn launch(
     spec: &SandboxSpec,
-    _args: &LaunchArgs,
-    _net: sandgate_config::NetworkPolicy,
+    args: &LaunchArgs,
+    net: sandgate_config::NetworkPolicy,
 ) -> anyhow::Result<u8> {
-    Ok(sandgate_sandbox::launch(spec)?.wait()?)
+    let mut spec = spec.clone();
+    let listener = match spec.net {
+        NetMode::Proxy { .. } => Some(
+            std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind the proxy listener")?,
+        ),
+        NetMode::None => None,
+    };
+    let port = match &listener {
+        Some(l) => l.local_addr()?.port(),
+        None => sandgate_sandbox::PROXY_PORT,
+    };
+    if listener.is_some() {
+        let vars = sandgate_sandbox::proxy_env(port);
+        spec.env.retain(|(k, _)| !vars.iter().any(|(n, _)| k == n.as_str()));
+        spec.env.extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+    }
+    let launched = sandgate_sandbox::launch_with_proxy_port(&spec, port)?;
+    let served = match listener {
+        Some(l) => serve(&spec, args, net, l.into(), None)?,
+        None => Served::None,
+    };
+    let code = launched.wait()?;
+    match served {
+        Served::Daemon(link) => link.finish(i32::from(code), false),
+        Served::InProcess(proxy, reporter) => {
+            if let Some(r) = reporter {
+                r.finish();
+            }
+            proxy.stop();
+        }
+        Served::None => {}
+    }
+    Ok(code)
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]

@@ -13,7 +13,7 @@ mod control_cmd;
 mod daemon;
 mod firewall_cmd;
 mod launch_cmd;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
 mod policy_cmd;
 mod proxy_cmd;

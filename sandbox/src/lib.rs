@@ -30,4 +30,4 @@ pub use linux::{
     KernelSupport, Launched, NamespaceHooks, VETH_BATCH, kernel_support, landlock_gaps, launch,
 };
 #[cfg(target_os = "macos")]
-pub use macos::{Launched, launch};
+pub use macos::{Launched, launch, launch_with_proxy_port};

@@ -37,10 +37,19 @@ impl Launched {
 /// Starts `spec` under `sandbox-exec`. The proxy listens on the host's `localhost:PROXY_PORT`
 /// (served by the daemon); the profile allows nothing else.
 pub fn launch(spec: &SandboxSpec) -> Result<Launched, SandboxError> {
+    launch_with_proxy_port(spec, PROXY_PORT)
+}
+
+/// [`launch`] with the proxy on `localhost:proxy_port` (a port the launcher bound for this
+/// sandbox; the profile allows only it).
+pub fn launch_with_proxy_port(
+    spec: &SandboxSpec,
+    proxy_port: u16,
+) -> Result<Launched, SandboxError> {
     let tmp = std::env::temp_dir().join(format!("sandgate-{}", spec.id));
     std::fs::create_dir_all(&tmp).map_err(SandboxError::io("create private TMPDIR"))?;
     let tmp = tmp.canonicalize().map_err(SandboxError::io("resolve private TMPDIR"))?;
-    let profile = seatbelt::render(spec, &tmp, PROXY_PORT);
+    let profile = seatbelt::render(spec, &tmp, proxy_port);
     let (program, args) = spec
         .command
         .split_first()

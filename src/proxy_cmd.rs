@@ -31,7 +31,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// How long to hold a request for an unknown destination (e.g. `60s`, `2m`).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = sandgate_config::parse_duration)]
     ask_timeout: Duration,
     /// Require this token in Proxy-Authorization (Basic password or Bearer).
     #[arg(long, env = "SANDGATE_PROXY_TOKEN", hide_env_values = true)]
@@ -39,17 +39,6 @@ pub struct ProxyArgs {
     /// How tunnels move bytes: `splice` (zero-copy) or `copy`.
     #[arg(long, default_value = "splice", value_parser = parse_mode)]
     tunnel: TunnelMode,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?}: expected a number with s, m or ms"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?}: unknown unit {unit:?}; use s, m or ms")),
-    }
 }
 
 fn parse_mode(s: &str) -> Result<TunnelMode, String> {

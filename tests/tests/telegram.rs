@@ -1,0 +1,927 @@
+//! The Telegram channel end to end: the real binary, its daemon and proxy, and a fake Bot API
+//! server on 127.0.0.1 that the daemon's bot talks to (`[telegram] api_url`).
+//!
+//! The fake records every call (`sendMessage`, `editMessageText`, `answerCallbackQuery`, ...)
+//! with its arrival time and serves `getUpdates` from a queue the test pushes to, holding the
+//! long poll open until an update is queued or about a second passes, as the real API does.
+//! Every test has its own `Env`, so its own daemon (stopped by `Env`'s drop) and its own fake.
+//!
+//! Latency figures are printed (`--nocapture`), with generous bounds asserted: from a blocked
+//! request to the question arriving at the fake server, and from the moment `getUpdates` hands
+//! over the button press to the held request's response inside the sandbox. Both clocks are the
+//! wall clock (`SystemTime` here, `time.time()` in the sandboxed Python client).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use sandgate_tests::{Env, skip_unless};
+use serde_json::{Value, json};
+
+/// The token the fake accepts (in the URL path, as the Bot API wants it).
+const TOKEN: &str = "123456:TEST-token";
+/// The secret half: must never appear in the daemon's log.
+const SECRET: &str = "TEST-token";
+/// The chat the bot obeys.
+const CHAT: i64 = 42;
+/// A chat it must ignore.
+const STRANGER: i64 = 666;
+/// How long the fake holds a `getUpdates` with nothing to deliver.
+const LONG_POLL: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------------------------
+// The fake Bot API server
+// ---------------------------------------------------------------------------------------------
+
+/// One call the bot made.
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    body: Value,
+    /// When the request was read completely.
+    wall: SystemTime,
+    /// The id of the message a successful `sendMessage` created.
+    message_id: Option<i64>,
+}
+
+/// A scripted failure for the next call of a method.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// HTTP 429 with `parameters.retry_after`.
+    TooManyRequests { retry_after: u32 },
+    /// HTTP 500 with an HTML body.
+    ServerError,
+}
+
+#[derive(Default)]
+struct Inner {
+    updates: Vec<Value>,
+    next_update_id: u64,
+    next_message_id: i64,
+    calls: Vec<Call>,
+    /// Requests whose path did not carry the right token.
+    bad_token: usize,
+    failures: VecDeque<(String, Failure)>,
+    /// When each update was written into a `getUpdates` response.
+    delivered: Vec<(u64, SystemTime)>,
+}
+
+#[derive(Default)]
+struct State {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+}
+
+impl State {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct FakeTelegram {
+    /// `http://127.0.0.1:PORT`, for `[telegram] api_url`.
+    url: String,
+    state: Arc<State>,
+}
+
+fn user(id: i64, username: &str) -> Value {
+    json!({ "id": id, "is_bot": false, "first_name": username, "username": username })
+}
+
+fn message_json(id: i64, chat: i64, text: &str) -> Value {
+    json!({
+        "message_id": id,
+        "date": 1_700_000_000,
+        "chat": { "id": chat, "type": "private", "first_name": "chat" },
+        "text": text,
+    })
+}
+
+impl FakeTelegram {
+    /// Listens on 127.0.0.1:0; a thread per connection (HTTP/1.1 with keep-alive).
+    fn start() -> FakeTelegram {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state = Arc::new(State::default());
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || connection(&st, stream));
+            }
+        });
+        FakeTelegram { url, state }
+    }
+
+    fn push_update(&self, mut update: Value) -> u64 {
+        let id = {
+            let mut inner = self.state.lock();
+            inner.next_update_id += 1;
+            let id = inner.next_update_id;
+            update["update_id"] = json!(id);
+            inner.updates.push(update);
+            id
+        };
+        self.state.changed.notify_all();
+        id
+    }
+
+    /// A text message from `from` in `chat`.
+    fn push_message(&self, chat: i64, from: &str, text: &str) -> u64 {
+        let mut m = message_json(9000, chat, text);
+        m["from"] = user(chat, from);
+        self.push_update(json!({ "message": m }))
+    }
+
+    /// A press of the button with `data` under message `message_id` in `chat`.
+    fn push_callback(&self, chat: i64, from: &str, message_id: i64, data: &str) -> u64 {
+        self.push_update(json!({
+            "callback_query": {
+                "id": format!("cb{message_id}-{data}"),
+                "from": user(chat, from),
+                "chat_instance": "1",
+                "message": message_json(message_id, chat, "question"),
+                "data": data,
+            }
+        }))
+    }
+
+    fn fail_next(&self, method: &str, failure: Failure) {
+        self.state.lock().failures.push_back((method.to_owned(), failure));
+    }
+
+    fn calls(&self, method: &str) -> Vec<Call> {
+        self.state.lock().calls.iter().filter(|c| c.method == method).cloned().collect()
+    }
+
+    fn delivered_at(&self, update: u64) -> Option<SystemTime> {
+        self.state.lock().delivered.iter().find(|(id, _)| *id == update).map(|(_, at)| *at)
+    }
+
+    /// Waits for the `n`-th call (1-based) of `method` whose body matches `pred`.
+    #[track_caller]
+    fn wait_nth(
+        &self,
+        method: &str,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Call {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.state.lock();
+        loop {
+            let hits: Vec<&Call> =
+                inner.calls.iter().filter(|c| c.method == method && pred(&c.body)).collect();
+            if hits.len() >= n {
+                return hits[n - 1].clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let seen: Vec<String> = inner
+                    .calls
+                    .iter()
+                    .filter(|c| c.method != "getUpdates")
+                    .map(|c| format!("{} {}", c.method, c.body))
+                    .collect();
+                panic!("no {method} call #{n} matching within {timeout:?}; calls: {seen:#?}");
+            }
+            inner =
+                self.state.changed.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    #[track_caller]
+    fn wait_call(&self, method: &str, pred: impl Fn(&Value) -> bool) -> Call {
+        self.wait_nth(method, 1, Duration::from_secs(20), pred)
+    }
+
+    /// The `sendMessage` bodies that went to `chat` and contain `needle`.
+    fn sent_containing(&self, needle: &str) -> Vec<Value> {
+        self.calls("sendMessage")
+            .into_iter()
+            .map(|c| c.body)
+            .filter(|b| text(b).contains(needle))
+            .collect()
+    }
+}
+
+fn text(body: &Value) -> &str {
+    body["text"].as_str().unwrap_or("")
+}
+
+fn text_has(needle: &str) -> impl Fn(&Value) -> bool + '_ {
+    move |b| text(b).contains(needle)
+}
+
+/// The callback data of the button labelled `label` in a `sendMessage` body.
+fn button(body: &Value, label: &str) -> String {
+    let rows = body["reply_markup"]["inline_keyboard"].as_array().expect("inline keyboard");
+    rows.iter()
+        .flat_map(|r| r.as_array().into_iter().flatten())
+        .find(|b| b["text"] == label)
+        .and_then(|b| b["callback_data"].as_str())
+        .unwrap_or_else(|| panic!("no button {label:?} in {body}"))
+        .to_owned()
+}
+
+/// Serves one connection: requests with a Content-Length body, answered in order.
+fn connection(st: &State, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(mut out) = stream.try_clone() else { return };
+    let mut r = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let mut len = 0usize;
+        let mut close = false;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+                if k == "content-length" {
+                    len = v.parse().unwrap_or(0);
+                } else if k == "connection" && v.eq_ignore_ascii_case("close") {
+                    close = true;
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (status, reply) = handle(st, &path, body);
+        // One write: a head and a body in two segments would meet Nagle and delayed ACKs.
+        let response = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}",
+            reply.len()
+        );
+        if out.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+        if close {
+            return;
+        }
+    }
+}
+
+fn handle(st: &State, path: &str, body: Value) -> (&'static str, String) {
+    // `/bot<TOKEN>/SendMessage`: method names are case-insensitive.
+    let Some(method) = path.strip_prefix(&format!("/bot{TOKEN}/")) else {
+        st.lock().bad_token += 1;
+        st.changed.notify_all();
+        let reply = json!({ "ok": false, "error_code": 404, "description": "Not Found" });
+        return ("404 Not Found", reply.to_string());
+    };
+    let mut m: String = method.chars().take(1).flat_map(char::to_lowercase).collect();
+    m.push_str(method.get(1..).unwrap_or(""));
+    let (failure, new_id) = {
+        let mut inner = st.lock();
+        let pos = inner.failures.iter().position(|(f, _)| *f == m);
+        let failure = pos.and_then(|p| inner.failures.remove(p)).map(|(_, f)| f);
+        let new_id = (failure.is_none() && m == "sendMessage").then(|| {
+            inner.next_message_id += 1;
+            inner.next_message_id
+        });
+        let wall = SystemTime::now();
+        inner.calls.push(Call { method: m.clone(), body: body.clone(), wall, message_id: new_id });
+        (failure, new_id)
+    };
+    st.changed.notify_all();
+    match failure {
+        Some(Failure::TooManyRequests { retry_after }) => {
+            let reply = json!({
+                "ok": false, "error_code": 429,
+                "description": format!("Too Many Requests: retry after {retry_after}"),
+                "parameters": { "retry_after": retry_after },
+            });
+            return ("429 Too Many Requests", reply.to_string());
+        }
+        Some(Failure::ServerError) => {
+            return ("500 Internal Server Error", "<html>500 Internal Server Error</html>".into());
+        }
+        None => {}
+    }
+    let result = match m.as_str() {
+        "getUpdates" => get_updates(st, &body),
+        "sendMessage" | "editMessageText" => {
+            let id = new_id.or(body["message_id"].as_i64()).unwrap_or(0);
+            message_json(id, body["chat_id"].as_i64().unwrap_or(0), text(&body))
+        }
+        "getMe" => user(123_456, "sandgate_test_bot"),
+        _ => json!(true),
+    };
+    ("200 OK", json!({ "ok": true, "result": result }).to_string())
+}
+
+/// Returns the queued updates from `offset` on at once, or waits for one (up to [`LONG_POLL`]
+/// or the bot's own timeout, whichever is shorter).
+fn get_updates(st: &State, body: &Value) -> Value {
+    let offset = body["offset"].as_u64().unwrap_or(0);
+    let asked = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0));
+    let deadline = Instant::now() + asked.min(LONG_POLL);
+    let mut inner = st.lock();
+    loop {
+        inner.updates.retain(|u| u["update_id"].as_u64().unwrap_or(0) >= offset);
+        if !inner.updates.is_empty() {
+            let now = SystemTime::now();
+            let ids: Vec<u64> =
+                inner.updates.iter().filter_map(|u| u["update_id"].as_u64()).collect();
+            for id in ids {
+                if !inner.delivered.iter().any(|(d, _)| *d == id) {
+                    inner.delivered.push((id, now));
+                }
+            }
+            return Value::Array(inner.updates.clone());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return json!([]);
+        }
+        inner = st.changed.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment: binary, daemon, sandboxes, origins
+// ---------------------------------------------------------------------------------------------
+
+fn can_sandbox() -> bool {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    root && Command::new("curl").arg("--version").output().is_ok()
+        && Command::new("python3").arg("--version").output().is_ok()
+}
+
+/// An HTTP origin on 127.0.0.1 answering every request with `hello` (a thread per connection).
+fn origin() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                );
+            });
+        }
+    });
+    port
+}
+
+struct T {
+    env: Env,
+    proj: PathBuf,
+    /// Extra environment for every command (and so for the daemon a launcher starts).
+    vars: Vec<(String, String)>,
+}
+
+impl T {
+    fn new(config: &str) -> T {
+        let env = Env::outside_tmp();
+        let proj = env.root.path().join("proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        let dir = env.config_home().join("sandgate");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        T { env, proj, vars: Vec::new() }
+    }
+
+    /// A config whose bot talks to `fake` with the token in the file.
+    fn with_bot(fake: &FakeTelegram, extra: &str) -> T {
+        T::new(&format!(
+            "[daemon]\nask_timeout = \"30s\"\n\n[telegram]\ntoken = \"{TOKEN}\"\nchats = [{CHAT}]\n\
+             api_url = \"{}\"\n{extra}",
+            fake.url
+        ))
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.env.cmd();
+        c.current_dir(&self.proj).stdin(Stdio::null());
+        // The bot's HTTP client would follow these; the fake is on loopback.
+        for v in
+            ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+        {
+            c.env_remove(v);
+        }
+        c.env_remove("SANDGATE_TELEGRAM_TOKEN");
+        for (k, v) in &self.vars {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn sg(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.sg(args);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: {e}\nstdout {}\nstderr {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
+    fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
+        self.cmd()
+            .arg("net")
+            .args(args)
+            .arg("--")
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// A sandboxed `curl` of `http://127.0.0.1:PORT/` that prints the status code.
+    fn spawn_curl(&self, port: u16) -> Child {
+        let url = format!("http://127.0.0.1:{port}/");
+        self.spawn_net(
+            &[],
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "40",
+                "--noproxy",
+                "",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}\n",
+                &url,
+            ],
+        )
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.env.root.path().join("run/sandgate/daemon.log"))
+            .unwrap_or_default()
+    }
+
+    /// The one open question (waits for it).
+    fn pending_one(&self) -> Value {
+        let mut p = Value::Null;
+        wait_until("one pending question", Duration::from_secs(20), || {
+            p = self.json(&["pending", "--json"]);
+            p.as_array().is_some_and(|a| a.len() == 1)
+        });
+        p[0].clone()
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { return };
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ms(later: SystemTime, earlier: SystemTime) -> f64 {
+    match later.duration_since(earlier) {
+        Ok(d) => d.as_secs_f64() * 1e3,
+        Err(e) => -e.duration().as_secs_f64() * 1e3,
+    }
+}
+
+fn wall(secs: f64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Sandboxed client for the latency rounds: for each port, a request through the proxy (GET in
+/// absolute form, or CONNECT then GET through the tunnel), timed with the wall clock just before
+/// the request is sent and when the proxy's answer arrives. One line per round:
+/// `round I KIND SENT RECEIVED STATUS`.
+const CLIENT: &str = r#"
+import os, socket, sys, time, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ.get("HTTP_PROXY", "http://127.0.0.1:3128"))
+phost, pport = proxy.hostname, proxy.port
+def head(s):
+    data = b""
+    while b"\r\n" not in data:
+        c = s.recv(4096)
+        if not c:
+            break
+        data += c
+    return data
+for i, port in enumerate(sys.argv[1:]):
+    kind = "GET" if i % 2 == 0 else "CONNECT"
+    s = socket.create_connection((phost, int(pport)), timeout=60)
+    if kind == "GET":
+        req = "GET http://127.0.0.1:%s/ HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nConnection: close\r\n\r\n" % (port, port)
+    else:
+        req = "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n" % (port, port)
+    sent = time.time()
+    s.sendall(req.encode())
+    data = head(s)
+    got = time.time()
+    status = data.split(b" ")[1].decode() if data.count(b" ") else "none"
+    if kind == "CONNECT" and status == "200":
+        while b"\r\n\r\n" not in data:
+            data += s.recv(4096)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        body = b""
+        while True:
+            c = s.recv(4096)
+            if not c:
+                break
+            body += c
+        if not body.endswith(b"hello"):
+            status = "tunnel-broken"
+    s.close()
+    print("round %d %s %.6f %.6f %s" % (i, kind, sent, got, status), flush=True)
+"#;
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+
+    // (a) curl's GET is held; the question reaches the chat with its context and buttons.
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let pending = t.pending_one();
+    let sandbox = pending["sandbox"].as_str().unwrap().to_owned();
+    let msg = text(&q.body).to_owned();
+    for part in [
+        format!("{sandbox} wants 127.0.0.1:{port}"),
+        "GET /".to_owned(),
+        "command: curl -sS".to_owned(),
+        format!("cwd: {}", t.proj.display()),
+        format!("question q{}", pending["id"]),
+        "/allow 127.0.0.1".to_owned(),
+    ] {
+        assert!(msg.contains(&part), "{part:?} missing from the question:\n{msg}");
+    }
+    assert_eq!(q.body["chat_id"], CHAT);
+    for label in ["Allow once", "This session", "1 hour", "Always", "Deny"] {
+        button(&q.body, label);
+    }
+    let question_msg = q.message_id.unwrap();
+    fake.push_callback(CHAT, "alice", question_msg, &button(&q.body, "Allow once"));
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    let ack = fake.wait_call("answerCallbackQuery", |_| true);
+    assert!(text(&ack.body).contains("allowed once: 1 request released"), "{}", ack.body);
+    let edit = fake.wait_call("editMessageText", |_| true);
+    assert_eq!(edit.body["message_id"], question_msg);
+    assert!(
+        text(&edit.body).contains(&format!("127.0.0.1:{port} allowed once in Telegram by @alice")),
+        "{}",
+        edit.body
+    );
+    assert!(edit.body.get("reply_markup").is_none(), "buttons removed: {}", edit.body);
+    // Once: nothing remembered.
+    assert_eq!(t.json(&["rules", "--json"]), json!([]));
+
+    // Latency: rounds of a sandboxed client (GET, CONNECT, ...), one question each.
+    let ports: Vec<String> = (0..6).map(|_| origin().to_string()).collect();
+    std::fs::write(t.proj.join("client.py"), CLIENT).unwrap();
+    let mut args = vec!["python3", "client.py"];
+    args.extend(ports.iter().map(String::as_str));
+    let mut client = t.spawn_net(&[], &args);
+    let rounds = lines_of(client.stdout.take().unwrap());
+    let (mut post, mut release) = (Vec::new(), Vec::new());
+    for (i, port) in ports.iter().enumerate() {
+        let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}\n")));
+        let msg_id = q.message_id.unwrap();
+        let update = fake.push_callback(CHAT, "alice", msg_id, &button(&q.body, "Allow once"));
+        let line = rounds.recv_timeout(Duration::from_secs(20)).expect("a round's line");
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((f[0], f[1], f[5]), ("round", i.to_string().as_str(), "200"), "{line}");
+        let (sent, got) = (wall(f[3].parse().unwrap()), wall(f[4].parse().unwrap()));
+        let delivered = fake.delivered_at(update).expect("the update was delivered");
+        post.push(ms(q.wall, sent));
+        release.push(ms(got, delivered));
+        eprintln!(
+            "round {i} ({}): blocked request -> question at the fake {:.2} ms; callback delivered -> response {:.2} ms",
+            f[2], post[i], release[i]
+        );
+    }
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 0, "{stderr}");
+    let (p, r) = (median(&post), median(&release));
+    eprintln!("telegram e2e latency: blocked request -> question posted (ms): {post:.2?}");
+    eprintln!(
+        "telegram e2e latency: update delivered -> response in the sandbox (ms): {release:.2?}"
+    );
+    eprintln!("telegram e2e latency medians: post {p:.2} ms, release {r:.2} ms (target <= 50 ms)");
+    assert!(p < 2000.0 && r < 2000.0, "post {p:.1} ms, release {r:.1} ms");
+}
+
+#[test]
+fn an_allow_command_releases_the_held_request_and_rules_revoke_status_work() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let msg_id = q.message_id.unwrap();
+    fake.push_message(CHAT, "bob", "/allow 127.0.0.1");
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    let reply =
+        fake.wait_call("sendMessage", text_has("allowed for this session: 1 request released"));
+    assert_eq!(reply.body["chat_id"], CHAT);
+    let edit = fake.wait_call("editMessageText", |_| true);
+    assert_eq!(edit.body["message_id"], msg_id);
+    assert!(
+        text(&edit.body).contains("allowed for this session in Telegram by @bob"),
+        "{}",
+        edit.body
+    );
+
+    // The answer is a grant recorded with who gave it and how.
+    let rules = t.json(&["rules", "--json"]);
+    let rules = rules.as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        (rules[0]["pattern"].as_str(), rules[0]["channel"].as_str()),
+        (Some("127.0.0.1"), Some("telegram"))
+    );
+    assert_eq!(rules[0]["approved_by"], "@bob", "{}", rules[0]);
+    let id = rules[0]["id"].to_string();
+
+    // /rules, /status and /revoke go to the daemon.
+    fake.push_message(CHAT, "bob", "/rules");
+    let r = fake.wait_call("sendMessage", text_has("by @bob via telegram"));
+    assert!(text(&r.body).contains(&format!("#{id}")), "{}", r.body);
+    assert!(text(&r.body).contains("allow 127.0.0.1"), "{}", r.body);
+    fake.push_message(CHAT, "bob", "/status");
+    let s = fake.wait_call("sendMessage", text_has("sandgate daemon up"));
+    assert!(text(&s.body).contains("0 question(s) pending"), "{}", s.body);
+    fake.push_message(CHAT, "bob", &format!("/revoke {id}"));
+    fake.wait_call("sendMessage", text_has(&format!("revoked #{id}")));
+    assert_eq!(t.json(&["rules", "--json"]), json!([]));
+    fake.push_message(CHAT, "bob", "/revoke 999");
+    fake.wait_call("sendMessage", text_has("not revoked"));
+    fake.push_message(CHAT, "bob", "/rules");
+    fake.wait_call("sendMessage", text_has("No grants."));
+}
+
+#[test]
+fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    // The token comes from the environment, which wins over the file's.
+    let mut t = T::new(&format!(
+        "[daemon]\nask_timeout = \"4s\"\n\n[telegram]\ntoken = \"999:not-this-one\"\n\
+         chats = [{CHAT}]\napi_url = \"{}\"\n",
+        fake.url
+    ));
+    t.vars.push(("SANDGATE_TELEGRAM_TOKEN".into(), TOKEN.into()));
+    let port = origin();
+    let asked = Instant::now();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let msg_id = q.message_id.unwrap();
+    let pending = t.pending_one();
+
+    // A stranger's command and button press, then our /pending: updates are handled in order,
+    // so the reply to /pending proves the stranger's two were seen first.
+    fake.push_message(STRANGER, "mallory", "/allow 127.0.0.1");
+    fake.push_callback(STRANGER, "mallory", msg_id, &button(&q.body, "Always"));
+    fake.push_message(CHAT, "alice", "/pending");
+    let reply = fake.wait_call("sendMessage", text_has("pending:"));
+    let listed = text(&reply.body);
+    assert!(listed.starts_with("1 pending:"), "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "q{} · {} wants 127.0.0.1:{port} · 1 waiting",
+            pending["id"],
+            pending["sandbox"].as_str().unwrap()
+        )),
+        "{listed}"
+    );
+    assert_eq!(t.json(&["pending", "--json"]).as_array().unwrap().len(), 1, "still held");
+    for c in fake.calls("sendMessage").iter().chain(&fake.calls("answerCallbackQuery")) {
+        assert_ne!(c.body["chat_id"], STRANGER, "the bot answered a stranger: {}", c.body);
+    }
+    assert!(fake.calls("answerCallbackQuery").is_empty());
+
+    // Nobody answers: 403 after the timeout, and the question is edited to say so.
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "403\n"), "{stderr}");
+    assert!(asked.elapsed() >= Duration::from_secs(4), "{:?}", asked.elapsed());
+    let edit = fake.wait_call("editMessageText", |_| true);
+    assert!(text(&edit.body).contains("nobody answered in time"), "{}", edit.body);
+    assert_eq!(t.json(&["rules", "--json"]), json!([]));
+    assert_eq!(fake.state.lock().bad_token, 0, "the file's token was not used");
+    let log = t.log();
+    assert!(log.contains("ignoring a Telegram message from a chat not configured"), "{log}");
+    assert!(log.contains("ignoring a Telegram button press from a chat not configured"), "{log}");
+    assert!(log.contains(&STRANGER.to_string()), "the stranger's chat id is logged:\n{log}");
+    assert!(!log.contains(SECRET), "the token is in the log:\n{log}");
+}
+
+#[test]
+fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    // The question's first post gets 429 (retry after 1 s), its second a 500; the first long
+    // poll a 500 (teloxide waits 10 s after a 5xx before it reports the error).
+    fake.fail_next("sendMessage", Failure::TooManyRequests { retry_after: 1 });
+    fake.fail_next("sendMessage", Failure::ServerError);
+    fake.fail_next("getUpdates", Failure::ServerError);
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let pending = t.pending_one();
+    let sandbox = pending["sandbox"].as_str().unwrap().to_owned();
+    // While the bot is backing off, the CLI answers.
+    fake.wait_nth("sendMessage", 2, Duration::from_secs(20), |_| true);
+    let answered = Instant::now();
+    let out = t.sg(&["allow", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = finish(curl);
+    let released = answered.elapsed();
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    assert!(
+        released < Duration::from_secs(3),
+        "the CLI's answer waited for Telegram: {released:?}"
+    );
+    eprintln!("released by the CLI {released:?} after the answer, while Telegram was failing");
+
+    // The bot carries on: the question is posted once the failures pass, then edited.
+    let posted = fake.wait_nth("sendMessage", 3, Duration::from_secs(30), |_| true);
+    assert!(
+        text(&posted.body).contains(&format!("{sandbox} wants 127.0.0.1:{port}")),
+        "{}",
+        posted.body
+    );
+    let edit = fake.wait_nth("editMessageText", 1, Duration::from_secs(30), |_| true);
+    assert!(text(&edit.body).contains("allowed for this session in the CLI by"), "{}", edit.body);
+    // ...and its poller too: a new question is answered with a button.
+    let polls = fake.calls("getUpdates").len();
+    fake.wait_nth("getUpdates", polls + 1, Duration::from_secs(30), |_| true);
+    let port2 = origin();
+    let curl = t.spawn_curl(port2);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port2}")));
+    let msg_id = q.message_id.unwrap();
+    fake.push_callback(CHAT, "alice", msg_id, &button(&q.body, "Allow once"));
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    let log = t.log();
+    assert!(log.contains("Telegram call failed; retrying"), "{log}");
+    assert!(log.contains("Telegram getUpdates failed; retrying"), "{log}");
+    assert!(!log.contains(SECRET), "the token is in the log:\n{log}");
+}
+
+#[test]
+fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let posted = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let msg_id = posted.message_id.unwrap();
+    let q = t.pending_one();
+    let answered = SystemTime::now();
+    let out = t.sg(&["allow", &format!("q{}", q["id"]), "--for", "15m"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    let edit = fake.wait_call("editMessageText", |_| true);
+    eprintln!("CLI answer -> question edited in the chat: {:.2} ms", ms(edit.wall, answered));
+    assert_eq!(
+        (edit.body["chat_id"].as_i64(), edit.body["message_id"].as_i64()),
+        (Some(CHAT), Some(msg_id))
+    );
+    let who = String::from_utf8_lossy(&Command::new("id").arg("-un").output().unwrap().stdout)
+        .trim()
+        .to_owned();
+    let want = format!("✅ 127.0.0.1:{port} allowed for 15m in the CLI by {who}");
+    assert!(text(&edit.body).starts_with(&want), "{:?} is not {want:?}…", text(&edit.body));
+    assert!(edit.body.get("reply_markup").is_none(), "buttons removed: {}", edit.body);
+}
+
+/// A burst of blocked direct connections, counted by the daemon's monitor.
+const BURST: &str = r#"
+import socket
+refused = 0
+for i in range(1000):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("10.203.0.2", 9))
+    except OSError:
+        refused += 1
+    finally:
+        s.close()
+print("refused", refused, flush=True)
+"#;
+
+#[test]
+fn an_alert_burst_of_1000_blocked_connections_is_a_handful_of_messages_with_counts() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "alert_window = \"2s\"\n");
+    // 10.203.0.2 is nobody: the sandbox's own firewall rejects the SYN inside its namespace.
+    let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", BURST]));
+    assert_eq!((code, stdout.as_str()), (0, "refused 1000\n"), "{stderr}");
+    let dest = "10.203.0.2:9/tcp";
+    // The first alert at once, then one summary per window with the count.
+    let count = |bodies: &[Value]| -> u64 {
+        bodies
+            .iter()
+            .map(|b| {
+                let t = text(b);
+                if let Some((_, more)) = t.split_once(" — ") {
+                    more.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
+                } else if let Some((_, x)) = t.rsplit_once("(×") {
+                    x.trim_end_matches(')').parse().unwrap_or(0)
+                } else {
+                    1
+                }
+            })
+            .sum()
+    };
+    let mut alerts = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        alerts = fake.sent_containing(dest);
+        if count(&alerts) >= 1000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let texts: Vec<&str> = alerts.iter().map(text).collect();
+    eprintln!("1000 blocked connections -> {} alert message(s): {texts:#?}", alerts.len());
+    assert!(!alerts.is_empty() && alerts.len() <= 5, "{texts:#?}");
+    assert!(texts[0].contains("blocked direct connection to 10.203.0.2:9/tcp"), "{texts:#?}");
+    assert_eq!(count(&alerts), 1000, "every blocked packet is counted: {texts:#?}");
+}

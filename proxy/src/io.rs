@@ -252,6 +252,54 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
     }
 }
 
+/// Opens a TCP connection to `addr` with TCP_NODELAY set.
+///
+/// On Linux the socket is made by hand so that a connection the kernel completes inside
+/// `connect(2)` — always the case on loopback and usually in the same host's namespaces, where
+/// the handshake runs in the caller's own system call — is used at once: tokio's `connect` would
+/// return to the reactor for an `epoll_wait` first (on the multi-thread runtime, one more worker
+/// wake-up too). A connection still in progress is awaited as tokio does it: writable, then
+/// `SO_ERROR`. The caller puts a deadline on it.
+#[cfg(target_os = "linux")]
+pub(crate) async fn connect_tcp(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
+    use std::os::fd::AsRawFd;
+
+    use nix::errno::Errno;
+    use nix::sys::socket::{
+        SockFlag, SockProtocol, SockType, SockaddrStorage, connect, getpeername, setsockopt,
+        socket, sockopt,
+    };
+
+    let family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let fd = socket(family, SockType::Stream, flags, SockProtocol::Tcp)?;
+    setsockopt(&fd, sockopt::TcpNoDelay, &true)?;
+    match connect(fd.as_raw_fd(), &SockaddrStorage::from(addr)) {
+        // EINTR: the connection goes on in the background, as with EINPROGRESS.
+        Ok(()) | Err(Errno::EINPROGRESS | Errno::EINTR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let established = getpeername::<SockaddrStorage>(fd.as_raw_fd()).is_ok();
+    let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
+    if !established {
+        stream.writable().await?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        // Writable without an error but not connected (ENOTCONN) is a failure too.
+        stream.peer_addr()?;
+    }
+    Ok(stream)
+}
+
+/// Opens a TCP connection to `addr` with TCP_NODELAY set.
+#[cfg(not(target_os = "linux"))]
+pub(crate) async fn connect_tcp(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
 /// Raises the soft limit on open files to the hard limit; returns the new soft limit.
 pub fn raise_nofile_limit() -> io::Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -282,5 +330,30 @@ mod tests {
         }
         #[cfg(target_os = "linux")]
         assert!(l.nodelay_for_accepted());
+    }
+
+    /// Connections are made with TCP_NODELAY, to IPv4 and IPv6 addresses alike; a refused
+    /// connection is an error, not a stream.
+    #[tokio::test]
+    async fn connect_tcp_connects_or_fails() {
+        for host in ["127.0.0.1", "::1"] {
+            let Ok(l) = TcpListener::bind((host, 0)).await else {
+                assert!(host == "::1", "cannot listen on {host}");
+                continue; // no IPv6 loopback here
+            };
+            let addr = l.local_addr().unwrap();
+            let s = connect_tcp(addr).await.unwrap();
+            assert!(s.nodelay().unwrap());
+            assert_eq!(s.peer_addr().unwrap(), addr);
+            let (mut server, _) = l.accept().await.unwrap();
+            let mut s = s;
+            tokio::io::AsyncWriteExt::write_all(&mut s, b"ping").await.unwrap();
+            let mut buf = [0u8; 4];
+            tokio::io::AsyncReadExt::read_exact(&mut server, &mut buf).await.unwrap();
+            assert_eq!(&buf, b"ping");
+            drop(l);
+            let e = connect_tcp(addr).await.expect_err("connected to a closed port");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{host}: {e}");
+        }
     }
 }

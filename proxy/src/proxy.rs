@@ -15,7 +15,7 @@ use crate::ask::Asks;
 use crate::denial::Refusal;
 use crate::forward::Pool;
 use crate::guard::{self, OwnAddresses};
-use crate::io::Listener;
+use crate::io::{Listener, connect_tcp};
 use crate::traits::{
     Answer, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Question, Resolver,
     SandboxId, SystemResolver, TracingSink,
@@ -488,12 +488,9 @@ impl Inner {
     ) -> Result<TcpStream, Refusal> {
         let mut last = String::from("no address to connect to");
         for addr in addrs {
-            match tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(addr)).await
-            {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    return Ok(s);
-                }
+            // A connection that completes at once (loopback) never arms the timer.
+            match tokio::time::timeout(self.config.connect_timeout, connect_tcp(*addr)).await {
+                Ok(Ok(s)) => return Ok(s),
                 Ok(Err(e)) => last = format!("{addr}: {e}"),
                 Err(_) => {
                     last = format!(

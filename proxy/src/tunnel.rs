@@ -97,7 +97,7 @@ pub(crate) use splicing::{PipePool, splice};
 /// Stand-in where splice(2) does not exist.
 #[cfg(not(target_os = "linux"))]
 #[derive(Default)]
-pub(crate) struct PipePool;
+pub(crate) struct PipePool(());
 
 #[cfg(target_os = "linux")]
 mod splicing {

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Launch overhead of the sandbox tiers: `sandbox-run true` and `sandbox-net true` against bare
-# `true` and `bwrap --ro-bind / / true`. Release build; needs hyperfine and bwrap.
+# `true` and `bwrap --ro-bind / / true`; `sandbox-net` both registered with a running daemon (the
+# normal case) and serving its proxy itself. Release build; needs hyperfine and bwrap.
 # Usage: bench/launch.sh [extra hyperfine args]   (results: bench/launch.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin sandgate >/dev/null
 bin="$PWD/target/release/sandgate"
 dir="$(mktemp -d /var/tmp/sandgate-bench.XXXXXX)"
-trap 'rm -rf "$dir"' EXIT
+# A private daemon (net/build launches register with it), stopped at the end.
+export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config"
+mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"
+trap '"$bin" stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+"$bin" daemon >"$dir/daemon.log" 2>&1 &
+for _ in $(seq 100); do "$bin" status >/dev/null 2>&1 && break; sleep 0.05; done
 ln -s "$bin" "$dir/sandbox-run"
 ln -s "$bin" "$dir/sandbox-net"
 ln -s "$bin" "$dir/sandbox-build"
@@ -18,4 +24,5 @@ hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/
   -n 'bwrap --ro-bind / / --unshare-all true' 'bwrap --ro-bind / / --unshare-all true' \
   -n 'sandbox-run true' "$dir/sandbox-run true" \
   -n 'sandbox-net true' "$dir/sandbox-net true" \
+  -n 'sandbox-net true (no daemon)' "env SANDGATE_NO_DAEMON=1 $dir/sandbox-net true" \
   -n 'sandbox-build true' "$dir/sandbox-build true"

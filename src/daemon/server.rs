@@ -466,6 +466,9 @@ impl Conn {
             policy: Arc::new(policy.net.clone()),
             token: None,
         };
+        // Subscribe for the launcher before serving: a request already waiting in the listener's
+        // backlog becomes a question as soon as the proxy accepts it.
+        let questions = s.bus.subscribe();
         let proxy = d.proxy.clone();
         let mut stop_serve = stop_rx.clone();
         tokio::spawn(async move {
@@ -491,7 +494,7 @@ impl Conn {
             None => drop(done_tx),
         }
         // Questions about this sandbox go to its launcher (for its terminal).
-        tokio::spawn(forward_until(s.bus.subscribe(), self.tx.clone(), info.id.clone(), stop_rx));
+        tokio::spawn(forward_until(questions, self.tx.clone(), info.id.clone(), stop_rx));
         s.publish(
             EventKind::Request,
             Some(&info.id),

@@ -180,12 +180,13 @@ fn expect_line(
     pred: impl Fn(&str) -> bool,
 ) -> String {
     let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(l) if pred(&l) => return l,
-            Ok(_) => continue,
-            Err(e) => panic!("expected line not seen: {e}"),
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("expected line not seen ({e}); saw:\n{}", seen.join("\n")),
         }
     }
 }
@@ -624,4 +625,93 @@ fn status_stop_and_concurrent_launchers_start_one_daemon() {
     let out = t.sg(&["stop"]);
     assert!(out.status.success());
     assert_eq!(t.sg(&["status"]).status.code(), Some(3));
+}
+
+impl T {
+    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with this
+    /// environment; stdin and stdout piped (what is written to stdin is typed on the terminal).
+    fn on_terminal(&self, args: &[&str]) -> Child {
+        let mut line = sandgate_tests::sandgate_bin().display().to_string();
+        for a in args {
+            line.push(' ');
+            line.push_str(&format!("'{}'", a.replace('\'', r"'\''")));
+        }
+        let root = self.env.root.path();
+        Command::new("script")
+            .args(["-qfec", &line, "/dev/null"])
+            .env("XDG_CONFIG_HOME", self.env.config_home())
+            .env("XDG_DATA_HOME", root.join("data"))
+            .env("XDG_RUNTIME_DIR", root.join("run"))
+            .env("HOME", root.join("home"))
+            .env("NO_COLOR", "1")
+            .env("SHELL", "/bin/sh")
+            .current_dir(&self.proj)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+fn has_script() -> bool {
+    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_key_press_in_watch_answers_the_oldest_question() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    start_daemon(&t);
+    let port = origin("hello");
+    let mut watch = t.on_terminal(&["watch"]);
+    let mut keys = watch.stdin.take().unwrap();
+    let screen = lines_of(watch.stdout.take().unwrap());
+    expect_line(&screen, Duration::from_secs(10), |l| l.contains("keys answer"));
+    let held = t.spawn_net(
+        &[],
+        &curl(&format!("http://127.0.0.1:{port}/")).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let want = format!("wants 127.0.0.1:{port}");
+    expect_line(&screen, Duration::from_secs(20), |l| l.contains(&want));
+    keys.write_all(b"o").unwrap();
+    keys.flush().unwrap();
+    let (code, stdout, stderr) = finish(held);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    expect_line(&screen, Duration::from_secs(5), |l| l.contains("allowed once in the CLI"));
+    // `once` leaves no grant behind.
+    assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]));
+    keys.write_all(b"q").unwrap();
+    let _ = keys.flush();
+    wait_until("watch to quit on q", Duration::from_secs(5), || {
+        watch.try_wait().unwrap().is_some()
+    });
+}
+
+#[test]
+fn the_launchers_terminal_shows_its_questions_and_their_answers() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut args = vec!["net", "--"];
+    let c = curl(&url);
+    args.extend(c.iter().map(String::as_str));
+    let mut run = t.on_terminal(&args);
+    let _keep_stdin_open = run.stdin.take();
+    let screen = lines_of(run.stdout.take().unwrap());
+    let prompt = expect_line(&screen, Duration::from_secs(20), |l| {
+        l.contains(&format!("wants 127.0.0.1:{port}"))
+    });
+    assert!(prompt.contains("sandgate allow 127.0.0.1"), "{prompt}");
+    assert!(t.sg(&["allow", "127.0.0.1", "--once"]).status.success());
+    expect_line(&screen, Duration::from_secs(10), |l| l.contains("allowed once in the CLI"));
+    expect_line(&screen, Duration::from_secs(10), |l| l.trim() == "200");
+    wait_until("the launcher to exit", Duration::from_secs(10), || {
+        run.try_wait().unwrap().is_some()
+    });
 }

@@ -715,3 +715,38 @@ fn the_launchers_terminal_shows_its_questions_and_their_answers() {
         run.try_wait().unwrap().is_some()
     });
 }
+
+#[test]
+fn nothing_inside_a_sandbox_reaches_the_control_socket() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    // Even with the socket path allowed to unix sockets by config, the runtime directory is
+    // hidden inside (and a peer in another pid namespace would be refused).
+    let t = T::new("");
+    start_daemon(&t);
+    let sock = t.socket();
+    let cfg = format!("[filesystem]\nunix_sockets = [{:?}]\n", sock.display().to_string());
+    std::fs::write(t.env.config_home().join("sandgate/config.toml"), cfg).unwrap();
+    let probe = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    s.sendall(b'{"op":"answer","target":{"host":{"pattern":"evil.example.com"}},"answer":{"allow":{"always":{"global":true}}}}\n')
+    print("reply", s.makefile().readline().strip())
+except OSError as e:
+    print("refused", e.errno)
+"#;
+    let sock_arg = sock.display().to_string();
+    for tier in ["run", "net", "build"] {
+        let out = t.sg(&[tier, "--", "python3", "-c", probe, &sock_arg]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("refused"),
+            "{tier}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]), "no grant was made");
+}

@@ -269,16 +269,7 @@ fn launch(
         served = serve(spec, args, net, fd, nflog)?;
     }
     let code = launched.wait()?;
-    match served {
-        Served::Daemon(link) => link.finish(i32::from(code), args.report_blocked),
-        Served::InProcess(proxy, reporter) => {
-            if let Some(r) = reporter {
-                r.finish();
-            }
-            proxy.stop();
-        }
-        Served::None => {}
-    }
+    served.finish(code, args.report_blocked);
     Ok(code)
 }
 
@@ -287,6 +278,24 @@ enum Served {
     None,
     Daemon(crate::launch_daemon::DaemonLink),
     InProcess(InProcessProxy, Option<BlockedReporter>),
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+impl Served {
+    /// The command ended with `code`: tell the daemon (and wait for the last blocked-traffic
+    /// lines with `report_blocked`), or stop serving the proxy here.
+    fn finish(self, code: u8, report_blocked: bool) {
+        match self {
+            Served::Daemon(link) => link.finish(i32::from(code), report_blocked),
+            Served::InProcess(proxy, reporter) => {
+                if let Some(r) = reporter {
+                    r.finish();
+                }
+                proxy.stop();
+            }
+            Served::None => {}
+        }
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -478,16 +487,7 @@ fn launch(
         None => Served::None,
     };
     let code = launched.wait()?;
-    match served {
-        Served::Daemon(link) => link.finish(i32::from(code), false),
-        Served::InProcess(proxy, reporter) => {
-            if let Some(r) = reporter {
-                r.finish();
-            }
-            proxy.stop();
-        }
-        Served::None => {}
-    }
+    served.finish(code, false);
     Ok(code)
 }
 

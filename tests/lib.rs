@@ -5,6 +5,8 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -115,4 +117,43 @@ pub fn skip_unless(available: bool, what: &str) -> bool {
     assert!(!in_ci(), "required capability missing in CI: {what}");
     eprintln!("SKIP: {what} is not available here");
     true
+}
+
+/// An HTTP origin on 127.0.0.1 answering every request with `body` (a thread per connection);
+/// returns its port.
+pub fn origin(body: &'static str) -> u16 {
+    serve_loopback(move |mut s| {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = s.write_all(reply.as_bytes());
+    })
+}
+
+/// A TCP echo server on 127.0.0.1 (a thread per connection); returns its port.
+pub fn echo() -> u16 {
+    serve_loopback(|mut s| {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+fn serve_loopback(handle: impl Fn(std::net::TcpStream) + Send + Sync + Clone + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let port = listener.local_addr().expect("local address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(s) = stream else { continue };
+            let handle = handle.clone();
+            std::thread::spawn(move || handle(s));
+        }
+    });
+    port
 }

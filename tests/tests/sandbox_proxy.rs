@@ -1,30 +1,9 @@
 //! The `net` tier's only way out is the in-process allowlist proxy: an allowed destination is
 //! reached through it, anything else gets the proxy's 403 body, and a direct connection fails.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::process::{Command, Output};
 
-use sandgate_tests::{Env, skip_unless};
-
-/// A one-thread HTTP origin on 127.0.0.1 that answers every request with `body`.
-fn origin(body: &'static str) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(reply.as_bytes());
-        }
-    });
-    port
-}
+use sandgate_tests::{Env, origin, skip_unless};
 
 fn can_sandbox() -> bool {
     // The net tier needs namespaces and nft (root in CI) and the test needs curl.

@@ -56,25 +56,40 @@ pub async fn read_nflog(
     // The tail: whatever the kernel queued before the sandbox ended. The kernel sends a batch
     // after its flush timeout (10 ms), so a launcher that reports blocked traffic waits for it.
     let mut sync = sock.into_inner();
+    let last_batch = std::time::Duration::from_millis(30);
+    let flushing = flush.load(std::sync::atomic::Ordering::Acquire);
+    let wait = if flushing { last_batch } else { std::time::Duration::ZERO };
+    let _ = done.send(drain(&s, &sandbox, &mut sync, wait));
+    if !flushing {
+        // Nobody waits for the last batch, but the store and the Telegram bot still want it.
+        drain(&s, &sandbox, &mut sync, last_batch);
+    }
+}
+
+/// Reads what the socket delivers within `wait` (then what is queued): alerts, store events,
+/// and the events as JSON.
+#[cfg(target_os = "linux")]
+fn drain(
+    s: &Shared,
+    sandbox: &str,
+    sync: &mut sandgate_monitor::nflog::NflogSocket,
+    mut wait: std::time::Duration,
+) -> Vec<Value> {
     let mut tail = Vec::new();
-    let mut wait = if flush.load(std::sync::atomic::Ordering::Acquire) {
-        std::time::Duration::from_millis(30)
-    } else {
-        std::time::Duration::ZERO
-    };
     while let Ok(packets) = tokio::task::block_in_place(|| sync.recv(wait)) {
         wait = std::time::Duration::ZERO;
         if packets.is_empty() {
             break;
         }
-        for ev in summarise(&sandbox, &packets) {
+        for ev in summarise(sandbox, &packets) {
             if let Ok(v) = serde_json::to_value(&ev) {
                 tail.push(v);
             }
-            s.publish(EventKind::BlockedPacket, Some(&sandbox), ev);
+            alert(s, sandbox, &ev);
+            s.publish(EventKind::BlockedPacket, Some(sandbox), ev);
         }
     }
-    let _ = done.send(tail);
+    tail
 }
 
 /// Non-Linux: there is no NFLOG; the descriptor is dropped.
@@ -91,23 +106,27 @@ pub async fn read_nflog(
     let _ = done.send(Vec::new());
 }
 
+/// A blocked-traffic alert for the Telegram bot, when there is one.
 #[cfg(target_os = "linux")]
-async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev: Event) {
-    if let Event::Blocked { protocol, dst, port, count, .. } = &ev
+fn alert(s: &Shared, sandbox: &str, ev: &Event) {
+    if let Event::Blocked { protocol, dst, port, count, .. } = ev
         && let Some(bot) = s.telegram.get()
     {
-        {
-            let dest = match port {
-                Some(p) => format!("{dst}:{p}/{protocol}"),
-                None => format!("{dst}/{protocol}"),
-            };
-            bot.alert(sandgate_approvals::telegram::Alert {
-                key: format!("{sandbox} → {dest}"),
-                text: format!("{sandbox}: blocked direct connection to {dest}"),
-                count: *count,
-            });
-        }
+        let dest = match port {
+            Some(p) => format!("{dst}:{p}/{protocol}"),
+            None => format!("{dst}/{protocol}"),
+        };
+        bot.alert(sandgate_approvals::telegram::Alert {
+            key: format!("{sandbox} → {dest}"),
+            text: format!("{sandbox}: blocked direct connection to {dest}"),
+            count: *count,
+        });
     }
+}
+
+#[cfg(target_os = "linux")]
+async fn publish(s: &Shared, sandbox: &str, launcher: &mpsc::Sender<String>, ev: Event) {
+    alert(s, sandbox, &ev);
     if let Ok(mut l) = serde_json::to_string(&ev) {
         l.push('\n');
         let _ = launcher.try_send(l);

@@ -165,6 +165,7 @@ pub fn spec_from_policy(
         },
     };
     // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy.
+    // Nor the Telegram bot's token (meant for the daemon this launcher may start).
     let proxy_vars: Vec<String> =
         sandgate_sandbox::proxy_env(0).into_iter().map(|(k, _)| k).collect();
     let mut env: Vec<(OsString, OsString)> = ctx
@@ -174,6 +175,7 @@ pub fn spec_from_policy(
             !proxy_vars.iter().any(|n| k == n.as_str())
                 && k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
+                && k != sandgate_approvals::telegram::TOKEN_ENV
         })
         .cloned()
         .collect();

@@ -21,6 +21,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandgate_tests::{Env, skip_unless};
+
+/// An HTTP origin on 127.0.0.1 answering `hello`.
+fn origin() -> u16 {
+    sandgate_tests::origin("hello")
+}
 use serde_json::{Value, json};
 
 /// The token the fake accepts (in the URL path, as the Bot API wants it).
@@ -366,25 +371,6 @@ fn can_sandbox() -> bool {
     let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
     root && Command::new("curl").arg("--version").output().is_ok()
         && Command::new("python3").arg("--version").output().is_ok()
-}
-
-/// An HTTP origin on 127.0.0.1 answering every request with `hello` (a thread per connection).
-fn origin() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = s.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
-                );
-            });
-        }
-    });
-    port
 }
 
 struct T {
@@ -779,6 +765,13 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     assert!(log.contains("ignoring a Telegram button press from a chat not configured"), "{log}");
     assert!(log.contains(&STRANGER.to_string()), "the stranger's chat id is logged:\n{log}");
     assert!(!log.contains(SECRET), "the token is in the log:\n{log}");
+    // The token is the daemon's: the sandboxed command does not see it.
+    let echo = ["sh", "-c", "echo ${SANDGATE_TELEGRAM_TOKEN:-unset}"];
+    for tier in ["run", "net"] {
+        let out = t.cmd().arg(tier).arg("--").args(echo).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout, "unset\n", "{tier}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]

@@ -787,6 +787,7 @@ fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
     fake.fail_next("getUpdates", Failure::ServerError);
     let t = T::with_bot(&fake, "");
     let port = origin();
+    let launched = SystemTime::now();
     let curl = t.spawn_curl(port);
     let pending = t.pending_one();
     let sandbox = pending["sandbox"].as_str().unwrap().to_owned();
@@ -806,6 +807,10 @@ fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
 
     // The bot carries on: the question is posted once the failures pass, then edited.
     let posted = fake.wait_nth("sendMessage", 3, Duration::from_secs(30), |_| true);
+    eprintln!(
+        "question posted {:.0} ms after the launch, through 429 and 500",
+        ms(posted.wall, launched)
+    );
     assert!(
         text(&posted.body).contains(&format!("{sandbox} wants 127.0.0.1:{port}")),
         "{}",

@@ -5,8 +5,9 @@
 # connections; prints one summary. Exits non-zero on any error, a launcher that failed, or memory
 # that grew (end RSS more than 10% above the sample taken 10 s into the traffic).
 #
-# Usage: bench/daemon-load.sh [-n N] [-m M] [-d DURATION] [SANDGATE_BINARY]
+# Usage: bench/daemon-load.sh [-n N] [-m M] [-d DURATION] [-c CHURN] [SANDGATE_BINARY]
 #   N (sandboxes, default 20), M (tunnels per sandbox, default 50), DURATION (seconds, default 60)
+#   and CHURN (close each tunnel and open a new one after this many round trips; default 0, never)
 #   may also come from the environment. Without a binary, builds target/release/sandgate.
 #   Quick smoke run: N=4 M=10 DURATION=10 bench/daemon-load.sh
 # Needs root (the net tier), python3. Everything lives in a temp dir under /var/tmp (private
@@ -14,19 +15,21 @@
 # Network: only 127.0.0.1.
 set -euo pipefail
 
-N="${N:-20}" M="${M:-50}" DURATION="${DURATION:-60}"
-while getopts "n:m:d:h" opt; do
+N="${N:-20}" M="${M:-50}" DURATION="${DURATION:-60}" CHURN="${CHURN:-0}"
+while getopts "n:m:d:c:h" opt; do
   case "$opt" in
     n) N="$OPTARG" ;;
     m) M="$OPTARG" ;;
     d) DURATION="$OPTARG" ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    c) CHURN="$OPTARG" ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 for v in N M DURATION; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "daemon-load: $v must be a positive integer" >&2; exit 2; }
 done
+[[ "$CHURN" =~ ^[0-9]+$ ]] || { echo "daemon-load: CHURN must be a number" >&2; exit 2; }
 if ((DURATION < 12)); then
   echo "daemon-load: DURATION must be at least 12 s (the memory baseline is taken at 10 s)" >&2
   exit 2
@@ -109,7 +112,7 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 t_launch="$(date +%s.%N)"
 for i in $(seq "$N"); do
   (cd "$dir/work" && exec "$bin" net --allow=127.0.0.1 -- \
-    python3 client.py client "$port" "$M" "$dir/work/go") \
+    python3 client.py client "$port" "$M" "$dir/work/go" "$CHURN") \
     </dev/null >"$dir/out.$i" 2>"$dir/err.$i" &
   launchers+=($!)
 done
@@ -122,8 +125,13 @@ while ((SECONDS < deadline)); do
   done
   ((opened == N)) && break
   for i in $(seq "$N"); do
-    grep -q "^open $M\$" "$dir/out.$i" && continue
-    if grep -q "^open " "$dir/out.$i" || ! kill -0 "${launchers[i - 1]}" 2>/dev/null; then
+    # Read once: the client may write its line between two looks.
+    alive=yes
+    kill -0 "${launchers[i - 1]}" 2>/dev/null || alive=no
+    out="$(cat "$dir/out.$i" 2>/dev/null; echo .)"
+    out="${out%.}"
+    grep -q "^open $M\$" <<<"$out" && continue
+    if [[ "$out" == "open "*$'\n' || "$alive" == no ]]; then
       echo "daemon-load: sandbox $i could not open its $M tunnels:" >&2
       cat "$dir/out.$i" "$dir/err.$i" >&2
       exit 1
@@ -172,12 +180,14 @@ sampler_pid=""
 alive=yes
 kill -0 "$daemon_pid" 2>/dev/null || alive=no
 hwm="$(rss "$daemon_pid" VmHWM)"
+"$bin" status --json >"$dir/status.json" 2>/dev/null || true
 rss_after="$(rss "$daemon_pid" VmRSS)"
 
-python3 - "$dir" "$N" "$M" "$DURATION" "$failed" "$alive" <<EOF
+python3 - "$dir" "$N" "$M" "$DURATION" "$failed" "$alive" "$CHURN" <<EOF
 import json, sys
 d, n, m, duration, failed, alive = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-rt = by = errors = reconnects = 0
+churn = int(sys.argv[7])
+rt = by = errors = reconnects = reopened = 0
 first = []
 for i in range(1, n + 1):
     lines = [l for l in open("%s/out.%d" % (d, i)).read().splitlines() if l.startswith("{")]
@@ -186,7 +196,7 @@ for i in range(1, n + 1):
         first.append("sandbox %d: no result" % i)
         continue
     r = json.loads(lines[-1])
-    rt += r["round_trips"]; by += r["bytes"]; errors += r["errors"]; reconnects += r["reconnects"]
+    rt += r["round_trips"]; by += r["bytes"]; errors += r["errors"]; reconnects += r["reconnects"]; reopened += r["reopened"]
     if r["first_error"]:
         first.append("sandbox %d: %s" % (i, r["first_error"]))
 # Samples taken while every client was still pumping (up to a second before the end time).
@@ -201,15 +211,30 @@ mib = lambda k: "%.1f MiB" % (k / 1024)
 print("sandgate daemon under load")
 print("  sandboxes            %d (launched and all tunnels open in %.1f s)" % (n, $t_open - $t_launch))
 print("  tunnels              %d (%d per sandbox), 16 KiB echo round trips" % (n * m, m))
+if churn:
+    print("  churn                a new tunnel every %d round trips: %d opened during the run" % (churn, reopened))
 print("  duration             %d s" % duration)
 print("  round trips          %d (%.0f/s)" % (rt, rt / duration))
 print("  moved                %.1f MB through the proxy each way (%.1f MB/s)" % (by / 2 / 1e6, by / 2 / 1e6 / duration))
 print("  errors               %d (reconnects %d, failed launchers %d, daemon alive at end: %s)" % (errors, reconnects, failed, alive))
 for f in first[:5]:
     print("    " + f)
+try:
+    ev = json.load(open(d + "/status.json"))["events"]
+    print("  store events         written %s, dropped %s, failed %s" % (ev["written"], ev["dropped"], ev["failed"]))
+except (OSError, ValueError, KeyError) as e:
+    print("  store events         ? (%s)" % e)
 print("  active connections   %s after open, %s..%s while pumping (status --json, %d samples)" % ("$active_open", min(act) if act else "?", max(act) if act else "?", len(act)))
 print("  daemon RSS           idle %s, tunnels open %s, +10 s %s, end %s, max of samples %s" % (mib(rss_idle), mib(rss_open), mib(rss_10), mib(rss_end), mib(max(rss)) if rss else "?"))
 print("                       after the sandboxes exited %s" % mib(rss_after))
+if samples:
+    t0 = float(samples[0][0])
+    marks, nxt = [], 0.0
+    for s in samples:
+        if float(s[0]) - t0 >= nxt and s[1].isdigit():
+            marks.append("%.1f" % (int(s[1]) / 1024))
+            nxt += 10.0
+    print("  RSS every 10 s (MiB) " + " ".join(marks))
 print("  daemon peak (VmHWM)  %s" % mib(hwm))
 print("  memory flat          %s (end %+.1f%% vs +10 s; limit +10%%)" % ("yes" if flat else "NO", (rss_end / rss_10 - 1) * 100))
 print("  daemon CPU           %.1f s user+sys over the %d s of traffic" % ($cpu_end - $cpu_start, duration))

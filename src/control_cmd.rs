@@ -176,6 +176,9 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         d["rss_kib"].as_u64().unwrap_or(0) / 1024,
         if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
     );
+    if let Some(e) = d["telegram_error"].as_str() {
+        println!("  telegram bot not running: {e}");
+    }
     println!("  socket  {}", d["socket"].as_str().unwrap_or("?"));
     println!("  store   {}", d["store"].as_str().unwrap_or("?"));
     let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();

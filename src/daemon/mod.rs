@@ -174,7 +174,18 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
         .build();
-    let telegram = start_telegram(&config, &shared)?;
+    // A bad bot setting must not take approvals down: the daemon runs without the bot, logs why,
+    // and `sandgate status` says so.
+    let (telegram, telegram_error) = match start_telegram(&config, &shared) {
+        Ok(on) => (on, None),
+        Err(e) => {
+            tracing::error!(
+                "{e:#}; running without the Telegram bot (questions stay answerable from the CLI \
+                 and the terminal)"
+            );
+            (false, Some(format!("{e:#}")))
+        }
+    };
     tokio::spawn(approval_events(shared.clone(), settings.desktop_notifications.unwrap_or(false)));
 
     // The socket: remove a stale one (we hold the lock, so nobody serves it), bind, 0600.
@@ -186,12 +197,10 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
             .context("control socket permissions")?;
     }
-    let daemon = Arc::new(server::Daemon::new(
-        shared.clone(),
-        proxy.clone(),
-        telegram,
-        paths.socket.clone(),
-    ));
+    let mut daemon =
+        server::Daemon::new(shared.clone(), proxy.clone(), telegram, paths.socket.clone());
+    daemon.telegram_error = telegram_error;
+    let daemon = Arc::new(daemon);
     tracing::info!(
         pid = std::process::id(),
         socket = %paths.socket.display(),

@@ -37,6 +37,8 @@ pub struct Daemon {
     pub last_activity: std::sync::Mutex<Instant>,
     /// Whether the Telegram bot runs.
     pub telegram: bool,
+    /// Why the Telegram bot is not running although configured.
+    pub telegram_error: Option<String>,
     /// The control socket's path.
     pub socket: std::path::PathBuf,
     next_conn: AtomicU64,
@@ -58,6 +60,7 @@ impl Daemon {
             connections: AtomicU64::new(0),
             last_activity: std::sync::Mutex::new(Instant::now()),
             telegram,
+            telegram_error: None,
             socket,
             next_conn: AtomicU64::new(1),
         }
@@ -614,6 +617,7 @@ impl Conn {
                 "socket": d.socket,
                 "store": path,
                 "telegram": d.telegram,
+                "telegram_error": d.telegram_error,
                 "rss_kib": rss_kib(),
             },
             "sandboxes": served,

@@ -61,6 +61,11 @@ impl T {
         self.json(&["status", "--json"])
     }
 
+    /// `status --json`, or `Null` while no daemon answers cleanly (one is restarting).
+    fn status_now(&self) -> Value {
+        serde_json::from_slice(&self.sg(&["status", "--json"]).stdout).unwrap_or(Value::Null)
+    }
+
     /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
     fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
         self.cmd()
@@ -347,7 +352,7 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
     // The launcher notices, starts a new daemon and registers its descriptors again.
     let mut now = Value::Null;
     wait_until("a new daemon serving the running sandbox", Duration::from_secs(20), || {
-        now = t.status();
+        now = t.status_now();
         now["daemon"]["pid"].as_u64().is_some_and(|p| p != old)
             && now["sandboxes"].as_array().is_some_and(|s| s.len() == 1)
     });

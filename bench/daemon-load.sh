@@ -62,6 +62,7 @@ daemon_pid="" echo_pid="" sampler_pid="" launchers=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  trap '' PIPE # output piped into `head` must not stop the clean-up half way
   for p in "${launchers[@]}" "$sampler_pid" "$echo_pid"; do
     [[ -n "$p" ]] && kill "$p" 2>/dev/null || true
   done
@@ -78,7 +79,12 @@ cleanup() {
     echo "--- daemon.log (last 20 lines)" >&2
     tail -n 20 "$dir/daemon.log" >&2
   fi
-  rm -rf "$dir"
+  # Retried: a sandbox's placeholder cleaner may still be removing its files in the work dir.
+  for _ in 1 2 3 4 5 6; do
+    rm -rf "$dir" 2>/dev/null && break
+    sleep 0.5
+  done
+  [[ ! -e "$dir" ]] || echo "daemon-load: could not remove $dir" >&2
   exit "$rc"
 }
 trap cleanup EXIT

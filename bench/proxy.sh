@@ -5,6 +5,9 @@
 #   (b) new connection + CONNECT + small GET, p50/p99     (target <= 60 us added p50)
 #   (c) new tunnels per second, 64 concurrent clients     (target >= 0.5x direct)
 #   (d) keep-alive requests/s of plain-HTTP forwarding (wrk, 64 connections)
+# (a)-(c) come from examples/proxy_bench.rs: every target measured in turn, round after round, so
+# load from elsewhere weighs on all alike; (a) median of 5, (b) 3,000 samples from a
+# single-threaded client, (c) median of 3 runs of 2 s.
 # Usage: bench/proxy.sh            (release build; takes about two minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +49,12 @@ start_sandgate() { # name mode
 mkdir -p "$T/xdg"
 start_sandgate sandgate splice
 start_sandgate sandgate-copy copy
+
+# The floor: the least any CONNECT proxy costs on this machine (blocking, one connection at a time,
+# no checks). A reference for (b) only; serial, so its (c) means nothing.
+"$BIN/examples/proxy_bench" floor "$T/floor.port" & PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/floor.port" ] && break; sleep 0.1; done
+PROXIES+=("floor=127.0.0.1:$(cat "$T/floor.port")")
 
 if command -v tinyproxy >/dev/null; then
     port=$(free_port)
@@ -101,6 +110,7 @@ printf '%-16s %12s req/s\n' direct "$direct"
 for p in "${PROXIES[@]}"; do
     name=${p%%=*}; addr=${p#*=}
     [ "$name" = sandgate-copy ] && continue # same forwarding path as `sandgate`
+    [ "$name" = floor ] && continue            # CONNECT only
     r=$(rps -s "$T/proxy.lua" "http://$addr/")
     printf '%-16s %12s req/s %6.2fx\n' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
 done

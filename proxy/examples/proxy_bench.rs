@@ -35,13 +35,78 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     match args.first().map(String::as_str) {
         Some("origin") => rt.block_on(origin(&args[1])),
+        Some("floor") => floor(&args[1]),
         Some("client") => rt.block_on(client(&args[1..])),
         Some("latency") => rt.block_on(latency_only(&args[1..])),
         Some(what @ ("throughput" | "rate")) => rt.block_on(one_only(what, &args[1..])),
         _ => eprintln!(
-            "usage: proxy_bench origin PORT_FILE | client ORIGIN [NAME=PROXY]... \
+            "usage: proxy_bench origin|floor PORT_FILE | client ORIGIN [NAME=PROXY]... \
              | latency|throughput|rate ORIGIN [NAME=PROXY]..."
         ),
+    }
+}
+
+/// A reference point for (b), not a proxy to use: the least a CONNECT proxy can do per
+/// connection with the kernel's TCP — blocking sockets, one connection at a time, no checks, a
+/// poll(2) loop relaying both ways. What it adds to direct is the machine's floor.
+fn floor(port_file: &str) {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    std::fs::write(port_file, l.local_addr().expect("addr").port().to_string()).expect("write");
+    let relay = |c: &mut std::net::TcpStream| -> std::io::Result<()> {
+        c.set_nodelay(true)?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut n = 0;
+        while !buf[..n].ends_with(b"\r\n\r\n") && n < 4096 {
+            match c.read(&mut buf[n..4096])? {
+                0 => return Ok(()),
+                k => n += k,
+            }
+        }
+        let head = String::from_utf8_lossy(&buf[..n]);
+        let target = head.split(' ').nth(1).unwrap_or("");
+        let Ok(addr) = target.parse::<SocketAddr>() else { return Ok(()) };
+        let mut u = std::net::TcpStream::connect(addr)?;
+        u.set_nodelay(true)?;
+        c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+        let mut open = [true, true];
+        while open[0] || open[1] {
+            let ready = {
+                let mut fds = [
+                    PollFd::new(
+                        c.as_fd(),
+                        if open[0] { PollFlags::POLLIN } else { PollFlags::empty() },
+                    ),
+                    PollFd::new(
+                        u.as_fd(),
+                        if open[1] { PollFlags::POLLIN } else { PollFlags::empty() },
+                    ),
+                ];
+                poll(&mut fds, PollTimeout::NONE)?;
+                fds.map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            };
+            for i in 0..2 {
+                if !(open[i] && ready[i]) {
+                    continue;
+                }
+                let (from, to) = if i == 0 { (&mut *c, &mut u) } else { (&mut u, &mut *c) };
+                match from.read(&mut buf)? {
+                    0 => {
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                        open[i] = false;
+                    }
+                    k => to.write_all(&buf[..k])?,
+                }
+            }
+        }
+        Ok(())
+    };
+    for mut c in l.incoming().flatten() {
+        let _ = relay(&mut c);
     }
 }
 
@@ -252,7 +317,6 @@ async fn latency_only(args: &[String]) {
         }
     }
 }
-
 
 /// (a): one 1 GiB transfer, in GB/s.
 async fn throughput(origin: SocketAddr, proxy: Option<SocketAddr>) -> std::io::Result<f64> {

@@ -127,8 +127,83 @@ fn describe(g: &Grant) -> String {
     format!("#{} ({scope}, {target}) by {} via {}", g.id, g.grant.approved_by, g.grant.channel)
 }
 
+/// A change to a sandbox's row.
+enum RecordOp {
+    Register(Box<sandgate_store::NewSandbox>),
+    Finish(String, Option<i32>, Timestamp),
+    Lost(String, Timestamp),
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// Sandbox rows are history, not policy: they are written in order by one thread, off the
+/// launch path, so a launch does not wait for the store's `fsync`. Readers (`ls`, `status`)
+/// flush first.
+pub struct Records {
+    tx: std::sync::mpsc::Sender<RecordOp>,
+}
+
+impl Records {
+    /// Starts the writer thread.
+    pub fn start(store: Store) -> Records {
+        let (tx, rx) = std::sync::mpsc::channel::<RecordOp>();
+        std::thread::Builder::new()
+            .name("sandgate-records".into())
+            .spawn(move || {
+                for op in rx {
+                    let r = match op {
+                        RecordOp::Register(s) => store.register_sandbox(&s).map(drop),
+                        RecordOp::Finish(id, status, at) => store.finish_sandbox(&id, status, at),
+                        RecordOp::Lost(id, at) => store.mark_lost(&id, at).map(drop),
+                        RecordOp::Flush(done) => {
+                            let _ = done.send(());
+                            Ok(())
+                        }
+                    };
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "sandbox record not written");
+                    }
+                }
+            })
+            .map_or_else(
+                |e| {
+                    tracing::error!(error = %e, "no sandbox record thread");
+                    Records { tx: std::sync::mpsc::channel().0 }
+                },
+                |_| Records { tx },
+            )
+    }
+
+    /// Records a sandbox as running (again).
+    pub fn register(&self, s: sandgate_store::NewSandbox) {
+        let _ = self.tx.send(RecordOp::Register(Box::new(s)));
+    }
+
+    /// Records its end.
+    pub fn finish(&self, id: String, exit_status: Option<i32>) {
+        let _ = self.tx.send(RecordOp::Finish(id, exit_status, Timestamp::now()));
+    }
+
+    /// Records that its launcher went away.
+    pub fn lost(&self, id: String) {
+        let _ = self.tx.send(RecordOp::Lost(id, Timestamp::now()));
+    }
+
+    /// Waits (up to 2 s) until everything sent so far is written.
+    pub async fn flush(&self) {
+        let (done, rx) = std::sync::mpsc::channel();
+        if self.tx.send(RecordOp::Flush(done)).is_ok() {
+            let _ = tokio::task::spawn_blocking(move || {
+                rx.recv_timeout(std::time::Duration::from_secs(2))
+            })
+            .await;
+        }
+    }
+}
+
 /// What the adapters share.
 pub struct Shared {
+    /// Sandbox rows, written in the background.
+    pub records: Records,
     /// The store.
     pub store: Store,
     /// Events to the store (never blocks).

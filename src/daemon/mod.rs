@@ -155,6 +155,7 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
     );
     let (bus, _) = tokio::sync::broadcast::channel(4096);
     let shared = Arc::new(adapters::Shared {
+        records: adapters::Records::start(store.clone()),
         store: store.clone(),
         events: writer.sender(),
         writer: std::sync::Mutex::new(Some(writer)),

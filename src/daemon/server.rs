@@ -318,10 +318,7 @@ impl Conn {
                 }
                 self.owned.retain(|o| o != &id);
                 let drained = end_sandbox(&d, &id, self.conn, flush_blocked).await;
-                let store = s.store.clone();
-                let id2 = id.clone();
-                blocking(move || Ok(store.finish_sandbox(&id2, exit_status, Timestamp::now())?))
-                    .await?;
+                s.records.finish(id.clone(), exit_status);
                 s.publish(
                     EventKind::Request,
                     Some(&id),
@@ -366,6 +363,7 @@ impl Conn {
             }
             Request::Status => self.status().await,
             Request::List { all } => {
+                s.records.flush().await;
                 let store = s.store.clone();
                 let list = blocking(move || Ok(store.list_sandboxes(!all)?)).await?;
                 let served = s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -391,6 +389,10 @@ impl Conn {
     async fn register(&mut self, info: SandboxInfo, kinds: Vec<FdKind>) -> Result<Value, Failure> {
         let d = self.d.clone();
         let s = d.shared.clone();
+        if info.id.is_empty() || info.id.len() > 128 || info.id.chars().any(char::is_control) {
+            self.fds.clear();
+            return Err(bad("a sandbox id is 1 to 128 printable characters"));
+        }
         if kinds.len() > self.fds.len() {
             self.fds.clear();
             return Err(bad(format!(
@@ -431,7 +433,6 @@ impl Conn {
         if policy.net.mode == sandgate_config::NetMode::None {
             return Err(bad(format!("tier {} has no network; nothing to serve", info.tier)));
         }
-        let store = s.store.clone();
         let new = NewSandbox {
             id: info.id.clone(),
             tier: info.tier.clone(),
@@ -442,7 +443,7 @@ impl Conn {
             pid: info.pid,
             started: Timestamp::now(),
         };
-        let again = blocking(move || Ok(store.register_sandbox(&new)?)).await?;
+        s.records.register(new);
         // A sandbox registered again (its launcher reconnected) replaces the old serving.
         end_sandbox(&d, &info.id, u64::MAX, false).await;
         let listener = {
@@ -507,10 +508,9 @@ impl Conn {
                 command: info.command.clone(),
             },
         );
-        tracing::info!(sandbox = %info.id, tier = %info.tier, again = ?again, "sandbox registered");
+        tracing::info!(sandbox = %info.id, tier = %info.tier, "sandbox registered");
         Ok(json!({
             "registered": info.id,
-            "again": matches!(again, sandgate_store::Registration::Again),
             "project": project,
             "allow": policy.net.allow_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
             "deny": policy.net.deny_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -591,6 +591,7 @@ impl Conn {
     async fn status(&self) -> Result<Value, Failure> {
         let d = &self.d;
         let s = &d.shared;
+        s.records.flush().await;
         let store = s.store.clone();
         let (counts, path) = blocking(move || {
             Ok((store.counts(Timestamp::now())?, store.path().display().to_string()))
@@ -638,9 +639,7 @@ impl Conn {
         for id in std::mem::take(&mut self.owned) {
             {
                 end_sandbox(&self.d, &id, self.conn, false).await;
-                let store = self.d.shared.store.clone();
-                let id2 = id.clone();
-                let _ = blocking(move || Ok(store.mark_lost(&id2, Timestamp::now())?)).await;
+                self.d.shared.records.lost(id.clone());
                 self.d.shared.publish(
                     EventKind::Request,
                     Some(&id),

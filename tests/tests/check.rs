@@ -211,7 +211,7 @@ fn config_paths_round_trip() {
 #[test]
 fn unavailable_commands_say_so() {
     let env = Env::new();
-    let out = env.cmd().args(["daemon"]).output().unwrap();
+    let out = env.cmd().args(["hook", "claude"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not yet available"));
 }

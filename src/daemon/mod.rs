@@ -43,6 +43,10 @@ const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
 /// Runs the daemon until it is stopped; returns the exit code.
 pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
+    // A daemon started by a launcher inherits the launcher's blocked signals (it forwards
+    // INT/TERM/HUP/... to its sandbox): unblock them before any thread exists, or SIGTERM would
+    // never reach the handler below.
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     if args.detach {
         let _ = nix::unistd::setsid();
     }

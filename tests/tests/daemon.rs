@@ -717,3 +717,27 @@ except OSError as e:
     }
     assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]), "no grant was made");
 }
+
+#[test]
+fn a_daemon_started_by_a_launcher_stops_on_sigterm() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    // The launcher blocks the signals it forwards to its sandbox; the daemon it starts must not
+    // inherit that mask.
+    let t = T::new("");
+    let (code, _, stderr) = finish(t.spawn_net(&[], &["true"]));
+    assert_eq!(code, 0, "{stderr}");
+    let pid = t.env.daemon_pid().expect("the launch started a daemon");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let blocked = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+    let mask = u64::from_str_radix(blocked.trim_start_matches("SigBlk:").trim(), 16).unwrap();
+    assert_eq!(mask & (1 << (15 - 1)), 0, "SIGTERM blocked in the daemon: {blocked}");
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    wait_until("the daemon to exit on SIGTERM", Duration::from_secs(5), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
+    });
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3));
+}

@@ -135,22 +135,101 @@ fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
             cred.uid()
         ));
     }
+    // A process in another pid namespace (a sandbox, or a sandbox in a sandbox) is refused even
+    // with a matching uid: nothing inside a sandbox may change its own policy.
     #[cfg(target_os = "linux")]
-    if let Some(pid) = cred.pid() {
-        // A process in another pid namespace (a sandbox, or a sandbox in a sandbox) is refused
-        // even with a matching uid: nothing inside a sandbox may change its own policy.
-        let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
-        if let (Some(theirs), Some(mine)) = (ns(&pid.to_string()), ns("self"))
-            && theirs != mine
-        {
-            return Err("requests from inside a sandbox are refused".into());
-        }
-    }
+    same_pid_namespace(stream, cred.pid())?;
     let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(cred.uid()))
         .ok()
         .flatten()
         .map_or_else(|| format!("uid {}", cred.uid()), |u| u.name);
     Ok(Peer { uid: cred.uid(), name })
+}
+
+/// Refuses a peer that is not in the daemon's own pid namespace, or that cannot be shown to be.
+///
+/// With `SO_PEERPIDFD` (Linux 6.5+) the check is made on a pidfd of the very process that
+/// connected, so neither its exit nor the reuse of its pid can fool it; older kernels compare
+/// `/proc/PID/ns/pid` links. Either way, a peer whose namespace cannot be read is refused.
+#[cfg(target_os = "linux")]
+fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), String> {
+    const INSIDE: &str = "requests from inside a sandbox are refused";
+    const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
+                           process that stays alive, outside any sandbox)";
+    if let Some(pidfd) = peer_pidfd(stream) {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
+            .map_err(|_| UNKNOWN.to_string())?;
+        return match pidfd_levels(&info) {
+            Some(1) => Ok(()),
+            Some(_) => Err(INSIDE.into()),
+            None => Err(UNKNOWN.into()),
+        };
+    }
+    let pid = pid.filter(|&p| p > 0).ok_or_else(|| UNKNOWN.to_string())?;
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    match (ns(&pid.to_string()), ns("self")) {
+        (Some(theirs), Some(mine)) if theirs == mine => Ok(()),
+        (Some(_), Some(_)) => Err(INSIDE.into()),
+        _ => Err(UNKNOWN.into()),
+    }
+}
+
+/// From a pidfd's `fdinfo`: how many pid namespaces deep the process is, counted from this
+/// process's own (1 = the same namespace); `None` when it has exited or is outside this
+/// namespace's tree (`Pid: -1` or `Pid: 0`).
+#[cfg(target_os = "linux")]
+fn pidfd_levels(fdinfo: &str) -> Option<usize> {
+    let field = |name: &str| {
+        fdinfo.lines().find_map(|l| l.strip_prefix(name).map(|v| v.split_whitespace().count()))
+    };
+    let pid: i64 = fdinfo.lines().find_map(|l| l.strip_prefix("Pid:"))?.trim().parse().ok()?;
+    if pid <= 0 {
+        return None;
+    }
+    // Without CONFIG_PID_NS there is no NSpid line, and only one namespace.
+    Some(field("NSpid:").unwrap_or(1))
+}
+
+/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`), where the kernel has it.
+#[cfg(target_os = "linux")]
+fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // asm-generic value; the few architectures that number socket options differently fall back
+    // to the /proc comparison.
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    ))]
+    const SO_PEERPIDFD: Option<libc::c_int> = Some(77);
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    )))]
+    const SO_PEERPIDFD: Option<libc::c_int> = None;
+    let option = SO_PEERPIDFD?;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
+    // `len` bytes and installs a new descriptor only on success, which is wrapped exactly once.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&raw mut fd).cast(),
+            &raw mut len,
+        )
+    };
+    // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
+    (r == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Reads once from the socket, with any descriptors that came along.
@@ -209,14 +288,27 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
             }
         })
     };
-    let mut cx =
-        Conn { d: d.clone(), conn, peer, tx: tx.clone(), owned: Vec::new(), fds: VecDeque::new() };
+    let mut cx = Conn {
+        d: d.clone(),
+        conn,
+        peer,
+        tx: tx.clone(),
+        owned: Vec::new(),
+        fds: VecDeque::new(),
+        subscription: None,
+    };
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending: Vec<u8> = Vec::new();
     let mut skipping = false;
     loop {
         let (n, fds) = match read_some(&stream, &mut buf).await {
             Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                // Too many descriptors: the line that came with them is gone, so the connection
+                // cannot go on; say why before closing it.
+                let _ = tx.send(line(&Reply::err(None, "bad_request", e.to_string()))).await;
+                break;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "control connection read failed");
                 break;
@@ -270,6 +362,9 @@ struct Conn {
     tx: mpsc::Sender<String>,
     owned: Vec<String>,
     fds: VecDeque<OwnedFd>,
+    /// The task forwarding events to a subscriber; it holds a sender to this connection's writer,
+    /// so it is aborted when the connection ends (or subscribes again).
+    subscription: Option<tokio::task::AbortHandle>,
 }
 
 impl Conn {
@@ -292,7 +387,10 @@ impl Conn {
             // Subscribe before replying, so that nothing after the reply is missed.
             let rx = self.d.shared.bus.subscribe();
             let _ = self.tx.send(line(&Reply::ok(id, json!({ "subscribed": true })))).await;
-            tokio::spawn(forward(rx, self.tx.clone(), sandbox.clone(), true));
+            let task = tokio::spawn(forward(rx, self.tx.clone(), sandbox.clone(), true));
+            if let Some(old) = self.subscription.replace(task.abort_handle()) {
+                old.abort(); // subscribing again replaces the subscription, never doubles it
+            }
             return;
         }
         let reply = match self.handle(env.request).await {
@@ -317,7 +415,10 @@ impl Conn {
                     return Err(bad(format!("sandbox {id} was not registered on this connection")));
                 }
                 self.owned.retain(|o| o != &id);
-                let drained = end_sandbox(&d, &id, self.conn, flush_blocked).await;
+                let Some(drained) = end_sandbox(&d, &id, self.conn, flush_blocked).await else {
+                    // Registered again since by another launcher: that one records its end.
+                    return Ok(json!({ "unregistered": id, "blocked": [] }));
+                };
                 s.records.finish(id.clone(), exit_status);
                 s.publish(
                     EventKind::Request,
@@ -443,14 +544,11 @@ impl Conn {
             pid: info.pid,
             started: Timestamp::now(),
         };
+        let listener = sandgate_proxy::Listener::from_fd(listener)
+            .map_err(|e| bad(format!("the listener descriptor is not a listening socket: {e}")))?;
         s.records.register(new);
         // A sandbox registered again (its launcher reconnected) replaces the old serving.
         end_sandbox(&d, &info.id, u64::MAX, false).await;
-        let listener = {
-            sandgate_proxy::Listener::from_fd(listener).map_err(|e| {
-                bad(format!("the listener descriptor is not a listening socket: {e}"))
-            })?
-        };
         let (stop_tx, stop_rx) = watch::channel(false);
         let stop = Arc::new(stop_tx);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
@@ -636,9 +734,12 @@ impl Conn {
 
     /// The connection closed: sandboxes it registered and did not unregister are lost.
     async fn closed(&mut self) {
+        if let Some(task) = self.subscription.take() {
+            task.abort();
+        }
         for id in std::mem::take(&mut self.owned) {
-            {
-                end_sandbox(&self.d, &id, self.conn, false).await;
+            // Registered again since by another launcher: not lost.
+            if end_sandbox(&self.d, &id, self.conn, false).await.is_some() {
                 self.d.shared.records.lost(id.clone());
                 self.d.shared.publish(
                     EventKind::Request,
@@ -652,8 +753,9 @@ impl Conn {
 }
 
 /// Stops serving `id` if connection `conn` (or any, with `u64::MAX`) registered it; returns the
-/// blocked-packet events drained from its NFLOG socket at the end.
-async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Vec<Value> {
+/// blocked-packet events drained from its NFLOG socket at the end, or `None` when nothing was
+/// served for it on that connection.
+async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec<Value>> {
     let live = {
         let mut map = d.shared.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
         match map.get(id) {
@@ -661,18 +763,18 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Vec<Value>
             _ => None,
         }
     };
-    let Some(live) = live else { return Vec::new() };
+    let live = live?;
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
     let done = live.nflog_done.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match done {
+    Some(match done {
         Some(rx) => tokio::time::timeout(Duration::from_millis(300), rx)
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default(),
         None => Vec::new(),
-    }
+    })
 }
 
 /// Forwards bus events to a subscriber (optionally of one sandbox) until it goes away.
@@ -739,4 +841,26 @@ pub fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::pidfd_levels;
+
+    #[test]
+    fn pidfd_fdinfo_says_how_deep_the_peer_is() {
+        let same = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nPid:\t4242\nNSpid:\t4242\n";
+        assert_eq!(pidfd_levels(same), Some(1));
+        let sandboxed = "Pid:\t4242\nNSpid:\t4242\t2\n";
+        assert_eq!(pidfd_levels(sandboxed), Some(2));
+        let nested = "Pid:\t77\nNSpid:\t77\t5\t1\n";
+        assert_eq!(pidfd_levels(nested), Some(3));
+        // Exited, or in a namespace this one cannot see into: never accepted.
+        assert_eq!(pidfd_levels("Pid:\t-1\nNSpid:\t-1\n"), None);
+        assert_eq!(pidfd_levels("Pid:\t0\nNSpid:\t0\n"), None);
+        assert_eq!(pidfd_levels("pos:\t0\n"), None);
+        assert_eq!(pidfd_levels("Pid:\tgarbage\n"), None);
+        // A kernel without CONFIG_PID_NS has one namespace and no NSpid line.
+        assert_eq!(pidfd_levels("Pid:\t9\n"), Some(1));
+    }
 }

@@ -488,6 +488,67 @@ print(s.makefile().readline().strip())
 }
 
 #[test]
+fn a_process_in_another_pid_namespace_is_refused_even_with_the_same_uid() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if skip_unless(
+        root && Path::new("/usr/bin/unshare").exists() && Path::new("/usr/bin/python3").exists(),
+        "root, unshare and /usr/bin/python3",
+    ) {
+        return;
+    }
+    let t = T::new("");
+    start_daemon(&t);
+    // `direct`: connect and ask. `forked`: a child connects and exits at once, and the parent
+    // asks on the socket it shares, so that the pid the daemon sees may be gone (or reused) by
+    // the time it checks; that must not let it in either.
+    let client = r#"
+import os, socket, sys
+path, how, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for _ in range(rounds):
+    s = socket.socket(socket.AF_UNIX)
+    if how == "forked":
+        pid = os.fork()
+        if pid == 0:
+            s.connect(path)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    else:
+        s.connect(path)
+    try:
+        s.sendall(b'{"op":"status"}\n')
+    except OSError:
+        pass  # the daemon may have replied and closed already
+    print(s.makefile().readline().strip(), flush=True)
+    s.close()
+"#;
+    let run = |ns: bool, how: &str, rounds: u32| -> Vec<Value> {
+        let mut c = Command::new(if ns { "unshare" } else { "/usr/bin/python3" });
+        if ns {
+            c.args(["--pid", "--fork", "--", "/usr/bin/python3"]);
+        }
+        let out = c.args(["-c", client]).arg(t.socket()).arg(how).arg(rounds.to_string());
+        let out = out.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect()
+    };
+    for reply in run(true, "direct", 3) {
+        assert_eq!(reply["error"]["code"], "denied", "{reply}");
+        let why = reply["error"]["message"].as_str().unwrap();
+        assert!(why.contains("inside a sandbox"), "{reply}");
+    }
+    for reply in run(true, "forked", 20) {
+        assert_eq!(reply["error"]["code"], "denied", "{reply}");
+    }
+    // The same client in the daemon's own namespace is served.
+    for reply in run(false, "direct", 2) {
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+}
+
+#[test]
 fn a_locked_store_is_reported_not_a_crash() {
     let t = T::new("");
     start_daemon(&t);

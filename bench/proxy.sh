@@ -56,6 +56,12 @@ start_sandgate sandgate-copy copy
 for _ in $(seq 1 100); do [ -s "$T/floor.port" ] && break; sleep 0.1; done
 PROXIES+=("floor=127.0.0.1:$(cat "$T/floor.port")")
 
+# The ceiling for (a): the most any relay moves here with the kernel's TCP (blocking splice(2),
+# a thread per direction, no checks). What it loses to direct is what a relay costs this machine.
+"$BIN/examples/proxy_bench" splice-floor "$T/splice-floor.port" & PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/splice-floor.port" ] && break; sleep 0.1; done
+PROXIES+=("splice-floor=127.0.0.1:$(cat "$T/splice-floor.port")")
+
 if command -v tinyproxy >/dev/null; then
     port=$(free_port)
     cat >"$T/tinyproxy.conf" <<CONF
@@ -110,7 +116,7 @@ printf '%-16s %12s req/s\n' direct "$direct"
 for p in "${PROXIES[@]}"; do
     name=${p%%=*}; addr=${p#*=}
     [ "$name" = sandgate-copy ] && continue # same forwarding path as `sandgate`
-    [ "$name" = floor ] && continue            # CONNECT only
+    [ "${name%floor}" != "$name" ] && continue # the floors relay CONNECT only
     r=$(rps -s "$T/proxy.lua" "http://$addr/")
     printf '%-16s %12s req/s %6.2fx\n' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
 done

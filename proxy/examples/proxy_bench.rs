@@ -36,13 +36,68 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("origin") => rt.block_on(origin(&args[1])),
         Some("floor") => floor(&args[1]),
+        Some("splice-floor") => splice_floor(&args[1]),
         Some("client") => rt.block_on(client(&args[1..])),
         Some("latency") => rt.block_on(latency_only(&args[1..])),
         Some(what @ ("throughput" | "rate")) => rt.block_on(one_only(what, &args[1..])),
         _ => eprintln!(
-            "usage: proxy_bench origin|floor PORT_FILE | client ORIGIN [NAME=PROXY]... \
+            "usage: proxy_bench origin|floor|splice-floor PORT_FILE | client ORIGIN [NAME=PROXY]... \
              | latency|throughput|rate ORIGIN [NAME=PROXY]..."
         ),
+    }
+}
+
+/// A reference point for (a), not a proxy to use: the most a relay can move on this machine
+/// with the kernel's TCP and no copy into user space — blocking sockets, one thread per direction,
+/// splice(2) through a 1 MiB pipe, no checks. What it loses to direct is the machine's ceiling.
+fn splice_floor(port_file: &str) {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsFd, AsRawFd};
+
+    use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
+
+    fn pump(from: &std::net::TcpStream, to: &std::net::TcpStream) -> std::io::Result<()> {
+        let (r, w) = nix::unistd::pipe()?;
+        let cap = fcntl(w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(1 << 20)).unwrap_or(1 << 16) as usize;
+        let flags = SpliceFFlags::SPLICE_F_MOVE;
+        loop {
+            let n = splice(from.as_fd(), None, &w, None, cap, flags)?;
+            if n == 0 {
+                let _ = to.shutdown(std::net::Shutdown::Write);
+                return Ok(());
+            }
+            let mut left = n;
+            while left > 0 {
+                left -= splice(&r, None, to.as_fd(), None, left, flags)?;
+            }
+        }
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    std::fs::write(port_file, l.local_addr().expect("addr").port().to_string()).expect("write");
+    for c in l.incoming().flatten() {
+        std::thread::spawn(move || -> std::io::Result<()> {
+            let mut c = c;
+            c.set_nodelay(true)?;
+            let mut buf = [0u8; 4096];
+            let mut n = 0;
+            while !buf[..n].ends_with(b"\r\n\r\n") && n < buf.len() {
+                match c.read(&mut buf[n..])? {
+                    0 => return Ok(()),
+                    k => n += k,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let target = head.split(' ').nth(1).unwrap_or("");
+            let Ok(addr) = target.parse::<SocketAddr>() else { return Ok(()) };
+            let u = std::net::TcpStream::connect(addr)?;
+            u.set_nodelay(true)?;
+            c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+            let (c2, u2) = (c.try_clone()?, u.try_clone()?);
+            let up = std::thread::spawn(move || pump(&c2, &u2));
+            let down = pump(&u, &c);
+            let _ = up.join();
+            down
+        });
     }
 }
 

@@ -454,8 +454,13 @@ pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
 pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
     let paths = Paths::discover();
     let mut c = Client::connect_or_start(&paths)?;
-    let pending: Vec<PendingQuestion> = serde_json::from_value(c.request(Request::Pending)?)?;
+    // Subscribe first: a question asked between the two requests is then seen twice (and kept
+    // once), never missed.
     c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
+    let mut pending: Vec<PendingQuestion> = serde_json::from_value(c.request(Request::Pending)?)?;
+    if let Some(only) = &args.sandbox {
+        pending.retain(|q| &q.question.sandbox == only);
+    }
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && !args.json;
     let colour = tty && std::env::var_os("NO_COLOR").is_none();
     let open = std::sync::Arc::new(std::sync::Mutex::new(pending.clone()));
@@ -483,6 +488,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
         {
             let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
             match &ev {
+                Event::Asked { question } if o.iter().any(|q| q.id == question.id) => continue,
                 Event::Asked { question } => o.push(question.clone()),
                 Event::Answered { question, .. } | Event::TimedOut { question } => {
                     o.retain(|q| q.id != question.id)
@@ -582,14 +588,15 @@ impl KeyReader {
         let stdin = std::io::stdin();
         let saved = tcgetattr(&stdin).context("terminal settings")?;
         let mut raw = saved.clone();
-        raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO);
+        raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
         tcsetattr(&stdin, SetArg::TCSANOW, &raw).context("terminal settings")?;
         std::thread::spawn(move || {
             use std::io::Read as _;
             let mut byte = [0u8; 1];
             while std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1) {
                 let key = (byte[0] as char).to_string();
-                if key == "q" {
+                // Ctrl-C and Ctrl-\ arrive as bytes (ISIG is off): quit as with q, terminal restored.
+                if key == "q" || byte[0] == 0x03 || byte[0] == 0x1c {
                     restore_and_exit();
                 }
                 let Ok(answer) = sandgate_approvals::terminal::parse_reply(&key) else { continue };
@@ -598,6 +605,11 @@ impl KeyReader {
                     eprint!("sandgate: nothing pending\r\n");
                     continue;
                 };
+                // Say which question the key answers: the oldest, not necessarily the last shown.
+                eprint!(
+                    "sandgate: answering {} {}:{} ({}): {answer}\r\n",
+                    q.id, q.question.host, q.question.port, q.question.sandbox
+                );
                 let result =
                     Client::connect(&paths).map_err(anyhow::Error::from).and_then(|mut c| {
                         c.request(Request::Answer {
@@ -621,7 +633,7 @@ fn restore_and_exit() -> ! {
     use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
     let stdin = std::io::stdin();
     if let Ok(mut t) = tcgetattr(&stdin) {
-        t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ECHO);
+        t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
         let _ = tcsetattr(&stdin, SetArg::TCSANOW, &t);
     }
     std::process::exit(0);

@@ -83,6 +83,9 @@ pub struct LaunchEnv {
     pub data_home: Option<PathBuf>,
     /// The daemon's runtime directory (control socket), hidden inside.
     pub runtime_dir: PathBuf,
+    /// Where another session's daemon of this user could have its socket (another
+    /// `XDG_RUNTIME_DIR`), hidden inside too.
+    pub other_runtime_dirs: Vec<PathBuf>,
     /// The environment passed to the command (before proxy variables are added).
     pub env: Vec<(OsString, OsString)>,
 }
@@ -103,6 +106,7 @@ impl LaunchEnv {
             data_home: xdg("XDG_DATA_HOME", ".local/share"),
             env: std::env::vars_os().collect(),
             runtime_dir: crate::daemon::Paths::discover().dir,
+            other_runtime_dirs: crate::daemon::Paths::candidates().into_iter().skip(1).collect(),
             home,
         })
     }
@@ -140,6 +144,7 @@ pub fn spec_from_policy(
     }
     // The daemon's control socket: nothing inside may answer its own questions.
     hidden.push(ctx.runtime_dir.clone());
+    hidden.extend(ctx.other_runtime_dirs.iter().cloned());
     let mut read_only = Vec::new();
     if let Some(config) = &ctx.config_home {
         read_only.push(config.join("sandgate"));
@@ -239,6 +244,11 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
     crate::daemon::Paths::discover().ensure_dir()?;
+    // So is the login session's one when this shell uses another (a daemon started there later
+    // must not be reachable from inside either); /tmp is private inside anyway.
+    for other in ctx.other_runtime_dirs.iter().filter(|d| d.starts_with("/run/user")) {
+        let _ = crate::daemon::Paths::in_dir(other.clone()).ensure_dir();
+    }
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
     launch(&spec, &args, policy.net)
 }
@@ -632,6 +642,7 @@ mod tests {
             config_home: Some("/home/u/.config".into()),
             data_home: Some("/home/u/.local/share".into()),
             runtime_dir: "/run/user/1000/sandgate".into(),
+            other_runtime_dirs: vec!["/tmp/sandgate-1000".into()],
             env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 ("HTTP_PROXY".into(), "http://evil:1".into()),
@@ -686,6 +697,7 @@ mod tests {
         assert!(run.hidden.contains(&PathBuf::from("/secret/b")));
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
         assert!(run.hidden.contains(&PathBuf::from("/run/user/1000/sandgate")));
+        assert!(run.hidden.contains(&PathBuf::from("/tmp/sandgate-1000")));
         assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
         assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
         assert_eq!(run.allowed_unix_sockets, vec![PathBuf::from("/run/allowed.sock")]);

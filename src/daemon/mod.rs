@@ -66,7 +66,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
         .map_err(|e| crate::policy_cmd::UsageError(format!("--idle-exit: {e}")))?;
     let paths = Paths::discover();
     paths.ensure_dir()?;
-    let _lock = match lock_pid_file(&paths)? {
+    let _lock = match lock_pid_file_or_wait(&paths)? {
         Some(l) => l,
         None => {
             let pid = std::fs::read_to_string(&paths.pid_file).unwrap_or_default();
@@ -74,6 +74,23 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
                 "sandgate: a daemon is already running (pid {}); `sandgate status` shows it, \
                  `sandgate stop` stops it",
                 pid.trim()
+            );
+            return Ok(1);
+        }
+    };
+    // One daemon per store, whatever XDG_RUNTIME_DIR says: two would each cache grants that the
+    // other revokes.
+    let _store_lock = match lock_store(&paths)? {
+        Ok(l) => l,
+        Err(other) => {
+            eprintln!(
+                "sandgate: another daemon already serves this store, with its socket at {other}; \
+                 this shell's XDG_RUNTIME_DIR differs from that session's. Use the same \
+                 XDG_RUNTIME_DIR in both, or stop that daemon (`XDG_RUNTIME_DIR={} sandgate stop`)",
+                std::path::Path::new(&other)
+                    .parent()
+                    .and_then(std::path::Path::parent)
+                    .map_or_else(|| "...".into(), |p| p.display().to_string())
             );
             return Ok(1);
         }
@@ -87,6 +104,24 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
     runtime.block_on(serve(paths, idle_exit))
 }
 
+/// [`lock_pid_file`], but waits (up to 5 s) while the holder is a daemon on its way out: one that
+/// has removed its socket already. A launcher that came just after an idle exit gets a daemon
+/// instead of "already running".
+fn lock_pid_file_or_wait(
+    paths: &Paths,
+) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match lock_pid_file(paths)? {
+            Some(l) => return Ok(Some(l)),
+            None if !paths.socket.exists() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            None => return Ok(None),
+        }
+    }
+}
+
 /// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
 fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
     use std::io::Write as _;
@@ -97,6 +132,7 @@ fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&paths.pid_file)
         .with_context(|| format!("cannot open {}", paths.pid_file.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
@@ -107,6 +143,41 @@ fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::
         }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, e)) => bail!("cannot lock {}: {e}", paths.pid_file.display()),
+    }
+}
+
+/// Holds `daemon.lock` next to the store for the life of the process, with this daemon's socket
+/// path in it; `Err(that path)` of the daemon that holds it already.
+fn lock_store(paths: &Paths) -> anyhow::Result<Result<nix::fcntl::Flock<std::fs::File>, String>> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let store = Store::default_path().context("where the store lives")?;
+    let dir = store.parent().context("the store's directory")?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("daemon.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0).context("daemon.lock")?;
+            write!(lock, "{}", paths.socket.display()).context("daemon.lock")?;
+            Ok(Ok(lock))
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            Ok(Err(std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned()))
+        }
+        Err((_, e)) => bail!("cannot lock {}: {e}", path.display()),
     }
 }
 
@@ -221,7 +292,7 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
     loop {
         tokio::select! {
             a = listener.accept() => match a {
-                Ok((stream, _)) => { tokio::spawn(server::connection(daemon.clone(), stream)); }
+                Ok((stream, _)) => accepted(&daemon, stream),
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -232,8 +303,14 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
             _ = int.recv() => { let _ = shared.bus.send(protocol::Event::DaemonStopping); break }
             _ = tick.tick() => {
                 if idle_exit.is_some_and(|d| daemon.idle_for(d)) {
-                    tracing::info!("idle; exiting");
-                    break;
+                    // A client may be waiting in the backlog: serve it rather than leave it.
+                    match tokio::time::timeout(Duration::ZERO, listener.accept()).await {
+                        Ok(Ok((stream, _))) => accepted(&daemon, stream),
+                        _ => {
+                            tracing::info!("idle; exiting");
+                            break;
+                        }
+                    }
                 }
                 if last_prune.elapsed() > Duration::from_secs(3600) {
                     last_prune = std::time::Instant::now();
@@ -257,6 +334,13 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         tracing::info!(written = stats.written, dropped = stats.dropped, "events flushed");
     }
     Ok(0)
+}
+
+/// Counts a new control connection at once and serves it.
+fn accepted(daemon: &Arc<server::Daemon>, stream: tokio::net::UnixStream) {
+    daemon.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    daemon.touch();
+    tokio::spawn(server::connection(daemon.clone(), stream));
 }
 
 /// Starts the Telegram bot when a token and chats are configured.

@@ -1,5 +1,6 @@
-//! Where the daemon keeps its runtime files: `$XDG_RUNTIME_DIR/sandgate/` (or
-//! `/tmp/sandgate-UID/` when `XDG_RUNTIME_DIR` is unset), a 0700 directory owned by the user.
+//! Where the daemon keeps its runtime files: `$XDG_RUNTIME_DIR/sandgate/` (or, when the variable
+//! is unset, `/run/user/UID/sandgate/` if the login session made `/run/user/UID`, else
+//! `/tmp/sandgate-UID/`), a 0700 directory owned by the user.
 
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -26,9 +27,26 @@ impl Paths {
     pub fn discover() -> Paths {
         let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
             Some(d) => PathBuf::from(d).join("sandgate"),
-            None => PathBuf::from(format!("/tmp/sandgate-{}", nix::unistd::geteuid())),
+            // Where a login session would have put it, so that a shell without the variable
+            // (su, sudo -u, cron) finds the same daemon as the user's other sessions.
+            None => match session_runtime_dir() {
+                Some(d) => d.join("sandgate"),
+                None => PathBuf::from(format!("/tmp/sandgate-{}", nix::unistd::geteuid())),
+            },
         };
         Paths::in_dir(dir)
+    }
+
+    /// Every place a daemon of this user may have its runtime directory, existing or not: the
+    /// one [`Paths::discover`] picks first. A sandbox hides them all.
+    pub fn candidates() -> Vec<PathBuf> {
+        let mut all = vec![Paths::discover().dir];
+        if let Some(d) = session_runtime_dir() {
+            all.push(d.join("sandgate"));
+        }
+        all.push(PathBuf::from(format!("/tmp/sandgate-{}", nix::unistd::geteuid())));
+        all.dedup();
+        all
     }
 
     /// The paths inside `dir`.
@@ -61,6 +79,14 @@ impl Paths {
         }
         check_private_dir(&self.dir)
     }
+}
+
+/// `/run/user/UID` when it exists and belongs to this user (systemd-logind makes it per login).
+fn session_runtime_dir() -> Option<PathBuf> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let dir = PathBuf::from(format!("/run/user/{uid}"));
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    (meta.is_dir() && meta.uid() == uid).then_some(dir)
 }
 
 fn check_private_dir(dir: &Path) -> anyhow::Result<()> {

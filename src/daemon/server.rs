@@ -80,7 +80,7 @@ impl Daemon {
         list
     }
 
-    fn touch(&self) {
+    pub fn touch(&self) {
         *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
@@ -254,9 +254,9 @@ fn line(v: &impl serde::Serialize) -> String {
 }
 
 /// Serves one connection until it closes.
+/// The caller counted it in `d.connections` when it accepted it (so that an idle check between
+/// the accept and this task's start cannot stop the daemon under it).
 pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
-    d.connections.fetch_add(1, Ordering::Relaxed);
-    d.touch();
     let conn = d.next_conn.fetch_add(1, Ordering::Relaxed);
     let peer = match check_peer(&stream) {
         Ok(p) => p,

@@ -549,6 +549,20 @@ for _ in range(rounds):
 }
 
 #[test]
+fn a_second_daemon_for_the_same_store_is_refused_whatever_its_runtime_dir() {
+    let t = T::new("");
+    start_daemon(&t);
+    let other = t.env.root.path().join("other-run");
+    let out = t.cmd().args(["daemon"]).env("XDG_RUNTIME_DIR", &other).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("another daemon already serves this store"), "{err}");
+    assert!(err.contains(&t.socket().display().to_string()), "names the other socket: {err}");
+    assert!(!other.join("sandgate/control.sock").exists());
+    assert_eq!(t.status()["running"], true, "the first daemon is untouched");
+}
+
+#[test]
 fn a_locked_store_is_reported_not_a_crash() {
     let t = T::new("");
     start_daemon(&t);

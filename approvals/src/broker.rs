@@ -660,9 +660,12 @@ fn grant_requests(
             None => return Err(AnswerError::NeedsSandbox { pattern: pattern.into() }),
         },
         Scope::Session => per_sandbox(),
-        Scope::For(_) if covered.is_empty() => {
-            vec![named_project.unwrap_or(GrantTarget::Global)]
-        }
+        // A named sandbox whose project is unknown gets a grant of its own, never a global one.
+        Scope::For(_) if covered.is_empty() => vec![match (named_project, sandbox) {
+            (Some(p), _) => p,
+            (None, Some(s)) => GrantTarget::Sandbox(s.id.clone()),
+            (None, None) => GrantTarget::Global,
+        }],
         Scope::For(_) => per_project(),
         Scope::Always { global: true } => vec![GrantTarget::Global],
         Scope::Always { global: false } if covered.is_empty() => match named_project {

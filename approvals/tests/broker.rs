@@ -314,6 +314,9 @@ async fn answers_with_nothing_pending_become_grants_or_say_what_is_missing() {
     b.answer(host("e.example", None), Answer::Deny(Scope::Always { global: true }), bob())
         .await
         .unwrap();
+    // A named sandbox without a known project: its own grant, not a global one.
+    let no_project = Some(SandboxRef { id: "sb8".into(), project: None });
+    b.answer(host("f.example", no_project), Answer::Allow(Scope::For(hour)), bob()).await.unwrap();
     let grants = rec.grants.lock().unwrap().clone();
     let got: Vec<_> = grants
         .iter()
@@ -327,6 +330,7 @@ async fn answers_with_nothing_pending_become_grants_or_say_what_is_missing() {
             ("c.example", GrantTarget::Project("proj9".into()), Effect::Allow, true),
             ("d.example", GrantTarget::Project("proj9".into()), Effect::Allow, false),
             ("e.example", GrantTarget::Global, Effect::Deny, false),
+            ("f.example", GrantTarget::Sandbox("sb8".into()), Effect::Allow, true),
         ]
     );
     let for_grant = &grants[1];

@@ -372,7 +372,10 @@ impl Store {
         const OP: &str = "listing grants";
         let (filter, now) = match which {
             GrantList::Live(now) => (
-                "WHERE revoked IS NULL AND used IS NULL AND (expires IS NULL OR expires > ?1)",
+                // A grant for one sandbox ends with it (exited or lost).
+                "WHERE revoked IS NULL AND used IS NULL AND (expires IS NULL OR expires > ?1) \
+                 AND (sandbox_id IS NULL OR sandbox_id IN \
+                      (SELECT id FROM sandboxes WHERE state = 'running'))",
                 now.0,
             ),
             GrantList::All => ("WHERE ?1 = ?1", 0),

@@ -262,6 +262,31 @@ fn invalid_grants_are_refused_with_the_offending_value() {
 }
 
 #[test]
+fn a_sandboxs_grants_end_with_it() {
+    let (_d, store) = tmp_store();
+    store.register_sandbox(&sandbox("sb1", 1)).unwrap();
+    store.register_sandbox(&sandbox("sb2", 2)).unwrap();
+    let g1 = store
+        .add_grant(&grant("a.example", GrantScope::Session, GrantTarget::Sandbox("sb1".into())))
+        .unwrap();
+    let g2 = store
+        .add_grant(&grant("b.example", GrantScope::Session, GrantTarget::Sandbox("sb2".into())))
+        .unwrap();
+    let global =
+        store.add_grant(&grant("c.example", GrantScope::Always, GrantTarget::Global)).unwrap();
+    let live = |s: &Store| -> Vec<GrantId> {
+        s.list_grants(GrantList::Live(T0)).unwrap().iter().map(|g| g.id).collect()
+    };
+    let (g1, g2, global) = (g1.id, g2.id, global.id);
+    assert_eq!(live(&store), vec![g1, g2, global]);
+    store.finish_sandbox("sb1", Some(0), T0).unwrap();
+    assert_eq!(live(&store), vec![g2, global], "an exited sandbox's session grant is over");
+    store.mark_lost("sb2", T0).unwrap();
+    assert_eq!(live(&store), vec![global], "so is a lost one's");
+    assert_eq!(store.list_grants(GrantList::All).unwrap().len(), 3, "history is kept");
+}
+
+#[test]
 fn active_grants_select_by_target_expiry_use_and_revocation() {
     let (_d, store) = tmp_store();
     store.register_sandbox(&sandbox("sb1", 1)).unwrap();

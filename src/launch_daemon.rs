@@ -178,6 +178,7 @@ fn follow(
             if stopping { "one is started again" } else { "it is back (restarting it)" }
         );
         let mut backoff = Duration::from_millis(20);
+        let mut said = false;
         client = loop {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -189,14 +190,23 @@ fn follow(
             } else {
                 Client::connect_or_start(&paths)
             };
-            let Ok(mut c) = c else { continue };
-            match register(&mut c, &info, &fds) {
-                Ok(_) => break c,
-                Err(e) => {
-                    tracing::debug!(error = %e, "re-register failed");
-                    continue;
-                }
+            let failure = match c.and_then(|mut c| register(&mut c, &info, &fds).map(|_| c)) {
+                Ok(c) => break c,
+                Err(e) => e,
+            };
+            // After `sandgate stop` the daemon is meant to be away; otherwise say (once) why it
+            // is not back, then keep trying, more slowly.
+            if !stopping && !said {
+                said = true;
+                eprintln!(
+                    "sandgate: cannot get {} served again yet: {failure:#}\nsandgate: still \
+                     trying; the daemon's log is {}",
+                    info.id,
+                    paths.log.display()
+                );
+                backoff = Duration::from_secs(1);
             }
+            tracing::debug!(error = %failure, "re-register failed");
         };
         if let Ok(s) = client.try_clone_stream() {
             *writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);

@@ -50,6 +50,13 @@ pub enum Refusal {
         /// How long the proxy waited.
         after: Duration,
     },
+    /// The sandbox has too many questions open already; this one was not asked (403).
+    TooManyQuestions {
+        /// `host:port`.
+        target: String,
+        /// How many are open.
+        open: usize,
+    },
     /// No approver is running, so unknown destinations cannot be approved (403).
     NoApprover {
         /// `host:port`.
@@ -91,6 +98,7 @@ impl Refusal {
             Refusal::Deny { .. }
             | Refusal::Denied { .. }
             | Refusal::AskTimedOut { .. }
+            | Refusal::TooManyQuestions { .. }
             | Refusal::NoApprover { .. }
             | Refusal::ForbiddenAddress { .. } => 403,
             Refusal::Unresolvable { .. } | Refusal::Unreachable { .. } => 502,
@@ -117,6 +125,7 @@ impl Refusal {
             Refusal::Deny { rule, .. } => deny_rule_text(rule),
             Refusal::Denied { .. } => "denied by a person".into(),
             Refusal::AskTimedOut { .. } => "approval timed out".into(),
+            Refusal::TooManyQuestions { .. } => "too many questions open".into(),
             Refusal::NoApprover { .. } => "no approver running".into(),
             Refusal::ForbiddenAddress { ip, why, .. } => format!("{ip} is {why}"),
             Refusal::Unresolvable { .. } => "name does not resolve".into(),
@@ -132,6 +141,7 @@ impl Refusal {
             | Refusal::Deny { target, .. }
             | Refusal::Denied { target }
             | Refusal::AskTimedOut { target, .. }
+            | Refusal::TooManyQuestions { target, .. }
             | Refusal::NoApprover { target }
             | Refusal::ForbiddenAddress { target, .. }
             | Refusal::Unresolvable { target, .. }
@@ -250,6 +260,19 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
             );
             allowed_list(&mut body, policy);
             how_to_ask(&mut body);
+        }
+        Refusal::TooManyQuestions { open, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: it is not on the allowlist, and this \
+                 sandbox already has {open} questions waiting for a person, so no new one was \
+                 asked."
+            );
+            allowed_list(&mut body, policy);
+            body.push_str(
+                "Wait for the open questions to be answered, then retry once; do not try many \
+                 different hosts.\n",
+            );
         }
         Refusal::NoApprover { .. } => {
             let _ = writeln!(

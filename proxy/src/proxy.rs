@@ -401,6 +401,9 @@ impl Inner {
                 target: target.to_string(),
                 after: self.config.ask_timeout,
             }),
+            Answer::Deny(DenyReason::TooManyQuestions(open)) => {
+                Err(Refusal::TooManyQuestions { target: target.to_string(), open })
+            }
         }
     }
 

@@ -97,6 +97,8 @@ pub enum DenyReason {
     Denied,
     /// Nobody answered in time.
     TimedOut,
+    /// The sandbox already has this many questions open; no new one was asked.
+    TooManyQuestions(usize),
 }
 
 /// A person's answer.

@@ -37,6 +37,7 @@ pub async fn read_nflog(
             return;
         }
     };
+    let mut failures = 0u64;
     loop {
         tokio::select! {
             r = sock.recv() => match r {
@@ -46,7 +47,12 @@ pub async fn read_nflog(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(%sandbox, error = %e, "NFLOG read failed");
+                    // A flood overruns the socket (ENOBUFS) again and again: say so on the 1st,
+                    // 2nd, 4th, 8th... time, not 20 times a second.
+                    failures += 1;
+                    if failures.is_power_of_two() {
+                        tracing::warn!(%sandbox, error = %e, failures, "NFLOG read failed");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
@@ -66,8 +72,9 @@ pub async fn read_nflog(
     }
 }
 
-/// Reads what the socket delivers within `wait` (then what is queued): alerts, store events,
-/// and the events as JSON.
+/// Reads what the socket delivers within `wait` (then what is queued, for at most 200 ms): alerts,
+/// store events, and the first 1,000 events as JSON. Bounded, because a sandbox that
+/// floods packets must not hold a worker thread or grow the tail without end.
 #[cfg(target_os = "linux")]
 fn drain(
     s: &Shared,
@@ -75,6 +82,8 @@ fn drain(
     sync: &mut sandgate_monitor::nflog::NflogSocket,
     mut wait: std::time::Duration,
 ) -> Vec<Value> {
+    const TAIL_MAX: usize = 1000;
+    let until = std::time::Instant::now() + wait + std::time::Duration::from_millis(200);
     let mut tail = Vec::new();
     while let Ok(packets) = tokio::task::block_in_place(|| sync.recv(wait)) {
         wait = std::time::Duration::ZERO;
@@ -82,11 +91,17 @@ fn drain(
             break;
         }
         for ev in summarise(sandbox, &packets) {
-            if let Ok(v) = serde_json::to_value(&ev) {
+            if tail.len() < TAIL_MAX
+                && let Ok(v) = serde_json::to_value(&ev)
+            {
                 tail.push(v);
             }
             alert(s, sandbox, &ev);
             s.publish(EventKind::BlockedPacket, Some(sandbox), ev);
+        }
+        if std::time::Instant::now() > until {
+            tracing::warn!(%sandbox, "NFLOG tail still flowing after 200 ms; the rest is dropped");
+            break;
         }
     }
     tail

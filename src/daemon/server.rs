@@ -666,7 +666,16 @@ impl Conn {
                 approvals::AnswerTarget::Host { pattern, sandbox }
             }
         };
-        let who = by.unwrap_or_else(|| self.peer.name.clone());
+        // A name the client gives is kept (a person's, from a front end), but never passes for
+        // the account that gave it, and carries no control characters into logs and chats.
+        let who = match by {
+            Some(name) => {
+                let name: String =
+                    name.chars().filter(|c| !c.is_control()).take(64).collect::<String>();
+                format!("{} (via {})", name.trim(), self.peer.name)
+            }
+            None => self.peer.name.clone(),
+        };
         let by = approvals::Responder::new(approvals::Channel::Cli, who);
         match s.broker.answer(target, answer, by).await {
             Ok(a) => {

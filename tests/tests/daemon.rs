@@ -236,8 +236,10 @@ fn an_answer_releases_held_requests_and_becomes_a_grant() {
         l.contains(r#""event":"answered""#) && l.contains(r#""channel":"cli""#)
     });
 
-    // The answer (default: this session) is a grant tied to that sandbox.
-    let rules = t.json(&["rules", "--json"]);
+    // The answer (default: this session) is a grant tied to that sandbox, over now that the
+    // sandbox has ended: `rules` no longer lists it, `rules --all` does.
+    assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]));
+    let rules = t.json(&["rules", "--all", "--json"]);
     let rules = rules.as_array().unwrap();
     assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(rules[0]["scope"], "session");
@@ -560,6 +562,50 @@ fn a_second_daemon_for_the_same_store_is_refused_whatever_its_runtime_dir() {
     assert!(err.contains(&t.socket().display().to_string()), "names the other socket: {err}");
     assert!(!other.join("sandgate/control.sock").exists());
     assert_eq!(t.status()["running"], true, "the first daemon is untouched");
+}
+
+#[test]
+fn one_sandbox_cannot_bury_the_person_under_questions() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"60s\"\n");
+    // 16 hosts asked about at once (the limit); once the test has seen them pending it sends a
+    // line, and the same sandbox asks for a 17th. Names under .invalid never resolve (and
+    // nothing is resolved before a person answers anyway).
+    let held: Vec<String> = (1..=16).map(|i| curl_sh(&format!("http://h{i}.invalid/"))).collect();
+    let script = format!(
+        "{} & read go; curl -sS --noproxy '' --max-time 20 http://h17.invalid/ -w '\\n%{{http_code}}\\n'; kill $(jobs -p)",
+        held.join(" & ")
+    );
+    let mut c = t.cmd();
+    c.args(["net", "--", "sh", "-c", &script]);
+    let mut child =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_until("16 pending questions", Duration::from_secs(30), || {
+        t.json(&["pending", "--json"]).as_array().is_some_and(|p| p.len() == 16)
+    });
+    let asked_at = Instant::now();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut out = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    while !out.ends_with("\n403\n") && !out.ends_with("\n200\n") {
+        let mut l = String::new();
+        if stdout.read_line(&mut l).unwrap() == 0 {
+            break;
+        }
+        out.push_str(&l);
+    }
+    assert!(out.ends_with("\n403\n"), "refused: {out}");
+    assert!(asked_at.elapsed() < Duration::from_secs(10), "at once, not after a timeout");
+    assert!(out.contains("16 questions waiting"), "the body says why: {out}");
+    let pending = t.json(&["pending", "--json"]);
+    let hosts: Vec<&str> =
+        pending.as_array().unwrap().iter().map(|q| q["host"].as_str().unwrap()).collect();
+    assert_eq!(hosts.len(), 16, "no 17th question: {hosts:?}");
+    assert!(!hosts.contains(&"h17.invalid"));
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[test]

@@ -51,6 +51,12 @@ impl Client {
         Ok(Client { stream, reader, next_id: 1, events: VecDeque::new() })
     }
 
+    /// Sets (or clears) the read timeout of the connection: a read that times out is an error of
+    /// kind `WouldBlock` or `TimedOut`.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.stream.set_read_timeout(timeout)
+    }
+
     /// Connects, starting a daemon first when none answers (one at a time: a lock file keeps two
     /// launchers from starting two daemons).
     pub fn connect_or_start(paths: &Paths) -> anyhow::Result<Client> {

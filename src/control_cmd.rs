@@ -292,12 +292,31 @@ pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
         Ok(v) => v,
         Err(e) => return fail(e, args.json),
     };
-    // Wait until it is gone (its socket closes when it exits).
+    // Wait until it is gone (its socket closes when it exits), at most 10 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !matches!(c.next(), Ok(Incoming::Closed) | Err(_)) {
-        if std::time::Instant::now() > deadline {
-            break;
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    let gone = loop {
+        match c.next() {
+            Ok(Incoming::Closed) => break true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break true,
+            Ok(_) => {}
         }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+    };
+    if !gone {
+        eprintln!(
+            "sandgate: the daemon (pid {}) was asked to stop but is still running after 10 s; \
+             `kill {}` ends it",
+            v["pid"], v["pid"]
+        );
+        return Ok(1);
     }
     if args.json {
         print_json(&serde_json::json!({ "stopped": true, "pid": v["pid"] }))?;

@@ -85,7 +85,20 @@ impl Client {
             .context("cannot send to the daemon")?;
         loop {
             let mut l = String::new();
-            if self.reader.read_line(&mut l).context("cannot read from the daemon")? == 0 {
+            let n = self.reader.read_line(&mut l).map_err(|e| {
+                let why = if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) {
+                    "the sandgate daemon did not answer in time (is it stuck? `sandgate status`, \
+                     its log, or restarting it with `sandgate stop` will tell)"
+                        .to_string()
+                } else {
+                    format!("cannot read from the daemon: {e}")
+                };
+                anyhow::anyhow!(why)
+            })?;
+            if n == 0 {
                 bail!("the daemon closed the connection before replying");
             }
             let v: Value = match serde_json::from_str(&l) {

@@ -99,9 +99,15 @@ pub struct WatchArgs {
     pub verbose: bool,
 }
 
+/// How long a one-shot command waits for the daemon's reply (a wedged daemon must not hang it).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn connect_running() -> anyhow::Result<Option<Client>> {
     match Client::connect(&Paths::discover()) {
-        Ok(c) => Ok(Some(c)),
+        Ok(c) => {
+            c.set_read_timeout(Some(REPLY_TIMEOUT))?;
+            Ok(Some(c))
+        }
         Err(e)
             if matches!(
                 e.kind(),
@@ -115,7 +121,9 @@ fn connect_running() -> anyhow::Result<Option<Client>> {
 }
 
 fn connect_starting() -> anyhow::Result<Client> {
-    Client::connect_or_start(&Paths::discover())
+    let c = Client::connect_or_start(&Paths::discover())?;
+    c.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    Ok(c)
 }
 
 fn print_json(v: &Value) -> anyhow::Result<()> {

@@ -124,6 +124,33 @@ fn lock_pid_file_or_wait(
 
 /// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
 fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
+    lock_file(&paths.pid_file, &std::process::id().to_string())
+}
+
+/// Holds `daemon.lock` next to the store for the life of the process, with this daemon's socket
+/// path in it; `Err(that path)` of the daemon that holds it already.
+fn lock_store(paths: &Paths) -> anyhow::Result<Result<nix::fcntl::Flock<std::fs::File>, String>> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let store = Store::default_path().context("where the store lives")?;
+    let dir = store.parent().context("the store's directory")?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("daemon.lock");
+    Ok(match lock_file(&path, &paths.socket.display().to_string())? {
+        Some(lock) => Ok(lock),
+        None => Err(std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned()),
+    })
+}
+
+/// Takes an exclusive flock on `path` (0600, created if needed, never through a link) and writes
+/// `contents` into it; `None` when another process holds it.
+fn lock_file(
+    path: &std::path::Path,
+    contents: &str,
+) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
@@ -133,50 +160,16 @@ fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::
         .truncate(false)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&paths.pid_file)
-        .with_context(|| format!("cannot open {}", paths.pid_file.display()))?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(mut lock) => {
-            lock.set_len(0).context("pid file")?;
-            write!(lock, "{}", std::process::id()).context("pid file")?;
-            Ok(Some(lock))
-        }
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => bail!("cannot lock {}: {e}", paths.pid_file.display()),
-    }
-}
-
-/// Holds `daemon.lock` next to the store for the life of the process, with this daemon's socket
-/// path in it; `Err(that path)` of the daemon that holds it already.
-fn lock_store(paths: &Paths) -> anyhow::Result<Result<nix::fcntl::Flock<std::fs::File>, String>> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-    let store = Store::default_path().context("where the store lives")?;
-    let dir = store.parent().context("the store's directory")?;
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join("daemon.lock");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("cannot open {}", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
-            lock.set_len(0).context("daemon.lock")?;
-            write!(lock, "{}", paths.socket.display()).context("daemon.lock")?;
-            Ok(Ok(lock))
+            lock.set_len(0).with_context(|| format!("cannot write {}", path.display()))?;
+            write!(lock, "{contents}")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(Some(lock))
         }
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-            Ok(Err(std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned()))
-        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, e)) => bail!("cannot lock {}: {e}", path.display()),
     }
 }

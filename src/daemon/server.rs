@@ -196,24 +196,18 @@ fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
     use std::os::fd::FromRawFd as _;
     // asm-generic value; the few architectures that number socket options differently fall back
     // to the /proc comparison.
-    #[cfg(any(
+    const SO_PEERPIDFD: Option<libc::c_int> = if cfg!(any(
         target_arch = "x86_64",
         target_arch = "x86",
         target_arch = "aarch64",
         target_arch = "arm",
         target_arch = "riscv64",
         target_arch = "loongarch64"
-    ))]
-    const SO_PEERPIDFD: Option<libc::c_int> = Some(77);
-    #[cfg(not(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "loongarch64"
-    )))]
-    const SO_PEERPIDFD: Option<libc::c_int> = None;
+    )) {
+        Some(77)
+    } else {
+        None
+    };
     let option = SO_PEERPIDFD?;
     let mut fd: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;

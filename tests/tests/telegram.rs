@@ -682,14 +682,25 @@ fn an_allow_command_releases_the_held_request_and_rules_revoke_status_work() {
         edit.body
     );
 
-    // The answer is a grant recorded with who gave it and how.
-    let rules = t.json(&["rules", "--json"]);
+    // The answer is a grant recorded with who gave it and how: one for this session, over now
+    // that the sandbox has ended (`rules --all` keeps it).
+    assert_eq!(t.json(&["rules", "--json"]), json!([]));
+    let rules = t.json(&["rules", "--all", "--json"]);
     let rules = rules.as_array().unwrap();
     assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(
         (rules[0]["pattern"].as_str(), rules[0]["channel"].as_str()),
         (Some("127.0.0.1"), Some("telegram"))
     );
+    assert_eq!(rules[0]["approved_by"], "@bob", "{}", rules[0]);
+    assert_eq!(rules[0]["scope"], "session", "{}", rules[0]);
+
+    // With nothing pending, /allow records a grant that outlives sandboxes.
+    fake.push_message(CHAT, "bob", "/allow 127.0.0.1 global");
+    fake.wait_call("sendMessage", text_has("no request was waiting"));
+    let rules = t.json(&["rules", "--json"]);
+    let rules = rules.as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(rules[0]["approved_by"], "@bob", "{}", rules[0]);
     let id = rules[0]["id"].to_string();
 

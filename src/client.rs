@@ -90,9 +90,11 @@ impl Client {
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) {
-                    "the sandgate daemon did not answer in time (is it stuck? `sandgate status`, \
-                     its log, or restarting it with `sandgate stop` will tell)"
-                        .to_string()
+                    format!(
+                        "the sandgate daemon did not answer in time; if it is stuck, \
+                         `kill $(cat {})` ends it (the next command starts a new one)",
+                        crate::daemon::Paths::discover().pid_file.display()
+                    )
                 } else {
                     format!("cannot read from the daemon: {e}")
                 };

@@ -639,6 +639,8 @@ impl KeyReader {
                 );
                 let result =
                     Client::connect(&paths).map_err(anyhow::Error::from).and_then(|mut c| {
+                        // A wedged daemon must not keep q and Ctrl-C from being read for good.
+                        c.set_read_timeout(Some(Duration::from_secs(5)))?;
                         c.request(Request::Answer {
                             target: AnswerTargetSpec::Question(q.id.to_string()),
                             answer,

@@ -100,13 +100,29 @@ impl LaunchEnv {
                 .map(PathBuf::from)
                 .or_else(|| home.as_ref().map(|h| h.join(fallback)))
         };
+        let data_home = xdg("XDG_DATA_HOME", ".local/share");
+        let runtime_dir = crate::daemon::Paths::discover().dir;
+        let mut other_runtime_dirs: Vec<PathBuf> =
+            crate::daemon::Paths::candidates().into_iter().skip(1).collect();
+        // The running daemon's own, wherever its session's XDG_RUNTIME_DIR put it (recorded in
+        // daemon.lock next to the store).
+        if let Some(sock) = data_home
+            .as_ref()
+            .and_then(|d| std::fs::read_to_string(d.join("sandgate/daemon.lock")).ok())
+            && let Some(dir) = std::path::Path::new(sock.trim()).parent()
+            && dir.is_absolute()
+            && dir != runtime_dir
+            && !other_runtime_dirs.iter().any(|o| o == dir)
+        {
+            other_runtime_dirs.push(dir.to_path_buf());
+        }
         Ok(LaunchEnv {
             cwd: std::env::current_dir().context("current directory")?,
             config_home: xdg("XDG_CONFIG_HOME", ".config"),
-            data_home: xdg("XDG_DATA_HOME", ".local/share"),
+            data_home,
             env: std::env::vars_os().collect(),
-            runtime_dir: crate::daemon::Paths::discover().dir,
-            other_runtime_dirs: crate::daemon::Paths::candidates().into_iter().skip(1).collect(),
+            runtime_dir,
+            other_runtime_dirs,
             home,
         })
     }

@@ -479,7 +479,7 @@ pub struct BotControl(pub Arc<Shared>, pub SystemTime);
 
 impl approvals::telegram::BotControl for BotControl {
     fn rules(&self) -> String {
-        match self.0.store.list_grants(GrantList::Live(Timestamp::now())) {
+        match self.0.store.list_grants(GrantList::Current(Timestamp::now())) {
             Ok(g) if g.is_empty() => "No grants.".to_owned(),
             Ok(g) => g.iter().map(format_grant).collect::<Vec<_>>().join("\n"),
             Err(e) => format!("cannot read the grants: {e}"),

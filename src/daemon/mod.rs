@@ -83,14 +83,13 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
     let _store_lock = match lock_store(&paths)? {
         Ok(l) => l,
         Err(other) => {
+            let dir = std::path::Path::new(&other)
+                .parent()
+                .map_or_else(|| "...".into(), |p| p.display().to_string());
             eprintln!(
                 "sandgate: another daemon already serves this store, with its socket at {other}; \
                  this shell's XDG_RUNTIME_DIR differs from that session's. Use the same \
-                 XDG_RUNTIME_DIR in both, or stop that daemon (`XDG_RUNTIME_DIR={} sandgate stop`)",
-                std::path::Path::new(&other)
-                    .parent()
-                    .and_then(std::path::Path::parent)
-                    .map_or_else(|| "...".into(), |p| p.display().to_string())
+                 XDG_RUNTIME_DIR in both, or stop that daemon: kill $(cat {dir}/daemon.pid)"
             );
             return Ok(1);
         }
@@ -139,10 +138,18 @@ fn lock_store(paths: &Paths) -> anyhow::Result<Result<nix::fcntl::Flock<std::fs:
         .create(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join("daemon.lock");
-    Ok(match lock_file(&path, &paths.socket.display().to_string())? {
-        Some(lock) => Ok(lock),
-        None => Err(std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned()),
-    })
+    // As for the pid file: a holder whose socket is gone is on its way out; wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(lock) = lock_file(&path, &paths.socket.display().to_string())? {
+            return Ok(Ok(lock));
+        }
+        let other = std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned();
+        if std::path::Path::new(&other).exists() || std::time::Instant::now() >= deadline {
+            return Ok(Err(other));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Takes an exclusive flock on `path` (0600, created if needed, never through a link) and writes

@@ -156,14 +156,21 @@ fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), Strin
     const INSIDE: &str = "requests from inside a sandbox are refused";
     const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
                            process that stays alive, outside any sandbox)";
-    if let Some(pidfd) = peer_pidfd(stream) {
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
-            .map_err(|_| UNKNOWN.to_string())?;
-        return match pidfd_levels(&info) {
-            Some(1) => Ok(()),
-            Some(_) => Err(INSIDE.into()),
-            None => Err(UNKNOWN.into()),
-        };
+    match peer_pidfd(stream) {
+        Ok(Some(pidfd)) => {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
+                .map_err(|_| UNKNOWN.to_string())?;
+            return match pidfd_levels(&info) {
+                Some(1) => Ok(()),
+                Some(_) => Err(INSIDE.into()),
+                None => Err(UNKNOWN.into()),
+            };
+        }
+        // The kernel has no SO_PEERPIDFD: the /proc comparison below.
+        Ok(None) => {}
+        // It has, and could not make one (the peer has exited and been reaped): refused, never
+        // the racy fallback.
+        Err(_) => return Err(UNKNOWN.into()),
     }
     let pid = pid.filter(|&p| p > 0).ok_or_else(|| UNKNOWN.to_string())?;
     let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
@@ -190,9 +197,10 @@ fn pidfd_levels(fdinfo: &str) -> Option<usize> {
     Some(field("NSpid:").unwrap_or(1))
 }
 
-/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`), where the kernel has it.
+/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`); `Ok(None)` where the
+/// kernel (or this architecture's numbering) has no such option.
 #[cfg(target_os = "linux")]
-fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
+fn peer_pidfd(stream: &UnixStream) -> std::io::Result<Option<OwnedFd>> {
     use std::os::fd::FromRawFd as _;
     // asm-generic value; the few architectures that number socket options differently fall back
     // to the /proc comparison.
@@ -208,7 +216,7 @@ fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
     } else {
         None
     };
-    let option = SO_PEERPIDFD?;
+    let Some(option) = SO_PEERPIDFD else { return Ok(None) };
     let mut fd: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
@@ -222,8 +230,15 @@ fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
             &raw mut len,
         )
     };
+    if r != 0 || fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOPROTOOPT) => Ok(None),
+            _ => Err(e),
+        };
+    }
     // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
-    (r == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Reads once from the socket, with any descriptors that came along.
@@ -427,7 +442,7 @@ impl Conn {
                 let store = s.store.clone();
                 let grants = blocking(move || {
                     let which =
-                        if all { GrantList::All } else { GrantList::Live(Timestamp::now()) };
+                        if all { GrantList::All } else { GrantList::Current(Timestamp::now()) };
                     Ok(store.list_grants(which)?)
                 })
                 .await?;
@@ -540,9 +555,10 @@ impl Conn {
         };
         let listener = sandgate_proxy::Listener::from_fd(listener)
             .map_err(|e| bad(format!("the listener descriptor is not a listening socket: {e}")))?;
-        s.records.register(new);
-        // A sandbox registered again (its launcher reconnected) replaces the old serving.
+        // A sandbox registered again (its launcher reconnected) replaces the old serving; its
+        // record is written after, so an old connection's "lost" cannot land last.
         end_sandbox(&d, &info.id, u64::MAX, false).await;
+        s.records.register(new);
         let (stop_tx, stop_rx) = watch::channel(false);
         let stop = Arc::new(stop_tx);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
@@ -644,6 +660,23 @@ impl Conn {
                                 let id2 = id.clone();
                                 let rec = blocking(move || Ok(store.sandbox(&id2)?)).await?;
                                 match rec {
+                                    // Not served now: a grant for the sandbox alone would never
+                                    // apply (a project one, `--for`/`--always`, still does).
+                                    Some(r)
+                                        if matches!(
+                                            answer.scope(),
+                                            approvals::Scope::Session | approvals::Scope::Once
+                                        ) || r.sandbox.project.is_none() =>
+                                    {
+                                        return Err(Failure(
+                                            "not_found",
+                                            format!(
+                                                "sandbox {id} is not running; a grant for it \
+                                                 alone would never apply (use --for or --always \
+                                                 for its project, or --global)"
+                                            ),
+                                        ));
+                                    }
                                     Some(r) => r.sandbox.project,
                                     None => {
                                         return Err(Failure(
@@ -662,12 +695,9 @@ impl Conn {
         };
         // A name the client gives is kept (a person's, from a front end), but never passes for
         // the account that gave it, and carries no control characters into logs and chats.
-        let who = match by {
-            Some(name) => {
-                let name: String =
-                    name.chars().filter(|c| !c.is_control()).take(64).collect::<String>();
-                format!("{} (via {})", name.trim(), self.peer.name)
-            }
+        let name = by.map(|n| n.chars().filter(|c| !c.is_control()).take(64).collect::<String>());
+        let who = match name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+            Some(name) => format!("{name} (via {})", self.peer.name),
             None => self.peer.name.clone(),
         };
         let by = approvals::Responder::new(approvals::Channel::Cli, who);

@@ -340,8 +340,11 @@ pub(crate) struct GrantColumns {
 /// Which grants [`Store::list_grants`](crate::Store::list_grants) returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrantList {
-    /// Those live at the given instant (what `sandgate rules` shows).
+    /// Those in force at the given instant: not revoked, consumed or expired (what decisions use).
     Live(Timestamp),
+    /// [`GrantList::Live`] without the grants of sandboxes that are no longer running (what
+    /// `sandgate rules` shows: a session grant ends with its sandbox).
+    Current(Timestamp),
     /// Every grant ever recorded, including revoked, consumed and expired ones.
     All,
 }

@@ -372,7 +372,13 @@ impl Store {
         const OP: &str = "listing grants";
         let (filter, now) = match which {
             GrantList::Live(now) => (
-                // A grant for one sandbox ends with it (exited or lost).
+                "WHERE revoked IS NULL AND used IS NULL AND (expires IS NULL OR expires > ?1)",
+                now.0,
+            ),
+            // A grant for one sandbox ends with it (exited or lost). Decisions do not need the
+            // filter (such a grant matches only its own sandbox's requests), and must not have
+            // it: a sandbox marked lost can register again.
+            GrantList::Current(now) => (
                 "WHERE revoked IS NULL AND used IS NULL AND (expires IS NULL OR expires > ?1) \
                  AND (sandbox_id IS NULL OR sandbox_id IN \
                       (SELECT id FROM sandboxes WHERE state = 'running'))",

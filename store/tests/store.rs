@@ -275,7 +275,7 @@ fn a_sandboxs_grants_end_with_it() {
     let global =
         store.add_grant(&grant("c.example", GrantScope::Always, GrantTarget::Global)).unwrap();
     let live = |s: &Store| -> Vec<GrantId> {
-        s.list_grants(GrantList::Live(T0)).unwrap().iter().map(|g| g.id).collect()
+        s.list_grants(GrantList::Current(T0)).unwrap().iter().map(|g| g.id).collect()
     };
     let (g1, g2, global) = (g1.id, g2.id, global.id);
     assert_eq!(live(&store), vec![g1, g2, global]);
@@ -284,6 +284,8 @@ fn a_sandboxs_grants_end_with_it() {
     store.mark_lost("sb2", T0).unwrap();
     assert_eq!(live(&store), vec![global], "so is a lost one's");
     assert_eq!(store.list_grants(GrantList::All).unwrap().len(), 3, "history is kept");
+    // Decisions still see them: a sandbox marked lost may come back.
+    assert_eq!(store.list_grants(GrantList::Live(T0)).unwrap().len(), 3);
 }
 
 #[test]

@@ -247,6 +247,12 @@ fn an_answer_releases_held_requests_and_becomes_a_grant() {
     assert_eq!(rules[0]["channel"], "cli");
     assert!(rules[0]["target"]["sandbox"].is_string());
 
+    // A grant for that ended sandbox alone would never apply: refused, saying what would.
+    let ended = rules[0]["target"]["sandbox"].as_str().unwrap();
+    let out = t.sg(&["allow", "127.0.0.1", "--session", "--sandbox", ended]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not running"), "{out:?}");
+
     // A grant for the project: the next sandbox in this directory passes without a question.
     let out = t.sg(&[
         "allow",

@@ -306,6 +306,31 @@ fn the_launcher_suspends_and_resumes(who: &Who) {
     assert!(out.restored, "the caller's terminal is back in cooked mode");
 }
 
+/// Ctrl-Z on a command run directly (no shell inside to take the terminal back) stops the
+/// launcher too, so the caller's shell gets its terminal; `fg` (SIGCONT) resumes both.
+fn ctrl_z_on_a_direct_command_suspends_the_launcher(who: &Who) {
+    let s = Scratch::new(who);
+    let u = unique(who);
+    let sleeper = format!("sleep 59.{u}");
+    let steps = serde_json::json!([
+        {"expect": "ready-3"},
+        {"running": sleeper},
+        {"terminal": "raw"},
+        {"send": "\u{1a}"},
+        {"state": "T"},
+        {"terminal": "cooked"},
+        {"signal": "CONT"},
+        {"terminal": "raw"},
+        // Resumed inside too: a stopped sleep would not die of Ctrl-C.
+        {"send": "\u{3}"},
+        {"gone": sleeper},
+    ]);
+    let script = format!("echo ready-$((1+2)); exec {sleeper}");
+    let out = session(&s, "run", &["sh", "-c", &script], (24, 80), steps);
+    assert_eq!(out.code, Some(130), "killed by SIGINT\n{}", out.output);
+    assert!(out.restored, "the caller's terminal is back in cooked mode");
+}
+
 /// The host's other terminals are out of sight: the sandbox has its own /dev/pts.
 fn only_the_sandboxs_own_terminal_is_visible(who: &Who) {
     let s = Scratch::new(who);
@@ -334,5 +359,6 @@ both!(
     the_window_size_is_propagated,
     terminal_injection_reaches_nothing,
     the_launcher_suspends_and_resumes,
+    ctrl_z_on_a_direct_command_suspends_the_launcher,
     only_the_sandboxs_own_terminal_is_visible,
 );

@@ -6,7 +6,9 @@
 //! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds,
 //!  │                                      relays the terminal to the pty master (terminal mode)
 //!  ├─ init (pid 1 in the sandbox)        sets the walls up, then reaps and forwards signals
-//!  │   └─ command                          setpgid (terminal mode: setsid + pty as ctty), exec
+//!  │   │                                  (terminal mode: leads the session of the pty, tells
+//!  │   │                                  the launcher when Ctrl-Z stopped the command)
+//!  │   └─ command                          setpgid (terminal mode: the pty's foreground), exec
 //!  └─ cleaner (only with placeholders)   waits for init's end, removes placeholders
 //! ```
 //!
@@ -73,6 +75,8 @@ pub struct Launched {
     pub enforcement: Enforcement,
     cleanup: Cleanup,
     tty: Option<terminal::Relay>,
+    /// In terminal mode, where init says "stopped" when Ctrl-Z stopped the command itself.
+    stops: Option<OwnedFd>,
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
@@ -139,8 +143,13 @@ impl Launched {
             }
             let none = libc::pollfd { fd: -1, events: 0, revents: 0 };
             let [a, b] = self.tty.as_ref().map_or([none, none], terminal::Relay::poll_set);
-            let mut fds =
-                [libc::pollfd { fd: sigfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }, a, b];
+            let stops = self.stops.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+            let mut fds = [
+                libc::pollfd { fd: sigfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                a,
+                b,
+                libc::pollfd { fd: stops, events: libc::POLLIN, revents: 0 },
+            ];
             // The timeout is only a safety net: SIGCHLD wakes the loop when init ends.
             sys::poll(&mut fds, 1000).map_err(SandboxError::io("poll"))?;
             // Signals first: a window change that came before a key press is applied before it.
@@ -150,6 +159,30 @@ impl Launched {
             if let Some(tty) = &mut self.tty {
                 tty.on_ready(&[fds[1], fds[2]]);
             }
+            if fds[3].revents != 0 {
+                self.on_command_stopped();
+            }
+        }
+    }
+
+    /// Ctrl-Z stopped the command itself (no shell inside takes the terminal back): the launcher
+    /// stops too, as `sudo` does, giving the caller's shell its terminal; the SIGCONT of `fg`
+    /// resumes both.
+    fn on_command_stopped(&mut self) {
+        let mut buf = [0u8; 16];
+        let stopped = match &self.stops {
+            Some(s) => {
+                matches!(sys::recv_with_fds(s, &mut buf), Ok((n, _)) if &buf[..n] == b"stopped")
+            }
+            None => false,
+        };
+        if !stopped {
+            self.stops = None; // init is gone (end of stream) or said nonsense: stop listening
+            return;
+        }
+        if let Some(tty) = &mut self.tty {
+            tty.restore();
+            sys::stop_self();
         }
     }
 
@@ -166,6 +199,8 @@ impl Launched {
             (libc::SIGCONT, Some(tty)) => {
                 tty.enter_raw();
                 tty.sync_winsize();
+                // And the command, should Ctrl-Z have stopped it (init passes it on).
+                let _ = sys::kill(self.pid, libc::SIGCONT);
             }
             (sig, _) => {
                 let _ = sys::kill(self.pid, sig);
@@ -289,7 +324,18 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 NetMode::None => (None, None),
                 NetMode::Proxy { .. } => (fds.next(), fds.next()),
             };
-            Ok(Launched { pid, listener, nflog, enforcement, cleanup, tty, signals, reaped: false })
+            let stops = tty.is_some().then_some(parent_sock);
+            Ok(Launched {
+                pid,
+                listener,
+                nflog,
+                enforcement,
+                cleanup,
+                tty,
+                stops,
+                signals,
+                reaped: false,
+            })
         }
         Some(("error", rest)) => {
             let (step, message) = rest.split_once('\n').unwrap_or((rest, ""));
@@ -591,6 +637,10 @@ mod init {
     fn supervise(p: Prepared, sock: OwnedFd) -> ! {
         let mut signals = FORWARDED.to_vec();
         signals.push(libc::SIGCHLD);
+        if p.slave.is_some() {
+            // The launcher resumes a command that Ctrl-Z stopped with a SIGCONT to init.
+            signals.push(libc::SIGCONT);
+        }
         for &s in &signals {
             let _ = sys::install_noop_handler(s);
         }
@@ -606,6 +656,18 @@ mod init {
             }
         }
         drop(p.slave);
+        if terminal {
+            // Init leads the pty's session and the command runs in a process group of its own
+            // in the foreground: with its parent in the same session the group is not orphaned,
+            // so Ctrl-Z can stop a command run directly (the kernel discards terminal stop
+            // signals to orphaned groups). SIGTTOU ignored: init hands the terminal over, maybe
+            // from the background, and as pid 1 it would never see a default-disposition one.
+            // (Init is a session leader already: `setsid` is one of the walls.)
+            sys::ignore_signal(libc::SIGTTOU);
+            if let Err(e) = sys::set_controlling_tty(0) {
+                eprintln!("sandgate: no job control: controlling terminal: {e}");
+            }
+        }
         let child = match sys::fork() {
             Ok(c) => c,
             Err(e) => {
@@ -615,14 +677,11 @@ mod init {
         };
         let Some(cmd) = child else {
             drop(sock);
+            let _ = sys::setpgid(0, 0);
             if terminal {
-                // Leader of a session whose controlling terminal is the pty (on fd 0).
-                let ctty = sys::setsid().and_then(|()| sys::set_controlling_tty(0));
-                if let Err(e) = ctty {
-                    eprintln!("sandgate: no job control: controlling terminal: {e}");
-                }
-            } else {
-                let _ = sys::setpgid(0, 0);
+                // In the foreground of the pty before exec (init does it too; first one wins).
+                let _ = sys::set_foreground(0, sys::getpid());
+                sys::default_handler(libc::SIGTTOU);
             }
             for &s in &signals {
                 sys::default_handler(s);
@@ -630,23 +689,35 @@ mod init {
             // The Rust runtime ignores SIGPIPE and an ignored signal stays ignored across exec:
             // give the command the default (`yes | head -1` ends quietly, as outside).
             sys::default_handler(libc::SIGPIPE);
-            let _ = set.unblock();
+            // Nothing blocked, as for a command started from a shell: the launcher blocked its
+            // signals (job control ones too) before init and the command inherited them.
+            let _ = sys::SigSet::of(&[]).set_mask();
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })
         };
-        drop(sock);
-        if !terminal {
-            // Both sides, so that signals forwarded right away reach the group. Not with a
-            // terminal: the child's setsid() must find it no group leader yet.
-            let _ = sys::setpgid(cmd, cmd);
+        // With a terminal the socket stays: it tells the launcher when Ctrl-Z stopped the
+        // command itself (no shell inside to take the terminal back), so that it stops too.
+        let stops = terminal.then_some(sock);
+        // Both sides, so that signals forwarded right away reach the group.
+        let _ = sys::setpgid(cmd, cmd);
+        if terminal {
+            let _ = sys::set_foreground(0, cmd);
         }
         loop {
             match set.wait(None) {
                 Ok(Some(libc::SIGCHLD)) | Ok(None) => {
-                    while let Ok(Some((pid, how))) = sys::waitpid(-1, false) {
-                        if pid == cmd {
-                            sys::exit_now(i32::from(how.code()));
+                    while let Ok(Some((pid, how))) = sys::wait_untraced(-1) {
+                        match how {
+                            sys::Waited::Ended(how) if pid == cmd => {
+                                sys::exit_now(i32::from(how.code()))
+                            }
+                            sys::Waited::Stopped(_) if pid == cmd => {
+                                if let Some(s) = &stops {
+                                    let _ = sys::send_with_fds(s, b"stopped", &[]);
+                                }
+                            }
+                            _ => {}
                         }
                     }
                 }

@@ -332,11 +332,11 @@ impl SigSet {
         if ret != 0 { Err(io::Error::from_raw_os_error(ret)) } else { Ok(()) }
     }
 
-    /// Unblocks these signals in the calling thread.
-    pub fn unblock(&self) -> io::Result<()> {
+    /// Makes this the calling thread's whole signal mask.
+    pub fn set_mask(&self) -> io::Result<()> {
         // SAFETY: valid sigset pointer; old set not requested.
         let ret =
-            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &self.0, std::ptr::null_mut()) };
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
         if ret != 0 { Err(io::Error::from_raw_os_error(ret)) } else { Ok(()) }
     }
 
@@ -378,6 +378,26 @@ pub fn install_noop_handler(sig: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Ignores `sig` (`SIG_IGN`); an ignored signal stays ignored across exec.
+pub fn ignore_signal(sig: libc::c_int) {
+    // SAFETY: setting SIG_IGN is always valid for catchable signals; errors are irrelevant.
+    unsafe {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+}
+
+/// This process's id.
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Makes `pgrp` the foreground process group of the terminal on `fd` (`tcsetpgrp`).
+pub fn set_foreground(fd: RawFd, pgrp: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    cvt_i(unsafe { libc::tcsetpgrp(fd, pgrp) }).map(drop)
+}
+
 /// Restores the default disposition of `sig`.
 pub fn default_handler(sig: libc::c_int) {
     // SAFETY: setting SIG_DFL is always valid for catchable signals; errors are irrelevant.
@@ -402,6 +422,44 @@ impl Ended {
             Ended::Exit(c) => (c & 0xff) as u8,
             Ended::Signal(s) => (128 + s).clamp(0, 255) as u8,
         }
+    }
+}
+
+/// What [`wait_untraced`] saw of a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// It ended (and was reaped).
+    Ended(Ended),
+    /// It was stopped by this signal (Ctrl-Z on its terminal, SIGSTOP...).
+    Stopped(i32),
+}
+
+/// `waitpid(pid, WNOHANG | WUNTRACED)`: an ended child (reaped) or a stopped one.
+pub fn wait_untraced(pid: libc::pid_t) -> io::Result<Option<(libc::pid_t, Waited)>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: valid pointer to a local int.
+        let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+        if ret < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        if ret == 0 {
+            return Ok(None);
+        }
+        let how = if libc::WIFEXITED(status) {
+            Waited::Ended(Ended::Exit(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Waited::Ended(Ended::Signal(libc::WTERMSIG(status)))
+        } else if libc::WIFSTOPPED(status) {
+            Waited::Stopped(libc::WSTOPSIG(status))
+        } else {
+            continue;
+        };
+        return Ok(Some((ret, how)));
     }
 }
 

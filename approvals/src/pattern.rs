@@ -1,16 +1,20 @@
-//! The host patterns a person may answer with: `example.com` or `*.example.com`.
+//! The host patterns a person may answer with: `example.com`, `*.example.com`, an IP address or
+//! a block (`10.1.0.0/16`).
 //!
-//! The daemon validates patterns with the config crate's full rules before they get here; this
-//! is the broker's own guard, so a wildcard answer can never cover more than a domain's
-//! subdomains (`*`, `*.com` are refused).
+//! Parsed and matched by the config crate's [`DomainPattern`], the very rules the proxy and the
+//! grants use, so an answer releases exactly the questions its grant will cover. On top, the
+//! broker's own guard: the allow list's breadth limits apply to every answer (`*`, `*.com`,
+//! `*.github.io` are refused, for deny answers too), and an answer names hosts, not a port.
 
 use std::fmt;
 
-/// A checked host pattern, lower-case, without trailing dot.
+use sandgate_config::{DomainPattern, Host, PatternUse};
+
+/// A checked host pattern, normalised (lower case, punycode, no trailing dot).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HostPattern {
+    pattern: DomainPattern,
     text: String,
-    wildcard: bool,
 }
 
 /// Why a pattern was refused.
@@ -20,65 +24,32 @@ pub struct PatternError {
     /// The pattern given.
     pub pattern: String,
     /// Why.
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 impl HostPattern {
-    /// Parses `host`, `*.domain.tld`, an IPv4 literal or a bracketed or bare IPv6 literal.
+    /// Parses `host`, `*.domain.tld`, an IP literal (IPv6 bare or bracketed) or a CIDR block.
     pub fn parse(input: &str) -> Result<Self, PatternError> {
-        let err = |reason| Err(PatternError { pattern: input.to_string(), reason });
-        let s = input.trim().trim_end_matches('.').to_ascii_lowercase();
-        let s = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(&s).to_string();
-        if s.is_empty() {
-            return err("empty");
+        let err = |reason: String| PatternError { pattern: input.to_string(), reason };
+        let pattern = DomainPattern::parse(input.trim(), PatternUse::Allow)
+            .map_err(|e| err(e.kind.to_string()))?;
+        if pattern.port.is_some() {
+            return Err(err("an answer names hosts, not a port (write example.com)".into()));
         }
-        if s.len() > 253 {
-            return err("longer than 253 characters");
-        }
-        if s.parse::<std::net::IpAddr>().is_ok() {
-            return Ok(HostPattern { text: s, wildcard: false });
-        }
-        let (wildcard, name) = match s.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, s.as_str()),
-        };
-        if name.contains('*') {
-            return err("a wildcard is only allowed as the whole first label (*.example.com)");
-        }
-        for label in name.split('.') {
-            if label.is_empty() || label.len() > 63 {
-                return err("empty or over-long label");
-            }
-            if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-                return err(
-                    "only letters, digits, '-' and '_' (write international names in punycode)",
-                );
-            }
-        }
-        if wildcard && !name.contains('.') {
-            return err(
-                "a wildcard must leave at least a domain and its TLD (*.example.com, not *.com)",
-            );
-        }
-        Ok(HostPattern { text: s.clone(), wildcard })
+        let text = pattern.to_string();
+        Ok(HostPattern { pattern, text })
     }
 
-    /// Whether `host` (any case, trailing dot allowed) falls under the pattern. A wildcard
-    /// covers every subdomain but not the domain itself.
+    /// Whether `host` (a name in any case, with or without a trailing dot, or an IP literal)
+    /// falls under the pattern. A wildcard covers every subdomain but not the domain itself.
     pub fn matches(&self, host: &str) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let host = host.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(&host);
-        if self.wildcard {
-            let suffix = &self.text[1..]; // ".example.com"
-            host.len() > suffix.len() && host.ends_with(suffix)
-        } else {
-            host == self.text
-        }
+        // The port plays no part: the pattern has none.
+        Host::parse(host).is_ok_and(|h| self.pattern.matches(&h, 0))
     }
 
     /// Whether this is a `*.` pattern.
     pub fn is_wildcard(&self) -> bool {
-        self.wildcard
+        matches!(self.pattern.host, sandgate_config::HostPattern::Subdomains(_))
     }
 
     /// The normalised text.
@@ -112,6 +83,10 @@ mod tests {
             ("10.0.0.1", "10.0.0.1", true),
             ("[::1]", "::1", true),
             ("::1", "[::1]", true),
+            ("bücher.example", "xn--bcher-kva.example", true),
+            ("10.1.0.0/16", "10.1.200.3", true),
+            ("10.1.0.0/16", "10.2.0.1", false),
+            ("*.example.com", "10.0.0.1", false),
         ];
         for (p, host, want) in rows {
             let pat = HostPattern::parse(p).unwrap();
@@ -130,8 +105,10 @@ mod tests {
             "**.a.com",
             "ex ample.com",
             "a..b",
-            "é.com",
             "*a.com",
+            "*.github.io",
+            "example.com:443",
+            "0.0.0.0/0",
         ] {
             let e = HostPattern::parse(p).unwrap_err();
             assert_eq!(e.pattern, p);

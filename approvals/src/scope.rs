@@ -132,30 +132,13 @@ impl fmt::Display for Responder {
 /// Why a duration did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
-    /// Nothing was given.
-    #[error("empty duration: write e.g. 90s, 15m, 1h or 2d")]
-    Empty,
-    /// A number is missing or too large.
-    #[error("invalid duration {input:?}: expected a number followed by s, m, h, d or w (e.g. 15m)")]
-    Number {
-        /// The text given.
-        input: String,
+    /// Not a duration (the config crate's reading, which says how to write one).
+    #[error("invalid duration: {why}")]
+    Invalid {
+        /// What is wrong, quoting the text given.
+        why: String,
     },
-    /// A number has no unit.
-    #[error("invalid duration {input:?}: the number needs a unit (s, m, h, d or w), e.g. {input}m")]
-    MissingUnit {
-        /// The text given.
-        input: String,
-    },
-    /// The unit is not one of s, m, h, d, w.
-    #[error("invalid duration {input:?}: unknown unit {unit:?} (use s, m, h, d or w)")]
-    Unit {
-        /// The text given.
-        input: String,
-        /// The unit found.
-        unit: String,
-    },
-    /// Zero, or more than a year.
+    /// Under a second, or more than a year.
     #[error(
         "invalid duration {input:?}: must be between 1s and 365d (use an `always` grant instead)"
     )]
@@ -168,48 +151,12 @@ pub enum DurationError {
 /// The longest duration accepted: beyond this, say `always`.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Parses `90s`, `15m`, `1h`, `2d`, `1w`, and sums like `1h30m`.
+/// Parses `90s`, `15m`, `1h`, `2d`, `1w`, and sums like `1h30m`, as the configuration does
+/// ([`sandgate_config::parse_duration`]); a grant lasts from 1 s to [`MAX_DURATION`].
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    let s = input.trim();
-    if s.is_empty() {
-        return Err(DurationError::Empty);
-    }
-    let mut total: u64 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(DurationError::Number { input: input.to_string() });
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| DurationError::Number { input: input.to_string() })?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let per = match unit {
-            "" => return Err(DurationError::MissingUnit { input: input.to_string() }),
-            "s" => 1,
-            "m" => 60,
-            "h" => 3600,
-            "d" => 86_400,
-            "w" => 7 * 86_400,
-            other => {
-                return Err(DurationError::Unit {
-                    input: input.to_string(),
-                    unit: other.to_string(),
-                });
-            }
-        };
-        total = n
-            .checked_mul(per)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| DurationError::Range { input: input.to_string() })?;
-    }
-    let d = Duration::from_secs(total);
-    if d.is_zero() || d > MAX_DURATION {
-        return Err(DurationError::Range { input: input.to_string() });
+    let d = sandgate_config::parse_duration(input).map_err(|why| DurationError::Invalid { why })?;
+    if d < Duration::from_secs(1) || d > MAX_DURATION {
+        return Err(DurationError::Range { input: input.trim().to_string() });
     }
     Ok(d)
 }
@@ -264,17 +211,20 @@ mod tests {
             assert_eq!(parse_duration(input), Ok(Duration::from_secs(secs)), "{input}");
         }
         type Check = fn(&DurationError) -> bool;
-        let bad: [(&str, Check); 10] = [
-            ("", |e| matches!(e, DurationError::Empty)),
-            ("  ", |e| matches!(e, DurationError::Empty)),
-            ("15", |e| matches!(e, DurationError::MissingUnit { .. })),
-            ("m", |e| matches!(e, DurationError::Number { .. })),
-            ("-5m", |e| matches!(e, DurationError::Number { .. })),
-            ("1.5h", |e| matches!(e, DurationError::Unit { .. })),
-            ("3y", |e| matches!(e, DurationError::Unit { .. })),
-            ("0s", |e| matches!(e, DurationError::Range { .. })),
-            ("366d", |e| matches!(e, DurationError::Range { .. })),
-            ("99999999999999999999s", |e| matches!(e, DurationError::Number { .. })),
+        let invalid: Check = |e| matches!(e, DurationError::Invalid { .. });
+        let range: Check = |e| matches!(e, DurationError::Range { .. });
+        let bad: [(&str, Check); 11] = [
+            ("", invalid),
+            ("  ", invalid),
+            ("15", invalid),
+            ("m", invalid),
+            ("-5m", invalid),
+            ("1.5h", invalid),
+            ("3y", invalid),
+            ("0s", range),
+            ("500ms", range),
+            ("366d", range),
+            ("99999999999999999999s", invalid),
         ];
         for (input, want) in bad {
             let e = parse_duration(input).unwrap_err();

@@ -436,10 +436,28 @@ pub enum Waited {
 
 /// `waitpid(pid, WNOHANG | WUNTRACED)`: an ended child (reaped) or a stopped one.
 pub fn wait_untraced(pid: libc::pid_t) -> io::Result<Option<(libc::pid_t, Waited)>> {
+    wait_for(pid, libc::WNOHANG | libc::WUNTRACED, Some)
+}
+
+/// `waitpid(pid, WNOHANG)` (or blocking): `Some((pid, how))` for a reaped child.
+pub fn waitpid(pid: libc::pid_t, block: bool) -> io::Result<Option<(libc::pid_t, Ended)>> {
+    let flags = if block { 0 } else { libc::WNOHANG };
+    wait_for(pid, flags, |w| match w {
+        Waited::Ended(e) => Some(e),
+        Waited::Stopped(_) => None,
+    })
+}
+
+/// `waitpid` with `flags`, retried on `EINTR` and on statuses `keep` does not want.
+fn wait_for<T>(
+    pid: libc::pid_t,
+    flags: libc::c_int,
+    keep: impl Fn(Waited) -> Option<T>,
+) -> io::Result<Option<(libc::pid_t, T)>> {
     let mut status = 0;
     loop {
         // SAFETY: valid pointer to a local int.
-        let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
         if ret < 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINTR) {
@@ -459,35 +477,9 @@ pub fn wait_untraced(pid: libc::pid_t) -> io::Result<Option<(libc::pid_t, Waited
         } else {
             continue;
         };
-        return Ok(Some((ret, how)));
-    }
-}
-
-/// `waitpid(pid, WNOHANG)` (or blocking): `Some((pid, how))` for a reaped child.
-pub fn waitpid(pid: libc::pid_t, block: bool) -> io::Result<Option<(libc::pid_t, Ended)>> {
-    let mut status = 0;
-    let flags = if block { 0 } else { libc::WNOHANG };
-    loop {
-        // SAFETY: valid pointer to a local int.
-        let ret = unsafe { libc::waitpid(pid, &mut status, flags) };
-        if ret < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(err);
+        if let Some(t) = keep(how) {
+            return Ok(Some((ret, t)));
         }
-        if ret == 0 {
-            return Ok(None);
-        }
-        let how = if libc::WIFEXITED(status) {
-            Ended::Exit(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            Ended::Signal(libc::WTERMSIG(status))
-        } else {
-            continue;
-        };
-        return Ok(Some((ret, how)));
     }
 }
 

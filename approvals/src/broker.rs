@@ -33,11 +33,18 @@ pub struct BrokerConfig {
     pub timeout: Duration,
     /// Events buffered per subscriber.
     pub event_capacity: usize,
+    /// Most questions one sandbox may have open at once; a new one past it is refused at once
+    /// ([`Outcome::TooManyQuestions`]). Requests for a question already open still join it.
+    pub max_open_per_sandbox: usize,
 }
 
 impl Default for BrokerConfig {
     fn default() -> Self {
-        BrokerConfig { timeout: Duration::from_secs(60), event_capacity: 256 }
+        BrokerConfig {
+            timeout: Duration::from_secs(60),
+            event_capacity: 256,
+            max_open_per_sandbox: 16,
+        }
     }
 }
 
@@ -116,6 +123,11 @@ pub enum Outcome {
     },
     /// The broker shut down before an answer: deny.
     Closed,
+    /// Not asked: the sandbox has this many questions open already: deny.
+    TooManyQuestions {
+        /// How many are open.
+        open: usize,
+    },
 }
 
 impl Outcome {
@@ -123,7 +135,7 @@ impl Outcome {
     pub fn allows(&self) -> bool {
         match self {
             Outcome::Answered { answer, .. } => answer.allows(),
-            Outcome::TimedOut { .. } | Outcome::Closed => false,
+            Outcome::TimedOut { .. } | Outcome::Closed | Outcome::TooManyQuestions { .. } => false,
         }
     }
 
@@ -140,6 +152,11 @@ impl Outcome {
                 "Access to {host}:{port} needs approval and nobody answered within {}. Ask the \
                  user to run `sandgate allow {host}` (or answer in Telegram), then retry.",
                 format_duration(*after)
+            )),
+            Outcome::TooManyQuestions { open } => Some(format!(
+                "Access to {host}:{port} needs approval, and this sandbox already has {open} \
+                 questions waiting for the user, so none was asked. Wait for them to be \
+                 answered, then retry once."
             )),
             Outcome::Closed => Some(format!(
                 "Access to {host}:{port} needs approval but the sandgate daemon stopped before \
@@ -443,6 +460,13 @@ impl Broker {
                     (id, open.tx.subscribe())
                 }
                 None => {
+                    // Counted and inserted under the one lock: simultaneous requests cannot
+                    // pass the limit.
+                    let open =
+                        st.open.values().filter(|o| o.info.question.sandbox == key.sandbox).count();
+                    if open >= self.inner.config.max_open_per_sandbox {
+                        return Outcome::TooManyQuestions { open };
+                    }
                     st.next_id += 1;
                     let id = QuestionId(st.next_id);
                     let now = SystemTime::now();

@@ -432,3 +432,51 @@ async fn shutdown_denies_waiters_as_closed() {
     assert!(out.denial_reason("x.example", 443).unwrap().contains("daemon stopped"));
     assert!(b.pending().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_open_more_questions_than_its_limit_even_all_at_once() {
+    let config = BrokerConfig {
+        timeout: Duration::from_secs(30),
+        max_open_per_sandbox: 4,
+        ..Default::default()
+    };
+    let b = Broker::new(config, None);
+    // 50 different hosts from one sandbox at the same instant: exactly 4 questions.
+    let asks: Vec<_> = (0..50)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.ask(q("sb1", &format!("h{i}.example"), 443)).await })
+        })
+        .collect();
+    until_pending(&b, 4, 4).await;
+    // Another sandbox still gets its own; a request for a host already asked about joins it.
+    let other = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb2", "h0.example", 443)).await }
+    });
+    until_pending(&b, 5, 5).await;
+    let asked: Vec<String> = b.pending().iter().map(|p| p.question.host.clone()).collect();
+    let join = tokio::spawn({
+        let b = b.clone();
+        let host = asked.iter().find(|h| h.starts_with('h')).unwrap().clone();
+        async move { b.ask(q("sb1", &host, 443)).await }
+    });
+    until_pending(&b, 5, 6).await;
+    b.shutdown();
+    let mut refused = 0;
+    for a in asks {
+        match a.await.unwrap() {
+            Outcome::TooManyQuestions { open } => {
+                assert_eq!(open, 4);
+                refused += 1;
+            }
+            Outcome::Closed => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(refused, 46);
+    assert_eq!(other.await.unwrap(), Outcome::Closed);
+    assert_eq!(join.await.unwrap(), Outcome::Closed);
+    let reason = Outcome::TooManyQuestions { open: 4 }.denial_reason("x.example", 443).unwrap();
+    assert!(reason.contains("4 questions waiting"), "{reason}");
+}

@@ -285,9 +285,6 @@ impl GrantSource for Grants {
 /// [`Approver`]: a deny grant answers at once; otherwise the broker asks a person.
 pub struct Asker(pub Arc<Shared>);
 
-/// Most questions one sandbox may have open at once.
-pub const MAX_OPEN_QUESTIONS: usize = 16;
-
 impl Approver for Asker {
     fn ask(&self, q: sandgate_proxy::Question) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
@@ -317,21 +314,6 @@ impl Approver for Asker {
                 Host::Name(n) => n.as_str().to_owned(),
                 Host::Ip(ip) => ip.to_string(),
             };
-            // One sandbox cannot bury the person (and the chat) under questions: past a limit,
-            // a new host is refused at once; requests for hosts already asked about still wait.
-            let open: Vec<_> = s
-                .broker
-                .pending()
-                .into_iter()
-                .filter(|p| p.question.sandbox == q.sandbox.as_str())
-                .collect();
-            if open.len() >= MAX_OPEN_QUESTIONS
-                && !open
-                    .iter()
-                    .any(|p| p.question.host == host_text && p.question.port == q.target.port)
-            {
-                return Answer::Deny(DenyReason::TooManyQuestions(open.len()));
-            }
             let question = approvals::Question {
                 sandbox: q.sandbox.to_string(),
                 host: host_text,
@@ -359,6 +341,9 @@ fn outcome_to_answer(outcome: approvals::Outcome) -> Answer {
         }
         approvals::Outcome::TimedOut { .. } => Answer::Deny(DenyReason::TimedOut),
         approvals::Outcome::Closed => Answer::Deny(DenyReason::Denied),
+        approvals::Outcome::TooManyQuestions { open } => {
+            Answer::Deny(DenyReason::TooManyQuestions(open))
+        }
     }
 }
 

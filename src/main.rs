@@ -64,6 +64,11 @@ enum Command {
     /// Remove a grant.
     Revoke(control_cmd::RevokeArgs),
     /// Live view of pending approvals and blocked traffic; keys answer.
+    ///
+    /// One line per event: questions, answers, time-outs, blocked direct connections, sandboxes
+    /// starting and ending (-v: every proxied request too). On a terminal a key answers the
+    /// oldest open question, and the line it prints says which: o once, s this session, h one
+    /// hour, a always (the project), d deny; q or Ctrl-C quits.
     Watch(control_cmd::WatchArgs),
     /// Show the daemon, live sandboxes and pending approvals (exit 3 when it is not running).
     Status(control_cmd::JsonArg),

@@ -102,8 +102,13 @@ impl LaunchEnv {
         };
         let data_home = xdg("XDG_DATA_HOME", ".local/share");
         let runtime_dir = crate::daemon::Paths::discover().dir;
-        let mut other_runtime_dirs: Vec<PathBuf> =
-            crate::daemon::Paths::candidates().into_iter().skip(1).collect();
+        // (`/run/user/UID/sandgate` is made before the launch if missing; a missing other one
+        // needs no hiding: a missing hidden path would become a placeholder.)
+        let mut other_runtime_dirs: Vec<PathBuf> = crate::daemon::Paths::candidates()
+            .into_iter()
+            .skip(1)
+            .filter(|d| d.starts_with("/run/user") || d.exists())
+            .collect();
         // The running daemon's own, wherever its session's XDG_RUNTIME_DIR put it (recorded in
         // daemon.lock next to the store).
         if let Some(sock) = data_home
@@ -111,6 +116,7 @@ impl LaunchEnv {
             .and_then(|d| std::fs::read_to_string(d.join("sandgate/daemon.lock")).ok())
             && let Some(dir) = std::path::Path::new(sock.trim()).parent()
             && dir.is_absolute()
+            && dir.exists()
             && dir != runtime_dir
             && !other_runtime_dirs.iter().any(|o| o == dir)
         {

@@ -51,8 +51,8 @@ impl Client {
         Ok(Client { stream, reader, next_id: 1, events: VecDeque::new() })
     }
 
-    /// Sets (or clears) the read timeout of the connection: a read that times out is an error of
-    /// kind `WouldBlock` or `TimedOut`.
+    /// Sets (or clears) the read timeout of the connection: a read that times out is an error
+    /// for which [`timed_out`] is true.
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
         self.stream.set_read_timeout(timeout)
     }
@@ -86,10 +86,7 @@ impl Client {
         loop {
             let mut l = String::new();
             let n = self.reader.read_line(&mut l).map_err(|e| {
-                let why = if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) {
+                let why = if timed_out(&e) {
                     format!(
                         "the sandgate daemon did not answer in time; if it is stuck, \
                          `kill $(cat {})` ends it (the next command starts a new one)",
@@ -174,6 +171,11 @@ impl Client {
         }
         Ok(v)
     }
+}
+
+/// Whether a read failed because its timeout ([`Client::set_read_timeout`]) passed.
+pub fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
 }
 
 /// Starts `sandgate daemon --detach --idle-exit 10m` and waits until it answers.

@@ -306,11 +306,7 @@ pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
     let gone = loop {
         match c.next() {
             Ok(Incoming::Closed) => break true,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if crate::client::timed_out(&e) => {}
             Err(_) => break true,
             Ok(_) => {}
         }

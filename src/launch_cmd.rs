@@ -101,14 +101,15 @@ impl LaunchEnv {
                 .or_else(|| home.as_ref().map(|h| h.join(fallback)))
         };
         let data_home = xdg("XDG_DATA_HOME", ".local/share");
-        let runtime_dir = crate::daemon::Paths::discover().dir;
+        let paths = crate::daemon::Paths::discover();
         // (`/run/user/UID/sandgate` is made before the launch if missing; a missing other one
         // needs no hiding: a missing hidden path would become a placeholder.)
-        let mut other_runtime_dirs: Vec<PathBuf> = crate::daemon::Paths::candidates()
+        let mut other_runtime_dirs: Vec<PathBuf> = paths
+            .others()
             .into_iter()
-            .skip(1)
             .filter(|d| d.starts_with("/run/user") || d.exists())
             .collect();
+        let runtime_dir = paths.dir;
         // The running daemon's own, wherever its session's XDG_RUNTIME_DIR put it (recorded in
         // daemon.lock next to the store).
         if let Some(sock) = data_home

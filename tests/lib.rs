@@ -109,6 +109,11 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// Whether the tests run as root (namespaces, nft and Landlock then run for real).
+pub fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
 /// Skips (returns `true`) when a capability is missing outside CI; panics in CI.
 pub fn skip_unless(available: bool, what: &str) -> bool {
     if available {

@@ -103,27 +103,13 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
     runtime.block_on(serve(paths, idle_exit))
 }
 
-/// [`lock_pid_file`], but waits (up to 5 s) while the holder is a daemon on its way out: one that
-/// has removed its socket already. A launcher that came just after an idle exit gets a daemon
-/// instead of "already running".
+/// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
+/// Waits (up to 5 s) while the holder is a daemon on its way out, one that has removed its socket
+/// already: a launcher that came just after an idle exit gets a daemon, not "already running".
 fn lock_pid_file_or_wait(
     paths: &Paths,
 ) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match lock_pid_file(paths)? {
-            Some(l) => return Ok(Some(l)),
-            None if !paths.socket.exists() && std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            None => return Ok(None),
-        }
-    }
-}
-
-/// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
-fn lock_pid_file(paths: &Paths) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
-    lock_file(&paths.pid_file, &std::process::id().to_string())
+    lock_file_or_wait(&paths.pid_file, &std::process::id().to_string(), || !paths.socket.exists())
 }
 
 /// Holds `daemon.lock` next to the store for the life of the process, with this daemon's socket
@@ -138,17 +124,30 @@ fn lock_store(paths: &Paths) -> anyhow::Result<Result<nix::fcntl::Flock<std::fs:
         .create(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join("daemon.lock");
+    let holder = || std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned();
     // As for the pid file: a holder whose socket is gone is on its way out; wait for it.
+    let leaving = || !std::path::Path::new(&holder()).exists();
+    Ok(match lock_file_or_wait(&path, &paths.socket.display().to_string(), leaving)? {
+        Some(lock) => Ok(lock),
+        None => Err(holder()),
+    })
+}
+
+/// [`lock_file`], retried for up to 5 s while `holder_leaving` says the holder is on its way out.
+fn lock_file_or_wait(
+    path: &std::path::Path,
+    contents: &str,
+    holder_leaving: impl Fn() -> bool,
+) -> anyhow::Result<Option<nix::fcntl::Flock<std::fs::File>>> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        if let Some(lock) = lock_file(&path, &paths.socket.display().to_string())? {
-            return Ok(Ok(lock));
+        match lock_file(path, contents)? {
+            Some(lock) => return Ok(Some(lock)),
+            None if holder_leaving() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            None => return Ok(None),
         }
-        let other = std::fs::read_to_string(&path).unwrap_or_default().trim().to_owned();
-        if std::path::Path::new(&other).exists() || std::time::Instant::now() >= deadline {
-            return Ok(Err(other));
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -37,16 +37,12 @@ impl Paths {
         Paths::in_dir(dir)
     }
 
-    /// Every place a daemon of this user may have its runtime directory, existing or not: the
-    /// one [`Paths::discover`] picks first. A sandbox hides them all.
-    pub fn candidates() -> Vec<PathBuf> {
-        let mut all = vec![Paths::discover().dir];
-        if let Some(d) = session_runtime_dir() {
-            all.push(d.join("sandgate"));
-        }
-        all.push(PathBuf::from(format!("/tmp/sandgate-{}", nix::unistd::geteuid())));
-        all.dedup();
-        all
+    /// The other places a daemon of this user may have its runtime directory (existing or not),
+    /// when another shell's environment picked them. A sandbox hides them too.
+    pub fn others(&self) -> Vec<PathBuf> {
+        let session = session_runtime_dir().map(|d| d.join("sandgate"));
+        let tmp = PathBuf::from(format!("/tmp/sandgate-{}", nix::unistd::geteuid()));
+        session.into_iter().chain([tmp]).filter(|d| *d != self.dir).collect()
     }
 
     /// The paths inside `dir`.

@@ -15,7 +15,7 @@ use sandgate_tests::{Env, echo, origin, skip_unless};
 use serde_json::Value;
 
 fn can_sandbox() -> bool {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let root = sandgate_tests::is_root();
     root && Command::new("curl").arg("--version").output().is_ok()
         && Command::new("python3").arg("--version").output().is_ok()
 }
@@ -438,7 +438,7 @@ fn garbage_on_the_control_socket_gets_an_error_and_the_connection_stays_usable()
 
 #[test]
 fn another_uid_is_refused_on_the_control_socket() {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let root = sandgate_tests::is_root();
     if skip_unless(
         root && Path::new("/usr/bin/setpriv").exists() && Path::new("/usr/bin/python3").exists(),
         "root, setpriv and /usr/bin/python3",
@@ -497,7 +497,7 @@ print(s.makefile().readline().strip())
 
 #[test]
 fn a_process_in_another_pid_namespace_is_refused_even_with_the_same_uid() {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let root = sandgate_tests::is_root();
     if skip_unless(
         root && Path::new("/usr/bin/unshare").exists() && Path::new("/usr/bin/python3").exists(),
         "root, unshare and /usr/bin/python3",
@@ -643,7 +643,7 @@ fn a_locked_store_is_reported_not_a_crash() {
 
 #[test]
 fn a_full_disk_is_reported_not_a_crash() {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let root = sandgate_tests::is_root();
     if skip_unless(root, "root (mounts a small tmpfs for the store)") {
         return;
     }

@@ -3,11 +3,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use sandgate_tests::{Env, skip_unless};
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-}
+use sandgate_tests::{Env, is_root, skip_unless};
 
 fn have(program: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();

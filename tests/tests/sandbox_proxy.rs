@@ -7,7 +7,7 @@ use sandgate_tests::{Env, origin, skip_unless};
 
 fn can_sandbox() -> bool {
     // The net tier needs namespaces and nft (root in CI) and the test needs curl.
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let root = sandgate_tests::is_root();
     root && Command::new("curl").arg("--version").output().is_ok()
 }
 

@@ -449,16 +449,23 @@ async fn a_sandbox_cannot_open_more_questions_than_its_limit_even_all_at_once() 
         })
         .collect();
     until_pending(&b, 4, 4).await;
+    // Every ask has reached the broker once 46 have been answered (refused); only then is the
+    // state below the one under test, not one where a late-starting task is still to come.
+    let started = Instant::now();
+    while asks.iter().filter(|a| a.is_finished()).count() < 46 {
+        assert!(started.elapsed() < Duration::from_secs(10), "refusals never came");
+        tokio::task::yield_now().await;
+    }
     // Another sandbox still gets its own; a request for a host already asked about joins it.
     let other = tokio::spawn({
         let b = b.clone();
         async move { b.ask(q("sb2", "h0.example", 443)).await }
     });
     until_pending(&b, 5, 5).await;
-    let asked: Vec<String> = b.pending().iter().map(|p| p.question.host.clone()).collect();
     let join = tokio::spawn({
         let b = b.clone();
-        let host = asked.iter().find(|h| h.starts_with('h')).unwrap().clone();
+        let host = b.pending().into_iter().find(|p| p.question.sandbox == "sb1").unwrap();
+        let host = host.question.host;
         async move { b.ask(q("sb1", &host, 443)).await }
     });
     until_pending(&b, 5, 6).await;

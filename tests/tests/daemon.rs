@@ -4,164 +4,17 @@
 //! Every test has its own `Env` (config, data and runtime directories), so its own daemon, which
 //! `Env`'s drop stops. Origins are in-process servers on 127.0.0.1.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandgate_tests::{Env, echo, origin, skip_unless};
+mod daemon_support;
+
+use daemon_support::*;
+use sandgate_tests::{echo, origin, skip_unless};
 use serde_json::Value;
-
-fn can_sandbox() -> bool {
-    let root = sandgate_tests::is_root();
-    root && Command::new("curl").arg("--version").output().is_ok()
-        && Command::new("python3").arg("--version").output().is_ok()
-}
-
-struct T {
-    env: Env,
-    proj: PathBuf,
-}
-
-impl T {
-    fn new(config: &str) -> T {
-        let env = Env::outside_tmp();
-        let proj = env.root.path().join("proj");
-        std::fs::create_dir_all(&proj).unwrap();
-        let dir = env.config_home().join("sandgate");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.toml"), config).unwrap();
-        T { env, proj }
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = self.env.cmd();
-        c.current_dir(&self.proj).stdin(Stdio::null());
-        c
-    }
-
-    fn sg(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let out = self.sg(args);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{args:?}: {e}\nstdout {}\nstderr {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    }
-
-    fn status(&self) -> Value {
-        self.json(&["status", "--json"])
-    }
-
-    /// `status --json`, or `Null` while no daemon answers cleanly (one is restarting).
-    fn status_now(&self) -> Value {
-        serde_json::from_slice(&self.sg(&["status", "--json"]).stdout).unwrap_or(Value::Null)
-    }
-
-    /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
-    fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
-        self.cmd()
-            .arg("net")
-            .args(args)
-            .arg("--")
-            .args(cmd)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.env.root.path().join("run/sandgate/control.sock")
-    }
-
-    fn store_path(&self) -> PathBuf {
-        self.env.root.path().join("data/sandgate/sandgate.db")
-    }
-}
-
-fn curl(url: &str) -> Vec<String> {
-    [
-        "curl",
-        "-sS",
-        "--max-time",
-        "20",
-        "--noproxy",
-        "",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}\n",
-        url,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// [`curl`] as one shell command (each word quoted).
-fn curl_sh(url: &str) -> String {
-    curl(url)
-        .iter()
-        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { return };
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn expect_line(
-    rx: &mpsc::Receiver<String>,
-    timeout: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + timeout;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if pred(&l) => return l,
-            Ok(l) => seen.push(l),
-            Err(e) => panic!("expected line not seen ({e}); saw:\n{}", seen.join("\n")),
-        }
-    }
-}
-
-fn finish(child: Child) -> (i32, String, String) {
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn two_sandboxes_through_one_daemon_see_only_their_own_allowlists() {
@@ -389,21 +242,6 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
     let ls = t.json(&["ls", "--all", "--json"]);
     assert_eq!(ls.as_array().unwrap().len(), 2, "{ls}");
     assert!(ls.as_array().unwrap().iter().all(|s| s["state"] == "exited"), "{ls}");
-}
-
-fn start_daemon(t: &T) {
-    // Any command that needs the daemon starts it.
-    let out = t.sg(&["rules"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(t.socket().exists());
-}
-
-fn request(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, line: &str) -> Value {
-    stream.write_all(line.as_bytes()).unwrap();
-    stream.write_all(b"\n").unwrap();
-    let mut reply = String::new();
-    reader.read_line(&mut reply).unwrap();
-    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply:?}"))
 }
 
 #[test]
@@ -718,37 +556,6 @@ fn status_stop_and_concurrent_launchers_start_one_daemon() {
     let out = t.sg(&["stop"]);
     assert!(out.status.success());
     assert_eq!(t.sg(&["status"]).status.code(), Some(3));
-}
-
-impl T {
-    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with this
-    /// environment; stdin and stdout piped (what is written to stdin is typed on the terminal).
-    fn on_terminal(&self, args: &[&str]) -> Child {
-        let mut line = sandgate_tests::sandgate_bin().display().to_string();
-        for a in args {
-            line.push(' ');
-            line.push_str(&format!("'{}'", a.replace('\'', r"'\''")));
-        }
-        let root = self.env.root.path();
-        Command::new("script")
-            .args(["-qfec", &line, "/dev/null"])
-            .env("XDG_CONFIG_HOME", self.env.config_home())
-            .env("XDG_DATA_HOME", root.join("data"))
-            .env("XDG_RUNTIME_DIR", root.join("run"))
-            .env("HOME", root.join("home"))
-            .env("NO_COLOR", "1")
-            .env("SHELL", "/bin/sh")
-            .current_dir(&self.proj)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    }
-}
-
-fn has_script() -> bool {
-    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 #[test]

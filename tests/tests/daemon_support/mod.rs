@@ -1,0 +1,210 @@
+//! Shared fixtures of the daemon's end-to-end tests: a private environment with its own daemon,
+//! a project directory and a configuration, curl commands for sandboxed clients, and helpers that
+//! wait for lines and conditions.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sandgate_tests::Env;
+use serde_json::Value;
+
+pub fn can_sandbox() -> bool {
+    let root = sandgate_tests::is_root();
+    root && Command::new("curl").arg("--version").output().is_ok()
+        && Command::new("python3").arg("--version").output().is_ok()
+}
+
+pub struct T {
+    pub env: Env,
+    pub proj: PathBuf,
+}
+
+impl T {
+    pub fn new(config: &str) -> T {
+        let env = Env::outside_tmp();
+        let proj = env.root.path().join("proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        let dir = env.config_home().join("sandgate");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        T { env, proj }
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = self.env.cmd();
+        c.current_dir(&self.proj).stdin(Stdio::null());
+        c
+    }
+
+    pub fn sg(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.sg(args);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: {e}\nstdout {}\nstderr {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    pub fn status(&self) -> Value {
+        self.json(&["status", "--json"])
+    }
+
+    /// `status --json`, or `Null` while no daemon answers cleanly (one is restarting).
+    pub fn status_now(&self) -> Value {
+        serde_json::from_slice(&self.sg(&["status", "--json"]).stdout).unwrap_or(Value::Null)
+    }
+
+    /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
+    pub fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
+        self.cmd()
+            .arg("net")
+            .args(args)
+            .arg("--")
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.env.root.path().join("run/sandgate/control.sock")
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.env.root.path().join("data/sandgate/sandgate.db")
+    }
+}
+
+pub fn curl(url: &str) -> Vec<String> {
+    [
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "--noproxy",
+        "",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}\n",
+        url,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// [`curl`] as one shell command (each word quoted).
+pub fn curl_sh(url: &str) -> String {
+    curl(url)
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { return };
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+pub fn expect_line(
+    rx: &mpsc::Receiver<String>,
+    timeout: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return l,
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("expected line not seen ({e}); saw:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+pub fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn start_daemon(t: &T) {
+    // Any command that needs the daemon starts it.
+    let out = t.sg(&["rules"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.socket().exists());
+}
+
+pub fn request(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, line: &str) -> Value {
+    stream.write_all(line.as_bytes()).unwrap();
+    stream.write_all(b"\n").unwrap();
+    let mut reply = String::new();
+    reader.read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply:?}"))
+}
+
+impl T {
+    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with this
+    /// environment; stdin and stdout piped (what is written to stdin is typed on the terminal).
+    pub fn on_terminal(&self, args: &[&str]) -> Child {
+        let mut line = sandgate_tests::sandgate_bin().display().to_string();
+        for a in args {
+            line.push(' ');
+            line.push_str(&format!("'{}'", a.replace('\'', r"'\''")));
+        }
+        let root = self.env.root.path();
+        Command::new("script")
+            .args(["-qfec", &line, "/dev/null"])
+            .env("XDG_CONFIG_HOME", self.env.config_home())
+            .env("XDG_DATA_HOME", root.join("data"))
+            .env("XDG_RUNTIME_DIR", root.join("run"))
+            .env("HOME", root.join("home"))
+            .env("NO_COLOR", "1")
+            .env("SHELL", "/bin/sh")
+            .current_dir(&self.proj)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+pub fn has_script() -> bool {
+    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
+}

@@ -446,8 +446,15 @@ pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
     if rows.is_empty() {
         println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
     }
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     for r in rows {
-        println!("{}", r["line"].as_str().unwrap_or("?"));
+        // The daemon's line says what and how long (`59m left`); when it was given is added here.
+        let given = r["created"].as_i64().map_or(String::new(), |ms| {
+            let ago = now.as_millis().saturating_sub(u128::try_from(ms).unwrap_or(0));
+            let ago = Duration::from_secs((u64::try_from(ago).unwrap_or(u64::MAX) / 1000).max(1));
+            format!(", given {} ago", sandgate_approvals::format_duration(ago))
+        });
+        println!("{}{given}", r["line"].as_str().unwrap_or("?"));
     }
     Ok(0)
 }

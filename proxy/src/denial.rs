@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandgate_config::{NetworkPolicy, Rule};
+use sandgate_config::{NetworkPolicy, Rule, RuleSource};
 
 use crate::guard::Forbidden;
 
@@ -241,10 +241,25 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
                 deny_rule_text(rule)
             );
             allowed_list(&mut body, policy);
-            body.push_str(
-                "A deny rule wins over every allow rule and grant; only the person running the \
-                 sandbox can change it (in sandgate's configuration, outside the sandbox).\n",
-            );
+            match &rule.source {
+                // A person's deny answer (now, or earlier and kept as a grant).
+                RuleSource::Grant(_) => body.push_str(
+                    "A person denied it, and their answer covers this request. Do not retry; \
+                     ask the person if you need it and explain why.\n",
+                ),
+                RuleSource::Tier(_)
+                | RuleSource::Preset(_)
+                | RuleSource::File { .. }
+                | RuleSource::CommandLine
+                | RuleSource::NoNetwork(_)
+                | RuleSource::CurrentDirectory
+                | RuleSource::Builtin
+                | RuleSource::Env(_) => body.push_str(
+                    "A deny rule wins over every allow rule and grant; only the person running \
+                     the sandbox can change it (in sandgate's configuration, outside the \
+                     sandbox).\n",
+                ),
+            }
         }
         Refusal::Denied { .. } => {
             let _ = writeln!(body, "sandgate blocked the connection to {t}: a person denied it.");
@@ -355,7 +370,7 @@ pub(crate) fn quote(input: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandgate_config::{DomainPattern, NetMode, PatternUse, RuleSource};
+    use sandgate_config::{DomainPattern, NetMode, PatternUse};
 
     fn policy() -> NetworkPolicy {
         let rule = |p: &str, u| Rule {
@@ -391,6 +406,25 @@ mod tests {
         let bytes = String::from_utf8(r.to_bytes()).unwrap();
         assert!(bytes.starts_with("HTTP/1.1 403 Forbidden\r\nX-Sandgate-Decision: deny; rule="));
         assert!(bytes.ends_with(&r.body));
+    }
+
+    #[test]
+    fn a_persons_deny_grant_says_a_person_denied_it() {
+        let p = policy();
+        let rule = Arc::new(Rule {
+            pattern: Some(DomainPattern::parse("pypi.org", PatternUse::Deny).unwrap()),
+            source: RuleSource::Grant("denied for this session in the CLI by alice".into()),
+        });
+        let r = render_refusal(&Refusal::Deny { target: "pypi.org:443".into(), rule }, &p);
+        assert_eq!(r.status, 403);
+        assert_eq!(
+            r.body,
+            "sandgate blocked the connection to pypi.org:443.\n\
+             Rule: deny pypi.org (grant denied for this session in the CLI by alice).\n\
+             Allowed destinations: crates.io, *.github.com.\n\
+             A person denied it, and their answer covers this request. Do not retry; ask the \
+             person if you need it and explain why.\n"
+        );
     }
 
     #[test]

@@ -1,0 +1,236 @@
+//! Answers end to end: what each answer does to the held request and to later ones (deny and
+//! allow grants of every scope), the time-out's 403, which channel an answer is recorded under,
+//! and what the launcher's terminal and `sandgate watch` show.
+//!
+//! Every test has its own `Env`, so its own daemon (stopped by `Env`'s drop). Origins are
+//! in-process servers on 127.0.0.1.
+
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod daemon_support;
+
+use daemon_support::*;
+use sandgate_tests::{origin, skip_unless};
+use serde_json::Value;
+
+/// curl printing the response body, then a line `code=NNN` (a 403's body says why).
+fn curl_body_sh(url: &str) -> String {
+    let words =
+        ["curl", "-sS", "--max-time", "20", "--noproxy", "", "-w", "\\ncode=%{http_code}\\n", url];
+    words.iter().map(|w| format!("'{}'", w.replace('\'', r"'\''"))).collect::<Vec<_>>().join(" ")
+}
+
+/// The responses printed by [`curl_body_sh`] commands, in order: (status, body).
+fn responses(stdout: &str) -> Vec<(u16, String)> {
+    let mut out = Vec::new();
+    let mut body = String::new();
+    for l in stdout.lines() {
+        match l.strip_prefix("code=") {
+            Some(c) => out.push((c.parse().unwrap(), std::mem::take(&mut body))),
+            None => {
+                body.push_str(l);
+                body.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A sandboxed `sh -c` that makes a request, waits for the file `name` in the project, then
+/// makes it again.
+fn twice(url: &str, name: &str) -> String {
+    let c = curl_body_sh(url);
+    format!("{c}; while [ ! -e {name} ]; do sleep 0.02; done; {c}")
+}
+
+fn pending(t: &T) -> Vec<Value> {
+    t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
+}
+
+fn wait_for_question(t: &T) -> Value {
+    let mut p = Vec::new();
+    wait_until("a pending question", Duration::from_secs(20), || {
+        p = pending(t);
+        p.len() == 1
+    });
+    p.remove(0)
+}
+
+/// `sandgate watch --json`: the child and its lines.
+fn watch_json(t: &T) -> (Child, mpsc::Receiver<String>) {
+    let mut w = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
+    let rx = lines_of(w.stdout.take().unwrap());
+    (w, rx)
+}
+
+/// The events seen until `sandbox` ended, parsed; panics if it does not end in time.
+fn events_until_end(rx: &mpsc::Receiver<String>, sandbox: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let l = rx.recv_timeout(left).unwrap_or_else(|e| panic!("{e}; saw {seen:#?}"));
+        let v: Value = serde_json::from_str(&l).unwrap();
+        let end = v["event"] == "sandbox_ended" && v["sandbox"] == sandbox;
+        seen.push(v);
+        if end {
+            return seen;
+        }
+    }
+}
+
+/// The id of the sandbox recorded after `first` (`ls --all`).
+fn other_sandbox(t: &T, first: &str) -> String {
+    let all = t.json(&["ls", "--all", "--json"]);
+    let ids: Vec<String> =
+        all.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect();
+    ids.into_iter().find(|id| id != first).unwrap_or_else(|| panic!("one sandbox only: {all:#}"))
+}
+
+fn asked(events: &[Value]) -> usize {
+    events.iter().filter(|e| e["event"] == "asked").count()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout {}\nstderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_session_deny_refuses_the_held_request_and_later_ones_without_asking() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    start_daemon(&t);
+    let (mut watch, events) = watch_json(&t);
+    let run = t.spawn_net(&[], &["sh", "-c", &twice(&url, "again")]);
+    let q = wait_for_question(&t);
+    let sandbox = q["sandbox"].as_str().unwrap().to_owned();
+
+    let said = ok(&t.sg(&["deny", "127.0.0.1"]));
+    assert!(said.contains("denied 127.0.0.1 for this session"), "{said}");
+    std::fs::write(t.proj.join("again"), "").unwrap();
+    let started = Instant::now();
+    let (code, stdout, stderr) = finish(run);
+    let r = responses(&stdout);
+    assert_eq!((code, r.len()), (0, 2), "{stdout}\n{stderr}");
+    // The held request: refused by a person, and the body says so.
+    assert_eq!(r[0].0, 403, "{stdout}");
+    assert!(r[0].1.contains("denied for this session in the CLI by"), "{}", r[0].1);
+    assert!(r[0].1.contains("A person denied it"), "{}", r[0].1);
+    assert!(r[0].1.contains("Do not retry"), "{}", r[0].1);
+    // The later one: refused at once (the question time-out is 30 s), never asked again.
+    assert_eq!(r[1].0, 403, "{stdout}");
+    assert!(r[1].1.contains("A person denied it"), "{}", r[1].1);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let seen = events_until_end(&events, &sandbox);
+    assert_eq!(asked(&seen), 1, "{seen:#?}");
+    assert!(pending(&t).is_empty());
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn a_project_deny_refuses_the_held_request_and_a_new_sandbox_without_asking() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    for scope in [&["--always"][..], &["--for", "1h"]] {
+        let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+        let url = format!("http://127.0.0.1:{}/", origin("hello"));
+        start_daemon(&t);
+        let (mut watch, events) = watch_json(&t);
+        let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
+        let q = wait_for_question(&t);
+        let first = q["sandbox"].as_str().unwrap().to_owned();
+        let mut args = vec!["deny", "127.0.0.1", "--sandbox", &first];
+        args.extend(scope);
+        ok(&t.sg(&args));
+        let (_, stdout, stderr) = finish(run);
+        let r = responses(&stdout);
+        assert_eq!(r.len(), 1, "{scope:?}: {stdout}\n{stderr}");
+        assert_eq!(r[0].0, 403, "{scope:?}");
+        assert!(r[0].1.contains("A person denied it"), "{}", r[0].1);
+        assert!(r[0].1.contains("in the CLI by"), "{}", r[0].1);
+        assert_eq!(asked(&events_until_end(&events, &first)), 1);
+
+        // A new sandbox of the same project: refused at once, no question.
+        let started = Instant::now();
+        let (_, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]));
+        let r = responses(&stdout);
+        assert_eq!(r.len(), 1, "{scope:?}: {stdout}\n{stderr}");
+        assert_eq!(r[0].0, 403, "{scope:?}: {}", r[0].1);
+        assert!(r[0].1.contains("A person denied it"), "{}", r[0].1);
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        let second = other_sandbox(&t, &first);
+        let seen = events_until_end(&events, &second);
+        assert_eq!(asked(&seen), 0, "{scope:?}: {seen:#?}");
+        assert!(pending(&t).is_empty());
+        let rules = t.json(&["rules", "--json"]);
+        assert_eq!(rules.as_array().unwrap().len(), 1, "{rules:#}");
+        assert_eq!(rules[0]["effect"], "deny", "{rules:#}");
+        assert!(rules[0]["target"]["project"].is_string(), "{rules:#}");
+        let _ = watch.kill();
+        let _ = watch.wait();
+    }
+}
+
+#[test]
+fn an_allow_for_an_hour_covers_a_new_sandbox_of_the_project_and_says_until_when() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    start_daemon(&t);
+    let (mut watch, events) = watch_json(&t);
+    let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
+    let first = wait_for_question(&t)["sandbox"].as_str().unwrap().to_owned();
+    let before = now_ms();
+    let said = ok(&t.sg(&["allow", "127.0.0.1", "--for", "1h"]));
+    assert!(said.contains("allowed 127.0.0.1 for 1h"), "{said}");
+    let after = now_ms();
+    let (_, stdout, stderr) = finish(run);
+    assert_eq!(responses(&stdout), vec![(200, "hello\n".to_owned())], "{stderr}");
+    assert_eq!(asked(&events_until_end(&events, &first)), 1);
+
+    let rules = t.json(&["rules", "--json"]);
+    assert_eq!(rules.as_array().unwrap().len(), 1, "{rules:#}");
+    let g = &rules[0];
+    assert_eq!(
+        (&g["effect"], &g["pattern"], &g["channel"]),
+        (&"allow".into(), &"127.0.0.1".into(), &"cli".into())
+    );
+    assert!(g["target"]["project"].is_string(), "{g:#}");
+    let created = g["created"].as_i64().unwrap();
+    assert!((before - 1000..=after + 1000).contains(&created), "{g:#}");
+    let until = g["scope"]["until"].as_i64().unwrap_or_else(|| panic!("{g:#}"));
+    assert!((created + 3_599_000..=created + 3_601_000).contains(&until), "{g:#}");
+    let text = ok(&t.sg(&["rules"]));
+    assert!(text.contains("allow 127.0.0.1"), "{text}");
+    assert!(text.contains("59m") || text.contains("1h"), "expiry in: {text}");
+    let given = text.split(", given ").nth(1).unwrap_or_else(|| panic!("no time given: {text}"));
+    assert!(given.trim_end().ends_with("s ago"), "given seconds ago: {text}");
+
+    // A new sandbox of the same project passes, without a question.
+    let (_, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]));
+    assert_eq!(responses(&stdout), vec![(200, "hello\n".to_owned())], "{stderr}");
+    let second = other_sandbox(&t, &first);
+    assert_eq!(asked(&events_until_end(&events, &second)), 0);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

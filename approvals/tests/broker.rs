@@ -139,6 +139,11 @@ async fn different_keys_are_different_questions() {
     }
 }
 
+#[test]
+fn questions_wait_60_s_by_default() {
+    assert_eq!(BrokerConfig::default().timeout, Duration::from_secs(60));
+}
+
 #[tokio::test]
 async fn a_question_times_out_as_a_denial_with_a_reason() {
     let b = Broker::new(

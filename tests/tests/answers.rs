@@ -234,3 +234,41 @@ fn an_allow_for_an_hour_covers_a_new_sandbox_of_the_project_and_says_until_when(
     let _ = watch.kill();
     let _ = watch.wait();
 }
+
+#[test]
+fn an_unanswered_question_is_a_403_that_says_it_timed_out_and_how_to_ask_again() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    let started = Instant::now();
+    let (code, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]));
+    let r = responses(&stdout);
+    assert_eq!((code, r.len()), (0, 1), "{stdout}\n{stderr}");
+    assert_eq!(r[0].0, 403, "{}", r[0].1);
+    let body = &r[0].1;
+    assert!(body.contains("nobody approved it within 1s (the request timed out)"), "{body}");
+    assert!(body.contains("`sandgate allow 127.0.0.1`"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    assert!(pending(&t).is_empty());
+}
+
+#[test]
+fn without_ask_timeout_the_daemon_waits_60_s_for_an_answer() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
+    let q = wait_for_question(&t);
+    let secs = |v: &Value| {
+        v["secs_since_epoch"].as_f64().unwrap() + v["nanos_since_epoch"].as_f64().unwrap() / 1e9
+    };
+    let wait = secs(&q["deadline"]) - secs(&q["first_asked"]);
+    assert!((wait - 60.0).abs() < 0.01, "question open for {wait} s: {q:#}");
+    ok(&t.sg(&["deny", &format!("q{}", q["id"]), "--once"]));
+    let (_, stdout, _) = finish(run);
+    assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
+}

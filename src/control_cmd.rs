@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::client::{Client, DaemonError, Incoming};
 use crate::daemon::Paths;
-use crate::daemon::protocol::{AnswerTargetSpec, Event, Request};
+use crate::daemon::protocol::{AnswerTargetSpec, Event, LocalChannel, Request};
 
 /// Exit status when the daemon is not running (`status`).
 pub const EXIT_NOT_RUNNING: u8 = 3;
@@ -400,10 +400,11 @@ pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
         AnswerTargetSpec::Host { pattern: t.to_owned(), sandbox: args.sandbox.clone() }
     };
     let mut c = connect_starting()?;
-    let v = match c.request(Request::Answer { target, answer, by: None }) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
+    let v =
+        match c.request(Request::Answer { target, answer, by: None, channel: LocalChannel::Cli }) {
+            Ok(v) => v,
+            Err(e) => return fail(e, args.json),
+        };
     if args.json {
         print_json(&v)?;
         return Ok(0);
@@ -648,6 +649,8 @@ impl KeyReader {
                             target: AnswerTargetSpec::Question(q.id.to_string()),
                             answer,
                             by: None,
+                            // A key on this terminal: recorded as the terminal channel.
+                            channel: LocalChannel::Terminal,
                         })
                     });
                 if let Err(e) = result {

@@ -18,6 +18,27 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest accepted request line (bytes); longer lines are refused and skipped.
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// The channels a control-socket client may answer through: a client can say it relays a key
+/// pressed in `sandgate watch`, never that it speaks for Telegram (or anything else).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalChannel {
+    /// `sandgate allow` / `deny`, or any script.
+    #[default]
+    Cli,
+    /// A key pressed in `sandgate watch` (a terminal).
+    Terminal,
+}
+
+impl From<LocalChannel> for sandgate_approvals::Channel {
+    fn from(c: LocalChannel) -> Self {
+        match c {
+            LocalChannel::Cli => sandgate_approvals::Channel::Cli,
+            LocalChannel::Terminal => sandgate_approvals::Channel::Terminal,
+        }
+    }
+}
+
 /// A request line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
@@ -67,6 +88,9 @@ pub enum Request {
         /// Who answers (shown in the other channels; defaults to the peer's user name).
         #[serde(default)]
         by: Option<String>,
+        /// Through which local channel (`cli` by default); Telegram answers never come this way.
+        #[serde(default)]
+        channel: LocalChannel,
     },
     /// The grants (live ones, or every one ever with `all`).
     Rules {
@@ -322,6 +346,22 @@ mod tests {
                 .unwrap();
         assert_eq!(un.id, Some(3));
         assert!(matches!(un.request, Request::Unregister { ref sandbox, .. } if sandbox == "sg-1"));
+        // The channel an answer claims: cli (the default) or terminal, nothing else.
+        let answer = |extra: &str| {
+            serde_json::from_str::<Envelope>(&format!(
+                r#"{{"op":"answer","target":{{"question":"q1"}},"answer":{{"allow":"once"}}{extra}}}"#
+            ))
+            .map(|e| match e.request {
+                Request::Answer { channel, .. } => channel,
+                other => panic!("{other:?}"),
+            })
+        };
+        assert_eq!(answer("").unwrap(), LocalChannel::Cli);
+        assert_eq!(answer(r#","channel":"terminal""#).unwrap(), LocalChannel::Terminal);
+        assert_eq!(answer(r#","channel":"cli""#).unwrap(), LocalChannel::Cli);
+        for claim in ["telegram", "hook", "Terminal", ""] {
+            assert!(answer(&format!(r#","channel":"{claim}""#)).is_err(), "{claim}");
+        }
         let status: Envelope = serde_json::from_str(r#"{"op":"status"}"#).unwrap();
         assert!(matches!(status.request, Request::Status) && status.id.is_none());
     }

@@ -437,7 +437,9 @@ impl Conn {
                 Ok(json!({ "unregistered": id, "blocked": drained }))
             }
             Request::Pending => Ok(serde_json::to_value(d.pending()).unwrap_or(Value::Null)),
-            Request::Answer { target, answer, by } => self.answer(target, answer, by).await,
+            Request::Answer { target, answer, by, channel } => {
+                self.answer(target, answer, by, channel.into()).await
+            }
             Request::Rules { all } => {
                 let store = s.store.clone();
                 let grants = blocking(move || {
@@ -630,6 +632,7 @@ impl Conn {
         target: AnswerTargetSpec,
         answer: approvals::Answer,
         by: Option<String>,
+        channel: approvals::Channel,
     ) -> Result<Value, Failure> {
         let s = self.d.shared.clone();
         let target = match target {
@@ -700,7 +703,7 @@ impl Conn {
             Some(name) => format!("{name} (via {})", self.peer.name),
             None => self.peer.name.clone(),
         };
-        let by = approvals::Responder::new(approvals::Channel::Cli, who);
+        let by = approvals::Responder::new(channel, who);
         match s.broker.answer(target, answer, by).await {
             Ok(a) => {
                 if !a.grant_errors.is_empty() && a.grants.is_empty() && a.released.is_empty() {

@@ -5,6 +5,7 @@
 //! Every test has its own `Env`, so its own daemon (stopped by `Env`'s drop). Origins are
 //! in-process servers on 127.0.0.1.
 
+use std::io::Write as _;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -271,4 +272,57 @@ fn without_ask_timeout_the_daemon_waits_60_s_for_an_answer() {
     ok(&t.sg(&["deny", &format!("q{}", q["id"]), "--once"]));
     let (_, stdout, _) = finish(run);
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
+}
+
+#[test]
+fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    start_daemon(&t);
+    let (mut json, events) = watch_json(&t);
+    let mut watch = t.on_terminal(&["watch"]);
+    let mut keys = watch.stdin.take().unwrap();
+    let screen = lines_of(watch.stdout.take().unwrap());
+    expect_line(&screen, Duration::from_secs(10), |l| l.contains("keys answer"));
+    let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
+    expect_line(&screen, Duration::from_secs(20), |l| l.contains("wants 127.0.0.1:"));
+    keys.write_all(b"s").unwrap();
+    keys.flush().unwrap();
+    let (_, stdout, stderr) = finish(run);
+    assert_eq!(responses(&stdout), vec![(200, "hello\n".to_owned())], "{stderr}");
+    let line = expect_line(&screen, Duration::from_secs(5), |l| {
+        l.contains("127.0.0.1:")
+            && l.contains("allowed for this session")
+            && !l.contains("answering")
+    });
+    assert!(line.contains("in the terminal by"), "{line}");
+    let answered = expect_line(&events, Duration::from_secs(5), |l| l.contains(r#""answered""#));
+    let answered: Value = serde_json::from_str(&answered).unwrap();
+    assert_eq!(answered["by"]["channel"], "terminal", "{answered:#}");
+    let rules = t.json(&["rules", "--all", "--json"]);
+    assert_eq!(rules.as_array().unwrap().len(), 1, "{rules:#}");
+    assert_eq!((&rules[0]["channel"], &rules[0]["scope"]), (&"terminal".into(), &"session".into()));
+
+    // A client may say it relays a terminal key, never that it speaks for Telegram.
+    let mut c = std::os::unix::net::UnixStream::connect(t.socket()).unwrap();
+    let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+    let reply = request(
+        &mut c,
+        &mut r,
+        r#"{"id":1,"op":"answer","target":{"host":{"pattern":"x.example"}},"answer":{"allow":{"for":60}},"channel":"telegram"}"#,
+    );
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(reply["error"]["code"], "bad_request", "{reply}");
+    assert_eq!(t.json(&["rules", "--all", "--json"]).as_array().unwrap().len(), 1);
+
+    keys.write_all(b"q").unwrap();
+    let _ = keys.flush();
+    wait_until("watch to quit on q", Duration::from_secs(5), || {
+        watch.try_wait().unwrap().is_some()
+    });
+    let _ = json.kill();
+    let _ = json.wait();
 }

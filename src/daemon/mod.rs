@@ -2,8 +2,10 @@
 //! sandbox's listener), the approvals broker (and the Telegram bot when configured), the monitor
 //! (every sandbox's NFLOG socket) and the store, behind the control socket.
 //!
-//! Lifecycle: take the pid-file lock (one daemon per user) → open the store, mark sandboxes whose
-//! launcher is gone as lost, prune old events → load the grants → bind the control socket (0600)
+//! Lifecycle: take the pid-file lock (one daemon per user) → open the store (a store that cannot
+//! be opened stops the daemon, naming the file) → mark sandboxes whose launcher is gone as lost,
+//! prune old events (a busy, locked or full store only logs why not; pruning runs again hourly)
+//! → load the grants → bind the control socket (0600)
 //! → serve until `sandgate stop`, SIGINT/SIGTERM, or `--idle-exit` → tell the launchers, deny
 //! what is pending, flush the events.
 //!
@@ -180,12 +182,75 @@ fn lock_file(
     }
 }
 
-fn is_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    matches!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+/// Whether the launcher recorded with `pid` for a sandbox registered at `started` is still there.
+///
+/// A pid alone can be fooled: once the launcher is gone, the kernel may give its pid to any new
+/// process. On Linux the process now at `pid` must also have started no later than the sandbox
+/// was registered (its start from `/proc/PID/stat` field 22, in clock ticks since boot, plus the
+/// boot time of `/proc/stat`), with [`START_SLACK`] for the boot time's whole seconds. Limits: a
+/// pid reused within that slack of the registration, or a wall clock stepped back by more than
+/// it since, still passes for the launcher; without `/proc` only the pid is checked.
+fn is_alive(pid: u32, started: Timestamp) -> bool {
+    let Ok(raw) = i32::try_from(pid) else { return false };
+    let exists = matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
         Ok(()) | Err(nix::errno::Errno::EPERM)
-    )
+    );
+    exists && process_start(pid).is_none_or(|t| t.0 <= started.0 + START_SLACK.as_millis() as i64)
+}
+
+/// How much later than its sandbox's registration a launcher may seem to have started.
+const START_SLACK: Duration = Duration::from_secs(2);
+
+/// When the process `pid` started (wall clock), from `/proc`; `None` where that cannot be read.
+fn process_start(pid: u32) -> Option<Timestamp> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf has no preconditions; it only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    start_from_proc(&stat, &boot, ticks)
+}
+
+/// The pure part of [`process_start`]: `/proc/PID/stat` and `/proc/stat` texts, clock ticks per
+/// second.
+fn start_from_proc(stat: &str, boot: &str, ticks_per_s: i64) -> Option<Timestamp> {
+    // The command name (field 2) may hold spaces and parentheses: fields 3.. follow the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let start_ticks: i64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: i64 = boot.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    if ticks_per_s <= 0 {
+        return None;
+    }
+    Some(Timestamp(btime * 1000 + start_ticks * 1000 / ticks_per_s))
+}
+
+/// Marks sandboxes whose launcher is gone as lost (at startup only) and prunes old events. A
+/// busy, locked or full store must not keep the daemon from serving: failures are logged.
+async fn housekeeping(store: Store, retention: Duration, startup: bool) {
+    let work = tokio::task::spawn_blocking(move || {
+        let now = Timestamp::now();
+        let lost = startup.then(|| store.reap_dead(is_alive, now));
+        (lost, store.prune_events(now.minus(retention)))
+    });
+    let Ok((lost, pruned)) = work.await else {
+        tracing::error!("the store's housekeeping panicked");
+        return;
+    };
+    match lost {
+        Some(Ok(lost)) if !lost.is_empty() => {
+            tracing::info!(count = lost.len(), "sandboxes whose launcher is gone marked lost");
+        }
+        Some(Err(e)) => tracing::warn!(
+            error = %e,
+            "cannot mark sandboxes whose launcher is gone as lost; `ls` shows them running"
+        ),
+        Some(Ok(_)) | None => {}
+    }
+    match pruned {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(pruned = n, "old events pruned"),
+        Err(e) => tracing::warn!(error = %e, "old events not pruned; trying again in an hour"),
+    }
 }
 
 async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> {
@@ -197,24 +262,8 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         tokio::task::spawn_blocking(move || Store::open(&p)).await?
     }
     .with_context(|| format!("cannot open the store {}", store_path.display()))?;
-    {
-        let store = store.clone();
-        let retention = settings.event_retention.unwrap_or(DEFAULT_RETENTION);
-        let (lost, pruned) = tokio::task::spawn_blocking(move || {
-            let now = Timestamp::now();
-            Ok::<_, sandgate_store::StoreError>((
-                store.reap_dead(is_alive, now)?,
-                store.prune_events(now.minus(retention))?,
-            ))
-        })
-        .await??;
-        if !lost.is_empty() {
-            tracing::info!(count = lost.len(), "sandboxes whose launcher is gone marked lost");
-        }
-        if pruned > 0 {
-            tracing::info!(pruned, "old events pruned");
-        }
-    }
+    let retention = settings.event_retention.unwrap_or(DEFAULT_RETENTION);
+    housekeeping(store.clone(), retention, true).await;
     let writer = EventWriter::start(&store, EventWriterConfig::default())
         .context("cannot start the event writer")?;
     let grants = Arc::new(adapters::GrantCache::new(store.clone()));
@@ -313,9 +362,7 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
                 }
                 if last_prune.elapsed() > Duration::from_secs(3600) {
                     last_prune = std::time::Instant::now();
-                    let store = store.clone();
-                    let retention = settings.event_retention.unwrap_or(DEFAULT_RETENTION);
-                    tokio::task::spawn_blocking(move || store.prune_events(Timestamp::now().minus(retention)));
+                    tokio::spawn(housekeeping(store.clone(), retention, false));
                 }
             }
         }
@@ -424,5 +471,33 @@ fn notify(q: &approvals::PendingQuestion) {
         .spawn();
     if let Ok(mut child) = cmd {
         std::thread::spawn(move || child.wait());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_start_is_read_from_proc_past_a_command_name_with_parentheses() {
+        // Fields: pid (comm) state ppid ... field 22 is starttime (ticks since boot).
+        let stat = "4242 (a) b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    12345 1000 100 18446744073709551615";
+        let boot = "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n";
+        assert_eq!(start_from_proc(stat, boot, 100), Some(Timestamp(1_700_000_123_450)));
+        assert_eq!(start_from_proc(stat, "cpu 1\n", 100), None, "no btime");
+        assert_eq!(start_from_proc("4242 (x) S 1", boot, 100), None, "truncated");
+        assert_eq!(start_from_proc(stat, boot, 0), None);
+    }
+
+    #[test]
+    fn a_pid_now_held_by_a_process_younger_than_the_sandbox_is_not_its_launcher() {
+        let me = std::process::id();
+        let now = Timestamp::now();
+        assert!(is_alive(me, now), "this process started before now");
+        // A sandbox registered an hour before this process started: the pid was reused.
+        let started = process_start(me).expect("/proc readable");
+        assert!(!is_alive(me, started.minus(Duration::from_secs(3600))));
+        assert!(!is_alive(u32::MAX, now));
     }
 }

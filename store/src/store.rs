@@ -281,28 +281,29 @@ impl Store {
         rows.into_iter().map(SandboxColumns::decode).collect()
     }
 
-    /// Marks as lost every running sandbox whose launcher pid `is_alive` says is gone (run at
-    /// daemon start); returns their ids.
+    /// Marks as lost every running sandbox whose launcher `is_alive(pid, started)` says is gone
+    /// (run at daemon start); returns their ids. `started` is when the sandbox was first
+    /// registered, so the caller can tell its launcher from a later process given the same pid.
     pub fn reap_dead(
         &self,
-        is_alive: impl Fn(u32) -> bool,
+        is_alive: impl Fn(u32, Timestamp) -> bool,
         now: Timestamp,
     ) -> Result<Vec<String>, StoreError> {
         const OP: &str = "reaping dead sandboxes";
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql(OP))?;
-        let running: Vec<(String, u32)> = {
+        let running: Vec<(String, u32, i64)> = {
             let mut stmt = tx
-                .prepare("SELECT id, pid FROM sandboxes WHERE state = 'running'")
+                .prepare("SELECT id, pid, started FROM sandboxes WHERE state = 'running'")
                 .map_err(sql(OP))?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .map_err(sql(OP))?
                 .collect::<Result<_, _>>()
                 .map_err(sql(OP))?
         };
         let mut lost = Vec::new();
-        for (id, pid) in running {
-            if !is_alive(pid) {
+        for (id, pid, started) in running {
+            if !is_alive(pid, Timestamp(started)) {
                 tx.execute(
                     "UPDATE sandboxes SET state = 'lost', ended = ?2 WHERE id = ?1",
                     params![id, now.0],

@@ -198,7 +198,10 @@ fn sandbox_lifecycle_register_again_finish_reap() {
         store.finish_sandbox("zz", None, T0),
         Err(StoreError::NotFound { what: "sandbox", .. })
     ));
-    let lost = store.reap_dead(|pid| pid == 11, Timestamp(T0.0 + 9)).unwrap();
+    // The check sees when each sandbox was first registered (a re-register keeps it), so that
+    // a process given a dead launcher's pid later can be told apart.
+    let lost = store.reap_dead(|pid, started| pid == 11 && started == T0, Timestamp(T0.0 + 9));
+    let lost = lost.unwrap();
     assert_eq!(lost, vec!["c".to_string()]);
     let running: Vec<_> =
         store.list_sandboxes(true).unwrap().into_iter().map(|s| s.sandbox.id).collect();

@@ -326,3 +326,22 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
     let _ = json.kill();
     let _ = json.wait();
 }
+
+#[test]
+fn conflicting_scope_flags_are_refused_before_anything_is_asked() {
+    let t = T::new("");
+    let rows: &[&[&str]] = &[
+        &["allow", "x.example", "--once", "--always"],
+        &["deny", "x.example", "--session", "--for", "1h"],
+        &["allow", "x.example", "--once", "--session"],
+        &["deny", "x.example", "--for", "1h", "--always"],
+    ];
+    for args in rows {
+        let out = t.sg(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("cannot be used with"), "{args:?}: {err}");
+    }
+    // Refused by the parser: no daemon was started to hear them.
+    assert!(!t.socket().exists());
+}

@@ -248,6 +248,10 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
 fn garbage_on_the_control_socket_gets_an_error_and_the_connection_stays_usable() {
     let t = T::new("");
     start_daemon(&t);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&t.socket()), 0o600, "the control socket");
+    assert_eq!(mode(t.socket().parent().unwrap()), 0o700, "its directory");
     let mut s = UnixStream::connect(t.socket()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
@@ -480,6 +484,33 @@ fn a_locked_store_is_reported_not_a_crash() {
 }
 
 #[test]
+fn a_daemon_starts_on_a_store_another_process_holds_locked() {
+    let t = T::new("");
+    drop(sandgate_store::Store::open(t.store_path()).unwrap());
+    let mut holder = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked',flush=True)\ntime.sleep(60)",
+        ])
+        .arg(t.store_path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(holder.stdout.take().unwrap());
+    expect_line(&lines, Duration::from_secs(10), |l| l == "locked");
+    // The start-up housekeeping (marking lost sandboxes, pruning events) needs the write lock;
+    // it waits its busy timeout, says why it gave up, and the daemon serves anyway.
+    start_daemon(&t);
+    assert_eq!(t.status()["running"], true);
+    let log = std::fs::read_to_string(t.env.root.path().join("run/sandgate/daemon.log")).unwrap();
+    assert!(log.contains("cannot mark sandboxes whose launcher is gone as lost"), "{log}");
+    assert!(log.contains("old events not pruned"), "{log}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(t.sg(&["allow", "after.example.com", "--always", "--global"]).status.success());
+}
+
+#[test]
 fn a_full_disk_is_reported_not_a_crash() {
     let root = sandgate_tests::is_root();
     if skip_unless(root, "root (mounts a small tmpfs for the store)") {
@@ -549,6 +580,8 @@ fn status_stop_and_concurrent_launchers_start_one_daemon() {
     assert_eq!(st["running"], true);
     let log = std::fs::read_to_string(t.env.root.path().join("run/sandgate/daemon.log")).unwrap();
     assert_eq!(log.matches("sandgate daemon ready").count(), 1, "one daemon started:\n{log}");
+    // The launchers that found the daemon starting waited for it rather than start another.
+    assert!(!log.contains("already running") && !log.contains("another daemon"), "{log}");
     let ls = t.json(&["ls", "--all", "--json"]);
     assert_eq!(ls.as_array().unwrap().len(), 4);
     let text = String::from_utf8_lossy(&t.sg(&["status"]).stdout).into_owned();
@@ -674,4 +707,215 @@ fn a_daemon_started_by_a_launcher_stops_on_sigterm() {
                 .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
     });
     assert_eq!(t.sg(&["status"]).status.code(), Some(3));
+}
+
+#[test]
+fn grants_given_before_a_kill_9_apply_after_the_restart() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    // No --allow covers these origins and nobody answers: a request passes only through a
+    // grant the restarted daemon reloaded (a question would time out, 403, after 1 s).
+    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let (u2, u3) = (
+        format!("http://127.0.0.2:{}/", origin_at("127.0.0.2", "session")),
+        format!("http://127.0.0.3:{}/", origin_at("127.0.0.3", "global")),
+    );
+    let script =
+        format!("while [ ! -e go ]; do sleep 0.02; done; {}; {}", curl_sh(&u2), curl_sh(&u3));
+    let running = t.spawn_net(&[], &["sh", "-c", &script]);
+    let id = one_sandbox(&t);
+    let allow = |args: &[&str]| {
+        let out = t.sg(&[&["allow"], args].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    allow(&["127.0.0.2", "--session", "--sandbox", &id]);
+    allow(&["127.0.0.3", "--always", "--global"]);
+    let old = t.status()["daemon"]["pid"].as_u64().unwrap() as u32;
+    signal(old, "9");
+    wait_until("a new daemon serving the running sandbox again", Duration::from_secs(20), || {
+        let now = t.status_now();
+        now["daemon"]["pid"].as_u64().is_some_and(|p| p != u64::from(old))
+            && now["sandboxes"].as_array().is_some_and(|s| s.len() == 1)
+    });
+    std::fs::write(t.proj.join("go"), "").unwrap();
+    let (code, stdout, stderr) = finish(running);
+    assert_eq!((code, stdout.as_str()), (0, "200\n200\n"), "both grants apply: {stderr}");
+    assert_eq!(t.json(&["pending", "--json"]), Value::Array(vec![]));
+    // A new launch gets the global grant, not the other sandbox's session grant.
+    let both = format!("{}; {}", curl_sh(&u3), curl_sh(&u2));
+    let (code, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &both]));
+    assert_eq!((code, stdout.as_str()), (0, "200\n403\n"), "{stderr}");
+}
+
+#[test]
+fn a_restarted_daemon_marks_sandboxes_whose_launcher_is_gone_lost() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    start_daemon(&t);
+    let mut launcher = t.spawn_net(&[], &["sleep", "600"]);
+    let id = one_sandbox(&t);
+    let ls = String::from_utf8_lossy(&t.sg(&["ls"]).stdout).into_owned();
+    let row = ls.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("{id}: {ls}"));
+    assert!(row.contains("running") && row.contains("sleep 600"), "{ls}");
+    // Frozen first, the launcher can neither report its sandbox's end nor start a daemon.
+    let lpid = launcher.id();
+    signal(lpid, "STOP");
+    let daemon = t.env.daemon_pid().unwrap();
+    signal(daemon, "9");
+    wait_until("the daemon to die", Duration::from_secs(10), || exited(daemon));
+    let tree = descendants(lpid);
+    assert!(!tree.is_empty(), "the sandbox runs under its launcher");
+    for p in tree.iter().chain([&lpid]) {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).stderr(Stdio::null()).status();
+    }
+    let _ = launcher.wait();
+    wait_until("the sandbox to die", Duration::from_secs(10), || tree.iter().all(|&p| exited(p)));
+
+    start_daemon(&t);
+    let ls = t.json(&["ls", "--all", "--json"]);
+    let rows = ls.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{ls}");
+    assert_eq!((rows[0]["id"].as_str(), rows[0]["state"].as_str()), (Some(&*id), Some("lost")));
+    assert!(rows[0]["ended"].is_number(), "{ls}");
+    let text = String::from_utf8_lossy(&t.sg(&["ls", "--all"]).stdout).into_owned();
+    assert!(text.lines().any(|l| l.starts_with(&id) && l.contains("lost")), "{text}");
+    assert!(String::from_utf8_lossy(&t.sg(&["ls"]).stdout).contains("no sandboxes running"));
+}
+
+const DOWN: &str = r#"
+import os, socket, sys, time
+PORT = int(sys.argv[1])
+while not os.path.exists("down"):
+    time.sleep(0.02)
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+    print("direct open", flush=True)
+except OSError as e:
+    print("direct refused", e.errno, flush=True)
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(("GET http://127.0.0.1:%d/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % (PORT, PORT)).encode())
+s.settimeout(1.5)
+try:
+    print("answered while down", s.recv(100), flush=True)
+except socket.timeout:
+    print("held", flush=True)
+s.settimeout(30)
+print("reply", s.recv(100).split(b"\r\n")[0].decode(), flush=True)
+"#;
+
+#[test]
+fn while_the_daemon_is_stopped_sandboxes_have_no_network_and_questions_are_denied() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"60s\"\n");
+    let (up, asked) = (origin("up"), origin("asked"));
+    std::fs::write(t.proj.join("down.py"), DOWN).unwrap();
+    let script =
+        format!("python3 down.py {up} & {}; wait", curl_sh(&format!("http://127.0.0.1:{asked}/")));
+    let mut child = t.spawn_net(&[&format!("--allow=127.0.0.1:{up}")], &["sh", "-c", &script]);
+    let out = lines_of(child.stdout.take().unwrap());
+    wait_until("a pending question", Duration::from_secs(20), || {
+        t.json(&["pending", "--json"]).as_array().is_some_and(|p| p.len() == 1)
+    });
+    let id = one_sandbox(&t);
+    // `status`, in JSON and in text, with a question open.
+    let st = t.status();
+    assert_eq!(st["pending"].as_array().unwrap().len(), 1, "{st}");
+    assert_eq!(st["pending"][0]["port"], asked, "{st}");
+    assert_eq!(st["counts"]["sandboxes_running"], 1, "{st}");
+    assert_eq!(st["counts"]["grants_live"], 0, "{st}");
+    assert!(st["counts"]["events"].is_u64(), "{st}");
+    let text = String::from_utf8_lossy(&t.sg(&["status"]).stdout).into_owned();
+    for want in [
+        "sandboxes running: 1".to_owned(),
+        format!("  {id}  net"),
+        "pending approvals: 1".to_owned(),
+        format!("127.0.0.1:{asked} GET"),
+        "grants live: 0".to_owned(),
+    ] {
+        assert!(text.contains(&want), "{want:?} in:\n{text}");
+    }
+
+    // `stop` denies what is pending: the held request gets its 403 at once.
+    let pid = st["daemon"]["pid"].clone();
+    let stopped_at = Instant::now();
+    assert_eq!(t.json(&["stop", "--json"]), serde_json::json!({ "stopped": true, "pid": pid }));
+    expect_line(&out, Duration::from_secs(5), |l| l == "403");
+    assert!(stopped_at.elapsed() < Duration::from_secs(10), "{:?}", stopped_at.elapsed());
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3), "no daemon now");
+
+    // Fail closed: nothing goes out directly, and the proxy's listener only queues.
+    std::fs::write(t.proj.join("down"), "").unwrap();
+    let direct = expect_line(&out, Duration::from_secs(10), |l| l.starts_with("direct "));
+    assert!(direct.starts_with("direct refused"), "{direct}");
+    expect_line(&out, Duration::from_secs(10), |l| l == "held" || l.starts_with("answered"))
+        .eq("held")
+        .then_some(())
+        .expect("no answer while the daemon is down");
+    // A daemon again: the launcher registers, and the queued request is served.
+    start_daemon(&t);
+    expect_line(&out, Duration::from_secs(30), |l| l.starts_with("reply "))
+        .eq("reply HTTP/1.1 200 OK")
+        .then_some(())
+        .expect("the held request served by the next daemon");
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("network is back"), "{stderr}");
+}
+
+#[test]
+fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    start_daemon(&t);
+    let mut watch = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
+    let seen = lines_of(watch.stdout.take().unwrap());
+    let (ok, no) = (origin("ok"), origin("no"));
+    // The net tier's firewall refuses (and logs) any direct connection, here to an address on
+    // the sandbox's own veth.
+    let script = format!(
+        "{}; {}; python3 -c 'import socket\ntry: socket.create_connection((\"10.203.0.2\", 8080), timeout=3)\nexcept OSError: pass'",
+        curl_sh(&format!("http://127.0.0.1:{ok}/")),
+        curl_sh(&format!("http://127.0.0.1:{no}/")),
+    );
+    let out = t.sg(&["net", &format!("--allow=127.0.0.1:{ok}"), "--", "sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "200\n403\n", "{}", String::from_utf8_lossy(&out.stderr));
+    let blocked = expect_line(&seen, Duration::from_secs(10), |l| {
+        l.contains(r#""event":"blocked""#) && l.contains("10.203.0.2")
+    });
+    assert!(blocked.contains(r#""port":8080"#), "{blocked}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    let store = sandgate_store::Store::open(t.store_path()).unwrap();
+    let has =
+        |events: &[sandgate_store::StoredEvent], kind: &str, pred: &dyn Fn(&Value) -> bool| {
+            events.iter().any(|e| e.event.kind.as_str() == kind && pred(&e.event.details))
+        };
+    let mut events = Vec::new();
+    wait_until("every event in the store", Duration::from_secs(10), || {
+        let q = sandgate_store::EventQuery { limit: 1000, ..Default::default() };
+        events = store.recent_events(&q).unwrap();
+        has(&events, "request", &|d| d["event"] == "sandbox_ended")
+            && has(&events, "blocked_packet", &|d| d["dst"] == "10.203.0.2")
+    });
+    let decision = |port: u16, what: &'static str| {
+        move |d: &Value| d["event"] == "request" && d["port"] == port && d["decision"] == what
+    };
+    assert!(has(&events, "decision", &decision(ok, "allow")), "{events:#?}");
+    assert!(has(&events, "decision", &decision(no, "deny")), "{events:#?}");
+    assert!(has(&events, "approval", &|d| d["event"] == "asked"), "{events:#?}");
+    assert!(has(&events, "approval", &|d| d["event"] == "timed_out"), "{events:#?}");
+    // Sandbox lifecycle has no kind of its own in the schema: it is stored as `request`.
+    assert!(has(&events, "request", &|d| d["event"] == "sandbox_started"), "{events:#?}");
+    let sandbox = events[0].event.sandbox.clone();
+    assert!(sandbox.is_some() && events.iter().all(|e| e.event.sandbox == sandbox), "{events:#?}");
+    assert_eq!(t.status()["counts"]["events"], events.len() as u64);
 }

@@ -208,3 +208,78 @@ impl T {
 pub fn has_script() -> bool {
     Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
 }
+
+/// An HTTP origin answering `200 body` on `ip` (any loopback address, e.g. `127.0.0.2`: a grant
+/// for it is a grant for nothing else the test uses); returns its port.
+pub fn origin_at(ip: &str, body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("bind a loopback address");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+/// `kill -SIGNAL pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+    assert!(ok.unwrap().success(), "kill -{signal} {pid}");
+}
+
+/// Whether `pid` has exited (gone, or a zombie nobody has reaped yet).
+pub fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')').is_some_and(|(_, rest)| rest.split_whitespace().next() == Some("Z"))
+    })
+}
+
+/// Every live descendant of `pid` (children first found through `/proc/*/stat`'s ppid).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let p: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(parent) = todo.pop() {
+        for &(p, pp) in &parents {
+            if pp == parent && !out.contains(&p) {
+                out.push(p);
+                todo.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The id of the one sandbox the daemon serves, once it serves exactly one.
+pub fn one_sandbox(t: &T) -> String {
+    let mut id = String::new();
+    wait_until("one sandbox registered", Duration::from_secs(20), || {
+        let st = t.status_now();
+        match st["sandboxes"].as_array().map(Vec::as_slice) {
+            Some([s]) => {
+                id = s["id"].as_str().unwrap().to_owned();
+                true
+            }
+            _ => false,
+        }
+    });
+    id
+}

@@ -88,6 +88,9 @@ pub struct LaunchEnv {
     pub other_runtime_dirs: Vec<PathBuf>,
     /// The environment passed to the command (before proxy variables are added).
     pub env: Vec<(OsString, OsString)>,
+    /// Port of the proxy as the command sees it on 127.0.0.1: [`sandgate_sandbox::PROXY_PORT`]
+    /// in the sandbox's own network namespace on Linux, a port bound for the sandbox on macOS.
+    pub proxy_port: u16,
 }
 
 impl LaunchEnv {
@@ -128,6 +131,7 @@ impl LaunchEnv {
             config_home: xdg("XDG_CONFIG_HOME", ".config"),
             data_home,
             env: std::env::vars_os().collect(),
+            proxy_port: sandgate_sandbox::PROXY_PORT,
             runtime_dir,
             other_runtime_dirs,
             home,
@@ -192,28 +196,24 @@ pub fn spec_from_policy(
             )),
         },
     };
-    // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy.
-    // Nor the Telegram bot's token (meant for the daemon this launcher may start).
-    let proxy_vars: Vec<String> =
-        sandgate_sandbox::proxy_env(0).into_iter().map(|(k, _)| k).collect();
-    let mut env: Vec<(OsString, OsString)> = ctx
+    // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy
+    // (git's and the JVM's are added to the caller's settings). Nor the Telegram bot's token
+    // (meant for the daemon this launcher may start).
+    let caller: Vec<(OsString, OsString)> = ctx
         .env
         .iter()
         .filter(|(k, _)| {
-            !proxy_vars.iter().any(|n| k == n.as_str())
-                && k != "SANDGATE_SANDBOX"
+            k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
         })
         .cloned()
         .collect();
-    if matches!(net, NetMode::Proxy { .. }) {
-        env.extend(
-            sandgate_sandbox::proxy_env(sandgate_sandbox::PROXY_PORT)
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into())),
-        );
-    }
+    let proxy_port = match net {
+        NetMode::None => None,
+        NetMode::Proxy { .. } => Some(ctx.proxy_port),
+    };
+    let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
     env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
     let command = if args.command.is_empty() {
@@ -272,8 +272,10 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     for other in ctx.other_runtime_dirs.iter().filter(|d| d.starts_with("/run/user")) {
         let _ = crate::daemon::Paths::in_dir(other.clone()).ensure_dir();
     }
+    let mut ctx = ctx;
+    let host_listener = host_proxy_listener(&policy, &mut ctx)?;
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
-    launch(&spec, &args, policy.net)
+    launch(&spec, &args, policy.net, host_listener)
 }
 
 #[cfg(target_os = "linux")]
@@ -281,6 +283,7 @@ fn launch(
     spec: &SandboxSpec,
     args: &LaunchArgs,
     net: sandgate_config::NetworkPolicy,
+    _on_host: HostListener,
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
     let launched = match sandgate_sandbox::launch(spec, &Hooks) {
@@ -491,34 +494,24 @@ impl BlockedReporter {
     }
 }
 
-/// macOS: the proxy listens on a port of the host's loopback chosen for this sandbox; the Seatbelt
-/// profile lets the command reach that port and nothing else, and the daemon serves it (or this
-/// process, as on Linux).
+/// macOS: the proxy listens on a port of the host's loopback chosen for this sandbox (bound by
+/// [`host_proxy_listener`] before the spec is built, so the proxy variables name it); the
+/// Seatbelt profile lets the command reach that port and nothing else, and the daemon serves it
+/// (or this process, as on Linux).
 #[cfg(target_os = "macos")]
 fn launch(
     spec: &SandboxSpec,
     args: &LaunchArgs,
     net: sandgate_config::NetworkPolicy,
+    listener: HostListener,
 ) -> anyhow::Result<u8> {
-    let mut spec = spec.clone();
-    let listener = match spec.net {
-        NetMode::Proxy { .. } => Some(
-            std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind the proxy listener")?,
-        ),
-        NetMode::None => None,
-    };
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
         None => sandgate_sandbox::PROXY_PORT,
     };
-    if listener.is_some() {
-        let vars = sandgate_sandbox::proxy_env(port);
-        spec.env.retain(|(k, _)| !vars.iter().any(|(n, _)| k == n.as_str()));
-        spec.env.extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
-    }
-    let launched = sandgate_sandbox::launch_with_proxy_port(&spec, port)?;
+    let launched = sandgate_sandbox::launch_with_proxy_port(spec, port)?;
     let served = match listener {
-        Some(l) => serve(&spec, args, net, l.into(), None)?,
+        Some(l) => serve(spec, args, net, l.into(), None)?,
         None => Served::None,
     };
     let code = launched.wait()?;
@@ -526,11 +519,32 @@ fn launch(
     Ok(code)
 }
 
+/// The proxy's listener on the host (macOS: a port of the host's loopback; Linux: always none,
+/// the listener is made inside the sandbox's network namespace).
+type HostListener = Option<std::net::TcpListener>;
+
+/// Binds the host's proxy listener of a sandbox with proxy network, and points `ctx` at it.
+#[cfg(target_os = "macos")]
+fn host_proxy_listener(policy: &Policy, ctx: &mut LaunchEnv) -> anyhow::Result<HostListener> {
+    if policy.net.mode != sandgate_config::NetMode::Proxy {
+        return Ok(None);
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind the proxy listener")?;
+    ctx.proxy_port = l.local_addr()?.port();
+    Ok(Some(l))
+}
+
+#[cfg(not(target_os = "macos"))]
+fn host_proxy_listener(_policy: &Policy, _ctx: &mut LaunchEnv) -> anyhow::Result<HostListener> {
+    Ok(None)
+}
+
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 fn launch(
     _spec: &SandboxSpec,
     _args: &LaunchArgs,
     _net: sandgate_config::NetworkPolicy,
+    _on_host: HostListener,
 ) -> anyhow::Result<u8> {
     bail!("sandboxing is not implemented on this platform")
 }
@@ -552,8 +566,11 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
     }
 }
 
-/// Creates the busybox-style links.
+/// Creates the busybox-style links. Running it again replaces existing links (pointing them at
+/// this binary); a file of the same name that is not a link is never replaced, and then no link is
+/// made at all.
 pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
+    const NAMES: [&str; 3] = ["sandbox-run", "sandbox-net", "sandbox-build"];
     let dir = match args.dir {
         Some(d) => d,
         None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set; pass --dir")?)
@@ -561,13 +578,16 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
-    for name in ["sandbox-run", "sandbox-net", "sandbox-build"] {
+    for name in NAMES {
         let link = dir.join(name);
-        match std::fs::symlink_metadata(&link) {
-            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)
-                .with_context(|| format!("replace {}", link.display()))?,
-            Ok(_) => bail!("{} exists and is not a link; remove it first", link.display()),
-            Err(_) => {}
+        if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
+            bail!("{} exists and is not a link; remove it first", link.display());
+        }
+    }
+    for name in NAMES {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_ok() {
+            std::fs::remove_file(&link).with_context(|| format!("replace {}", link.display()))?;
         }
         std::os::unix::fs::symlink(&exe, &link)
             .with_context(|| format!("link {} -> {}", link.display(), exe.display()))?;
@@ -669,7 +689,11 @@ mod tests {
             env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 ("HTTP_PROXY".into(), "http://evil:1".into()),
+                ("GIT_CONFIG_COUNT".into(), "1".into()),
+                ("GIT_CONFIG_KEY_0".into(), "user.name".into()),
+                ("GIT_CONFIG_VALUE_0".into(), "me".into()),
             ],
+            proxy_port: sandgate_sandbox::PROXY_PORT,
         }
     }
 
@@ -723,6 +747,10 @@ mod tests {
         assert!(run.hidden.contains(&PathBuf::from("/tmp/sandgate-1000")));
         assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
         assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
+        let has =
+            |spec: &SandboxSpec, k: &str, v: &str| spec.env.iter().any(|(n, w)| n == k && w == v);
+        // Without a proxy the caller's git settings stay as they were.
+        assert!(has(&run, "GIT_CONFIG_COUNT", "1") && has(&run, "GIT_CONFIG_KEY_0", "user.name"));
         assert_eq!(run.allowed_unix_sockets, vec![PathBuf::from("/run/allowed.sock")]);
 
         let build = spec_from_policy(
@@ -739,6 +767,10 @@ mod tests {
         assert!(matches!(build.net, NetMode::Proxy { .. }));
         assert!(build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://127.0.0.1:3128"));
         assert!(!build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://evil:1"));
+        // git's proxy comes after the caller's own git settings.
+        assert!(has(&build, "GIT_CONFIG_COUNT", "2") && has(&build, "GIT_CONFIG_VALUE_0", "me"));
+        assert!(has(&build, "GIT_CONFIG_KEY_1", "http.proxy"));
+        assert!(has(&build, "GIT_CONFIG_VALUE_1", "http://127.0.0.1:3128"));
         assert_eq!(build.command, vec![OsString::from("/bin/sh"), OsString::from("-i")]);
     }
 }

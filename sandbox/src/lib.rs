@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod forward;
 pub mod seatbelt;
 mod spec;
 
@@ -23,7 +24,10 @@ mod linux;
 mod macos;
 
 pub use error::SandboxError;
-pub use spec::{Enforcement, NetMode, PROXY_PORT, SandboxId, SandboxSpec, proxy_env};
+pub use spec::{
+    Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SandboxId, SandboxSpec, proxy_env,
+    with_proxy_env,
+};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

@@ -102,32 +102,81 @@ pub struct SandboxSpec {
     pub require_full: bool,
 }
 
-/// Proxy variables for a proxy at `http://127.0.0.1:port`: the generic ones (upper and lower
-/// case) and the tool-specific ones for npm, pip, git, cargo and the JVM.
-pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+/// Variables that only ever say where a proxy is (upper and lower case generic ones, npm, pip,
+/// cargo): the caller's are dropped in every tier, and [`proxy_env`] sets them in proxy mode.
+pub const PROXY_VARS: &[&str] = &[
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "npm_config_proxy",
+    "npm_config_https_proxy",
+    "PIP_PROXY",
+    "CARGO_HTTP_PROXY",
+];
+
+/// Hosts that never go through the proxy (`NO_PROXY`, `no_proxy`).
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// The variables to set for a proxy at `http://127.0.0.1:port`, given the `caller`'s environment:
+/// every name of [`PROXY_VARS`], git's `http.proxy` and the JVM's proxy properties.
+///
+/// Git and the JVM carry other settings in the same variables, so the caller's are kept: git's
+/// `http.proxy` is added as the next `GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>` after the
+/// caller's `GIT_CONFIG_COUNT` entries (a later entry wins), and the `-D` flags are appended to the
+/// caller's `JAVA_TOOL_OPTIONS` (a later `-D` wins). A `GIT_CONFIG_COUNT` that is not a number
+/// (git would refuse it) counts as no entries.
+pub fn proxy_env(port: u16, caller: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
     let url = format!("http://127.0.0.1:{port}");
-    let no_proxy = "localhost,127.0.0.1,::1".to_owned();
-    let mut env = Vec::new();
-    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
-        env.push((name.to_owned(), url.clone()));
-        env.push((name.to_ascii_lowercase(), url.clone()));
+    let caller_value = |name: &str| caller.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v);
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let mut set = |k: &str, v: OsString| env.push((k.into(), v));
+    for name in PROXY_VARS {
+        let value = if name.eq_ignore_ascii_case("NO_PROXY") { NO_PROXY } else { &url };
+        set(name, value.into());
     }
-    env.push(("NO_PROXY".to_owned(), no_proxy.clone()));
-    env.push(("no_proxy".to_owned(), no_proxy));
-    env.push(("npm_config_proxy".to_owned(), url.clone()));
-    env.push(("npm_config_https_proxy".to_owned(), url.clone()));
-    env.push(("PIP_PROXY".to_owned(), url.clone()));
-    env.push(("CARGO_HTTP_PROXY".to_owned(), url.clone()));
-    env.push(("GIT_CONFIG_COUNT".to_owned(), "1".to_owned()));
-    env.push(("GIT_CONFIG_KEY_0".to_owned(), "http.proxy".to_owned()));
-    env.push(("GIT_CONFIG_VALUE_0".to_owned(), url));
-    env.push((
-        "JAVA_TOOL_OPTIONS".to_owned(),
-        format!(
-            "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort={port} -Dhttps.proxyHost=127.0.0.1 \
-             -Dhttps.proxyPort={port} -Dhttp.nonProxyHosts=localhost|127.0.0.1"
-        ),
-    ));
+    let git_count: u32 = caller_value("GIT_CONFIG_COUNT")
+        .and_then(|v| v.to_str())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    set("GIT_CONFIG_COUNT", (git_count + 1).to_string().into());
+    set(&format!("GIT_CONFIG_KEY_{git_count}"), "http.proxy".into());
+    set(&format!("GIT_CONFIG_VALUE_{git_count}"), url.clone().into());
+    let java = format!(
+        "-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort={port} -Dhttps.proxyHost=127.0.0.1 \
+         -Dhttps.proxyPort={port} -Dhttp.nonProxyHosts=localhost|127.0.0.1"
+    );
+    let java = match caller_value("JAVA_TOOL_OPTIONS").filter(|v| !v.is_empty()) {
+        Some(theirs) => {
+            let mut v = theirs.clone();
+            v.push(" ");
+            v.push(&java);
+            v
+        }
+        None => java.into(),
+    };
+    set("JAVA_TOOL_OPTIONS", java);
+    env
+}
+
+/// `caller` with [`proxy_env`] applied: the caller's [`PROXY_VARS`] dropped, and with a proxy at
+/// `port` every proxy variable set (replacing the caller's value of the same name, in place).
+pub fn with_proxy_env(
+    caller: &[(OsString, OsString)],
+    port: Option<u16>,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> =
+        caller.iter().filter(|(k, _)| !PROXY_VARS.iter().any(|n| k == n)).cloned().collect();
+    if let Some(port) = port {
+        for (k, v) in proxy_env(port, caller) {
+            env.retain(|(n, _)| *n != k);
+            env.push((k, v));
+        }
+    }
     env
 }
 
@@ -201,10 +250,20 @@ mod tests {
         }
     }
 
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+    }
+
+    fn get<'a>(env: &'a [(OsString, OsString)], k: &str) -> Option<&'a str> {
+        let mut found = env.iter().filter(|(n, _)| n == k);
+        let first = found.next().map(|(_, v)| v.to_str().unwrap());
+        assert!(found.next().is_none(), "{k} set twice");
+        first
+    }
+
     #[test]
     fn proxy_env_points_every_tool_at_the_proxy() {
-        let env = proxy_env(3128);
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let env = proxy_env(3128, &[]);
         for k in [
             "HTTP_PROXY",
             "https_proxy",
@@ -214,11 +273,64 @@ mod tests {
             "CARGO_HTTP_PROXY",
             "GIT_CONFIG_VALUE_0",
         ] {
-            assert_eq!(get(k), Some("http://127.0.0.1:3128"), "{k}");
+            assert_eq!(get(&env, k), Some("http://127.0.0.1:3128"), "{k}");
         }
-        assert_eq!(get("GIT_CONFIG_KEY_0"), Some("http.proxy"));
-        assert!(get("JAVA_TOOL_OPTIONS").unwrap().contains("-Dhttps.proxyPort=3128"));
-        assert!(get("no_proxy").unwrap().contains("127.0.0.1"));
+        assert_eq!(get(&env, "GIT_CONFIG_COUNT"), Some("1"));
+        assert_eq!(get(&env, "GIT_CONFIG_KEY_0"), Some("http.proxy"));
+        let java = get(&env, "JAVA_TOOL_OPTIONS").unwrap();
+        assert!(java.starts_with("-Dhttp.proxyHost=127.0.0.1 "), "{java}");
+        assert!(java.contains("-Dhttps.proxyPort=3128"), "{java}");
+        assert_eq!(get(&env, "no_proxy"), Some("localhost,127.0.0.1,::1"));
+        assert_eq!(get(&env, "NO_PROXY"), Some("localhost,127.0.0.1,::1"));
+    }
+
+    #[test]
+    fn git_and_jvm_settings_of_the_caller_are_kept() {
+        // (caller's GIT_CONFIG_COUNT, index http.proxy lands at, resulting count)
+        for (count, index, total) in
+            [(None, 0, "1"), (Some("2"), 2, "3"), (Some("0"), 0, "1"), (Some("x"), 0, "1")]
+        {
+            let mut caller = vars(&[
+                ("GIT_CONFIG_KEY_0", "user.name"),
+                ("GIT_CONFIG_VALUE_0", "me"),
+                ("GIT_CONFIG_KEY_1", "core.editor"),
+                ("GIT_CONFIG_VALUE_1", "vi"),
+                ("JAVA_TOOL_OPTIONS", "-Xmx1g"),
+                ("HTTP_PROXY", "http://evil:1"),
+                ("PATH", "/usr/bin"),
+            ]);
+            if let Some(c) = count {
+                caller.push(("GIT_CONFIG_COUNT".into(), c.into()));
+            }
+            let env = with_proxy_env(&caller, Some(3128));
+            assert_eq!(get(&env, "GIT_CONFIG_COUNT"), Some(total), "{count:?}");
+            let key = format!("GIT_CONFIG_KEY_{index}");
+            let value = format!("GIT_CONFIG_VALUE_{index}");
+            assert_eq!(get(&env, &key), Some("http.proxy"), "{count:?}");
+            assert_eq!(get(&env, &value), Some("http://127.0.0.1:3128"), "{count:?}");
+            if index == 2 {
+                assert_eq!(get(&env, "GIT_CONFIG_KEY_0"), Some("user.name"));
+                assert_eq!(get(&env, "GIT_CONFIG_VALUE_1"), Some("vi"));
+            }
+            let java = get(&env, "JAVA_TOOL_OPTIONS").unwrap();
+            assert!(java.starts_with("-Xmx1g -Dhttp.proxyHost=127.0.0.1 "), "{java}");
+            assert_eq!(get(&env, "HTTP_PROXY"), Some("http://127.0.0.1:3128"));
+            assert_eq!(get(&env, "PATH"), Some("/usr/bin"));
+        }
+    }
+
+    #[test]
+    fn without_a_proxy_only_the_proxy_variables_go() {
+        let caller = vars(&[
+            ("GIT_CONFIG_COUNT", "1"),
+            ("GIT_CONFIG_KEY_0", "user.name"),
+            ("GIT_CONFIG_VALUE_0", "me"),
+            ("JAVA_TOOL_OPTIONS", "-Xmx1g"),
+            ("https_proxy", "http://evil:1"),
+            ("NO_PROXY", "*"),
+        ]);
+        let env = with_proxy_env(&caller, None);
+        assert_eq!(env, caller[..4].to_vec());
     }
 
     #[test]

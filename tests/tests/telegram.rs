@@ -6,10 +6,11 @@
 //! long poll open until an update is queued or about a second passes, as the real API does.
 //! Every test has its own `Env`, so its own daemon (stopped by `Env`'s drop) and its own fake.
 //!
-//! Latency figures are printed (`--nocapture`), with generous bounds asserted: from a blocked
-//! request to the question arriving at the fake server, and from the moment `getUpdates` hands
-//! over the button press to the held request's response inside the sandbox. Both clocks are the
-//! wall clock (`SystemTime` here, `time.time()` in the sandboxed Python client).
+//! Latency figures are printed (`--nocapture`) and their medians held to the issue's 50 ms:
+//! from a blocked request to the question arriving at the fake server, and from the moment
+//! `getUpdates` hands over the button press to the held request's response inside the sandbox.
+//! Both clocks are the wall clock (`SystemTime` here, `time.time()` in the sandboxed Python
+//! client).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -654,7 +655,9 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
         "telegram e2e latency: update delivered -> response in the sandbox (ms): {release:.2?}"
     );
     eprintln!("telegram e2e latency medians: post {p:.2} ms, release {r:.2} ms (target <= 50 ms)");
-    assert!(p < 2000.0 && r < 2000.0, "post {p:.1} ms, release {r:.1} ms");
+    // The issue's target, on the medians (a single slow round on a loaded machine is noise).
+    assert!(p <= 50.0, "blocked request -> question posted: median {p:.1} ms > 50 ms: {post:.1?}");
+    assert!(r <= 50.0, "update delivered -> response: median {r:.1} ms > 50 ms: {release:.1?}");
 }
 
 #[test]
@@ -951,4 +954,120 @@ fn a_blocked_connection_just_before_the_sandbox_ends_is_alerted() {
     assert_eq!((code, stdout.as_str()), (0, "refused\n"), "{stderr}");
     let alert = fake.wait_call("sendMessage", text_has("10.203.0.3:443/tcp"));
     assert!(text(&alert.body).contains("blocked direct connection"), "{}", alert.body);
+}
+
+/// A sandboxed `sh -c` that requests `http://127.0.0.1:PORT/` (printing the status code), waits
+/// for the file `again` in the project, and requests it again.
+fn twice(port: u16) -> String {
+    let curl = format!(
+        "curl -sS --max-time 40 --noproxy '' -o /dev/null -w '%{{http_code}}\\n' \
+         http://127.0.0.1:{port}/"
+    );
+    format!("{curl}; while [ ! -e again ]; do sleep 0.02; done; {curl}")
+}
+
+#[test]
+fn a_deny_command_releases_the_held_request_with_a_403() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    fake.push_message(CHAT, "bob", "/deny 127.0.0.1");
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "403\n"), "{stderr}");
+    fake.wait_call("sendMessage", text_has("denied for this session: 1 request released"));
+    let edit = fake.wait_call("editMessageText", |_| true);
+    assert_eq!(edit.body["message_id"], q.message_id.unwrap());
+    assert!(
+        text(&edit.body).contains("denied for this session in Telegram by @bob"),
+        "{}",
+        edit.body
+    );
+    let rules = t.json(&["rules", "--all", "--json"]);
+    assert_eq!((&rules[0]["effect"], &rules[0]["channel"]), (&json!("deny"), &json!("telegram")));
+}
+
+#[test]
+fn the_hour_always_and_deny_buttons_do_what_the_readme_says() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    // (button, status of the held and of the later request, effect, scope, target kind)
+    let rows = [
+        ("1 hour", "200", "allow", "until", "project"),
+        ("Always", "200", "allow", "always", "project"),
+        ("Deny", "403", "deny", "session", "sandbox"),
+    ];
+    for (label, status, effect, scope, target) in rows {
+        let fake = FakeTelegram::start();
+        let t = T::with_bot(&fake, "");
+        let port = origin();
+        let run = t.spawn_net(&[], &["sh", "-c", &twice(port)]);
+        let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+        let pressed = SystemTime::now();
+        fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, label));
+        let ack = fake.wait_call("answerCallbackQuery", |_| true);
+        assert!(text(&ack.body).contains("1 request released"), "{label}: {}", ack.body);
+
+        // The grant, while the sandbox still runs (a session grant ends with it).
+        let rules = t.json(&["rules", "--json"]);
+        let rules = rules.as_array().unwrap();
+        assert_eq!(rules.len(), 1, "{label}: {rules:#?}");
+        let g = &rules[0];
+        assert_eq!((g["effect"].as_str(), g["channel"].as_str()), (Some(effect), Some("telegram")));
+        assert_eq!(g["approved_by"], "@alice", "{label}: {g:#}");
+        assert!(g["target"][target].is_string(), "{label}: {g:#}");
+        match scope {
+            "until" => {
+                let (created, until) =
+                    (g["created"].as_i64().unwrap(), g["scope"]["until"].as_i64());
+                assert_eq!(until.map(|u| u - created), Some(3_600_000), "{label}: {g:#}");
+                let lag = created
+                    - pressed.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as i64;
+                assert!(
+                    (-1000..10_000).contains(&lag),
+                    "{label}: created {lag} ms after the press"
+                );
+            }
+            s => assert_eq!(g["scope"], s, "{label}: {g:#}"),
+        }
+
+        // The later request in the same sandbox: the same result, and no new question.
+        std::fs::write(t.proj.join("again"), "").unwrap();
+        let (code, stdout, stderr) = finish(run);
+        assert_eq!((code, stdout), (0, format!("{status}\n{status}\n")), "{label}: {stderr}");
+        assert_eq!(
+            fake.sent_containing(&format!("127.0.0.1:{port}")).len(),
+            1,
+            "{label}: asked again"
+        );
+        assert_eq!(t.json(&["pending", "--json"]), json!([]), "{label}");
+    }
+}
+
+#[test]
+fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let id = t.pending_one()["id"].clone();
+    let out = t.sg(&["allow", &format!("q{id}"), "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    // The button press loses: it is told so, and changes nothing.
+    fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, "Always"));
+    let ack = fake.wait_call("answerCallbackQuery", |_| true);
+    let said = text(&ack.body);
+    assert!(said.contains(&format!("q{id} was already allowed once in the CLI by")), "{said}");
+    assert_eq!(t.json(&["rules", "--json"]), json!([]));
 }

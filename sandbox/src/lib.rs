@@ -14,7 +14,6 @@
 #![deny(unsafe_code)]
 
 mod error;
-mod forward;
 pub mod seatbelt;
 mod spec;
 

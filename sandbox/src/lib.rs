@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod forward;
 pub mod seatbelt;
 mod spec;
 

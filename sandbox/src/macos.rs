@@ -1,8 +1,14 @@
 //! macOS backend: the command runs under `sandbox-exec` with the profile of [`crate::seatbelt`].
+//!
+//! `sandbox-exec` applies the profile and execs the command, so its pid is the command's. The
+//! launcher blocks the signals it forwards before starting it (none is lost in between; the
+//! command itself starts with an empty mask, as `std::process` gives every child) and, while it
+//! waits, takes them with `sigwait` and passes them on ([`crate::forward::step`]).
 
 use std::process::{Child, Command};
 
 use crate::SandboxError;
+use crate::forward::{self, FORWARDED, Step};
 use crate::seatbelt;
 use crate::spec::{Enforcement, PROXY_PORT, SandboxSpec};
 
@@ -11,6 +17,8 @@ use crate::spec::{Enforcement, PROXY_PORT, SandboxSpec};
 pub struct Launched {
     child: Child,
     tmp: std::path::PathBuf,
+    /// The launcher's signal mask before the forwarded signals were blocked.
+    saved_mask: sys::Mask,
     /// What was enforced (Seatbelt enforces the whole profile or refuses to start).
     pub enforcement: Enforcement,
 }
@@ -21,17 +29,41 @@ impl Launched {
         self.child.id()
     }
 
-    /// Waits for the command; returns its exit code (128 + signal number when killed).
+    /// Waits for the command, passing the launcher's signals on to it; returns its exit code
+    /// (128 + signal number when killed).
     pub fn wait(mut self) -> Result<u8, SandboxError> {
         use std::os::unix::process::ExitStatusExt;
-        let status = self.child.wait().map_err(SandboxError::io("wait"))?;
+        let pid = self.child.id() as libc::pid_t;
+        let shares_foreground = sys::in_terminal_foreground();
+        let waited = waited_signals();
+        let status = loop {
+            // A SIGCHLD after this check stays pending (blocked) and ends the sigwait below.
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) => {}
+                Err(e) => break Err(SandboxError::io("wait")(e)),
+            }
+            let sig = match sys::wait_signal(&waited) {
+                Ok(s) => s,
+                Err(e) => break Err(SandboxError::io("wait for a signal")(e)),
+            };
+            match forward::step(sig, shares_foreground) {
+                Step::Forward(s) => sys::kill(pid, s),
+                Step::Reap | Step::Skip(_) => {}
+            }
+        };
+        sys::restore(&self.saved_mask);
         let _ = std::fs::remove_dir_all(&self.tmp);
-        Ok(match (status.code(), status.signal()) {
-            (Some(c), _) => (c & 0xff) as u8,
-            (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
-            (None, None) => 255,
-        })
+        let status = status?;
+        Ok(forward::exit_code(status.code(), status.signal()))
     }
+}
+
+/// What the launcher takes with `sigwait`: the forwarded signals and SIGCHLD.
+fn waited_signals() -> Vec<libc::c_int> {
+    let mut signals = FORWARDED.to_vec();
+    signals.push(libc::SIGCHLD);
+    signals
 }
 
 /// Starts `spec` under `sandbox-exec`. The proxy listens on the host's `localhost:PROXY_PORT`
@@ -54,6 +86,9 @@ pub fn launch_with_proxy_port(
         .command
         .split_first()
         .ok_or(SandboxError::CommandNotFound { command: String::new() })?;
+    // Blocked before the spawn, so a signal sent right after it waits for `wait` to pass it on.
+    let saved_mask =
+        sys::block(&waited_signals()).map_err(SandboxError::io("block forwarded signals"))?;
     let child = Command::new(seatbelt::SANDBOX_EXEC)
         .args(profile.args())
         .arg("--")
@@ -63,7 +98,105 @@ pub fn launch_with_proxy_port(
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("TMPDIR", &tmp)
         .current_dir(&spec.cwd)
-        .spawn()
-        .map_err(SandboxError::io("start sandbox-exec"))?;
-    Ok(Launched { child, tmp, enforcement: Enforcement::default() })
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            sys::restore(&saved_mask);
+            return Err(SandboxError::io("start sandbox-exec")(e));
+        }
+    };
+    Ok(Launched { child, tmp, saved_mask, enforcement: Enforcement::default() })
+}
+
+/// The few libc calls of the macOS launcher.
+#[allow(unsafe_code)]
+mod sys {
+    use std::io;
+
+    /// A saved signal mask.
+    pub struct Mask(libc::sigset_t);
+
+    impl std::fmt::Debug for Mask {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Mask")
+        }
+    }
+
+    fn set_of(signals: &[libc::c_int]) -> libc::sigset_t {
+        // SAFETY: sigemptyset initialises the set before sigaddset adds valid signal numbers.
+        unsafe {
+            let mut set = std::mem::zeroed::<libc::sigset_t>();
+            libc::sigemptyset(&mut set);
+            for &s in signals {
+                libc::sigaddset(&mut set, s);
+            }
+            set
+        }
+    }
+
+    extern "C" fn noop(_: libc::c_int) {}
+
+    /// Blocks `signals` in the calling thread (threads started later inherit the mask) and gives
+    /// them a no-op handler, so that one whose default is to be ignored (SIGCHLD, SIGWINCH) stays
+    /// pending for `sigwait`; returns the previous mask.
+    pub fn block(signals: &[libc::c_int]) -> io::Result<Mask> {
+        for &s in signals {
+            // SAFETY: a zeroed sigaction with a valid handler and an empty mask. exec resets
+            // handled signals to their defaults, so the command never sees the handler.
+            let rc = unsafe {
+                let mut sa = std::mem::zeroed::<libc::sigaction>();
+                sa.sa_sigaction = noop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                libc::sigemptyset(&mut sa.sa_mask);
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(s, &sa, std::ptr::null_mut())
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let set = set_of(signals);
+        // SAFETY: valid set pointers; the old mask is written into a zeroed sigset_t.
+        unsafe {
+            let mut old = std::mem::zeroed::<libc::sigset_t>();
+            match libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) {
+                0 => Ok(Mask(old)),
+                e => Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+    }
+
+    /// Puts back a mask saved by [`block`].
+    pub fn restore(mask: &Mask) {
+        // SAFETY: a valid, initialised set.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &mask.0, std::ptr::null_mut());
+        }
+    }
+
+    /// Waits for one of `signals` (blocked by [`block`]) and returns it.
+    pub fn wait_signal(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
+        let set = set_of(signals);
+        let mut sig: libc::c_int = 0;
+        // SAFETY: valid pointers to an initialised set and an int.
+        match unsafe { libc::sigwait(&set, &mut sig) } {
+            0 => Ok(sig),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
+    /// Sends `sig` to `pid`; a command that is already gone is not an error here.
+    pub fn kill(pid: libc::pid_t, sig: libc::c_int) {
+        // SAFETY: kill has no memory effects.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+
+    /// Whether stdin is a terminal whose foreground process group is the launcher's (the
+    /// command, in the same group, then gets the terminal's signals directly).
+    pub fn in_terminal_foreground() -> bool {
+        // SAFETY: plain queries on file descriptor 0 and the calling process.
+        unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+    }
 }

@@ -9,6 +9,8 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
+use crate::spec::Enforcement;
+
 /// The newest ABI whose rights this launcher asks for.
 const TARGET: ABI = ABI::V9;
 
@@ -98,4 +100,97 @@ pub fn gaps(abi: u32) -> Vec<String> {
 /// Whether this ABI checks pathname unix socket connects (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`).
 pub fn checks_unix_socket_paths(abi: u32) -> bool {
     abi >= 9
+}
+
+/// How pathname unix sockets are walled in, and what was enforced overall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    /// What is enforced, by substitute, or missing.
+    pub enforcement: Enforcement,
+    /// Seccomp must refuse every new unix socket (Landlock cannot check paths and none is allowed).
+    pub deny_unix_sockets: bool,
+}
+
+/// What a sandbox gets on a kernel with Landlock `abi` whose Landlock lacks `gaps` (see [`gaps`]),
+/// when the configuration allows some pathname unix sockets (`sockets_allowed`) or none.
+///
+/// Below ABI 9 Landlock cannot check socket paths: with no socket allowed seccomp stands in
+/// (refusing every new unix socket, a substitute, not a gap); with some allowed nothing can keep
+/// the command from other reachable sockets, and that is a gap.
+pub fn assess(abi: u32, gaps: Vec<String>, sockets_allowed: bool) -> Assessment {
+    let mut enforcement = Enforcement { landlock_abi: abi, missing: gaps, substitutes: Vec::new() };
+    let unix_checked = checks_unix_socket_paths(abi);
+    let deny_unix_sockets = !unix_checked && !sockets_allowed;
+    if !unix_checked {
+        if deny_unix_sockets {
+            enforcement.substitutes.push(
+                "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9), \
+                 so seccomp refuses every new unix socket"
+                    .to_owned(),
+            );
+        } else {
+            enforcement.missing.push(
+                "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9) \
+                 and unix sockets are allowed, so any reachable socket can be connected to"
+                    .to_owned(),
+            );
+        }
+    }
+    Assessment { enforcement, deny_unix_sockets }
+}
+
+/// `--require-full`: refuses to start (with every missing wall named, `; `-separated) when a wall
+/// is missing and the caller asked for all of them; otherwise the launcher warns.
+pub fn require_full(enforcement: &Enforcement, require_full: bool) -> Result<(), String> {
+    if require_full && !enforcement.is_full() {
+        return Err(enforcement.missing.join("; "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_follow_the_abi() {
+        assert_eq!(gaps(0).len(), 1);
+        assert!(gaps(0)[0].contains("not available"));
+        assert!(gaps(5).iter().any(|g| g.contains("abstract unix sockets")));
+        for abi in [6, 7, 9] {
+            assert!(gaps(abi).is_empty(), "ABI {abi}");
+        }
+    }
+
+    #[test]
+    fn require_full_refuses_exactly_when_a_wall_is_missing() {
+        let injected = || vec!["Landlock ABI < 3: truncation is not restricted".to_owned()];
+        // (abi, gaps, sockets allowed, require_full, refused, seccomp denies unix sockets)
+        let table = [
+            (7, vec![], false, true, false, true),
+            (7, vec![], true, true, true, false),
+            (7, vec![], true, false, false, false),
+            (9, vec![], true, true, false, false),
+            (9, vec![], false, true, false, false),
+            (2, injected(), false, true, true, true),
+            (2, injected(), false, false, false, true),
+        ];
+        for (abi, gaps, sockets, require, refused, deny_unix) in table {
+            let row = format!("abi {abi} gaps {gaps:?} sockets {sockets} require {require}");
+            let a = assess(abi, gaps.clone(), sockets);
+            assert_eq!(a.deny_unix_sockets, deny_unix, "{row}");
+            assert_eq!(a.enforcement.landlock_abi, abi);
+            let verdict = require_full(&a.enforcement, require);
+            assert_eq!(verdict.is_err(), refused, "{row}: {verdict:?}");
+            if let Err(message) = verdict {
+                for g in &a.enforcement.missing {
+                    assert!(message.contains(g.as_str()), "{row}: {message}");
+                }
+            }
+            // Seccomp standing in is reported, never a gap.
+            if deny_unix {
+                assert!(a.enforcement.substitutes[0].contains("seccomp"), "{row}");
+            }
+        }
+    }
 }

@@ -34,6 +34,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::SandboxError;
+use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetMode, SandboxSpec};
 
 pub use fence::gaps as landlock_gaps;
@@ -47,17 +48,6 @@ pub trait NamespaceHooks {
     /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
     fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
 }
-
-/// Signals the launcher passes on to the command.
-const FORWARDED: [libc::c_int; 7] = [
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGWINCH,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
 
 /// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
 /// terminal is restored first) and its resumption (raw mode again).
@@ -583,33 +573,15 @@ mod init {
         // The command may not open /proc/1/fd/* (init keeps the caller's stdio) or /proc/1/mem.
         sys::set_dumpable(false).map_err(err("dumpable"))?;
         let abi = sys::landlock_abi();
-        let mut enforcement = Enforcement { landlock_abi: abi, ..Enforcement::default() };
-        enforcement.missing.extend(fence::gaps(abi));
+        let fence::Assessment { enforcement, deny_unix_sockets: deny_unix } =
+            fence::assess(abi, fence::gaps(abi), !plan.sockets.is_empty());
         let mut writable = plan.fs.writable.clone();
         writable.push(PathBuf::from("/tmp"));
         writable.push(PathBuf::from("/dev/shm"));
         fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })
             .map_err(|m| ("landlock".to_owned(), m))?;
-        let unix_checked = fence::checks_unix_socket_paths(abi);
-        let deny_unix = !unix_checked && plan.sockets.is_empty();
-        if !unix_checked {
-            if deny_unix {
-                enforcement.substitutes.push(
-                    "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9), \
-                     so seccomp refuses every new unix socket"
-                        .to_owned(),
-                );
-            } else {
-                enforcement.missing.push(
-                    "pathname unix socket connects: the kernel cannot check paths (Landlock ABI < 9) \
-                     and unix sockets are allowed, so any reachable socket can be connected to"
-                        .to_owned(),
-                );
-            }
-        }
-        if spec.require_full && !enforcement.is_full() {
-            return Err(("enforcement".to_owned(), enforcement.missing.join("; ")));
-        }
+        fence::require_full(&enforcement, spec.require_full)
+            .map_err(|m| ("enforcement".to_owned(), m))?;
         sys::drop_all_capabilities().map_err(err("drop capabilities"))?;
         let filters = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix })
             .map_err(|e| ("seccomp".to_owned(), e.to_string()))?;

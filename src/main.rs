@@ -167,3 +167,25 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_picks_the_tier() {
+        for (argv0, tier) in [
+            ("sandbox-run", Some("run")),
+            ("sandbox-net", Some("net")),
+            ("sandbox-build", Some("build")),
+            ("/home/u/.local/bin/sandbox-net", Some("net")),
+            ("./sandbox-build", Some("build")),
+            ("sandgate", None),
+            ("/usr/bin/sandgate", None),
+            ("sandbox-runx", None),
+            ("", None),
+        ] {
+            assert_eq!(tier_from_argv0(std::ffi::OsStr::new(argv0)), tier, "{argv0:?}");
+        }
+    }
+}

@@ -125,6 +125,13 @@ impl Scratch {
 
     /// `sandgate TIER ARGS -- CMD` as `who`, in `proj/`, with this tree's HOME and XDG dirs.
     pub fn command(&self, tier: &str, args: &[&str], cmd: &[&str]) -> Command {
+        let mut c = self.program(&sandgate_bin());
+        c.arg(tier).args(args).arg("--").args(cmd);
+        c
+    }
+
+    /// `program` (no arguments yet) as `who`, in `proj/`, with this tree's HOME and XDG dirs.
+    pub fn program(&self, program: &std::path::Path) -> Command {
         let mut c = if self.who.rootless {
             let mut c = Command::new("setpriv");
             c.args([
@@ -135,12 +142,11 @@ impl Scratch {
                 "--clear-groups",
                 "--",
             ]);
-            c.arg(sandgate_bin());
+            c.arg(program);
             c
         } else {
-            Command::new(sandgate_bin())
+            Command::new(program)
         };
-        c.arg(tier).args(args).arg("--").args(cmd);
         c.env_clear()
             .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
             .env("HOME", &self.home)
@@ -156,6 +162,19 @@ impl Scratch {
 
     pub fn run(&self, tier: &str, args: &[&str], cmd: &[&str]) -> Output {
         self.command(tier, args, cmd).output().unwrap()
+    }
+
+    /// `sh -c SCRIPT` in `tier`; returns its stdout and stderr after checking it exited with 0.
+    pub fn sh(&self, tier: &str, args: &[&str], script: &str) -> (String, String) {
+        let out = self.run(tier, args, &["sh", "-c", script]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{tier} as {:?}: status {:?} for {script}\nstdout {stdout}\nstderr {stderr}",
+            self.who,
+            out.status
+        );
+        (stdout, stderr)
     }
 
     /// Runs the probe `op args` in `tier`; returns its one-line answer.
@@ -192,6 +211,11 @@ impl Drop for Scratch {
             }
         }
     }
+}
+
+/// Output bytes as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Asserts that `answer` (a probe line) is one of the refusals in `allowed`.

@@ -91,6 +91,13 @@ def tiocsti():
     check(libc.ioctl(0, 0x5412, ctypes.byref(c)))
 
 
+def io_uring():
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    fd = libc.syscall(425, 8, params)  # io_uring_setup(8 entries)
+    check(fd)
+    os.close(fd)
+
+
 def main():
     op, args = sys.argv[1], sys.argv[2:]
     ops = {
@@ -109,6 +116,8 @@ def main():
         "kill": lambda: attempt(lambda: os.kill(int(args[0]), 0)),
         "ptrace": lambda: attempt(lambda: ptrace(args[0])),
         "tiocsti": lambda: attempt(tiocsti),
+        "io_uring": lambda: attempt(io_uring),
+        "rename": lambda: attempt(lambda: os.rename(args[0], args[1])),
     }
     ops[op]()
 

@@ -1,0 +1,249 @@
+//! The launcher's command line: the `sandbox-*` names `install` makes, `explain`, `--require-full`
+//! and `--net`, as root and as an unprivileged user.
+
+mod sandbox_support;
+
+use std::path::Path;
+
+use sandbox_support::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, refused, text};
+use sandgate_tests::sandgate_bin;
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The running kernel's Landlock ABI, asked directly (`landlock_create_ruleset` with
+/// `LANDLOCK_CREATE_RULESET_VERSION`; 0 when Landlock is missing).
+fn landlock_abi() -> u64 {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes; l = ctypes.CDLL(None); print(max(l.syscall(444, None, 0, 1), 0))",
+        ])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().parse().unwrap()
+}
+
+fn install_links_pick_their_tier(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = s.root.join("bin");
+    let install = |dir: &Path| {
+        s.program(&sandgate_bin()).args(["install", "--dir", p(dir)]).output().unwrap()
+    };
+    let out = install(&dir);
+    assert!(out.status.success(), "install: {}", text(&out.stderr));
+    let bin = sandgate_bin().canonicalize().unwrap();
+    for name in ["sandbox-run", "sandbox-net", "sandbox-build"] {
+        let link = dir.join(name);
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink(), "{name}");
+        assert_eq!(std::fs::read_link(&link).unwrap().canonicalize().unwrap(), bin, "{name}");
+        assert!(text(&out.stdout).contains(&format!("{} -> ", link.display())), "{name}");
+    }
+
+    // Each name is its tier: only build writes the current directory, only net and build have
+    // the proxy, and the tier says its name.
+    let probe = p(&s.probe);
+    for (name, tier, writes, proxy) in [
+        ("sandbox-run", "run", false, ""),
+        ("sandbox-net", "net", false, "http://127.0.0.1:3128"),
+        ("sandbox-build", "build", true, "http://127.0.0.1:3128"),
+    ] {
+        let target = s.proj.join(format!("by-{name}"));
+        let script = format!(
+            "echo \"$SANDGATE_TIER|$HTTP_PROXY|$https_proxy\"; python3 {probe} write {}",
+            p(&target)
+        );
+        let out = s.program(&dir.join(name)).args(["sh", "-c", &script]).output().unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{name}: {stdout} {}", text(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], format!("{tier}|{proxy}|{proxy}"), "{name}");
+        if writes {
+            assert_eq!(lines[1], "ok", "{name} writes its cwd");
+            assert!(target.exists());
+        } else {
+            refused(lines[1], WRITE_REFUSED, &format!("{name}: write cwd"));
+            assert!(!target.exists());
+        }
+    }
+    // Options before the command work as with `sandgate run`.
+    let allowed = s.outside.join("victim.txt");
+    let out = s
+        .program(&dir.join("sandbox-run"))
+        .arg(format!("--allow-write={}", allowed.display()))
+        .args(["python3", probe, "write", p(&allowed)])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), "ok", "{}", text(&out.stderr));
+
+    // Again: the links are replaced, still pointing at the binary.
+    let again = install(&dir);
+    assert!(again.status.success(), "second install: {}", text(&again.stderr));
+    assert_eq!(std::fs::read_link(dir.join("sandbox-net")).unwrap().canonicalize().unwrap(), bin);
+    // A file of the same name that is not a link is left alone, and no link is made.
+    let other = s.root.join("bin2");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("sandbox-net"), "mine\n").unwrap();
+    let _ = std::process::Command::new("chown")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(&other)
+        .status();
+    let refusal = install(&other);
+    assert_eq!(refusal.status.code(), Some(2));
+    assert!(
+        text(&refusal.stderr).contains("exists and is not a link"),
+        "{}",
+        text(&refusal.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(other.join("sandbox-net")).unwrap(), "mine\n");
+    assert!(other.join("sandbox-run").symlink_metadata().is_err(), "partial install");
+}
+
+fn explain_tells_the_tier_and_the_kernel(who: &Who) {
+    let s = Scratch::new(who);
+    let abi = landlock_abi();
+    let json = |tier: &str| -> serde_json::Value {
+        let out = s
+            .program(&sandgate_bin())
+            .args(["explain", "--tier", tier, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_owned()).collect()
+    };
+    let data = s.home.join(".local/share/sandgate");
+    for tier in ["run", "net", "build"] {
+        let v = json(tier);
+        assert_eq!(v["tier"], tier);
+        let kernel = &v["kernel"];
+        assert_eq!(kernel["landlock_abi"].as_u64(), Some(abi), "{v}");
+        // What is not enforced: nothing of Landlock's from ABI 6 on, and the unix socket wall
+        // stands on seccomp below ABI 9.
+        let gaps = strings(&kernel["landlock_not_enforced"]);
+        assert_eq!(gaps.is_empty(), abi >= 6, "{gaps:?}");
+        let unix = kernel["unix_sockets"].as_str().unwrap();
+        assert_eq!(unix.contains("seccomp"), abi < 9, "{unix}");
+        assert_eq!(kernel["seccomp"], true);
+        let hidden = strings(&v["hidden"]);
+        for h in [s.home.join(".ssh"), data.clone(), s.outside.join("secret.txt")] {
+            assert!(hidden.contains(&h.display().to_string()), "{tier}: {h:?} not in {hidden:?}");
+        }
+        let read_only = strings(&v["read_only"]);
+        let config = s.home.join(".config/sandgate").display().to_string();
+        assert!(read_only.contains(&config), "{tier}: {read_only:?}");
+        let writable = strings(&v["writable"]);
+        let cwd = s.proj.display().to_string();
+        assert_eq!(writable.contains(&cwd), tier == "build", "{tier}: {writable:?}");
+        let network = v["network"].as_str().unwrap();
+        let want = if tier == "run" { "none:" } else { "proxy: only http://127.0.0.1:3128" };
+        assert!(network.starts_with(want), "{tier}: {network}");
+    }
+    let out = s.program(&sandgate_bin()).args(["explain", "--tier", "build"]).output().unwrap();
+    let t = text(&out.stdout);
+    assert!(out.status.success() && t.starts_with("tier build\n"), "{t}");
+    assert!(t.contains(&format!("              {}\n", s.proj.display())), "cwd writable: {t}");
+    assert!(t.contains(&format!("landlock_abi: {abi}")), "{t}");
+}
+
+/// The warning is printed and `--require-full` refuses exactly when a wall is missing: on this
+/// kernel Landlock's own gaps (none from ABI 6), plus the unix socket paths below ABI 9 once the
+/// configuration allows a socket (seccomp can then no longer refuse every unix socket).
+fn require_full_refuses_what_the_kernel_cannot_enforce(who: &Who) {
+    let s = Scratch::new(who);
+    let abi = landlock_abi();
+    // An allowed socket counts only when it exists (the launcher resolves it).
+    let _agent = std::os::unix::net::UnixListener::bind(s.root.join("agent.sock")).unwrap();
+    let cases = [(false, abi < 6), (true, abi < 9 || abi < 6)];
+    for (sockets_allowed, has_gaps) in cases {
+        let config = if sockets_allowed {
+            format!("[filesystem]\nunix_sockets = [\"{}\"]\n", s.root.join("agent.sock").display())
+        } else {
+            "# config\n".to_owned()
+        };
+        std::fs::write(s.home.join(".config/sandgate/config.toml"), config).unwrap();
+        let case = format!("ABI {abi}, sockets allowed {sockets_allowed}");
+
+        let warned = s.run("run", &[], &["echo", "ran"]);
+        assert_eq!(text(&warned.stdout), "ran\n", "{case}: {}", text(&warned.stderr));
+        let stderr = text(&warned.stderr);
+        assert_eq!(
+            stderr.contains("sandgate: warning: not enforced: "),
+            has_gaps,
+            "{case}: {stderr}"
+        );
+        if sockets_allowed && abi < 9 {
+            assert!(stderr.contains("not enforced: pathname unix socket connects"), "{stderr}");
+        }
+
+        let strict = s.run("run", &["--require-full"], &["echo", "ran"]);
+        let stderr = text(&strict.stderr);
+        if has_gaps {
+            assert_eq!(strict.status.code(), Some(2), "{case}: {stderr}");
+            assert!(strict.stdout.is_empty(), "{case}: the command ran");
+            assert!(stderr.contains("full enforcement was required"), "{case}: {stderr}");
+            if sockets_allowed && abi < 9 {
+                assert!(stderr.contains("pathname unix socket connects"), "{case}: {stderr}");
+            }
+        } else {
+            assert!(strict.status.success(), "{case}: {stderr}");
+            assert_eq!(text(&strict.stdout), "ran\n", "{case}");
+            assert!(!stderr.contains("not enforced"), "{case}: {stderr}");
+        }
+    }
+}
+
+const PROXY_VARS: &str = "[$HTTP_PROXY][$http_proxy][$HTTPS_PROXY][$ALL_PROXY][$GIT_CONFIG_COUNT]";
+
+fn net_none_on_build_has_no_way_out(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let probe = p(&s.probe);
+    let script = format!(
+        "echo \"{PROXY_VARS}\"; python3 {probe} tcp {HOST4} 8080; python3 {probe} write new.txt"
+    );
+    let (stdout, _) = s.sh("build", &["--net", "none"], &script);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "[][][][][]", "no proxy variables with --net none");
+    refused(lines[1], &["ENETUNREACH", "ECONNREFUSED", "EHOSTUNREACH"], "direct tcp");
+    assert_eq!(lines[2], "ok", "build still writes its cwd");
+    // No proxy listener inside either.
+    let listener = s.probe("build", &["--net", "none"], &["tcp", "127.0.0.1", "3128"]);
+    refused(&listener, &["ECONNREFUSED"], "proxy port with --net none");
+}
+
+fn run_with_net_proxy_reaches_allowed_origins(who: &Who) {
+    let s = Scratch::new(who);
+    let port = sandgate_tests::origin("hello through run\n");
+    let url = format!("http://127.0.0.1:{port}/x");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let out = s
+        .command(
+            "run",
+            &["--net", "proxy", &allow],
+            &["sh", "-c", &format!("echo \"[$HTTP_PROXY]\"; curl -sS --max-time 5 --noproxy '' -x \"$HTTP_PROXY\" {url}")],
+        )
+        .env("SANDGATE_NO_DAEMON", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "[http://127.0.0.1:3128]\nhello through run\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    // Still the run tier's walls.
+    let cwd = s.probe("run", &["--net", "proxy"], &["write", "new.txt"]);
+    refused(&cwd, WRITE_REFUSED, "run --net proxy: write cwd");
+}
+
+both!(
+    install_links_pick_their_tier,
+    explain_tells_the_tier_and_the_kernel,
+    require_full_refuses_what_the_kernel_cannot_enforce,
+    net_none_on_build_has_no_way_out,
+    run_with_net_proxy_reaches_allowed_origins,
+);

@@ -230,13 +230,7 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
         }
         Event::Asked { question } => {
             if let Some(t) = tty {
-                let q = &question.question;
-                let _ = write!(
-                    t,
-                    "\r\nsandgate: {} wants {}:{} — `sandgate allow {}` (--once, --for 1h, --always) \
-                     or `sandgate deny {}`; keys in `sandgate watch`\r\n",
-                    q.sandbox, q.host, q.port, q.host, q.host
-                );
+                let _ = write!(t, "\r\n{}\r\n", asked_line(&question.question));
             }
         }
         Event::Answered { .. } | Event::TimedOut { .. } => {
@@ -263,5 +257,44 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
             }
         }
         _ => {}
+    }
+}
+
+/// The line the launcher's terminal shows for a question. Every field is cleaned of control
+/// characters: whatever a sandbox manages to put in a question must not reach the person's
+/// terminal as an escape sequence.
+fn asked_line(q: &sandgate_approvals::Question) -> String {
+    use sandgate_approvals::terminal::sanitize;
+    let (sandbox, host) = (sanitize(&q.sandbox), sanitize(&q.host));
+    format!(
+        "sandgate: {sandbox} wants {host}:{} — `sandgate allow {host}` (--once, --for 1h, \
+         --always) or `sandgate deny {host}`; keys in `sandgate watch`",
+        q.port
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asked_line;
+
+    #[test]
+    fn the_asked_line_carries_no_escape_sequence() {
+        let q = sandgate_approvals::Question {
+            sandbox: "sg-1\x1b]0;pwned\x07".into(),
+            host: "x.example\x1b[2J".into(),
+            port: 443,
+            method: Some("GET".into()),
+            path: Some("/\x1b[31m".into()),
+            command: vec!["curl\x1b[H".into()],
+            cwd: Some("/p\r".into()),
+            project: None,
+        };
+        let line = asked_line(&q);
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert_eq!(
+            line,
+            "sandgate: sg-1?]0;pwned? wants x.example?[2J:443 — `sandgate allow x.example?[2J` \
+             (--once, --for 1h, --always) or `sandgate deny x.example?[2J`; keys in `sandgate watch`"
+        );
     }
 }

@@ -95,8 +95,9 @@ fn request_line(q: &PendingQuestion) -> String {
     }
 }
 
-/// Drops control characters (a request path must not move the cursor or ring bells).
-pub(crate) fn sanitize(s: &str) -> String {
+/// Replaces control characters with `?` (text from a sandbox — a request path, a command line —
+/// must not move the cursor, ring bells or reach the terminal as an escape sequence).
+pub fn sanitize(s: &str) -> String {
     s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
 }
 

@@ -345,3 +345,74 @@ fn conflicting_scope_flags_are_refused_before_anything_is_asked() {
     // Refused by the parser: no daemon was started to hear them.
     assert!(!t.socket().exists());
 }
+
+#[test]
+fn the_launchers_terminal_shows_the_answer_to_its_question() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    // The command outlives the answer (it waits for `done`), so the sandbox's event stream is
+    // still open when the answer is published: no race with the command's end.
+    let script = format!("{}; while [ ! -e done ]; do sleep 0.02; done", curl_body_sh(&url));
+    let mut run = t.on_terminal(&["net", "--", "sh", "-c", &script]);
+    let _keep_stdin_open = run.stdin.take();
+    let screen = lines_of(run.stdout.take().unwrap());
+    let prompt = expect_line(&screen, Duration::from_secs(20), |l| {
+        l.contains(&format!("wants 127.0.0.1:{port}"))
+    });
+    assert!(prompt.contains("sandgate allow 127.0.0.1"), "{prompt}");
+    ok(&t.sg(&["allow", "127.0.0.1", "--once"]));
+    let answer = expect_line(&screen, Duration::from_secs(10), |l| {
+        l.contains(&format!("127.0.0.1:{port} allowed once in the CLI by "))
+    });
+    assert!(answer.trim_end().ends_with(&who_am_i()), "{answer}");
+    expect_line(&screen, Duration::from_secs(10), |l| l.trim() == "code=200");
+    std::fs::write(t.proj.join("done"), "").unwrap();
+    wait_until("the launcher to exit", Duration::from_secs(10), || {
+        run.try_wait().unwrap().is_some()
+    });
+}
+
+fn who_am_i() -> String {
+    let out = std::process::Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_launchers_prompt_goes_to_the_terminal_never_into_the_commands_output() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let (p1, p2) = (origin("one"), origin("two"));
+    // Build tier: the project is writable. One request with stdout and stderr redirected to
+    // files, one piped into a file; two questions, each answered once.
+    let script = format!(
+        "{} >out.txt 2>err.txt; {} 2>&1 | cat >piped.txt; echo finished",
+        curl_body_sh(&format!("http://127.0.0.1:{p1}/")),
+        curl_body_sh(&format!("http://127.0.0.1:{p2}/")),
+    );
+    let mut run = t.on_terminal(&["build", "--", "sh", "-c", &script]);
+    let _keep_stdin_open = run.stdin.take();
+    let screen = lines_of(run.stdout.take().unwrap());
+    let mut shown = Vec::new();
+    for port in [p1, p2] {
+        shown.push(expect_line(&screen, Duration::from_secs(20), |l| {
+            l.contains(&format!("wants 127.0.0.1:{port}"))
+        }));
+        ok(&t.sg(&["allow", "127.0.0.1", "--once"]));
+    }
+    expect_line(&screen, Duration::from_secs(20), |l| l.trim() == "finished");
+    wait_until("the launcher to exit", Duration::from_secs(10), || {
+        run.try_wait().unwrap().is_some()
+    });
+    assert!(shown.iter().all(|l| l.contains("sandgate: ")), "{shown:?}");
+    let read = |name: &str| std::fs::read_to_string(t.proj.join(name)).unwrap();
+    let (out, err, piped) = (read("out.txt"), read("err.txt"), read("piped.txt"));
+    assert_eq!(out, "one\ncode=200\n");
+    assert_eq!(err, "");
+    assert_eq!(piped, "two\ncode=200\n");
+}

@@ -2,7 +2,7 @@
 
 mod sandbox_support;
 
-use sandbox_support::{Scratch, WRITE_REFUSED, Who, refused};
+use sandbox_support::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, refused};
 
 const TIERS: [&str; 3] = ["run", "net", "build"];
 
@@ -59,11 +59,12 @@ fn credentials_config_and_store_are_out_of_reach(who: &Who) {
         let extra = s.probe(tier, &[], &["read", p(&s.outside.join("secret.txt"))]);
         refused(&extra, &["EACCES", "EPERM", "ENOENT"], "SANDGATE_EXTRA_DENY");
         let store =
-            s.probe(tier, &[], &["read", p(&s.home.join(".local/share/sandgate/store.db"))]);
+            s.probe(tier, &[], &["read", p(&s.home.join(".local/share/sandgate/sandgate.db"))]);
         refused(&store, &["EACCES", "EPERM", "ENOENT"], "store");
         let config =
             s.probe(tier, &[], &["write", p(&s.home.join(".config/sandgate/config.toml"))]);
         refused(&config, WRITE_REFUSED, "config");
+        store_and_config_stay_unwritable(&s, tier, &[]);
     }
     // Even with HOME writable, the config, the shell rc files and credentials stay shut.
     let arg = format!("--allow-write={}", s.home.display());
@@ -73,22 +74,76 @@ fn credentials_config_and_store_are_out_of_reach(who: &Who) {
     refused(&rc, WRITE_REFUSED, ".bashrc with HOME writable");
     let ssh = s.probe("build", &[&arg], &["write", p(&s.home.join(".ssh/authorized_keys"))]);
     refused(&ssh, &["EACCES", "EPERM", "EROFS", "ENOENT"], "~/.ssh with HOME writable");
+    store_and_config_stay_unwritable(&s, "build", &[&arg]);
+    // Nothing of it reached the real files.
+    let data = s.home.join(".local/share/sandgate");
+    assert!(!data.join("sandgate.db-wal").exists(), "store file created from inside");
+    assert_eq!(std::fs::read_to_string(data.join("sandgate.db")).unwrap(), "store\n");
+    assert_eq!(
+        std::fs::read_to_string(s.home.join(".config/sandgate/config.toml")).unwrap(),
+        "# config\n"
+    );
+    assert!(data.exists() && s.home.join(".config/sandgate").exists(), "moved from inside");
 }
 
+/// The store (`$XDG_DATA_HOME/sandgate/sandgate.db`, its directory) and the config directory
+/// cannot be written, created, replaced or moved away from inside.
+fn store_and_config_stay_unwritable(s: &Scratch, tier: &str, args: &[&str]) {
+    let data = s.home.join(".local/share/sandgate");
+    let config = s.home.join(".config/sandgate");
+    let refusals = ["EACCES", "EPERM", "EROFS", "ENOENT", "EBUSY", "EXDEV"];
+    for (op, path, what) in [
+        ("write", data.join("sandgate.db"), "write the store"),
+        ("write", data.join("sandgate.db-wal"), "create the store's WAL"),
+        ("mkdir", data.join("sub"), "mkdir in the store directory"),
+        ("write", config.join("config.toml"), "write the config"),
+        ("write", config.join("new.toml"), "create in the config directory"),
+    ] {
+        let answer = s.probe(tier, args, &[op, p(&path)]);
+        refused(&answer, &refusals, &format!("{tier} {args:?}: {what}"));
+    }
+    for dir in [&data, &config] {
+        let moved = s.probe(tier, args, &["rename", p(dir), p(&dir.with_extension("moved"))]);
+        refused(&moved, &refusals, &format!("{tier} {args:?}: move {} away", dir.display()));
+    }
+}
+
+/// A grandchild (shell in a shell) and a Python subprocess of it are walled in like the command.
 fn children_inherit_the_walls(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
-    let script = format!(
-        "sh -c 'sh -c \"python3 {} write /etc/sandgate-child; python3 {} read {}\"'",
-        p(&s.probe),
-        p(&s.probe),
-        p(&s.home.join(".ssh/id_rsa"))
-    );
-    let out = s.run("build", &[], &["sh", "-c", &script]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
-    refused(lines[0], WRITE_REFUSED, "grandchild write");
-    refused(lines[1], &["EACCES", "EPERM"], "grandchild read");
+    let probe = p(&s.probe);
+    let (victim, key) = (s.outside.join("victim.txt"), s.home.join(".ssh/id_rsa"));
+    let (victim, key) = (p(&victim), p(&key));
+    let grandchild = s.root.join("grandchild.sh");
+    std::fs::write(
+        &grandchild,
+        format!(
+            "python3 {probe} write {victim}\n\
+             python3 {probe} read {key}\n\
+             python3 {probe} tcp {HOST4} 8080\n\
+             python3 -c 'import subprocess, sys; subprocess.run(sys.argv[1:])' \
+             python3 {probe} write {victim}\n"
+        ),
+    )
+    .unwrap();
+    let script = format!("sh -c 'sh -c \"sh {}\"'", p(&grandchild));
+    for tier in TIERS {
+        let out = s.run(tier, &[], &["sh", "-c", &script]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{tier}: {text} {}", String::from_utf8_lossy(&out.stderr));
+        refused(lines[0], WRITE_REFUSED, &format!("{tier}: grandchild write outside"));
+        refused(lines[1], &["EACCES", "EPERM"], &format!("{tier}: grandchild reads the key"));
+        let tcp = lines[2].split_whitespace().next().unwrap_or("");
+        assert!(
+            ["ENETUNREACH", "ECONNREFUSED", "EHOSTUNREACH"].contains(&tcp),
+            "{tier}: grandchild direct tcp: {}",
+            lines[2]
+        );
+        refused(lines[3], WRITE_REFUSED, &format!("{tier}: python subprocess write outside"));
+    }
+    assert_eq!(std::fs::read_to_string(s.outside.join("victim.txt")).unwrap(), "untouched\n");
 }
 
 fn protected_files_stay_read_only_in_build(who: &Who) {

@@ -93,7 +93,7 @@ impl Scratch {
         let files: [(PathBuf, &str); 9] = [
             (home.join(".ssh/id_rsa"), "-----BEGIN FAKE KEY-----\n"),
             (home.join(".config/sandgate/config.toml"), "# config\n"),
-            (home.join(".local/share/sandgate/store.db"), "store\n"),
+            (home.join(".local/share/sandgate/sandgate.db"), "store\n"),
             (home.join(".bashrc"), "# rc\n"),
             (proj.join("file.txt"), "hello\n"),
             (proj.join(".git/config"), "[core]\n"),

@@ -156,22 +156,63 @@ fn setuid_binaries_give_nothing(who: &Who) {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), who.uid.to_string());
 }
 
+/// Runs `cmd` in `tier`; asserts it failed and that its stderr says why (`reason`).
+#[track_caller]
+fn fails_for(s: &Scratch, tier: &str, cmd: &[&str], reasons: &[&str]) {
+    let out = s.run(tier, &[], cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{tier}: {cmd:?} worked as {:?}", s.who);
+    assert!(
+        reasons.iter().any(|r| stderr.contains(r)),
+        "{tier}: {cmd:?} failed, but not with one of {reasons:?}: {stderr}"
+    );
+}
+
 fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
     let probe = s.probe.to_str().unwrap();
-    let script = format!(
-        "unshare -r true 2>/dev/null && echo unshare-ok; \
-         unshare -n true 2>/dev/null && echo unshare-net-ok; \
-         mount -t tmpfs none /mnt 2>/dev/null && echo mount-ok; \
-         mount -o remount,rw / 2>/dev/null && echo remount-ok; \
-         nft flush ruleset 2>/dev/null && echo flush-ok; \
-         python3 {probe} tcp {HOST4} 8080"
-    );
-    let out = s.run("net", &[], &["sh", "-c", &script]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains("-ok"), "an escape step worked: {text}");
-    refused_fast(text.lines().last().unwrap_or(""), "tcp after nft flush");
+    const EPERM: &str = "Operation not permitted";
+    // util-linux's mount says "permission denied" for the kernel's EPERM, and refuses by itself
+    // when not uid 0 (the syscall probes below check the kernel either way).
+    const MOUNT: &[&str] = &["permission denied", "must be superuser"];
+    for tier in ["run", "net", "build"] {
+        // The tools are there: a failure below is a refusal, not a missing binary.
+        let (which, _) = s.sh(tier, &[], "which unshare nft mount");
+        assert_eq!(which.lines().count(), 3, "{tier}: {which}");
+        fails_for(&s, tier, &["unshare", "-r", "true"], &[EPERM]);
+        fails_for(&s, tier, &["unshare", "-n", "true"], &[EPERM]);
+        fails_for(&s, tier, &["unshare", "-m", "true"], &[EPERM]);
+        fails_for(&s, tier, &["mount", "-t", "tmpfs", "none", "/mnt"], MOUNT);
+        fails_for(&s, tier, &["mount", "-o", "remount,rw", "/"], MOUNT);
+        fails_for(&s, tier, &["nft", "flush", "ruleset"], &[EPERM]);
+        // The kernel's own answers, without the tools' checks in between.
+        for flags in ["0x10000000", "0x40000000", "0x20000"] {
+            // CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS
+            refused(&s.probe(tier, &[], &["unshare", flags]), &["EPERM"], "unshare(2)");
+        }
+        refused(&s.probe(tier, &[], &["mount", "/mnt"]), &["EPERM"], "mount(2)");
+        refused(&s.probe(tier, &[], &["io_uring"]), &["EPERM", "ENOSYS"], "io_uring_setup");
+        // No capability in any set, and no way to gain one.
+        let (status, _) = s.sh(tier, &[], "cat /proc/self/status");
+        for field in ["CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh"] {
+            let line = status.lines().find(|l| l.starts_with(&format!("{field}:")));
+            let value = line.and_then(|l| l.split_whitespace().nth(1));
+            assert_eq!(value, Some("0000000000000000"), "{tier}: {field} in {status}");
+        }
+        let nnp = status.lines().find(|l| l.starts_with("NoNewPrivs:"));
+        assert_eq!(
+            nnp.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+            Some(vec!["NoNewPrivs:", "1"]),
+            "{tier}"
+        );
+    }
+    // The firewall survives an attempt to flush it from inside.
+    for tier in ["net", "build"] {
+        let script = format!("nft flush ruleset 2>/dev/null; python3 {probe} tcp {HOST4} 8080");
+        let (out, _) = s.sh(tier, &[], &script);
+        refused_fast(out.trim(), &format!("{tier}: tcp after nft flush"));
+    }
 }
 
 both!(

@@ -98,6 +98,14 @@ def io_uring():
     os.close(fd)
 
 
+def mount(target):
+    check(libc.mount(b"none", target.encode(), b"tmpfs", 0, None))
+
+
+def unshare(flags):
+    check(libc.unshare(int(flags, 0)))
+
+
 def main():
     op, args = sys.argv[1], sys.argv[2:]
     ops = {
@@ -117,6 +125,8 @@ def main():
         "ptrace": lambda: attempt(lambda: ptrace(args[0])),
         "tiocsti": lambda: attempt(tiocsti),
         "io_uring": lambda: attempt(io_uring),
+        "mount": lambda: attempt(lambda: mount(args[0])),
+        "unshare": lambda: attempt(lambda: unshare(args[0])),
         "rename": lambda: attempt(lambda: os.rename(args[0], args[1])),
     }
     ops[op]()

@@ -1071,3 +1071,92 @@ fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
     assert!(said.contains(&format!("q{id} was already allowed once in the CLI by")), "{said}");
     assert_eq!(t.json(&["rules", "--json"]), json!([]));
 }
+
+impl T {
+    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal with this test's
+    /// environment; stdin and stdout piped.
+    fn on_terminal(&self, args: &[&str]) -> Child {
+        let mut line = sandgate_tests::sandgate_bin().display().to_string();
+        for a in args {
+            line.push_str(&format!(" '{}'", a.replace('\'', r"'\''")));
+        }
+        // The environment `cmd()` gives sandgate, for `script` and so for sandgate under it.
+        let base = self.cmd();
+        let mut s = Command::new("script");
+        s.args(["-qfec", &line, "/dev/null"]).env("NO_COLOR", "1").env("SHELL", "/bin/sh");
+        for (k, v) in base.get_envs() {
+            match v {
+                Some(v) => s.env(k, v),
+                None => s.env_remove(k),
+            };
+        }
+        s.current_dir(&self.proj)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        s.spawn().unwrap()
+    }
+}
+
+fn has_script() -> bool {
+    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_telegram_answer_is_shown_in_watch_and_on_the_launchers_terminal() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    assert!(t.sg(&["rules"]).status.success(), "the daemon starts");
+    let mut json = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
+    let events = lines_of(json.stdout.take().unwrap());
+    let mut watch = t.on_terminal(&["watch"]);
+    let watch_screen = lines_of(watch.stdout.take().unwrap());
+    let mut keys = watch.stdin.take().unwrap();
+    // The launcher on a terminal; its command outlives the answer (it waits for `done`).
+    let port = origin();
+    let script = format!(
+        "curl -sS --max-time 40 --noproxy '' -o /dev/null -w '%{{http_code}}\\n' \
+         http://127.0.0.1:{port}/; while [ ! -e done ]; do sleep 0.02; done"
+    );
+    let mut run = t.on_terminal(&["net", "--", "sh", "-c", &script]);
+    let _keep_stdin_open = run.stdin.take();
+    let screen = lines_of(run.stdout.take().unwrap());
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, "This session"));
+
+    let said = format!("127.0.0.1:{port} allowed for this session in Telegram by @alice");
+    let wait = Duration::from_secs(10);
+    let line = |rx: &mpsc::Receiver<String>, what: &str| {
+        let deadline = Instant::now() + wait;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(&said) => return l,
+                Ok(l) => seen.push(l),
+                Err(e) => panic!("{what}: {said:?} not seen ({e}); saw {seen:#?}"),
+            }
+        }
+    };
+    line(&screen, "the launcher's terminal");
+    line(&watch_screen, "sandgate watch");
+    let answered = loop {
+        let l = events.recv_timeout(wait).expect("an answered event in watch --json");
+        let v: Value = serde_json::from_str(&l).unwrap();
+        if v["event"] == "answered" {
+            break v;
+        }
+    };
+    assert_eq!(answered["by"], json!({ "channel": "telegram", "who": "@alice" }), "{answered:#}");
+    assert_eq!(answered["question"]["port"], port, "{answered:#}");
+    std::fs::write(t.proj.join("done"), "").unwrap();
+    wait_until("the launcher to exit", wait, || run.try_wait().unwrap().is_some());
+    keys.write_all(b"q").unwrap();
+    let _ = keys.flush();
+    wait_until("watch to quit", wait, || watch.try_wait().unwrap().is_some());
+    let _ = json.kill();
+    let _ = json.wait();
+}

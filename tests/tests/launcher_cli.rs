@@ -240,7 +240,67 @@ fn run_with_net_proxy_reaches_allowed_origins(who: &Who) {
     refused(&cwd, WRITE_REFUSED, "run --net proxy: write cwd");
 }
 
+/// Inside `net`, every tool's proxy variable names the sandbox's proxy, git's `http.proxy` comes
+/// after the caller's own git settings and the JVM's flags after the caller's options.
+fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
+    let s = Scratch::new(who);
+    let script = "for v in HTTP_PROXY https_proxy ALL_PROXY NO_PROXY no_proxy npm_config_proxy \
+                  PIP_PROXY CARGO_HTTP_PROXY GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 \
+                  GIT_CONFIG_KEY_1 GIT_CONFIG_VALUE_1 JAVA_TOOL_OPTIONS; do \
+                  printenv $v || echo \"$v unset\"; done; \
+                  if command -v git >/dev/null; then git config --get http.proxy; \
+                  git config --get user.name; else echo no-git; fi";
+    let out = s
+        .command("net", &[], &["sh", "-c", script])
+        .env("SANDGATE_NO_DAEMON", "1")
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "user.name")
+        .env("GIT_CONFIG_VALUE_0", "sandgate tester")
+        .env("JAVA_TOOL_OPTIONS", "-Xmx64m")
+        .env("HTTPS_PROXY", "http://outside-proxy:8080")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let url = "http://127.0.0.1:3128";
+    let no_proxy = "localhost,127.0.0.1,::1";
+    let want = [
+        url,
+        url,
+        url,
+        no_proxy,
+        no_proxy,
+        url,
+        url,
+        url,
+        "2",
+        "user.name",
+        "sandgate tester",
+        "http.proxy",
+        url,
+    ];
+    assert_eq!(lines[..want.len()], want, "{stdout}");
+    let java = lines[want.len()];
+    assert!(
+        java.starts_with("-Xmx64m -Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=3128 "),
+        "{java}"
+    );
+    assert!(java.contains("-Dhttps.proxyPort=3128"), "{java}");
+    let git_present = std::process::Command::new("sh")
+        .args(["-c", "command -v git"])
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if git_present {
+        assert_eq!(lines[want.len() + 1..], [url, "sandgate tester"], "{stdout}");
+    } else {
+        assert_eq!(lines[want.len() + 1..], ["no-git"], "{stdout}");
+    }
+}
+
 both!(
+    tools_find_the_proxy_and_keep_their_settings,
     install_links_pick_their_tier,
     explain_tells_the_tier_and_the_kernel,
     require_full_refuses_what_the_kernel_cannot_enforce,

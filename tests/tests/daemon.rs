@@ -613,7 +613,7 @@ fn a_key_press_in_watch_answers_the_oldest_question() {
     keys.flush().unwrap();
     let (code, stdout, stderr) = finish(held);
     assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
-    expect_line(&screen, Duration::from_secs(5), |l| l.contains("allowed once in the CLI"));
+    expect_line(&screen, Duration::from_secs(5), |l| l.contains("allowed once in the terminal"));
     // `once` leaves no grant behind.
     assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]));
     keys.write_all(b"q").unwrap();

@@ -1,8 +1,11 @@
 //! The `net` tier's only way out is the in-process allowlist proxy: an allowed destination is
 //! reached through it, anything else gets the proxy's 403 body, and a direct connection fails.
 
+mod sandbox_support;
+
 use std::process::{Command, Output};
 
+use sandbox_support::{Scratch, Who};
 use sandgate_tests::{Env, origin, skip_unless};
 
 fn can_sandbox() -> bool {
@@ -59,6 +62,45 @@ fn allowed_destinations_pass_through_the_proxy_and_others_get_its_refusal() {
         "{text}"
     );
 }
+
+/// An allowed origin through the proxy, as root and as an unprivileged user (whose daemon, store
+/// and runtime dir are its own, in the scratch tree it owns): served by the launcher itself, and
+/// by the daemon the launcher starts.
+fn allowed_origin_through_the_proxy(who: &Who) {
+    if skip_unless(Command::new("curl").arg("--version").output().is_ok(), "curl") {
+        return;
+    }
+    let s = Scratch::new(who);
+    let port = origin("hello from the origin\n");
+    let url = format!("http://127.0.0.1:{port}/x");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let curl = ["curl", "-sS", "--max-time", "5", "--noproxy", "", "-x", "http://127.0.0.1:3128"];
+    for daemon in [false, true] {
+        let mut cmd: Vec<&str> = curl.to_vec();
+        cmd.push(&url);
+        let mut c = s.command("net", &[&allow], &cmd);
+        if !daemon {
+            c.env("SANDGATE_NO_DAEMON", "1");
+        }
+        let out = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello from the origin\n",
+            "daemon {daemon}, stderr: {stderr}"
+        );
+        assert!(out.status.success(), "daemon {daemon}: {stderr}");
+        if daemon {
+            assert!(!stderr.contains("no daemon"), "the daemon did not serve it: {stderr}");
+            let pid = std::fs::read_to_string(s.root.join("run/sandgate/daemon.pid")).unwrap();
+            let owner = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
+            let uid = owner.lines().find(|l| l.starts_with("Uid:")).unwrap();
+            assert_eq!(uid.split_whitespace().nth(1), Some(who.uid.to_string().as_str()), "{uid}");
+        }
+    }
+}
+
+both!(allowed_origin_through_the_proxy);
 
 #[test]
 fn the_run_tier_has_no_proxy_at_all() {

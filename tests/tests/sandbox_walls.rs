@@ -77,8 +77,12 @@ fn credentials_config_and_store_are_out_of_reach(who: &Who) {
     store_and_config_stay_unwritable(&s, "build", &[&arg]);
     // Nothing of it reached the real files.
     let data = s.home.join(".local/share/sandgate");
-    assert!(!data.join("sandgate.db-wal").exists(), "store file created from inside");
-    assert_eq!(std::fs::read_to_string(data.join("sandgate.db")).unwrap(), "store\n");
+    assert!(!data.join("planted.db").exists(), "a file created from inside next to the store");
+    let store = std::fs::read(data.join("sandgate.db")).unwrap();
+    assert!(
+        !store.windows(14).any(|w| w == b"sandgate-probe"),
+        "the store was written from inside"
+    );
     assert_eq!(
         std::fs::read_to_string(s.home.join(".config/sandgate/config.toml")).unwrap(),
         "# config\n"
@@ -94,7 +98,7 @@ fn store_and_config_stay_unwritable(s: &Scratch, tier: &str, args: &[&str]) {
     let refusals = ["EACCES", "EPERM", "EROFS", "ENOENT", "EBUSY", "EXDEV"];
     for (op, path, what) in [
         ("write", data.join("sandgate.db"), "write the store"),
-        ("write", data.join("sandgate.db-wal"), "create the store's WAL"),
+        ("write", data.join("planted.db"), "create a file next to the store"),
         ("mkdir", data.join("sub"), "mkdir in the store directory"),
         ("write", config.join("config.toml"), "write the config"),
         ("write", config.join("new.toml"), "create in the config directory"),

@@ -93,7 +93,8 @@ impl Scratch {
         let files: [(PathBuf, &str); 9] = [
             (home.join(".ssh/id_rsa"), "-----BEGIN FAKE KEY-----\n"),
             (home.join(".config/sandgate/config.toml"), "# config\n"),
-            (home.join(".local/share/sandgate/sandgate.db"), "store\n"),
+            // An empty file is a valid empty SQLite database: the daemon a launch starts uses it.
+            (home.join(".local/share/sandgate/sandgate.db"), ""),
             (home.join(".bashrc"), "# rc\n"),
             (proj.join("file.txt"), "hello\n"),
             (proj.join(".git/config"), "[core]\n"),

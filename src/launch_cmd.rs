@@ -610,7 +610,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
     };
     let policy = resolve_policy(&args.tier, &la)?;
     let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
-    let kernel = kernel_report();
+    let kernel = kernel_report(&spec);
     let net = match &spec.net {
         NetMode::None => "none: loopback only".to_owned(),
         NetMode::Proxy { .. } => format!(
@@ -649,10 +649,16 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// What this kernel enforces of `spec`: Landlock's ABI and gaps, and every wall missing for this
+/// spec (Landlock's gaps, and unchecked unix socket paths when the configuration allows a socket
+/// and Landlock cannot check paths), the same verdict `--require-full` acts on.
 #[cfg(target_os = "linux")]
-fn kernel_report() -> serde_json::Value {
+fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
     let k = sandgate_sandbox::kernel_support();
     let gaps = sandgate_sandbox::landlock_gaps(k.landlock_abi);
+    // The launcher counts only allowed sockets that exist (it resolves them).
+    let sockets = spec.allowed_unix_sockets.iter().any(|s| s.exists());
+    let assessed = sandgate_sandbox::assess(k.landlock_abi, gaps.clone(), sockets);
     let unix = if k.landlock_abi >= 9 {
         "checked by Landlock (connect only to allowed socket paths)"
     } else {
@@ -662,6 +668,8 @@ fn kernel_report() -> serde_json::Value {
     serde_json::json!({
         "landlock_abi": k.landlock_abi,
         "landlock_not_enforced": gaps,
+        "not_enforced": assessed.enforcement.missing,
+        "substitutes": assessed.enforcement.substitutes,
         "seccomp": k.seccomp,
         "user_namespaces": k.user_namespaces,
         "userns_settings": k.userns_settings.iter().map(|(a, b)| format!("{a}={b}")).collect::<Vec<_>>(),
@@ -670,7 +678,7 @@ fn kernel_report() -> serde_json::Value {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn kernel_report() -> serde_json::Value {
+fn kernel_report(_spec: &SandboxSpec) -> serde_json::Value {
     serde_json::json!({ "backend": "seatbelt (sandbox-exec)" })
 }
 

@@ -31,7 +31,8 @@ pub use spec::{
 
 #[cfg(target_os = "linux")]
 pub use linux::{
-    KernelSupport, Launched, NamespaceHooks, VETH_BATCH, kernel_support, landlock_gaps, launch,
+    Assessment, KernelSupport, Launched, NamespaceHooks, VETH_BATCH, assess, kernel_support,
+    landlock_gaps, launch,
 };
 #[cfg(target_os = "macos")]
 pub use macos::{Launched, launch, launch_with_proxy_port};

@@ -179,6 +179,16 @@ fn require_full_refuses_what_the_kernel_cannot_enforce(who: &Who) {
             assert!(stderr.contains("not enforced: pathname unix socket connects"), "{stderr}");
         }
 
+        // explain names the same missing walls.
+        let out = s.program(&sandgate_bin()).args(["explain", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let missing = v["kernel"]["not_enforced"].as_array().unwrap();
+        assert_eq!(!missing.is_empty(), has_gaps, "{case}: {v}");
+        if sockets_allowed && abi < 9 {
+            let text = missing.iter().map(|m| m.as_str().unwrap()).collect::<Vec<_>>().join(";");
+            assert!(text.contains("pathname unix socket connects"), "{case}: {text}");
+        }
+
         let strict = s.run("run", &["--require-full"], &["echo", "ran"]);
         let stderr = text(&strict.stderr);
         if has_gaps {

@@ -102,7 +102,7 @@ pub fn checks_unix_socket_paths(abi: u32) -> bool {
     abi >= 9
 }
 
-/// How pathname unix sockets are walled in, and what was enforced overall.
+/// How pathname unix sockets are walled in, and what was enforced overall ([`assess`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assessment {
     /// What is enforced, by substitute, or missing.

@@ -37,7 +37,7 @@ use crate::SandboxError;
 use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetMode, SandboxSpec};
 
-pub use fence::gaps as landlock_gaps;
+pub use fence::{Assessment, assess, gaps as landlock_gaps};
 pub use net::VETH_BATCH;
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the firewall

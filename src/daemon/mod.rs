@@ -271,9 +271,10 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         let g = grants.clone();
         tokio::task::spawn_blocking(move || g.reload()).await??
     };
-    let ask_timeout = settings.ask_timeout.unwrap_or(Duration::from_secs(60));
+    let defaults = approvals::BrokerConfig::default();
+    let ask_timeout = settings.ask_timeout.unwrap_or(defaults.timeout);
     let broker = approvals::Broker::new(
-        approvals::BrokerConfig { timeout: ask_timeout, ..approvals::BrokerConfig::default() },
+        approvals::BrokerConfig { timeout: ask_timeout, ..defaults },
         Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),
     );
     let (bus, _) = tokio::sync::broadcast::channel(4096);

@@ -430,7 +430,7 @@ impl Conn {
                 };
                 s.records.finish(id.clone(), exit_status);
                 s.publish(
-                    EventKind::Request,
+                    EventKind::Sandbox,
                     Some(&id),
                     Event::SandboxEnded { sandbox: id.clone(), exit_status, lost: false },
                 );
@@ -610,7 +610,7 @@ impl Conn {
         // Questions about this sandbox go to its launcher (for its terminal).
         tokio::spawn(forward_until(questions, self.tx.clone(), info.id.clone(), stop_rx));
         s.publish(
-            EventKind::Request,
+            EventKind::Sandbox,
             Some(&info.id),
             Event::SandboxStarted {
                 sandbox: info.id.clone(),
@@ -778,7 +778,7 @@ impl Conn {
             if end_sandbox(&self.d, &id, self.conn, false).await.is_some() {
                 self.d.shared.records.lost(id.clone());
                 self.d.shared.publish(
-                    EventKind::Request,
+                    EventKind::Sandbox,
                     Some(&id),
                     Event::SandboxEnded { sandbox: id.clone(), exit_status: None, lost: true },
                 );

@@ -361,6 +361,8 @@ pub enum EventKind {
     BlockedPacket,
     /// A question was asked or answered.
     Approval,
+    /// A sandbox started or ended.
+    Sandbox,
 }
 
 impl EventKind {
@@ -371,6 +373,7 @@ impl EventKind {
             EventKind::Decision => "decision",
             EventKind::BlockedPacket => "blocked_packet",
             EventKind::Approval => "approval",
+            EventKind::Sandbox => "sandbox",
         }
     }
 
@@ -380,6 +383,7 @@ impl EventKind {
             "decision" => Ok(EventKind::Decision),
             "blocked_packet" => Ok(EventKind::BlockedPacket),
             "approval" => Ok(EventKind::Approval),
+            "sandbox" => Ok(EventKind::Sandbox),
             other => Err(StoreError::Decode { what: "event kind", value: other.to_string() }),
         }
     }

@@ -76,8 +76,33 @@ CREATE INDEX events_time ON events (time);
 CREATE INDEX events_sandbox_time ON events (sandbox, time);
 "#;
 
+/// Sandboxes starting and ending get a kind of their own (they were stored as `request`, a kind
+/// that names what reaches the proxy). SQLite cannot change a CHECK in place: the table is rebuilt
+/// under the same name, ids kept, and the old lifecycle rows are moved to the new kind.
+const V3: &str = r#"
+CREATE TABLE events_v3 (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    time    INTEGER NOT NULL,
+    sandbox TEXT,
+    kind    TEXT NOT NULL
+            CHECK (kind IN ('request', 'decision', 'blocked_packet', 'approval', 'sandbox')),
+    details TEXT NOT NULL CHECK (json_valid(details))
+) STRICT;
+INSERT INTO events_v3 (id, time, sandbox, kind, details)
+    SELECT id, time, sandbox,
+           CASE WHEN kind = 'request'
+                 AND json_extract(details, '$.event') IN ('sandbox_started', 'sandbox_ended')
+                THEN 'sandbox' ELSE kind END,
+           details
+    FROM events;
+DROP TABLE events;
+ALTER TABLE events_v3 RENAME TO events;
+CREATE INDEX events_time ON events (time);
+CREATE INDEX events_sandbox_time ON events (sandbox, time);
+"#;
+
 /// The migration steps; step `i` takes version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes (the number of migrations).
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

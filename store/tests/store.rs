@@ -151,6 +151,45 @@ fn migrations_from_every_earlier_version_reach_the_fresh_schema() {
 }
 
 #[test]
+fn version_3_moves_sandbox_lifecycle_events_to_their_own_kind_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    Store::create_at_version(&path, 2).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    for (kind, details) in [
+        ("request", r#"{"event":"sandbox_started","sandbox":"sg-1"}"#),
+        ("decision", r#"{"event":"request","host":"a.example","decision":"allow"}"#),
+        ("request", r#"{"event":"sandbox_ended","sandbox":"sg-1","exit_status":0}"#),
+        ("request", r#"{"host":"b.example"}"#),
+    ] {
+        conn.execute(
+            "INSERT INTO events (time, sandbox, kind, details) VALUES (1, 'sg-1', ?1, ?2)",
+            [kind, details],
+        )
+        .unwrap();
+    }
+    drop(conn);
+
+    let store = Store::open(&path).unwrap();
+    let q = EventQuery { limit: 10, ..Default::default() };
+    let mut events = store.recent_events(&q).unwrap();
+    events.sort_by_key(|e| e.id);
+    let kinds: Vec<_> = events.iter().map(|e| e.event.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::Sandbox, EventKind::Decision, EventKind::Sandbox, EventKind::Request],
+        "{events:#?}"
+    );
+    assert_eq!(events[2].event.details["exit_status"], 0);
+    // The new kind is writable; the CHECK still refuses kinds the code does not know.
+    store.append_events(&[event(5, EventKind::Sandbox, Some("sg-2"))]).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let bad =
+        conn.execute("INSERT INTO events (time, kind, details) VALUES (1, 'bogus', '{}')", []);
+    assert!(bad.is_err());
+}
+
+#[test]
 fn a_newer_schema_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");

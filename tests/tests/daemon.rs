@@ -903,7 +903,7 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
     wait_until("every event in the store", Duration::from_secs(10), || {
         let q = sandgate_store::EventQuery { limit: 1000, ..Default::default() };
         events = store.recent_events(&q).unwrap();
-        has(&events, "request", &|d| d["event"] == "sandbox_ended")
+        has(&events, "sandbox", &|d| d["event"] == "sandbox_ended")
             && has(&events, "blocked_packet", &|d| d["dst"] == "10.203.0.2")
     });
     let decision = |port: u16, what: &'static str| {
@@ -913,8 +913,8 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
     assert!(has(&events, "decision", &decision(no, "deny")), "{events:#?}");
     assert!(has(&events, "approval", &|d| d["event"] == "asked"), "{events:#?}");
     assert!(has(&events, "approval", &|d| d["event"] == "timed_out"), "{events:#?}");
-    // Sandbox lifecycle has no kind of its own in the schema: it is stored as `request`.
-    assert!(has(&events, "request", &|d| d["event"] == "sandbox_started"), "{events:#?}");
+    assert!(has(&events, "sandbox", &|d| d["event"] == "sandbox_started"), "{events:#?}");
+    assert!(!events.iter().any(|e| e.event.kind.as_str() == "request"), "{events:#?}");
     let sandbox = events[0].event.sandbox.clone();
     assert!(sandbox.is_some() && events.iter().all(|e| e.event.sandbox == sandbox), "{events:#?}");
     assert_eq!(t.status()["counts"]["events"], events.len() as u64);

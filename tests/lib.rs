@@ -8,7 +8,7 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 /// Path of the `sandgate` binary built by this workspace.
 pub fn sandgate_bin() -> PathBuf {
@@ -127,7 +127,13 @@ pub fn skip_unless(available: bool, what: &str) -> bool {
 /// An HTTP origin on 127.0.0.1 answering every request with `body` (a thread per connection);
 /// returns its port.
 pub fn origin(body: &'static str) -> u16 {
-    serve_loopback(move |mut s| {
+    origin_at("127.0.0.1", body)
+}
+
+/// [`origin`] on `ip` (any loopback address, e.g. `127.0.0.2`: a grant for it is a grant for
+/// nothing else the test uses); returns its port.
+pub fn origin_at(ip: &str, body: &'static str) -> u16 {
+    serve_on(ip, move |mut s| {
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf);
         let reply = format!(
@@ -140,7 +146,7 @@ pub fn origin(body: &'static str) -> u16 {
 
 /// A TCP echo server on 127.0.0.1 (a thread per connection); returns its port.
 pub fn echo() -> u16 {
-    serve_loopback(|mut s| {
+    serve_on("127.0.0.1", |mut s| {
         let mut buf = [0u8; 4096];
         while let Ok(n) = s.read(&mut buf) {
             if n == 0 || s.write_all(&buf[..n]).is_err() {
@@ -150,8 +156,8 @@ pub fn echo() -> u16 {
     })
 }
 
-fn serve_loopback(handle: impl Fn(std::net::TcpStream) + Send + Sync + Clone + 'static) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+fn serve_on(ip: &str, handle: impl Fn(std::net::TcpStream) + Send + Sync + Clone + 'static) -> u16 {
+    let listener = TcpListener::bind((ip, 0)).unwrap_or_else(|e| panic!("bind {ip}: {e}"));
     let port = listener.local_addr().expect("local address").port();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -161,4 +167,33 @@ fn serve_loopback(handle: impl Fn(std::net::TcpStream) + Send + Sync + Clone + '
         }
     });
     port
+}
+
+/// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with the environment
+/// and working directory `base` (a `sandgate` command of the test) gives; stdin and stdout piped
+/// (what is written to stdin is typed on the terminal).
+pub fn on_terminal(base: &Command, args: &[&str]) -> Child {
+    let mut line = sandgate_bin().display().to_string();
+    for a in args {
+        line.push_str(&format!(" '{}'", a.replace('\'', r"'\''")));
+    }
+    let mut s = Command::new("script");
+    s.args(["-qfec", &line, "/dev/null"]).env("NO_COLOR", "1").env("SHELL", "/bin/sh");
+    // What `base` sets or removes, for `script` and so for sandgate under it.
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    if let Some(dir) = base.get_current_dir() {
+        s.current_dir(dir);
+    }
+    s.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+    s.spawn().expect("script")
+}
+
+/// Whether `script` (util-linux) is there, for [`on_terminal`].
+pub fn has_script() -> bool {
+    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
 }

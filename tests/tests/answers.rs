@@ -59,11 +59,28 @@ fn wait_for_question(t: &T) -> Value {
     p.remove(0)
 }
 
-/// `sandgate watch --json`: the child and its lines.
-fn watch_json(t: &T) -> (Child, mpsc::Receiver<String>) {
-    let mut w = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
-    let rx = lines_of(w.stdout.take().unwrap());
-    (w, rx)
+/// `sandgate watch --json` and its lines; killed on drop.
+struct WatchJson {
+    child: Child,
+    events: mpsc::Receiver<String>,
+}
+
+impl Drop for WatchJson {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A daemon whose questions wait 30 s, the URL of an origin answering `hello`, and
+/// `sandgate watch --json` started before any sandbox.
+fn watched() -> (T, String, WatchJson) {
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    start_daemon(&t);
+    let mut child = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
+    let events = lines_of(child.stdout.take().unwrap());
+    (t, url, WatchJson { child, events })
 }
 
 /// The events seen until `sandbox` ended, parsed; panics if it does not end in time.
@@ -114,10 +131,8 @@ fn a_session_deny_refuses_the_held_request_and_later_ones_without_asking() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
-    let url = format!("http://127.0.0.1:{}/", origin("hello"));
-    start_daemon(&t);
-    let (mut watch, events) = watch_json(&t);
+    let (t, url, watch) = watched();
+    let events = &watch.events;
     let run = t.spawn_net(&[], &["sh", "-c", &twice(&url, "again")]);
     let q = wait_for_question(&t);
     let sandbox = q["sandbox"].as_str().unwrap().to_owned();
@@ -138,11 +153,9 @@ fn a_session_deny_refuses_the_held_request_and_later_ones_without_asking() {
     assert_eq!(r[1].0, 403, "{stdout}");
     assert!(r[1].1.contains("A person denied it"), "{}", r[1].1);
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-    let seen = events_until_end(&events, &sandbox);
+    let seen = events_until_end(events, &sandbox);
     assert_eq!(asked(&seen), 1, "{seen:#?}");
     assert!(pending(&t).is_empty());
-    let _ = watch.kill();
-    let _ = watch.wait();
 }
 
 #[test]
@@ -151,10 +164,8 @@ fn a_project_deny_refuses_the_held_request_and_a_new_sandbox_without_asking() {
         return;
     }
     for scope in [&["--always"][..], &["--for", "1h"]] {
-        let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
-        let url = format!("http://127.0.0.1:{}/", origin("hello"));
-        start_daemon(&t);
-        let (mut watch, events) = watch_json(&t);
+        let (t, url, watch) = watched();
+        let events = &watch.events;
         let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
         let q = wait_for_question(&t);
         let first = q["sandbox"].as_str().unwrap().to_owned();
@@ -167,7 +178,7 @@ fn a_project_deny_refuses_the_held_request_and_a_new_sandbox_without_asking() {
         assert_eq!(r[0].0, 403, "{scope:?}");
         assert!(r[0].1.contains("A person denied it"), "{}", r[0].1);
         assert!(r[0].1.contains("in the CLI by"), "{}", r[0].1);
-        assert_eq!(asked(&events_until_end(&events, &first)), 1);
+        assert_eq!(asked(&events_until_end(events, &first)), 1);
 
         // A new sandbox of the same project: refused at once, no question.
         let started = Instant::now();
@@ -178,15 +189,13 @@ fn a_project_deny_refuses_the_held_request_and_a_new_sandbox_without_asking() {
         assert!(r[0].1.contains("A person denied it"), "{}", r[0].1);
         assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
         let second = other_sandbox(&t, &first);
-        let seen = events_until_end(&events, &second);
+        let seen = events_until_end(events, &second);
         assert_eq!(asked(&seen), 0, "{scope:?}: {seen:#?}");
         assert!(pending(&t).is_empty());
         let rules = t.json(&["rules", "--json"]);
         assert_eq!(rules.as_array().unwrap().len(), 1, "{rules:#}");
         assert_eq!(rules[0]["effect"], "deny", "{rules:#}");
         assert!(rules[0]["target"]["project"].is_string(), "{rules:#}");
-        let _ = watch.kill();
-        let _ = watch.wait();
     }
 }
 
@@ -195,10 +204,8 @@ fn an_allow_for_an_hour_covers_a_new_sandbox_of_the_project_and_says_until_when(
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
-    let url = format!("http://127.0.0.1:{}/", origin("hello"));
-    start_daemon(&t);
-    let (mut watch, events) = watch_json(&t);
+    let (t, url, watch) = watched();
+    let events = &watch.events;
     let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
     let first = wait_for_question(&t)["sandbox"].as_str().unwrap().to_owned();
     let before = now_ms();
@@ -207,7 +214,7 @@ fn an_allow_for_an_hour_covers_a_new_sandbox_of_the_project_and_says_until_when(
     let after = now_ms();
     let (_, stdout, stderr) = finish(run);
     assert_eq!(responses(&stdout), vec![(200, "hello\n".to_owned())], "{stderr}");
-    assert_eq!(asked(&events_until_end(&events, &first)), 1);
+    assert_eq!(asked(&events_until_end(events, &first)), 1);
 
     let rules = t.json(&["rules", "--json"]);
     assert_eq!(rules.as_array().unwrap().len(), 1, "{rules:#}");
@@ -231,9 +238,7 @@ fn an_allow_for_an_hour_covers_a_new_sandbox_of_the_project_and_says_until_when(
     let (_, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]));
     assert_eq!(responses(&stdout), vec![(200, "hello\n".to_owned())], "{stderr}");
     let second = other_sandbox(&t, &first);
-    assert_eq!(asked(&events_until_end(&events, &second)), 0);
-    let _ = watch.kill();
-    let _ = watch.wait();
+    assert_eq!(asked(&events_until_end(events, &second)), 0);
 }
 
 #[test]
@@ -279,10 +284,8 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
     if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
-    let url = format!("http://127.0.0.1:{}/", origin("hello"));
-    start_daemon(&t);
-    let (mut json, events) = watch_json(&t);
+    let (t, url, json) = watched();
+    let events = &json.events;
     let mut watch = t.on_terminal(&["watch"]);
     let mut keys = watch.stdin.take().unwrap();
     let screen = lines_of(watch.stdout.take().unwrap());
@@ -299,7 +302,7 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
             && !l.contains("answering")
     });
     assert!(line.contains("in the terminal by"), "{line}");
-    let answered = expect_line(&events, Duration::from_secs(5), |l| l.contains(r#""answered""#));
+    let answered = expect_line(events, Duration::from_secs(5), |l| l.contains(r#""answered""#));
     let answered: Value = serde_json::from_str(&answered).unwrap();
     assert_eq!(answered["by"]["channel"], "terminal", "{answered:#}");
     let rules = t.json(&["rules", "--all", "--json"]);
@@ -323,8 +326,6 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
     wait_until("watch to quit on q", Duration::from_secs(5), || {
         watch.try_wait().unwrap().is_some()
     });
-    let _ = json.kill();
-    let _ = json.wait();
 }
 
 #[test]

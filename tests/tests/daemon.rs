@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 mod daemon_support;
 
 use daemon_support::*;
-use sandgate_tests::{echo, origin, skip_unless};
+use sandgate_tests::{echo, origin, origin_at, skip_unless};
 use serde_json::Value;
 
 #[test]
@@ -456,22 +456,30 @@ fn one_sandbox_cannot_bury_the_person_under_questions() {
     let _ = child.wait();
 }
 
-#[test]
-fn a_locked_store_is_reported_not_a_crash() {
-    let t = T::new("");
-    start_daemon(&t);
-    // Another process holds the write lock.
+/// A process holding `store`'s write lock (an exclusive transaction) for `secs` seconds, once
+/// it holds it.
+fn hold_write_lock(store: &Path, secs: u32) -> Child {
+    let script = format!(
+        "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
+         c.execute('BEGIN EXCLUSIVE')\nprint('locked',flush=True)\ntime.sleep({secs})"
+    );
     let mut holder = Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked',flush=True)\ntime.sleep(30)",
-        ])
-        .arg(t.store_path())
+        .args(["-c", &script])
+        .arg(store)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let lines = lines_of(holder.stdout.take().unwrap());
     expect_line(&lines, Duration::from_secs(10), |l| l == "locked");
+    holder
+}
+
+#[test]
+fn a_locked_store_is_reported_not_a_crash() {
+    let t = T::new("");
+    start_daemon(&t);
+    // Another process holds the write lock.
+    let mut holder = hold_write_lock(&t.store_path(), 30);
     let out = t.sg(&["allow", "locked.example.com", "--always", "--global"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -487,17 +495,7 @@ fn a_locked_store_is_reported_not_a_crash() {
 fn a_daemon_starts_on_a_store_another_process_holds_locked() {
     let t = T::new("");
     drop(sandgate_store::Store::open(t.store_path()).unwrap());
-    let mut holder = Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3,sys,time\nc=sqlite3.connect(sys.argv[1],isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked',flush=True)\ntime.sleep(60)",
-        ])
-        .arg(t.store_path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(holder.stdout.take().unwrap());
-    expect_line(&lines, Duration::from_secs(10), |l| l == "locked");
+    let mut holder = hold_write_lock(&t.store_path(), 60);
     // The start-up housekeeping (marking lost sandboxes, pruning events) needs the write lock;
     // it waits its busy timeout, says why it gave up, and the daemon serves anyway.
     start_daemon(&t);

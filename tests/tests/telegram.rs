@@ -15,19 +15,21 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use sandgate_tests::{Env, skip_unless};
+mod daemon_support;
+
+use daemon_support::{T, can_sandbox, finish, has_script, lines_of, wait_until};
+use sandgate_tests::skip_unless;
+use serde_json::{Value, json};
 
 /// An HTTP origin on 127.0.0.1 answering `hello`.
 fn origin() -> u16 {
     sandgate_tests::origin("hello")
 }
-use serde_json::{Value, json};
 
 /// The token the fake accepts (in the URL path, as the Bot API wants it).
 const TOKEN: &str = "123456:TEST-token";
@@ -368,81 +370,32 @@ fn get_updates(st: &State, body: &Value) -> Value {
 // The environment: binary, daemon, sandboxes, origins
 // ---------------------------------------------------------------------------------------------
 
-fn can_sandbox() -> bool {
-    let root = sandgate_tests::is_root();
-    root && Command::new("curl").arg("--version").output().is_ok()
-        && Command::new("python3").arg("--version").output().is_ok()
-}
-
-struct T {
-    env: Env,
-    proj: PathBuf,
-    /// Extra environment for every command (and so for the daemon a launcher starts).
-    vars: Vec<(String, String)>,
-}
-
 impl T {
-    fn new(config: &str) -> T {
-        let env = Env::outside_tmp();
-        let proj = env.root.path().join("proj");
-        std::fs::create_dir_all(&proj).unwrap();
-        let dir = env.config_home().join("sandgate");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.toml"), config).unwrap();
-        T { env, proj, vars: Vec::new() }
+    /// A config; every command without the caller's proxy variables (the bot's HTTP client would
+    /// follow them; the fake is on loopback) or bot token.
+    fn telegram(config: &str) -> T {
+        let mut t = T::new(config);
+        for v in [
+            "HTTP_PROXY",
+            "http_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+            "SANDGATE_TELEGRAM_TOKEN",
+        ] {
+            t.vars.push((v.into(), None));
+        }
+        t
     }
 
     /// A config whose bot talks to `fake` with the token in the file.
     fn with_bot(fake: &FakeTelegram, extra: &str) -> T {
-        T::new(&format!(
+        T::telegram(&format!(
             "[daemon]\nask_timeout = \"30s\"\n\n[telegram]\ntoken = \"{TOKEN}\"\nchats = [{CHAT}]\n\
              api_url = \"{}\"\n{extra}",
             fake.url
         ))
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = self.env.cmd();
-        c.current_dir(&self.proj).stdin(Stdio::null());
-        // The bot's HTTP client would follow these; the fake is on loopback.
-        for v in
-            ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
-        {
-            c.env_remove(v);
-        }
-        c.env_remove("SANDGATE_TELEGRAM_TOKEN");
-        for (k, v) in &self.vars {
-            c.env(k, v);
-        }
-        c
-    }
-
-    fn sg(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let out = self.sg(args);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{args:?}: {e}\nstdout {}\nstderr {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    }
-
-    /// `sandgate net ARGS -- CMD` in the background, stdout and stderr piped.
-    fn spawn_net(&self, args: &[&str], cmd: &[&str]) -> Child {
-        self.cmd()
-            .arg("net")
-            .args(args)
-            .arg("--")
-            .args(cmd)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
     }
 
     /// A sandboxed `curl` of `http://127.0.0.1:PORT/` that prints the status code.
@@ -482,36 +435,6 @@ impl T {
     }
 }
 
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(r).lines() {
-            let Ok(l) = l else { return };
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn finish(child: Child) -> (i32, String, String) {
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn ms(later: SystemTime, earlier: SystemTime) -> f64 {
     match later.duration_since(earlier) {
         Ok(d) => d.as_secs_f64() * 1e3,
@@ -527,6 +450,27 @@ fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// A bot talking to a new fake, and a sandboxed curl of a new origin held on its question.
+struct Held {
+    fake: FakeTelegram,
+    t: T,
+    /// The origin's port.
+    port: u16,
+    /// The sandboxed curl ([`T::spawn_curl`]).
+    curl: Child,
+    /// The question's `sendMessage`.
+    q: Call,
+}
+
+fn held_curl() -> Held {
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    Held { fake, t, port, curl, q }
 }
 
 /// Sandboxed client for the latency rounds: for each port, a request through the proxy (GET in
@@ -582,13 +526,8 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
-
     // (a) curl's GET is held; the question reaches the chat with its context and buttons.
-    let port = origin();
-    let curl = t.spawn_curl(port);
-    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let Held { fake, t, port, curl, q } = held_curl();
     let pending = t.pending_one();
     let sandbox = pending["sandbox"].as_str().unwrap().to_owned();
     let msg = text(&q.body).to_owned();
@@ -665,11 +604,7 @@ fn an_allow_command_releases_the_held_request_and_rules_revoke_status_work() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
-    let port = origin();
-    let curl = t.spawn_curl(port);
-    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let Held { fake, t, curl, q, .. } = held_curl();
     let msg_id = q.message_id.unwrap();
     fake.push_message(CHAT, "bob", "/allow 127.0.0.1");
     let (code, stdout, stderr) = finish(curl);
@@ -731,12 +666,12 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     }
     let fake = FakeTelegram::start();
     // The token comes from the environment, which wins over the file's.
-    let mut t = T::new(&format!(
+    let mut t = T::telegram(&format!(
         "[daemon]\nask_timeout = \"4s\"\n\n[telegram]\ntoken = \"999:not-this-one\"\n\
          chats = [{CHAT}]\napi_url = \"{}\"\n",
         fake.url
     ));
-    t.vars.push(("SANDGATE_TELEGRAM_TOKEN".into(), TOKEN.into()));
+    t.vars.push(("SANDGATE_TELEGRAM_TOKEN".into(), Some(TOKEN.into())));
     let port = origin();
     let asked = Instant::now();
     let curl = t.spawn_curl(port);
@@ -853,11 +788,7 @@ fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
-    let port = origin();
-    let curl = t.spawn_curl(port);
-    let posted = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let Held { fake, t, port, curl, q: posted } = held_curl();
     let msg_id = posted.message_id.unwrap();
     let q = t.pending_one();
     let answered = SystemTime::now();
@@ -971,11 +902,7 @@ fn a_deny_command_releases_the_held_request_with_a_403() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
-    let port = origin();
-    let curl = t.spawn_curl(port);
-    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let Held { fake, t, curl, q, .. } = held_curl();
     fake.push_message(CHAT, "bob", "/deny 127.0.0.1");
     let (code, stdout, stderr) = finish(curl);
     assert_eq!((code, stdout.as_str()), (0, "403\n"), "{stderr}");
@@ -1054,11 +981,7 @@ fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
-    let port = origin();
-    let curl = t.spawn_curl(port);
-    let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let Held { fake, t, curl, q, .. } = held_curl();
     let id = t.pending_one()["id"].clone();
     let out = t.sg(&["allow", &format!("q{id}"), "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -1070,36 +993,6 @@ fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
     let said = text(&ack.body);
     assert!(said.contains(&format!("q{id} was already allowed once in the CLI by")), "{said}");
     assert_eq!(t.json(&["rules", "--json"]), json!([]));
-}
-
-impl T {
-    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal with this test's
-    /// environment; stdin and stdout piped.
-    fn on_terminal(&self, args: &[&str]) -> Child {
-        let mut line = sandgate_tests::sandgate_bin().display().to_string();
-        for a in args {
-            line.push_str(&format!(" '{}'", a.replace('\'', r"'\''")));
-        }
-        // The environment `cmd()` gives sandgate, for `script` and so for sandgate under it.
-        let base = self.cmd();
-        let mut s = Command::new("script");
-        s.args(["-qfec", &line, "/dev/null"]).env("NO_COLOR", "1").env("SHELL", "/bin/sh");
-        for (k, v) in base.get_envs() {
-            match v {
-                Some(v) => s.env(k, v),
-                None => s.env_remove(k),
-            };
-        }
-        s.current_dir(&self.proj)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        s.spawn().unwrap()
-    }
-}
-
-fn has_script() -> bool {
-    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 #[test]

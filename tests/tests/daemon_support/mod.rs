@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sandgate_tests::Env;
+pub use sandgate_tests::has_script;
 use serde_json::Value;
 
 pub fn can_sandbox() -> bool {
@@ -23,6 +24,9 @@ pub fn can_sandbox() -> bool {
 pub struct T {
     pub env: Env,
     pub proj: PathBuf,
+    /// Variables set (`Some`) or removed (`None`) for every command after [`Env::cmd`]'s (and so
+    /// for the daemon a launcher starts).
+    pub vars: Vec<(String, Option<String>)>,
 }
 
 impl T {
@@ -33,12 +37,18 @@ impl T {
         let dir = env.config_home().join("sandgate");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.toml"), config).unwrap();
-        T { env, proj }
+        T { env, proj, vars: Vec::new() }
     }
 
     pub fn cmd(&self) -> Command {
         let mut c = self.env.cmd();
         c.current_dir(&self.proj).stdin(Stdio::null());
+        for (k, v) in &self.vars {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
         c
     }
 
@@ -179,56 +189,12 @@ pub fn request(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, line
 }
 
 impl T {
-    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with this
-    /// environment; stdin and stdout piped (what is written to stdin is typed on the terminal).
+    /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with the
+    /// environment [`T::cmd`] gives; stdin and stdout piped (what is written to stdin is typed on
+    /// the terminal).
     pub fn on_terminal(&self, args: &[&str]) -> Child {
-        let mut line = sandgate_tests::sandgate_bin().display().to_string();
-        for a in args {
-            line.push(' ');
-            line.push_str(&format!("'{}'", a.replace('\'', r"'\''")));
-        }
-        let root = self.env.root.path();
-        Command::new("script")
-            .args(["-qfec", &line, "/dev/null"])
-            .env("XDG_CONFIG_HOME", self.env.config_home())
-            .env("XDG_DATA_HOME", root.join("data"))
-            .env("XDG_RUNTIME_DIR", root.join("run"))
-            .env("HOME", root.join("home"))
-            .env("NO_COLOR", "1")
-            .env("SHELL", "/bin/sh")
-            .current_dir(&self.proj)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
+        sandgate_tests::on_terminal(&self.cmd(), args)
     }
-}
-
-pub fn has_script() -> bool {
-    Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success())
-}
-
-/// An HTTP origin answering `200 body` on `ip` (any loopback address, e.g. `127.0.0.2`: a grant
-/// for it is a grant for nothing else the test uses); returns its port.
-pub fn origin_at(ip: &str, body: &'static str) -> u16 {
-    let listener = std::net::TcpListener::bind((ip, 0)).expect("bind a loopback address");
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(reply.as_bytes());
-            });
-        }
-    });
-    port
 }
 
 /// `kill -SIGNAL pid`.

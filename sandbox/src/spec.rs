@@ -128,8 +128,8 @@ pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 /// Git and the JVM carry other settings in the same variables, so the caller's are kept: git's
 /// `http.proxy` is added as the next `GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>` after the
 /// caller's `GIT_CONFIG_COUNT` entries (a later entry wins), and the `-D` flags are appended to the
-/// caller's `JAVA_TOOL_OPTIONS` (a later `-D` wins). A `GIT_CONFIG_COUNT` that is not a number
-/// (git would refuse it) counts as no entries.
+/// caller's `JAVA_TOOL_OPTIONS` (a later `-D` wins). A `GIT_CONFIG_COUNT` that is not a number,
+/// or is `u32::MAX` or more (git would refuse either), counts as no entries.
 pub fn proxy_env(port: u16, caller: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
     let url = format!("http://127.0.0.1:{port}");
     let caller_value = |name: &str| caller.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v);
@@ -142,6 +142,8 @@ pub fn proxy_env(port: u16, caller: &[(OsString, OsString)]) -> Vec<(OsString, O
     let git_count: u32 = caller_value("GIT_CONFIG_COUNT")
         .and_then(|v| v.to_str())
         .and_then(|v| v.trim().parse().ok())
+        // u32::MAX + 1 would wrap to 0 (git then reads none of it, not even http.proxy).
+        .filter(|n: &u32| *n < u32::MAX)
         .unwrap_or(0);
     set("GIT_CONFIG_COUNT", (git_count + 1).to_string().into());
     set(&format!("GIT_CONFIG_KEY_{git_count}"), "http.proxy".into());
@@ -287,9 +289,16 @@ mod tests {
     #[test]
     fn git_and_jvm_settings_of_the_caller_are_kept() {
         // (caller's GIT_CONFIG_COUNT, index http.proxy lands at, resulting count)
-        for (count, index, total) in
-            [(None, 0, "1"), (Some("2"), 2, "3"), (Some("0"), 0, "1"), (Some("x"), 0, "1")]
-        {
+        for (count, index, total) in [
+            (None, 0, "1"),
+            (Some("2"), 2, "3"),
+            (Some("0"), 0, "1"),
+            (Some("x"), 0, "1"),
+            // Regression: u32::MAX + 1 overflowed (a panic in debug, a count of 0 in release).
+            (Some("4294967295"), 0, "1"),
+            (Some("4294967294"), 4_294_967_294_u32, "4294967295"),
+            (Some("99999999999"), 0, "1"),
+        ] {
             let mut caller = vars(&[
                 ("GIT_CONFIG_KEY_0", "user.name"),
                 ("GIT_CONFIG_VALUE_0", "me"),

@@ -312,14 +312,21 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
     // A client may say it relays a terminal key, never that it speaks for Telegram.
     let mut c = std::os::unix::net::UnixStream::connect(t.socket()).unwrap();
     let mut r = std::io::BufReader::new(c.try_clone().unwrap());
-    let reply = request(
-        &mut c,
-        &mut r,
-        r#"{"id":1,"op":"answer","target":{"host":{"pattern":"x.example"}},"answer":{"allow":{"for":60}},"channel":"telegram"}"#,
-    );
+    let mut answer = |channel: &str| {
+        let line = format!(
+            r#"{{"id":1,"op":"answer","target":{{"host":{{"pattern":"x.example"}}}},"answer":{{"allow":{{"for":60}}}},"channel":"{channel}"}}"#
+        );
+        request(&mut c, &mut r, &line)
+    };
+    let reply = answer("telegram");
     assert_eq!(reply["ok"], false, "{reply}");
     assert_eq!(reply["error"]["code"], "bad_request", "{reply}");
     assert_eq!(t.json(&["rules", "--all", "--json"]).as_array().unwrap().len(), 1);
+    // The same request with a channel it may claim is taken: the channel alone was refused.
+    let reply = answer("terminal");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let rules = t.json(&["rules", "--all", "--json"]);
+    assert_eq!(rules.as_array().unwrap().len(), 2, "{rules:#}");
 
     keys.write_all(b"q").unwrap();
     let _ = keys.flush();

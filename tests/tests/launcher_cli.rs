@@ -302,6 +302,8 @@ fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .output()
         .is_ok_and(|o| o.status.success());
+    // In CI git must be there: without it, the http.proxy check above would not run at all.
+    assert!(git_present || !sandgate_tests::in_ci(), "git missing in CI");
     if git_present {
         assert_eq!(lines[want.len() + 1..], [url, "sandgate tester"], "{stdout}");
     } else {

@@ -2,7 +2,9 @@
 # Launch overhead of the sandbox tiers: `sandbox-run true` and `sandbox-net true` against bare
 # `true` and `bwrap --ro-bind / / true`; `sandbox-net` both registered with a running daemon (the
 # normal case) and serving its proxy itself. Release build; needs hyperfine and bwrap.
-# Usage: bench/launch.sh [extra hyperfine args]   (results: bench/launch.md)
+# Usage: bench/launch.sh [extra hyperfine args]
+# Results: bench/launch.md (hyperfine's table: means) and bench/launch-median.md (medians and the
+# overhead over bare `true`, the figures the README quotes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --bin sandgate >/dev/null
@@ -18,7 +20,8 @@ ln -s "$bin" "$dir/sandbox-run"
 ln -s "$bin" "$dir/sandbox-net"
 ln -s "$bin" "$dir/sandbox-build"
 cd "$dir"
-hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/launch.md" "$@" \
+hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/launch.md" \
+  --export-json "$dir/launch.json" "$@" \
   -n 'true' 'true' \
   -n 'bwrap --ro-bind / / true' 'bwrap --ro-bind / / true' \
   -n 'bwrap --ro-bind / / --unshare-all true' 'bwrap --ro-bind / / --unshare-all true' \
@@ -26,3 +29,14 @@ hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/
   -n 'sandbox-net true' "$dir/sandbox-net true" \
   -n 'sandbox-net true (no daemon)' "env SANDGATE_NO_DAEMON=1 $dir/sandbox-net true" \
   -n 'sandbox-build true' "$dir/sandbox-build true"
+python3 - "$dir/launch.json" >"$OLDPWD/bench/launch-median.md" <<'PY'
+import json, sys
+results = json.load(open(sys.argv[1]))["results"]
+base = next(r["median"] for r in results if r["command"] == "true")
+print("| command | median [ms] | overhead over `true` [ms] | runs |")
+print("|:---|---:|---:|---:|")
+for r in results:
+    m = r["median"]
+    print(f"| `{r['command']}` | {m * 1e3:.2f} | {(m - base) * 1e3:+.2f} | {len(r['times'])} |")
+PY
+cat "$OLDPWD/bench/launch-median.md"

@@ -563,7 +563,7 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
     assert_eq!(t.json(&["rules", "--json"]), json!([]));
 
     // Latency: rounds of a sandboxed client (GET, CONNECT, ...), one question each.
-    let ports: Vec<String> = (0..6).map(|_| origin().to_string()).collect();
+    let ports: Vec<String> = (0..12).map(|_| origin().to_string()).collect();
     std::fs::write(t.proj.join("client.py"), CLIENT).unwrap();
     let mut args = vec!["python3", "client.py"];
     args.extend(ports.iter().map(String::as_str));

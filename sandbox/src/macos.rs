@@ -114,8 +114,9 @@ pub fn launch_with_proxy_port(
 mod sys {
     use std::io;
 
-    /// A saved signal mask.
-    pub struct Mask(libc::sigset_t);
+    /// A saved signal mask, and the actions [`block`] replaced (put back by [`restore`], so that
+    /// once the command has ended the launcher answers signals as it did before).
+    pub struct Mask(libc::sigset_t, Vec<(libc::c_int, libc::sigaction)>);
 
     impl std::fmt::Debug for Mask {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,37 +142,58 @@ mod sys {
     /// them a no-op handler, so that one whose default is to be ignored (SIGCHLD, SIGWINCH) stays
     /// pending for `sigwait`; returns the previous mask.
     pub fn block(signals: &[libc::c_int]) -> io::Result<Mask> {
+        let mut actions = Vec::with_capacity(signals.len());
         for &s in signals {
-            // SAFETY: a zeroed sigaction with a valid handler and an empty mask. exec resets
-            // handled signals to their defaults, so the command never sees the handler.
-            let rc = unsafe {
+            // SAFETY: a zeroed sigaction with a valid handler and an empty mask; the old action
+            // is written into a zeroed one. exec resets handled signals to their defaults, so
+            // the command never sees the handler.
+            let (rc, old) = unsafe {
                 let mut sa = std::mem::zeroed::<libc::sigaction>();
                 sa.sa_sigaction = noop as extern "C" fn(libc::c_int) as libc::sighandler_t;
                 libc::sigemptyset(&mut sa.sa_mask);
                 sa.sa_flags = libc::SA_RESTART;
-                libc::sigaction(s, &sa, std::ptr::null_mut())
+                let mut old = std::mem::zeroed::<libc::sigaction>();
+                (libc::sigaction(s, &sa, &mut old), old)
             };
             if rc != 0 {
-                return Err(io::Error::last_os_error());
+                let err = io::Error::last_os_error();
+                put_back(&actions);
+                return Err(err);
             }
+            actions.push((s, old));
         }
         let set = set_of(signals);
         // SAFETY: valid set pointers; the old mask is written into a zeroed sigset_t.
         unsafe {
             let mut old = std::mem::zeroed::<libc::sigset_t>();
             match libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) {
-                0 => Ok(Mask(old)),
-                e => Err(io::Error::from_raw_os_error(e)),
+                0 => Ok(Mask(old, actions)),
+                e => {
+                    put_back(&actions);
+                    Err(io::Error::from_raw_os_error(e))
+                }
             }
         }
     }
 
-    /// Puts back a mask saved by [`block`].
+    fn put_back(actions: &[(libc::c_int, libc::sigaction)]) {
+        for (s, old) in actions {
+            // SAFETY: an action sigaction itself returned for this signal.
+            unsafe {
+                libc::sigaction(*s, old, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// Puts back the mask and then the actions saved by [`block`]. In that order: a signal still
+    /// pending when the mask is lifted was meant for the command, which has ended, and meets the
+    /// no-op handler; one sent after that gets the launcher's old action (by default, it ends).
     pub fn restore(mask: &Mask) {
         // SAFETY: a valid, initialised set.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask.0, std::ptr::null_mut());
         }
+        put_back(&mask.1);
     }
 
     /// Waits for one of `signals` (blocked by [`block`]) and returns it.

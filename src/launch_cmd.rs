@@ -656,14 +656,15 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
 fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
     let k = sandgate_sandbox::kernel_support();
     let gaps = sandgate_sandbox::landlock_gaps(k.landlock_abi);
-    // The launcher counts only allowed sockets that exist (it resolves them).
-    let sockets = spec.allowed_unix_sockets.iter().any(|s| s.exists());
+    let sockets = !sandgate_sandbox::resolved_unix_sockets(spec).is_empty();
     let assessed = sandgate_sandbox::assess(k.landlock_abi, gaps.clone(), sockets);
-    let unix = if k.landlock_abi >= 9 {
+    let unix = if sandgate_sandbox::checks_unix_socket_paths(k.landlock_abi) {
         "checked by Landlock (connect only to allowed socket paths)"
+    } else if assessed.deny_unix_sockets {
+        "Landlock cannot check socket paths here: seccomp refuses every new unix socket"
     } else {
-        "Landlock cannot check socket paths here: seccomp refuses new unix sockets \
-         unless sockets are allowed by config"
+        "Landlock cannot check socket paths here and sockets are allowed: any reachable socket \
+         can be connected to"
     };
     serde_json::json!({
         "landlock_abi": k.landlock_abi,

@@ -37,7 +37,7 @@ use crate::SandboxError;
 use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetMode, SandboxSpec};
 
-pub use fence::{Assessment, assess, gaps as landlock_gaps};
+pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 pub use net::VETH_BATCH;
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the firewall
@@ -449,12 +449,18 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             Err(_) => protect(h, plan)?,
         }
     }
-    plan.sockets = spec.allowed_unix_sockets.iter().filter_map(|s| s.canonicalize().ok()).collect();
+    plan.sockets = resolved_unix_sockets(spec);
     plan.fs.cwd = cwd;
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
     plan.fs.read_only.dedup();
     Ok(())
+}
+
+/// The allowed pathname unix sockets of `spec` that exist, resolved: the ones a sandbox may reach
+/// (a missing one allows nothing, so it counts for neither Landlock nor `--require-full`).
+pub fn resolved_unix_sockets(spec: &SandboxSpec) -> Vec<PathBuf> {
+    spec.allowed_unix_sockets.iter().filter_map(|s| s.canonicalize().ok()).collect()
 }
 
 /// Finds `program` in the `PATH` of `env` (or takes it as a path when it has a slash).

@@ -424,3 +424,65 @@ fn the_launchers_prompt_goes_to_the_terminal_never_into_the_commands_output() {
     assert_eq!(err, "");
     assert_eq!(piped, "two\ncode=200\n");
 }
+
+/// A daemon with `config`, started with a stand-in `notify-send` first on its PATH that records
+/// its arguments, one per line, in the returned file; and that PATH, for the launchers.
+fn with_fake_notify_send(config: &str) -> (T, String, std::path::PathBuf) {
+    let t = T::new(config);
+    let bin = t.env.root.path().join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = t.env.root.path().join("notified");
+    let script = bin.join("notify-send");
+    std::fs::write(&script, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{}'\n", log.display()))
+        .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    // The daemon inherits the PATH of the command that starts it.
+    ok(&t.cmd().env("PATH", &path).arg("rules").output().unwrap());
+    (t, path, log)
+}
+
+/// A sandboxed curl of `url` held on its question; the question.
+fn held_with_path(t: &T, path: &str, url: &str) -> (Child, Value) {
+    let run = t
+        .cmd()
+        .env("PATH", path)
+        .args(["net", "--", "sh", "-c", &curl_body_sh(url)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (run, wait_for_question(t))
+}
+
+#[test]
+fn a_question_raises_a_desktop_notification_when_configured() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let url = format!("http://127.0.0.1:{}/", origin("hello"));
+    let config = "[daemon]\nask_timeout = \"30s\"\n";
+    let (t, path, log) = with_fake_notify_send(&format!("{config}desktop_notifications = true\n"));
+    let (run, q) = held_with_path(&t, &path, &url);
+    let sandbox = q["sandbox"].as_str().unwrap().to_owned();
+    let mut said = String::new();
+    wait_until("the notification", Duration::from_secs(10), || {
+        said = std::fs::read_to_string(&log).unwrap_or_default();
+        said.contains("sandgate allow 127.0.0.1")
+    });
+    assert!(said.contains("sandgate: approval needed"), "{said}");
+    assert!(said.contains(&format!("{sandbox} wants 127.0.0.1:")), "{said}");
+    ok(&t.sg(&["allow", &format!("q{}", q["id"]), "--once"]));
+    let (_, stdout, stderr) = finish(run);
+    assert_eq!(responses(&stdout)[0].0, 200, "{stdout}\n{stderr}");
+    // One question, one notification.
+    assert_eq!(said.matches("approval needed").count(), 1, "{said}");
+
+    // Off by default: the same question without the setting notifies nobody.
+    let (t, path, log) = with_fake_notify_send(config);
+    let (run, q) = held_with_path(&t, &path, &url);
+    ok(&t.sg(&["deny", &format!("q{}", q["id"]), "--once"]));
+    let (_, stdout, _) = finish(run);
+    assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
+    assert!(!log.exists(), "notified without desktop_notifications");
+}

@@ -144,10 +144,12 @@ fn session(
     let c = s.command(tier, &[], cmd);
     let mut argv = vec![c.get_program().to_str().unwrap().to_owned()];
     argv.extend(c.get_args().map(|a| a.to_str().unwrap().to_owned()));
-    let env: serde_json::Map<String, serde_json::Value> = c
+    let mut env: serde_json::Map<String, serde_json::Value> = c
         .get_envs()
         .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.into())))
         .collect();
+    // What a terminal emulator sets.
+    env.entry("TERM").or_insert("xterm-256color".into());
     let spec = serde_json::json!({
         "argv": argv,
         "env": env,
@@ -251,6 +253,18 @@ fn the_window_size_is_propagated(who: &Who) {
     let script = "stty size; read x; stty size";
     let out = session(&s, "run", &["sh", "-c", script], (37, 101), steps);
     assert_eq!(out.code, Some(0), "{}", out.output);
+}
+
+/// Colours work: the command sees the caller's `TERM` (so `tput` finds 256 colours) and its
+/// escape sequences reach the caller's terminal unchanged.
+fn colours_reach_the_terminal(who: &Who) {
+    let s = Scratch::new(who);
+    let script = r#"[ -t 1 ] && t=yes; printf 'term=%s colors=%s tty=%s\n' "$TERM" "$(tput colors)" "$t"; printf '\033[1;31mred\033[0m-done\n'"#;
+    let steps = serde_json::json!([{"expect": "-done"}]);
+    let out = session(&s, "run", &["sh", "-c", script], (24, 80), steps);
+    assert_eq!(out.code, Some(0), "{}", out.output);
+    assert!(out.output.contains("term=xterm-256color colors=256 tty=yes"), "{:?}", out.output);
+    assert!(out.output.contains("\u{1b}[1;31mred\u{1b}[0m-done"), "{:?}", out.output);
 }
 
 /// TIOCSTI from inside reaches no terminal: not the caller's (nothing is left in its input
@@ -357,6 +371,7 @@ fn only_the_sandboxs_own_terminal_is_visible(who: &Who) {
 both!(
     an_interactive_shell_has_job_control,
     the_window_size_is_propagated,
+    colours_reach_the_terminal,
     terminal_injection_reaches_nothing,
     the_launcher_suspends_and_resumes,
     ctrl_z_on_a_direct_command_suspends_the_launcher,

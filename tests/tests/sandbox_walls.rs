@@ -203,22 +203,28 @@ fn exit_codes_and_signals_come_back(who: &Who) {
     let text = String::from_utf8_lossy(&ign.stdout);
     let mask = u64::from_str_radix(text.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
     assert_eq!(mask & (1 << (libc_sigpipe() - 1)), 0, "SIGPIPE ignored inside: {text}");
-    // A signal to the launcher reaches the command.
-    let mut child = s
-        .command(
-            "run",
-            &[],
-            &["sh", "-c", "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done"],
-        )
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead as _;
-    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    assert_eq!(child.wait().unwrap().code(), Some(42));
+    // Each forwarded signal sent to the launcher reaches the command (its trap says which).
+    for (sig, code) in
+        [("TERM", 42), ("INT", 43), ("HUP", 44), ("QUIT", 45), ("USR1", 46), ("USR2", 47)]
+    {
+        let script = format!("trap 'exit {code}' {sig}; echo ready; while :; do sleep 0.05; done");
+        let mut child = s
+            .command("run", &[], &["sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        use std::io::BufRead as _;
+        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let _ = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &child.id().to_string()])
+            .status();
+        assert_eq!(child.wait().unwrap().code(), Some(code), "SIG{sig} to the launcher");
+    }
+    // A command killed by a signal: 128 + its number, whatever killed it.
+    let killed = s.run("run", &[], &["sh", "-c", "kill -KILL $$"]);
+    assert_eq!(killed.status.code(), Some(137));
 }
 
 fn nothing_outlives_the_sandbox(who: &Who) {

@@ -139,6 +139,40 @@ pub fn build(options: FilterOptions) -> Result<[BpfProgram; 2], seccompiler::Bac
     Ok([clone3.try_into()?, main.try_into()?])
 }
 
+/// The one filter a nested launch adds on top of the outer sandbox's (see `nested`): `socket(2)`
+/// refused with `EACCES` for every address family but `AF_UNIX` with `deny_network` (so that no
+/// network and no loopback listener, the outer's proxy among them, can be reached), and for
+/// `AF_UNIX` with `deny_unix_sockets`. `socketpair` stays allowed. `None`: nothing to refuse.
+pub fn build_sockets(
+    deny_network: bool,
+    deny_unix_sockets: bool,
+) -> Result<Option<BpfProgram>, seccompiler::BackendError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)?;
+    let family = |op: SeccompCmpOp| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            op,
+            libc::AF_UNIX as u64,
+        )?])?])
+    };
+    let socket = match (deny_network, deny_unix_sockets) {
+        (true, true) => vec![], // every call matches
+        (true, false) => family(SeccompCmpOp::Ne)?,
+        (false, true) => family(SeccompCmpOp::Eq)?,
+        (false, false) => return Ok(None),
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_socket, socket);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )?;
+    Ok(Some(filter.try_into()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +184,13 @@ mod tests {
             assert!(!a.is_empty());
             assert!(b.len() > DENIED.len());
         }
+    }
+
+    #[test]
+    fn the_nested_network_filter_compiles_with_and_without_unix_sockets() {
+        for (net, unix) in [(true, true), (true, false), (false, true)] {
+            assert!(!build_sockets(net, unix).unwrap().unwrap().is_empty(), "{net} {unix}");
+        }
+        assert!(build_sockets(false, false).unwrap().is_none());
     }
 }

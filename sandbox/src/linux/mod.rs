@@ -22,6 +22,7 @@
 mod fence;
 mod filter;
 mod mounts;
+mod nested;
 mod net;
 mod placeholder;
 mod sys;
@@ -38,6 +39,7 @@ use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetMode, SandboxSpec};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
+pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
 pub use net::VETH_BATCH;
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the firewall
@@ -500,6 +502,8 @@ mod init {
         sock: OwnedFd,
         hooks: &dyn NamespaceHooks,
     ) -> ! {
+        // How a launch inside the sandbox knows it is nested (see `nested`).
+        let _ = sys::set_name(nested::INIT_NAME);
         match setup(spec, plan, uid, gid, &sock, hooks) {
             Ok(prepared) => supervise(prepared, sock),
             Err((step, message)) => {

@@ -160,6 +160,22 @@ pub fn set_no_new_privs() -> io::Result<()> {
     cvt_i(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
 }
 
+/// `prctl(PR_SET_NAME, name)`: the name `/proc/PID/comm` shows (at most 15 bytes kept).
+pub fn set_name(name: &CStr) -> io::Result<()> {
+    // SAFETY: a valid NUL-terminated string; the kernel copies at most 16 bytes of it.
+    cvt_i(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) }).map(drop)
+}
+
+/// Whether the mount holding `path` is read-only (`statvfs`'s `ST_RDONLY`).
+pub fn on_read_only_mount(path: &Path) -> io::Result<bool> {
+    let c = cpath(path)?;
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a valid C string.
+    let mut st = unsafe { std::mem::zeroed::<libc::statvfs>() };
+    // SAFETY: valid path pointer and a pointer to our own statvfs.
+    cvt_i(unsafe { libc::statvfs(c.as_ptr(), &mut st) })?;
+    Ok(st.f_flag & libc::ST_RDONLY != 0)
+}
+
 /// `prctl(PR_SET_DUMPABLE, on)`.
 pub fn set_dumpable(on: bool) -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.

@@ -262,6 +262,11 @@ fn new_id() -> anyhow::Result<SandboxId> {
 
 /// Runs a command in the named tier; returns its exit status.
 pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
+    // Inside one of our own sandboxes no namespace can be made (by design): narrow it instead.
+    #[cfg(target_os = "linux")]
+    if let Some(outer) = sandgate_sandbox::inside_sandbox() {
+        return run_nested(tier, &args, &outer);
+    }
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
@@ -276,6 +281,87 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
     launch(&spec, &args, policy.net, host_listener)
+}
+
+/// A launch inside a sandgate sandbox: the inner tier's walls on top of the outer's, in this
+/// process, which becomes the command (so its exit status and signals are the caller's to see).
+/// No namespace, no proxy, no daemon: the outer's network and proxy serve a tier with network,
+/// and the inner `--allow`/`--deny` cannot change what that proxy decides.
+#[cfg(target_os = "linux")]
+fn run_nested(
+    tier: &str,
+    args: &LaunchArgs,
+    outer: &sandgate_sandbox::OuterSandbox,
+) -> anyhow::Result<u8> {
+    use sandgate_sandbox::SandboxError;
+    let ctx = LaunchEnv::from_process()?;
+    let policy = resolve_policy(tier, args)?;
+    let mut spec = spec_from_policy(&policy, args, &ctx, new_id()?)?;
+    spec.env = nested_env(&ctx.env, &spec.net, &spec.id, &policy.tier);
+    if spec.net != NetMode::None && !outer.network {
+        let name = outer.tier.as_deref().unwrap_or("run");
+        eprintln!("sandgate: nested in a `{name}` sandbox: no network");
+    }
+    let mut nested = match sandgate_sandbox::prepare_nested(&spec) {
+        Ok(n) => n,
+        Err(SandboxError::CommandNotFound { command }) => {
+            eprintln!("sandgate: {command}: command not found");
+            return Ok(127);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if spec.net != NetMode::None {
+        for d in &args.deny {
+            nested.enforcement.missing.push(format!(
+                "--deny {d}: a nested sandbox shares the outer sandbox's proxy, which decides alone"
+            ));
+        }
+        if !args.allow.is_empty() {
+            eprintln!(
+                "sandgate: note: --allow is not applied inside a sandbox: the outer sandbox's \
+                 proxy decides (allow it there)"
+            );
+        }
+    }
+    let err = nested.exec(|enforcement| {
+        for m in &enforcement.missing {
+            eprintln!("sandgate: warning: not enforced: {m}");
+        }
+    });
+    match err {
+        SandboxError::CommandNotFound { command } => {
+            eprintln!("sandgate: {command}: command not found");
+            Ok(127)
+        }
+        SandboxError::Io { what: "exec", source } => {
+            eprintln!("sandgate: {}: {source}", spec.command[0].to_string_lossy());
+            Ok(126)
+        }
+        e => Err(e.into()),
+    }
+}
+
+/// The environment of a nested command: the caller's (the outer sandbox's, proxy variables
+/// included, untouched: the outer's proxy is the only one) with the inner tier named; without
+/// network the proxy variables go. `SANDGATE_SANDBOX` stays the outer's id (the sandbox whose
+/// network and proxy these are), or is `id` when missing.
+#[cfg(target_os = "linux")]
+fn nested_env(
+    caller: &[(OsString, OsString)],
+    net: &NetMode,
+    id: &SandboxId,
+    tier: &str,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = match net {
+        NetMode::None => sandgate_sandbox::with_proxy_env(caller, None),
+        NetMode::Proxy { .. } => caller.to_vec(),
+    };
+    env.retain(|(k, _)| k != "SANDGATE_TIER");
+    if !env.iter().any(|(k, _)| k == "SANDGATE_SANDBOX") {
+        env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
+    }
+    env.push(("SANDGATE_TIER".into(), tier.into()));
+    env
 }
 
 #[cfg(target_os = "linux")]

@@ -7,6 +7,11 @@
 //! generates a Seatbelt profile ([`seatbelt::profile`], a pure function tested everywhere) and runs
 //! the command under `sandbox-exec`.
 //!
+//! Started inside one of its own Linux sandboxes ([`inside_sandbox`], which trusts the kernel's
+//! view and not the environment), it builds no namespace: [`prepare_nested`] and [`Nested::exec`]
+//! stack the inner tier's Landlock and socket rules on the outer walls and run the command in
+//! place.
+//!
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
 //! caller serves it on [`Launched::listener`]).

@@ -193,6 +193,17 @@ fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
         }
         refused(&s.probe(tier, &[], &["mount", "/mnt"]), &["EPERM"], "mount(2)");
         refused(&s.probe(tier, &[], &["io_uring"]), &["EPERM", "ENOSYS"], "io_uring_setup");
+        // The x32 ABI (syscall numbers with bit 30 set) is refused by the filter itself, not
+        // merely missing from this kernel: outside the same call is ENOSYS or works.
+        if cfg!(target_arch = "x86_64") {
+            let outside = std::process::Command::new("python3")
+                .args([s.probe.to_str().unwrap(), "x32"])
+                .output()
+                .unwrap();
+            let outside = String::from_utf8_lossy(&outside.stdout);
+            assert!(!outside.starts_with("EPERM"), "outside: {outside}");
+            refused(&s.probe(tier, &[], &["x32"]), &["EPERM"], "an x32 system call");
+        }
         // No capability in any set, and no way to gain one.
         let (status, _) = s.sh(tier, &[], "cat /proc/self/status");
         for field in ["CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh"] {

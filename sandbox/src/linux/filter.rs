@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule, TargetArch, sock_filter,
 };
 
 /// Namespace flags of `clone(2)` / `unshare(2)`.
@@ -69,10 +69,31 @@ pub struct FilterOptions {
     pub deny_unix_sockets: bool,
 }
 
-/// Builds the two filters: the first answers `clone3` with `ENOSYS` (its flags live in memory a
-/// filter cannot read; libc then falls back to `clone`, whose flags it can), the second refuses
-/// everything else with `EPERM`.
-pub fn build(options: FilterOptions) -> Result<[BpfProgram; 2], seccompiler::BackendError> {
+/// The bit the x32 ABI sets in system call numbers (`__X32_SYSCALL_BIT`).
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// A filter refusing (`EPERM`) every system call whose number has the x32 bit set. x32 calls
+/// report the x86_64 architecture, so the architecture check of the other filters lets them
+/// through, and their numbers (`nr | 0x40000000`) match none of the rules: on a kernel built with
+/// `CONFIG_X86_X32_ABI`, `unshare`, `socket`, `io_uring_setup`, `ioctl(TIOCSTI)` ... would all be
+/// allowed that way. No architecture uses numbers this high for anything else. Chromium and
+/// Docker's default profile close the same door.
+pub fn x32() -> BpfProgram {
+    // BPF_W and BPF_K are 0: a word load, a constant operand.
+    let op = |code: u32, jt, jf, k| sock_filter { code: code as u16, jt, jf, k };
+    vec![
+        // seccomp_data.nr is at offset 0.
+        op(libc::BPF_LD | libc::BPF_ABS, 0, 0, 0),
+        op(libc::BPF_JMP | libc::BPF_JGE, 0, 1, X32_SYSCALL_BIT),
+        op(libc::BPF_RET, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        op(libc::BPF_RET, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// Builds the filters: the first refuses the x32 ABI ([`x32`]), the second answers `clone3` with
+/// `ENOSYS` (its flags live in memory a filter cannot read; libc then falls back to `clone`,
+/// whose flags it can), the third refuses everything else with `EPERM`.
+pub fn build(options: FilterOptions) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)?;
 
     let mut clone3 = BTreeMap::new();
@@ -136,7 +157,7 @@ pub fn build(options: FilterOptions) -> Result<[BpfProgram; 2], seccompiler::Bac
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
     )?;
-    Ok([clone3.try_into()?, main.try_into()?])
+    Ok([x32(), clone3.try_into()?, main.try_into()?])
 }
 
 /// The one filter a nested launch adds on top of the outer sandbox's (see `nested`): `socket(2)`
@@ -180,7 +201,8 @@ mod tests {
     #[test]
     fn filters_compile_with_and_without_the_unix_rule() {
         for deny in [false, true] {
-            let [a, b] = build(FilterOptions { deny_unix_sockets: deny }).unwrap();
+            let [x, a, b] = build(FilterOptions { deny_unix_sockets: deny }).unwrap();
+            assert_eq!(x.len(), 4);
             assert!(!a.is_empty());
             assert!(b.len() > DENIED.len());
         }

@@ -98,6 +98,11 @@ def io_uring():
     os.close(fd)
 
 
+def x32():
+    # getpid (39) through the x32 ABI: ENOSYS where the kernel has no x32, a pid where it has.
+    check(libc.syscall(0x40000000 | 39))
+
+
 def mount(target):
     check(libc.mount(b"none", target.encode(), b"tmpfs", 0, None))
 
@@ -125,6 +130,7 @@ def main():
         "ptrace": lambda: attempt(lambda: ptrace(args[0])),
         "tiocsti": lambda: attempt(tiocsti),
         "io_uring": lambda: attempt(io_uring),
+        "x32": lambda: attempt(x32),
         "mount": lambda: attempt(lambda: mount(args[0])),
         "unshare": lambda: attempt(lambda: unshare(args[0])),
         "rename": lambda: attempt(lambda: os.rename(args[0], args[1])),

@@ -158,7 +158,55 @@ fn forged_variables_outside_do_not_skip_the_namespaces(who: &Who) {
     assert!(!file.exists());
 }
 
+/// Pid 1 of pid and network namespaces of its own (`unshare -rpfn`: only `lo`, as in a `run`
+/// sandbox) named `sandgate-init`, with
+/// no_new_privs and an allow-all seccomp filter: every sign a process can fake. It runs its
+/// arguments and passes on their output and status.
+const FAKE_OUTER: &str = r#"import ctypes, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+assert libc.prctl(15, b"sandgate-init", 0, 0, 0) == 0          # PR_SET_NAME
+assert libc.prctl(38, 1, 0, 0, 0) == 0                         # PR_SET_NO_NEW_PRIVS
+insns = (Insn * 1)(Insn(0x06, 0, 0, 0x7fff0000))               # ret SECCOMP_RET_ALLOW
+assert libc.prctl(22, 2, ctypes.byref(Prog(1, insns)), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+assert open("/proc/1/comm").read() == "sandgate-init\n"
+r = subprocess.run(sys.argv[1:], capture_output=True)
+sys.stdout.buffer.write(r.stdout)
+sys.stderr.buffer.write(r.stderr)
+sys.exit(r.returncode)
+"#;
+
+/// A launch under a faked outer sandbox (pid 1 named like sandgate's init, no_new_privs, a
+/// seccomp filter) is not taken for a nested one: the kernel still grants it namespaces, so it
+/// builds them, and the walls hold.
+fn a_faked_outer_sandbox_does_not_skip_the_namespaces(who: &Who) {
+    let s = Scratch::new(who);
+    let fake = s.root.join("fake_outer.py");
+    std::fs::write(&fake, FAKE_OUTER).unwrap();
+    let key = s.home.join(".ssh/id_rsa");
+    let script = format!("echo $$; cat /proc/1/comm; cat {} || echo key-refused", p(&key));
+    let bin = sandgate_bin();
+    let out = s
+        .program(std::path::Path::new("unshare"))
+        .args(["-rpfn", "--mount-proc", "python3", p(&fake), p(&bin), "run", "--", "sh", "-c"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "2\nsandgate-init\nkey-refused\n",
+        "status {:?}, stderr {}",
+        out.status,
+        text(&out.stderr)
+    );
+}
+
 both!(
+    a_faked_outer_sandbox_does_not_skip_the_namespaces,
     nested_run_cannot_write_what_the_outer_build_can,
     nested_run_has_no_network,
     nested_build_inside_run_cannot_write,

@@ -10,8 +10,12 @@
 //! already cover are reported as not enforced.
 //!
 //! Detection does not trust the environment (`SANDGATE_SANDBOX` is forgeable): the process must
-//! run under no_new_privs and a seccomp filter, with pid 1 of its pid namespace named
-//! [`INIT_NAME`], which only the sandbox's init is (a process can rename only itself).
+//! run under no_new_privs and a seccomp filter, on a real procfs, with pid 1 of its pid namespace
+//! named [`INIT_NAME`], no network interface but loopback and the proxy's veth pair, and the
+//! kernel must refuse it a new user namespace with `EPERM`. Whoever runs pid 1 of a pid namespace
+//! can fake the name, and anyone can add no_new_privs and a filter: the last sign is the one that
+//! counts, since a launch that can still build namespaces always builds them, so a faked outer
+//! sandbox only gets the full walls (tested with exactly such a fake).
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
@@ -37,16 +41,24 @@ pub struct OuterSandbox {
 
 /// Whether this process runs inside a sandgate sandbox (see the module docs for why this cannot
 /// be faked from outside one). Costs one small `/proc` read when it does not.
+///
+/// Every sign must hold: no_new_privs and a seccomp filter on this process, `/proc` really
+/// procfs, pid 1 named [`INIT_NAME`], no network interface a sandgate sandbox does not have, and
+/// the kernel refusing a new user namespace with `EPERM` (as the sandbox's seccomp filter does).
+/// A launch that could build its own namespaces always does.
 pub fn inside_sandbox() -> Option<OuterSandbox> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    if !confined(&status) {
+    if !confined(&status) || !sys::is_procfs(Path::new("/proc")) {
         return None;
     }
     let comm = std::fs::read_to_string("/proc/1/comm").ok()?;
     if comm.trim_end_matches('\n').as_bytes() != INIT_NAME.to_bytes() {
         return None;
     }
-    let network = std::fs::read_to_string("/proc/self/net/dev").is_ok_and(|d| has_network(&d));
+    let network = sandbox_network(&std::fs::read_to_string("/proc/self/net/dev").ok()?)?;
+    if !sys::user_namespace_refused() {
+        return None;
+    }
     let tier = std::env::var("SANDGATE_TIER").ok().filter(|t| !t.is_empty());
     Some(OuterSandbox { tier, network })
 }
@@ -59,9 +71,24 @@ fn confined(status: &str) -> bool {
     field("NoNewPrivs") == Some("1") && field("Seccomp") == Some("2")
 }
 
-/// `/proc/net/dev` lists an interface other than `lo`.
-fn has_network(dev: &str) -> bool {
-    dev.lines().skip(2).filter_map(|l| l.split_once(':')).any(|(name, _)| name.trim() != "lo")
+/// The network of a sandgate sandbox, from `/proc/net/dev`: `Some(true)` with the proxy's veth
+/// pair (`sg0`/`sg1`), `Some(false)` with loopback only, `None` with any other interface (not a
+/// sandgate sandbox). The fallback tunnel devices some kernels add to every new network
+/// namespace (`sit0`, `tunl0`, `gre0`, ...) carry nothing without configuration and are ignored.
+fn sandbox_network(dev: &str) -> Option<bool> {
+    const FALLBACK: &[&str] = &[
+        "sit0", "tunl0", "ip6tnl0", "gre0", "gretap0", "erspan0", "ip6gre0", "ip_vti0", "ip6_vti0",
+    ];
+    let mut veth = false;
+    for (name, _) in dev.lines().skip(2).filter_map(|l| l.split_once(':')) {
+        match name.trim() {
+            "lo" => {}
+            "sg0" | "sg1" => veth = true,
+            n if FALLBACK.contains(&n) => {}
+            _ => return None,
+        }
+    }
+    Some(veth)
 }
 
 /// A nested launch, resolved and assessed, not applied yet ([`Nested::exec`] applies it).
@@ -106,6 +133,12 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Nested, SandboxError> {
             enforcement.missing.push(format!(
                 "hidden path {}: readable (the outer sandbox shows it, and a nested one cannot \
                  hide paths)",
+                h.display()
+            ));
+        } else if std::fs::symlink_metadata(h).is_err() && writable_here(h, &always) {
+            enforcement.missing.push(format!(
+                "hidden path {}: missing, and it could be created here (a nested sandbox cannot \
+                 put a placeholder over it)",
                 h.display()
             ));
         }
@@ -238,12 +271,27 @@ mod tests {
     }
 
     #[test]
-    fn network_means_an_interface_beyond_loopback() {
+    fn the_network_is_the_veth_pair_and_any_other_interface_is_not_a_sandbox() {
         let head = "Inter-|   Receive\n face |bytes    packets\n";
-        let only_lo = format!("{head}    lo: 0 0 0 0\n");
-        let veth = format!("{head}    lo: 0 0 0 0\n  sg0: 1 2 3 4\n");
-        assert!(!has_network(&only_lo));
-        assert!(has_network(&veth));
-        assert!(!has_network(head));
+        let dev = |names: &[&str]| {
+            let mut d = head.to_owned();
+            for n in names {
+                d.push_str(&format!("  {n}: 0 0 0 0\n"));
+            }
+            d
+        };
+        // (interfaces, what sandbox_network says)
+        for (names, want) in [
+            (&["lo"][..], Some(false)),
+            (&[][..], Some(false)),
+            (&["lo", "sg0", "sg1"][..], Some(true)),
+            (&["lo", "sit0", "tunl0", "gre0"][..], Some(false)),
+            (&["lo", "sg0", "sg1", "ip6tnl0"][..], Some(true)),
+            (&["lo", "eth0"][..], None),
+            (&["lo", "sg0", "sg1", "wlan0"][..], None),
+            (&["lo", "sg00"][..], None),
+        ] {
+            assert_eq!(sandbox_network(&dev(names)), want, "{names:?}");
+        }
     }
 }

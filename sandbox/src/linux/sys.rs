@@ -720,6 +720,36 @@ pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
     cvt_i(unsafe { libc::dup2(from, to) }).map(drop)
 }
 
+/// Whether `path` is the root of a procfs mount (not a directory dressed up as one).
+pub fn is_procfs(path: &Path) -> bool {
+    let Ok(p) = cpath(path) else { return false };
+    // SAFETY: a NUL-terminated path and a zeroed statfs the call fills in.
+    unsafe {
+        let mut st = std::mem::zeroed::<libc::statfs>();
+        libc::statfs(p.as_ptr(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+    }
+}
+
+/// Whether the kernel refuses this process a new user namespace with `EPERM`, tried in a forked
+/// child (a successful `unshare` would move the caller). The child makes only async-signal-safe
+/// calls, so this is sound in a process with threads too.
+pub fn user_namespace_refused() -> bool {
+    // SAFETY: the child calls only unshare and _exit before it ends.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => false,
+        0 => {
+            // SAFETY: integer arguments; __errno_location is async-signal-safe.
+            unsafe {
+                let refused = libc::unshare(libc::CLONE_NEWUSER) == -1
+                    && *libc::__errno_location() == libc::EPERM;
+                libc::_exit(if refused { 1 } else { 0 })
+            }
+        }
+        child => matches!(waitpid(child, true), Ok(Some((_, Ended::Exit(1))))),
+    }
+}
+
 /// Closes every descriptor of the process except those in `keep`.
 pub fn close_all_except(keep: &[RawFd]) {
     let mut keep: Vec<u32> = keep.iter().filter_map(|&f| u32::try_from(f).ok()).collect();

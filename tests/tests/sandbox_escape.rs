@@ -30,27 +30,39 @@ fn direct_network_is_refused(who: &Who) {
             let answer = s.probe(tier, &[], &[op, host, port]);
             refused_fast(&answer, &format!("{tier} {op} {host}:{port}"));
         }
-        // Without the proxy variables nothing changes: there is no route but the firewall.
-        let probe = s.probe.to_str().unwrap();
-        let out = s.run(
-            tier,
-            &[],
-            &[
-                "env",
-                "-u",
-                "HTTP_PROXY",
-                "-u",
-                "http_proxy",
-                "-u",
-                "ALL_PROXY",
-                "python3",
-                probe,
-                "tcp",
-                HOST4,
-                "8080",
-            ],
-        );
-        refused_fast(String::from_utf8_lossy(&out.stdout).trim(), "tcp without proxy variables");
+        // Without any proxy variable (an empty environment, curl told to go direct) nothing
+        // changes: curl's connect is refused at once (exit 7, "couldn't connect"), where the
+        // test host's listener would have accepted it (exit 52/56 from a non-HTTP peer).
+        for url in [format!("http://{HOST4}:8080/"), format!("http://[{HOST6}]:8080/")] {
+            let out = s.run(
+                tier,
+                &[],
+                &[
+                    "env",
+                    "-i",
+                    "PATH=/usr/bin:/bin",
+                    "curl",
+                    "-sS",
+                    "--noproxy",
+                    "*",
+                    "--max-time",
+                    "5",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{time_total}",
+                    &url,
+                ],
+            );
+            let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(99.0);
+            assert_eq!(
+                out.status.code(),
+                Some(7),
+                "{tier}: curl {url} without proxy variables: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(secs < 0.1, "{tier}: curl {url} took {secs} s to be refused");
+        }
     }
 }
 

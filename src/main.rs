@@ -161,11 +161,28 @@ fn main() -> ExitCode {
         Err(err) => {
             match err.downcast_ref::<policy_cmd::UsageError>() {
                 Some(usage) => eprintln!("sandgate: {usage}"),
-                None => eprintln!("sandgate: error: {err:#}"),
+                None => eprintln!("sandgate: error: {}", error_text(&err)),
             }
             ExitCode::from(policy_cmd::EXIT_USAGE)
         }
     }
+}
+
+/// The error and its causes joined by ": ", like anyhow's `{:#}`, but a cause whose text the
+/// message already carries (error types that quote their source) is not repeated.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -187,5 +204,18 @@ mod tests {
         ] {
             assert_eq!(tier_from_argv0(std::ffi::OsStr::new(argv0)), tier, "{argv0:?}");
         }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("clone: {source}")]
+        struct Quotes {
+            source: std::io::Error,
+        }
+        let quoting = anyhow::Error::new(Quotes { source: std::io::Error::from_raw_os_error(1) });
+        assert_eq!(error_text(&quoting), "clone: Operation not permitted (os error 1)");
+        let layered = anyhow::anyhow!("disk full").context("cannot write the store");
+        assert_eq!(error_text(&layered), "cannot write the store: disk full");
     }
 }

@@ -311,7 +311,64 @@ fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
     }
 }
 
+/// Runs its arguments under a seccomp filter that refuses new user namespaces with `EPERM` (as a
+/// kernel with unprivileged user namespaces disabled answers) and `clone3` with `ENOSYS`.
+const NO_USERNS: &str = r#"import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+ERRNO, ALLOW = 0x00050000, 0x7fff0000
+prog = [
+    (0x20, 0, 0, 0),                   # A = nr
+    (0x15, 0, 1, 435),                 # clone3?
+    (0x06, 0, 0, ERRNO | 38),          #   ENOSYS (libc falls back to clone)
+    (0x15, 1, 0, 56),                  # clone?
+    (0x15, 0, 3, 272),                 # unshare?
+    (0x20, 0, 0, 16),                  # A = flags (low word of args[0])
+    (0x45, 0, 1, 0x10000000),          # CLONE_NEWUSER?
+    (0x06, 0, 0, ERRNO | 1),           #   EPERM
+    (0x06, 0, 0, ALLOW),
+]
+insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
+assert libc.prctl(38, 1, 0, 0, 0) == 0                              # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), insns)), 0, 0) == 0
+os.execvp(sys.argv[1], sys.argv[1:])
+"#;
+
+/// Where the kernel refuses unprivileged user namespaces, an unprivileged launch stops with exit
+/// 2 and says which settings allow them; nothing runs.
+fn a_refused_user_namespace_names_the_settings(who: &Who) {
+    if !who.rootless {
+        return; // root gets its user namespace whatever those settings say
+    }
+    let s = Scratch::new(who);
+    let wrapper = s.root.join("no_userns.py");
+    std::fs::write(&wrapper, NO_USERNS).unwrap();
+    let marker = s.proj.join("ran");
+    let out = s
+        .program(Path::new("python3"))
+        .args([p(&wrapper), p(&sandgate_bin()), "run", "--", "touch", p(&marker)])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for want in [
+        "cannot create a user namespace",
+        "kernel.unprivileged_userns_clone",
+        "user.max_user_namespaces",
+        "kernel.apparmor_restrict_unprivileged_userns",
+    ] {
+        assert!(stderr.contains(want), "{want:?} missing from: {stderr}");
+    }
+    assert_eq!(stderr.matches("Operation not permitted").count(), 1, "said once: {stderr}");
+    assert!(!marker.exists());
+}
+
 both!(
+    a_refused_user_namespace_names_the_settings,
     tools_find_the_proxy_and_keep_their_settings,
     install_links_pick_their_tier,
     explain_tells_the_tier_and_the_kernel,

@@ -25,6 +25,7 @@
 //! token = "123456:ABC..."               # or SANDGATE_TELEGRAM_TOKEN
 //! chats = [123456789]                   # the chats the bot obeys
 //! alert_window = "60s"                  # one blocked-traffic alert per sandbox+destination
+//! request_timeout = "12s"               # a Bot API call unanswered this long is retried
 //! ```
 
 use std::collections::BTreeMap;
@@ -137,6 +138,7 @@ struct RawTelegram {
     chats: Vec<i64>,
     api_url: Option<String>,
     alert_window: Option<Spanned<String>>,
+    request_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -236,6 +238,9 @@ pub struct TelegramSettings {
     pub api_url: Option<String>,
     /// One blocked-traffic alert per sandbox+destination per window.
     pub alert_window: Option<Duration>,
+    /// How long one Bot API call (a `getUpdates` long poll: beyond its poll time) may go
+    /// unanswered before it is abandoned and retried; never zero.
+    pub request_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for TelegramSettings {
@@ -245,6 +250,7 @@ impl fmt::Debug for TelegramSettings {
             .field("chats", &self.chats)
             .field("api_url", &self.api_url)
             .field("alert_window", &self.alert_window)
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }
@@ -313,6 +319,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
     if let Some(t) = raw.telegram {
         out.telegram = Some(TelegramSettings {
             alert_window: cx.duration(t.alert_window.as_ref())?,
+            request_timeout: cx.nonzero_duration(t.request_timeout.as_ref())?,
             token: t.token,
             chats: t.chats,
             api_url: t.api_url,
@@ -421,6 +428,22 @@ impl Cx<'_> {
             })
         })
         .transpose()
+    }
+
+    /// A duration that must not be zero (a time-out of zero would fail every call).
+    fn nonzero_duration(
+        &self,
+        item: Option<&Spanned<String>>,
+    ) -> Result<Option<Duration>, ConfigError> {
+        let d = self.duration(item)?;
+        match (item, d) {
+            (Some(item), Some(Duration::ZERO)) => Err(self.err(
+                item.span(),
+                format!("{:?} is zero: every call would time out", item.get_ref()),
+                "write a duration like \"12s\"",
+            )),
+            _ => Ok(d),
+        }
     }
 
     fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
@@ -577,7 +600,8 @@ mod tests {
         let f = parse(
             Path::new("/c.toml"),
             "[daemon]\nask_timeout = \"90s\"\nevent_retention = \"1w\"\n\
-             [telegram]\ntoken = \"1:abc\"\nchats = [5, -7]\nalert_window = \"2m\"\n",
+             [telegram]\ntoken = \"1:abc\"\nchats = [5, -7]\nalert_window = \"2m\"\n\
+             request_timeout = \"3s\"\n",
             None,
         )
         .unwrap();
@@ -586,6 +610,10 @@ mod tests {
         let t = f.telegram.unwrap();
         assert_eq!(t.chats, vec![5, -7]);
         assert_eq!(t.alert_window, Some(Duration::from_secs(120)));
+        assert_eq!(t.request_timeout, Some(Duration::from_secs(3)));
+        let e = err("[telegram]\nrequest_timeout = \"0s\"\n");
+        assert_eq!((e.line, e.column), (2, 19), "{e}");
+        assert!(e.message.contains("zero"), "{e}");
         assert!(!format!("{t:?}").contains("abc"), "the token is never shown");
         let e = err("[daemon]\nask_timeout = \"soon\"\n");
         assert_eq!((e.line, e.column), (2, 15));

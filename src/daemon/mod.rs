@@ -412,6 +412,9 @@ fn start_telegram(
     if let Some(w) = settings.alert_window {
         tc.alert_window = w;
     }
+    if let Some(t) = settings.request_timeout {
+        tc.request_timeout = t;
+    }
     let control = Arc::new(adapters::BotControl(shared.clone(), std::time::SystemTime::now()));
     let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
         .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;

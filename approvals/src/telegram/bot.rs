@@ -1,6 +1,10 @@
-//! The bot's two tasks: the *poller* (long-polls `getUpdates`, applies buttons and commands) and
-//! the *sender* (posts questions, edits them when they end, replies, alerts). Neither ever gives
-//! up: failed calls are retried with backoff, and the poller keeps polling whatever happens.
+//! The bot's tasks: the *poller* (long-polls `getUpdates`, applies buttons and commands), the
+//! *questions* task (one short-lived task per question: post it, wait for its end, edit it) and
+//! the *notices* task (replies, button acknowledgements, alerts, in order). None of them waits
+//! on another: a Bot API call that hangs holds up only its own question (up to
+//! [`MAX_CONCURRENT_POSTS`] questions post at once) or the notices queue, never the poller. No
+//! task ever gives up: failed or unanswered calls are retried with backoff, and the poller keeps
+//! polling whatever happens.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -9,10 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use teloxide::prelude::*;
-use teloxide::types::{AllowedUpdate, CallbackQueryId, MessageId, UpdateKind, User};
+use teloxide::types::{AllowedUpdate, CallbackQueryId, UpdateKind, User};
 use teloxide::{ApiError, RequestError};
-use tokio::sync::{broadcast, mpsc};
-use tokio::task::JoinHandle;
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::alerts::{Alert, AlertDeduper};
@@ -29,6 +33,8 @@ use crate::terminal::sanitize;
 const MAX_ATTEMPTS: u32 = 6;
 /// The longest `retry_after` honoured at once.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// Questions whose messages are posted or edited at the same time; more wait their turn.
+const MAX_CONCURRENT_POSTS: usize = 4;
 
 /// The running bot. Dropping it stops the bot.
 pub struct TelegramHandle {
@@ -91,7 +97,13 @@ pub(crate) fn spawn(
     if config.chats.is_empty() {
         return Err(TelegramError::NoChats);
     }
-    let mut bot = Bot::new(config.token.expose());
+    // The client's own limit only backs up the per-call one (`Shared::call`) and must let a
+    // long poll run its course.
+    let client = teloxide::net::default_reqwest_settings()
+        .timeout(config.poll_timeout + config.request_timeout)
+        .build()
+        .map_err(|e| TelegramError::HttpClient(redact(&e.to_string(), config.token.expose())))?;
+    let mut bot = Bot::with_client(config.token.expose(), client);
     if let Some(url) = &config.api_url {
         // `join` with an absolute URL parses it (reqwest's Url type is not re-exported).
         let parsed = bot
@@ -106,14 +118,18 @@ pub(crate) fn spawn(
     let events = broker.subscribe();
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (alert_tx, alert_rx) = mpsc::channel(1024);
-    let sender = Sender {
+    let questions = Questions {
         shared: shared.clone(),
-        messages: HashMap::new(),
-        dedup: AlertDeduper::new(alert_window),
+        closers: HashMap::new(),
+        posts: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
     };
+    let notices = Notices { shared: shared.clone(), dedup: AlertDeduper::new(alert_window) };
     let poller = Poller { shared, broker, control, out: out_tx };
-    let tasks =
-        vec![tokio::spawn(sender.run(events, out_rx, alert_rx)), tokio::spawn(poller.run())];
+    let tasks = vec![
+        tokio::spawn(questions.run(events)),
+        tokio::spawn(notices.run(out_rx, alert_rx)),
+        tokio::spawn(poller.run()),
+    ];
     Ok(TelegramHandle { alerts: alert_tx, alerts_dropped: Arc::default(), tasks })
 }
 
@@ -125,10 +141,18 @@ impl Shared {
         Fut: Future<Output = Result<T, RequestError>>,
     {
         let mut delay = self.config.min_backoff;
+        let limit = self.config.request_timeout;
         for attempt in 1..=MAX_ATTEMPTS {
-            let wait = match f().await {
-                Ok(v) => return Some(v),
-                Err(e) => match self.retry_delay(&e, &mut delay) {
+            let wait = match tokio::time::timeout(limit, f()).await {
+                Ok(Ok(v)) => return Some(v),
+                // Dropping the call closes its connection; the retry opens a fresh one.
+                Err(_) => {
+                    let wait = self.next_backoff(&mut delay);
+                    let error = format!("no answer within {limit:?}");
+                    tracing::warn!(call = what, attempt, %error, ?wait, "Telegram call failed; retrying");
+                    wait
+                }
+                Ok(Err(e)) => match self.retry_delay(&e, &mut delay) {
                     Some(wait) => {
                         let error = self.describe(&e);
                         tracing::warn!(call = what, attempt, %error, ?wait, "Telegram call failed; retrying");
@@ -149,20 +173,22 @@ impl Shared {
 
     /// How long to wait before retrying after `e`, or `None` if retrying cannot help.
     fn retry_delay(&self, e: &RequestError, backoff: &mut Duration) -> Option<Duration> {
-        let mut next = || {
-            let d = *backoff;
-            *backoff = (*backoff * 2).min(self.config.max_backoff);
-            d
-        };
         match e {
             RequestError::RetryAfter(s) => Some(s.duration().min(MAX_RETRY_AFTER)),
             RequestError::Network(_) | RequestError::InvalidJson { .. } | RequestError::Io(_) => {
-                Some(next())
+                Some(self.next_backoff(backoff))
             }
             // A description Telegram did not document: may be a transient server fault.
-            RequestError::Api(ApiError::Unknown(_)) => Some(next()),
+            RequestError::Api(ApiError::Unknown(_)) => Some(self.next_backoff(backoff)),
             RequestError::Api(_) | RequestError::MigrateToChatId(_) => None,
         }
+    }
+
+    /// The current backoff, doubling the next one (up to `max_backoff`).
+    fn next_backoff(&self, backoff: &mut Duration) -> Duration {
+        let d = *backoff;
+        *backoff = (*backoff * 2).min(self.config.max_backoff);
+        d
     }
 
     /// The error's text with the token cut out, whatever the HTTP layer put in it.
@@ -175,16 +201,104 @@ impl Shared {
     }
 }
 
-struct Sender {
+/// Posts each question, and edits its messages once it ends.
+struct Questions {
     shared: Arc<Shared>,
-    messages: HashMap<QuestionId, Vec<(ChatId, MessageId)>>,
+    /// The open questions' tasks, waiting for the text their messages become.
+    closers: HashMap<QuestionId, oneshot::Sender<String>>,
+    posts: Arc<Semaphore>,
+}
+
+impl Questions {
+    async fn run(mut self, mut events: broadcast::Receiver<BrokerEvent>) {
+        // Dropped with this future when the bot stops, which aborts the questions' tasks.
+        let mut tasks = JoinSet::new();
+        loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(ev) => self.on_event(ev, &mut tasks),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "Telegram sender lagged behind the broker");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: BrokerEvent, tasks: &mut JoinSet<()>) {
+        if let BrokerEvent::Asked(q) = &ev {
+            let (tx, rx) = oneshot::channel();
+            self.closers.insert(q.id, tx);
+            let (id, text) = (q.id, question_text(q));
+            tasks.spawn(question(self.shared.clone(), self.posts.clone(), id, text, rx));
+            return;
+        }
+        let Some((id, text)) = closed_text(&ev) else { return };
+        if let Some(tx) = self.closers.remove(&id) {
+            // The task edits its messages as soon as they are posted (at once if they are).
+            let _ = tx.send(text);
+        }
+    }
+}
+
+/// One question's messages: posted in every chat, then edited to `closed`'s text when it ends.
+async fn question(
+    sh: Arc<Shared>,
+    posts: Arc<Semaphore>,
+    id: QuestionId,
+    text: String,
+    closed: oneshot::Receiver<String>,
+) {
+    let mut messages = Vec::new();
+    {
+        let Ok(_turn) = posts.acquire().await else { return };
+        for &chat in &sh.config.chats {
+            let chat = ChatId(chat);
+            let sent = sh
+                .call("sendMessage(question)", || {
+                    sh.bot.send_message(chat, text.clone()).reply_markup(keyboard(id)).into_future()
+                })
+                .await;
+            if let Some(m) = sent {
+                messages.push((chat, m.id));
+            }
+        }
+    }
+    let Ok(text) = closed.await else { return };
+    if messages.is_empty() {
+        return;
+    }
+    let Ok(_turn) = posts.acquire().await else { return };
+    for (chat, msg) in messages {
+        let edited = sh
+            .call("editMessageText", || async {
+                match sh.bot.edit_message_text(chat, msg, text.clone()).await {
+                    Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            })
+            .await;
+        if edited.is_none() {
+            // Leave a trace in the chat even if the edit failed.
+            sh.call("sendMessage(answered)", || {
+                sh.bot.send_message(chat, text.clone()).into_future()
+            })
+            .await;
+        }
+    }
+}
+
+/// Replies to commands, button acknowledgements and alerts, sent one after another.
+struct Notices {
+    shared: Arc<Shared>,
     dedup: AlertDeduper,
 }
 
-impl Sender {
+impl Notices {
     async fn run(
         mut self,
-        mut events: broadcast::Receiver<BrokerEvent>,
         mut out: mpsc::UnboundedReceiver<Out>,
         mut alerts: mpsc::Receiver<Alert>,
     ) {
@@ -192,14 +306,10 @@ impl Sender {
             let flush_at = self.dedup.next_deadline();
             tokio::select! {
                 biased;
-                ev = events.recv() => match ev {
-                    Ok(ev) => self.on_event(ev).await,
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(missed = n, "Telegram sender lagged behind the broker");
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
+                o = out.recv() => match o {
+                    Some(o) => self.on_out(o).await,
+                    None => return,
                 },
-                Some(o) = out.recv() => self.on_out(o).await,
                 Some(a) = alerts.recv() => {
                     if let Some(text) = self.dedup.offer(a, Instant::now().into_std()) {
                         self.broadcast_text(text).await;
@@ -210,46 +320,6 @@ impl Sender {
                         self.broadcast_text(text).await;
                     }
                 }
-            }
-        }
-    }
-
-    async fn on_event(&mut self, ev: BrokerEvent) {
-        let sh = self.shared.clone();
-        if let BrokerEvent::Asked(q) = &ev {
-            let text = question_text(q);
-            for &chat in &sh.config.chats {
-                let chat = ChatId(chat);
-                let sent = sh
-                    .call("sendMessage(question)", || {
-                        sh.bot
-                            .send_message(chat, text.clone())
-                            .reply_markup(keyboard(q.id))
-                            .into_future()
-                    })
-                    .await;
-                if let Some(m) = sent {
-                    self.messages.entry(q.id).or_default().push((chat, m.id));
-                }
-            }
-            return;
-        }
-        let Some((id, text)) = closed_text(&ev) else { return };
-        for (chat, msg) in self.messages.remove(&id).unwrap_or_default() {
-            let edited = sh
-                .call("editMessageText", || async {
-                    match sh.bot.edit_message_text(chat, msg, text.clone()).await {
-                        Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                })
-                .await;
-            if edited.is_none() {
-                // Leave a trace in the chat even if the edit failed.
-                sh.call("sendMessage(answered)", || {
-                    sh.bot.send_message(chat, text.clone()).into_future()
-                })
-                .await;
             }
         }
     }

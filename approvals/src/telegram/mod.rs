@@ -51,6 +51,9 @@ pub enum TelegramError {
     /// No chat is configured, so the bot would obey nobody.
     #[error("no Telegram chat ids configured: add the ids of the chats the bot may obey")]
     NoChats,
+    /// The HTTP client could not be built (its TLS setup failed).
+    #[error("cannot set up the Telegram HTTP client: {0}")]
+    HttpClient(String),
     /// The API URL override is not a URL.
     #[error("invalid Telegram API URL {url:?}: {reason}")]
     BadApiUrl {
@@ -108,8 +111,11 @@ pub struct TelegramConfig {
     pub api_url: Option<String>,
     /// One alert per sandbox+destination per window; the rest are counted.
     pub alert_window: Duration,
-    /// Long-poll timeout of `getUpdates` (below the HTTP client's 17 s timeout).
+    /// Long-poll timeout of `getUpdates`.
     pub poll_timeout: Duration,
+    /// How long a call may go unanswered (a `getUpdates`: beyond `poll_timeout`) before it is
+    /// abandoned and retried like any other failure.
+    pub request_timeout: Duration,
     /// First retry delay after a failed call; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     /// Longest retry delay.
@@ -117,7 +123,9 @@ pub struct TelegramConfig {
 }
 
 impl TelegramConfig {
-    /// Defaults: api.telegram.org, 60 s alert window, 10 s long poll, backoff 0.5 s to 30 s.
+    /// Defaults: api.telegram.org, 60 s alert window, 10 s long poll, 12 s request timeout (above
+    /// the 10 s the HTTP client waits after a 5xx, so a 5xx is reported as one), backoff 0.5 s
+    /// to 30 s.
     pub fn new(token: BotToken, chats: Vec<i64>) -> Self {
         TelegramConfig {
             token,
@@ -125,6 +133,7 @@ impl TelegramConfig {
             api_url: None,
             alert_window: Duration::from_secs(60),
             poll_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(12),
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
         }

@@ -258,6 +258,34 @@ async fn a_429_garbage_and_a_500_are_survived() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_that_never_answers_is_abandoned_and_questions_are_posted_meanwhile() {
+    let fake = FakeTelegram::start().await;
+    fake.fail_next("getUpdates", Failure::Hang);
+    let b = broker();
+    // A poll may take 1 s (its timeout) + 1 s (the request timeout) before it is abandoned.
+    let (_bot, _) = start(&fake, &b, |c| {
+        c.poll_timeout = Duration::from_secs(1);
+        c.request_timeout = Duration::from_secs(1);
+    });
+    let hung = fake.wait_nth_call("getUpdates", 1, |_| true).await;
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "x.example")).await }
+    });
+    let q = fake.wait_call("sendMessage", text_has("x.example:443")).await;
+    assert_eq!(fake.calls("getUpdates").len(), 1, "the question was posted while the poll hung");
+    let next = fake.wait_nth_call("getUpdates", 2, |_| true).await;
+    let abandoned = next.at.duration_since(hung.at);
+    eprintln!("a hanging getUpdates is abandoned and polled again after {abandoned:?}");
+    assert!(
+        (Duration::from_millis(1900)..Duration::from_secs(4)).contains(&abandoned),
+        "{abandoned:?}"
+    );
+    fake.push_callback(CHAT, "alice", 1, &button(&q.body, "Allow once"));
+    assert!(waiter.await.unwrap().allows());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_stay_answerable_when_telegram_is_unreachable() {
     let b = broker();
     // Port 1 on loopback: nothing listens, connections are refused at once.

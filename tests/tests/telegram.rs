@@ -77,6 +77,11 @@ struct Inner {
     failures: VecDeque<(String, Failure)>,
     /// When each update was written into a `getUpdates` response.
     delivered: Vec<(u64, SystemTime)>,
+    /// Methods whose calls are not answered while they are here: until released (`None`) or
+    /// until the instant passes.
+    holds: Vec<(String, Option<Instant>)>,
+    /// Calls being held now, by method.
+    held: Vec<String>,
 }
 
 #[derive(Default)]
@@ -162,6 +167,24 @@ impl FakeTelegram {
 
     fn fail_next(&self, method: &str, failure: Failure) {
         self.state.lock().failures.push_back((method.to_owned(), failure));
+    }
+
+    /// Holds back the answers to `method`'s calls (each arriving one waits) until
+    /// [`FakeTelegram::release`] or, with `for_at_most`, until that much time has passed.
+    fn hold(&self, method: &str, for_at_most: Option<Duration>) {
+        let until = for_at_most.map(|d| Instant::now() + d);
+        self.state.lock().holds.push((method.to_owned(), until));
+    }
+
+    /// Answers the held calls of `method`, and the later ones at once.
+    fn release(&self, method: &str) {
+        self.state.lock().holds.retain(|(m, _)| m != method);
+        self.state.changed.notify_all();
+    }
+
+    /// How many calls of `method` are being held now.
+    fn held(&self, method: &str) -> usize {
+        self.state.lock().held.iter().filter(|m| *m == method).count()
     }
 
     fn calls(&self, method: &str) -> Vec<Call> {
@@ -312,6 +335,7 @@ fn handle(st: &State, path: &str, body: Value) -> (&'static str, String) {
         (failure, new_id)
     };
     st.changed.notify_all();
+    hold(st, &m);
     match failure {
         Some(Failure::TooManyRequests { retry_after }) => {
             let reply = json!({
@@ -336,6 +360,32 @@ fn handle(st: &State, path: &str, body: Value) -> (&'static str, String) {
         _ => json!(true),
     };
     ("200 OK", json!({ "ok": true, "result": result }).to_string())
+}
+
+/// Waits while `method` is held (see [`FakeTelegram::hold`]).
+fn hold(st: &State, method: &str) {
+    let mut inner = st.lock();
+    let mut counted = false;
+    loop {
+        let now = Instant::now();
+        let held =
+            inner.holds.iter().any(|(m, until)| m == method && until.is_none_or(|u| u > now));
+        if !held {
+            break;
+        }
+        if !counted {
+            inner.held.push(method.to_owned());
+            counted = true;
+            st.changed.notify_all();
+        }
+        // Woken by a release; the timeout catches an `until` passing.
+        let tick = Duration::from_millis(50);
+        inner = st.changed.wait_timeout(inner, tick).unwrap_or_else(|e| e.into_inner()).0;
+    }
+    if counted {
+        let at = inner.held.iter().position(|m| m == method).expect("counted");
+        inner.held.remove(at);
+    }
 }
 
 /// Returns the queued updates from `offset` on at once, or waits for one (up to [`LONG_POLL`]
@@ -781,6 +831,155 @@ fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
     assert!(log.contains("Telegram call failed; retrying"), "{log}");
     assert!(log.contains("Telegram getUpdates failed; retrying"), "{log}");
     assert!(!log.contains(SECRET), "the token is in the log:\n{log}");
+}
+
+/// Runs `sandgate ARGS`, which must succeed, and returns how long it took.
+fn timed(t: &T, args: &[&str]) -> Duration {
+    let start = Instant::now();
+    let out = t.sg(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    start.elapsed()
+}
+
+#[test]
+fn a_hanging_send_message_holds_up_neither_the_cli_nor_other_questions() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    // Every sendMessage hangs until released; the bot abandons a call after 2 s and retries.
+    fake.hold("sendMessage", None);
+    let t = T::with_bot(&fake, "request_timeout = \"2s\"\n");
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let first = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    let q = t.pending_one();
+
+    // (a) The daemon answers at once, and the CLI's answer releases the request at once.
+    let (status, pending) = (timed(&t, &["status"]), timed(&t, &["pending"]));
+    let answered = Instant::now();
+    timed(&t, &["allow", &format!("q{}", q["id"]), "--once"]);
+    let (code, stdout, stderr) = finish(curl);
+    let released = answered.elapsed();
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    eprintln!(
+        "while sendMessage hangs: status {status:.0?}, pending {pending:.0?}, \
+         CLI answer -> request released {released:.0?}"
+    );
+    for (what, took) in [("status", status), ("pending", pending), ("release", released)] {
+        assert!(took < Duration::from_secs(2), "{what} waited for Telegram: {took:?}");
+    }
+
+    // A second question is posted at once, not after the first's retries.
+    let port2 = origin();
+    let asked2 = SystemTime::now();
+    let curl2 = t.spawn_curl(port2);
+    let second = fake.wait_nth(
+        "sendMessage",
+        1,
+        Duration::from_secs(10),
+        text_has(&format!("127.0.0.1:{port2}")),
+    );
+    let second_after = ms(second.wall, asked2);
+    // The hanging call is abandoned after request_timeout and tried again.
+    let retry = fake.wait_nth(
+        "sendMessage",
+        2,
+        Duration::from_secs(10),
+        text_has(&format!("127.0.0.1:{port}")),
+    );
+    let retry_after = ms(retry.wall, first.wall);
+    eprintln!(
+        "while the first question's post hangs: a second question reaches the API {second_after:.0} ms \
+         after its launch; the hanging call is retried {retry_after:.0} ms after it was sent"
+    );
+    assert!(
+        second_after < 2000.0,
+        "the second question waited for the first: {second_after:.0} ms"
+    );
+    assert!((2000.0..6000.0).contains(&retry_after), "retried after {retry_after:.0} ms");
+    assert!(fake.held("sendMessage") >= 1);
+    timed(&t, &["status"]);
+
+    // (b) The API answers again: the first question is posted late and edited to say who
+    // answered; the second is answered with its button.
+    let recovered = SystemTime::now();
+    fake.release("sendMessage");
+    let edit = fake.wait_call("editMessageText", text_has(&format!("127.0.0.1:{port} ")));
+    let edited_after = ms(edit.wall, recovered);
+    assert!(text(&edit.body).contains("allowed once in the CLI by"), "{}", edit.body);
+    let ids: Vec<i64> = fake
+        .calls("sendMessage")
+        .iter()
+        .filter(|c| text(&c.body).contains(&format!("127.0.0.1:{port}\n")))
+        .filter_map(|c| c.message_id)
+        .collect();
+    assert!(ids.contains(&edit.body["message_id"].as_i64().unwrap()), "{ids:?} {}", edit.body);
+    let q2 = fake
+        .calls("sendMessage")
+        .into_iter()
+        .rfind(|c| text(&c.body).contains(&format!("127.0.0.1:{port2}")))
+        .unwrap();
+    fake.push_callback(CHAT, "alice", q2.message_id.unwrap(), &button(&q2.body, "Allow once"));
+    let (code, stdout, stderr) = finish(curl2);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    fake.wait_call(
+        "editMessageText",
+        text_has(&format!("127.0.0.1:{port2} allowed once in Telegram by @alice")),
+    );
+
+    // A new question after the recovery is posted promptly, and the host form answers it.
+    let port3 = origin();
+    let asked3 = SystemTime::now();
+    let curl3 = t.spawn_curl(port3);
+    let third = fake.wait_nth(
+        "sendMessage",
+        1,
+        Duration::from_secs(10),
+        text_has(&format!("127.0.0.1:{port3}")),
+    );
+    let third_after = ms(third.wall, asked3);
+    timed(&t, &["allow", "127.0.0.1", "--once"]);
+    let (code, stdout, stderr) = finish(curl3);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    eprintln!(
+        "after the API recovers: the late question is edited {edited_after:.0} ms after the release; \
+         a new question reaches the API {third_after:.0} ms after its launch"
+    );
+    assert!(third_after < 2000.0, "{third_after:.0} ms");
+    let log = t.log();
+    assert!(log.contains("no answer within 2s"), "{log}");
+    assert!(!log.contains(SECRET), "the token is in the log:\n{log}");
+}
+
+#[test]
+fn a_hanging_long_poll_does_not_stop_questions_being_posted() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    let t = T::with_bot(&fake, "");
+    assert!(t.sg(&["rules"]).status.success(), "the daemon starts");
+    fake.hold("getUpdates", None);
+    wait_until("a held getUpdates", Duration::from_secs(10), || fake.held("getUpdates") == 1);
+    let port = origin();
+    let asked = SystemTime::now();
+    let curl = t.spawn_curl(port);
+    let q = fake.wait_nth(
+        "sendMessage",
+        1,
+        Duration::from_secs(10),
+        text_has(&format!("127.0.0.1:{port}")),
+    );
+    let posted = ms(q.wall, asked);
+    assert_eq!(fake.held("getUpdates"), 1, "the long poll still hangs");
+    eprintln!("while getUpdates hangs: a question reaches the API {posted:.0} ms after its launch");
+    assert!(posted < 2000.0, "{posted:.0} ms");
+    // The poll answers again: the button works.
+    fake.release("getUpdates");
+    fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, "Allow once"));
+    let (code, stdout, stderr) = finish(curl);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
 }
 
 #[test]

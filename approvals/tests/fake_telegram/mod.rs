@@ -29,9 +29,13 @@ pub struct Call {
 /// A scripted failure for the next call of a method.
 #[derive(Debug, Clone)]
 pub enum Failure {
-    TooManyRequests { retry_after: u32 },
+    TooManyRequests {
+        retry_after: u32,
+    },
     ServerError,
     Garbage,
+    /// No answer at all (an hour), as from a server that hangs.
+    Hang,
 }
 
 #[derive(Default)]
@@ -233,6 +237,10 @@ async fn serve(
                 reply(StatusCode::INTERNAL_SERVER_ERROR, "<html>502 Bad Gateway</html>".into())
             }
             Failure::Garbage => reply(StatusCode::OK, "\u{0}not json at all{".into()),
+            Failure::Hang => {
+                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                reply(StatusCode::OK, json!({ "ok": true, "result": [] }).to_string())
+            }
         });
     }
     let result = match method.as_str() {

@@ -7,6 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 
 use sandbox_support::{HOST4, HOST6, Scratch, TestHost, Who, refused};
+use sandgate_tests::sandgate_bin;
 
 /// A blocked direct attempt must fail quickly.
 const FAST_MS: u64 = 100;
@@ -95,6 +96,58 @@ fn raw_sockets_are_refused(who: &Who) {
     for tier in ["run", "net"] {
         refused(&s.probe(tier, &[], &["raw"]), &["EPERM", "EACCES"], "raw socket");
     }
+}
+
+/// Socket families beyond unix, IPv4, IPv6 and netlink are refused: AF_VSOCK reaches the
+/// hypervisor host whatever the network namespace, AF_ALG and AF_PACKET are kernel surface no
+/// command here needs. (family, type): AF_VSOCK stream, AF_ALG seqpacket, AF_PACKET dgram.
+fn other_socket_families_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    // The filter is what refuses (seccomp answers before the kernel looks the family up): outside
+    // (as root) the same calls work or meet a kernel without the family, never EPERM.
+    for (family, kind) in [("40", "1"), ("38", "5")] {
+        let out = std::process::Command::new("python3")
+            .args([s.probe.to_str().unwrap(), "family", family, kind])
+            .output()
+            .unwrap();
+        let outside = String::from_utf8_lossy(&out.stdout);
+        assert!(["ok", "EAFNOSUPPORT"].contains(&outside.trim()), "outside {family}: {outside}");
+    }
+    for tier in ["run", "net", "build"] {
+        for (family, kind) in [("40", "1"), ("38", "5"), ("17", "2")] {
+            let answer = s.probe(tier, &[], &["family", family, kind]);
+            refused(&answer, &["EPERM"], &format!("{tier}: socket({family}, {kind})"));
+        }
+        // What commands need still works (unix sockets: see the unix socket test).
+        for (family, kind) in [("2", "1"), ("10", "2"), ("16", "3")] {
+            let answer = s.probe(tier, &[], &["family", family, kind]);
+            assert_eq!(answer, "ok", "{tier}: socket({family}, {kind})");
+        }
+    }
+}
+
+/// Descriptors the caller left open (fd 3 and up) do not reach the command: through them it
+/// would read hidden files and write outside, past every mount of the sandbox.
+fn inherited_descriptors_are_closed(who: &Who) {
+    let s = Scratch::new(who);
+    let out_file = s.outside.join("through-fd.txt");
+    std::fs::write(&out_file, "").unwrap();
+    let _ = std::process::Command::new("chmod").arg("666").arg(&out_file).status();
+    let inner = "echo pwned >&7 && echo fd7-open; cat /proc/self/fd/6/.ssh/id_rsa && echo fd6-open; \
+                 ls /proc/self/fd | tr '\\n' ' '";
+    let script = format!(
+        "exec 6<\"$HOME\" 7>>'{}'; exec '{}' run -- sh -c '{}'",
+        out_file.display(),
+        sandgate_bin().display(),
+        inner.replace('\'', r"'\''")
+    );
+    let out = s.program(std::path::Path::new("sh")).args(["-c", &script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("fd7-open") && !stdout.contains("fd6-open"), "{stdout}");
+    assert!(!stdout.contains("FAKE KEY"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "", "written through fd 7");
+    // ls itself holds one descriptor (3) for /proc/self/fd while it lists.
+    assert_eq!(stdout.lines().last().unwrap_or("").trim(), "0 1 2 3", "{stdout}");
 }
 
 fn unix_sockets_outside_are_unreachable(who: &Who) {
@@ -242,6 +295,8 @@ both!(
     direct_network_is_refused,
     blocked_attempts_are_reported,
     raw_sockets_are_refused,
+    other_socket_families_are_refused,
+    inherited_descriptors_are_closed,
     unix_sockets_outside_are_unreachable,
     outside_processes_are_out_of_reach,
     terminal_injection_is_refused,

@@ -60,6 +60,13 @@ const DENIED: &[i64] = &[
     libc::SYS_name_to_handle_at,
 ];
 
+/// The socket address families a sandboxed command may create (every other `socket(2)` is refused
+/// with `EPERM`): unix sockets (subject to [`FilterOptions::deny_unix_sockets`]), IPv4 and IPv6
+/// (the network namespace and its firewall decide where they go), and netlink (the C library asks
+/// the kernel for the addresses it has through it).
+pub const ALLOWED_FAMILIES: [libc::c_int; 4] =
+    [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK];
+
 /// Which optional rules to add.
 #[derive(Debug, Clone, Copy)]
 pub struct FilterOptions {
@@ -140,17 +147,22 @@ pub fn build(options: FilterOptions) -> Result<[BpfProgram; 3], seccompiler::Bac
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctls);
+    // Sockets: only the families a command needs. Others reach past the network namespace
+    // (AF_VSOCK talks to the hypervisor host, whatever the namespace) or are attack surface
+    // nothing here uses (AF_ALG, AF_BLUETOOTH, AF_TIPC, ...).
+    let family = |op: SeccompCmpOp, f: libc::c_int| {
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, f as u64)
+    };
+    let mut socket = vec![SeccompRule::new(
+        ALLOWED_FAMILIES
+            .iter()
+            .map(|&f| family(SeccompCmpOp::Ne, f))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?];
     if options.deny_unix_sockets {
-        rules.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![SeccompCondition::new(
-                0,
-                SeccompCmpArgLen::Dword,
-                SeccompCmpOp::Eq,
-                libc::AF_UNIX as u64,
-            )?])?],
-        );
+        socket.push(SeccompRule::new(vec![family(SeccompCmpOp::Eq, libc::AF_UNIX)?])?);
     }
+    rules.insert(libc::SYS_socket, socket);
     let main = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

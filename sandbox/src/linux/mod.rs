@@ -674,6 +674,8 @@ mod init {
             // Nothing blocked, as for a command started from a shell: the launcher blocked its
             // signals (job control ones too) before init and the command inherited them.
             let _ = sys::SigSet::of(&[]).set_mask();
+            // Only stdin, stdout and stderr go in (see `cloexec_from_3`).
+            sys::cloexec_from_3();
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })

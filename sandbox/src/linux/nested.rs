@@ -212,6 +212,7 @@ impl Nested {
         // an ignored signal stays ignored across exec), nothing blocked.
         sys::default_handler(libc::SIGPIPE);
         let _ = sys::SigSet::of(&[]).set_mask();
+        sys::cloexec_from_3();
         let e = sys::execve(&self.program, &self.argv, &self.envp);
         if e.kind() == io::ErrorKind::NotFound {
             return SandboxError::CommandNotFound {

@@ -69,6 +69,10 @@ def abstract(nm):
     s.connect("\0" + nm)
 
 
+def family(num, kind):
+    socket.socket(int(num), int(kind)).close()
+
+
 def raw():
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
 
@@ -126,6 +130,7 @@ def main():
         "unix": lambda: attempt(lambda: unix(args[0])),
         "abstract": lambda: attempt(lambda: abstract(args[0])),
         "raw": lambda: attempt(raw),
+        "family": lambda: attempt(lambda: family(args[0], args[1])),
         "kill": lambda: attempt(lambda: os.kill(int(args[0]), 0)),
         "ptrace": lambda: attempt(lambda: ptrace(args[0])),
         "tiocsti": lambda: attempt(tiocsti),

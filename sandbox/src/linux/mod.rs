@@ -456,6 +456,12 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
     plan.fs.read_only.dedup();
+    // What the sandbox must not change must not be movable away either: pin the way to it.
+    let fs = &plan.fs;
+    let targets = fs.read_only.iter().chain(&fs.hidden_dirs).chain(&fs.hidden_files);
+    let targets: Vec<&Path> = targets.map(PathBuf::as_path).collect();
+    let pinned = mounts::pins(&fs.writable, &targets, &fs.hidden_dirs);
+    plan.fs.pinned = pinned;
     Ok(())
 }
 

@@ -1,6 +1,12 @@
 //! The mount namespace: the host's tree read-only and nosuid, a private `/tmp` and `/dev/shm`,
 //! writable paths bound back writable, protected paths read-only again, hidden paths covered,
-//! and a `/proc` of the new pid namespace.
+//! the directories leading to those pinned, and a `/proc` of the new pid namespace.
+//!
+//! A mount point cannot be renamed or removed (`EBUSY`), but a directory that merely contains one
+//! can, and the mount goes along: with `.git/hooks` bound read-only, `mv .git .git2` would take
+//! the read-only hooks away and leave a fresh, writable `.git/hooks` to be made. So every
+//! directory between a writable path and a path the sandbox must not change is bound onto itself
+//! as well ("pinned"), with the writability it had.
 
 use std::ffi::CStr;
 use std::io;
@@ -23,6 +29,8 @@ pub struct FsPlan {
     pub hidden_dirs: Vec<PathBuf>,
     /// Files to cover with an empty, unreadable file.
     pub hidden_files: Vec<PathBuf>,
+    /// Directories bound onto themselves so that they cannot be moved away (see [`pins`]).
+    pub pinned: Vec<PathBuf>,
 }
 
 /// A failed step: what was done, and the kernel's answer.
@@ -53,6 +61,30 @@ pub fn kept_under_tmp(cwd: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     kept
+}
+
+/// The directories to pin: every directory strictly between the outermost writable path that
+/// holds one of `targets` (read-only or hidden paths, all canonical) and the target itself,
+/// except writable paths (mounts already). Targets that are not in a writable path cannot be
+/// moved anyway (their parent is read-only), nor can targets under a hidden directory be reached.
+/// Sorted, parents first. A target at the top of a writable path costs nothing.
+pub fn pins(writable: &[PathBuf], targets: &[&Path], hidden_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut pinned: Vec<PathBuf> = Vec::new();
+    for t in targets {
+        if hidden_dirs.iter().any(|h| t.starts_with(h) && t != h) {
+            continue;
+        }
+        let Some(root) =
+            writable.iter().filter(|w| t.starts_with(w)).min_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        let between = t.ancestors().skip(1).take_while(|a| *a != root.as_path());
+        pinned.extend(between.filter(|a| !writable.iter().any(|w| w == a)).map(Path::to_path_buf));
+    }
+    pinned.sort();
+    pinned.dedup();
+    pinned
 }
 
 /// Builds the mount namespace's view. Runs inside the new user + mount namespaces, with the
@@ -197,6 +229,19 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
             sys::mount_setattr(w, 0, sys::MOUNT_ATTR_RDONLY, false),
         )?;
     }
+    // Last, so that each pin is a copy of what is there by now: the directory with the
+    // writability of the mount it is on, and the read-only and hidden mounts inside (`MS_REC`).
+    // Parents first, so a deeper pin lands in the copy. The launcher resolved these paths; one
+    // that is no longer a directory (a symlink put there since) is refused, not followed.
+    for d in &plan.pinned {
+        let is_dir = std::fs::symlink_metadata(d).map(|m| m.is_dir());
+        let checked = match is_dir {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(io::Error::new(io::ErrorKind::InvalidInput, "no longer a directory")),
+            Err(e) => Err(e),
+        };
+        step(|| format!("pin {}", d.display()), checked.and_then(|()| bind(d, d)))?;
+    }
     Ok(())
 }
 
@@ -237,6 +282,37 @@ mod tests {
             let got = kept_under_tmp(Path::new(cwd), &w);
             let want: Vec<PathBuf> = want.iter().map(p).collect();
             assert_eq!(got, want, "cwd {cwd} writable {writable:?}");
+        }
+    }
+
+    #[test]
+    fn pins_cover_the_directories_between_writable_roots_and_targets() {
+        let v = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let hidden = v(&["/h/.ssh", "/h/.local/share/keyrings"]);
+        let table: &[(&[&str], &[&str], &[&str])] = &[
+            // Top-level targets cost nothing.
+            (&["/p"], &["/p/.envrc", "/p/.vscode"], &[]),
+            (&["/p"], &["/p/.git/hooks", "/p/.git/config"], &["/p/.git"]),
+            // Outside any writable path: the read-only tree holds the parents.
+            (&["/p"], &["/h/.config/sandgate"], &[]),
+            (
+                &["/h"],
+                &["/h/.config/sandgate", "/h/.local/share/sandgate", "/h/.ssh"],
+                &["/h/.config", "/h/.local", "/h/.local/share"],
+            ),
+            // Under a hidden directory: out of reach, nothing to pin (it is not there inside).
+            (&["/h"], &["/h/.ssh/config", "/h/.local/share/keyrings/k"], &[]),
+            // Nested writable paths: from the outermost one, skipping the inner one (a mount).
+            (&["/h", "/h/a/p"], &["/h/a/p/.git/hooks"], &["/h/a", "/h/a/p/.git"]),
+            (&["/h/a/p", "/h"], &["/h/a/p/.git/hooks"], &["/h/a", "/h/a/p/.git"]),
+            // A writable path that is a prefix by name only is not a parent.
+            (&["/h/a"], &["/h/ab/c/d"], &[]),
+        ];
+        for (writable, targets, want) in table {
+            let targets: Vec<PathBuf> = v(targets);
+            let refs: Vec<&Path> = targets.iter().map(PathBuf::as_path).collect();
+            let got = pins(&v(writable), &refs, &hidden);
+            assert_eq!(got, v(want), "writable {writable:?} targets {targets:?}");
         }
     }
 }

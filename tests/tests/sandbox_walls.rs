@@ -172,6 +172,103 @@ fn protected_files_stay_read_only_in_build(who: &Who) {
     assert_eq!(std::fs::read_to_string(s.proj.join(".git/config")).unwrap(), "[core]\n");
 }
 
+/// `git init` in `proj/` as the user who runs the sandbox.
+fn git_repo(s: &Scratch) {
+    let out = s.program(std::path::Path::new("git")).args(["init", "-q", "."]).output().unwrap();
+    assert!(out.status.success(), "git init: {}", sandbox_support::text(&out.stderr));
+}
+
+/// Regression (red-team review): renaming `.git` took the read-only `.git/hooks` mount along and
+/// left a fresh `.git` in which a hook could be planted. The directories on the way to a
+/// protected path are pinned: moving them fails with EBUSY. Ordinary git work still works.
+fn moving_the_parent_does_not_free_protected_paths(who: &Who) {
+    let s = Scratch::new(who);
+    git_repo(&s);
+    let (git, hooks) = (s.proj.join(".git"), s.proj.join(".git/hooks"));
+    for (from, to) in [(&git, s.proj.join(".git2")), (&hooks, s.proj.join(".git/h2"))] {
+        let moved = s.probe("build", &[], &["rename", p(from), p(&to)]);
+        refused(&moved, &["EBUSY"], &format!("move {} away", from.display()));
+    }
+    // The attack of the review, end to end.
+    let plant = "mv .git .git2 && mkdir -p .git/hooks && \
+                 printf '#!/bin/sh\necho PWNED\n' > .git/hooks/pre-commit && \
+                 chmod +x .git/hooks/pre-commit && cp -r .git2/objects .git2/refs .git2/HEAD .git/";
+    let out = s.run("build", &[], &["sh", "-c", plant]);
+    assert!(!out.status.success(), "the attack went through");
+    assert!(!s.proj.join(".git2").exists(), ".git was moved away");
+    assert!(!hooks.join("pre-commit").exists(), "a hook was planted");
+    let hook = s.probe("build", &[], &["write", p(&hooks.join("pre-commit"))]);
+    refused(&hook, WRITE_REFUSED, "write a hook");
+    // .git itself stays writable: a commit from inside lands in the real repository.
+    s.sh("build", &[], "git -c user.email=a@b -c user.name=n commit -q --allow-empty -m inside");
+    let log = s.program(std::path::Path::new("git")).args(["log", "--format=%s"]).output().unwrap();
+    assert_eq!(sandbox_support::text(&log.stdout), "inside\n", "the commit from inside");
+}
+
+/// Regression (red-team review): with HOME writable, `mv ~/.config ~/.config-old` and a new
+/// `~/.config/sandgate/config.toml` widened the next sandbox to `/` writable. The parents of the
+/// config directory, the store and hidden paths are pinned; the hidden ~/.ssh cannot be moved
+/// away or replaced. Both ways HOME becomes writable: as the working directory and by flag.
+fn moving_home_directories_does_not_change_the_policy(who: &Who) {
+    let s = Scratch::new(who);
+    let allow_home = format!("--allow-write={}", s.home.display());
+    let (config, local, ssh) = (s.home.join(".config"), s.home.join(".local"), s.home.join(".ssh"));
+    let probe = p(&s.probe);
+    let attack = format!(
+        "mv {c} {c}-old; mkdir -p {c}/sandgate; printf '[filesystem]\nallow_write = [\"/\"]\n' \
+         > {c}/sandgate/config.toml; mkdir {h}/.s3; python3 {probe} rename {h}/.s3 {s}; \
+         python3 {probe} rmdir {s}",
+        c = p(&config),
+        h = p(&s.home),
+        s = p(&ssh),
+    );
+    let in_home = |args: &[&str], cmd: &[&str]| {
+        let mut c = s.command("build", args, cmd);
+        c.current_dir(&s.home);
+        c.output().unwrap()
+    };
+    for (how, args) in [("cwd HOME", &[][..]), ("--allow-write HOME", &[allow_home.as_str()][..])] {
+        for (from, to) in [
+            (&config, s.home.join(".c2")),
+            (&local, s.home.join(".l2")),
+            (&local.join("share"), local.join("s2")),
+            (&ssh, s.home.join(".s2")),
+        ] {
+            let cmd = ["python3", probe, "rename", p(from), p(&to)];
+            let out = in_home(args, &cmd);
+            let answer = sandbox_support::text(&out.stdout);
+            refused(answer.trim(), &["EBUSY"], &format!("{how}: move {} away", from.display()));
+        }
+        let out = in_home(args, &["sh", "-c", &attack]);
+        let answers = sandbox_support::text(&out.stdout);
+        let lines: Vec<&str> = answers.lines().collect();
+        assert_eq!(lines.len(), 2, "{how}: {answers} {}", sandbox_support::text(&out.stderr));
+        let replace = &["EBUSY", "EEXIST", "ENOTEMPTY", "EACCES", "EPERM"];
+        refused(lines[0], replace, &format!("{how}: replace ~/.ssh"));
+        refused(lines[1], &["EBUSY", "EACCES", "EPERM"], &format!("{how}: remove ~/.ssh"));
+        assert!(!s.home.join(".config-old").exists(), "{how}: ~/.config moved away");
+        let toml = std::fs::read_to_string(config.join("sandgate/config.toml")).unwrap();
+        assert_eq!(toml, "# config\n", "{how}: the config was replaced");
+        assert!(ssh.join("id_rsa").exists(), "{how}: ~/.ssh moved away");
+        let _ = std::fs::remove_dir(s.home.join(".s3"));
+    }
+    let explain = || {
+        let out = s
+            .program(&sandgate_tests::sandgate_bin())
+            .args(["explain", "--tier", "build", "--json"])
+            .output()
+            .unwrap();
+        let text = sandbox_support::text(&out.stdout);
+        let json: serde_json::Value = serde_json::from_str(&text).expect(&text);
+        json["writable"].as_array().unwrap().iter().any(|w| w == "/")
+    };
+    assert!(!explain(), "the next sandbox gets / writable");
+    // Control: the config the attack tried to write would have done it.
+    std::fs::write(config.join("sandgate/config.toml"), "[filesystem]\nallow_write = [\"/\"]\n")
+        .unwrap();
+    assert!(explain(), "control: a config with allow_write = [\"/\"] shows / writable");
+}
+
 fn links_do_not_lead_outside(who: &Who) {
     let s = Scratch::new(who);
     let victim = s.outside.join("victim.txt");
@@ -336,6 +433,8 @@ both!(
     children_inherit_the_walls,
     protected_files_stay_read_only_in_build,
     links_do_not_lead_outside,
+    moving_the_parent_does_not_free_protected_paths,
+    moving_home_directories_does_not_change_the_policy,
     exit_codes_and_signals_come_back,
     nothing_outlives_the_sandbox,
     placeholders_do_not_outlive_the_sandbox,

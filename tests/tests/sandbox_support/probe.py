@@ -139,6 +139,7 @@ def main():
         "mount": lambda: attempt(lambda: mount(args[0])),
         "unshare": lambda: attempt(lambda: unshare(args[0])),
         "rename": lambda: attempt(lambda: os.rename(args[0], args[1])),
+        "rmdir": lambda: attempt(lambda: os.rmdir(args[0])),
     }
     ops[op]()
 

@@ -64,8 +64,9 @@ pub struct ExplainArgs {
 
 /// Launcher constants that are not policy (policy lists live in `sandgate_config`).
 pub mod defaults {
-    /// Shell start-up files kept read-only in `$HOME` when `$HOME` is writable.
-    pub use sandgate_config::SHELL_RC;
+    /// Shell start-up files and other autorun entries kept read-only in `$HOME` when `$HOME` is
+    /// writable.
+    pub use sandgate_config::{HOME_AUTORUN, SHELL_RC};
     /// NFLOG group the namespace's firewall logs refused packets to.
     pub const NFLOG_GROUP: u16 = 7;
 }
@@ -181,7 +182,8 @@ pub fn spec_from_policy(
         if let Some(home) = &ctx.home
             && home.starts_with(w)
         {
-            read_only.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
+            let autorun = defaults::SHELL_RC.iter().chain(defaults::HOME_AUTORUN);
+            read_only.extend(autorun.map(|p| home.join(p)));
         }
     }
     let net = match policy.net.mode {
@@ -858,6 +860,9 @@ mod tests {
         assert!(build.writable.contains(&PathBuf::from("/work/p")));
         assert!(build.read_only.contains(&PathBuf::from("/work/p/.git/hooks")));
         assert!(build.read_only.contains(&PathBuf::from("/home/u/.bashrc")));
+        assert!(build.read_only.contains(&PathBuf::from("/home/u/.gitconfig")));
+        assert!(build.read_only.contains(&PathBuf::from("/home/u/.config/systemd/user")));
+        assert!(!build.read_only.contains(&PathBuf::from("/work/p/.gitconfig")));
         assert!(!build.read_only.contains(&PathBuf::from("/work/p/.bashrc")));
         assert!(matches!(build.net, NetMode::Proxy { .. }));
         assert!(build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://127.0.0.1:3128"));

@@ -72,6 +72,11 @@ fn credentials_config_and_store_are_out_of_reach(who: &Who) {
     refused(&config, WRITE_REFUSED, "config dir with HOME writable");
     let rc = s.probe("build", &[&arg], &["write", p(&s.home.join(".bashrc"))]);
     refused(&rc, WRITE_REFUSED, ".bashrc with HOME writable");
+    for autorun in [".gitconfig", ".local/bin/git", ".config/systemd/user/x.service"] {
+        let answer = s.probe("build", &[&arg], &["write", p(&s.home.join(autorun))]);
+        refused(&answer, &["EACCES", "EPERM", "EROFS", "ENOTDIR"], autorun);
+    }
+    assert!(!s.home.join(".gitconfig").exists(), "placeholder ~/.gitconfig left behind");
     let ssh = s.probe("build", &[&arg], &["write", p(&s.home.join(".ssh/authorized_keys"))]);
     refused(&ssh, &["EACCES", "EPERM", "EROFS", "ENOENT"], "~/.ssh with HOME writable");
     store_and_config_stay_unwritable(&s, "build", &[&arg]);

@@ -194,6 +194,10 @@ fn moving_the_parent_does_not_free_protected_paths(who: &Who) {
         let moved = s.probe("build", &[], &["rename", p(from), p(&to)]);
         refused(&moved, &["EBUSY"], &format!("move {} away", from.display()));
     }
+    // The writable path itself is a mount: it cannot be moved either, even in a writable parent.
+    let parent = format!("--allow-write={}", s.root.display());
+    let moved = s.probe("build", &[&parent], &["rename", p(&s.proj), p(&s.root.join("p2"))]);
+    refused(&moved, &["EBUSY"], "move the working directory away");
     // The attack of the review, end to end.
     let plant = "mv .git .git2 && mkdir -p .git/hooks && \
                  printf '#!/bin/sh\necho PWNED\n' > .git/hooks/pre-commit && \

@@ -1,7 +1,7 @@
 //! Launcher subcommands: `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{Overrides, Policy};
@@ -179,6 +179,11 @@ pub fn spec_from_policy(
     }
     for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
+        read_only.extend(
+            submodule_git_dirs(&w.join(".git/modules"))
+                .into_iter()
+                .flat_map(|d| [d.join("hooks"), d.join("config")]),
+        );
         if let Some(home) = &ctx.home
             && home.starts_with(w)
         {
@@ -253,6 +258,36 @@ fn fresh_namespace(ruleset: &str) -> String {
         .filter(|l| !(l.starts_with("add table ") || l.starts_with("delete table ")))
         .map(|l| format!("{l}\n"))
         .collect()
+}
+
+/// The git directories of a repository's submodules (`.git/modules/NAME`, nested ones under
+/// `.../modules/NAME/modules/...`): their hooks and config run code outside just as the top
+/// repository's do (`git submodule update` runs a submodule's hooks). A submodule's git directory
+/// is one holding `HEAD`; at most four levels are looked at, and a missing `modules` costs one
+/// failed `read_dir`.
+fn submodule_git_dirs(modules: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![(modules.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if path.join("HEAD").is_file() {
+                found.push(path.clone());
+                if depth < 4 {
+                    todo.push((path.join("modules"), depth + 1));
+                }
+            } else if depth < 4 {
+                // A submodule named with a slash (`libs/foo`) nests its git directory.
+                todo.push((path, depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 fn new_id() -> anyhow::Result<SandboxId> {

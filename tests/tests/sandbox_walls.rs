@@ -183,6 +183,36 @@ fn git_repo(s: &Scratch) {
     assert!(out.status.success(), "git init: {}", sandbox_support::text(&out.stderr));
 }
 
+/// Submodules keep their git directories under `.git/modules/` (`NAME`, `a/b` for a name with a
+/// slash, `NAME/modules/SUB` when nested): their hooks and config are as read-only as the top
+/// repository's, while their objects stay writable (`git submodule update` works inside).
+fn submodule_hooks_and_config_stay_read_only(who: &Who) {
+    let s = Scratch::new(who);
+    git_repo(&s);
+    let modules = s.proj.join(".git/modules");
+    let dirs = [modules.join("lib"), modules.join("libs/foo"), modules.join("lib/modules/inner")];
+    for d in &dirs {
+        for sub in ["hooks", "objects"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(d.join("config"), "[core]\n").unwrap();
+    }
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", who.uid, who.gid), p(&modules)])
+        .status();
+    for d in &dirs {
+        for what in [d.join("hooks/post-checkout"), d.join("config")] {
+            let w = s.probe("build", &[], &["write", p(&what)]);
+            refused(&w, WRITE_REFUSED, &format!("write {}", what.display()));
+        }
+        let moved = s.probe("build", &[], &["rename", p(&d.join("hooks")), p(&d.join("h2"))]);
+        refused(&moved, &["EBUSY"], &format!("move {}/hooks away", d.display()));
+        let obj = d.join("objects/pack-x");
+        assert_eq!(s.probe("build", &[], &["write", p(&obj)]), "ok", "{}", obj.display());
+    }
+}
+
 /// Regression (red-team review): renaming `.git` took the read-only `.git/hooks` mount along and
 /// left a fresh `.git` in which a hook could be planted. The directories on the way to a
 /// protected path are pinned: moving them fails with EBUSY. Ordinary git work still works.
@@ -435,6 +465,7 @@ fn concurrent_sandboxes_share_placeholders(who: &Who) {
 }
 
 both!(
+    submodule_hooks_and_config_stay_read_only,
     a_working_directory_under_tmp_stays_visible,
     reads_work_and_writes_are_confined,
     allow_write_opens_one_path,

@@ -179,11 +179,7 @@ pub fn spec_from_policy(
     }
     for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
-        read_only.extend(
-            submodule_git_dirs(&w.join(".git/modules"))
-                .into_iter()
-                .flat_map(|d| [d.join("hooks"), d.join("config")]),
-        );
+        read_only.extend(git_read_only(w, policy.fs.git_writable));
         if let Some(home) = &ctx.home
             && home.starts_with(w)
         {
@@ -257,6 +253,55 @@ fn fresh_namespace(ruleset: &str) -> String {
         .lines()
         .filter(|l| !(l.starts_with("add table ") || l.starts_with("delete table ")))
         .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// What of the git repository at the top of writable path `w` stays read-only beyond the
+/// protected names: `.git` itself unless `[filesystem] git_writable` (a writable `.git` can take
+/// a `commondir` file sending git to hooks and config of the command's making, and no mount can
+/// stop a file being created there), else the hooks and config of every submodule's git
+/// directory; always `.git` when it is a file (a `gitdir:` pointer) and the `.git` of every
+/// submodule `.gitmodules` names (a pointer too: rewritten, the next `git status` on the host
+/// would read a config of the command's making).
+fn git_read_only(w: &Path, git_writable: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let dot_git = w.join(".git");
+    match std::fs::symlink_metadata(&dot_git) {
+        Ok(m) if m.is_dir() && git_writable => out.extend(
+            submodule_git_dirs(&dot_git.join("modules"))
+                .into_iter()
+                .flat_map(|d| [d.join("hooks"), d.join("config")]),
+        ),
+        Ok(_) => out.push(dot_git),
+        Err(_) => {}
+    }
+    for path in submodule_paths(&std::fs::read_to_string(w.join(".gitmodules")).unwrap_or_default())
+    {
+        let sub = w.join(path).join(".git");
+        match std::fs::symlink_metadata(&sub) {
+            Ok(m) if m.is_dir() && git_writable => {
+                out.extend([sub.join("hooks"), sub.join("config")]);
+            }
+            Ok(_) => out.push(sub),
+            Err(_) => {}
+        }
+    }
+    out
+}
+
+/// The `path = ...` values of a `.gitmodules` file that stay inside the repository (relative,
+/// no `..`).
+fn submodule_paths(gitmodules: &str) -> Vec<PathBuf> {
+    gitmodules
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split_once('=')?;
+            (key.trim() == "path").then(|| PathBuf::from(value.trim().trim_matches('"')))
+        })
+        .filter(|p| {
+            !p.as_os_str().is_empty()
+                && p.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+        })
         .collect()
 }
 
@@ -854,6 +899,7 @@ mod tests {
                     .map(|s| s.to_string())
                     .collect(),
                 unix_sockets: vec![rule("/run/allowed.sock")],
+                git_writable: false,
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
         }

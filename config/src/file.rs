@@ -11,6 +11,7 @@
 //! deny_read = ["~/work/secrets"]        # hidden in every tier, like ~/.ssh
 //! protected = ["Makefile.local"]        # stays read-only inside writable directories
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
+//! git_writable = false                  # true: commits from inside (.git writable but hooks/config)
 //!
 //! [tiers.build-offline]
 //! base = "build"
@@ -156,6 +157,7 @@ struct RawFs {
     deny_read: Vec<Spanned<String>>,
     protected: Vec<Spanned<String>>,
     unix_sockets: Vec<Spanned<String>>,
+    git_writable: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,6 +210,8 @@ pub struct CheckedFile {
     pub protected: Vec<String>,
     /// Allowed pathname unix sockets.
     pub unix_sockets: Vec<PathRule>,
+    /// `[filesystem] git_writable`, when set.
+    pub git_writable: Option<bool>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -308,6 +312,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         deny_read: cx.paths(&raw.filesystem.deny_read)?,
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
+        git_writable: raw.filesystem.git_writable,
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,

@@ -307,11 +307,14 @@ impl Config {
             }
         }
         let unix_sockets = self.files().flat_map(|f| f.content.unix_sockets.clone()).collect();
+        // The later file decides (a project may turn it on or off for itself).
+        let git_writable =
+            self.files().filter_map(|f| f.content.git_writable).last().unwrap_or(false);
 
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
             tier: name.to_owned(),
-            fs: FsPolicy { writable, hidden, protected, unix_sockets },
+            fs: FsPolicy { writable, hidden, protected, unix_sockets, git_writable },
             net: NetworkPolicy::new(name, mode, allow, deny),
         })
     }
@@ -350,6 +353,21 @@ mod tests {
         std::fs::write(&paths.project, project).unwrap();
         let config = Config::load(paths).unwrap();
         (dir, config)
+    }
+
+    #[test]
+    fn git_writable_is_off_by_default_and_the_later_file_decides() {
+        // (global file, per-directory file, git_writable)
+        for (global, project, want) in [
+            ("", "", false),
+            ("[filesystem]\ngit_writable = true\n", "", true),
+            ("[filesystem]\ngit_writable = true\n", "[filesystem]\ngit_writable = false\n", false),
+            ("", "[filesystem]\ngit_writable = true\n", true),
+        ] {
+            let (_d, c) = config(global, project);
+            let p = c.policy("build", &Overrides::default()).unwrap();
+            assert_eq!(p.fs.git_writable, want, "{global:?} {project:?}");
+        }
     }
 
     #[test]

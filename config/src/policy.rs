@@ -60,6 +60,10 @@ pub struct FsPolicy {
     pub protected: Vec<String>,
     /// Pathname unix sockets the sandbox may connect to (none by default).
     pub unix_sockets: Vec<PathRule>,
+    /// Whether a repository's `.git` directory at the top of a writable path stays writable
+    /// (commits from inside; its hooks and config stay read-only). Off by default: with `.git`
+    /// writable, a command can plant `.git/commondir` and point git at hooks of its own.
+    pub git_writable: bool,
 }
 
 impl FsPolicy {
@@ -247,6 +251,7 @@ impl Policy {
                 hidden,
                 protected: self.fs.protected.clone(),
                 unix_sockets: self.fs.unix_sockets.clone(),
+                git_writable: self.fs.git_writable,
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny),
         })

@@ -183,11 +183,58 @@ fn git_repo(s: &Scratch) {
     assert!(out.status.success(), "git init: {}", sandbox_support::text(&out.stderr));
 }
 
+/// `[filesystem] git_writable = true` in the user's configuration (`.git` writable but for the
+/// protected names).
+fn git_writable(s: &Scratch) {
+    let config = s.home.join(".config/sandgate/config.toml");
+    std::fs::write(&config, "[filesystem]\ngit_writable = true\n").unwrap();
+}
+
+/// By default `.git` is read-only in `build`: a writable one could take a `commondir` file that
+/// sends git (on the host, later) to hooks and config the command wrote. Git pointers stay
+/// read-only in both modes: `.git` as a file (`gitdir: ...`, a worktree or submodule checkout)
+/// and each submodule's `.git` named by `.gitmodules`.
+fn the_git_directory_and_git_pointers_are_read_only(who: &Who) {
+    let s = Scratch::new(who);
+    git_repo(&s);
+    let lib = s.proj.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join(".git"), "gitdir: ../.git/modules/lib\n").unwrap();
+    std::fs::write(s.proj.join(".gitmodules"), "[submodule \"lib\"]\n\tpath = lib\n\turl = x\n")
+        .unwrap();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", who.uid, who.gid), p(&s.proj)])
+        .status();
+    let git = s.proj.join(".git");
+    for what in [git.join("commondir"), git.join("index"), git.join("HEAD"), lib.join(".git")] {
+        let w = s.probe("build", &[], &["write", p(&what)]);
+        refused(&w, WRITE_REFUSED, &format!("write {}", what.display()));
+    }
+    let commit = "git -c user.email=a@b -c user.name=n commit -q --allow-empty -m x";
+    let out = s.run("build", &[], &["sh", "-c", commit]);
+    let err = sandbox_support::text(&out.stderr);
+    assert!(!out.status.success() && err.contains("Read-only file system"), "commit inside: {err}");
+    // With git_writable: .git takes writes, the pointer of the submodule still does not.
+    git_writable(&s);
+    assert_eq!(s.probe("build", &[], &["write", p(&git.join("index.x"))]), "ok");
+    let w = s.probe("build", &[], &["write", p(&lib.join(".git"))]);
+    refused(&w, WRITE_REFUSED, "write the submodule's .git pointer");
+    // A checkout whose .git is a file: the pointer is read-only.
+    let wt = s.proj.join("lib");
+    let out = s.probe(
+        "build",
+        &[&format!("--allow-write={}", wt.display())],
+        &["write", p(&wt.join(".git"))],
+    );
+    refused(&out, WRITE_REFUSED, "write a .git file at the top of a writable path");
+}
+
 /// Submodules keep their git directories under `.git/modules/` (`NAME`, `a/b` for a name with a
 /// slash, `NAME/modules/SUB` when nested): their hooks and config are as read-only as the top
 /// repository's, while their objects stay writable (`git submodule update` works inside).
 fn submodule_hooks_and_config_stay_read_only(who: &Who) {
     let s = Scratch::new(who);
+    git_writable(&s);
     git_repo(&s);
     let modules = s.proj.join(".git/modules");
     let dirs = [modules.join("lib"), modules.join("libs/foo"), modules.join("lib/modules/inner")];
@@ -218,6 +265,7 @@ fn submodule_hooks_and_config_stay_read_only(who: &Who) {
 /// protected path are pinned: moving them fails with EBUSY. Ordinary git work still works.
 fn moving_the_parent_does_not_free_protected_paths(who: &Who) {
     let s = Scratch::new(who);
+    git_writable(&s);
     git_repo(&s);
     let (git, hooks) = (s.proj.join(".git"), s.proj.join(".git/hooks"));
     for (from, to) in [(&git, s.proj.join(".git2")), (&hooks, s.proj.join(".git/h2"))] {
@@ -465,6 +513,7 @@ fn concurrent_sandboxes_share_placeholders(who: &Who) {
 }
 
 both!(
+    the_git_directory_and_git_pointers_are_read_only,
     submodule_hooks_and_config_stay_read_only,
     a_working_directory_under_tmp_stays_visible,
     reads_work_and_writes_are_confined,

@@ -118,6 +118,9 @@ fn other_socket_families_are_refused(who: &Who) {
             let answer = s.probe(tier, &[], &["family", family, kind]);
             refused(&answer, &["EPERM"], &format!("{tier}: socket({family}, {kind})"));
         }
+        // socketpair: unix pairs only (AF_TIPC would make them, and load its module).
+        refused(&s.probe(tier, &[], &["pair", "30", "5"]), &["EPERM"], "socketpair(AF_TIPC)");
+        assert_eq!(s.probe(tier, &[], &["pair", "1", "1"]), "ok", "{tier}: socketpair(AF_UNIX)");
         // What commands need still works (unix sockets: see the unix socket test).
         for (family, kind) in [("2", "1"), ("10", "2"), ("16", "3")] {
             let answer = s.probe(tier, &[], &["family", family, kind]);

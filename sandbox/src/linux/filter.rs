@@ -163,6 +163,12 @@ pub fn build(options: FilterOptions) -> Result<[BpfProgram; 3], seccompiler::Bac
         socket.push(SeccompRule::new(vec![family(SeccompCmpOp::Eq, libc::AF_UNIX)?])?);
     }
     rules.insert(libc::SYS_socket, socket);
+    // socketpair(2) makes connected pairs of other families too (AF_TIPC), and loads their
+    // modules: unix only.
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![SeccompRule::new(vec![family(SeccompCmpOp::Ne, libc::AF_UNIX)?])?],
+    );
     let main = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

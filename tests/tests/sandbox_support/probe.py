@@ -73,6 +73,11 @@ def family(num, kind):
     socket.socket(int(num), int(kind)).close()
 
 
+def pair(num, kind):
+    for s in socket.socketpair(int(num), int(kind)):
+        s.close()
+
+
 def raw():
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
 
@@ -131,6 +136,7 @@ def main():
         "abstract": lambda: attempt(lambda: abstract(args[0])),
         "raw": lambda: attempt(raw),
         "family": lambda: attempt(lambda: family(args[0], args[1])),
+        "pair": lambda: attempt(lambda: pair(args[0], args[1])),
         "kill": lambda: attempt(lambda: os.kill(int(args[0]), 0)),
         "ptrace": lambda: attempt(lambda: ptrace(args[0])),
         "tiocsti": lambda: attempt(tiocsti),

@@ -841,6 +841,50 @@ fn timed(t: &T, args: &[&str]) -> Duration {
     start.elapsed()
 }
 
+/// At most four questions are posted at once. A fifth answered (from the CLI) while it waits for
+/// its turn is never posted: there is nothing left to ask.
+#[test]
+fn a_question_answered_before_its_turn_to_be_posted_is_not_posted() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let fake = FakeTelegram::start();
+    fake.hold("sendMessage", None);
+    let t = T::with_bot(&fake, "request_timeout = \"30s\"\n");
+    let ports: Vec<u16> = (0..4).map(|_| origin()).collect();
+    let curls: Vec<Child> = ports.iter().map(|&p| t.spawn_curl(p)).collect();
+    wait_until("four posts hanging", Duration::from_secs(20), || fake.held("sendMessage") >= 4);
+    let fifth = origin();
+    let curl5 = t.spawn_curl(fifth);
+    let mut q5 = Value::Null;
+    wait_until("the fifth question", Duration::from_secs(20), || {
+        let pending = t.json(&["pending", "--json"]);
+        let found = pending.as_array().into_iter().flatten().find(|q| q["port"] == fifth);
+        q5 = found.cloned().unwrap_or(Value::Null);
+        !q5.is_null()
+    });
+    let out = t.sg(&["allow", &format!("q{}", q5["id"]), "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = finish(curl5);
+    assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    // The first four are answered too, the API comes back: their posts go through and are edited.
+    let out = t.sg(&["allow", "127.0.0.1", "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for c in curls {
+        let (code, stdout, stderr) = finish(c);
+        assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+    }
+    fake.release("sendMessage");
+    for p in &ports {
+        fake.wait_call("editMessageText", text_has(&format!("127.0.0.1:{p} ")));
+    }
+    let posted5 = fake
+        .calls("sendMessage")
+        .iter()
+        .any(|c| text(&c.body).contains(&format!("127.0.0.1:{fifth}")));
+    assert!(!posted5, "the question answered before its turn was posted");
+}
+
 #[test]
 fn a_hanging_send_message_holds_up_neither_the_cli_nor_other_questions() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {

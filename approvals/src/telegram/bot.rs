@@ -228,11 +228,16 @@ impl Questions {
     }
 
     fn on_event(&mut self, ev: BrokerEvent, tasks: &mut JoinSet<()>) {
+        // Tasks that gave up waiting (their question's end was among the events a lag lost).
+        self.closers.retain(|_, tx| !tx.is_closed());
         if let BrokerEvent::Asked(q) = &ev {
             let (tx, rx) = oneshot::channel();
             self.closers.insert(q.id, tx);
             let (id, text) = (q.id, question_text(q));
-            tasks.spawn(question(self.shared.clone(), self.posts.clone(), id, text, rx));
+            // Every question ends by its deadline; a few seconds on top for the broker's event.
+            let wait = q.deadline.duration_since(SystemTime::now()).unwrap_or_default()
+                + Duration::from_secs(5);
+            tasks.spawn(question(self.shared.clone(), self.posts.clone(), id, text, rx, wait));
             return;
         }
         let Some((id, text)) = closed_text(&ev) else { return };
@@ -249,11 +254,16 @@ async fn question(
     posts: Arc<Semaphore>,
     id: QuestionId,
     text: String,
-    closed: oneshot::Receiver<String>,
+    mut closed: oneshot::Receiver<String>,
+    wait: Duration,
 ) {
     let mut messages = Vec::new();
     {
         let Ok(_turn) = posts.acquire().await else { return };
+        // Answered while it waited for its turn: nothing left to ask.
+        if closed.try_recv().is_ok() {
+            return;
+        }
         for &chat in &sh.config.chats {
             let chat = ChatId(chat);
             let sent = sh
@@ -266,7 +276,12 @@ async fn question(
             }
         }
     }
-    let Ok(text) = closed.await else { return };
+    let text = match tokio::time::timeout(wait, closed).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(_)) => return,
+        // Its end was among the events the bot lagged behind on.
+        Err(_) => "⌛ this question has ended (see `sandgate rules` or `/rules`)".to_owned(),
+    };
     if messages.is_empty() {
         return;
     }

@@ -313,14 +313,8 @@ fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
 
 /// Runs its arguments under a seccomp filter that refuses new user namespaces with `EPERM` (as a
 /// kernel with unprivileged user namespaces disabled answers) and `clone3` with `ENOSYS`.
-const NO_USERNS: &str = r#"import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-class Insn(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                ("k", ctypes.c_uint)]
-class Prog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
-ERRNO, ALLOW = 0x00050000, 0x7fff0000
+/// (After [`sandbox_support::SECCOMP_PY`].)
+const NO_USERNS: &str = r#"ERRNO, ALLOW = 0x00050000, 0x7fff0000
 prog = [
     (0x20, 0, 0, 0),                   # A = nr
     (0x15, 0, 1, 435),                 # clone3?
@@ -346,7 +340,7 @@ fn a_refused_user_namespace_names_the_settings(who: &Who) {
     }
     let s = Scratch::new(who);
     let wrapper = s.root.join("no_userns.py");
-    std::fs::write(&wrapper, NO_USERNS).unwrap();
+    std::fs::write(&wrapper, format!("{}{NO_USERNS}", sandbox_support::SECCOMP_PY)).unwrap();
     let marker = s.proj.join("ran");
     let out = s
         .program(Path::new("python3"))

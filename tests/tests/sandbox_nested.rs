@@ -162,14 +162,8 @@ fn forged_variables_outside_do_not_skip_the_namespaces(who: &Who) {
 /// sandbox) named `sandgate-init`, with
 /// no_new_privs and an allow-all seccomp filter: every sign a process can fake. It runs its
 /// arguments and passes on their output and status.
-const FAKE_OUTER: &str = r#"import ctypes, subprocess, sys
-libc = ctypes.CDLL(None, use_errno=True)
-class Insn(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                ("k", ctypes.c_uint)]
-class Prog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
-assert libc.prctl(15, b"sandgate-init", 0, 0, 0) == 0          # PR_SET_NAME
+/// (After [`sandbox_support::SECCOMP_PY`].)
+const FAKE_OUTER: &str = r#"assert libc.prctl(15, b"sandgate-init", 0, 0, 0) == 0          # PR_SET_NAME
 assert libc.prctl(38, 1, 0, 0, 0) == 0                         # PR_SET_NO_NEW_PRIVS
 insns = (Insn * 1)(Insn(0x06, 0, 0, 0x7fff0000))               # ret SECCOMP_RET_ALLOW
 assert libc.prctl(22, 2, ctypes.byref(Prog(1, insns)), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
@@ -186,7 +180,7 @@ sys.exit(r.returncode)
 fn a_faked_outer_sandbox_does_not_skip_the_namespaces(who: &Who) {
     let s = Scratch::new(who);
     let fake = s.root.join("fake_outer.py");
-    std::fs::write(&fake, FAKE_OUTER).unwrap();
+    std::fs::write(&fake, format!("{}{FAKE_OUTER}", sandbox_support::SECCOMP_PY)).unwrap();
     let key = s.home.join(".ssh/id_rsa");
     let script = format!("echo $$; cat /proc/1/comm; cat {} || echo key-refused", p(&key));
     let bin = sandgate_bin();

@@ -569,16 +569,7 @@ mod init {
         let prepared = Prepared {
             program: cs(path.as_os_str())?,
             argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,
-            envp: spec
-                .env
-                .iter()
-                .map(|(k, v)| {
-                    let mut kv = k.clone();
-                    kv.push("=");
-                    kv.push(v);
-                    cs(&kv)
-                })
-                .collect::<Result<_, _>>()?,
+            envp: sys::envp(&spec.env).map_err(err("environment"))?,
             slave,
         };
 

@@ -162,16 +162,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Nested, SandboxError> {
         command: program.to_string_lossy().into_owned(),
     })?;
     let cs = |s: &OsStr| sys::cstr(s).map_err(SandboxError::io("command line"));
-    let envp = spec
-        .env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cs(&kv)
-        })
-        .collect::<Result<_, _>>()?;
+    let envp = sys::envp(&spec.env).map_err(SandboxError::io("environment"))?;
     Ok(Nested {
         enforcement,
         require_full: spec.require_full,

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -51,6 +51,18 @@ pub fn cpath(path: &Path) -> io::Result<CString> {
 /// An OS string as a C string; one with a NUL byte is an `InvalidInput` error.
 pub fn cstr(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))
+}
+
+/// `KEY=VALUE` strings for `execve`'s environment.
+pub fn envp(env: &[(OsString, OsString)]) -> io::Result<Vec<CString>> {
+    env.iter()
+        .map(|(k, v)| {
+            let mut kv = k.clone();
+            kv.push("=");
+            kv.push(v);
+            cstr(&kv)
+        })
+        .collect()
 }
 
 /// `clone(flags | SIGCHLD)` without a new stack: returns `Some(child pid)` in the parent and

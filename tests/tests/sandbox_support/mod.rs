@@ -14,6 +14,17 @@ use sandgate_tests::{in_ci, sandgate_bin, skip_unless};
 
 pub const PROBE: &str = include_str!("probe.py");
 
+/// The start of a Python script that installs a seccomp filter of its own: `libc`, and the
+/// `Insn` (`struct sock_filter`) and `Prog` (`struct sock_fprog`) types.
+pub const SECCOMP_PY: &str = r#"import ctypes, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+"#;
+
 /// Who runs the launcher.
 #[derive(Debug, Clone)]
 pub struct Who {

@@ -392,15 +392,7 @@ fn exit_codes_and_signals_come_back(who: &Who) {
         [("TERM", 42), ("INT", 43), ("HUP", 44), ("QUIT", 45), ("USR1", 46), ("USR2", 47)]
     {
         let script = format!("trap 'exit {code}' {sig}; echo ready; while :; do sleep 0.05; done");
-        let mut child = s
-            .command("run", &[], &["sh", "-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        use std::io::BufRead as _;
-        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
+        let mut child = started(&s, "run", &script);
         let _ = std::process::Command::new("kill")
             .args([&format!("-{sig}"), &child.id().to_string()])
             .status();
@@ -459,10 +451,10 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 }
 
 /// Starts `sandgate build -- sh -c SCRIPT` with pipes; returns it after it printed `ready`.
-fn started(s: &Scratch, script: &str) -> std::process::Child {
+fn started(s: &Scratch, tier: &str, script: &str) -> std::process::Child {
     use std::io::BufRead as _;
     let mut child = s
-        .command("build", &[], &["sh", "-c", script])
+        .command(tier, &[], &["sh", "-c", script])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -484,7 +476,7 @@ fn placeholders_do_not_outlive_the_sandbox(who: &Who) {
     assert!(!envrc.exists(), ".envrc left behind after a normal exit");
 
     let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
-    let mut child = started(&s, &format!("echo ready; exec {marker}"));
+    let mut child = started(&s, "build", &format!("echo ready; exec {marker}"));
     assert!(envrc.exists(), "the placeholder is there while the sandbox runs");
     child.kill().unwrap(); // SIGKILL: the launcher cannot clean up itself
     child.wait().unwrap();
@@ -500,8 +492,8 @@ fn concurrent_sandboxes_share_placeholders(who: &Who) {
     let s = Scratch::new(who);
     let envrc = s.proj.join(".envrc");
     let probe = s.probe.to_str().unwrap();
-    let mut a = started(&s, "echo ready; read x || true");
-    let mut b = started(&s, &format!("echo ready; read x; python3 {probe} write .envrc"));
+    let mut a = started(&s, "build", "echo ready; read x || true");
+    let mut b = started(&s, "build", &format!("echo ready; read x; python3 {probe} write .envrc"));
     drop(a.stdin.take()); // EOF: `a` ends
     assert!(a.wait().unwrap().success());
     assert!(envrc.exists(), "removed while the other sandbox still used it");

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod daemon_support;
 
-use daemon_support::{T, can_sandbox, finish, has_script, lines_of, wait_until};
+use daemon_support::{T, can_sandbox, curl_within, finish, has_script, lines_of, wait_until};
 use sandgate_tests::skip_unless;
 use serde_json::{Value, json};
 
@@ -450,23 +450,8 @@ impl T {
 
     /// A sandboxed `curl` of `http://127.0.0.1:PORT/` that prints the status code.
     fn spawn_curl(&self, port: u16) -> Child {
-        let url = format!("http://127.0.0.1:{port}/");
-        self.spawn_net(
-            &[],
-            &[
-                "curl",
-                "-sS",
-                "--max-time",
-                "40",
-                "--noproxy",
-                "",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}\n",
-                &url,
-            ],
-        )
+        let cmd = curl_within(&format!("http://127.0.0.1:{port}/"), 40);
+        self.spawn_net(&[], &cmd.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     fn log(&self) -> String {

@@ -98,12 +98,19 @@ impl T {
     }
 }
 
+/// curl of `url` printing only the status code, giving up after 20 s.
 pub fn curl(url: &str) -> Vec<String> {
+    curl_within(url, 20)
+}
+
+/// [`curl`] giving up after `secs` seconds.
+pub fn curl_within(url: &str, secs: u32) -> Vec<String> {
+    let secs = secs.to_string();
     [
         "curl",
         "-sS",
         "--max-time",
-        "20",
+        &secs,
         "--noproxy",
         "",
         "-o",

@@ -162,7 +162,7 @@ pub fn spec_from_policy(
     ctx: &LaunchEnv,
     id: SandboxId,
 ) -> anyhow::Result<SandboxSpec> {
-    let writable: Vec<PathBuf> = policy.fs.writable.iter().map(|w| w.path.clone()).collect();
+    let writable: Vec<PathBuf> = present_writable(&policy.fs.writable);
     // The policy already holds the built-in credential list, config `deny_read` and
     // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
     // inside).
@@ -244,6 +244,39 @@ pub fn spec_from_policy(
         allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
     })
+}
+
+/// The writable paths that exist. A configured one that does not (a directory removed since
+/// `config add-path`, a typo) is skipped with one line naming where it came from and how to drop
+/// it, instead of failing every launch in that directory.
+fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
+    rules
+        .iter()
+        .filter(|w| {
+            // A flag naming a missing path is a mistake to report (the launch fails on it).
+            let present = !matches!(w.source, sandgate_config::RuleSource::File { .. })
+                || std::fs::symlink_metadata(&w.path).is_ok();
+            if !present {
+                eprintln!("sandgate: warning: {}", missing_path_notice(w));
+            }
+            present
+        })
+        .map(|w| w.path.clone())
+        .collect()
+}
+
+/// What to say about writable path `w` that does not exist.
+pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
+    let fix = match &w.source {
+        sandgate_config::RuleSource::File { path, line } => format!(
+            "from {}:{line}; remove it with `sandgate config remove-path {}`{}",
+            path.display(),
+            w.path.display(),
+            if path.ends_with("config.toml") { " --global" } else { "" }
+        ),
+        other => format!("from {other}"),
+    };
+    format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
 }
 
 /// Drops the `add table` / `delete table` lines that make the ruleset replace an existing table:

@@ -1,6 +1,6 @@
 //! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`.
 
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -178,6 +178,13 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
         ConfigCommand::AddPath { path, global } => {
             let path = absolute(&cwd, &path);
             let file = file_for(global);
+            if std::fs::symlink_metadata(&path).is_err() {
+                eprintln!(
+                    "sandgate: warning: {} does not exist; launches skip it (with a warning) \
+                     until it does",
+                    path.display()
+                );
+            }
             if sandgate_config::add_path(&file, &path).map_err(config_error)? {
                 println!("added {} to {}", path.display(), file.display());
             } else {
@@ -205,6 +212,10 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
             match Config::load(paths) {
                 Ok(config) => match config.tiers() {
                     Ok(_) => {
+                        let missing = missing_writable(&config);
+                        for w in &missing {
+                            println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
+                        }
                         println!("ok: configuration is valid");
                         Ok(0)
                     }
@@ -214,6 +225,18 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
             }
         }
     }
+}
+
+/// Configured writable paths (of the `build` tier, where they apply) that do not exist.
+fn missing_writable(config: &Config) -> Vec<sandgate_config::PathRule> {
+    let Ok(policy) = config.policy("build", &Overrides::default()) else { return Vec::new() };
+    policy
+        .fs
+        .writable
+        .into_iter()
+        .filter(|w| matches!(w.source, RuleSource::File { .. }))
+        .filter(|w| std::fs::symlink_metadata(&w.path).is_err())
+        .collect()
 }
 
 fn absolute(cwd: &Path, p: &Path) -> PathBuf {
@@ -286,7 +309,13 @@ const TEMPLATE: &str = r#"# sandgate configuration. See the README's "Configurat
 "#;
 
 fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
-    if !file.exists() {
+    // What to put back when the person gives up on a broken edit (None: the file was absent).
+    let before = match std::fs::read(file) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    if before.is_none() {
         if let Some(dir) = file.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -302,22 +331,74 @@ fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("{editor} \"$1\""))
-        .arg("sh")
-        .arg(file)
-        .status()
-        .with_context(|| format!("cannot start the editor {editor:?} (set $VISUAL or $EDITOR)"))?;
-    if !status.success() {
-        bail!(
-            "the editor {editor:?} failed ({status}); {} is unchanged by sandgate",
-            file.display()
+    let interactive = std::io::stdin().is_terminal();
+    // As visudo and crontab -e do: a file that does not load is not left in place silently.
+    loop {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{editor} \"$1\""))
+            .arg("sh")
+            .arg(file)
+            .status()
+            .with_context(|| {
+                format!("cannot start the editor {editor:?} (set $VISUAL or $EDITOR)")
+            })?;
+        if !status.success() {
+            restore(file, before.as_deref())?;
+            bail!("the editor {editor:?} failed ({status}); {} is unchanged", file.display());
+        }
+        let error = match Config::load(paths.clone()) {
+            Ok(config) => match config.tiers() {
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            },
+            Err(e) => Some(e.to_string()),
+        };
+        let Some(error) = error else {
+            println!("ok: {} is valid", file.display());
+            return Ok(0);
+        };
+        eprintln!("sandgate: {error}");
+        if interactive && ask_edit_again()? {
+            continue;
+        }
+        let rejected = file.with_extension("toml.rejected");
+        std::fs::copy(file, &rejected)
+            .with_context(|| format!("cannot keep the edit in {}", rejected.display()))?;
+        restore(file, before.as_deref())?;
+        eprintln!(
+            "sandgate: {} is unchanged; your edit is in {}",
+            file.display(),
+            rejected.display()
         );
+        return Ok(1);
     }
-    Config::load(paths.clone()).map_err(config_error)?;
-    println!("ok: {} is valid", file.display());
-    Ok(0)
+}
+
+/// Asks whether to edit a broken file again (`e`, the default) or drop the edit (`d`).
+fn ask_edit_again() -> anyhow::Result<bool> {
+    loop {
+        eprint!("What now? (e)dit again, (d)iscard the edit [e]: ");
+        std::io::stderr().flush()?;
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line)? == 0 {
+            return Ok(false);
+        }
+        match line.trim() {
+            "" | "e" | "E" => return Ok(true),
+            "d" | "D" => return Ok(false),
+            _ => {}
+        }
+    }
+}
+
+/// Puts the file back as it was before `config edit` (removes it if it did not exist).
+fn restore(file: &Path, before: Option<&[u8]>) -> anyhow::Result<()> {
+    match before {
+        Some(bytes) => std::fs::write(file, bytes),
+        None => std::fs::remove_file(file),
+    }
+    .with_context(|| format!("cannot restore {}", file.display()))
 }
 
 /// Options of `sandgate tiers`.

@@ -215,3 +215,63 @@ fn unavailable_commands_say_so() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not yet available"));
 }
+
+#[test]
+fn a_missing_configured_path_is_a_warning_not_a_broken_launch() {
+    let env = Env::outside_tmp();
+    let work = env.root.path().join("home/proj");
+    std::fs::create_dir_all(&work).unwrap();
+    let gone = env.root.path().join("gone");
+    let run = |args: &[&str]| env.cmd().current_dir(&work).args(args).output().unwrap();
+    let out = run(&["config", "add-path", gone.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not exist"), "add-path warns: {err}");
+    let out = run(&["config", "check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("skipping writable path") && text.contains("remove-path"), "{text}");
+    // The launch goes on without it, saying where it came from and how to drop it.
+    if sandgate_tests::skip_unless(sandgate_tests::is_root(), "root (a build launch)") {
+        return;
+    }
+    let out = run(&["build", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("skipping writable path {}", gone.display())), "{err}");
+    assert!(err.contains(".toml:") && err.contains("sandgate config remove-path"), "{err}");
+}
+
+#[test]
+fn config_edit_never_leaves_a_broken_file() {
+    let env = Env::new();
+    let file = env.config_home().join("sandgate/config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let good = "[network]\nallow = [\"ok.test\"]\n";
+    std::fs::write(&file, good).unwrap();
+    // An "editor" that writes a broken file; without a terminal there is no one to ask, so the
+    // edit is kept aside and the file restored byte for byte.
+    let out = env
+        .cmd()
+        .args(["config", "edit", "--global"])
+        .env("VISUAL", "printf '[netwrok]\\n' >")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown field") && err.contains("is unchanged"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), good);
+    let rejected = file.with_extension("toml.rejected");
+    assert_eq!(std::fs::read_to_string(rejected).unwrap(), "[netwrok]\n");
+    // A valid edit lands.
+    let out = env
+        .cmd()
+        .args(["config", "edit", "--global"])
+        .env("VISUAL", "printf '[network]\\nallow = []\\n' >")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "[network]\nallow = []\n");
+}

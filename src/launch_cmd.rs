@@ -28,6 +28,10 @@ pub struct LaunchArgs {
     /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
     #[arg(long)]
     pub report_blocked: bool,
+    /// No notices on stderr (held and denied requests, hints after a failure); warnings and
+    /// errors still print. Also `SANDGATE_QUIET=1`.
+    #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
+    pub quiet: bool,
     /// The command to run and its arguments (default: an interactive `$SHELL`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -395,7 +399,25 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
-    launch(&spec, &args, policy.net, host_listener)
+    let code = launch(&spec, &args, policy.net, host_listener)?;
+    if let Some(hint) = failure_hint(&spec, &args, code) {
+        eprintln!("sandgate: {hint}");
+    }
+    Ok(code)
+}
+
+/// One line after a failed command in a tier without network: "Could not resolve host" says
+/// nothing about the sandbox, and an agent reading it would otherwise retry in vain.
+fn failure_hint(spec: &SandboxSpec, args: &LaunchArgs, code: u8) -> Option<String> {
+    // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
+    let failed = code != 0 && code < 126;
+    (failed && !args.quiet && !args.command.is_empty() && spec.net == NetMode::None).then(|| {
+        format!(
+            "note: the `{}` tier has no network; if the command needed it, run it with \
+             sandbox-net (or `sandgate net --`), where the allowlist proxy decides",
+            spec.tier_name
+        )
+    })
 }
 
 /// A launch inside a sandgate sandbox: the inner tier's walls on top of the outer's, in this
@@ -807,6 +829,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         net: None,
         require_full: false,
         report_blocked: false,
+        quiet: true,
         command: vec!["true".into()],
     };
     let policy = resolve_policy(&args.tier, &la)?;
@@ -915,6 +938,7 @@ mod tests {
             net: None,
             require_full: false,
             report_blocked: false,
+            quiet: false,
             command: cmd.iter().map(OsString::from).collect(),
         }
     }

@@ -482,6 +482,7 @@ fn pattern_help(kind: &crate::pattern::PatternErrorKind) -> &'static str {
         K::TooBroad(_) => "name the registrable domain you need, e.g. \"*.example.com\"",
         K::Port => "write the port after a colon, e.g. \"example.com:8443\"",
         K::Prefix => "use a prefix length of 0..=32 for IPv4, 0..=128 for IPv6",
+        K::Url(_) => "drop the scheme and path: a pattern is a host, optionally with :PORT",
     }
 }
 

@@ -76,6 +76,9 @@ pub enum PatternErrorKind {
     /// The port is not in 1..=65535.
     #[error("the port must be a number from 1 to 65535")]
     Port,
+    /// A URL where a host was expected; holds the pattern to write instead.
+    #[error("a pattern names a host, not a URL: write `{0}` (any port) or `{0}:PORT`")]
+    Url(String),
     /// The CIDR prefix is out of range for the address family.
     #[error("the prefix length must be 0..=32 for IPv4 and 0..=128 for IPv6")]
     Prefix,
@@ -150,6 +153,15 @@ impl DomainPattern {
     /// Parses a pattern for the given list.
     pub fn parse(text: &str, usage: PatternUse) -> Result<DomainPattern, InvalidPattern> {
         let err = |kind| InvalidPattern { pattern: text.to_owned(), kind };
+        if let Some((_, rest)) = text.split_once("://") {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            let host = match host.find(']') {
+                Some(end) if host.starts_with('[') => &host[..=end],
+                _ => host.split(':').next().unwrap_or_default(),
+            };
+            return Err(err(PatternErrorKind::Url(host.to_owned())));
+        }
         let (body, port) = split_port(text).map_err(err)?;
         let host = if body == "*" {
             HostPattern::Any
@@ -377,6 +389,20 @@ mod tests {
             "",
         ] {
             assert!(DomainPattern::parse(text, PatternUse::Deny).is_err(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_url_is_refused_with_the_pattern_to_write() {
+        for (text, want) in [
+            ("http://x", "x"),
+            ("https://crates.io/api/v1?q=1", "crates.io"),
+            ("https://user:pw@Example.com:8443/", "Example.com"),
+            ("http://[2001:db8::1]:80/", "[2001:db8::1]"),
+        ] {
+            let e = DomainPattern::parse(text, PatternUse::Allow).unwrap_err();
+            assert_eq!(e.kind, PatternErrorKind::Url(want.into()), "{text}");
+            assert!(e.to_string().contains(&format!("write `{want}`")), "{e}");
         }
     }
 

@@ -361,7 +361,25 @@ fn a_refused_user_namespace_names_the_settings(who: &Who) {
     assert!(!marker.exists());
 }
 
+fn a_failure_without_network_says_the_tier_has_none(who: &Who) {
+    let s = Scratch::new(who);
+    let note = "tier has no network";
+    let out = s.run("run", &[], &["sh", "-c", "exit 6"]);
+    assert_eq!(out.status.code(), Some(6));
+    assert!(text(&out.stderr).contains(note), "{}", text(&out.stderr));
+    // Not on success, not where the network is there, not when asked to be quiet.
+    let quiet = [
+        s.run("run", &[], &["true"]),
+        s.run("net", &[], &["sh", "-c", "exit 6"]),
+        s.run("run", &["--quiet"], &["sh", "-c", "exit 6"]),
+    ];
+    for out in quiet {
+        assert!(!text(&out.stderr).contains(note), "{}", text(&out.stderr));
+    }
+}
+
 both!(
+    a_failure_without_network_says_the_tier_has_none,
     a_refused_user_namespace_names_the_settings,
     tools_find_the_proxy_and_keep_their_settings,
     install_links_pick_their_tier,

@@ -585,6 +585,7 @@ fn serve(
         let out = crate::launch_daemon::Output {
             report_blocked: args.report_blocked,
             tty_notices: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+            stderr_notices: !args.quiet,
         };
         match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, out) {
             Ok(link) => return Ok(Served::Daemon(link)),

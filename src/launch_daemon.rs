@@ -27,6 +27,9 @@ pub struct Output {
     pub report_blocked: bool,
     /// Questions and answers about this sandbox on `/dev/tty`.
     pub tty_notices: bool,
+    /// Without a terminal: held and refused requests as one line each on stderr, which is what
+    /// an agent reads (unless `--quiet`).
+    pub stderr_notices: bool,
 }
 
 /// A sandbox registered with the daemon.
@@ -231,6 +234,20 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
         Event::Asked { question } => {
             if let Some(t) = tty {
                 let _ = write!(t, "\r\n{}\r\n", asked_line(&question.question));
+            } else if out.stderr_notices {
+                eprintln!("{}", held_line(question));
+            }
+        }
+        Event::Request { decision, host, port, rule, .. }
+            if out.stderr_notices && decision != "allow" =>
+        {
+            eprintln!("{}", refused_line(decision, host, *port, rule));
+        }
+        Event::Answered { .. } | Event::TimedOut { .. } if tty.is_none() => {
+            if out.stderr_notices
+                && let Some(line) = ended_line(ev)
+            {
+                eprintln!("{line}");
             }
         }
         Event::Answered { .. } | Event::TimedOut { .. } => {
@@ -271,6 +288,55 @@ fn asked_line(q: &sandgate_approvals::Question) -> String {
          --always) or `sandgate deny {host}`; keys in `sandgate watch`",
         q.port
     )
+}
+
+/// The stderr line for a held request: what waits, how a person lets it through, and how long
+/// the question waits, next to what common clients wait.
+fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
+    use sandgate_approvals::terminal::sanitize;
+    let host = sanitize(&q.question.host);
+    let wait = q.deadline.duration_since(q.first_asked).unwrap_or_default().as_secs();
+    format!(
+        "sandgate: waiting for approval of {host}:{port} ({wait} s) — a person runs `sandgate \
+         allow {host}` or `sandgate deny {host}` (or answers in `sandgate watch` or the \
+         chat); clients may give up first (cargo 30 s, pip 15 s)",
+        port = q.question.port
+    )
+}
+
+/// The stderr line for a request the proxy refused without asking.
+fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
+    use sandgate_approvals::terminal::sanitize;
+    let host = sanitize(host);
+    let rule = sanitize(rule);
+    if decision == "reject" {
+        return format!("sandgate: refused a malformed request ({rule})");
+    }
+    format!(
+        "sandgate: denied {host}:{port} ({rule}); to ask for it, have a person run `sandgate \
+         allow {host}`, or add it to [network] allow (`sandgate check {host}:{port}` \
+         explains)"
+    )
+}
+
+/// The stderr line when a question about this sandbox ends without letting it through.
+fn ended_line(ev: &Event) -> Option<String> {
+    use sandgate_approvals::terminal::sanitize;
+    match ev {
+        Event::Answered { question, answer, by, .. } if !answer.allows() => Some(format!(
+            "sandgate: {}:{} was denied by {} ({answer})",
+            sanitize(&question.question.host),
+            question.question.port,
+            sanitize(&by.to_string()),
+        )),
+        Event::TimedOut { question } => Some(format!(
+            "sandgate: nobody answered about {host}:{port} in time: denied; the next request \
+             asks again",
+            host = sanitize(&question.question.host),
+            port = question.question.port,
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -396,7 +396,7 @@ impl Conn {
             // Subscribe before replying, so that nothing after the reply is missed.
             let rx = self.d.shared.bus.subscribe();
             let _ = self.tx.send(line(&Reply::ok(id, json!({ "subscribed": true })))).await;
-            let task = tokio::spawn(forward(rx, self.tx.clone(), sandbox.clone(), true));
+            let task = tokio::spawn(forward(rx, self.tx.clone(), sandbox.clone(), true, false));
             if let Some(old) = self.subscription.replace(task.abort_handle()) {
                 old.abort(); // subscribing again replaces the subscription, never doubles it
             }
@@ -819,6 +819,7 @@ async fn forward(
     tx: mpsc::Sender<String>,
     sandbox: Option<String>,
     all_kinds: bool,
+    launcher: bool,
 ) {
     loop {
         match rx.recv().await {
@@ -828,15 +829,17 @@ async fn forward(
                 {
                     continue;
                 }
-                if !all_kinds
-                    && !matches!(
-                        ev,
-                        Event::Asked { .. }
-                            | Event::Answered { .. }
-                            | Event::TimedOut { .. }
-                            | Event::DaemonStopping
-                    )
-                {
+                let wanted = match &ev {
+                    Event::Asked { .. }
+                    | Event::Answered { .. }
+                    | Event::TimedOut { .. }
+                    | Event::DaemonStopping => true,
+                    // A launcher also hears its sandbox's refused requests, to say so on the
+                    // command's stderr (HTTPS clients never show the 403 body).
+                    Event::Request { decision, .. } => launcher && decision != "allow",
+                    _ => false,
+                };
+                if !all_kinds && !wanted {
                     continue;
                 }
                 if tx.send(line(&ev)).await.is_err() {
@@ -862,7 +865,7 @@ async fn forward_until(
     mut stop: watch::Receiver<bool>,
 ) {
     tokio::select! {
-        _ = forward(rx, tx, Some(sandbox), false) => {}
+        _ = forward(rx, tx, Some(sandbox), false, true) => {}
         _ = async { let _ = stop.wait_for(|s| *s).await; } => {}
     }
 }

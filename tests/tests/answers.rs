@@ -258,6 +258,34 @@ fn an_unanswered_question_is_a_403_that_says_it_timed_out_and_how_to_ask_again()
     assert!(body.contains("`sandgate allow 127.0.0.1`"), "{body}");
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     assert!(pending(&t).is_empty());
+    // Without a terminal the command's stderr (what an agent reads) said it was held, for how
+    // long, and that nobody answered.
+    let port = url.trim_end_matches('/').rsplit(':').next().unwrap();
+    assert!(
+        stderr.contains(&format!("sandgate: waiting for approval of 127.0.0.1:{port} (1 s)")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cargo 30 s, pip 15 s"), "{stderr}");
+    assert!(stderr.contains(&format!("nobody answered about 127.0.0.1:{port}")), "{stderr}");
+}
+
+#[test]
+fn a_refused_request_is_said_on_the_commands_stderr_unless_quiet() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    let deny = format!("--deny=127.0.0.1:{port}");
+    let (code, stdout, stderr) = finish(t.spawn_net(&[&deny], &["sh", "-c", &curl_body_sh(&url)]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
+    let line = format!("sandgate: denied 127.0.0.1:{port} (");
+    assert!(stderr.contains(&line) && stderr.contains("sandgate check"), "{stderr}");
+    let (_, _, stderr) =
+        finish(t.spawn_net(&[&deny, "--quiet"], &["sh", "-c", &curl_body_sh(&url)]));
+    assert!(!stderr.contains(&line), "{stderr}");
 }
 
 #[test]

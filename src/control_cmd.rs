@@ -266,14 +266,20 @@ pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
         println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
         return Ok(0);
     }
-    println!("{:<24} {:<6} {:<8} {:>7}  {:<30} COMMAND", "ID", "TIER", "STATE", "PID", "CWD");
+    // Newest first; the exit status of those that ended (`-N`: killed by signal N).
+    println!(
+        "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} COMMAND",
+        "ID", "TIER", "STATE", "EXIT", "PID", "CWD"
+    );
     for r in rows {
         let state = r["state"].as_str().unwrap_or("?");
+        let exit = r["exit_status"].as_i64().map_or_else(|| "-".to_owned(), |c| c.to_string());
         println!(
-            "{:<24} {:<6} {:<8} {:>7}  {:<30} {}",
+            "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} {}",
             r["id"].as_str().unwrap_or("?"),
             r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
             state,
+            exit,
             r["sandbox"]["pid"].as_u64().or(r["pid"].as_u64()).unwrap_or(0),
             r["sandbox"]["cwd"].as_str().or(r["cwd"].as_str()).unwrap_or("?"),
             command_text(if r["sandbox"]["command"].is_array() {

@@ -96,9 +96,11 @@ pub struct PendingQuestion {
     /// What the first request asked (method and path are those of the first request).
     #[serde(flatten)]
     pub question: Question,
-    /// When it was first asked.
+    /// When it was first asked (epoch milliseconds on the wire).
+    #[serde(with = "crate::epoch_ms")]
     pub first_asked: SystemTime,
-    /// When it will be denied if nobody answers.
+    /// When it will be denied if nobody answers (epoch milliseconds on the wire).
+    #[serde(with = "crate::epoch_ms")]
     pub deadline: SystemTime,
     /// Requests waiting on it now.
     pub waiters: usize,
@@ -291,11 +293,13 @@ pub struct GrantRequest {
     pub scope: Scope,
     /// Whom it covers.
     pub target: GrantTarget,
-    /// When it stops applying (`For` answers).
+    /// When it stops applying (`For` answers; epoch milliseconds on the wire).
+    #[serde(with = "crate::epoch_ms::option")]
     pub expires: Option<SystemTime>,
     /// Who answered.
     pub by: Responder,
-    /// When.
+    /// When (epoch milliseconds on the wire).
+    #[serde(with = "crate::epoch_ms")]
     pub at: SystemTime,
 }
 

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod broker;
+pub mod epoch_ms;
 mod pattern;
 mod scope;
 pub mod telegram;

@@ -270,7 +270,7 @@ impl Store {
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT {SANDBOX_COLUMNS} FROM sandboxes \
-                 WHERE (?1 = 0 OR state = 'running') ORDER BY started, id"
+                 WHERE (?1 = 0 OR state = 'running') ORDER BY started DESC, id DESC"
             ))
             .map_err(sql(OP))?;
         let rows = stmt

@@ -250,10 +250,11 @@ fn sandbox_lifecycle_register_again_finish_reap() {
         all.iter().map(|s| (s.sandbox.id.as_str(), s.state, s.exit_status, s.ended)).collect();
     assert_eq!(
         states,
+        // Newest first.
         vec![
-            ("a", SandboxState::Running, None, None),
-            ("b", SandboxState::Exited, Some(3), Some(Timestamp(T0.0 + 5))),
             ("c", SandboxState::Lost, None, Some(Timestamp(T0.0 + 9))),
+            ("b", SandboxState::Exited, Some(3), Some(Timestamp(T0.0 + 5))),
+            ("a", SandboxState::Running, None, None),
         ]
     );
     // Re-registering a lost sandbox (its launcher was alive after all) revives it.

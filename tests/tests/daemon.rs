@@ -242,6 +242,17 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
     let ls = t.json(&["ls", "--all", "--json"]);
     assert_eq!(ls.as_array().unwrap().len(), 2, "{ls}");
     assert!(ls.as_array().unwrap().iter().all(|s| s["state"] == "exited"), "{ls}");
+    // Newest first, with the exit status, in JSON (epoch milliseconds) and in text.
+    let started: Vec<i64> =
+        ls.as_array().unwrap().iter().map(|s| s["started"].as_i64().unwrap()).collect();
+    assert!(started[0] >= started[1], "{ls}");
+    assert!(ls.as_array().unwrap().iter().all(|s| s["exit_status"] == 0), "{ls}");
+    let text = String::from_utf8_lossy(&t.sg(&["ls", "--all"]).stdout).into_owned();
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().contains(" EXIT "), "{text}");
+    let rows: Vec<&str> = lines.filter(|l| l.starts_with("sg-")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows.iter().all(|l| l.split_whitespace().nth(3) == Some("0")), "{text}");
 }
 
 #[test]

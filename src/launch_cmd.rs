@@ -817,6 +817,32 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("link {} -> {}", link.display(), exe.display()))?;
         println!("{} -> {}", link.display(), exe.display());
     }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) {
+        let xdg = |var: &str, fallback: &str| {
+            std::env::var_os(var)
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| home.join(fallback), PathBuf::from)
+        };
+        let docs = crate::docs_cmd::install_docs(
+            &xdg("XDG_DATA_HOME", ".local/share"),
+            &xdg("XDG_CONFIG_HOME", ".config"),
+        )?;
+        println!(
+            "completions and man pages: {} files (see `sandgate completions --help`)",
+            docs.len()
+        );
+    }
+    // Debian's default PATH for users has no ~/.local/bin until a login shell finds it there.
+    let on_path =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == dir));
+    if !on_path {
+        println!(
+            "note: {} is not on your PATH; add `export PATH=\"{}:$PATH\"` to ~/.profile (Debian \
+             adds ~/.local/bin at the next login when it exists)",
+            dir.display(),
+            dir.display()
+        );
+    }
     Ok(0)
 }
 

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod client;
 mod control_cmd;
 mod daemon;
+mod docs_cmd;
 mod firewall_cmd;
 mod launch_cmd;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -39,6 +40,10 @@ enum Command {
     Install(launch_cmd::InstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch_cmd::ExplainArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the man page (or write every page into --dir).
+    Man(docs_cmd::ManArgs),
     /// Run the allowlist proxy alone, in the foreground.
     Proxy(proxy_cmd::ProxyArgs),
     /// Manage host-wide firewall rules for a guest user (root).
@@ -139,6 +144,8 @@ fn main() -> ExitCode {
         Command::Build(a) => launch_cmd::run("build", a),
         Command::Install(a) => launch_cmd::install(a),
         Command::Explain(a) => launch_cmd::explain(a),
+        Command::Completions(a) => docs_cmd::completions(a),
+        Command::Man(a) => docs_cmd::man(a),
         Command::Proxy(a) => proxy_cmd::run(a),
         Command::Firewall(a) => firewall_cmd::run(a),
         Command::Check(a) => policy_cmd::check(a),

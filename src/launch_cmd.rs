@@ -257,9 +257,14 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
     rules
         .iter()
         .filter(|w| {
+            if let sandgate_config::RuleSource::Preset(name) = &w.source {
+                make_preset_entry(name, &w.path);
+            }
             // A flag naming a missing path is a mistake to report (the launch fails on it).
-            let present = !matches!(w.source, sandgate_config::RuleSource::File { .. })
-                || std::fs::symlink_metadata(&w.path).is_ok();
+            let present = !matches!(
+                w.source,
+                sandgate_config::RuleSource::File { .. } | sandgate_config::RuleSource::Preset(_)
+            ) || std::fs::symlink_metadata(&w.path).is_ok();
             if !present {
                 eprintln!("sandgate: warning: {}", missing_path_notice(w));
             }
@@ -267,6 +272,27 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         })
         .map(|w| w.path.clone())
         .collect()
+}
+
+/// Creates a missing cache directory (or lock file) of a filesystem preset on the host, so the
+/// tool finds it writable inside on its first run (inside, the parent is read-only).
+fn make_preset_entry(preset: &str, path: &Path) {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return;
+    }
+    let entries = sandgate_config::fs_preset(preset).unwrap_or_default();
+    let is_dir =
+        entries.iter().any(|e| e.ends_with('/') && path.ends_with(e.trim_end_matches('/')));
+    let made = if is_dir {
+        std::fs::create_dir_all(path)
+    } else {
+        path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+            std::fs::OpenOptions::new().append(true).create(true).open(path).map(drop)
+        })
+    };
+    if let Err(e) = made {
+        eprintln!("sandgate: warning: cannot create {} (preset {preset}): {e}", path.display());
+    }
 }
 
 /// What to say about writable path `w` that does not exist.

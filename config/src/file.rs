@@ -154,6 +154,7 @@ struct RawNetwork {
 #[serde(deny_unknown_fields, default)]
 struct RawFs {
     allow_write: Vec<Spanned<String>>,
+    presets: Vec<Spanned<String>>,
     deny_read: Vec<Spanned<String>>,
     protected: Vec<Spanned<String>>,
     unix_sockets: Vec<Spanned<String>>,
@@ -344,6 +345,29 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
                 .map_err(|e| cx.err(name.span(), e.to_string(), "report this as a bug"))?;
             out.allow.push(Rule {
                 pattern: Some(pattern),
+                source: RuleSource::Preset(name.get_ref().clone()),
+            });
+        }
+    }
+    for name in &raw.filesystem.presets {
+        let Some(entries) = crate::tiers::fs_preset(name.get_ref()) else {
+            let known: Vec<&str> = crate::tiers::FS_PRESETS.iter().map(|(n, _)| *n).collect();
+            return Err(cx.err(
+                name.span(),
+                format!("unknown filesystem preset {:?}", name.get_ref()),
+                format!("known filesystem presets: {}", known.join(", ")),
+            ));
+        };
+        let Some(home) = cx.home else {
+            return Err(cx.err(
+                name.span(),
+                "filesystem presets name paths in your home directory, and HOME is not set".into(),
+                "set HOME, or list the paths in allow_write",
+            ));
+        };
+        for entry in entries.iter() {
+            out.allow_write.push(PathRule {
+                path: home.join(entry.trim_end_matches('/')),
                 source: RuleSource::Preset(name.get_ref().clone()),
             });
         }
@@ -599,6 +623,32 @@ mod tests {
         assert_eq!((e.line, e.column), (3, 11), "{e}");
         let e = err("[network]\npresets = [\"nope\"]\n");
         assert!(e.help.contains("registries"));
+        let e = err("[filesystem]\npresets = [\"cargo\", \"nope\"]\n");
+        assert_eq!((e.line, e.column), (2, 21), "{e}");
+        assert!(e.help.contains("cargo, npm, pip"), "{e}");
+    }
+
+    #[test]
+    fn filesystem_presets_are_caches_in_home_never_credentials() {
+        let home = Path::new("/home/u");
+        let f = parse(
+            Path::new("c.toml"),
+            "[filesystem]\npresets = [\"cargo\", \"npm\", \"maven\"]\n",
+            Some(home),
+        )
+        .unwrap();
+        let paths: Vec<&Path> = f.allow_write.iter().map(|w| w.path.as_path()).collect();
+        assert!(paths.contains(&Path::new("/home/u/.cargo/registry")), "{paths:?}");
+        assert!(paths.contains(&Path::new("/home/u/.npm")), "{paths:?}");
+        for (_, entries) in crate::tiers::FS_PRESETS {
+            for e in *entries {
+                for secret in ["credentials", ".npmrc", "settings.xml", "gradle.properties"] {
+                    assert!(!e.contains(secret), "{e}");
+                }
+                assert!(!e.starts_with('/') && !e.contains(".."), "{e}");
+            }
+        }
+        assert!(f.allow_write.iter().all(|w| matches!(w.source, RuleSource::Preset(_))));
     }
 
     #[test]

@@ -32,6 +32,6 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use tiers::{
-    DEFAULT_HIDDEN, DEFAULT_PROTECTED, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef, builtin_tiers,
-    preset,
+    DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,
+    builtin_tiers, fs_preset, preset,
 };

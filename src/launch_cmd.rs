@@ -896,6 +896,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         ),
     };
     let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
+        v.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+    };
     if args.json {
         let v = serde_json::json!({
             "tier": spec.tier_name,
@@ -905,6 +908,8 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             "hidden": paths(&spec.hidden),
             "read_only": paths(&spec.read_only),
             "network": net,
+            "allow": rules(policy.net.allow_rules()),
+            "deny": rules(policy.net.deny_rules()),
             "kernel": kernel,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -916,6 +921,13 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             println!("              {}", w.display());
         }
         println!("  network:    {net}");
+        if spec.net != NetMode::None {
+            let none =
+                |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
+            println!("  allow:      {}", none(rules(policy.net.allow_rules())));
+            println!("  deny:       {}", none(rules(policy.net.deny_rules())));
+            println!("              anything else is asked about (`sandgate check HOST` explains)");
+        }
         println!("  hidden:     {}", paths(&spec.hidden).join(" "));
         println!("  read-only:  {}", paths(&spec.read_only).join(" "));
         println!("kernel");

@@ -413,13 +413,25 @@ pub struct TiersArgs {
 pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
     let config = load_config()?;
     let tiers = config.tiers().map_err(|e| UsageError(e.to_string()))?;
+    // The allow and deny lists in force for each tier here (configuration and presets).
+    let lists = |name: &str| -> (Vec<String>, Vec<String>) {
+        match config.policy(name, &Overrides::default()) {
+            Ok(p) if p.net.mode == NetMode::Proxy => (
+                p.net.allow_rules().iter().map(|r| r.to_string()).collect(),
+                p.net.deny_rules().iter().map(|r| r.to_string()).collect(),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        }
+    };
     if args.json {
         let items: Vec<_> = tiers
             .iter()
             .map(|t| {
+                let (allow, deny) = lists(&t.name);
                 json!({
                     "name": t.name, "description": t.description, "network": t.net.to_string(),
                     "writable_cwd": t.writable_cwd, "defined_in": t.defined_in,
+                    "allow": allow, "deny": deny,
                 })
             })
             .collect();
@@ -434,6 +446,15 @@ pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
         };
         println!("{:<14} {fs}; {net}", t.name);
         println!("{:<14} {} [{}]", "", t.description, t.defined_in);
+        if t.net == NetMode::Proxy {
+            let (allow, deny) = lists(&t.name);
+            let show =
+                |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
+            println!("{:<14} allow: {}", "", show(allow));
+            if !deny.is_empty() {
+                println!("{:<14} deny:  {}", "", show(deny));
+            }
+        }
     }
     Ok(0)
 }

@@ -275,3 +275,27 @@ fn config_edit_never_leaves_a_broken_file() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "[network]\nallow = []\n");
 }
+
+#[test]
+fn tiers_and_explain_show_the_allowlist_in_force() {
+    let env = Env::new();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        "[network]\nallow = [\"ok.test\"]\ndeny = [\"no.test\"]\n",
+    )
+    .unwrap();
+    let out = env.cmd().args(["tiers"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("allow: ok.test (") && text.contains("deny:  no.test ("), "{text}");
+    let out = env.cmd().args(["tiers", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let net = v.as_array().unwrap().iter().find(|t| t["name"] == "net").unwrap();
+    assert!(net["allow"][0].as_str().unwrap().starts_with("ok.test ("), "{net}");
+    let run = v.as_array().unwrap().iter().find(|t| t["name"] == "run").unwrap();
+    assert_eq!(run["allow"], serde_json::json!([]), "no network, no list: {run}");
+    let out = env.cmd().args(["explain", "--tier", "net", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["deny"][0].as_str().unwrap().starts_with("no.test ("), "{v}");
+}

@@ -193,15 +193,7 @@ pub fn spec_from_policy(
     }
     let net = match policy.net.mode {
         sandgate_config::NetMode::None => NetMode::None,
-        sandgate_config::NetMode::Proxy => NetMode::Proxy {
-            nflog_group: defaults::NFLOG_GROUP,
-            ruleset: fresh_namespace(&sandgate_pf::nft::namespace_ruleset(
-                &sandgate_pf::nft::NamespaceRules {
-                    prefix: id.to_string(),
-                    nflog_group: defaults::NFLOG_GROUP,
-                },
-            )),
-        },
+        sandgate_config::NetMode::Proxy => NetMode::Proxy { nflog_group: defaults::NFLOG_GROUP },
     };
     // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy
     // (git's and the JVM's are added to the caller's settings). Nor the Telegram bot's token
@@ -307,16 +299,6 @@ pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
         other => format!("from {other}"),
     };
     format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
-}
-
-/// Drops the `add table` / `delete table` lines that make the ruleset replace an existing table:
-/// a new network namespace has none, and the deletion costs ~13 ms per launch (measured).
-fn fresh_namespace(ruleset: &str) -> String {
-    ruleset
-        .lines()
-        .filter(|l| !(l.starts_with("add table ") || l.starts_with("delete table ")))
-        .map(|l| format!("{l}\n"))
-        .collect()
 }
 
 /// What of the git repository at the top of writable path `w` stays read-only beyond the
@@ -805,10 +787,6 @@ struct Hooks;
 
 #[cfg(target_os = "linux")]
 impl sandgate_sandbox::NamespaceHooks for Hooks {
-    fn apply_firewall(&self, ruleset: &str) -> Result<(), String> {
-        sandgate_pf::nft::apply(ruleset).map_err(|e| e.to_string())
-    }
-
     fn open_nflog(&self, group: u16) -> Result<Option<std::os::fd::OwnedFd>, String> {
         sandgate_monitor::nflog::NflogSocket::open(group)
             .map(|s| Some(s.into_fd()))

@@ -33,6 +33,10 @@ pub struct NamespaceRules {
 
 /// The nft text for inside a sandbox's own network namespace.
 ///
+/// The text form of the firewall the launcher installs in each sandbox's network namespace (as
+/// one nf_tables netlink batch of its own: `sandgate_sandbox::namespace_firewall`; a kernel test
+/// checks that both give the kernel the same table). Used by tests and to read.
+///
 /// Table `inet sandgate`, one output chain with policy drop: loopback is accepted (the proxy
 /// listener lives on 127.0.0.1 inside the namespace); IPv6 neighbour discovery and MLD are dropped
 /// quietly (they are not connection attempts and would only flood the log); everything else is
@@ -42,6 +46,10 @@ pub fn namespace_ruleset(rules: &NamespaceRules) -> String {
     let t = NAMESPACE_TABLE;
     let prefix = log_prefix(&rules.prefix);
     let group = rules.nflog_group;
+    // One rule per type (not an anonymous set): the launcher's own netlink batch builds these
+    // rules the same way, and a kernel test compares the two listings.
+    let quiet: String =
+        QUIET_ICMPV6.iter().map(|ty| format!("\t\ticmpv6 type {ty} drop\n")).collect();
     format!(
         "add table inet {t}
 delete table inet {t}
@@ -49,8 +57,7 @@ table inet {t} {{
 \tchain output {{
 \t\ttype filter hook output priority 0; policy drop;
 \t\toif \"lo\" accept
-\t\ticmpv6 type {{ {QUIET_ICMPV6} }} drop
-\t\tlog prefix \"{prefix}\" group {group}
+{quiet}\t\tlog prefix \"{prefix}\" group {group}
 \t\tmeta l4proto tcp reject with tcp reset
 \t\treject with icmpx admin-prohibited
 \t}}
@@ -60,8 +67,13 @@ table inet {t} {{
 }
 
 /// ICMPv6 the kernel sends on its own (neighbour discovery, MLD): dropped without a log line.
-const QUIET_ICMPV6: &str = "nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, \
-                            mld-listener-report, mld2-listener-report";
+const QUIET_ICMPV6: [&str; 5] = [
+    "nd-router-solicit",
+    "nd-neighbor-solicit",
+    "nd-neighbor-advert",
+    "mld-listener-report",
+    "mld2-listener-report",
+];
 
 /// Makes `raw` safe inside an nft double-quoted string and within the kernel's prefix length.
 ///

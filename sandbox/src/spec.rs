@@ -51,15 +51,14 @@ impl fmt::Display for SandboxId {
 pub enum NetMode {
     /// A network namespace with only `lo`: nothing leaves.
     None,
-    /// `lo` plus a veth pair with a default route, both ends inside the namespace; the firewall
-    /// text `ruleset` (nft syntax) is applied inside, logging refused packets to NFLOG
-    /// `nflog_group`; the proxy listener 127.0.0.1:[`PROXY_PORT`] and the NFLOG socket are created
-    /// inside and handed to the launcher.
+    /// `lo` plus a veth pair with a default route, both ends inside the namespace; a firewall
+    /// (one nf_tables netlink batch, sent by the launcher) accepts loopback and logs every other
+    /// packet to NFLOG `nflog_group` (prefix: the sandbox id) and rejects it; the proxy listener
+    /// 127.0.0.1:[`PROXY_PORT`] and the NFLOG socket are created inside and handed to the
+    /// launcher.
     Proxy {
         /// NFLOG group the namespace's rules log to.
         nflog_group: u16,
-        /// nft rule text applied inside the namespace (one transaction).
-        ruleset: String,
     },
 }
 

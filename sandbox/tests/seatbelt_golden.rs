@@ -26,11 +26,7 @@ fn spec(tier: &str) -> SandboxSpec {
             }
             r
         },
-        net: if tier == "run" {
-            NetMode::None
-        } else {
-            NetMode::Proxy { nflog_group: 7, ruleset: String::new() }
-        },
+        net: if tier == "run" { NetMode::None } else { NetMode::Proxy { nflog_group: 7 } },
         allowed_unix_sockets: vec![],
         require_full: false,
     }

@@ -24,6 +24,7 @@ mod filter;
 mod mounts;
 mod nested;
 mod net;
+mod netlink;
 mod placeholder;
 mod sys;
 mod terminal;
@@ -40,13 +41,13 @@ use crate::spec::{Enforcement, NetMode, SandboxSpec};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
-pub use net::VETH_BATCH;
+pub use netlink::{
+    Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
+};
 
-/// Work done inside the sandbox's network namespace by code outside this crate (the firewall
-/// manager and the monitor), called in the sandbox's init before the command starts.
+/// Work done inside the sandbox's network namespace by code outside this crate (the monitor),
+/// called in the sandbox's init before the command starts.
 pub trait NamespaceHooks {
-    /// Applies nft rule text inside the namespace (one transaction).
-    fn apply_firewall(&self, ruleset: &str) -> Result<(), String>;
     /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
     fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
 }
@@ -552,12 +553,10 @@ mod init {
             fds.push(master);
             slave = Some((s, outer.on_tty));
         }
-        if let NetMode::Proxy { nflog_group, ruleset } = &spec.net {
-            // `ip` and `nft` are separate programs: for a non-root uid, exec clears the
-            // capabilities unless they are ambient.
-            sys::raise_ambient(sys::CAP_NET_ADMIN).map_err(err("ambient CAP_NET_ADMIN"))?;
-            net::veth().map_err(|m| ("veth".to_owned(), m))?;
-            hooks.apply_firewall(ruleset).map_err(|m| ("firewall".to_owned(), m))?;
+        if let NetMode::Proxy { nflog_group } = &spec.net {
+            // Netlink from this process: no `ip` or `nft` to find or start.
+            net::veth().map_err(err("veth (rtnetlink)"))?;
+            net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
             fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
         }

@@ -240,9 +240,6 @@ pub fn drop_all_capabilities() -> io::Result<()> {
     cvt(ret).map(drop)
 }
 
-/// `CAP_NET_ADMIN`.
-pub const CAP_NET_ADMIN: u32 = 12;
-
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -258,26 +255,6 @@ struct CapData {
 }
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-/// Makes `cap` (held in the permitted set) ambient, so programs executed next keep it.
-pub fn raise_ambient(cap: u32) -> io::Result<()> {
-    let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: header and a two-element data array as capget(2)/capset(2) expect for version 3.
-    unsafe {
-        cvt(libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()))?;
-        data[(cap / 32) as usize].inheritable |= 1 << (cap % 32);
-        cvt(libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()))?;
-        cvt_i(libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_RAISE,
-            cap as libc::c_ulong,
-            0,
-            0,
-        ))
-        .map(drop)
-    }
-}
 
 /// Joins a new anonymous session keyring, so the caller's keys are out of reach.
 pub fn join_new_session_keyring() -> io::Result<()> {
@@ -897,5 +874,69 @@ pub fn flock(fd: RawFd, op: libc::c_int) -> io::Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             r => return r.map(drop),
         }
+    }
+}
+
+/// Sends netlink `bytes` (one or more messages) on a new `NETLINK_ROUTE` or `NETLINK_NETFILTER`
+/// socket and reads `acks` acknowledgements; the first error the kernel reports is returned (as
+/// the errno it carries).
+pub fn netlink_transact(protocol: libc::c_int, bytes: &[u8], acks: usize) -> io::Result<()> {
+    // SAFETY: socket() with constant arguments.
+    let fd = cvt_i(unsafe {
+        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol)
+    })?;
+    // SAFETY: fd was just returned to us.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed sockaddr_nl (pid 0: the kernel) of the right size.
+    let sent = unsafe {
+        let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        libc::sendto(
+            sock.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            0,
+            (&raw const addr).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if usize::try_from(cvt(sent as libc::c_long)?).ok() != Some(bytes.len()) {
+        return Err(io::Error::other("netlink: short send"));
+    }
+    let mut seen = 0;
+    let mut buf = vec![0u8; 16384];
+    while seen < acks {
+        // SAFETY: buf is valid for its length.
+        let n = cvt(unsafe {
+            libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) as libc::c_long
+        })?;
+        let mut at = 0;
+        let n = usize::try_from(n).unwrap_or(0);
+        while at + 16 <= n {
+            let len = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default()) as usize;
+            let kind = u16::from_ne_bytes(buf[at + 4..at + 6].try_into().unwrap_or_default());
+            if len < 16 || at + len > n {
+                return Err(io::Error::other("netlink: malformed reply"));
+            }
+            if kind == libc::NLMSG_ERROR as u16 && len >= 20 {
+                let code = i32::from_ne_bytes(buf[at + 16..at + 20].try_into().unwrap_or_default());
+                if code != 0 {
+                    return Err(io::Error::from_raw_os_error(-code));
+                }
+                seen += 1;
+            }
+            at += (len + 3) & !3;
+        }
+    }
+    Ok(())
+}
+
+/// The index of network interface `name`.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: c is a valid NUL-terminated string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(io::Error::last_os_error()),
+        i => Ok(i),
     }
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Launch overhead of the sandbox tiers: `sandbox-run true` and `sandbox-net true` against bare
-# `true` and `bwrap --ro-bind / / true`; `sandbox-net` both registered with a running daemon (the
+# Launch overhead of the sandbox tiers: `sandbox-run true`, `sandbox-net true` and
+# `sandbox-build true` against bare `true` and bwrap (with and without a network namespace) in
+# ONE hyperfine run, with each tier's ratio to the bwrap that bounds it; `sandbox-net` both registered with a running daemon (the
 # normal case) and serving its proxy itself. Release build; needs hyperfine and bwrap.
 # Usage: bench/launch.sh [extra hyperfine args]
 # Results: bench/launch.md (hyperfine's table: means) and bench/launch-median.md (medians and the
@@ -23,8 +24,9 @@ cd "$dir"
 hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/launch.md" \
   --export-json "$dir/launch.json" "$@" \
   -n 'true' 'true' \
-  -n 'bwrap --ro-bind / / true' 'bwrap --ro-bind / / true' \
-  -n 'bwrap --ro-bind / / --unshare-all true' 'bwrap --ro-bind / / --unshare-all true' \
+  -n 'bwrap' 'bwrap --ro-bind / / --dev /dev --proc /proc true' \
+  -n 'bwrap --unshare-net' 'bwrap --ro-bind / / --dev /dev --proc /proc --unshare-net true' \
+  -n 'bwrap --unshare-all' 'bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true' \
   -n 'sandbox-run true' "$dir/sandbox-run true" \
   -n 'sandbox-net true' "$dir/sandbox-net true" \
   -n 'sandbox-net true (no daemon)' "env SANDGATE_NO_DAEMON=1 $dir/sandbox-net true" \
@@ -32,11 +34,18 @@ hyperfine -N --warmup 20 --runs "${RUNS:-200}" --export-markdown "$OLDPWD/bench/
 python3 - "$dir/launch.json" >"$OLDPWD/bench/launch-median.md" <<'PY'
 import json, sys
 results = json.load(open(sys.argv[1]))["results"]
-base = next(r["median"] for r in results if r["command"] == "true")
-print("| command | median [ms] | overhead over `true` [ms] | runs |")
-print("|:---|---:|---:|---:|")
+med = {r["command"]: r["median"] for r in results}
+base = med["true"]
+# The reference that bounds each tier: bwrap for run, bwrap --unshare-net for net and build
+# (both make a mount namespace; only these make a network namespace).
+ref = {"sandbox-run true": "bwrap", "sandbox-net true": "bwrap --unshare-net",
+       "sandbox-net true (no daemon)": "bwrap --unshare-net",
+       "sandbox-build true": "bwrap --unshare-net"}
+print("| command | median [ms] | overhead over `true` [ms] | ratio to its bwrap | runs |")
+print("|:---|---:|---:|---:|---:|")
 for r in results:
     m = r["median"]
-    print(f"| `{r['command']}` | {m * 1e3:.2f} | {(m - base) * 1e3:+.2f} | {len(r['times'])} |")
+    ratio = f"{m / med[ref[r['command']]]:.2f}x `{ref[r['command']]}`" if r["command"] in ref else ""
+    print(f"| `{r['command']}` | {m * 1e3:.2f} | {(m - base) * 1e3:+.2f} | {ratio} | {len(r['times'])} |")
 PY
 cat "$OLDPWD/bench/launch-median.md"

@@ -396,6 +396,7 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     }
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
+    sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
     crate::daemon::Paths::discover().ensure_dir()?;
@@ -407,7 +408,9 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
     let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
+    sandgate_sandbox::timing_mark("spec built");
     let code = launch(&spec, &args, policy.net, host_listener)?;
+    sandgate_sandbox::timing_mark("command ended, sandbox gone");
     if let Some(hint) = failure_hint(&spec, &args, code) {
         eprintln!("sandgate: {hint}");
     }

@@ -112,6 +112,7 @@ fn tier_from_argv0(argv0: &std::ffi::OsStr) -> Option<&'static str> {
 }
 
 fn main() -> ExitCode {
+    sandgate_sandbox::timing_begin();
     let mut args: Vec<OsString> = std::env::args_os().collect();
     if let Some(tier) = args.first().and_then(|a| tier_from_argv0(a)) {
         // `sandbox-net curl ...` is `sandgate net -- curl ...`.

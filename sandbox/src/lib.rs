@@ -22,6 +22,7 @@ mod error;
 mod forward;
 pub mod seatbelt;
 mod spec;
+mod timing;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -29,6 +30,7 @@ mod linux;
 mod macos;
 
 pub use error::SandboxError;
+pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use spec::{
     Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SandboxId, SandboxSpec, proxy_env,
     with_proxy_env,

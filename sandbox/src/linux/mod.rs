@@ -232,6 +232,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     }
     let (uid, gid) = sys::ids();
     let mut plan = resolve(spec)?;
+    crate::timing::mark("plan resolved (paths, placeholders)");
     let mut cleanup =
         Cleanup { placeholders: std::mem::take(&mut plan.placeholders), cleaner: None };
     plan.tty = terminal::Outer::detect();
@@ -269,6 +270,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             return Err(SandboxError::Io { what: "clone", source: e });
         }
     };
+    crate::timing::mark("clone");
     let Some(pid) = child else {
         drop(parent_sock);
         init::run(spec, &plan, uid, gid, child_sock, hooks);
@@ -282,6 +284,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
 
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
+    crate::timing::mark("sandbox ready (parent)");
     let fail = |mut cleanup: Cleanup, e: SandboxError| {
         let _ = sys::kill(pid, libc::SIGKILL);
         let _ = sys::waitpid(pid, true);
@@ -539,8 +542,10 @@ mod init {
     ) -> Result<Prepared, Step> {
         sys::set_parent_death_signal(libc::SIGKILL).map_err(err("parent death signal"))?;
         write_id_maps(uid, gid).map_err(err("user namespace id maps"))?;
+        crate::timing::mark("id maps");
         let _ = sys::sethostname("sandgate");
         mounts::build(&plan.fs).map_err(|(step, e)| (step, e.to_string()))?;
+        crate::timing::mark("mounts");
         std::env::set_current_dir(&plan.fs.cwd).map_err(err("chdir"))?;
 
         net::loopback_up().map_err(err("bring lo up"))?;
@@ -557,10 +562,12 @@ mod init {
             // Netlink from this process: no `ip` or `nft` to find or start.
             net::veth().map_err(err("veth (rtnetlink)"))?;
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
+            crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
             fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
         }
 
+        crate::timing::mark("network");
         let program = spec.command.first().ok_or(("exec".to_owned(), "(empty)".to_owned()))?;
         let path = find_program(program, &spec.env)
             .ok_or(("exec".to_owned(), program.to_string_lossy().into_owned()))?;
@@ -572,12 +579,16 @@ mod init {
             slave,
         };
 
+        crate::timing::mark("program found, argv and environment");
         // The walls, in an order where each step still has what it needs.
         sys::setsid().map_err(err("setsid"))?;
+        crate::timing::mark("setsid");
         sys::join_new_session_keyring().map_err(err("session keyring"))?;
+        crate::timing::mark("session keyring");
         sys::set_no_new_privs().map_err(err("no_new_privs"))?;
         // The command may not open /proc/1/fd/* (init keeps the caller's stdio) or /proc/1/mem.
         sys::set_dumpable(false).map_err(err("dumpable"))?;
+        crate::timing::mark("session, keyring, no_new_privs");
         let abi = sys::landlock_abi();
         let fence::Assessment { enforcement, deny_unix_sockets: deny_unix } =
             fence::assess(abi, fence::gaps(abi), !plan.sockets.is_empty());
@@ -588,6 +599,7 @@ mod init {
             .map_err(|m| ("landlock".to_owned(), m))?;
         fence::require_full(&enforcement, spec.require_full)
             .map_err(|m| ("enforcement".to_owned(), m))?;
+        crate::timing::mark("landlock");
         sys::drop_all_capabilities().map_err(err("drop capabilities"))?;
         let filters = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix })
             .map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
@@ -595,6 +607,7 @@ mod init {
             seccompiler::apply_filter(f).map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
         }
 
+        crate::timing::mark("capabilities and seccomp");
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
         let msg = format!("ok\n{}", enforcement.encode());
         sys::send_with_fds(sock, msg.as_bytes(), &raw).map_err(err("hand over"))?;
@@ -672,6 +685,7 @@ mod init {
             let _ = sys::SigSet::of(&[]).set_mask();
             // Only stdin, stdout and stderr go in (see `cloexec_from_3`).
             sys::cloexec_from_3();
+            crate::timing::mark("exec the command");
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })

@@ -30,11 +30,11 @@ mod linux;
 mod macos;
 
 pub use error::SandboxError;
-pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use spec::{
     Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SandboxId, SandboxSpec, proxy_env,
     with_proxy_env,
 };
+pub use timing::{begin as timing_begin, mark as timing_mark};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

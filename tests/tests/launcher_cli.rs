@@ -410,7 +410,23 @@ fn filesystem_presets_open_package_caches_but_not_credentials(who: &Who) {
     assert_eq!(stdout, "refused\n");
 }
 
+fn launch_timings_name_every_step_when_asked(who: &Who) {
+    let s = Scratch::new(who);
+    let out = s.command("net", &[], &["true"]).env("SANDGATE_DEBUG", "launch").output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for step in ["policy resolved", "clone", "mounts", "veth and firewall (netlink)", "landlock"] {
+        assert!(
+            stderr.lines().any(|l| l.starts_with("sandgate: launch ") && l.ends_with(step)),
+            "{step} missing:\n{stderr}"
+        );
+    }
+    let quiet = s.run("run", &[], &["true"]);
+    assert!(!text(&quiet.stderr).contains("sandgate: launch"), "off by default");
+}
+
 both!(
+    launch_timings_name_every_step_when_asked,
     filesystem_presets_open_package_caches_but_not_credentials,
     a_failure_without_network_says_the_tier_has_none,
     a_refused_user_namespace_names_the_settings,

@@ -16,6 +16,7 @@ mod firewall_cmd;
 mod launch_cmd;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
+mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
 
@@ -79,6 +80,13 @@ enum Command {
     Status(control_cmd::JsonArg),
     /// List sandboxes.
     Ls(control_cmd::LsArgs),
+    /// The traffic log: every proxied connection (allowed and refused) and blocked packet.
+    ///
+    /// One line per connection or request: time (UTC), sandbox, decision, method, host:port,
+    /// bytes up and down, duration, and the rule that decided; one per burst of blocked direct
+    /// packets. --follow tails it live; --summary groups by host; --json prints JSON lines
+    /// (instants in epoch milliseconds). Kept for [daemon] event_retention (30 days).
+    Log(log_cmd::LogArgs),
     /// Stop the daemon.
     Stop(control_cmd::JsonArg),
     /// (not yet available) Agent hooks (Claude Code PermissionRequest).
@@ -128,6 +136,7 @@ fn main() -> ExitCode {
             | Command::Pending(_)
             | Command::Rules(_)
             | Command::Watch(_)
+            | Command::Log(_)
             | Command::Tiers(_)
             | Command::Check(_)
             | Command::Explain(_)
@@ -161,6 +170,7 @@ fn main() -> ExitCode {
         Command::Watch(a) => control_cmd::watch(a),
         Command::Status(a) => control_cmd::status(a),
         Command::Ls(a) => control_cmd::ls(a),
+        Command::Log(a) => log_cmd::log(a),
         Command::Stop(a) => control_cmd::stop(a),
         Command::Hook(_) => not_yet("hook"),
     };

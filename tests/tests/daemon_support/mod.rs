@@ -56,6 +56,16 @@ impl T {
         self.cmd().args(args).output().unwrap()
     }
 
+    /// JSON lines of `sandgate ARGS`, one value per line.
+    #[allow(dead_code)]
+    pub fn json_lines(&self, args: &[&str]) -> Vec<Value> {
+        let out = self.sg(args);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: {e}: {l}")))
+            .collect()
+    }
+
     pub fn json(&self, args: &[&str]) -> Value {
         let out = self.sg(args);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

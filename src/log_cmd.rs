@@ -1,0 +1,409 @@
+//! `sandgate log`: the traffic log — one line per proxied connection or request (allowed and
+//! refused) and per burst of blocked packets, from the store; `--follow` tails the daemon's
+//! live events (no polling); `--summary` groups by host.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
+use anyhow::{Context as _, bail};
+use sandgate_config::{DomainPattern, PatternUse};
+use sandgate_store::{EventKind, EventQuery, Store, StoredEvent, Timestamp};
+use serde_json::{Value, json};
+
+use crate::client::{Client, Incoming};
+use crate::daemon::Paths;
+use crate::daemon::protocol::{Event, Request};
+use crate::policy_cmd::UsageError;
+
+/// Options of `sandgate log`.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Keep printing new lines as connections close (needs a running daemon).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only this sandbox (an id from `sandgate ls --all`).
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// Only what happened in the last DURATION (`90s`, `10m`, `2h`, `7d`).
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// Only hosts matching PATTERN (`example.com`, `*.example.com`, an address or a block).
+    #[arg(long, value_name = "PATTERN")]
+    pub host: Option<String>,
+    /// Only this decision: allow, deny (also malformed requests), or blocked (direct
+    /// connections the firewall refused).
+    #[arg(long, value_enum)]
+    pub decision: Option<DecisionArg>,
+    /// One line per host: connections, bytes, last seen, the rule.
+    #[arg(long, conflicts_with = "follow")]
+    pub summary: bool,
+    /// JSON lines (one document per line) for a log pipeline.
+    #[arg(long)]
+    pub json: bool,
+    /// At most this many lines (the newest), before --follow goes live.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: u32,
+}
+
+/// `--decision` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DecisionArg {
+    /// Let through by a rule or a grant.
+    Allow,
+    /// Refused by the proxy (rule, answer, time-out, malformed).
+    Deny,
+    /// A direct connection the firewall refused.
+    Blocked,
+}
+
+/// One line of the log, whatever it came from.
+#[derive(Debug, Clone, PartialEq)]
+struct Line {
+    time: i64,
+    sandbox: String,
+    decision: &'static str,
+    method: String,
+    host: String,
+    port: Option<u16>,
+    rule: String,
+    bytes_up: u64,
+    bytes_down: u64,
+    ms: f64,
+    count: u64,
+}
+
+impl Line {
+    /// The log line an event stands for (`None`: not traffic).
+    fn of(time: i64, ev: &Event) -> Option<Line> {
+        match ev {
+            Event::Request {
+                sandbox,
+                method,
+                host,
+                port,
+                decision,
+                rule,
+                bytes_up,
+                bytes_down,
+                ms,
+                error,
+            } => Some(Line {
+                time,
+                sandbox: sandbox.clone(),
+                decision: if decision == "allow" { "allow" } else { "deny" },
+                method: method.clone(),
+                host: host.clone(),
+                port: Some(*port),
+                rule: match error {
+                    Some(e) => format!("{rule} ({e})"),
+                    None => rule.clone(),
+                },
+                bytes_up: *bytes_up,
+                bytes_down: *bytes_down,
+                ms: *ms,
+                count: 1,
+            }),
+            Event::Blocked { sandbox, protocol, dst, port, count } => Some(Line {
+                time,
+                sandbox: sandbox.clone(),
+                decision: "blocked",
+                method: protocol.clone(),
+                host: dst.clone(),
+                port: *port,
+                rule: "firewall: direct connection".into(),
+                bytes_up: 0,
+                bytes_down: 0,
+                ms: 0.0,
+                count: *count,
+            }),
+            _ => None,
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "time": self.time, "sandbox": self.sandbox, "decision": self.decision,
+            "method": self.method, "host": self.host, "port": self.port, "rule": self.rule,
+            "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "ms": self.ms,
+            "count": self.count,
+        })
+    }
+
+    fn text(&self) -> String {
+        use sandgate_approvals::terminal::sanitize;
+        let host = match (self.host.contains(':'), self.port) {
+            (true, Some(p)) => format!("[{}]:{p}", self.host),
+            (false, Some(p)) => format!("{}:{p}", self.host),
+            (_, None) => self.host.clone(),
+        };
+        let what = if self.decision == "blocked" {
+            format!("x{}", self.count)
+        } else {
+            format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)
+        };
+        format!(
+            "{} {} {:<7} {:<7} {} {} [{}]",
+            clock(self.time),
+            sanitize(&self.sandbox),
+            self.decision,
+            sanitize(&self.method),
+            sanitize(&host),
+            what,
+            sanitize(&self.rule)
+        )
+    }
+}
+
+/// `HH:MM:SS.mmm` UTC of epoch milliseconds (the date is in `--json`).
+fn clock(ms: i64) -> String {
+    let day = ms.rem_euclid(86_400_000);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3_600_000,
+        day / 60_000 % 60,
+        day / 1000 % 60,
+        day % 1000
+    )
+}
+
+/// What `--host`, `--decision` and `--sandbox` keep.
+struct Filter {
+    host: Option<DomainPattern>,
+    decision: Option<DecisionArg>,
+    sandbox: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, l: &Line) -> bool {
+        let decision = match self.decision {
+            None => true,
+            Some(DecisionArg::Allow) => l.decision == "allow",
+            Some(DecisionArg::Deny) => l.decision == "deny",
+            Some(DecisionArg::Blocked) => l.decision == "blocked",
+        };
+        let host = match &self.host {
+            None => true,
+            Some(p) => sandgate_config::Host::parse(&l.host)
+                .is_ok_and(|h| p.matches(&h, l.port.unwrap_or(0))),
+        };
+        let sandbox = self.sandbox.as_ref().is_none_or(|s| *s == l.sandbox);
+        decision && host && sandbox
+    }
+}
+
+/// `sandgate log`.
+pub fn log(args: LogArgs) -> anyhow::Result<u8> {
+    let since = match &args.since {
+        Some(s) => Some(sandgate_config::parse_duration(s).map_err(|e| {
+            UsageError(format!("--since {s:?}: {e} (write e.g. 90s, 10m, 2h, 7d)"))
+        })?),
+        None => None,
+    };
+    let host = match &args.host {
+        Some(h) => Some(
+            DomainPattern::parse(h, PatternUse::Deny)
+                .map_err(|e| UsageError(format!("--host: {e}")))?,
+        ),
+        None => None,
+    };
+    let filter = Filter { host, decision: args.decision, sandbox: args.sandbox.clone() };
+    let running = Client::connect(&Paths::discover()).ok();
+    if args.follow && running.is_none() {
+        bail!(UsageError(
+            "--follow needs the daemon, and none is running (a `net`/`build` launch starts it, \
+             or run `sandgate daemon`)"
+                .into()
+        ));
+    }
+    let mut client = running;
+    if let Some(c) = client.as_mut() {
+        // Listing sandboxes makes the daemon commit its queued events first.
+        let _ = c.request(Request::List { all: false });
+    }
+    let path = Store::default_path()?;
+    let store = if path.exists() {
+        Some(Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?)
+    } else {
+        None
+    };
+    if let Some(id) = &args.sandbox
+        && store.as_ref().and_then(|s| s.sandbox(id).ok().flatten()).is_none()
+    {
+        bail!(UsageError(format!(
+            "no sandbox {id:?} is recorded (`sandgate ls --all` lists them)"
+        )));
+    }
+    let mut lines = match &store {
+        Some(s) => stored_lines(s, &args, since)?,
+        None => Vec::new(),
+    };
+    lines.retain(|l| filter.keeps(l));
+    let mut out = std::io::stdout().lock();
+    if args.summary {
+        print_summary(&mut out, &lines, args.json)?;
+        return Ok(0);
+    }
+    for l in &lines {
+        print_line(&mut out, l, args.json)?;
+    }
+    let Some(mut c) = client.filter(|_| args.follow) else { return Ok(0) };
+    c.set_read_timeout(None)?;
+    c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
+    loop {
+        match c.next()? {
+            Incoming::Event(ev) => {
+                let now = Timestamp::now().as_millis();
+                if let Some(l) = Line::of(now, &ev).filter(|l| filter.keeps(l)) {
+                    print_line(&mut out, &l, args.json)?;
+                }
+            }
+            Incoming::Closed => {
+                if !args.json {
+                    writeln!(out, "sandgate: the daemon stopped")?;
+                }
+                return Ok(0);
+            }
+        }
+    }
+}
+
+/// The stored traffic lines matching the store-side filters, oldest first.
+fn stored_lines(
+    store: &Store,
+    args: &LogArgs,
+    since: Option<std::time::Duration>,
+) -> anyhow::Result<Vec<Line>> {
+    let since = since.map(|d| Timestamp::now().minus(d));
+    let mut events: Vec<StoredEvent> = Vec::new();
+    for kind in [EventKind::Decision, EventKind::BlockedPacket] {
+        events.extend(store.recent_events(&EventQuery {
+            sandbox: args.sandbox.clone(),
+            kind: Some(kind),
+            since,
+            limit: args.limit,
+        })?);
+    }
+    events.sort_by_key(|e| e.id);
+    let skip = events.len().saturating_sub(args.limit as usize);
+    Ok(events
+        .into_iter()
+        .skip(skip)
+        .filter_map(|e| {
+            let ev: Event = serde_json::from_value(e.event.details).ok()?;
+            Line::of(e.event.time.as_millis(), &ev)
+        })
+        .collect())
+}
+
+fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::Result<()> {
+    if json {
+        writeln!(out, "{}", l.json())?;
+    } else {
+        writeln!(out, "{}", l.text())?;
+    }
+    out.flush()
+}
+
+/// One row per host: connections (blocked packets count as their bursts), bytes, last seen, and
+/// the rule of the newest line.
+fn print_summary(out: &mut impl std::io::Write, lines: &[Line], json: bool) -> std::io::Result<()> {
+    #[derive(Default)]
+    struct Row {
+        connections: u64,
+        allowed: u64,
+        refused: u64,
+        bytes_up: u64,
+        bytes_down: u64,
+        last: i64,
+        rule: String,
+    }
+    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+    for l in lines {
+        let r = rows.entry(l.host.clone()).or_default();
+        r.connections += l.count;
+        if l.decision == "allow" {
+            r.allowed += l.count;
+        } else {
+            r.refused += l.count;
+        }
+        r.bytes_up += l.bytes_up;
+        r.bytes_down += l.bytes_down;
+        if l.time >= r.last {
+            r.last = l.time;
+            r.rule = l.rule.clone();
+        }
+    }
+    let mut rows: Vec<(String, Row)> = rows.into_iter().collect();
+    rows.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(&b.0)));
+    if !json {
+        writeln!(
+            out,
+            "{:<40} {:>6} {:>6} {:>6} {:>10} {:>10}  LAST SEEN     RULE",
+            "HOST", "CONNS", "ALLOW", "REFUSE", "UP", "DOWN"
+        )?;
+    }
+    for (host, r) in rows {
+        if json {
+            writeln!(
+                out,
+                "{}",
+                json!({ "host": host, "connections": r.connections, "allowed": r.allowed,
+                        "refused": r.refused, "bytes_up": r.bytes_up, "bytes_down": r.bytes_down,
+                        "last_seen": r.last, "rule": r.rule })
+            )?;
+        } else {
+            use sandgate_approvals::terminal::sanitize;
+            writeln!(
+                out,
+                "{:<40} {:>6} {:>6} {:>6} {:>10} {:>10}  {}  {}",
+                sanitize(&host),
+                r.connections,
+                r.allowed,
+                r.refused,
+                r.bytes_up,
+                r.bytes_down,
+                clock(r.last),
+                sanitize(&r.rule)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_is_utc_time_of_day() {
+        assert_eq!(clock(0), "00:00:00.000");
+        assert_eq!(clock(86_400_000 + 3_723_004), "01:02:03.004");
+    }
+
+    #[test]
+    fn filters_keep_what_they_name() {
+        let line = |decision, host: &str| Line {
+            time: 0,
+            sandbox: "sg-1".into(),
+            decision,
+            method: "CONNECT".into(),
+            host: host.into(),
+            port: Some(443),
+            rule: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+            ms: 0.0,
+            count: 1,
+        };
+        let f = Filter {
+            host: Some(DomainPattern::parse("*.example.com", PatternUse::Deny).unwrap()),
+            decision: Some(DecisionArg::Allow),
+            sandbox: None,
+        };
+        assert!(f.keeps(&line("allow", "a.example.com")));
+        assert!(!f.keeps(&line("deny", "a.example.com")));
+        assert!(!f.keeps(&line("allow", "example.org")));
+        let f = Filter { host: None, decision: Some(DecisionArg::Blocked), sandbox: None };
+        assert!(f.keeps(&line("blocked", "10.0.0.1")) && !f.keeps(&line("allow", "x.test")));
+    }
+}

@@ -1,0 +1,135 @@
+//! `sandgate log`: a sandbox's allowed and refused requests and its direct connection, each one
+//! line, in text and JSON, with the bytes the origin sent; filters and bad input.
+
+#[allow(unused_imports)]
+mod daemon_support;
+mod sandbox_support;
+
+use daemon_support::*;
+use sandbox_support::{HOST4, TestHost};
+use sandgate_tests::{origin, skip_unless};
+use serde_json::Value;
+
+/// What `sandgate_tests::origin(BODY)` sends for one request.
+fn response_len(body: &str) -> u64 {
+    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        .len() as u64
+}
+
+#[test]
+fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let Some(_host) = TestHost::start() else { return };
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let body = "logged body\n";
+    let ok = origin(body);
+    let no = origin("never\n");
+    // CONNECT tunnels (-p): the byte counts are exactly what the origin sent.
+    let get = |port: u16| {
+        format!("curl -sS -p --noproxy '' -o /dev/null http://127.0.0.1:{port}/ || true")
+    };
+    let script = format!(
+        "{a}; {a}; {a}; {d}; {d}; python3 -c \"import socket; s = socket.socket(); \
+         s.settimeout(2); s.connect_ex(('{HOST4}', 8080))\"",
+        a = get(ok),
+        d = get(no)
+    );
+    let allow = format!("--allow=127.0.0.1:{ok}");
+    let deny = format!("--deny=127.0.0.1:{no}");
+    let (code, stdout, stderr) =
+        finish(t.spawn_net(&[&allow, &deny, "--report-blocked"], &["sh", "-c", &script]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let sandbox = t.json(&["ls", "--all", "--json"])[0]["id"].as_str().unwrap().to_owned();
+
+    let lines = t.json_lines(&["log", "--json"]);
+    let of = |d: &str| lines.iter().filter(|l| l["decision"] == d).collect::<Vec<_>>();
+    assert_eq!(lines.len(), 6, "{lines:#?}");
+    assert_eq!((of("allow").len(), of("deny").len(), of("blocked").len()), (3, 2, 1));
+    for l in of("allow") {
+        assert_eq!(l["bytes_down"], response_len(body), "{l}");
+        assert_eq!((l["host"].as_str(), l["port"].as_u64()), (Some("127.0.0.1"), Some(ok.into())));
+        assert_eq!(l["sandbox"], sandbox.as_str());
+    }
+    assert!(of("deny").iter().all(|l| l["port"] == no && l["bytes_down"] == 0), "{lines:#?}");
+    assert_eq!(of("blocked")[0]["host"], HOST4);
+    assert!(lines.windows(2).all(|w| w[0]["time"].as_i64() <= w[1]["time"].as_i64()));
+
+    // The same six as text, one line each.
+    let text = String::from_utf8_lossy(&t.sg(&["log"]).stdout).into_owned();
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains(" allow ")).count(), 3, "{text}");
+    assert!(text.contains(&format!("{HOST4}:8080 x1")), "{text}");
+
+    // Filters.
+    assert_eq!(t.json_lines(&["log", "--json", "--decision", "deny"]).len(), 2);
+    assert_eq!(t.json_lines(&["log", "--json", "--host", "127.0.0.0/8"]).len(), 5);
+    assert_eq!(t.json_lines(&["log", "--json", "--sandbox", &sandbox, "--since", "10m"]).len(), 6);
+    let summary = t.json_lines(&["log", "--summary", "--json"]);
+    let local = summary.iter().find(|r| r["host"] == "127.0.0.1").unwrap();
+    assert_eq!((local["connections"].as_u64(), local["allowed"].as_u64()), (Some(5), Some(3)));
+    assert_eq!(local["bytes_down"], 3 * response_len(body));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let t = T::new("");
+    for (args, want) in [
+        (&["log", "--since", "yesterday"][..], "--since \"yesterday\""),
+        (&["log", "--sandbox", "sg-nope"][..], "no sandbox \"sg-nope\""),
+        (&["log", "--host", "http://x"][..], "not a URL"),
+        (&["log", "--follow"][..], "none is running"),
+    ] {
+        let out = t.sg(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn follow_prints_a_connection_when_it_closes() {
+    use std::io::BufRead as _;
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    let port = origin("followed\n");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    // A first launch starts the daemon; --follow then tails it.
+    let (code, _, stderr) = finish(t.spawn_net(&[&allow], &["true"]));
+    assert_eq!(code, 0, "{stderr}");
+    let mut follow = t
+        .cmd()
+        .args(["log", "--follow", "--json", "--limit", "0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = follow.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The live part starts after the stored lines; until it has subscribed a connection can be
+    // missed, so launch again until one is seen (each launch is one allowed request).
+    let url = format!("http://127.0.0.1:{port}/");
+    let cmd = curl(&url);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let mut line = None;
+    for _ in 0..10 {
+        let (code, stdout, stderr) = finish(t.spawn_net(&[&allow], &cmd));
+        assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_secs(3)) {
+            line = Some(l);
+            break;
+        }
+    }
+    let line = line.expect("a followed line");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!((v["decision"].as_str(), v["port"].as_u64()), (Some("allow"), Some(port.into())));
+}

@@ -58,8 +58,16 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let fw = NftFirewall::system();
     let scope = Scope::user(user.uid);
-    let plan =
-        fw.plan(&scope, &GuestPolicy { proxies: vec![proxy_addr], nflog_group: group }).unwrap();
+    let plan = fw
+        .plan(
+            &scope,
+            &GuestPolicy {
+                proxies: vec![proxy_addr],
+                nflog_group: group,
+                subids: Default::default(),
+            },
+        )
+        .unwrap();
     fw.apply(&plan).expect("apply");
     let first = table(&plan.name);
     fw.apply(&plan).expect("apply again");
@@ -153,6 +161,7 @@ fn gc_removes_tables_whose_owner_is_gone() {
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
+        subids: Default::default(),
     };
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
     let dead_owner = Scope::owned_by(user.uid, child.id());

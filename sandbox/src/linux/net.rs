@@ -2,9 +2,12 @@
 //! direct connections reach the firewall's output hook (logged and refused at once) instead of
 //! failing early with "network unreachable" where nothing would see them.
 
+use std::ffi::OsStr;
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::sys;
@@ -32,9 +35,41 @@ pub fn veth() -> Result<(), String> {
     run_stdin("ip", &["-batch", "-"], VETH_BATCH)
 }
 
+/// Root-owned directories searched for `ip` before `PATH` (the same order as the firewall
+/// manager's `sandgate_pf::SYSTEM_DIRS`): a normal user's `PATH` on Debian has no `/usr/sbin`, and
+/// a program that runs with `CAP_NET_ADMIN` in the namespace should not come from a directory on
+/// a `PATH` the caller may write. (Replaced by netlink later; until then this mirrors pf's lookup.)
+const SYSTEM_DIRS: [&str; 6] =
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+
+/// Finds `program` in [`SYSTEM_DIRS`], then in the absolute directories of `path`; the error
+/// names the Debian package to install.
+pub fn system_program(
+    program: &str,
+    path: Option<&OsStr>,
+    is_program: &dyn Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let from_path = path.map(std::env::split_paths).into_iter().flatten();
+    let dirs = SYSTEM_DIRS.iter().map(PathBuf::from).chain(from_path.filter(|d| d.is_absolute()));
+    if let Some(found) = dirs.map(|d| d.join(program)).find(|p| is_program(p)) {
+        return Ok(found);
+    }
+    let package = match program {
+        "ip" => "; install the `iproute2` package (Debian/Ubuntu: apt install iproute2)",
+        "nft" => "; install the `nftables` package (Debian/Ubuntu: apt install nftables)",
+        _ => "",
+    };
+    Err(format!("cannot run `{program}`: not found in {} or PATH{package}", SYSTEM_DIRS.join(", ")))
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// Runs `program args` with `input` on stdin; a failure carries its stderr.
 pub fn run_stdin(program: &str, args: &[&str], input: &str) -> Result<(), String> {
-    let mut child = Command::new(program)
+    let path = system_program(program, std::env::var_os("PATH").as_deref(), &is_executable_file)?;
+    let mut child = Command::new(path)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -60,4 +95,21 @@ pub fn run_stdin(program: &str, args: &[&str], input: &str) -> Result<(), String
 pub fn proxy_listener() -> io::Result<OwnedFd> {
     let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_PORT))?;
     Ok(OwnedFd::from(l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_is_found_in_sbin_without_sbin_on_path() {
+        let debian = OsStr::new("/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games");
+        let at = |want: &'static str| move |p: &Path| p == Path::new(want);
+        for want in ["/usr/sbin/ip", "/sbin/ip", "/bin/ip"] {
+            assert_eq!(system_program("ip", Some(debian), &at(want)).unwrap(), Path::new(want));
+        }
+        let e = system_program("ip", Some(debian), &|_| false).unwrap_err();
+        assert!(e.contains("/usr/sbin") && e.contains("`iproute2`"), "{e}");
+        assert!(system_program("ip", Some(OsStr::new("rel")), &at("rel/ip")).is_err());
+    }
 }

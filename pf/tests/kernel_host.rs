@@ -311,6 +311,21 @@ fn subordinate_uids_are_fenced_and_reported() {
         assert!(!out.status.success(), "the user namespace reached {target}");
         assert!(stderr.contains("refused"), "{target}: {stderr}");
     }
+    // A socket whose gid alone is from the subgid range (uid nobody) is fenced too.
+    let gid = subids.gids[0].first.to_string();
+    let out = run_with_stdin(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "bash",
+            "-c",
+            &reach(t4.clone()),
+        ],
+        b"",
+    );
+    assert!(!out.status.success(), "a subgid socket reached {t4}");
     // The same user still reaches the proxy, as itself and from its user namespace.
     for out in [
         as_user(

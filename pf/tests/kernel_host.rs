@@ -247,6 +247,21 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// A TCP connection from `local` (bound first, address reuse on) to `target`, giving up after
+/// 3 s (Linux bounds a blocking connect by the send timeout).
+fn connect_from(local: SocketAddr, target: SocketAddr) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, bind, connect, setsockopt, socket,
+        sockopt,
+    };
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    setsockopt(&fd, sockopt::SendTimeout, &nix::sys::time::TimeVal::new(3, 0))?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(local))?;
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(target))?;
+    Ok(TcpStream::from(fd))
+}
+
 fn have_newuidmap() -> bool {
     let ok = ["/usr/bin/newuidmap", "/usr/bin/newgidmap"].iter().all(|p| {
         std::fs::metadata(p)
@@ -387,13 +402,26 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
         )
     });
     let targets = [tcp4.local_addr().unwrap(), tcp6.local_addr().unwrap()];
+    // A proxy on the outside host (an address . port the user may connect to).
+    let remote_proxy =
+        testhost.enter(|| TcpListener::bind((th.v4, 0)).unwrap().local_addr().unwrap());
     let udp_addr = udp.local_addr().unwrap();
     // What the outside host gets: the listener's data (TCP), and the answer to a datagram (UDP).
     let attempt = |expect_open: bool| -> Vec<String> {
         let mut seen = Vec::new();
-        for (listener, target) in [(&tcp4, targets[0]), (&tcp6, targets[1])] {
-            let conn =
-                testhost.enter(|| TcpStream::connect_timeout(&target, Duration::from_secs(3)));
+        // The third row connects *from* an allowed proxy address and port: its SYN-ACK has the
+        // proxy's address and port as destination, so only the conntrack direction tells it
+        // from the user's own connection to that proxy.
+        let rows = [
+            (&tcp4, targets[0], None),
+            (&tcp6, targets[1], None),
+            (&tcp4, targets[0], Some(remote_proxy)),
+        ];
+        for (listener, target, from) in rows {
+            let conn = testhost.enter(|| match from {
+                None => TcpStream::connect_timeout(&target, Duration::from_secs(3)),
+                Some(from) => connect_from(from, target),
+            });
             match conn {
                 Ok(mut c) => {
                     let (mut served, _) = listener.accept().expect("accept");
@@ -429,11 +457,14 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     // Control: the fence as it was serves the outside host.
     sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
     let seen = attempt(true);
-    assert_eq!(seen.len(), 3, "control: the old fence should have let all in: {seen:?}");
+    assert_eq!(seen.len(), 4, "control: the old fence should have let all in: {seen:?}");
     assert!(seen.iter().all(|s| s.contains("secret")), "{seen:?}");
 
-    let policy =
-        GuestPolicy { proxies: vec![proxy_addr], nflog_group: group, subids: Default::default() };
+    let policy = GuestPolicy {
+        proxies: vec![proxy_addr, remote_proxy],
+        nflog_group: group,
+        subids: Default::default(),
+    };
     fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
     let seen = attempt(false);
     assert!(seen.is_empty(), "the outside host got through the fence: {seen:?}");

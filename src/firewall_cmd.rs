@@ -279,4 +279,28 @@ mod tests {
         assert!(T::try_parse_from(["x", "remove"]).is_err());
         assert!(T::try_parse_from(["x", "apply", "--uid", "-1"]).is_err());
     }
+
+    #[test]
+    fn parses_check() {
+        let t = T::try_parse_from(["x", "check"]).unwrap();
+        assert!(matches!(t.a.action, Action::Check));
+        assert!(T::try_parse_from(["x", "check", "--uid", "1"]).is_err());
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    #[test]
+    fn identity_warnings() {
+        // A uid nobody has subordinate ids for.
+        let uid = 4_000_000_000;
+        let installed =
+            |rules: String| Installed { scope: Scope::user(uid), name: "t".into(), rules };
+        let fp = SubIds::default().fingerprint(uid);
+        let current = format!("table inet t {{\n\tcomment \"sandgate identity {fp}\"\n}}\n");
+        assert_eq!(identity_warning(&installed(current)), None);
+        let changed = "table inet t {\n\tcomment \"sandgate identity 0000000000000000\"\n}\n";
+        let w = identity_warning(&installed(changed.into())).unwrap();
+        assert!(w.contains("changed") && w.contains(&format!("apply --uid {uid}")), "{w}");
+        let w = identity_warning(&installed("table inet t {\n}\n".into())).unwrap();
+        assert!(w.contains("older sandgate"), "{w}");
+    }
 }

@@ -324,6 +324,20 @@ mod tests {
     }
 
     #[test]
+    fn recorded_identity_round_trips_through_a_listing() {
+        let policy = GuestPolicy { proxies: vec![], nflog_group: 1, subids: Default::default() };
+        let text = guest_ruleset(&Scope::user(5), &policy);
+        let fp = policy.subids.fingerprint(5);
+        assert_eq!(recorded_identity(&text).as_deref(), Some(fp.as_str()));
+        // As `nft list table` prints it.
+        let listing =
+            format!("table inet sandgate_u5 {{\n\tcomment \"sandgate identity {fp}\"\n}}");
+        assert_eq!(recorded_identity(&listing), Some(fp));
+        assert_eq!(recorded_identity("table inet sandgate_u5 {\n\tcomment \"other\"\n}"), None);
+        assert_eq!(recorded_identity("table inet sandgate_u5 {\n}"), None);
+    }
+
+    #[test]
     fn parses_list_tables() {
         let out = "table inet filter\ntable ip nat\ntable inet sandgate_u5\n\ntable inet  x  y\n";
         assert_eq!(parse_tables(out), ["filter", "sandgate_u5"]);

@@ -326,6 +326,19 @@ fn subordinate_uids_are_fenced_and_reported() {
         assert!(!out.status.success(), "the user namespace reached {target}");
         assert!(stderr.contains("refused"), "{target}: {stderr}");
     }
+    // Other ids of the namespace: any mapped uid/gid, and the user's own uid mapped to root.
+    for unshare in [
+        &["unshare", "--user", "--map-auto", "--setuid", "5000", "--setgid", "5000"][..],
+        &["unshare", "--user", "--map-auto", "--setuid", "65535"][..],
+        &["unshare", "--user", "--map-root-user"][..],
+    ] {
+        let script = reach(t4.clone());
+        let mut args = unshare.to_vec();
+        args.extend(["bash", "-c", &script]);
+        let out = as_user(&user, false, &args, b"");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(!out.status.success() && stderr.contains("refused"), "{unshare:?}: {stderr}");
+    }
     // A socket whose gid alone is from the subgid range (uid nobody) is fenced too.
     let gid = subids.gids[0].first.to_string();
     let out = run_with_stdin(

@@ -93,6 +93,19 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                 return Ok(0);
             }
             require_root("apply")?;
+            for (file, what, ranges, own) in [
+                ("/etc/passwd", "user", &subids.uids, scope.uid),
+                ("/etc/group", "group", &subids.gids, u32::MAX),
+            ] {
+                let text = std::fs::read_to_string(file).unwrap_or_default();
+                for (name, id) in sandgate_pf::subid::accounts_in_ranges(&text, ranges, own) {
+                    eprintln!(
+                        "sandgate: warning: {what} {name} ({id}) is inside the subordinate id \
+                         ranges of {scope} and is fenced too; fix /etc/sub{}id",
+                        if what == "user" { "u" } else { "g" }
+                    );
+                }
+            }
             fw.apply(&plan).map_err(|e| explain(e, "apply"))?;
             eprintln!(
                 "sandgate: {scope} fenced in with {subids} ({}); blocked traffic is logged; \

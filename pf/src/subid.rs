@@ -124,6 +124,22 @@ impl fmt::Display for SubIds {
     }
 }
 
+/// Entries of `/etc/passwd`- or `/etc/group`-format text (the id is the third field both times),
+/// other than id `own`, whose id falls in `ranges`: users or groups that a fence on those ranges
+/// fences too (a misconfigured `/etc/subuid`/`/etc/subgid`), as `(name, id)`.
+pub fn accounts_in_ranges(passwd: &str, ranges: &[IdRange], own: u32) -> Vec<(String, u32)> {
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let other: u32 = f.nth(1)?.parse().ok()?;
+            (other != own && ranges.iter().any(|r| r.contains(other)))
+                .then(|| (name.to_owned(), other))
+        })
+        .collect()
+}
+
 /// Why the subordinate ids of a user could not be known.
 #[derive(Debug, thiserror::Error)]
 pub enum SubIdError {
@@ -341,6 +357,15 @@ alicex:500000:10
             swapped.fingerprint(1),
             SubIds { uids: vec![r(1, 2)], gids: vec![] }.fingerprint(1)
         );
+    }
+
+    #[test]
+    fn accounts_inside_ranges_are_found() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nalice:x:1001:1001::/h:/bin/sh\n\
+                      svc:x:100005:100005::/:/bin/false\nbroken\nbob:x:165536:1::/:/bin/sh\n";
+        let ranges = [r(1001, 1001), r(100000, 165535)];
+        assert_eq!(accounts_in_ranges(passwd, &ranges, 1001), [("svc".to_owned(), 100005)]);
+        assert_eq!(accounts_in_ranges(passwd, &[], 1001), []);
     }
 
     #[test]

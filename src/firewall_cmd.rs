@@ -1,15 +1,16 @@
 //! `sandgate firewall`: host-wide guest-user firewall rules (root).
 //!
-//! Linux: an nftables table `inet sandgate_u<UID>` matching `meta skuid`; macOS: a pf anchor
-//! `com.apple/sandgate.u<UID>`. Both accept the proxy, log the rest (NFLOG group / pflog0) and
-//! reject it.
+//! Linux: an nftables table `inet sandgate_u<UID>` matching the user's uid and its subordinate
+//! uid/gid ranges (`/etc/subuid`, `/etc/subgid`); macOS: a pf anchor `com.apple/sandgate.u<UID>`.
+//! Both accept the proxy, log the rest (NFLOG group / pflog0) and reject it. `show` and `check`
+//! compare the ranges recorded at apply time with the files now.
 
 use std::net::SocketAddr;
 
 use anyhow::bail;
 use sandgate_pf::{
-    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, Scope,
-    SystemOwnerCheck,
+    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, Installed, Scope,
+    SubIds, SystemOwnerCheck,
 };
 
 /// Options of `sandgate firewall`.
@@ -49,6 +50,9 @@ enum Action {
         #[arg(long)]
         json: bool,
     },
+    /// Compare each installed fence with the user's subordinate ids now; exit 1 when one changed
+    /// (run it from a timer, or after `usermod --add-subuids`).
+    Check,
     /// Remove rules whose user no longer exists or whose owner process has exited.
     Gc {
         /// Print what would be removed instead of removing it.
@@ -79,14 +83,35 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
     match args.action {
         Action::Apply { scope, proxy, nflog_group, dry_run } => {
             let scope = scope.scope();
-            let plan = fw.plan(&scope, &GuestPolicy { proxies: proxy, nflog_group })?;
+            let subids = subids_of(scope.uid)?;
+            let plan = fw.plan(
+                &scope,
+                &GuestPolicy { proxies: proxy, nflog_group, subids: subids.clone() },
+            )?;
             if dry_run {
                 print!("{}", plan.text);
                 return Ok(0);
             }
             require_root("apply")?;
+            for (file, what, ranges, own) in [
+                ("/etc/passwd", "user", &subids.uids, scope.uid),
+                ("/etc/group", "group", &subids.gids, u32::MAX),
+            ] {
+                let text = std::fs::read_to_string(file).unwrap_or_default();
+                for (name, id) in sandgate_pf::subid::accounts_in_ranges(&text, ranges, own) {
+                    eprintln!(
+                        "sandgate: warning: {what} {name} ({id}) is inside the subordinate id \
+                         ranges of {scope} and is fenced too; fix /etc/sub{}id",
+                        if what == "user" { "u" } else { "g" }
+                    );
+                }
+            }
             fw.apply(&plan).map_err(|e| explain(e, "apply"))?;
-            eprintln!("sandgate: {scope} fenced in ({}); blocked traffic is logged", plan.name);
+            eprintln!(
+                "sandgate: {scope} fenced in with {subids} ({}); blocked traffic is logged; \
+                 apply again when /etc/subuid or /etc/subgid change (`sandgate firewall check`)",
+                plan.name
+            );
         }
         Action::Remove { scope, dry_run } => {
             let scope = scope.scope();
@@ -109,9 +134,31 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             } else if installed.is_empty() {
                 println!("no sandgate firewall rules installed");
             } else {
-                for i in installed {
+                for i in &installed {
                     println!("# {} ({})\n{}", i.name, i.scope, i.rules.trim_end());
                 }
+            }
+            for i in &installed {
+                if let Some(warning) = identity_warning(i) {
+                    eprintln!("sandgate: warning: {warning}");
+                }
+            }
+        }
+        Action::Check => {
+            require_root("check")?;
+            let installed = fw.list().map_err(|e| explain(e, "check"))?;
+            let mut changed = 0;
+            for i in &installed {
+                match identity_warning(i) {
+                    Some(warning) => {
+                        changed += 1;
+                        println!("{}: {warning}", i.name);
+                    }
+                    None => println!("{}: {} fenced as applied", i.name, i.scope),
+                }
+            }
+            if changed > 0 {
+                return Ok(1);
             }
         }
         Action::Gc { dry_run } => {
@@ -132,6 +179,47 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// The subordinate ids of `uid` (by its passwd name and by number).
+fn subids_of(uid: u32) -> anyhow::Result<SubIds> {
+    let name =
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map(|u| u.name);
+    SubIds::read_system(uid, name.as_deref())
+        .map_err(|e| anyhow::Error::new(e).context(format!("cannot fence all of uid {uid}")))
+}
+
+/// Why an installed fence no longer covers its user's whole identity, if it does not.
+fn identity_warning(installed: &Installed) -> Option<String> {
+    #[cfg(target_os = "macos")]
+    {
+        // macOS has no subordinate ids; the anchor fences the uid, which is all there is.
+        let _ = installed;
+        None
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        let uid = installed.scope.uid;
+        let again = format!("run `sandgate firewall apply --uid {uid}` again");
+        let recorded = sandgate_pf::nft::recorded_identity(&installed.rules);
+        let now = match subids_of(uid) {
+            Ok(now) => now,
+            Err(e) => return Some(format!("{}: {e:#}", installed.scope)),
+        };
+        match recorded {
+            None => Some(format!(
+                "{} was applied by an older sandgate that fenced the uid only (not its {now}); \
+                 {again}",
+                installed.scope
+            )),
+            Some(fp) if fp != now.fingerprint(uid) => Some(format!(
+                "the subordinate ids of {} changed since the fence was applied (now {now}); \
+                 processes in its user namespaces may be outside the fence: {again}",
+                installed.scope
+            )),
+            Some(_) => None,
+        }
+    }
 }
 
 #[cfg(target_os = "macos")]
@@ -161,6 +249,7 @@ fn explain(err: FirewallError, what: &str) -> anyhow::Error {
     } else if matches!(err, FirewallError::Spawn { .. }) {
         "; is nftables (`nft`) / pfctl installed?"
     } else {
+        // `Missing` already names the package.
         ""
     };
     anyhow::Error::new(err).context(format!("firewall {what} failed{hint}"))
@@ -202,5 +291,29 @@ mod tests {
         assert_eq!(proxy.len(), 2);
         assert!(T::try_parse_from(["x", "remove"]).is_err());
         assert!(T::try_parse_from(["x", "apply", "--uid", "-1"]).is_err());
+    }
+
+    #[test]
+    fn parses_check() {
+        let t = T::try_parse_from(["x", "check"]).unwrap();
+        assert!(matches!(t.a.action, Action::Check));
+        assert!(T::try_parse_from(["x", "check", "--uid", "1"]).is_err());
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    #[test]
+    fn identity_warnings() {
+        // A uid nobody has subordinate ids for.
+        let uid = 4_000_000_000;
+        let installed =
+            |rules: String| Installed { scope: Scope::user(uid), name: "t".into(), rules };
+        let fp = SubIds::default().fingerprint(uid);
+        let current = format!("table inet t {{\n\tcomment \"sandgate identity {fp}\"\n}}\n");
+        assert_eq!(identity_warning(&installed(current)), None);
+        let changed = "table inet t {\n\tcomment \"sandgate identity 0000000000000000\"\n}\n";
+        let w = identity_warning(&installed(changed.into())).unwrap();
+        assert!(w.contains("changed") && w.contains(&format!("apply --uid {uid}")), "{w}");
+        let w = identity_warning(&installed("table inet t {\n}\n".into())).unwrap();
+        assert!(w.contains("older sandgate"), "{w}");
     }
 }

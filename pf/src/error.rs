@@ -13,6 +13,18 @@ pub enum FirewallError {
         /// Underlying error.
         source: io::Error,
     },
+    /// The program is not installed: found neither in the system directories nor on `PATH`.
+    #[error(
+        "cannot run `{program}`: not found in {} or PATH{}",
+        crate::runner::SYSTEM_DIRS.join(", "),
+        package.map(|p| format!("; install the `{p}` package (Debian/Ubuntu: apt install {p})")).unwrap_or_default()
+    )]
+    Missing {
+        /// Program that was looked for.
+        program: String,
+        /// The Debian package that provides it, when known.
+        package: Option<&'static str>,
+    },
     /// The command ran and failed; `stderr` says why (e.g. "Operation not permitted" when not root).
     #[error("`{command}` failed (exit {code:?}): {stderr}")]
     Command {
@@ -53,7 +65,8 @@ impl FirewallError {
                     || s.contains("must be root")
             }
             FirewallError::Spawn { source, .. } => source.kind() == io::ErrorKind::PermissionDenied,
-            FirewallError::Invalid { .. }
+            FirewallError::Missing { .. }
+            | FirewallError::Invalid { .. }
             | FirewallError::Parse { .. }
             | FirewallError::TokenStore(_) => false,
         }

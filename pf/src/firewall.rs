@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use serde::Serialize;
 
 use crate::FirewallError;
+use crate::subid::SubIds;
 
 /// Whose traffic a set of host-wide rules governs, and who owns the rules.
 ///
@@ -96,6 +97,9 @@ pub struct GuestPolicy {
     pub proxies: Vec<SocketAddr>,
     /// NFLOG group blocked packets are logged to (nftables; pf always logs to `pflog0`).
     pub nflog_group: u16,
+    /// The user's subordinate uid/gid ranges, fenced like the uid itself (nftables; macOS has
+    /// none). Read them with [`SubIds::read_system`].
+    pub subids: SubIds,
 }
 
 /// Rules generated for one scope by [`Firewall::plan`], ready for [`Firewall::apply`].

@@ -19,10 +19,14 @@ mod firewall;
 pub mod nft;
 pub mod pf;
 mod runner;
+pub mod subid;
 
 pub use error::FirewallError;
 pub use firewall::{
     DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope,
     SystemOwnerCheck, running_as_root,
 };
-pub use runner::{CommandOutput, CommandRunner, RecordedCall, RecordingRunner, SystemRunner};
+pub use runner::{
+    CommandOutput, CommandRunner, RecordedCall, RecordingRunner, SystemRunner, locate, locate_with,
+};
+pub use subid::{IdRange, SubIdError, SubIds};

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use crate::FirewallError;
 use crate::firewall::{Firewall, GuestPolicy, Installed, Plan, Scope};
 use crate::runner::{CommandRunner, SystemRunner};
+use crate::subid::{self, IdRange};
 
 /// Name of the table inside a sandbox's network namespace.
 pub const NAMESPACE_TABLE: &str = "sandgate";
@@ -107,17 +108,37 @@ pub fn scope_of_table(name: &str) -> Option<Scope> {
 
 /// The nft text of a host-wide guest-user scope.
 ///
-/// Packets from sockets of `scope.uid` (`meta skuid`) jump to chain `guest`: replies on
-/// connections someone else opened to the user (`ct direction reply`) pass; TCP to an address and
-/// port in set `allow4`/`allow6` (the proxies) passes; everything else — IPv4 and IPv6, TCP, UDP,
-/// ICMP — is logged to NFLOG group `policy.nflog_group` with prefix [`Scope::log_prefix`] and
-/// rejected. Other users' traffic is not touched (the base chain's policy is accept).
+/// The user's whole identity is fenced: packets from sockets whose uid (`meta skuid`) is the
+/// user's or in its subordinate uid ranges (set `uids`), or whose gid (`meta skgid`) is in its
+/// subordinate gid ranges (set `gids`), jump to chain `guest`. There only packets of flows the
+/// user opened to a proxy pass — the conntrack direction is *original* and the address and port
+/// are in set `allow4`/`allow6`; replies on flows someone else opened (an inbound connection to
+/// a listener of the user, a datagram answered) are not accepted. Everything else — IPv4 and
+/// IPv6, TCP, UDP, ICMP — is logged to NFLOG group `policy.nflog_group` with prefix
+/// [`Scope::log_prefix`] and rejected. Other users' traffic is not touched (the base chain's
+/// policy is accept). The table's comment records [`identity_comment`], so a later change of the
+/// subordinate ranges can be noticed ([`recorded_identity`]).
 pub fn guest_ruleset(scope: &Scope, policy: &GuestPolicy) -> String {
     let t = guest_table(scope);
     let uid = scope.uid;
     let prefix = log_prefix(&scope.log_prefix());
     let group = policy.nflog_group;
-    let mut s = format!("add table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n");
+    let identity = identity_comment(&policy.subids.fingerprint(uid));
+    let mut s = format!(
+        "add table inet {t}\ndelete table inet {t}\ntable inet {t} {{\n\tcomment \"{identity}\"\n"
+    );
+    let mut uids = vec![IdRange { first: uid, last: uid }];
+    uids.extend(policy.subids.uids.iter().copied());
+    for (set, ty, ranges) in
+        [("uids", "uid", subid::merge(uids)), ("gids", "gid", policy.subids.gids.clone())]
+    {
+        let _ = writeln!(s, "\tset {set} {{\n\t\ttype {ty}\n\t\tflags interval");
+        if !ranges.is_empty() {
+            let elems: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+            let _ = writeln!(s, "\t\telements = {{ {} }}", elems.join(", "));
+        }
+        s.push_str("\t}\n");
+    }
     for (set, ty, v6) in [("allow4", "ipv4_addr", false), ("allow6", "ipv6_addr", true)] {
         let _ = writeln!(s, "\tset {set} {{\n\t\ttype {ty} . inet_service");
         let elems: Vec<String> =
@@ -131,12 +152,12 @@ pub fn guest_ruleset(scope: &Scope, policy: &GuestPolicy) -> String {
         s,
         "\tchain output {{
 \t\ttype filter hook output priority 0; policy accept;
-\t\tmeta skuid {uid} jump guest
+\t\tmeta skuid @uids jump guest
+\t\tmeta skgid @gids jump guest
 \t}}
 \tchain guest {{
-\t\tct direction reply accept
-\t\tip daddr . tcp dport @allow4 accept
-\t\tip6 daddr . tcp dport @allow6 accept
+\t\tct direction original ip daddr . tcp dport @allow4 accept
+\t\tct direction original ip6 daddr . tcp dport @allow6 accept
 \t\tlog prefix \"{prefix}\" group {group}
 \t\tmeta l4proto tcp reject with tcp reset
 \t\treject with icmpx admin-prohibited
@@ -145,6 +166,23 @@ pub fn guest_ruleset(scope: &Scope, policy: &GuestPolicy) -> String {
 "
     );
     s
+}
+
+/// Start of the table comment that records the fenced identity.
+const IDENTITY_COMMENT: &str = "sandgate identity ";
+
+/// The table comment recording an identity fingerprint ([`SubIds::fingerprint`](crate::SubIds::fingerprint)).
+pub fn identity_comment(fingerprint: &str) -> String {
+    format!("{IDENTITY_COMMENT}{fingerprint}")
+}
+
+/// The identity fingerprint recorded in a table as `nft list table` prints it; `None` for tables
+/// made before it was recorded (they fence the uid only).
+pub fn recorded_identity(listing: &str) -> Option<String> {
+    listing.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix("comment \"")?.strip_prefix(IDENTITY_COMMENT)?;
+        Some(rest.strip_suffix('"')?.to_owned())
+    })
 }
 
 /// `ADDR . PORT` as an nft set element.
@@ -295,6 +333,20 @@ mod tests {
         for foreign in ["sandgate", "sandgate_", "filter", "sandgate_x", "sandgate_u1_q2"] {
             assert_eq!(scope_of_table(foreign), None, "{foreign}");
         }
+    }
+
+    #[test]
+    fn recorded_identity_round_trips_through_a_listing() {
+        let policy = GuestPolicy { proxies: vec![], nflog_group: 1, subids: Default::default() };
+        let text = guest_ruleset(&Scope::user(5), &policy);
+        let fp = policy.subids.fingerprint(5);
+        assert_eq!(recorded_identity(&text).as_deref(), Some(fp.as_str()));
+        // As `nft list table` prints it.
+        let listing =
+            format!("table inet sandgate_u5 {{\n\tcomment \"sandgate identity {fp}\"\n}}");
+        assert_eq!(recorded_identity(&listing), Some(fp));
+        assert_eq!(recorded_identity("table inet sandgate_u5 {\n\tcomment \"other\"\n}"), None);
+        assert_eq!(recorded_identity("table inet sandgate_u5 {\n}"), None);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Running `nft` and `pfctl`: the only I/O in this crate, behind a trait so tests can record.
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
@@ -41,7 +44,8 @@ impl CommandRunner for SystemRunner {
     ) -> Result<CommandOutput, FirewallError> {
         let spawn_err =
             |source: std::io::Error| FirewallError::Spawn { program: program.to_owned(), source };
-        let mut child = Command::new(program)
+        let path = locate(program)?;
+        let mut child = Command::new(path)
             .args(args)
             .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
@@ -67,6 +71,56 @@ impl CommandRunner for SystemRunner {
             })
         }
     }
+}
+
+/// Root-owned directories searched before `PATH`, in order.
+///
+/// A normal user's `PATH` on Debian has no `/usr/sbin` (where `nft` lives), and a program that
+/// runs with `CAP_NET_ADMIN` should not be picked from a directory earlier on a `PATH` the user
+/// (or a sandboxed command starting a nested sandbox) can write, so these come first.
+pub const SYSTEM_DIRS: [&str; 6] =
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+
+/// Finds `program` in [`SYSTEM_DIRS`], then in the absolute directories of `PATH`.
+pub fn locate(program: &str) -> Result<PathBuf, FirewallError> {
+    locate_with(program, std::env::var_os("PATH").as_deref(), &is_executable_file)
+}
+
+/// [`locate`] with the `PATH` value and the existence test given (tests inject both).
+///
+/// A name with a `/` is used as it is. When nothing is found the error names the places searched
+/// and the package that provides the program ([`package_of`]).
+pub fn locate_with(
+    program: &str,
+    path: Option<&OsStr>,
+    is_program: &dyn Fn(&Path) -> bool,
+) -> Result<PathBuf, FirewallError> {
+    if program.contains('/') {
+        return Ok(PathBuf::from(program));
+    }
+    let from_path = path.map(std::env::split_paths).into_iter().flatten();
+    let dirs: Vec<PathBuf> = SYSTEM_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .chain(from_path.filter(|d| d.is_absolute()))
+        .collect();
+    if let Some(found) = dirs.iter().map(|d| d.join(program)).find(|p| is_program(p)) {
+        return Ok(found);
+    }
+    Err(FirewallError::Missing { program: program.to_owned(), package: package_of(program) })
+}
+
+/// The Debian package that provides `program`, for the not-found message.
+pub fn package_of(program: &str) -> Option<&'static str> {
+    match program {
+        "nft" => Some("nftables"),
+        "ip" => Some("iproute2"),
+        _ => None,
+    }
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Formats a command line for messages.
@@ -156,5 +210,54 @@ impl CommandRunner for RecordingRunner {
             }
             None => Ok(CommandOutput::default()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::*;
+
+    /// Debian's default PATH of a normal user (`/etc/login.defs` ENV_PATH).
+    const DEBIAN_USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games";
+
+    #[test]
+    fn nft_in_sbin_is_found_without_sbin_on_path() {
+        let path = OsString::from(DEBIAN_USER_PATH);
+        let only = |want: &'static str| move |p: &Path| p == Path::new(want);
+        for at in ["/usr/sbin/nft", "/sbin/nft", "/usr/local/bin/nft"] {
+            assert_eq!(locate_with("nft", Some(&path), &only(at)).unwrap(), PathBuf::from(at));
+        }
+        // Found on PATH only (e.g. NixOS), after the system directories.
+        let nix = OsString::from("relative/bin:/run/current-system/sw/bin");
+        assert_eq!(
+            locate_with("nft", Some(&nix), &only("/run/current-system/sw/bin/nft")).unwrap(),
+            PathBuf::from("/run/current-system/sw/bin/nft")
+        );
+        // A relative PATH entry is never searched.
+        assert!(locate_with("nft", Some(&nix), &only("relative/bin/nft")).is_err());
+        // The system copy wins over one earlier on PATH.
+        let both = |p: &Path| p == Path::new("/tmp/evil/nft") || p == Path::new("/usr/sbin/nft");
+        let evil = OsString::from("/tmp/evil:/usr/bin");
+        assert_eq!(locate_with("nft", Some(&evil), &both).unwrap(), PathBuf::from("/usr/sbin/nft"));
+    }
+
+    #[test]
+    fn a_missing_nft_names_the_package() {
+        let path = OsString::from(DEBIAN_USER_PATH);
+        let e = locate_with("nft", Some(&path), &|_| false).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, FirewallError::Missing { package: Some("nftables"), .. }), "{e:?}");
+        assert!(msg.contains("/usr/sbin") && msg.contains("apt install nftables"), "{msg}");
+        let e = locate_with("ip", None, &|_| false).unwrap_err();
+        assert!(e.to_string().contains("`iproute2`"), "{e}");
+        let e = locate_with("pfctl", None, &|_| false).unwrap_err();
+        assert!(!e.to_string().contains("install"), "{e}");
+    }
+
+    #[test]
+    fn a_path_with_a_slash_is_taken_as_is() {
+        assert_eq!(locate_with("./x", None, &|_| false).unwrap(), PathBuf::from("./x"));
     }
 }

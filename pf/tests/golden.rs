@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use sandgate_pf::nft::{self, NamespaceRules};
-use sandgate_pf::{GuestPolicy, Scope};
+use sandgate_pf::{GuestPolicy, IdRange, Scope, SubIds};
 
 fn check(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
@@ -31,14 +31,30 @@ fn guest_ruleset_v4_and_v6_proxies() {
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
         nflog_group: 1,
+        subids: Default::default(),
     };
     check("guest_u1001.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
 }
 
 #[test]
 fn guest_ruleset_owned_no_proxy() {
-    let policy = GuestPolicy { proxies: vec![], nflog_group: 2 };
+    let policy = GuestPolicy { proxies: vec![], nflog_group: 2, subids: Default::default() };
     check("guest_u1001_p4242.nft", &nft::guest_ruleset(&Scope::owned_by(1001, 4242), &policy));
+}
+
+#[test]
+fn guest_ruleset_with_subordinate_ids() {
+    let r = |first, last| IdRange { first, last };
+    let policy = GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+        nflog_group: 1,
+        // Two subuid ranges (one adjacent to the uid: merged), one subgid range.
+        subids: SubIds {
+            uids: vec![r(1002, 1009), r(100000, 165535)],
+            gids: vec![r(100000, 165535)],
+        },
+    };
+    check("guest_u1001_subids.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
 }
 
 #[test]
@@ -46,13 +62,18 @@ fn pf_anchor_rules_loopback_proxies() {
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
         nflog_group: 0,
+        subids: Default::default(),
     };
     check("guest_u501.pf", &sandgate_pf::pf::guest_anchor_rules(&Scope::user(501), &policy));
 }
 
 #[test]
 fn pf_anchor_rules_owned_remote_proxy() {
-    let policy = GuestPolicy { proxies: vec!["192.0.2.10:8080".parse().unwrap()], nflog_group: 0 };
+    let policy = GuestPolicy {
+        proxies: vec!["192.0.2.10:8080".parse().unwrap()],
+        nflog_group: 0,
+        subids: Default::default(),
+    };
     check(
         "guest_u501_p4242.pf",
         &sandgate_pf::pf::guest_anchor_rules(&Scope::owned_by(501, 4242), &policy),

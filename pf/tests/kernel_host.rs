@@ -1,11 +1,14 @@
 //! Real kernel: host-wide guest-user rules (nftables backend) for a user the test creates. Its
 //! direct TCP/UDP/ICMP to a test host in a namespace the test created is rejected and logged; its
 //! traffic to the proxy passes; root is untouched; remove leaves no trace; gc removes tables whose
-//! owner is gone; applying twice is idempotent.
+//! owner is gone; applying twice is idempotent. The user's subordinate uids (a user namespace made
+//! with `unshare --map-auto`) are fenced too, and an outside host cannot connect to the user's
+//! listeners; both with a control row that runs the ruleset as it was before.
 
 mod common;
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -13,7 +16,7 @@ use common::{NetNs, TestUser, nflog_group, run_with_stdin, sh, subnet, veth};
 use sandgate_monitor::nflog::NflogSocket;
 use sandgate_monitor::{BlockedPacket, Protocol};
 use sandgate_pf::nft::{NftFirewall, guest_table};
-use sandgate_pf::{Firewall, GuestPolicy, Scope, SystemOwnerCheck};
+use sandgate_pf::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
 
 fn ruleset() -> String {
     String::from_utf8_lossy(&sh(&["nft", "list", "ruleset"]).stdout).into_owned()
@@ -58,8 +61,16 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let fw = NftFirewall::system();
     let scope = Scope::user(user.uid);
-    let plan =
-        fw.plan(&scope, &GuestPolicy { proxies: vec![proxy_addr], nflog_group: group }).unwrap();
+    let plan = fw
+        .plan(
+            &scope,
+            &GuestPolicy {
+                proxies: vec![proxy_addr],
+                nflog_group: group,
+                subids: Default::default(),
+            },
+        )
+        .unwrap();
     fw.apply(&plan).expect("apply");
     let first = table(&plan.name);
     fw.apply(&plan).expect("apply again");
@@ -153,6 +164,7 @@ fn gc_removes_tables_whose_owner_is_gone() {
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
+        subids: Default::default(),
     };
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
     let dead_owner = Scope::owned_by(user.uid, child.id());
@@ -178,4 +190,330 @@ fn gc_removes_tables_whose_owner_is_gone() {
     assert!(!rs.contains(&format!("{} ", guest_table(&deleted_user))));
     assert!(rs.contains(&guest_table(&live_owner)));
     assert!(fw.remove(&live_owner).unwrap());
+}
+
+/// The guest ruleset exactly as it was before the whole identity was fenced (uid only, every
+/// reply accepted): the control row showing that the tests below catch both holes.
+fn ruleset_before_fix(scope: &Scope, proxy: SocketAddr, group: u16) -> String {
+    let t = guest_table(scope);
+    let (uid, prefix) = (scope.uid, scope.log_prefix());
+    format!(
+        "add table inet {t}
+delete table inet {t}
+table inet {t} {{
+\tset allow4 {{
+\t\ttype ipv4_addr . inet_service
+\t\telements = {{ {} . {} }}
+\t}}
+\tset allow6 {{
+\t\ttype ipv6_addr . inet_service
+\t}}
+\tchain output {{
+\t\ttype filter hook output priority 0; policy accept;
+\t\tmeta skuid {uid} jump guest
+\t}}
+\tchain guest {{
+\t\tct direction reply accept
+\t\tip daddr . tcp dport @allow4 accept
+\t\tip6 daddr . tcp dport @allow6 accept
+\t\tlog prefix \"{prefix}\" group {group}
+\t\tmeta l4proto tcp reject with tcp reset
+\t\treject with icmpx admin-prohibited
+\t}}
+}}
+",
+        proxy.ip(),
+        proxy.port()
+    )
+}
+
+/// Waits up to 5 s for NFLOG records until `done` says enough was seen.
+fn records(sock: &mut NflogSocket, done: impl Fn(&[BlockedPacket]) -> bool) -> Vec<BlockedPacket> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    while Instant::now() < deadline && !done(&got) {
+        got.extend(sock.recv(Duration::from_millis(200)).expect("recv"));
+    }
+    got
+}
+
+/// Removes the scope's table when dropped, so a failed assertion leaves no fence behind for a
+/// later user with the same uid.
+struct RemoveOnDrop(Scope);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = NftFirewall::system().remove(&self.0);
+    }
+}
+
+/// A TCP connection from `local` (bound first, address reuse on) to `target`, giving up after
+/// 3 s (Linux bounds a blocking connect by the send timeout).
+fn connect_from(local: SocketAddr, target: SocketAddr) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, bind, connect, setsockopt, socket,
+        sockopt,
+    };
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    setsockopt(&fd, sockopt::SendTimeout, &nix::sys::time::TimeVal::new(3, 0))?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(local))?;
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(target))?;
+    Ok(TcpStream::from(fd))
+}
+
+fn have_newuidmap() -> bool {
+    let ok = ["/usr/bin/newuidmap", "/usr/bin/newgidmap"].iter().all(|p| {
+        std::fs::metadata(p)
+            .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0)
+    });
+    if !ok {
+        assert!(!common::in_ci(), "setuid newuidmap/newgidmap (package uidmap) are required in CI");
+        eprintln!("SKIP: setuid newuidmap/newgidmap (package uidmap) missing");
+    }
+    ok
+}
+
+/// Issue 14.2: as a fresh user with a subuid range, `unshare --user --map-auto --setuid 0`
+/// opened sockets with a kernel uid from that range, which `meta skuid U` did not match.
+#[test]
+fn subordinate_uids_are_fenced_and_reported() {
+    if common::skip_without_kernel() || !tools_present() || !have_newuidmap() {
+        return;
+    }
+    let Some(user) = TestUser::with_subids() else { return };
+    let subids = SubIds::read_system(user.uid, Some(&user.name)).expect("read subids");
+    assert!(!subids.uids.is_empty() && !subids.gids.is_empty(), "{subids}");
+    let testhost = NetNs::new("gs");
+    let (_, th) = veth(None, &testhost, subnet());
+    let l4 = testhost.enter(|| TcpListener::bind((th.v4, 0)).expect("bind v4"));
+    let l6 = testhost.enter(|| TcpListener::bind((th.v6, 0)).expect("bind v6"));
+    let (p4, p6) = (l4.local_addr().unwrap().port(), l6.local_addr().unwrap().port());
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = proxy.local_addr().unwrap();
+    let group = nflog_group();
+    let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
+    let scope = Scope::owned_by(user.uid, std::process::id());
+    let _cleanup = RemoveOnDrop(scope);
+    let fw = NftFirewall::system();
+
+    // `root` inside a user namespace mapped from the subordinate ranges (uid and gid).
+    let in_userns = |script: String| {
+        let unshare = ["unshare", "--user", "--map-auto", "--setuid", "0", "--setgid", "0"];
+        let mut args: Vec<&str> = unshare.to_vec();
+        args.extend(["bash", "-c", &script]);
+        as_user(&user, false, &args, b"")
+    };
+    let reach = |addr: String| format!("id -u >&2; echo x > /dev/tcp/{addr}");
+    let t4 = format!("{}/{p4}", th.v4);
+    let t6 = format!("{}/{p6}", th.v6);
+
+    // Control: the fence as it was lets the namespace's root straight out.
+    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    let out = in_userns(reach(t4.clone()));
+    assert!(
+        out.status.success(),
+        "control: the old fence should have missed the subuid: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let policy =
+        GuestPolicy { proxies: vec![proxy_addr], nflog_group: group, subids: subids.clone() };
+    fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
+    for target in [&t4, &t6] {
+        let out = in_userns(reach(target.clone()));
+        let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(!out.status.success(), "the user namespace reached {target}");
+        assert!(stderr.contains("refused"), "{target}: {stderr}");
+    }
+    // Other ids of the namespace: any mapped uid/gid, and the user's own uid mapped to root.
+    for unshare in [
+        &["unshare", "--user", "--map-auto", "--setuid", "5000", "--setgid", "5000"][..],
+        &["unshare", "--user", "--map-auto", "--setuid", "65535"][..],
+        &["unshare", "--user", "--map-root-user"][..],
+    ] {
+        let script = reach(t4.clone());
+        let mut args = unshare.to_vec();
+        args.extend(["bash", "-c", &script]);
+        let out = as_user(&user, false, &args, b"");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(!out.status.success() && stderr.contains("refused"), "{unshare:?}: {stderr}");
+    }
+    // A socket whose gid alone is from the subgid range (uid nobody) is fenced too.
+    let gid = subids.gids[0].first.to_string();
+    let out = run_with_stdin(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "bash",
+            "-c",
+            &reach(t4.clone()),
+        ],
+        b"",
+    );
+    assert!(!out.status.success(), "a subgid socket reached {t4}");
+    // The same user still reaches the proxy, as itself and from its user namespace.
+    for out in [
+        as_user(
+            &user,
+            false,
+            &["bash", "-c", &reach(format!("127.0.0.1/{}", proxy_addr.port()))],
+            b"",
+        ),
+        in_userns(reach(format!("127.0.0.1/{}", proxy_addr.port()))),
+    ] {
+        assert!(
+            out.status.success(),
+            "proxy unreachable: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Reported, with the kernel uid from the range.
+    let in_range = |u: Option<u32>| u.is_some_and(|u| subids.uids.iter().any(|r| r.contains(u)));
+    let got = records(&mut sock, |got| {
+        [IpAddr::from(th.v4), IpAddr::from(th.v6)]
+            .iter()
+            .all(|d| got.iter().any(|g| g.dst == *d && in_range(g.uid)))
+    });
+    for d in [IpAddr::from(th.v4), IpAddr::from(th.v6)] {
+        let g = got
+            .iter()
+            .find(|g| g.dst == d && g.protocol == Protocol::Tcp)
+            .unwrap_or_else(|| panic!("no record to {d}: {got:#?}"));
+        assert!(in_range(g.uid), "uid {:?} not in {subids}: {g:?}", g.uid);
+        assert_eq!(g.prefix, scope.log_prefix());
+    }
+    assert!(fw.remove(&scope).expect("remove"));
+}
+
+/// Issue 14.3: `ct direction reply accept` let an outside host connect to a listener of the
+/// fenced user and read what it sent, and get answers from its UDP sockets.
+#[test]
+fn inbound_connections_to_the_users_sockets_are_refused() {
+    if common::skip_without_kernel() || !tools_present() {
+        return;
+    }
+    let user = TestUser::new();
+    let testhost = NetNs::new("gi");
+    let (host, th) = veth(None, &testhost, subnet());
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = proxy.local_addr().unwrap();
+    let group = nflog_group();
+    let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
+    let scope = Scope::owned_by(user.uid, std::process::id());
+    let _cleanup = RemoveOnDrop(scope);
+    let fw = NftFirewall::system();
+
+    // Sockets of the user on the host's end of the link (created with its fsuid/fsgid).
+    let (tcp4, tcp6, udp) = user.as_socket_owner(|| {
+        (
+            TcpListener::bind((host.v4, 0)).expect("bind tcp v4"),
+            TcpListener::bind((host.v6, 0)).expect("bind tcp v6"),
+            UdpSocket::bind((host.v4, 0)).expect("bind udp"),
+        )
+    });
+    let targets = [tcp4.local_addr().unwrap(), tcp6.local_addr().unwrap()];
+    // A proxy on the outside host (an address . port the user may connect to).
+    let remote_proxy =
+        testhost.enter(|| TcpListener::bind((th.v4, 0)).unwrap().local_addr().unwrap());
+    let udp_addr = udp.local_addr().unwrap();
+    // What the outside host gets: the listener's data (TCP), and the answer to a datagram (UDP).
+    let attempt = |expect_open: bool| -> Vec<String> {
+        let mut seen = Vec::new();
+        // The third row connects *from* an allowed proxy address and port: its SYN-ACK has the
+        // proxy's address and port as destination, so only the conntrack direction tells it
+        // from the user's own connection to that proxy.
+        let rows = [
+            (&tcp4, targets[0], None),
+            (&tcp6, targets[1], None),
+            (&tcp4, targets[0], Some(remote_proxy)),
+        ];
+        for (listener, target, from) in rows {
+            let conn = testhost.enter(|| match from {
+                None => TcpStream::connect_timeout(&target, Duration::from_secs(3)),
+                Some(from) => connect_from(from, target),
+            });
+            match conn {
+                Ok(mut c) => {
+                    let (mut served, _) = listener.accept().expect("accept");
+                    let _ = served.write_all(b"secret\n");
+                    drop(served);
+                    let mut got = String::new();
+                    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                    let _ = c.read_to_string(&mut got);
+                    seen.push(format!("tcp {target}: {got:?}"));
+                }
+                Err(e) => assert!(!expect_open, "control: connect to {target}: {e}"),
+            }
+        }
+        let peer = testhost.enter(|| {
+            let s = UdpSocket::bind((th.v4, 0)).unwrap();
+            s.send_to(b"ping", udp_addr).unwrap();
+            s
+        });
+        let mut buf = [0u8; 16];
+        let (_, from) = udp.recv_from(&mut buf).expect("the user's socket gets the datagram");
+        match udp.send_to(b"secret", from) {
+            Ok(_) => {
+                peer.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                if let Ok(n) = peer.recv(&mut buf) {
+                    seen.push(format!("udp {udp_addr}: {:?}", String::from_utf8_lossy(&buf[..n])));
+                }
+            }
+            Err(e) => assert!(!expect_open, "control: udp answer: {e}"),
+        }
+        seen
+    };
+
+    // Control: the fence as it was serves the outside host.
+    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    let seen = attempt(true);
+    assert_eq!(seen.len(), 4, "control: the old fence should have let all in: {seen:?}");
+    assert!(seen.iter().all(|s| s.contains("secret")), "{seen:?}");
+
+    let policy = GuestPolicy {
+        proxies: vec![proxy_addr, remote_proxy],
+        nflog_group: group,
+        subids: Default::default(),
+    };
+    fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
+    let seen = attempt(false);
+    assert!(seen.is_empty(), "the outside host got through the fence: {seen:?}");
+    for l in [&tcp4, &tcp6] {
+        l.set_nonblocking(true).unwrap();
+        assert!(l.accept().is_err(), "a connection was established to the user's listener");
+    }
+    // The user's own connection to the proxy still works.
+    let out = as_user(
+        &user,
+        false,
+        &["bash", "-c", &format!("echo x > /dev/tcp/127.0.0.1/{}", proxy_addr.port())],
+        b"",
+    );
+    assert!(out.status.success(), "proxy unreachable: {}", String::from_utf8_lossy(&out.stderr));
+    // The refused answers were reported as the user's.
+    let got = records(&mut sock, |got| {
+        [IpAddr::from(th.v4), IpAddr::from(th.v6)]
+            .iter()
+            .all(|d| got.iter().any(|g| g.dst == *d && g.protocol == Protocol::Tcp))
+            && got.iter().any(|g| g.protocol == Protocol::Udp)
+    });
+    for (p, d) in [
+        (Protocol::Tcp, th.v4.into()),
+        (Protocol::Tcp, th.v6.into()),
+        (Protocol::Udp, th.v4.into()),
+    ] {
+        let d: IpAddr = d;
+        let g = got
+            .iter()
+            .find(|g| g.protocol == p && g.dst == d)
+            .unwrap_or_else(|| panic!("no {p:?} record to {d}: {got:#?}"));
+        assert_eq!(g.prefix, scope.log_prefix(), "{g:?}");
+        // A SYN-ACK leaves from the request socket, which NFLOG does not attribute (no uid);
+        // the prefix names the scope.
+        assert!(g.uid.is_none() || g.uid == Some(user.uid), "{g:?}");
+    }
+    assert!(fw.remove(&scope).expect("remove"));
 }

@@ -8,7 +8,11 @@ use sandgate_pf::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
 const PFCTL: &str = "/sbin/pfctl";
 
 fn policy() -> GuestPolicy {
-    GuestPolicy { proxies: vec!["127.0.0.1:3128".parse().unwrap()], nflog_group: 3 }
+    GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+        nflog_group: 3,
+        subids: Default::default(),
+    }
 }
 
 /// Owners: uid 666 and pid 999 are gone, everything else exists.

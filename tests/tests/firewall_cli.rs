@@ -78,7 +78,9 @@ fn dry_run_prints_the_exact_rules_and_changes_nothing() {
         "add table inet sandgate_u4242\ndelete table inet sandgate_u4242\ntable inet sandgate_u4242 {",
         "\t\telements = { 127.0.0.1 . 3128 }",
         "\t\telements = { ::1 . 8080 }",
-        "\t\tmeta skuid 4242 jump guest",
+        "\t\telements = { 4242 }",
+        "\t\tmeta skuid @uids jump guest",
+        "\t\tct direction original ip daddr . tcp dport @allow4 accept",
         "\t\tlog prefix \"sandgate.u4242\" group 9",
         "\t\tmeta l4proto tcp reject with tcp reset",
         "\t\treject with icmpx admin-prohibited",
@@ -176,4 +178,128 @@ fn apply_show_remove_gc_as_root() {
         text(&out.stdout)
     );
     assert!(!ruleset().contains(&format!("sandgate_u{gone_uid} ")), "gc left the table");
+}
+
+/// Debian's default PATH of a normal user: no `/usr/sbin`, where `nft` lives (issue 17.1).
+const DEBIAN_USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games";
+
+#[test]
+fn apply_finds_nft_without_sbin_on_path() {
+    if skip_unless(is_root() && have("nft") && have("useradd"), "root with nft and useradd") {
+        return;
+    }
+    if skip_unless(
+        !std::env::split_paths(DEBIAN_USER_PATH).any(|d| d.join("nft").exists()),
+        "nft outside /usr/sbin and /sbin",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    let user = User::new("p");
+    let uid = user.uid.to_string();
+    let out = env
+        .cmd()
+        .env("PATH", DEBIAN_USER_PATH)
+        .args(["firewall", "apply", "--uid", &uid, "--owner-pid", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = format!("sandgate_u{uid}_p{}", std::process::id());
+    assert!(ruleset().contains(&table));
+    let out = env
+        .cmd()
+        .env("PATH", DEBIAN_USER_PATH)
+        .args(["firewall", "remove", "--uid", &uid, "--owner-pid", &std::process::id().to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!ruleset().contains(&table));
+}
+
+/// A normal user, for which `useradd` allocates subordinate ids; deleted on drop.
+struct SubUser(User);
+
+impl SubUser {
+    fn new() -> Option<Self> {
+        let name = format!("sgclis{}", std::process::id() % 100_000);
+        let ok = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/bin/sh", &name])
+            .status()
+            .expect("useradd")
+            .success();
+        assert!(ok, "useradd {name}");
+        let out = Command::new("id").args(["-u", &name]).output().expect("id");
+        let user = SubUser(User { uid: text(&out.stdout).trim().parse().expect("uid"), name });
+        let listed = std::fs::read_to_string("/etc/subuid")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with(&format!("{}:", user.0.name)));
+        (!skip_unless(listed, "useradd allocating subordinate ids")).then_some(user)
+    }
+}
+
+#[test]
+fn check_notices_changed_subordinate_ids() {
+    if skip_unless(
+        is_root() && have("nft") && have("useradd") && have("usermod"),
+        "root with nft, useradd and usermod",
+    ) {
+        return;
+    }
+    let Some(user) = SubUser::new() else { return };
+    let env = Env::new();
+    let uid = user.0.uid.to_string();
+    let pid = std::process::id().to_string();
+    let run = |args: &[&str]| sandgate(&env, args);
+    let subuid = std::fs::read_to_string("/etc/subuid").unwrap();
+    let (start, count) = subuid
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(&format!("{}:", user.0.name))?;
+            let (s, c) = rest.split_once(':')?;
+            Some((s.parse::<u64>().ok()?, c.parse::<u64>().ok()?))
+        })
+        .expect("subuid entry");
+    let range = format!("{start}-{}", start + count - 1);
+
+    let out = run(&["firewall", "apply", "--uid", &uid, "--owner-pid", &pid, "--dry-run"]);
+    assert!(text(&out.stdout).contains(&format!("{uid}, {range}")), "{}", text(&out.stdout));
+    let out = run(&["firewall", "apply", "--uid", &uid, "--owner-pid", &pid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("subuids {range}")), "{}", text(&out.stderr));
+    let table = format!("sandgate_u{uid}_p{pid}");
+    let check = || run(&["firewall", "check"]);
+    let line = |out: &Output| {
+        text(&out.stdout).lines().find(|l| l.starts_with(&table)).unwrap_or_default().to_owned()
+    };
+    let out = check();
+    assert!(line(&out).contains("fenced as applied"), "{}", text(&out.stdout));
+
+    // A new subuid range after apply: check fails and names it, show warns.
+    let ok = Command::new("usermod")
+        .args(["--add-subuids", "3900000000-3900000009", &user.0.name])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "usermod --add-subuids");
+    let out = check();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(line(&out).contains("3900000000-3900000009"), "{}", text(&out.stdout));
+    assert!(line(&out).contains("changed"), "{}", text(&out.stdout));
+    let out = run(&["firewall", "show"]);
+    assert!(
+        text(&out.stderr).contains("warning: the subordinate ids of uid"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Applying again fences the new range.
+    let out = run(&["firewall", "apply", "--uid", &uid, "--owner-pid", &pid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(ruleset().contains("3900000000-3900000009"), "{}", ruleset());
+    let out = check();
+    assert!(line(&out).contains("fenced as applied"), "{}", text(&out.stdout));
+    let out = run(&["firewall", "remove", "--uid", &uid, "--owner-pid", &pid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

@@ -102,6 +102,39 @@ fn allowed_origin_through_the_proxy(who: &Who) {
 
 both!(allowed_origin_through_the_proxy);
 
+/// Issue 17.1: with Debian's default user PATH (no `/usr/sbin`) the launcher still finds `ip` and
+/// `nft` for the sandbox's own namespace (it failed with "cannot run 'nft'").
+fn net_tier_with_debian_user_path(who: &Who) {
+    if skip_unless(Command::new("curl").arg("--version").output().is_ok(), "curl") {
+        return;
+    }
+    let debian = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games";
+    if skip_unless(
+        !std::env::split_paths(debian).any(|d| d.join("nft").exists() || d.join("ip").exists()),
+        "nft and ip only in sbin directories",
+    ) {
+        return;
+    }
+    let s = Scratch::new(who);
+    let port = origin("hello from the origin\n");
+    let url = format!("http://127.0.0.1:{port}/x");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let curl = ["curl", "-sS", "--max-time", "5", "--noproxy", "", "-x", "http://127.0.0.1:3128"];
+    let mut cmd: Vec<&str> = curl.to_vec();
+    cmd.push(&url);
+    let out = s
+        .command("net", &[&allow], &cmd)
+        .env("PATH", debian)
+        .env("SANDGATE_NO_DAEMON", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from the origin\n", "{stderr}");
+    assert!(out.status.success(), "{stderr}");
+}
+
+both!(net_tier_with_debian_user_path);
+
 #[test]
 fn the_run_tier_has_no_proxy_at_all() {
     if skip_unless(can_sandbox(), "root and curl (run tier with namespaces)") {

@@ -197,6 +197,49 @@ impl TestUser {
         TestUser { name, uid, gid }
     }
 
+    /// Creates a normal (non-system) user `sgsubNNNN`, for which `useradd` allocates subordinate
+    /// uid and gid ranges in `/etc/subuid` and `/etc/subgid` (Debian's login.defs
+    /// `SUB_UID_COUNT`); `None` (after a skip message, or a panic in CI) when it did not.
+    pub fn with_subids() -> Option<Self> {
+        let name = format!("sgsub{}", unique());
+        sh(&["useradd", "--no-create-home", "--shell", "/bin/sh", &name]);
+        let id = |flag: &str| -> u32 {
+            String::from_utf8_lossy(&sh(&["id", flag, &name]).stdout).trim().parse().unwrap()
+        };
+        let user = TestUser { uid: id("-u"), gid: id("-g"), name };
+        let has = |file: &str| {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with(&format!("{}:", user.name)))
+        };
+        if !(has("/etc/subuid") && has("/etc/subgid")) {
+            assert!(!in_ci(), "useradd allocated no subordinate ids in CI");
+            eprintln!("SKIP: useradd allocates no subordinate ids here (login.defs SUB_UID_COUNT)");
+            return None;
+        }
+        Some(user)
+    }
+
+    /// Runs `f` on a thread whose file-system uid and gid are this user's: sockets it creates
+    /// belong to the user (`meta skuid`), as if the user had opened them.
+    pub fn as_socket_owner<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Per-thread credentials (the raw syscalls, not glibc's process-wide setxid).
+                setfsgid(Gid::from_raw(self.gid));
+                setfsuid(Uid::from_raw(self.uid));
+                let out = f();
+                setfsuid(Uid::from_raw(0));
+                setfsgid(Gid::from_raw(0));
+                out
+            })
+            .join()
+            .expect("thread as socket owner panicked")
+        })
+    }
+
     /// Deletes the user now (for gc tests).
     pub fn delete(&mut self) {
         if !self.name.is_empty() {

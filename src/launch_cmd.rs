@@ -32,6 +32,10 @@ pub struct LaunchArgs {
     /// errors still print. Also `SANDGATE_QUIET=1`.
     #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
     pub quiet: bool,
+    /// `sandgate learn`'s policy: it answers unknown destinations instead of a person (the
+    /// proxy is then served by this process).
+    #[arg(skip)]
+    pub learner: Option<std::sync::Arc<crate::learn_cmd::Learner>>,
     /// The command to run and its arguments (default: an interactive `$SHELL`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -579,8 +583,8 @@ fn serve(
     nflog: Option<std::os::fd::OwnedFd>,
 ) -> anyhow::Result<Served> {
     use std::io::IsTerminal as _;
-    let no_daemon =
-        std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0");
+    let no_daemon = args.learner.is_some()
+        || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0");
     if !no_daemon {
         let info = crate::daemon::protocol::SandboxInfo {
             id: spec.id.to_string(),
@@ -606,7 +610,9 @@ fn serve(
             ),
         }
     }
-    let proxy = InProcessProxy::start(listener, spec.id.as_str(), net)?;
+    let approver =
+        args.learner.clone().map(|l| -> std::sync::Arc<dyn sandgate_proxy::Approver> { l });
+    let proxy = InProcessProxy::start(listener, spec.id.as_str(), net, approver)?;
     let reporter = match (args.report_blocked, nflog) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
         _ => None,
@@ -628,6 +634,7 @@ impl InProcessProxy {
         fd: std::os::fd::OwnedFd,
         id: &str,
         net: sandgate_config::NetworkPolicy,
+        approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
     ) -> anyhow::Result<InProcessProxy> {
         use sandgate_proxy::{Listener, Proxy, SandboxContext, SandboxId};
         let _ = sandgate_proxy::raise_nofile_limit();
@@ -640,7 +647,10 @@ impl InProcessProxy {
             let _enter = runtime.enter();
             Listener::from_fd(fd).context("cannot serve the sandbox's proxy listener")?
         };
-        let proxy = Proxy::builder().build();
+        let proxy = match approver {
+            Some(a) => Proxy::builder().approver(a).build(),
+            None => Proxy::builder().build(),
+        };
         let ctx = SandboxContext {
             id: SandboxId::new(id.to_owned()),
             policy: std::sync::Arc::new(net),
@@ -864,6 +874,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         require_full: false,
         report_blocked: false,
         quiet: true,
+        learner: None,
         command: vec!["true".into()],
     };
     let policy = resolve_policy(&args.tier, &la)?;
@@ -985,6 +996,7 @@ mod tests {
             require_full: false,
             report_blocked: false,
             quiet: false,
+            learner: None,
             command: cmd.iter().map(OsString::from).collect(),
         }
     }

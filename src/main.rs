@@ -16,6 +16,7 @@ mod firewall_cmd;
 mod launch_cmd;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
+mod learn_cmd;
 mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
@@ -87,6 +88,13 @@ enum Command {
     /// packets. --follow tails it live; --summary groups by host; --json prints JSON lines
     /// (instants in epoch milliseconds). Kept for [daemon] event_retention (30 days).
     Log(log_cmd::LogArgs),
+    /// Run a command and propose the allowlist it needs (unknown hosts answered by a policy).
+    ///
+    /// By default every destination nothing allows is refused and recorded
+    /// (--deny-and-record); --allow-all-but-private lets public hosts through while learning
+    /// (the command can then send what it reads anywhere: use it on commands you trust).
+    /// Prints the proposal as TOML; --write adds it to this directory's configuration file.
+    Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
     Stop(control_cmd::JsonArg),
     /// (not yet available) Agent hooks (Claude Code PermissionRequest).
@@ -171,6 +179,7 @@ fn main() -> ExitCode {
         Command::Status(a) => control_cmd::status(a),
         Command::Ls(a) => control_cmd::ls(a),
         Command::Log(a) => log_cmd::log(a),
+        Command::Learn(a) => learn_cmd::learn(a),
         Command::Stop(a) => control_cmd::stop(a),
         Command::Hook(_) => not_yet("hook"),
     };

@@ -550,6 +550,37 @@ fn edit_allow_write(
     file: &Path,
     change: impl FnOnce(&mut toml_edit::Array) -> bool,
 ) -> Result<bool, ConfigError> {
+    edit_list(file, "filesystem", "allow_write", change)
+}
+
+/// Adds `patterns` to `[network] allow` of the file at `file` (created if absent), keeping its
+/// comments and layout; patterns already there are skipped. Returns how many were added.
+pub fn add_allow(file: &Path, patterns: &[String]) -> Result<usize, ConfigError> {
+    for p in patterns {
+        crate::DomainPattern::parse(p, crate::PatternUse::Allow)
+            .map_err(|e| ConfigError::file(file, e.to_string(), pattern_help(&e.kind)))?;
+    }
+    let mut added = 0;
+    edit_list(file, "network", "allow", |arr| {
+        for p in patterns {
+            if !arr.iter().any(|v| v.as_str() == Some(p)) {
+                arr.push(p.as_str());
+                added += 1;
+            }
+        }
+        added > 0
+    })?;
+    Ok(added)
+}
+
+/// Changes the list `table.key` of the file at `file` with `change` (which says whether it
+/// changed anything), writing it back atomically; a file that does not load is not touched.
+fn edit_list(
+    file: &Path,
+    table: &str,
+    key: &str,
+    change: impl FnOnce(&mut toml_edit::Array) -> bool,
+) -> Result<bool, ConfigError> {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -562,23 +593,23 @@ fn edit_allow_write(
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         ConfigError::at(file, &text, e.span(), e.message().to_owned(), "fix the TOML syntax")
     })?;
-    let fs = doc
-        .entry("filesystem")
+    let section = doc
+        .entry(table)
         .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()))
         .as_table_like_mut()
         .ok_or_else(|| {
-            ConfigError::file(file, "`filesystem` is not a table", "make it [filesystem]")
+            ConfigError::file(
+                file,
+                format!("`{table}` is not a table"),
+                format!("make it [{table}]"),
+            )
         })?;
-    let arr = fs
-        .entry("allow_write")
+    let arr = section
+        .entry(key)
         .or_insert(toml_edit::value(toml_edit::Array::new()))
         .as_array_mut()
         .ok_or_else(|| {
-            ConfigError::file(
-                file,
-                "`filesystem.allow_write` is not a list",
-                "make it a list of paths",
-            )
+            ConfigError::file(file, format!("`{table}.{key}` is not a list"), "make it a list")
         })?;
     if !change(arr) {
         return Ok(false);

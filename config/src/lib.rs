@@ -21,13 +21,15 @@ mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
 pub use file::{
-    CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_path,
+    CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
     parse as parse_config, parse_duration, remove_path,
 };
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
 pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError, project_key};
 pub use matcher::PatternSet;
-pub use pattern::{DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, PatternUse};
+pub use pattern::{
+    DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, PatternUse, is_public_suffix,
+};
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };

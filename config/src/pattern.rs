@@ -84,6 +84,14 @@ pub enum PatternErrorKind {
     Prefix,
 }
 
+/// Whether `name` (lower-case, no trailing dot) is a public suffix as far as sandgate knows:
+/// a single label (`com`, `io`, `test`) or one of the common multi-label ones (`co.uk`,
+/// `github.io`, ...). A built-in subset of the Public Suffix List, enough for allow-list breadth
+/// checks and for grouping hosts by registrable domain.
+pub fn is_public_suffix(name: &str) -> bool {
+    !name.contains('.') || MULTI_LABEL_PUBLIC_SUFFIXES.contains(&name)
+}
+
 /// Public suffixes under which `*.SUFFIX` would cover unrelated owners. Single-label suffixes
 /// (`com`, `io`, ...) are refused by rule; these are the common multi-label ones.
 const MULTI_LABEL_PUBLIC_SUFFIXES: &[&str] = &[

@@ -133,3 +133,34 @@ fn follow_prints_a_connection_when_it_closes() {
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!((v["decision"].as_str(), v["port"].as_u64()), (Some("allow"), Some(port.into())));
 }
+
+#[test]
+fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    let fetch = |h: &str| format!("curl -s -o /dev/null --max-time 5 http://{h}/ || true");
+    let script =
+        ["a.learn.test", "b.learn.test", "c.learn.test", "other.example"].map(fetch).join("; ");
+    let out = t.cmd().args(["learn", "--write", "--", "sh", "-c", &script]).output().unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .contains("  \"*.learn.test\",  # a.learn.test:80, b.learn.test:80, c.learn.test:80\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  \"other.example\",  # other.example:80\n"), "{stdout}");
+    assert!(stdout.contains("# added 2 to "), "{stdout}");
+    // Written into this directory's file: it loads, and now decides.
+    let check = t.sg(&["config", "check"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for host in ["z.learn.test", "other.example"] {
+        assert_eq!(t.sg(&["check", host, "--tier", "net"]).status.code(), Some(0), "{host}");
+    }
+    assert_eq!(t.sg(&["check", "learn.test", "--tier", "net"]).status.code(), Some(3));
+    // Nothing was asked of a person and nothing got through (deny-and-record).
+    assert!(t.json(&["ls", "--all", "--json"]).as_array().is_none_or(|a| a.is_empty()));
+}

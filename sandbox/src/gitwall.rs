@@ -30,7 +30,6 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
-
 /// Deepest nesting of submodules (and of config includes) followed; git's own include limit is 10.
 const MAX_DEPTH: usize = 16;
 
@@ -305,9 +304,21 @@ impl Walk<'_> {
         self.writable.iter().any(|w| r.starts_with(w) || p.starts_with(w))
     }
 
+    /// Protects `p`; a missing one by its first missing component, which is what the launcher
+    /// turns into a placeholder (two paths with one placeholder must name it once).
     fn protect(&mut self, p: PathBuf) {
+        if !self.inside(&p) {
+            return;
+        }
+        let mut p = lexical(&p);
+        while std::fs::symlink_metadata(&p).is_err()
+            && let Some(parent) = p.parent()
+            && std::fs::symlink_metadata(parent).is_err()
+        {
+            p = parent.to_path_buf();
+        }
         if self.inside(&p) {
-            self.out.insert(lexical(&p));
+            self.out.insert(p);
         }
     }
 
@@ -373,9 +384,7 @@ impl Walk<'_> {
             self.protect(d.to_path_buf());
             return;
         }
-        for name in ["hooks", "config", "config.worktree", "commondir"] {
-            self.protect(d.join(name));
-        }
+        self.git_dir_files(d);
         // Submodules' and linked worktrees' own git directories, gitlink or not (a stale one
         // comes back with one `git submodule` command).
         let mut todo = vec![(d.join("modules"), 0), (d.join("worktrees"), MAX_DEPTH - 1)];
@@ -387,9 +396,7 @@ impl Walk<'_> {
                     continue;
                 }
                 if path.join("HEAD").is_file() {
-                    for name in ["hooks", "config", "config.worktree", "commondir"] {
-                        self.protect(path.join(name));
-                    }
+                    self.git_dir_files(&path);
                     if depth < MAX_DEPTH {
                         todo.push((path.join("modules"), depth + 1));
                     }
@@ -398,6 +405,31 @@ impl Walk<'_> {
                     todo.push((path, depth + 1));
                 }
             }
+        }
+    }
+
+    /// In a writable git directory `d`: what makes git run code. `hooks` and `config` always (a
+    /// missing one a placeholder); `config.worktree` when it exists or the config turns it on;
+    /// `commondir` when it exists (an empty placeholder there would break git; creating one is
+    /// what `git_writable` cannot stop: see the README).
+    fn git_dir_files(&mut self, d: &Path) {
+        self.protect(d.join("hooks"));
+        self.protect(d.join("config"));
+        let worktree_config = std::fs::read(d.join("config")).ok().is_some_and(|t| {
+            gix_config::File::from_bytes_no_includes(
+                &t,
+                gix_config::file::Metadata::api(),
+                Default::default(),
+            )
+            .ok()
+            .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
+            .unwrap_or(false)
+        });
+        if worktree_config || d.join("config.worktree").exists() {
+            self.protect(d.join("config.worktree"));
+        }
+        if std::fs::symlink_metadata(d.join("commondir")).is_ok() {
+            self.protect(d.join("commondir"));
         }
     }
 
@@ -418,7 +450,10 @@ impl Walk<'_> {
         }
         self.git_dir(&repo.git_dir.clone());
         self.git_dir(&repo.common_dir.clone());
-        let mut configs = vec![repo.common_dir.join("config"), repo.git_dir.join("config.worktree")];
+        let mut configs = vec![repo.common_dir.join("config")];
+        if repo.git_dir.join("config.worktree").exists() {
+            configs.push(repo.git_dir.join("config.worktree"));
+        }
         configs.extend(self.outer_configs.iter().cloned());
         for c in configs {
             self.config_file(&c, &repo.root, 0);
@@ -449,7 +484,9 @@ impl Walk<'_> {
         if let Ok(bytes) = std::fs::read(repo.root.join(".gitmodules")) {
             match submodule_paths(&bytes) {
                 Ok(s) => names = s,
-                Err(e) => self.notes.push(format!("{}: {e}", repo.root.join(".gitmodules").display())),
+                Err(e) => {
+                    self.notes.push(format!("{}: {e}", repo.root.join(".gitmodules").display()))
+                }
             }
         }
         links.extend(names.iter().map(|(n, p)| (Some(n.clone()), p.clone())));
@@ -544,7 +581,20 @@ pub fn protect_git(
             }
         }
     }
-    GitWall { read_only: walk.out.into_iter().collect(), notes: walk.notes }
+    GitWall { read_only: outermost(walk.out), notes: walk.notes }
+}
+
+/// `paths` without those below another one: a read-only path covers what is below it, and a
+/// missing one below it would get a placeholder written into what should stay untouched.
+fn outermost(paths: BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    // Sorted: a parent comes right before the paths below it.
+    for p in paths {
+        if !out.last().is_some_and(|last| p.starts_with(last)) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -113,8 +113,9 @@ fn nothing_ran(marker: &Path, attack_output: &str) {
 fn uninitialised_submodule(s: &Scratch) {
     superproject(s, "sub", Init::None);
     let (marker, plant) = evil(s, "uninit");
+    // (Moving or removing the read-only directory first: it is a mount point.)
     let script = format!(
-        "{plant} git init -q sub; git -C sub config core.fsmonitor {}",
+        "{plant} mv sub sub.x || rmdir sub; git init -q sub; git -C sub config core.fsmonitor {}",
         p(&s.proj.join("evil"))
     );
     let out = attack(s, &s.proj, &script);

@@ -193,6 +193,15 @@ pub fn spec_from_policy(
         ctx.home.as_deref(),
         &sandgate_sandbox::gitwall::outer_configs(&ctx.env),
     );
+    if let Some(link) = git.links.first() {
+        anyhow::bail!(
+            "{} is a symbolic link inside a writable path on the way to git metadata that must \
+             stay read-only (hooks, config, a submodule's .git): a link cannot be kept in place \
+             from inside, so the command could replace it with its own. Replace the link with \
+             the directory or file it points to, or use a tier without writable paths here",
+            link.display()
+        );
+    }
     for note in &git.notes {
         eprintln!("sandgate: git metadata not fully read (protected as far as read): {note}");
     }

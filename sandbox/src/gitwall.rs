@@ -40,6 +40,10 @@ pub struct GitWall {
     pub read_only: Vec<PathBuf>,
     /// What could not be read (an index or config git itself may not read either), for a warning.
     pub notes: Vec<String>,
+    /// Symbolic links inside a writable path on the way to a protected path (`.husky -> ...`,
+    /// `.git -> ...`): a mount protects what a link points to, not the link, so the command could
+    /// replace the link with a directory of its own. The launch must refuse.
+    pub links: Vec<PathBuf>,
 }
 
 /// How a configuration value names a file.
@@ -296,6 +300,7 @@ struct Walk<'a> {
     visited: BTreeSet<PathBuf>,
     out: BTreeSet<PathBuf>,
     notes: Vec<String>,
+    links: BTreeSet<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -317,9 +322,22 @@ impl Walk<'_> {
         {
             p = parent.to_path_buf();
         }
-        if self.inside(&p) {
-            self.out.insert(p);
+        if !self.inside(&p) {
+            return;
         }
+        // Every link between the writable path and `p` (included) could be replaced.
+        if let Some(w) = self.writable.iter().find(|w| p.starts_with(w)) {
+            let mut q = p.clone();
+            while q.starts_with(w) && q != *w {
+                if std::fs::symlink_metadata(&q).is_ok_and(|m| m.file_type().is_symlink()) {
+                    self.links.insert(q.clone());
+                }
+                if !q.pop() {
+                    break;
+                }
+            }
+        }
+        self.out.insert(p);
     }
 
     /// A word of a config value as a path: `~/` from HOME, relative ones from `base`.
@@ -437,7 +455,9 @@ impl Walk<'_> {
     /// path lies in it.
     fn relevant(&self, p: &Path) -> bool {
         let r = real(p);
-        self.writable.iter().any(|w| r.starts_with(w) || w.starts_with(&r))
+        self.writable
+            .iter()
+            .any(|w| r.starts_with(w) || w.starts_with(&r) || p.starts_with(w) || w.starts_with(p))
     }
 
     fn repo(&mut self, repo: &Repo, depth: usize) {
@@ -568,6 +588,7 @@ pub fn protect_git(
         visited: BTreeSet::new(),
         out: BTreeSet::new(),
         notes: Vec::new(),
+        links: BTreeSet::new(),
     };
     for w in &writable {
         // The repositories at and above `w`, innermost first (git's discovery order).
@@ -581,7 +602,11 @@ pub fn protect_git(
             }
         }
     }
-    GitWall { read_only: outermost(walk.out), notes: walk.notes }
+    GitWall {
+        read_only: outermost(walk.out),
+        notes: walk.notes,
+        links: walk.links.into_iter().collect(),
+    }
 }
 
 /// `paths` without those below another one: a read-only path covers what is below it, and a

@@ -152,6 +152,25 @@ fn hooks_path(s: &Scratch) {
     nothing_ran(&marker, &out);
 }
 
+/// `core.hooksPath` through a symbolic link: a mount protects what the link points to, not the
+/// link (red-team: `rm .husky; mkdir .husky` planted a hook). The launch is refused.
+fn hooks_path_through_a_link(s: &Scratch) {
+    superproject(s, "sub", Init::Top);
+    let hooks = s.proj.parent().unwrap().join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    std::os::unix::fs::symlink(&hooks, s.proj.join(".husky")).unwrap();
+    host_git(s, &s.proj, &["config", "core.hooksPath", ".husky"]);
+    let (marker, plant) = evil(s, "husky-link");
+    let script =
+        format!("{plant} rm .husky; mkdir .husky; cp evil .husky/pre-commit; echo planted");
+    let out = s.run("build", &[], &["sh", "-c", &script]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success() && stdout.is_empty(), "not refused: {stdout}{stderr}");
+    assert!(stderr.contains("is a symbolic link inside a writable path"), "{stderr}");
+    host_runs_git(s, &s.proj);
+    nothing_ran(&marker, &stdout);
+}
+
 /// A nested submodule left uninitialised: `git init` there.
 fn nested_submodule(s: &Scratch) {
     superproject(s, "sub", Init::Top);
@@ -261,6 +280,7 @@ cases!(
     uninitialised_submodule,
     gitlink_without_gitmodules,
     hooks_path,
+    hooks_path_through_a_link,
     nested_submodule,
     nested_submodule_pointer,
     launch_below_the_superproject,

@@ -59,6 +59,7 @@ impl Tree {
     fn wall(&self, writable: &Path, git_writable: bool, outer: &[PathBuf]) -> Vec<String> {
         let wall = protect_git(&[writable.to_path_buf()], git_writable, None, outer);
         assert!(wall.notes.is_empty(), "{:?}", wall.notes);
+        assert!(wall.links.is_empty(), "{:?}", wall.links);
         wall.read_only
             .iter()
             .map(|p| match p.strip_prefix(&self.w) {
@@ -331,6 +332,28 @@ fn user_config_values_count_for_every_repository() {
     std::fs::write(&user, "[core]\n\thooksPath = .githooks\n").unwrap();
     let got = t.wall(&t.w, true, &[user]);
     assert!(got.contains(&".githooks".to_owned()), "{got:?}");
+}
+
+/// A link on the way to a protected path: the mount would protect its target, and the link
+/// itself could be replaced by a directory of the command's making (red-team: `rm .husky; mkdir
+/// .husky` planted a pre-commit hook). Reported, so that the launch refuses.
+#[test]
+fn links_on_the_way_are_reported() {
+    let t = Tree::new();
+    let elsewhere = t.root.join("hooks");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, t.w.join(".husky")).unwrap();
+    t.git(&["config", "core.hooksPath", ".husky/x"]);
+    std::fs::create_dir(t.root.join("real-sub")).unwrap();
+    std::os::unix::fs::symlink(t.root.join("real-sub"), t.w.join("sub")).unwrap();
+    let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+    t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
+    let wall = protect_git(std::slice::from_ref(&t.w), false, None, &[]);
+    assert_eq!(wall.links, [t.w.join(".husky"), t.w.join("sub")]);
+    // Control: without the links, nothing to report.
+    std::fs::remove_file(t.w.join(".husky")).unwrap();
+    std::fs::remove_file(t.w.join("sub")).unwrap();
+    assert!(protect_git(std::slice::from_ref(&t.w), false, None, &[]).links.is_empty());
 }
 
 /// No writable path, no work: a `run` launch reads nothing.

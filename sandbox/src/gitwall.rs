@@ -530,8 +530,9 @@ impl Walk<'_> {
             Ok(m) if m.is_dir() => self.git_dir(&dot_git),
             Ok(_) => self.protect(dot_git.clone()),
             // Uninitialised: no repository may be made there (its config would be the host's
-            // next `git status`'s); a missing directory becomes a placeholder.
-            Err(_) if sub.is_dir() => self.protect(sub.to_path_buf()),
+            // next `git status`'s), nor may what is there be replaced by one; a missing
+            // directory becomes a placeholder.
+            Err(_) if std::fs::symlink_metadata(sub).is_ok() => self.protect(sub.to_path_buf()),
             Err(_) => self.protect(dot_git.clone()),
         }
         let git_dir = git_dir_of(&dot_git).or_else(|| {

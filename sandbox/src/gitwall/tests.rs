@@ -154,6 +154,18 @@ const ROWS: &[Row] = &[
         not: &["sub/.git", "sub/inner/.git"],
     },
     Row {
+        what: "a gitlink path taken by a file: the file (it could become a repository)",
+        setup: |t| {
+            let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+            t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},f")]);
+            t.write("f", "a file\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["f"],
+        not: &["f/.git"],
+    },
+    Row {
         what: "a nested submodule left uninitialised (from the submodule's own index)",
         setup: |t| {
             t.add_lib();

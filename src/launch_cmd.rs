@@ -191,7 +191,7 @@ pub fn spec_from_policy(
         &writable,
         policy.fs.git_writable,
         ctx.home.as_deref(),
-        &sandgate_sandbox::gitwall::outer_configs(&ctx.env),
+        &sandgate_sandbox::gitwall::outer_config(&ctx.env),
     );
     if let Some(link) = git.links.first() {
         anyhow::bail!(

@@ -15,8 +15,8 @@
 //!   there would make a repository whose config the host's `git status` reads); a missing one a
 //!   placeholder (the launcher's mechanism for missing protected paths);
 //! - **configuration values that name files** git reads or runs, in the repositories' config
-//!   (`config`, `config.worktree`, `include.path`/`includeIf.*.path` targets, followed) and the
-//!   user's and system's config, parsed with `gix-config` (case-insensitive keys, quoting,
+//!   (`config`, `config.worktree`, `include.path`/`includeIf.*.path` targets, followed), the
+//!   user's and system's config and `GIT_CONFIG_COUNT` variables, parsed with `gix-config` (case-insensitive keys, quoting,
 //!   comments): `core.hooksPath`, `core.fsmonitor` and include targets are protected wherever they
 //!   point inside a writable path (a placeholder when missing); for commands (`core.sshCommand`,
 //!   `core.editor`, `core.pager`, `filter.*.clean|smudge|process`, `diff.*.textconv`, aliases,
@@ -295,8 +295,8 @@ struct Walk<'a> {
     writable: &'a [PathBuf],
     git_writable: bool,
     home: Option<&'a Path>,
-    /// The user's and system's config files (their values apply to every repository).
-    outer_configs: &'a [PathBuf],
+    /// The user's, system's and environment's config (their values apply to every repository).
+    outer: &'a OuterConfig,
     visited: BTreeSet<PathBuf>,
     out: BTreeSet<PathBuf>,
     notes: Vec<String>,
@@ -357,23 +357,35 @@ impl Walk<'_> {
     fn config_file(&mut self, file: &Path, root: &Path, depth: usize) {
         self.protect(file.to_path_buf());
         let Ok(text) = std::fs::read(file) else { return };
-        let refs = match config_refs(&text) {
+        let dir = file.parent().unwrap_or(Path::new("/")).to_path_buf();
+        self.config_text(&text, &file.display().to_string(), &dir, root, depth);
+    }
+
+    /// Protects what the values of config `text` (from `origin`, includes relative to `dir`)
+    /// name; follows its includes.
+    fn config_text(&mut self, text: &[u8], origin: &str, dir: &Path, root: &Path, depth: usize) {
+        let refs = match config_refs(text) {
             Ok(r) => r,
             Err(e) => {
-                self.notes.push(format!("{}: {e}", file.display()));
+                self.notes.push(format!("{origin}: {e}"));
                 return;
             }
         };
-        let dir = file.parent().unwrap_or(Path::new("/")).to_path_buf();
         for r in refs {
             match r.kind {
                 RefKind::Path => {
                     if let Some(p) = self.path_of(&r.value, root) {
                         self.protect(p);
                     }
+                    // `core.fsmonitor` runs through the shell: its first word is the program.
+                    if let Some(first) = command_words(&r.value).first()
+                        && let Some(p) = self.path_of(first, root)
+                    {
+                        self.protect(p);
+                    }
                 }
                 RefKind::Include => {
-                    let Some(p) = self.path_of(&r.value, &dir) else { continue };
+                    let Some(p) = self.path_of(&r.value, dir) else { continue };
                     if depth < MAX_DEPTH {
                         self.config_file(&p, root, depth + 1);
                     }
@@ -474,9 +486,13 @@ impl Walk<'_> {
         if repo.git_dir.join("config.worktree").exists() {
             configs.push(repo.git_dir.join("config.worktree"));
         }
-        configs.extend(self.outer_configs.iter().cloned());
+        configs.extend(self.outer.files.iter().cloned());
         for c in configs {
             self.config_file(&c, &repo.root, 0);
+        }
+        if !self.outer.env.is_empty() {
+            let env = self.outer.env.clone();
+            self.config_text(&env, "GIT_CONFIG_COUNT variables", &repo.root, &repo.root, 0);
         }
         // Gitlinks: the index, then what `.gitmodules` names.
         let sha256 = std::fs::read(repo.common_dir.join("config"))
@@ -547,45 +563,94 @@ impl Walk<'_> {
     }
 }
 
-/// The user's and system's git configuration files, as git finds them from `env` (`HOME`,
-/// `XDG_CONFIG_HOME`, `GIT_CONFIG_GLOBAL`, `GIT_CONFIG_SYSTEM`, `GIT_CONFIG_NOSYSTEM`).
-pub fn outer_configs(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<PathBuf> {
+/// The configuration git reads besides a repository's own: the user's and system's files, and
+/// `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>` variables.
+#[derive(Debug, Default, Clone)]
+pub struct OuterConfig {
+    /// Config files, as git finds them.
+    pub files: Vec<PathBuf>,
+    /// The variables' settings as config text.
+    pub env: Vec<u8>,
+}
+
+/// The [`OuterConfig`] git run with `env` reads (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_GLOBAL`,
+/// `GIT_CONFIG_SYSTEM`, `GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_COUNT` ...).
+pub fn outer_config(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> OuterConfig {
     let var = |k: &str| env.iter().find(|(n, v)| n == k && !v.is_empty()).map(|(_, v)| v);
-    let mut out = Vec::new();
+    let mut files = Vec::new();
     if let Some(g) = var("GIT_CONFIG_GLOBAL") {
-        out.push(PathBuf::from(g));
+        files.push(PathBuf::from(g));
     } else {
         if let Some(x) = var("XDG_CONFIG_HOME") {
-            out.push(PathBuf::from(x).join("git/config"));
+            files.push(PathBuf::from(x).join("git/config"));
         } else if let Some(h) = var("HOME") {
-            out.push(PathBuf::from(h).join(".config/git/config"));
+            files.push(PathBuf::from(h).join(".config/git/config"));
         }
         if let Some(h) = var("HOME") {
-            out.push(PathBuf::from(h).join(".gitconfig"));
+            files.push(PathBuf::from(h).join(".gitconfig"));
         }
     }
     if var("GIT_CONFIG_NOSYSTEM").is_none() {
-        out.push(var("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+        files.push(var("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
     }
-    out
+    let text = |k: String| var(&k).map(|v| v.to_string_lossy().into_owned());
+    let count: usize = text("GIT_CONFIG_COUNT".into()).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let pairs = (0..count.min(10_000)).filter_map(|n| {
+        Some((
+            text(format!("GIT_CONFIG_KEY_{n}"))?,
+            text(format!("GIT_CONFIG_VALUE_{n}")).unwrap_or_default(),
+        ))
+    });
+    OuterConfig { files, env: env_config_text(pairs) }
+}
+
+/// `key = value` pairs (`section[.subsection].key`, as in `git -c`) as config text.
+pub fn env_config_text(pairs: impl IntoIterator<Item = (String, String)>) -> Vec<u8> {
+    let quote = |s: &str| {
+        let escaped: String = s
+            .chars()
+            .flat_map(|c| match c {
+                '\\' => vec!['\\', '\\'],
+                '"' => vec!['\\', '"'],
+                '\n' => vec!['\\', 'n'],
+                '\t' => vec!['\\', 't'],
+                c => vec![c],
+            })
+            .collect();
+        format!("\"{escaped}\"")
+    };
+    let mut out = String::new();
+    for (key, value) in pairs {
+        let (Some((section, _)), Some((sub_or_none, name))) =
+            (key.split_once('.'), key.rsplit_once('.'))
+        else {
+            continue;
+        };
+        let header = if sub_or_none == section {
+            format!("[{section}]")
+        } else {
+            format!("[{section} {}]", quote(&sub_or_none[section.len() + 1..]))
+        };
+        out.push_str(&format!("{header}\n\t{name} = {}\n", quote(&value)));
+    }
+    out.into_bytes()
 }
 
 /// What of the git repositories at, above and below the `writable` paths stays read-only (see
 /// the module doc). `git_writable`: `[filesystem] git_writable` (git directories writable but
-/// for what runs code); `home`: for `~/` in config values; `outer_configs`: see
-/// [`outer_configs`].
+/// for what runs code); `home`: for `~/` in config values; `outer`: see [`outer_config`].
 pub fn protect_git(
     writable: &[PathBuf],
     git_writable: bool,
     home: Option<&Path>,
-    outer_configs: &[PathBuf],
+    outer: &OuterConfig,
 ) -> GitWall {
     let writable: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).map(|w| real(w)).collect();
     let mut walk = Walk {
         writable: &writable,
         git_writable,
         home,
-        outer_configs,
+        outer,
         visited: BTreeSet::new(),
         out: BTreeSet::new(),
         notes: Vec::new(),

@@ -56,7 +56,7 @@ impl Tree {
     }
 
     /// The protected set relative to `w` (`../x` for paths above it).
-    fn wall(&self, writable: &Path, git_writable: bool, outer: &[PathBuf]) -> Vec<String> {
+    fn wall(&self, writable: &Path, git_writable: bool, outer: &OuterConfig) -> Vec<String> {
         let wall = protect_git(&[writable.to_path_buf()], git_writable, None, outer);
         assert!(wall.notes.is_empty(), "{:?}", wall.notes);
         assert!(wall.links.is_empty(), "{:?}", wall.links);
@@ -315,7 +315,7 @@ fn git_layouts_protect_what_git_reads() {
         let t = Tree::new();
         (row.setup)(&t);
         let writable = if row.writable.is_empty() { t.w.clone() } else { t.w.join(row.writable) };
-        let got = t.wall(&writable, row.git_writable, &[]);
+        let got = t.wall(&writable, row.git_writable, &OuterConfig::default());
         for want in row.protected {
             assert!(got.iter().any(|g| g == want), "{}: {want} not protected in {got:?}", row.what);
         }
@@ -342,8 +342,28 @@ fn user_config_values_count_for_every_repository() {
     let t = Tree::new();
     let user = t.root.join("gitconfig");
     std::fs::write(&user, "[core]\n\thooksPath = .githooks\n").unwrap();
-    let got = t.wall(&t.w, true, &[user]);
+    let outer = OuterConfig { files: vec![user], env: Vec::new() };
+    let got = t.wall(&t.w, true, &outer);
     assert!(got.contains(&".githooks".to_owned()), "{got:?}");
+    // And so do `GIT_CONFIG_COUNT` variables of the launch's environment.
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = [
+        ("GIT_CONFIG_COUNT", "2"),
+        ("GIT_CONFIG_KEY_0", "core.fsMonitor"),
+        ("GIT_CONFIG_VALUE_0", "./mon \"x\""),
+        ("GIT_CONFIG_KEY_1", "filter.a.b.clean"),
+        ("GIT_CONFIG_VALUE_1", "./cl"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.into(), v.into()))
+    .collect();
+    let got = t.wall(&t.w, true, &outer_config(&env));
+    assert!(got.contains(&"mon \"x\"".to_owned()), "{got:?}");
+    assert!(got.contains(&"mon".to_owned()), "{got:?}");
+    assert!(got.contains(&"cl".to_owned()), "{got:?}");
+    assert_eq!(
+        String::from_utf8(outer_config(&env).env).unwrap(),
+        "[core]\n\tfsMonitor = \"./mon \\\"x\\\"\"\n[filter \"a.b\"]\n\tclean = \"./cl\"\n"
+    );
 }
 
 /// A link on the way to a protected path: the mount would protect its target, and the link
@@ -360,18 +380,37 @@ fn links_on_the_way_are_reported() {
     std::os::unix::fs::symlink(t.root.join("real-sub"), t.w.join("sub")).unwrap();
     let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
     t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
-    let wall = protect_git(std::slice::from_ref(&t.w), false, None, &[]);
+    let wall = protect_git(std::slice::from_ref(&t.w), false, None, &OuterConfig::default());
     assert_eq!(wall.links, [t.w.join(".husky"), t.w.join("sub")]);
     // Control: without the links, nothing to report.
     std::fs::remove_file(t.w.join(".husky")).unwrap();
     std::fs::remove_file(t.w.join("sub")).unwrap();
-    assert!(protect_git(std::slice::from_ref(&t.w), false, None, &[]).links.is_empty());
+    assert!(
+        protect_git(std::slice::from_ref(&t.w), false, None, &OuterConfig::default())
+            .links
+            .is_empty()
+    );
+}
+
+/// A SHA-256 repository's index is read as such (its gitlinks found, nothing reported).
+#[test]
+fn sha256_repositories() {
+    let t = Tree::new();
+    let w = t.root.join("w256");
+    std::fs::create_dir(&w).unwrap();
+    git(&w, &["init", "-q", "--object-format=sha256"]);
+    git(&w, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let head = git(&w, &["rev-parse", "HEAD"]);
+    git(&w, &["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
+    let wall = protect_git(std::slice::from_ref(&w), true, None, &OuterConfig::default());
+    assert!(wall.notes.is_empty(), "{:?}", wall.notes);
+    assert!(wall.read_only.contains(&w.join("sub")), "{:?}", wall.read_only);
 }
 
 /// No writable path, no work: a `run` launch reads nothing.
 #[test]
 fn nothing_writable_nothing_protected() {
-    assert_eq!(protect_git(&[], false, None, &[]), GitWall::default());
+    assert_eq!(protect_git(&[], false, None, &OuterConfig::default()), GitWall::default());
 }
 
 #[test]

@@ -552,7 +552,8 @@ impl Walk<'_> {
             Err(_) => self.protect(dot_git.clone()),
         }
         let git_dir = git_dir_of(&dot_git).or_else(|| {
-            let d = repo.common_dir.join("modules").join(name);
+            // (git refuses names that leave `modules/`; so does this.)
+            let d = repo.common_dir.join("modules").join(plain_relative(name)?);
             d.join("HEAD").exists().then_some(d)
         });
         if let Some(git_dir) = git_dir

@@ -187,7 +187,6 @@ pub fn spec_from_policy(
     }
     for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
-        read_only.extend(git_read_only(w, policy.fs.git_writable));
         if let Some(home) = &ctx.home
             && home.starts_with(w)
         {
@@ -195,6 +194,26 @@ pub fn spec_from_policy(
             read_only.extend(autorun.map(|p| home.join(p)));
         }
     }
+    // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
+    let git = sandgate_sandbox::gitwall::protect_git(
+        &writable,
+        policy.fs.git_writable,
+        ctx.home.as_deref(),
+        &sandgate_sandbox::gitwall::outer_config(&ctx.env),
+    );
+    if let Some(link) = git.links.first() {
+        anyhow::bail!(
+            "{} is a symbolic link inside a writable path on the way to git metadata that must \
+             stay read-only (hooks, config, a submodule's .git): a link cannot be kept in place \
+             from inside, so the command could replace it with its own. Replace the link with \
+             the directory or file it points to, or use a tier without writable paths here",
+            link.display()
+        );
+    }
+    for note in &git.notes {
+        eprintln!("sandgate: git metadata not fully read (protected as far as read): {note}");
+    }
+    read_only.extend(git.read_only);
     let net = match policy.net.mode {
         sandgate_config::NetMode::None => NetMode::None,
         sandgate_config::NetMode::Proxy => NetMode::Proxy { nflog_group: defaults::NFLOG_GROUP },
@@ -303,85 +322,6 @@ pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
         other => format!("from {other}"),
     };
     format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
-}
-
-/// What of the git repository at the top of writable path `w` stays read-only beyond the
-/// protected names: `.git` itself unless `[filesystem] git_writable` (a writable `.git` can take
-/// a `commondir` file sending git to hooks and config of the command's making, and no mount can
-/// stop a file being created there), else the hooks and config of every submodule's git
-/// directory; always `.git` when it is a file (a `gitdir:` pointer) and the `.git` of every
-/// submodule `.gitmodules` names (a pointer too: rewritten, the next `git status` on the host
-/// would read a config of the command's making).
-fn git_read_only(w: &Path, git_writable: bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let dot_git = w.join(".git");
-    match std::fs::symlink_metadata(&dot_git) {
-        Ok(m) if m.is_dir() && git_writable => out.extend(
-            submodule_git_dirs(&dot_git.join("modules"))
-                .into_iter()
-                .flat_map(|d| [d.join("hooks"), d.join("config")]),
-        ),
-        Ok(_) => out.push(dot_git),
-        Err(_) => {}
-    }
-    for path in submodule_paths(&std::fs::read_to_string(w.join(".gitmodules")).unwrap_or_default())
-    {
-        let sub = w.join(path).join(".git");
-        match std::fs::symlink_metadata(&sub) {
-            Ok(m) if m.is_dir() && git_writable => {
-                out.extend([sub.join("hooks"), sub.join("config")]);
-            }
-            Ok(_) => out.push(sub),
-            Err(_) => {}
-        }
-    }
-    out
-}
-
-/// The `path = ...` values of a `.gitmodules` file that stay inside the repository (relative,
-/// no `..`).
-fn submodule_paths(gitmodules: &str) -> Vec<PathBuf> {
-    gitmodules
-        .lines()
-        .filter_map(|l| {
-            let (key, value) = l.split_once('=')?;
-            (key.trim() == "path").then(|| PathBuf::from(value.trim().trim_matches('"')))
-        })
-        .filter(|p| {
-            !p.as_os_str().is_empty()
-                && p.components().all(|c| matches!(c, std::path::Component::Normal(_)))
-        })
-        .collect()
-}
-
-/// The git directories of a repository's submodules (`.git/modules/NAME`, nested ones under
-/// `.../modules/NAME/modules/...`): their hooks and config run code outside just as the top
-/// repository's do (`git submodule update` runs a submodule's hooks). A submodule's git directory
-/// is one holding `HEAD`; at most four levels are looked at, and a missing `modules` costs one
-/// failed `read_dir`.
-fn submodule_git_dirs(modules: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![(modules.to_path_buf(), 0)];
-    while let Some((dir, depth)) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for e in entries.flatten() {
-            let path = e.path();
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if path.join("HEAD").is_file() {
-                found.push(path.clone());
-                if depth < 4 {
-                    todo.push((path.join("modules"), depth + 1));
-                }
-            } else if depth < 4 {
-                // A submodule named with a slash (`libs/foo`) nests its git directory.
-                todo.push((path, depth + 1));
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 fn new_id() -> anyhow::Result<SandboxId> {

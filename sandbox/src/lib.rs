@@ -20,6 +20,7 @@
 
 mod error;
 mod forward;
+pub mod gitwall;
 pub mod seatbelt;
 mod spec;
 mod timing;

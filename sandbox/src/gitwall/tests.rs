@@ -1,0 +1,470 @@
+use std::process::Command;
+
+use super::*;
+
+/// Runs git in `dir` with no user or system configuration of the machine's.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "protocol.file.allow=always", "-c", "user.email=a@b", "-c", "user.name=n"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A scratch tree with a library repository `lib` (with a nested submodule `inner`) and a
+/// repository `w` that the layouts fill.
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    w: PathBuf,
+}
+
+impl Tree {
+    fn new() -> Tree {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for name in ["leaf", "lib", "w"] {
+            std::fs::create_dir(root.join(name)).unwrap();
+            git(&root.join(name), &["init", "-q"]);
+        }
+        git(&root.join("leaf"), &["commit", "-q", "--allow-empty", "-m", "leaf"]);
+        git(&root.join("lib"), &["submodule", "add", "-q", "../leaf", "inner"]);
+        git(&root.join("lib"), &["commit", "-q", "-m", "lib"]);
+        let w = root.join("w");
+        Tree { _dir: dir, root, w }
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git(&self.w, args)
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let p = self.w.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn add_lib(&self) {
+        self.git(&["submodule", "add", "-q", "../lib", "sub"]);
+        self.git(&["commit", "-q", "-m", "sub"]);
+    }
+
+    /// The protected set relative to `w` (`../x` for paths above it).
+    fn wall(&self, writable: &Path, git_writable: bool, outer: &OuterConfig) -> Vec<String> {
+        let wall = protect_git(&[writable.to_path_buf()], git_writable, None, outer);
+        assert!(wall.notes.is_empty(), "{:?}", wall.notes);
+        assert!(wall.links.is_empty(), "{:?}", wall.links);
+        wall.read_only
+            .iter()
+            .map(|p| match p.strip_prefix(&self.w) {
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => format!("../{}", p.strip_prefix(&self.root).unwrap().display()),
+            })
+            .collect()
+    }
+}
+
+/// A layout, the writable path (relative to `w`), `git_writable`, and what must and must not
+/// be protected (relative to `w`).
+struct Row {
+    what: &'static str,
+    setup: fn(&Tree),
+    writable: &'static str,
+    git_writable: bool,
+    protected: &'static [&'static str],
+    not: &'static [&'static str],
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        what: "a plain repository",
+        setup: |_| {},
+        writable: "",
+        git_writable: false,
+        protected: &[".git"],
+        // (Below a read-only `.git`: a placeholder there would be a write into it.)
+        not: &[".git/hooks", ".git/config", ".git/config.worktree"],
+    },
+    Row {
+        what: "a plain repository, git_writable",
+        setup: |_| {},
+        writable: "",
+        git_writable: true,
+        protected: &[".git/hooks", ".git/config"],
+        not: &[".git", ".git/commondir", ".git/config.worktree"],
+    },
+    Row {
+        what: "an initialised submodule: its pointer, its git directory",
+        setup: |t| {
+            t.add_lib();
+        },
+        writable: "",
+        git_writable: false,
+        protected: &[".git", "sub/.git", "sub/inner"],
+        not: &["sub"],
+    },
+    Row {
+        what: "an initialised submodule, git_writable: hooks and config of every git directory",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "update", "-q", "--init", "--recursive"]);
+        },
+        writable: "",
+        git_writable: true,
+        protected: &[
+            ".git/hooks",
+            ".git/config",
+            "sub/.git",
+            ".git/modules/sub/hooks",
+            ".git/modules/sub/config",
+            ".git/modules/sub/modules/inner/hooks",
+            ".git/modules/sub/modules/inner/config",
+            "sub/inner/.git",
+        ],
+        not: &[".git", "sub"],
+    },
+    Row {
+        what: "an uninitialised submodule: its directory (no `git init sub`)",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "deinit", "-q", "-f", "sub"]);
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["sub"],
+        not: &[],
+    },
+    Row {
+        what: "an uninitialised submodule whose directory is gone: a placeholder",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "deinit", "-q", "-f", "sub"]);
+            std::fs::remove_dir(t.w.join("sub")).unwrap();
+        },
+        writable: "",
+        git_writable: true,
+        // (The first missing component is what becomes the placeholder.)
+        protected: &["sub"],
+        not: &["sub/.git", "sub/inner/.git"],
+    },
+    Row {
+        what: "a gitlink path taken by a file: the file (it could become a repository)",
+        setup: |t| {
+            let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+            t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},f")]);
+            t.write("f", "a file\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["f"],
+        not: &["f/.git"],
+    },
+    Row {
+        what: "a nested submodule left uninitialised (from the submodule's own index)",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "update", "-q", "--init"]);
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["sub/.git", "sub/inner"],
+        not: &["sub"],
+    },
+    Row {
+        what: "a nested submodule, initialised",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "update", "-q", "--init", "--recursive"]);
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["sub/.git", "sub/inner/.git", ".git"],
+        not: &["sub/inner"],
+    },
+    Row {
+        what: "a gitlink in the index with no .gitmodules entry",
+        setup: |t| {
+            let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+            t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},vendor/x")]);
+            t.write("vendor/y/.keep", "");
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["vendor/x"],
+        not: &["vendor", "vendor/y"],
+    },
+    Row {
+        what: ".gitmodules with `Path =`, a key on the header's line, an inline comment",
+        setup: |t| {
+            t.write(".gitmodules", "[submodule \"odd\"] Path = odd ; a comment\n\turl = x\n");
+            std::fs::create_dir(t.w.join("odd")).unwrap();
+            t.write("plain/.keep", "");
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["odd"],
+        not: &["plain"],
+    },
+    Row {
+        what: ".gitmodules quoting a path with spaces, and one leaving the tree (ignored)",
+        setup: |t| {
+            t.write(
+                ".gitmodules",
+                "[submodule \"a\"]\n\tPATH = \"my lib\" # c\n[submodule \"b\"]\n\tpath = ../out\n",
+            );
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["my lib"],
+        not: &["../out/.git", "../out"],
+    },
+    Row {
+        what: "the superproject above the working directory: its gitlinks and hooksPath below it",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "add", "-q", "../lib", "dir/sub2"]);
+            t.git(&["commit", "-q", "-m", "sub2"]);
+            t.git(&["submodule", "deinit", "-q", "-f", "--all"]);
+            t.git(&["config", "core.hooksPath", "dir/.husky"]);
+            t.write("dir/src/x", "");
+        },
+        writable: "dir",
+        git_writable: false,
+        protected: &["dir/sub2", "dir/.husky"],
+        not: &[".git", "sub", "dir/src"],
+    },
+    Row {
+        what: "a launch inside an initialised submodule: its pointer",
+        setup: |t| {
+            t.add_lib();
+            t.git(&["submodule", "update", "-q", "--init", "--recursive"]);
+        },
+        writable: "sub",
+        git_writable: false,
+        protected: &["sub/.git", "sub/inner/.git"],
+        not: &[".git", "sub"],
+    },
+    Row {
+        what: "core.hooksPath inside the tree, any case, quoted",
+        setup: |t| {
+            t.write(".git/config", "[core]\n\tHooksPath = \".husky\" ; husky\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &[".husky"],
+        not: &[],
+    },
+    Row {
+        what: "core.fsmonitor as a program, and an include followed",
+        setup: |t| {
+            t.write(
+                ".git/config",
+                "[core]\n\tfsmonitor = ./evil\n[include]\n\tpath = ../inc.cfg\n",
+            );
+            t.write(
+                "inc.cfg",
+                "[CORE] sshCommand = tools/ssh -v\n[diff \"x\"]\n\ttextconv = ./tc\n",
+            );
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["evil", "inc.cfg", "tools", "tc"],
+        not: &[],
+    },
+    Row {
+        what: "core.fsmonitor = true is the builtin daemon, not a path",
+        setup: |t| {
+            t.write(".git/config", "[core]\n\tfsmonitor = true\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &[],
+        not: &["true"],
+    },
+    Row {
+        what: "filters, aliases, includeIf, and existing files named by any value",
+        setup: |t| {
+            t.write(
+                ".git/config",
+                "[filter \"lfs\"]\n\tclean = sh ./f/clean %f\n\tprocess = ./f/proc\n\
+                 [alias]\n\tx = \"!./scripts/a.sh --go\"\n\
+                 [includeIf \"gitdir:/\"]\n\tpath = cfg/extra\n\
+                 [foo]\n\tbar = ./data.txt\n\tbaz = ./nothing-here\n\
+                 [remote \"origin\"]\n\turl = https://example.invalid/x.git\n",
+            );
+            t.write("f/clean", "");
+            t.write("data.txt", "");
+            t.write(".git/cfg/extra", "[pager]\n\tlog = ./pg\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["f/clean", "f/proc", "scripts", ".git/cfg/extra", "pg", "data.txt"],
+        not: &["nothing-here", "f"],
+    },
+];
+
+#[test]
+fn git_layouts_protect_what_git_reads() {
+    for row in ROWS {
+        let t = Tree::new();
+        (row.setup)(&t);
+        let writable = if row.writable.is_empty() { t.w.clone() } else { t.w.join(row.writable) };
+        let got = t.wall(&writable, row.git_writable, &OuterConfig::default());
+        for want in row.protected {
+            assert!(got.iter().any(|g| g == want), "{}: {want} not protected in {got:?}", row.what);
+        }
+        for not in row.not {
+            assert!(!got.iter().any(|g| g == not), "{}: {not} protected in {got:?}", row.what);
+        }
+        // Nothing outside the writable path (it is read-only anyway; a placeholder there would
+        // be a write outside).
+        for g in &got {
+            assert!(
+                t.w.join(g).starts_with(&writable) || lexical(&t.w.join(g)).starts_with(&writable),
+                "{}: {g} is outside {}",
+                row.what,
+                writable.display()
+            );
+        }
+    }
+}
+
+/// The user's own config applies to every repository: a relative `core.hooksPath` there is
+/// each repository's directory of that name.
+#[test]
+fn user_config_values_count_for_every_repository() {
+    let t = Tree::new();
+    let user = t.root.join("gitconfig");
+    std::fs::write(&user, "[core]\n\thooksPath = .githooks\n").unwrap();
+    let outer = OuterConfig { files: vec![user], env: Vec::new() };
+    let got = t.wall(&t.w, true, &outer);
+    assert!(got.contains(&".githooks".to_owned()), "{got:?}");
+    // And so do `GIT_CONFIG_COUNT` variables of the launch's environment.
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = [
+        ("GIT_CONFIG_COUNT", "2"),
+        ("GIT_CONFIG_KEY_0", "core.fsMonitor"),
+        ("GIT_CONFIG_VALUE_0", "./mon \"x\""),
+        ("GIT_CONFIG_KEY_1", "filter.a.b.clean"),
+        ("GIT_CONFIG_VALUE_1", "./cl"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.into(), v.into()))
+    .collect();
+    let got = t.wall(&t.w, true, &outer_config(&env));
+    assert!(got.contains(&"mon \"x\"".to_owned()), "{got:?}");
+    assert!(got.contains(&"mon".to_owned()), "{got:?}");
+    assert!(got.contains(&"cl".to_owned()), "{got:?}");
+    assert_eq!(
+        String::from_utf8(outer_config(&env).env).unwrap(),
+        "[core]\n\tfsMonitor = \"./mon \\\"x\\\"\"\n[filter \"a.b\"]\n\tclean = \"./cl\"\n"
+    );
+}
+
+/// A link on the way to a protected path: the mount would protect its target, and the link
+/// itself could be replaced by a directory of the command's making (red-team: `rm .husky; mkdir
+/// .husky` planted a pre-commit hook). Reported, so that the launch refuses.
+#[test]
+fn links_on_the_way_are_reported() {
+    let t = Tree::new();
+    let elsewhere = t.root.join("hooks");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, t.w.join(".husky")).unwrap();
+    t.git(&["config", "core.hooksPath", ".husky/x"]);
+    std::fs::create_dir(t.root.join("real-sub")).unwrap();
+    std::os::unix::fs::symlink(t.root.join("real-sub"), t.w.join("sub")).unwrap();
+    let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+    t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
+    let wall = protect_git(std::slice::from_ref(&t.w), false, None, &OuterConfig::default());
+    assert_eq!(wall.links, [t.w.join(".husky"), t.w.join("sub")]);
+    // Control: without the links, nothing to report.
+    std::fs::remove_file(t.w.join(".husky")).unwrap();
+    std::fs::remove_file(t.w.join("sub")).unwrap();
+    assert!(
+        protect_git(std::slice::from_ref(&t.w), false, None, &OuterConfig::default())
+            .links
+            .is_empty()
+    );
+}
+
+/// A SHA-256 repository's index is read as such (its gitlinks found, nothing reported).
+#[test]
+fn sha256_repositories() {
+    let t = Tree::new();
+    let w = t.root.join("w256");
+    std::fs::create_dir(&w).unwrap();
+    git(&w, &["init", "-q", "--object-format=sha256"]);
+    git(&w, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let head = git(&w, &["rev-parse", "HEAD"]);
+    git(&w, &["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
+    let wall = protect_git(std::slice::from_ref(&w), true, None, &OuterConfig::default());
+    assert!(wall.notes.is_empty(), "{:?}", wall.notes);
+    assert!(wall.read_only.contains(&w.join("sub")), "{:?}", wall.read_only);
+}
+
+/// No writable path, no work: a `run` launch reads nothing.
+#[test]
+fn nothing_writable_nothing_protected() {
+    assert_eq!(protect_git(&[], false, None, &OuterConfig::default()), GitWall::default());
+}
+
+#[test]
+fn config_keys_are_case_insensitive_and_values_unquoted() {
+    let text = b"[Core] HOOKSPATH = \"a b\" # c\n[core]\n\tfsMonitor = x ; y\n[include]path=i\n";
+    let refs = config_refs(text).unwrap();
+    let got: Vec<(&str, RefKind, &str)> =
+        refs.iter().map(|r| (r.key.as_str(), r.kind, r.value.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("core.hookspath", RefKind::Path, "a b"),
+            ("core.fsmonitor", RefKind::Path, "x"),
+            ("include.path", RefKind::Include, "i"),
+        ]
+    );
+}
+
+#[test]
+fn key_kinds() {
+    let rows = [
+        ("[core]\n\tsshCommand = x", RefKind::Command),
+        ("[diff \"pdf\"]\n\ttextconv = x", RefKind::Command),
+        ("[diff]\n\ttextconv = x", RefKind::Other),
+        ("[filter \"f\"]\n\tsmudge = x", RefKind::Command),
+        ("[alias]\n\tst = x", RefKind::Command),
+        ("[pager]\n\tlog = x", RefKind::Command),
+        ("[includeIf \"onbranch:x\"]\n\tpath = x", RefKind::Include),
+        ("[include \"x\"]\n\tpath = x", RefKind::Other),
+        ("[user]\n\tname = x", RefKind::Other),
+    ];
+    for (text, kind) in rows {
+        let refs = config_refs(text.as_bytes()).unwrap();
+        assert_eq!(refs[0].kind, kind, "{text}");
+    }
+}
+
+#[test]
+fn command_words_split_more_than_the_shell() {
+    assert_eq!(command_words("!./a.sh --x=./b|c;'d e'"), ["./a.sh", "--x", "./b", "c", "d", "e"]);
+    assert_eq!(command_words("\"./x y\" $HOME/z"), ["./x", "y", "HOME/z"]);
+}
+
+#[test]
+fn gitmodules_paths_as_git_reads_them() {
+    let text = b"[submodule \"a\"] path = x # c\n[SUBMODULE \"b\"]\n\tPath = \"y z\"\n";
+    assert_eq!(
+        submodule_paths(text).unwrap(),
+        [("a".to_owned(), "x".to_owned()), ("b".to_owned(), "y z".to_owned())]
+    );
+}
+
+#[test]
+fn a_broken_index_is_reported_not_trusted() {
+    assert!(gitlinks(b"DIRC\0\0\0\x02garbage", false).is_err());
+    assert!(gitlinks(b"", false).is_err());
+}

@@ -17,6 +17,7 @@ mod layers;
 mod matcher;
 mod pattern;
 mod policy;
+mod secrets;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
@@ -30,6 +31,10 @@ pub use matcher::PatternSet;
 pub use pattern::{DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, PatternUse};
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
+};
+pub use secrets::{
+    EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
+    sanitized_config, wildcard,
 };
 pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef, builtin_tiers,

@@ -17,6 +17,7 @@ mod launch_cmd;
 mod launch_daemon;
 mod policy_cmd;
 mod proxy_cmd;
+mod secrets;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the
 /// network is an allowlist proxy.

@@ -389,7 +389,8 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
     }
     for v in &raw.env.pass {
         let name = v.get_ref();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_*".contains(&b)) {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_*".contains(&b))
+        {
             return Err(cx.err(
                 v.span(),
                 format!("[env] pass entry {name:?} is not a variable name or pattern"),

@@ -21,16 +21,40 @@ pub fn data_entries(text: &str) -> impl Iterator<Item = &str> {
 
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters (also none).
 pub fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
-    match pattern.iter().position(|&b| b == b'*') {
-        None => pattern == name,
-        Some(star) => {
-            let (head, rest) = (&pattern[..star], &pattern[star + 1..]);
-            if !name.starts_with(head) {
-                return false;
-            }
-            let name = &name[head.len()..];
-            (0..=name.len()).any(|i| wildcard(rest, &name[i..]))
+    Glob::new(pattern).matches(name)
+}
+
+/// A pattern where `*` stands for any run of characters, split at its stars once (every launch
+/// matches each home entry against the whole allowlist, and each variable against every pattern).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Glob(Vec<Vec<u8>>);
+
+impl Glob {
+    fn new(pattern: &[u8]) -> Glob {
+        Glob(pattern.split(|&b| b == b'*').map(<[u8]>::to_vec).collect())
+    }
+
+    fn matches(&self, name: &[u8]) -> bool {
+        let parts = &self.0;
+        let (first, last) = (&parts[0], &parts[parts.len() - 1]);
+        if parts.len() == 1 {
+            return first == name;
         }
+        if name.len() < first.len() + last.len()
+            || !name.starts_with(first)
+            || !name.ends_with(last)
+        {
+            return false;
+        }
+        // The parts between the stars, leftmost first (enough for patterns of stars only).
+        let mut rest = &name[first.len()..name.len() - last.len()];
+        for mid in parts[1..parts.len() - 1].iter().filter(|m| !m.is_empty()) {
+            match rest.windows(mid.len()).position(|w| w == mid.as_slice()) {
+                Some(i) => rest = &rest[i + mid.len()..],
+                None => return false,
+            }
+        }
+        true
     }
 }
 
@@ -52,7 +76,11 @@ pub enum HomeVerdict {
 /// entries. Only the home directory's dot-entries are decided; its other entries stay readable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HomeAllowlist {
-    read: Vec<Vec<String>>,
+    read: Vec<Vec<Glob>>,
+    /// Indexes into `read` by a literal first component; the rest (a `*` in the first
+    /// component) are tried for every entry.
+    by_first: std::collections::HashMap<Vec<u8>, Vec<usize>>,
+    starred: Vec<usize>,
     hide: Vec<Vec<String>>,
 }
 
@@ -60,36 +88,63 @@ fn components(path: &str) -> Vec<String> {
     path.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect()
 }
 
-fn matches_prefix(pattern: &[String], rel: &[&OsStr]) -> bool {
-    pattern.len() >= rel.len()
-        && pattern.iter().zip(rel).all(|(p, r)| wildcard(p.as_bytes(), r.as_encoded_bytes()))
+fn globs(path: &[String]) -> Vec<Glob> {
+    path.iter().map(|c| Glob::new(c.as_bytes())).collect()
+}
+
+fn matches_prefix(pattern: &[Glob], rel: &[&OsStr]) -> bool {
+    if pattern.len() < rel.len() {
+        return false;
+    }
+    for (p, r) in pattern.iter().zip(rel) {
+        if !p.matches(r.as_encoded_bytes()) {
+            return false;
+        }
+    }
+    true
 }
 
 impl HomeAllowlist {
     /// The built-in list with `extra` entries (each relative to the home directory, `~/` allowed).
     pub fn new(extra: &[String]) -> HomeAllowlist {
-        let mut list = HomeAllowlist { read: Vec::new(), hide: Vec::new() };
+        let mut list = HomeAllowlist {
+            read: Vec::new(),
+            by_first: Default::default(),
+            starred: Vec::new(),
+            hide: Vec::new(),
+        };
         for e in data_entries(HOME_READABLE) {
             match e.strip_prefix('!') {
                 Some(h) => list.hide.push(components(h)),
-                None => list.read.push(components(e)),
+                None => list.read.push(globs(&components(e))),
             }
         }
         for e in extra {
-            list.read.push(components(e.strip_prefix("~/").unwrap_or(e)));
+            list.read.push(globs(&components(e.strip_prefix("~/").unwrap_or(e))));
+        }
+        list.read.retain(|p| !p.is_empty());
+        for (i, p) in list.read.iter().enumerate() {
+            match p[0].0.as_slice() {
+                [literal] => list.by_first.entry(literal.clone()).or_default().push(i),
+                _ => list.starred.push(i),
+            }
         }
         list
     }
 
     /// The verdict for the entry at `rel` (components relative to the home directory).
     pub fn verdict(&self, rel: &[&OsStr]) -> HomeVerdict {
-        if self.read.iter().any(|p| p.len() == rel.len() && matches_prefix(p, rel)) {
-            HomeVerdict::Read
-        } else if self.read.iter().any(|p| p.len() > rel.len() && matches_prefix(p, rel)) {
-            HomeVerdict::Descend
-        } else {
-            HomeVerdict::Hide
+        let Some(first) = rel.first() else { return HomeVerdict::Descend };
+        let literal = self.by_first.get(first.as_encoded_bytes()).map_or(&[][..], Vec::as_slice);
+        let candidates = literal.iter().chain(&self.starred).map(|&i| &self.read[i]);
+        let mut verdict = HomeVerdict::Hide;
+        for p in candidates.filter(|p| matches_prefix(p, rel)) {
+            if p.len() == rel.len() {
+                return HomeVerdict::Read;
+            }
+            verdict = HomeVerdict::Descend;
         }
+        verdict
     }
 
     /// The exceptions: patterns (components relative to the home directory) hidden even inside
@@ -114,23 +169,25 @@ pub(crate) fn check_home_entry(entry: &str) -> Result<String, &'static str> {
 /// Which environment variables are secret-looking, and which of them `[env] pass` keeps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnvFilter {
-    secret: Vec<String>,
-    pass: Vec<String>,
+    secret: Vec<Glob>,
+    pass: Vec<Glob>,
 }
 
 impl EnvFilter {
     /// The built-in patterns, with `pass` (names or patterns) kept.
     pub fn new(pass: &[String]) -> EnvFilter {
         EnvFilter {
-            secret: data_entries(SECRET_ENV).map(str::to_ascii_uppercase).collect(),
-            pass: pass.iter().map(|p| p.to_ascii_uppercase()).collect(),
+            secret: data_entries(SECRET_ENV)
+                .map(|p| Glob::new(&p.as_bytes().to_ascii_uppercase()))
+                .collect(),
+            pass: pass.iter().map(|p| Glob::new(&p.as_bytes().to_ascii_uppercase())).collect(),
         }
     }
 
     /// Whether the variable `name` is removed (secret-looking and not passed). Case-insensitive.
     pub fn removes(&self, name: &OsStr) -> bool {
         let upper = name.as_encoded_bytes().to_ascii_uppercase();
-        let hit = |pats: &[String]| pats.iter().any(|p| wildcard(p.as_bytes(), &upper));
+        let hit = |globs: &[Glob]| globs.iter().any(|g| g.matches(&upper));
         hit(&self.secret) && !hit(&self.pass)
     }
 }
@@ -141,7 +198,7 @@ impl EnvFilter {
 pub fn sanitized_config(text: &str) -> Result<String, String> {
     const KEPT: [&str; 4] = ["network", "filesystem", "env", "tiers"];
     let mut table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_owned())?;
-    table.retain(|k, _| KEPT.iter().any(|kept| k == *kept));
+    table.retain(|k, _| KEPT.contains(&k));
     toml::to_string(&table).map_err(|e| e.to_string())
 }
 

@@ -30,8 +30,8 @@ mod macos;
 
 pub use error::SandboxError;
 pub use spec::{
-    Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SandboxId, SandboxSpec, proxy_env,
-    with_proxy_env,
+    Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, ProvidedDir, SandboxId, SandboxSpec,
+    proxy_env, with_proxy_env,
 };
 
 #[cfg(target_os = "linux")]

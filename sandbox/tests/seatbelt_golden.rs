@@ -32,6 +32,8 @@ fn spec(tier: &str) -> SandboxSpec {
             NetMode::Proxy { nflog_group: 7, ruleset: String::new() }
         },
         allowed_unix_sockets: vec![],
+        provided: vec![],
+        visible: vec![],
         require_full: false,
     }
 }

@@ -46,10 +46,11 @@ pub fn hidden_for_launch(
 /// writable paths, the launcher itself): an entry holding one is looked into instead of hidden,
 /// and the entry that is one stays.
 ///
-/// A hidden entry that is a symbolic link is hidden where it points (the secret lives there),
-/// unless that is the root, a top-level directory, or holds the home directory or a kept path:
-/// hiding those would hide the system, and they hold nothing the home directory's own files
-/// would not show anyway.
+/// A hidden entry that is a symbolic link is hidden where it points (the secret lives there):
+/// inside the home directory unless that is readable itself or holds the home directory or a kept
+/// path; outside it only when the launching user owns the target and it is not a system
+/// directory (`/`, a top-level directory, `/usr`, `/etc`, ...), since a planted `~/.x -> /usr/bin`
+/// must not take the system away.
 pub fn hidden_in_home(home: &Path, allow: &HomeAllowlist, keep: &[PathBuf]) -> Vec<PathBuf> {
     let Ok(root) = home.canonicalize() else { return Vec::new() };
     let keep: Vec<PathBuf> = keep.iter().filter_map(|k| k.canonicalize().ok()).collect();
@@ -69,8 +70,9 @@ struct Walk<'a> {
     keep: &'a [PathBuf],
 }
 
-fn walk(w: &Walk<'_>, dir: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+/// Decides the entries of `dir`; `false` when it cannot be listed (then none were decided).
+fn walk(w: &Walk<'_>, dir: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf>) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
     for entry in entries.flatten() {
         let name = entry.file_name();
         // In the home directory itself only dot-entries are decided: `~/src`, `~/Documents`
@@ -87,8 +89,13 @@ fn walk(w: &Walk<'_>, dir: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf
             HomeVerdict::Read => {}
             HomeVerdict::Descend if path.is_dir() => {
                 let real = if link { path.canonicalize().ok() } else { Some(path.clone()) };
-                if let Some(real) = real {
-                    walk(w, &real, rel, out);
+                // A directory that cannot be listed (mode 0711) may still open by name: hidden
+                // whole, unless it holds what the launch needs.
+                if let Some(real) = real
+                    && !walk(w, &real, rel, out)
+                    && !w.keep.iter().any(|k| k.starts_with(&real))
+                {
+                    out.push(real);
                 }
             }
             HomeVerdict::Descend | HomeVerdict::Hide => {
@@ -101,6 +108,7 @@ fn walk(w: &Walk<'_>, dir: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf
         }
         rel.pop();
     }
+    true
 }
 
 fn hide(w: &Walk<'_>, path: &Path, real: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf>) {
@@ -119,14 +127,33 @@ fn hide(w: &Walk<'_>, path: &Path, real: &Path, rel: &mut Vec<OsString>, out: &m
         if !holds_kept {
             out.push(path.to_path_buf());
         } else if real.is_dir() && rel.len() < MAX_DEPTH {
+            // (Unlistable: its other entries cannot be found, and hiding it would hide the kept
+            // path; the launch's own directories are the user's to keep.)
             walk(w, real, rel, out);
         }
         return;
     }
-    let system = real.components().count() <= 2;
-    if !system && !holds_kept {
+    if !holds_kept && !system(real) && owned_by_caller(real) {
         out.push(real.to_path_buf());
     }
+}
+
+/// Directories of the system that a dot-link may point into (`~/.jdk -> /usr/lib/jvm/...`):
+/// hiding them would break the sandbox, and they hold what any user may read anyway.
+const SYSTEM: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix", "/gnu",
+    "/snap", "/proc", "/sys", "/dev", "/run", "/boot", "/var/lib",
+];
+
+fn system(real: &Path) -> bool {
+    real.components().count() <= 2 || SYSTEM.iter().any(|s| real.starts_with(s))
+}
+
+/// Whether the launching user owns `path`: a link out of the home directory to the user's own
+/// files (`~/.aws -> /mnt/keys/aws`) leads to secrets; to someone else's, to what they share.
+fn owned_by_caller(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == nix::unistd::getuid().as_raw())
 }
 
 /// How deep the walk follows directories that hold a kept path (links can make loops).
@@ -264,6 +291,9 @@ mod tests {
         }
         std::os::unix::fs::symlink(&home, home.join(".self")).unwrap();
         std::os::unix::fs::symlink("/usr", home.join(".usr")).unwrap();
+        // A planted link to a system directory must not take it away from the sandbox.
+        std::os::unix::fs::symlink("/usr/bin", home.join(".ubin")).unwrap();
+        std::os::unix::fs::symlink("/etc/ssl", home.join(".ssl")).unwrap();
         std::os::unix::fs::symlink(home.join("src/project"), home.join(".proj")).unwrap();
         std::os::unix::fs::symlink("/nonexistent", home.join(".dangling")).unwrap();
         std::os::unix::fs::symlink(home.join(".cargo"), home.join(".cargo-nightly")).unwrap();

@@ -119,8 +119,7 @@ fn random_home_dot_entries_are_hidden_in_every_tier(who: &Who) {
         let name = names.next();
         if matches!(name.as_str(), "." | "..")
             || s.home.join(&name).exists()
-            || sandgate_config::HomeAllowlist::new(&[])
-                .verdict(&[std::ffi::OsStr::new(&name)])
+            || sandgate_config::HomeAllowlist::new(&[]).verdict(&[std::ffi::OsStr::new(&name)])
                 != sandgate_config::HomeVerdict::Hide
         {
             continue;
@@ -310,11 +309,8 @@ fn secret_looking_variables_are_removed_unless_passed(who: &Who) {
         assert_eq!(stderr.matches("secret-looking").count(), 1, "{tier}: once: {stderr}");
     }
     // `[env] pass` keeps what it names (patterns, any case), and only that.
-    std::fs::write(
-        s.home.join(".config/sandgate/config.toml"),
-        "[env]\npass = [\"keep_*\"]\n",
-    )
-    .unwrap();
+    std::fs::write(s.home.join(".config/sandgate/config.toml"), "[env]\npass = [\"keep_*\"]\n")
+        .unwrap();
     let out = s
         .command("run", &[], &["sh", "-c", "env"])
         .env("KEEP_TOKEN", "val-kept")

@@ -838,6 +838,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             "private_tmp": true,
             "hidden": paths(&spec.hidden),
             "read_only": paths(&spec.read_only),
+            "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
             "network": net,
             "kernel": kernel,
         });
@@ -852,6 +853,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         println!("  network:    {net}");
         println!("  hidden:     {}", paths(&spec.hidden).join(" "));
         println!("  read-only:  {}", paths(&spec.read_only).join(" "));
+        for d in &spec.provided {
+            println!("  replaced:   {} (a read-only copy without secrets)", d.path.display());
+        }
         println!("kernel");
         for (k, v) in kernel.as_object().into_iter().flatten() {
             println!("  {k}: {v}");

@@ -641,6 +641,26 @@ mod tests {
     }
 
     #[test]
+    fn readable_home_and_env_pass_are_checked() {
+        let f = parse(
+            Path::new("/c.toml"),
+            "[filesystem]\nreadable_home = [\"~/.sdkman\", \".config/x/\"]\n\
+             [env]\npass = [\"GH_TOKEN\", \"MYAPP_*\"]\n",
+            Some(Path::new("/home/u")),
+        )
+        .unwrap();
+        assert_eq!(f.readable_home, [".sdkman", ".config/x"]);
+        assert_eq!(f.env_pass, ["GH_TOKEN", "MYAPP_*"]);
+        let e = err("[filesystem]\nreadable_home = [\"/etc\"]\n");
+        assert_eq!((e.line, e.column), (2, 18), "{e}");
+        let e = err("[filesystem]\nreadable_home = [\".config/../.ssh\"]\n");
+        assert!(e.message.contains(".."), "{e}");
+        let e = err("[env]\npass = [\"A=B\"]\n");
+        assert_eq!((e.line, e.column), (2, 9), "{e}");
+        assert!(err("[env]\nkeep = []\n").message.contains("unknown field"));
+    }
+
+    #[test]
     fn daemon_and_telegram_sections() {
         let f = parse(
             Path::new("/c.toml"),

@@ -332,13 +332,15 @@ fn a_home_under_tmp_works(who: &Who) {
     let key = plant(&home, ".ssh/id_rsa", "key\n", who);
     let notes = plant(&home, "notes.txt", "notes\n", who);
     plant(&home, ".config/sandgate/config.toml", "[tiers.quiet]\nbase = \"run\"\n", who);
-    plant(&home, ".local/share/sandgate/sandgate.db", "", who);
+    let store = plant(&home, ".local/share/sandgate/sandgate.db", "store\n", who);
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).unwrap();
     for tier in TIERS {
         let script = format!(
-            "cat {}; cat {} || echo key-refused; cat {}/.config/sandgate/config.toml",
+            "cat {}; cat {} || echo key-refused; cat {} || echo store-refused; \
+             cat {}/.config/sandgate/config.toml",
             p(&notes),
             p(&key),
+            p(&store),
             p(&home)
         );
         let out = s
@@ -351,7 +353,7 @@ fn a_home_under_tmp_works(who: &Who) {
             .unwrap();
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{tier} as {who:?}: {}", text(&out.stderr));
-        assert!(stdout.starts_with("notes\nkey-refused\n"), "{tier}: {stdout}");
+        assert!(stdout.starts_with("notes\nkey-refused\nstore-refused\n"), "{tier}: {stdout}");
         assert!(stdout.contains("[tiers.quiet]"), "{tier}: {stdout}");
     }
     let _ = std::fs::remove_dir_all(&home);

@@ -65,7 +65,7 @@ impl Names {
         let mut x = self.0;
         for _ in 0..len {
             name.push(CHARS[(x % CHARS.len() as u64) as usize] as char);
-            x = x / CHARS.len() as u64 ^ self.0.rotate_left(7);
+            x = (x / CHARS.len() as u64) ^ self.0.rotate_left(7);
         }
         name
     }
@@ -124,7 +124,8 @@ fn random_home_dot_entries_are_hidden_in_every_tier(who: &Who) {
         {
             continue;
         }
-        let rel = if hidden.len() % 2 == 0 { name } else { format!("{name}/inner/secret") };
+        let rel =
+            if hidden.len().is_multiple_of(2) { name } else { format!("{name}/inner/secret") };
         hidden.push(plant(&s.home, &rel, "secret\n", who));
     }
     for rel in KNOWN_SECRETS {

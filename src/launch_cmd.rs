@@ -86,6 +86,11 @@ pub struct LaunchEnv {
     pub cwd: PathBuf,
     /// `$HOME`.
     pub home: Option<PathBuf>,
+    /// The account's home directory from the password database (tools fall back to it when
+    /// `$HOME` points elsewhere): its dot-entries are hidden like `$HOME`'s.
+    pub passwd_home: Option<PathBuf>,
+    /// The running launcher, kept visible inside (a nested launch executes it).
+    pub exe: Option<PathBuf>,
     /// `$XDG_CONFIG_HOME` (or `~/.config`).
     pub config_home: Option<PathBuf>,
     /// `$XDG_DATA_HOME` (or `~/.local/share`).
@@ -144,6 +149,8 @@ impl LaunchEnv {
             runtime_dir,
             other_runtime_dirs,
             home,
+            passwd_home: crate::secrets::passwd_home(),
+            exe: std::env::current_exe().ok(),
         })
     }
 }
@@ -181,10 +188,24 @@ pub fn spec_from_policy(
     // The daemon's control socket: nothing inside may answer its own questions.
     hidden.push(ctx.runtime_dir.clone());
     hidden.extend(ctx.other_runtime_dirs.iter().cloned());
+    // sandgate's configuration is read outside; inside, a copy without secrets replaces it (for
+    // nested launches). The home directories' dot-entries outside the allowlist and the system's
+    // secret files are hidden; what the launch needs stays (see `secrets::hidden_in_home`).
+    let config_dir = ctx.config_home.as_ref().map(|c| c.join("sandgate"));
+    let mut keep: Vec<PathBuf> = writable.clone();
+    keep.extend([Some(ctx.cwd.clone()), ctx.exe.clone(), config_dir.clone()].into_iter().flatten());
+    let homes: Vec<PathBuf> = ctx.home.iter().chain(&ctx.passwd_home).cloned().collect();
+    hidden.extend(crate::secrets::hidden_for_launch(&homes, &policy.fs.readable_home, &keep));
+    let provided: Vec<sandgate_sandbox::ProvidedDir> = match &config_dir {
+        // Seatbelt has no mounts: there the directory is hidden.
+        Some(dir) if cfg!(not(target_os = "linux")) => {
+            hidden.push(dir.clone());
+            Vec::new()
+        }
+        Some(dir) => vec![crate::secrets::config_copy(dir, &ctx.cwd)],
+        None => Vec::new(),
+    };
     let mut read_only = Vec::new();
-    if let Some(config) = &ctx.config_home {
-        read_only.push(config.join("sandgate"));
-    }
     for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
         if let Some(home) = &ctx.home
@@ -221,6 +242,8 @@ pub fn spec_from_policy(
     // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy
     // (git's and the JVM's are added to the caller's settings). Nor the Telegram bot's token
     // (meant for the daemon this launcher may start).
+    // Secret-looking variables go too, unless `[env] pass` keeps them.
+    let secrets = sandgate_config::EnvFilter::new(&policy.env_pass);
     let caller: Vec<(OsString, OsString)> = ctx
         .env
         .iter()
@@ -228,6 +251,7 @@ pub fn spec_from_policy(
             k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
+                && !secrets.removes(k)
         })
         .cloned()
         .collect();
@@ -259,6 +283,8 @@ pub fn spec_from_policy(
         writable,
         hidden,
         read_only,
+        provided,
+        visible: homes.into_iter().chain(ctx.exe.clone()).collect(),
         net,
         allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
@@ -287,6 +313,19 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         })
         .map(|w| w.path.clone())
         .collect()
+}
+
+/// Says once, on stderr, which secret-looking variables the command will not get (names only).
+fn removal_notice(env: &[(OsString, OsString)], policy: &Policy) {
+    let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
+    let (_, removed) = crate::secrets::scrub_env(env, &filter);
+    if !removed.is_empty() {
+        eprintln!(
+            "sandgate: not passed to the command (secret-looking): {}; keep one with \
+             `[env] pass = [\"NAME\"]` in the configuration",
+            removed.join(", ")
+        );
+    }
 }
 
 /// Creates a missing cache directory (or lock file) of a filesystem preset on the host, so the
@@ -341,6 +380,7 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
+    removal_notice(&ctx.env, &policy);
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
     crate::daemon::Paths::discover().ensure_dir()?;
@@ -388,8 +428,11 @@ fn run_nested(
     use sandgate_sandbox::SandboxError;
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, args)?;
+    removal_notice(&ctx.env, &policy);
     let mut spec = spec_from_policy(&policy, args, &ctx, new_id()?)?;
-    spec.env = nested_env(&ctx.env, &spec.net, &spec.id, &policy.tier);
+    let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
+    let (caller, _) = crate::secrets::scrub_env(&ctx.env, &filter);
+    spec.env = nested_env(&caller, &spec.net, &spec.id, &policy.tier);
     if spec.net != NetMode::None && !outer.network {
         let name = outer.tier.as_deref().unwrap_or("run");
         eprintln!("sandgate: nested in a `{name}` sandbox: no network");
@@ -839,6 +882,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             "private_tmp": true,
             "hidden": paths(&spec.hidden),
             "read_only": paths(&spec.read_only),
+            "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
             "network": net,
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
@@ -862,6 +906,9 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         }
         println!("  hidden:     {}", paths(&spec.hidden).join(" "));
         println!("  read-only:  {}", paths(&spec.read_only).join(" "));
+        for d in &spec.provided {
+            println!("  replaced:   {} (a read-only copy without secrets)", d.path.display());
+        }
         println!("kernel");
         for (k, v) in kernel.as_object().into_iter().flatten() {
             println!("  {k}: {v}");
@@ -912,6 +959,8 @@ mod tests {
         LaunchEnv {
             cwd: "/work/p".into(),
             home: Some("/home/u".into()),
+            passwd_home: None,
+            exe: Some("/usr/bin/sandgate".into()),
             config_home: Some("/home/u/.config".into()),
             data_home: Some("/home/u/.local/share".into()),
             runtime_dir: "/run/user/1000/sandgate".into(),
@@ -922,6 +971,9 @@ mod tests {
                 ("GIT_CONFIG_COUNT".into(), "1".into()),
                 ("GIT_CONFIG_KEY_0".into(), "user.name".into()),
                 ("GIT_CONFIG_VALUE_0".into(), "me".into()),
+                ("GH_TOKEN".into(), "secret".into()),
+                ("ssh_auth_sock".into(), "/run/agent".into()),
+                ("KEEP_TOKEN".into(), "kept".into()),
             ],
             proxy_port: sandgate_sandbox::PROXY_PORT,
         }
@@ -955,8 +1007,10 @@ mod tests {
                     .collect(),
                 unix_sockets: vec![rule("/run/allowed.sock")],
                 git_writable: false,
+                readable_home: vec![],
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
+            env_pass: vec!["KEEP_TOKEN".into()],
         }
     }
 
@@ -978,10 +1032,18 @@ mod tests {
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
         assert!(run.hidden.contains(&PathBuf::from("/run/user/1000/sandgate")));
         assert!(run.hidden.contains(&PathBuf::from("/tmp/sandgate-1000")));
-        assert!(run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
+        // The configuration is replaced by a copy without secrets (none here: no files).
+        assert_eq!(run.provided[0].path, PathBuf::from("/home/u/.config/sandgate"));
+        assert!(run.provided[0].files.is_empty());
+        assert!(!run.read_only.contains(&PathBuf::from("/home/u/.config/sandgate")));
+        assert!(run.visible.contains(&PathBuf::from("/home/u")));
+        assert!(run.visible.contains(&PathBuf::from("/usr/bin/sandgate")));
+        // Secret-looking variables are gone unless passed.
+        assert!(!run.env.iter().any(|(k, _)| k == "GH_TOKEN" || k == "ssh_auth_sock"));
         assert!(!run.env.iter().any(|(k, _)| k == "HTTP_PROXY"));
         let has =
             |spec: &SandboxSpec, k: &str, v: &str| spec.env.iter().any(|(n, w)| n == k && w == v);
+        assert!(has(&run, "KEEP_TOKEN", "kept"));
         // Without a proxy the caller's git settings stay as they were.
         assert!(has(&run, "GIT_CONFIG_COUNT", "1") && has(&run, "GIT_CONFIG_KEY_0", "user.name"));
         assert_eq!(run.allowed_unix_sockets, vec![PathBuf::from("/run/allowed.sock")]);

@@ -20,6 +20,7 @@ mod learn_cmd;
 mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
+mod secrets;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the
 /// network is an allowlist proxy.

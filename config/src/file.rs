@@ -12,6 +12,10 @@
 //! protected = ["Makefile.local"]        # stays read-only inside writable directories
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
 //! git_writable = false                  # true: commits from inside (.git writable but hooks/config)
+//! readable_home = [".sdkman"]           # home dot-entries readable beyond the built-in allowlist
+//!
+//! [env]
+//! pass = ["GH_TOKEN"]                   # secret-looking variables kept (names or `*` patterns)
 //!
 //! [tiers.build-offline]
 //! base = "build"
@@ -120,8 +124,15 @@ struct RawFile {
     network: RawNetwork,
     filesystem: RawFs,
     tiers: BTreeMap<String, RawTier>,
+    env: RawEnv,
     daemon: RawDaemon,
     telegram: Option<RawTelegram>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawEnv {
+    pass: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +170,7 @@ struct RawFs {
     protected: Vec<Spanned<String>>,
     unix_sockets: Vec<Spanned<String>>,
     git_writable: Option<bool>,
+    readable_home: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,6 +225,10 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// `[filesystem] git_writable`, when set.
     pub git_writable: Option<bool>,
+    /// `[filesystem] readable_home`: home entries readable beyond the built-in allowlist.
+    pub readable_home: Vec<String>,
+    /// `[env] pass`: secret-looking variables (names or patterns) passed to the command.
+    pub env_pass: Vec<String>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -314,6 +330,8 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         git_writable: raw.filesystem.git_writable,
+        readable_home: Vec::new(),
+        env_pass: Vec::new(),
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
@@ -382,6 +400,28 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             ));
         }
         out.protected.push(name.clone());
+    }
+    for e in &raw.filesystem.readable_home {
+        let entry = crate::secrets::check_home_entry(e.get_ref()).map_err(|why| {
+            cx.err(
+                e.span(),
+                format!("readable_home entry {:?} {why}", e.get_ref()),
+                "name an entry of the home directory, e.g. \".sdkman\" or \".config/mytool\"",
+            )
+        })?;
+        out.readable_home.push(entry);
+    }
+    for v in &raw.env.pass {
+        let name = v.get_ref();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_*".contains(&b))
+        {
+            return Err(cx.err(
+                v.span(),
+                format!("[env] pass entry {name:?} is not a variable name or pattern"),
+                "write a name like \"GH_TOKEN\", or a pattern like \"MYAPP_*\"",
+            ));
+        }
+        out.env_pass.push(name.clone());
     }
     for (name, tier) in raw.tiers {
         if crate::tiers::builtin_tiers().iter().any(|t| t.name == name) {
@@ -680,6 +720,26 @@ mod tests {
             }
         }
         assert!(f.allow_write.iter().all(|w| matches!(w.source, RuleSource::Preset(_))));
+    }
+
+    #[test]
+    fn readable_home_and_env_pass_are_checked() {
+        let f = parse(
+            Path::new("/c.toml"),
+            "[filesystem]\nreadable_home = [\"~/.sdkman\", \".config/x/\"]\n\
+             [env]\npass = [\"GH_TOKEN\", \"MYAPP_*\"]\n",
+            Some(Path::new("/home/u")),
+        )
+        .unwrap();
+        assert_eq!(f.readable_home, [".sdkman", ".config/x"]);
+        assert_eq!(f.env_pass, ["GH_TOKEN", "MYAPP_*"]);
+        let e = err("[filesystem]\nreadable_home = [\"/etc\"]\n");
+        assert_eq!((e.line, e.column), (2, 18), "{e}");
+        let e = err("[filesystem]\nreadable_home = [\".config/../.ssh\"]\n");
+        assert!(e.message.contains(".."), "{e}");
+        let e = err("[env]\npass = [\"A=B\"]\n");
+        assert_eq!((e.line, e.column), (2, 9), "{e}");
+        assert!(err("[env]\nkeep = []\n").message.contains("unknown field"));
     }
 
     #[test]

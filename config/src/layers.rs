@@ -311,11 +311,15 @@ impl Config {
         let git_writable =
             self.files().filter_map(|f| f.content.git_writable).last().unwrap_or(false);
 
+        let readable_home = self.files().flat_map(|f| f.content.readable_home.clone()).collect();
+        let env_pass = self.files().flat_map(|f| f.content.env_pass.clone()).collect();
+
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
             tier: name.to_owned(),
-            fs: FsPolicy { writable, hidden, protected, unix_sockets, git_writable },
+            fs: FsPolicy { writable, hidden, protected, unix_sockets, git_writable, readable_home },
             net: NetworkPolicy::new(name, mode, allow, deny),
+            env_pass,
         })
     }
 }

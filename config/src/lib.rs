@@ -3,7 +3,9 @@
 //! This crate parses and normalises hosts and domain patterns, compiles allow/deny lists for
 //! microsecond decisions, defines the tiers (`run`, `net`, `build`, and tiers from config), derives
 //! narrower child policies, and loads the three configuration layers (global file, per-directory
-//! file, command-line flags) with errors that name file, line and column.
+//! file, command-line flags) with errors that name file, line and column. It holds, as data, what a
+//! sandbox must not see by default (the home directory allowlist, the system's secret files,
+//! secret-looking variable names) and decides entries against it.
 //!
 //! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
 //! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-pf`).
@@ -17,6 +19,7 @@ mod layers;
 mod matcher;
 mod pattern;
 mod policy;
+mod secrets;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
@@ -32,6 +35,10 @@ pub use pattern::{
 };
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
+};
+pub use secrets::{
+    EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
+    sanitized_config, wildcard,
 };
 pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,

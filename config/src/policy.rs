@@ -64,6 +64,9 @@ pub struct FsPolicy {
     /// (commits from inside; its hooks and config stay read-only). Off by default: with `.git`
     /// writable, a command can plant `.git/commondir` and point git at hooks of its own.
     pub git_writable: bool,
+    /// Home directory entries readable beyond the built-in allowlist (`[filesystem]
+    /// readable_home`, relative to the home directory); every other dot-entry there is hidden.
+    pub readable_home: Vec<String>,
 }
 
 impl FsPolicy {
@@ -140,6 +143,9 @@ pub struct Policy {
     pub fs: FsPolicy,
     /// Network rules.
     pub net: NetworkPolicy,
+    /// Secret-looking environment variables passed to the command anyway (`[env] pass`, names or
+    /// `*` patterns); the others are removed.
+    pub env_pass: Vec<String>,
 }
 
 /// What a child sandbox asks for when derived from a parent. `None` means "as the parent".
@@ -252,8 +258,10 @@ impl Policy {
                 protected: self.fs.protected.clone(),
                 unix_sockets: self.fs.unix_sockets.clone(),
                 git_writable: self.fs.git_writable,
+                readable_home: self.fs.readable_home.clone(),
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny),
+            env_pass: self.env_pass.clone(),
         })
     }
 }

@@ -38,7 +38,8 @@ pub fn builtin_tiers() -> Vec<TierDef> {
     ]
 }
 
-/// Credential paths hidden in every tier, relative to `$HOME`.
+/// Credential paths hidden in every tier, relative to each home directory (`$HOME` and the
+/// account's home in the password database), whatever the home allowlist and `readable_home` say.
 pub const DEFAULT_HIDDEN: &[&str] = &[
     ".ssh",
     ".aws",

@@ -49,6 +49,7 @@ fn policy(mode: NetMode, allow: &[String], deny: &[String], writable: &[&str]) -
             rules(allow, PatternUse::Allow),
             rules(deny, PatternUse::Deny),
         ),
+        env_pass: Vec::new(),
     }
 }
 

@@ -62,17 +62,30 @@ pub enum NetMode {
     },
 }
 
+/// A directory the sandbox sees in place of the host's one: a read-only tmpfs holding only
+/// `files`, so the host's contents are hidden. sandgate's configuration directory is one: a launch
+/// nested inside the sandbox reads its policy there, without the secrets of the real files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvidedDir {
+    /// Where (absolute). A directory missing on the host is left alone (nothing to hide).
+    pub path: PathBuf,
+    /// The files inside it: path relative to `path` (plain names, no `..`) and contents.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+}
+
 /// Everything the launcher needs to start one sandbox. Paths must be absolute; the launcher
 /// resolves symlinks itself.
 ///
 /// Order of the filesystem walls (later wins where they overlap):
 /// 1. everything readable and executable, nothing writable;
-/// 2. a private `/tmp` (and `/dev/shm`), with `cwd` and `writable` paths under `/tmp` put back;
+/// 2. a private `/tmp` (and `/dev/shm`), with `cwd`, `writable` and `visible` paths under `/tmp`
+///    put back;
 /// 3. `writable` paths writable;
-/// 4. `read_only` paths read-only again, even inside a writable path (a missing one is created
+/// 4. `provided` directories replaced by their read-only contents;
+/// 5. `read_only` paths read-only again, even inside a writable path (a missing one is created
 ///    as an empty placeholder for the sandbox's lifetime so it cannot be created from inside,
 ///    and removed afterwards by the last sandbox using it);
-/// 5. `hidden` paths covered so that reading them fails.
+/// 6. `hidden` paths covered so that reading them fails.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
     /// Sandbox id (NFLOG prefix, hostname suffix, `SANDGATE_SANDBOX` variable).
@@ -92,6 +105,11 @@ pub struct SandboxSpec {
     /// Paths kept read-only even inside a writable path (files that run code later outside:
     /// `.git/hooks`, `.envrc`, ... and the sandgate configuration).
     pub read_only: Vec<PathBuf>,
+    /// Directories replaced by read-only contents of the launcher's making (hiding the host's).
+    pub provided: Vec<ProvidedDir>,
+    /// Paths that stay visible even when they lie under `/tmp` (the private `/tmp` would hide
+    /// them): the home directory, the running launcher (a nested launch executes it).
+    pub visible: Vec<PathBuf>,
     /// Network mode.
     pub net: NetMode,
     /// Pathname unix sockets the command may connect to. Empty: no unix socket can be created

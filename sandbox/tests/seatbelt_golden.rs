@@ -28,6 +28,8 @@ fn spec(tier: &str) -> SandboxSpec {
         },
         net: if tier == "run" { NetMode::None } else { NetMode::Proxy { nflog_group: 7 } },
         allowed_unix_sockets: vec![],
+        provided: vec![],
+        visible: vec![],
         require_full: false,
     }
 }

@@ -132,9 +132,10 @@ fn explain_tells_the_tier_and_the_kernel(who: &Who) {
         for h in [s.home.join(".ssh"), data.clone(), s.outside.join("secret.txt")] {
             assert!(hidden.contains(&h.display().to_string()), "{tier}: {h:?} not in {hidden:?}");
         }
-        let read_only = strings(&v["read_only"]);
+        // The configuration directory is replaced by a read-only copy without secrets.
+        let replaced = strings(&v["replaced"]);
         let config = s.home.join(".config/sandgate").display().to_string();
-        assert!(read_only.contains(&config), "{tier}: {read_only:?}");
+        assert!(replaced.contains(&config), "{tier}: {replaced:?}");
         let writable = strings(&v["writable"]);
         let cwd = s.proj.display().to_string();
         assert_eq!(writable.contains(&cwd), tier == "build", "{tier}: {writable:?}");

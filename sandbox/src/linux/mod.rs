@@ -444,29 +444,81 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             protect(p, plan)?;
         }
     }
+    let mut parents = std::collections::HashMap::new();
     for h in &spec.hidden {
         if !h.is_absolute() {
             continue;
         }
-        match h.canonicalize() {
+        match canonical_in(&mut parents, h) {
             Ok(real) if real.is_dir() => plan.fs.hidden_dirs.push(real),
             Ok(real) => plan.fs.hidden_files.push(real),
             // A missing credential path inside a writable one must not be creatable either.
             Err(_) => protect(h, plan)?,
         }
     }
+    // Missing ones need neither keeping nor replacing.
+    plan.fs.visible = spec.visible.iter().filter_map(|v| v.canonicalize().ok()).collect();
+    for d in &spec.provided {
+        let Ok(real) = d.path.canonicalize() else { continue };
+        if !real.is_dir() {
+            continue;
+        }
+        let plain = |p: &Path| p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if let Some((bad, _)) =
+            d.files.iter().find(|(rel, _)| rel.as_os_str().is_empty() || !plain(rel))
+        {
+            return Err(SandboxError::Path {
+                role: "provided",
+                path: bad.clone(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a plain relative path"),
+            });
+        }
+        plan.fs.provided.push(crate::spec::ProvidedDir { path: real, files: d.files.clone() });
+    }
     plan.sockets = resolved_unix_sockets(spec);
     plan.fs.cwd = cwd;
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
     plan.fs.read_only.dedup();
+    // The same path named twice (a built-in credential path also found by the home walk) is
+    // covered once.
+    for list in [&mut plan.fs.hidden_dirs, &mut plan.fs.hidden_files] {
+        list.sort();
+        list.dedup();
+    }
     // What the sandbox must not change must not be movable away either: pin the way to it.
     let fs = &plan.fs;
-    let targets = fs.read_only.iter().chain(&fs.hidden_dirs).chain(&fs.hidden_files);
+    let provided = fs.provided.iter().map(|d| &d.path);
+    let targets =
+        fs.read_only.iter().chain(&fs.hidden_dirs).chain(&fs.hidden_files).chain(provided);
     let targets: Vec<&Path> = targets.map(PathBuf::as_path).collect();
     let pinned = mounts::pins(&fs.writable, &targets, &fs.hidden_dirs);
     plan.fs.pinned = pinned;
     Ok(())
+}
+
+/// `path` with symbolic links resolved, like `canonicalize`, remembering each parent directory's
+/// resolution: a launch hides a hundred entries of a few directories, and resolving each path
+/// from the root costs a `readlink` per component.
+fn canonical_in(
+    parents: &mut std::collections::HashMap<PathBuf, PathBuf>,
+    path: &Path,
+) -> io::Result<PathBuf> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return path.canonicalize();
+    };
+    if name == ".." || name == "." || std::fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return path.canonicalize();
+    }
+    let real = match parents.get(parent) {
+        Some(real) => real.clone(),
+        None => {
+            let real = parent.canonicalize()?;
+            parents.insert(parent.to_path_buf(), real.clone());
+            real
+        }
+    };
+    Ok(real.join(name))
 }
 
 /// The allowed pathname unix sockets of `spec` that exist, resolved: the ones a sandbox may reach

@@ -31,6 +31,10 @@ pub struct FsPlan {
     pub hidden_files: Vec<PathBuf>,
     /// Directories bound onto themselves so that they cannot be moved away (see [`pins`]).
     pub pinned: Vec<PathBuf>,
+    /// Paths kept visible even under `/tmp` (besides `cwd` and the writable paths).
+    pub visible: Vec<PathBuf>,
+    /// Directories replaced by a read-only tmpfs with their files (paths canonical).
+    pub provided: Vec<crate::spec::ProvidedDir>,
 }
 
 /// A failed step: what was done, and the kernel's answer.
@@ -44,12 +48,15 @@ const TMP: &str = "/tmp";
 const SHM: &str = "/dev/shm";
 const PTS: &str = "/dev/pts";
 const EMPTY: &str = "/tmp/.sandgate-empty";
+const EMPTY_DIR: &str = "/tmp/.sandgate-empty-dir";
 
-/// Paths under `/tmp` that must stay visible on top of the private `/tmp`: the working directory
-/// and the writable paths, without those nested inside another one (they come along).
-pub fn kept_under_tmp(cwd: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
+/// Paths under `/tmp` that must stay visible on top of the private `/tmp`: the working directory,
+/// the writable paths and the `visible` ones, without those nested inside another one (they come
+/// along).
+pub fn kept_under_tmp(cwd: &Path, writable: &[PathBuf], visible: &[PathBuf]) -> Vec<PathBuf> {
     let mut all: Vec<&Path> = std::iter::once(cwd)
         .chain(writable.iter().map(PathBuf::as_path))
+        .chain(visible.iter().map(PathBuf::as_path))
         .filter(|p| p.starts_with(TMP))
         .collect();
     all.sort();
@@ -71,14 +78,15 @@ pub fn kept_under_tmp(cwd: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
 pub fn pins(writable: &[PathBuf], targets: &[&Path], hidden_dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut pinned: Vec<PathBuf> = Vec::new();
     for t in targets {
-        if hidden_dirs.iter().any(|h| t.starts_with(h) && t != h) {
-            continue;
-        }
+        // Writable paths first: they are few, hidden directories can be a hundred.
         let Some(root) =
             writable.iter().filter(|w| t.starts_with(w)).min_by_key(|w| w.as_os_str().len())
         else {
             continue;
         };
+        if hidden_dirs.iter().any(|h| t.starts_with(h) && t != h) {
+            continue;
+        }
         let between = t.ancestors().skip(1).take_while(|a| *a != root.as_path());
         pinned.extend(between.filter(|a| !writable.iter().any(|w| w == a)).map(Path::to_path_buf));
     }
@@ -97,7 +105,7 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
     )?;
 
     // Clone the trees under /tmp that must survive the private /tmp before it hides them.
-    let kept = kept_under_tmp(&plan.cwd, &plan.writable);
+    let kept = kept_under_tmp(&plan.cwd, &plan.writable, &plan.visible);
     let mut trees = Vec::new();
     for p in &kept {
         // Whether it is a directory must be read now: once the private /tmp covers it, the path
@@ -136,6 +144,25 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
         )?)
     };
 
+    // The same for hidden directories: one empty directory of mode 000 on our tmpfs, bound over
+    // each of them (see below).
+    let empty_dir = if plan.hidden_dirs.is_empty() {
+        None
+    } else {
+        step(|| format!("create {EMPTY_DIR}"), std::fs::create_dir(EMPTY_DIR))?;
+        step(
+            || format!("chmod {EMPTY_DIR}"),
+            std::fs::set_permissions(EMPTY_DIR, std::fs::Permissions::from_mode(0o000)),
+        )?;
+        Some(step(
+            || format!("open {EMPTY_DIR}"),
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(EMPTY_DIR),
+        )?)
+    };
+
     for (p, (tree, is_dir)) in kept.iter().zip(&trees) {
         step(|| format!("mount point {}", p.display()), make_mount_point(p, *is_dir))?;
         step(|| format!("put back {}", p.display()), sys::move_mount(tree, p))?;
@@ -151,23 +178,37 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
         }
         step(|| format!("bind {}", w.display()), bind(w, w))?;
     }
-    for r in &plan.read_only {
+    // Before the hidden paths: a provided directory below a hidden one is hidden with it.
+    for d in &plan.provided {
+        step(|| format!("provide {}", d.path.display()), provide(&d.path, &d.files))?;
+    }
+    // A read-only or hidden path that is not there any more (under the private /tmp, outside the
+    // trees put back) is out of reach already: nothing the command does there reaches the host.
+    let present = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
+    for r in plan.read_only.iter().filter(present) {
         step(|| format!("bind {}", r.display()), bind(r, r))?;
     }
-    // A hidden path that is not there any more (under the private /tmp, outside the trees put
-    // back) is out of reach already.
-    let present = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
-    for h in plan.hidden_dirs.iter().filter(present) {
-        step(
-            || format!("hide {}", h.display()),
-            sys::mount(
-                Some(tmpfs),
-                h,
-                Some(tmpfs),
-                nosuid_nodev | libc::MS_NOEXEC | libc::MS_RDONLY,
-                Some(c"mode=000,size=4k,nr_inodes=1"),
-            ),
-        )?;
+    // Hidden directories: each a bind of one empty directory of mode 000, removed once bound
+    // (nothing can be created in a removed directory, and the binds end up read-only with the
+    // rest of the tree). A bind costs a fraction of a tmpfs of its own per directory, and a home
+    // directory can hide a hundred of them.
+    if let Some(dir) = &empty_dir {
+        let source = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        for h in &plan.hidden_dirs {
+            // (A directory below one hidden a moment ago is gone: `present` is asked again.)
+            if std::fs::symlink_metadata(h).is_ok() {
+                step(|| format!("hide {}", h.display()), bind(&source, h))?;
+            }
+        }
+        // Only if the path still names our directory (not a put-back real /tmp's entry).
+        let ours = dir.metadata().ok();
+        let named = std::fs::symlink_metadata(EMPTY_DIR).ok();
+        if let (Some(a), Some(b)) = (ours, named)
+            && a.dev() == b.dev()
+            && a.ino() == b.ino()
+        {
+            step(|| format!("remove {EMPTY_DIR}"), std::fs::remove_dir(EMPTY_DIR))?;
+        }
     }
     if let Some(empty) = &empty {
         let source = PathBuf::from(format!("/proc/self/fd/{}", empty.as_raw_fd()));
@@ -245,6 +286,31 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
     Ok(())
 }
 
+/// Mounts a tmpfs on `dir` (made first when the private `/tmp` hid it) holding `files`; the
+/// mount becomes read-only with the rest of the tree.
+fn provide(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> io::Result<()> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::create_dir_all(dir)?;
+    }
+    sys::mount(
+        Some(c"tmpfs"),
+        dir,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some(c"mode=0755"),
+    )?;
+    for (rel, contents) in files {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(&path)?;
+        io::Write::write_all(&mut f, contents)?;
+    }
+    Ok(())
+}
+
 fn bind(source: &Path, target: &Path) -> io::Result<()> {
     let src = sys::cpath(source)?;
     sys::mount(Some(&src), target, None, libc::MS_BIND | libc::MS_REC, None)
@@ -279,10 +345,15 @@ mod tests {
         ];
         for (cwd, writable, want) in table {
             let w: Vec<PathBuf> = writable.iter().map(p).collect();
-            let got = kept_under_tmp(Path::new(cwd), &w);
+            let got = kept_under_tmp(Path::new(cwd), &w, &[]);
             let want: Vec<PathBuf> = want.iter().map(p).collect();
             assert_eq!(got, want, "cwd {cwd} writable {writable:?}");
         }
+        // Visible paths (the home directory, the launcher) count like writable ones.
+        let v = |s: &[&str]| s.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let visible = v(&["/tmp/h", "/tmp/b/target/debug/sandgate", "/usr/bin/sandgate"]);
+        let got = kept_under_tmp(Path::new("/tmp/h/p"), &v(&["/tmp/b"]), &visible);
+        assert_eq!(got, v(&["/tmp/b", "/tmp/h"]));
     }
 
     #[test]

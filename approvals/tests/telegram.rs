@@ -320,6 +320,7 @@ async fn an_alert_burst_becomes_a_handful_of_messages_with_counts() {
     let (bot, _) = start(&fake, &b, |c| c.alert_window = Duration::from_millis(300));
     for _ in 0..1000 {
         assert!(bot.alert(Alert {
+            sandbox: "sb1".into(),
             key: "sb1 10.200.0.9:443/tcp".into(),
             text: "sb1 tried 10.200.0.9:443/tcp directly (blocked)".into(),
             count: 1,

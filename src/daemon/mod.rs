@@ -445,6 +445,17 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
                 Event::Answered { question, answer, by, pattern }
             }
             approvals::BrokerEvent::TimedOut(q) => Event::TimedOut { question: q },
+            approvals::BrokerEvent::Withdrawn(q) => Event::Withdrawn { question: q },
+            approvals::BrokerEvent::OverBudget { sandbox, refused, limit, window } => {
+                if desktop {
+                    notify_text(&format!(
+                        "{sandbox} asked more than {limit} questions in {}: and {refused} more \
+                         were denied without asking",
+                        approvals::format_duration(window)
+                    ));
+                }
+                Event::OverBudget { sandbox, refused, limit, window_s: window.as_secs() }
+            }
         };
         let sandbox = event.sandbox().map(str::to_owned);
         shared.publish(EventKind::Approval, sandbox.as_deref(), event);
@@ -453,10 +464,14 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
 
 /// A desktop notification for a question (best effort: notify-send on Linux, osascript on macOS).
 fn notify(q: &approvals::PendingQuestion) {
-    let body = format!(
-        "{} wants {}:{} — `sandgate allow {}` or answer in `sandgate watch`",
-        q.question.sandbox, q.question.host, q.question.port, q.question.host
-    );
+    notify_text(&format!(
+        "{} wants {}:{} — `sandgate allow {}:{}` or answer in `sandgate watch`",
+        q.question.sandbox, q.question.host, q.question.port, q.question.host, q.question.port
+    ));
+}
+
+/// A desktop notification with `body` (best effort).
+fn notify_text(body: &str) {
     #[cfg(target_os = "macos")]
     let cmd = std::process::Command::new("osascript")
         .arg("-e")
@@ -468,7 +483,7 @@ fn notify(q: &approvals::PendingQuestion) {
     #[cfg(not(target_os = "macos"))]
     let cmd = std::process::Command::new("notify-send")
         .args(["--app-name=sandgate", "sandgate: approval needed"])
-        .arg(&body)
+        .arg(body)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -23,9 +23,14 @@ use std::time::Duration;
 
 pub use alerts::{Alert, AlertDeduper};
 pub use bot::TelegramHandle;
-pub use render::{BotCommand, CommandError, callback_data, parse_callback, parse_command};
+pub use render::{
+    BotCommand, Callback, CommandError, callback_data, parse_callback, parse_command,
+};
 
 use crate::Broker;
+
+/// The default of [`TelegramConfig::alerts_per_window`].
+pub const DEFAULT_ALERTS_PER_MINUTE: u32 = 10;
 
 /// The environment variable that holds the bot token (it wins over the config file).
 pub const TOKEN_ENV: &str = "SANDGATE_TELEGRAM_TOKEN";
@@ -111,6 +116,9 @@ pub struct TelegramConfig {
     pub api_url: Option<String>,
     /// One alert per sandbox+destination per window; the rest are counted.
     pub alert_window: Duration,
+    /// Alerts per sandbox per `alert_window`, across destinations; the rest are counted in one
+    /// summary ("and N more") when the window ends.
+    pub alerts_per_window: u32,
     /// Long-poll timeout of `getUpdates`.
     pub poll_timeout: Duration,
     /// How long a call may go unanswered (a `getUpdates`: beyond `poll_timeout`) before it is
@@ -123,7 +131,7 @@ pub struct TelegramConfig {
 }
 
 impl TelegramConfig {
-    /// Defaults: api.telegram.org, 60 s alert window, 10 s long poll, 12 s request timeout (above
+    /// Defaults: api.telegram.org, 60 s alert window with 10 alerts per sandbox, 10 s long poll, 12 s request timeout (above
     /// the 10 s the HTTP client waits after a 5xx, so a 5xx is reported as one), backoff 0.5 s
     /// to 30 s.
     pub fn new(token: BotToken, chats: Vec<i64>) -> Self {
@@ -132,6 +140,7 @@ impl TelegramConfig {
             chats,
             api_url: None,
             alert_window: Duration::from_secs(60),
+            alerts_per_window: DEFAULT_ALERTS_PER_MINUTE,
             poll_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(12),
             min_backoff: Duration::from_millis(500),

@@ -121,7 +121,7 @@ fn describe(g: &Grant) -> String {
     };
     let target = match &g.grant.target {
         GrantTarget::Sandbox(s) => format!("sandbox {s}"),
-        GrantTarget::Project(_) => "project".to_owned(),
+        GrantTarget::Project(p) => project_text(p),
         GrantTarget::Global => "global".to_owned(),
     };
     format!("#{} ({scope}, {target}) by {} via {}", g.id, g.grant.approved_by, g.grant.channel)
@@ -447,7 +447,7 @@ pub fn format_grant(g: &Grant) -> String {
     };
     let target = match &g.grant.target {
         GrantTarget::Sandbox(s) => format!("sandbox {s}"),
-        GrantTarget::Project(p) => format!("project {}", &p[..p.len().min(8)]),
+        GrantTarget::Project(p) => project_text(p),
         GrantTarget::Global => "global".to_owned(),
     };
     let state = if g.revoked.is_some() {
@@ -461,6 +461,17 @@ pub fn format_grant(g: &Grant) -> String {
         "#{:<4} {effect:<5} {}{port}  {scope}, {target}, by {} via {}{state}",
         g.id, g.grant.pattern, g.grant.approved_by, g.grant.channel
     )
+}
+
+/// `project /home/u/code/demo`; a project key of an older sandgate (a hash of the working
+/// directory) is shown as such.
+fn project_text(p: &str) -> String {
+    if p.starts_with('/') {
+        format!("project {}", approvals::terminal::sanitize(p))
+    } else {
+        let short: String = p.chars().take(8).collect();
+        format!("project #{} (an older sandgate's key)", approvals::terminal::sanitize(&short))
+    }
 }
 
 /// The Telegram bot's `/rules`, `/revoke`, `/status`.

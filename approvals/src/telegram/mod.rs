@@ -59,6 +59,24 @@ pub enum TelegramError {
     /// The HTTP client could not be built (its TLS setup failed).
     #[error("cannot set up the Telegram HTTP client: {0}")]
     HttpClient(String),
+    /// The token file cannot be read.
+    #[error("cannot read the Telegram token file {path}: {reason}")]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The token file can be read by others than its owner.
+    #[error(
+        "the Telegram token file {path} has mode {mode:04o}: others can read the token; run `chmod 600 {path}`"
+    )]
+    TokenFileMode {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The API URL override is not a URL.
     #[error("invalid Telegram API URL {url:?}: {reason}")]
     BadApiUrl {
@@ -89,8 +107,24 @@ impl BotToken {
     /// The token from `SANDGATE_TELEGRAM_TOKEN` if set and non-empty, else from the config
     /// file; `Ok(None)` when neither has one (the bot is off).
     pub fn from_env_or(config: Option<&str>) -> Result<Option<Self>, TelegramError> {
+        Self::from_sources(None, config).map(|t| t.map(|(t, _)| t))
+    }
+
+    /// The token, from the first of: `SANDGATE_TELEGRAM_TOKEN`, `token_file` (which must be
+    /// readable by its owner only), the config file's `token`; with where it came from.
+    /// `Ok(None)` when none has one (the bot is off).
+    pub fn from_sources(
+        token_file: Option<&std::path::Path>,
+        config: Option<&str>,
+    ) -> Result<Option<(Self, TokenSource)>, TelegramError> {
         let env = std::env::var(TOKEN_ENV).ok().filter(|v| !v.trim().is_empty());
-        Self::choose(env.as_deref(), config)
+        if let Some(t) = env {
+            return Self::new(t).map(|t| Some((t, TokenSource::Env)));
+        }
+        if let Some(path) = token_file {
+            return read_token_file(path).map(|t| Some((t, TokenSource::File(path.to_owned()))));
+        }
+        Self::choose(None, config).map(|t| t.map(|t| (t, TokenSource::Config)))
     }
 
     fn choose(env: Option<&str>, config: Option<&str>) -> Result<Option<Self>, TelegramError> {
@@ -103,6 +137,40 @@ impl BotToken {
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
+}
+
+/// Where the bot token came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `SANDGATE_TELEGRAM_TOKEN`.
+    Env,
+    /// `[telegram] token_file`.
+    File(std::path::PathBuf),
+    /// `[telegram] token` in the config file itself (warned about: see [`CONFIG_TOKEN_WARNING`]).
+    Config,
+}
+
+/// What the daemon (at start) and `sandgate config check` say when the token is written in the
+/// config file: a file many tools and backups read, and that a sandbox may be able to see.
+pub const CONFIG_TOKEN_WARNING: &str = "the Telegram bot token is written in the config file; \
+     anyone who reads that file can post questions whose buttons answer real ones. Move it to a \
+     file readable only by you (`[telegram] token_file = \"~/.local/share/sandgate/telegram-token\"`, \
+     chmod 600) or to the SANDGATE_TELEGRAM_TOKEN environment variable, and delete `token`";
+
+/// Reads a token file: a regular file, mode 0600 or stricter (nobody but its owner reads it).
+fn read_token_file(path: &std::path::Path) -> Result<BotToken, TelegramError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fail = |reason: String| TelegramError::TokenFile { path: path.to_owned(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(TelegramError::TokenFileMode { path: path.to_owned(), mode });
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    BotToken::new(text)
 }
 
 /// The bot's settings.
@@ -184,6 +252,29 @@ mod tests {
             assert_eq!(BotToken::new(bad), Err(TelegramError::BadToken), "{bad:?}");
         }
         assert!(!TelegramError::BadToken.to_string().contains("AA-b"));
+    }
+
+    #[test]
+    fn a_token_file_must_be_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("sandgate-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "123:abc\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token_file(&f).unwrap().expose(), "123:abc");
+        for mode in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = read_token_file(&f).unwrap_err();
+            assert!(matches!(e, TelegramError::TokenFileMode { .. }), "{mode:o}: {e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        assert!(matches!(
+            read_token_file(&dir.join("missing")),
+            Err(TelegramError::TokenFile { .. })
+        ));
+        assert!(matches!(read_token_file(&dir), Err(TelegramError::TokenFile { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

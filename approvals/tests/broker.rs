@@ -509,7 +509,8 @@ async fn an_answer_grants_the_port_asked_unless_it_says_any_port() {
     };
     let always = Answer::Allow(Scope::Always { global: false });
     // (questions open as host:port, the answer's pattern, --any-port, ports granted, released)
-    let rows: &[(&[(&str, u16)], &str, bool, &[Option<u16>], usize)] = &[
+    type Row<'a> = (&'a [(&'a str, u16)], &'a str, bool, &'a [Option<u16>], usize);
+    let rows: &[Row<'_>] = &[
         (&[("a.example", 443)], "a.example", false, &[Some(443)], 1),
         (&[("b.example", 443)], "b.example", true, &[None], 1),
         (&[("c.example", 443)], "c.example:443", false, &[Some(443)], 1),

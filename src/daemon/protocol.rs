@@ -345,7 +345,8 @@ mod tests {
         assert_eq!(env.id, Some(7));
         match &env.request {
             Request::Answer {
-                target: AnswerTargetSpec::Host { pattern, sandbox: None }, ..
+                target: AnswerTargetSpec::Host { pattern, sandbox: None, any_port: false },
+                ..
             } => {
                 assert_eq!(pattern, "*.example.com")
             }

@@ -215,6 +215,20 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         "grants live: {} · events kept: {} · proxied connections open: {}",
         counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
     );
+    let b = &v["budgets"];
+    let alerts = b["alerts_per_window"]
+        .as_u64()
+        .map_or(String::new(), |n| format!(", {n} alerts per sandbox per alert window"));
+    println!(
+        "budgets: {} new questions per sandbox per {}s{alerts}",
+        b["questions_per_window"], b["window_s"]
+    );
+    for (id, r) in b["sandboxes"].as_object().into_iter().flatten() {
+        println!(
+            "  {id}  questions {} asked, {} denied over budget · alerts {} sent, {} held back",
+            r["questions_asked"], r["questions_refused"], r["alerts_sent"], r["alerts_suppressed"]
+        );
+    }
     if let Some(e) = v["events"]["last_error"].as_str() {
         println!("warning: events could not be stored: {e}");
     }

@@ -6,9 +6,14 @@
 //! `retry_after`); nothing the API returns (errors, garbage, silence) stops the bot or holds a
 //! question, which stays answerable from the CLI and the terminal the whole time.
 //!
-//! Buttons: **Allow once** (the requests waiting now), **This session** (the sandbox, until it
-//! ends), **1 hour** (the project, for an hour), **Always** (the project, until revoked),
-//! **Deny** (for this sandbox session).
+//! Buttons: **Allow once** (the requests waiting now, and the sandbox's next 10 s to that host
+//! and port), **This session** (the sandbox, until it ends), **1 hour** (the project, for an
+//! hour), **Always** (the project, until revoked), **Deny** (for this sandbox session); each
+//! for the port asked. A button's data carries the broker's run id: one from before a restart
+//! answers nothing.
+//!
+//! Budgets: blocked-traffic alerts per sandbox per window ([`TelegramConfig::alerts_per_window`]),
+//! then one summary; a sandbox over its question budget gets one message per window.
 //!
 //! Commands: `/allow DOMAIN [15m|1h|…|session|always|global]` (default: session), `/deny DOMAIN
 //! [same]`, `/pending`, `/rules`, `/revoke ID`, `/status`, `/help`.

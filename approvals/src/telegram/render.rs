@@ -133,6 +133,10 @@ pub enum Callback {
 /// Reads a button's callback data back; `None` when it is not sandgate's.
 pub fn parse_callback(run: u64, data: &str) -> Option<Callback> {
     let (id, key) = data.split_once(':')?;
+    // Exactly the one key a button carries (parse_reply is lenient with what a person types).
+    if key.len() != 1 {
+        return None;
+    }
     let answer = parse_reply(key).ok()?;
     let id = id.strip_prefix('q')?;
     let (id, from) = match id.split_once('.') {
@@ -343,6 +347,20 @@ mod tests {
         }
         for bad in ["", "q1", "x1:o", "q1:z", "q:o", "qq1:o", "q1.zz:o", "q1.:o"] {
             assert_eq!(parse_callback(run, bad), None, "{bad:?}");
+        }
+        // Forged or mangled data never answers a question of this run unless it names this
+        // run's id (the value, whatever its spelling) and a valid key.
+        let hostile = [
+            format!("q1.{run:x}:o:x"),
+            format!("q1.{run:x}:o\n"),
+            format!("q99999999999999999999.{run:x}:o"),
+            format!("q1.{:x}:o", run.wrapping_add(1)),
+            format!("q1.{run:x}0:o"),
+            format!(" q1.{run:x}:o"),
+            format!("q-1.{run:x}:o"),
+        ];
+        for data in &hostile {
+            assert!(!matches!(parse_callback(run, data), Some(Callback::Current(..))), "{data:?}");
         }
         // Another run's button, or an older sandgate's (no run id): stale, never another q1.
         for stale in [callback_data(run - 1, QuestionId(1), 'o'), "q1:o".to_owned()] {

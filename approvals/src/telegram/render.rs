@@ -54,8 +54,8 @@ pub enum CommandError {
     Duration(#[from] DurationError),
 }
 
-const ALLOW_USAGE: &str = "/allow DOMAIN [15m|1h|2d|once|session|always|global]";
-const DENY_USAGE: &str = "/deny DOMAIN [15m|1h|2d|once|session|always|global]";
+const ALLOW_USAGE: &str = "/allow DOMAIN[:PORT] [15m|1h|2d|once|session|always|global]";
+const DENY_USAGE: &str = "/deny DOMAIN[:PORT] [15m|1h|2d|once|session|always|global]";
 
 /// Reads a message text: `/cmd` or `/cmd@botname`, then arguments.
 pub fn parse_command(text: &str) -> Result<BotCommand, CommandError> {

@@ -1307,6 +1307,11 @@ fn a_button_from_before_a_daemon_restart_answers_nothing() {
     assert!(text(&ack.body).contains("no longer pending"), "{}", ack.body);
     assert_eq!(t.json(&["pending", "--json"]).as_array().map(Vec::len), Some(1));
     assert_eq!(t.json(&["rules", "--json"]), json!([]), "nothing was granted");
+    // This bot's token is in config.toml: each daemon said so once, at its start.
+    let log = t.log();
+    let warned = log.matches("token is written in the config file").count();
+    assert!((1..=2).contains(&warned), "{warned} warnings in:\n{log}");
+    assert!(!log.contains(TOKEN), "the token itself is never logged");
     let out = t.sg(&["deny", &format!("q{}", new["id"]), "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(finish(curl).1, "403\n");

@@ -59,10 +59,12 @@ pub struct RevokeArgs {
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("scope").args(["once", "session", "for_", "always"]))]
 pub struct AnswerArgs {
-    /// The host (`example.com`), a wildcard you mean (`*.example.com`), or a question id from
-    /// `sandgate pending` (`q3`).
+    /// The host (`example.com`), a wildcard you mean (`*.example.com`), either with a port
+    /// (`example.com:8443`), or a question id from `sandgate pending` (`q3`). The grant opens the
+    /// port that was asked (with nothing pending: the port given, else 443).
     pub target: String,
-    /// Only the requests waiting now.
+    /// The requests waiting now, and the same sandbox's next requests to the same host and port
+    /// within 10 s (a client's second connection).
     #[arg(long)]
     pub once: bool,
     /// Until the sandbox ends (the default).
@@ -80,6 +82,9 @@ pub struct AnswerArgs {
     /// Only this sandbox (needed for --session when nothing is pending).
     #[arg(long, value_name = "ID")]
     pub sandbox: Option<String>,
+    /// Every port of the host, not only the one asked (e.g. ssh on 22 as well as 443).
+    #[arg(long)]
+    pub any_port: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -210,6 +215,20 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         "grants live: {} · events kept: {} · proxied connections open: {}",
         counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
     );
+    let b = &v["budgets"];
+    let alerts = b["alerts_per_window"]
+        .as_u64()
+        .map_or(String::new(), |n| format!(", {n} alerts per sandbox per alert window"));
+    println!(
+        "budgets: {} new questions per sandbox per {}s{alerts}",
+        b["questions_per_window"], b["window_s"]
+    );
+    for (id, r) in b["sandboxes"].as_object().into_iter().flatten() {
+        println!(
+            "  {id}  questions {} asked, {} denied over budget · alerts {} sent, {} held back",
+            r["questions_asked"], r["questions_refused"], r["alerts_sent"], r["alerts_suppressed"]
+        );
+    }
     if let Some(e) = v["events"]["last_error"].as_str() {
         println!("warning: events could not be stored: {e}");
     }
@@ -401,9 +420,21 @@ pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
     let t = args.target.trim();
     let target = if t.len() > 1 && t.starts_with('q') && t[1..].bytes().all(|b| b.is_ascii_digit())
     {
+        if args.any_port {
+            return Err(crate::policy_cmd::UsageError(
+                "--any-port goes with a host (`sandgate allow HOST --any-port`); a question's \
+                 answer opens the port it asked"
+                    .into(),
+            )
+            .into());
+        }
         AnswerTargetSpec::Question(t.to_owned())
     } else {
-        AnswerTargetSpec::Host { pattern: t.to_owned(), sandbox: args.sandbox.clone() }
+        AnswerTargetSpec::Host {
+            pattern: t.to_owned(),
+            sandbox: args.sandbox.clone(),
+            any_port: args.any_port,
+        }
     };
     let mut c = connect_starting()?;
     let v =
@@ -527,9 +558,9 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
             match &ev {
                 Event::Asked { question } if o.iter().any(|q| q.id == question.id) => continue,
                 Event::Asked { question } => o.push(question.clone()),
-                Event::Answered { question, .. } | Event::TimedOut { question } => {
-                    o.retain(|q| q.id != question.id)
-                }
+                Event::Answered { question, .. }
+                | Event::TimedOut { question }
+                | Event::Withdrawn { question } => o.retain(|q| q.id != question.id),
                 _ => {}
             }
         }
@@ -571,6 +602,25 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
         Event::TimedOut { question } => (
             sandgate_approvals::terminal::format_event(
                 &BrokerEvent::TimedOut(question.clone()),
+                now,
+            ),
+            "31",
+        ),
+        Event::Withdrawn { question } => (
+            sandgate_approvals::terminal::format_event(
+                &BrokerEvent::Withdrawn(question.clone()),
+                now,
+            ),
+            "2",
+        ),
+        Event::OverBudget { sandbox, refused, limit, window_s } => (
+            sandgate_approvals::terminal::format_event(
+                &BrokerEvent::OverBudget {
+                    sandbox: sandbox.clone(),
+                    refused: *refused,
+                    limit: *limit,
+                    window: Duration::from_secs(*window_s),
+                },
                 now,
             ),
             "31",

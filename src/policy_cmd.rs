@@ -86,7 +86,12 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
     let flags =
         Overrides { allow: args.allow, deny: args.deny, net: args.net, ..Overrides::default() };
     let policy = config.policy(&args.tier, &flags).map_err(|e| UsageError(e.to_string()))?;
-    let decision = policy.net.decide(&target);
+    let mut decision = policy.net.decide(&target);
+    // As the proxy does: what no rule decides, a live grant (global, or this directory's
+    // project) may; a deny grant first.
+    if matches!(decision, Decision::Ask) && policy.net.mode == NetMode::Proxy {
+        decision = stored_grant(&config, &target).unwrap_or(Decision::Ask);
+    }
     let code = match &decision {
         Decision::Allow(_) => EXIT_ALLOW,
         Decision::Deny(_) => EXIT_DENY,
@@ -122,6 +127,37 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
         ),
     }
     Ok(code)
+}
+
+/// The live grant (global or of this directory's project) that decides `target`, read from the
+/// store; `None` when there is no store or no grant covers it. Grants of one sandbox are not
+/// considered: `check` runs outside any sandbox.
+fn stored_grant(config: &Config, target: &Target) -> Option<Decision> {
+    use crate::daemon::adapters::GrantCache;
+    let path = sandgate_store::Store::default_path().ok()?;
+    if !path.exists() {
+        return None;
+    }
+    let store = match sandgate_store::Store::open(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandgate: warning: stored grants not consulted: {e}");
+            return None;
+        }
+    };
+    let cache = GrantCache::new(store);
+    if let Err(e) = cache.reload() {
+        eprintln!("sandgate: warning: stored grants not consulted: {e}");
+        return None;
+    }
+    let p = &config.paths;
+    let project = sandgate_config::project_root(&p.project_dir, &p.dir, p.home.as_deref());
+    let project = project.to_string_lossy();
+    let find = |e| cache.find(e, "", Some(&project), &target.host, target.port);
+    if let Some(rule) = find(sandgate_store::Effect::Deny) {
+        return Some(Decision::Deny(rule));
+    }
+    find(sandgate_store::Effect::Allow).map(Decision::Allow)
 }
 
 /// Options of `sandgate config`.
@@ -216,6 +252,9 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
                         for w in &missing {
                             println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
                         }
+                        for w in telegram_warnings(&config) {
+                            eprintln!("warning: {w}");
+                        }
                         println!("ok: configuration is valid");
                         Ok(0)
                     }
@@ -237,6 +276,28 @@ fn missing_writable(config: &Config) -> Vec<sandgate_config::PathRule> {
         .filter(|w| matches!(w.source, RuleSource::File { .. }))
         .filter(|w| std::fs::symlink_metadata(&w.path).is_err())
         .collect()
+}
+
+/// What `config check` says about the Telegram token's source: a token written in the config
+/// file, a token file others can read, chats without any token.
+fn telegram_warnings(config: &Config) -> Vec<String> {
+    use sandgate_approvals::telegram::{BotToken, CONFIG_TOKEN_WARNING, TOKEN_ENV};
+    let Some(t) = config.telegram_settings() else { return Vec::new() };
+    let mut out = Vec::new();
+    if t.token.is_some() {
+        let file =
+            config.global.as_ref().map_or("config.toml".into(), |f| f.path.display().to_string());
+        out.push(format!("{file}: {CONFIG_TOKEN_WARNING}"));
+    }
+    match BotToken::from_sources(t.token_file.as_deref(), t.token.as_deref()) {
+        Err(e) => out.push(e.to_string()),
+        Ok(None) if !t.chats.is_empty() => out.push(format!(
+            "[telegram] chats are configured but there is no token: the bot stays off; set \
+             {TOKEN_ENV} for the daemon or `token_file`"
+        )),
+        Ok(_) => {}
+    }
+    out
 }
 
 fn absolute(cwd: &Path, p: &Path) -> PathBuf {

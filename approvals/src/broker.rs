@@ -11,8 +11,22 @@
 //!    - its deadline (first ask + timeout): every waiter gets [`Outcome::TimedOut`] (a denial)
 //!      and [`BrokerEvent::TimedOut`] is published.
 //!
+//!    - its sandbox ending ([`Broker::withdraw_sandbox`]): every waiter gets [`Outcome::Closed`]
+//!      and [`BrokerEvent::Withdrawn`] is published, so it leaves `pending` at once.
+//!
 //! A waiter that goes away (the client hung up) does not end the question: it stays answerable
 //! until its deadline, so an answer still becomes a grant the retried request will find.
+//!
+//! Budgets: a sandbox may open at most [`BrokerConfig::questions_per_minute`] new questions per
+//! [`BrokerConfig::budget_window`]; past it a new question is not asked but denied at once
+//! ([`Outcome::OverBudget`], whose reason tells the model why), and once the window ends one
+//! [`BrokerEvent::OverBudget`] says how many were refused (one chat message, not eighty).
+//!
+//! Ports: an answer grants the port that was asked (a pattern answer: each released question's
+//! port; nothing pending: the port typed as `host:port`, else 443) unless it says "any port".
+//!
+//! Question ids restart at `q1` with each broker; [`Broker::run_id`] is random per broker, so a
+//! channel that keeps references across restarts (a chat's buttons) can tell a stale one.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -36,7 +50,20 @@ pub struct BrokerConfig {
     /// Most questions one sandbox may have open at once; a new one past it is refused at once
     /// ([`Outcome::TooManyQuestions`]). Requests for a question already open still join it.
     pub max_open_per_sandbox: usize,
+    /// Most new questions one sandbox may open per [`budget_window`](Self::budget_window);
+    /// past it a new question is denied without asking ([`Outcome::OverBudget`]).
+    pub questions_per_minute: u32,
+    /// The budget's window (a minute; shorter in tests).
+    pub budget_window: Duration,
 }
+
+/// The default of [`BrokerConfig::questions_per_minute`]: enough for a build that meets a few
+/// new registries at once, far below a flood a person could not read.
+pub const DEFAULT_QUESTIONS_PER_MINUTE: u32 = 20;
+
+/// How long an `once` answer keeps covering the same sandbox's requests to the same host and
+/// port: real clients (cargo, pip) open a second connection a moment after the first.
+pub const ONCE_WINDOW: Duration = Duration::from_secs(10);
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -44,6 +71,8 @@ impl Default for BrokerConfig {
             timeout: Duration::from_secs(60),
             event_capacity: 256,
             max_open_per_sandbox: 16,
+            questions_per_minute: DEFAULT_QUESTIONS_PER_MINUTE,
+            budget_window: Duration::from_secs(60),
         }
     }
 }
@@ -130,6 +159,13 @@ pub enum Outcome {
         /// How many are open.
         open: usize,
     },
+    /// Not asked: the sandbox opened its budget of questions in the current window: deny.
+    OverBudget {
+        /// The budget (questions per window).
+        limit: u32,
+        /// The window.
+        window: Duration,
+    },
 }
 
 impl Outcome {
@@ -137,7 +173,10 @@ impl Outcome {
     pub fn allows(&self) -> bool {
         match self {
             Outcome::Answered { answer, .. } => answer.allows(),
-            Outcome::TimedOut { .. } | Outcome::Closed | Outcome::TooManyQuestions { .. } => false,
+            Outcome::TimedOut { .. }
+            | Outcome::Closed
+            | Outcome::TooManyQuestions { .. }
+            | Outcome::OverBudget { .. } => false,
         }
     }
 
@@ -151,9 +190,16 @@ impl Outcome {
                  ask the user if this destination is needed."
             )),
             Outcome::TimedOut { after } => Some(format!(
-                "Access to {host}:{port} needs approval and nobody answered within {}. Ask the \
-                 user to run `sandgate allow {host}` (or answer in Telegram), then retry.",
+                "Access to {host}:{port} needs approval and nobody answered within {}. A retry \
+                 asks the user again (and waits as long); better, ask the user to run \
+                 `sandgate allow {host}:{port}` (or answer in Telegram) first.",
                 format_duration(*after)
+            )),
+            Outcome::OverBudget { limit, window } => Some(format!(
+                "Access to {host}:{port} needs approval, but this sandbox already asked {limit} \
+                 questions in the last {}, its budget, so this one was denied without asking \
+                 the user. Do not try other hosts; tell the user which destinations you need.",
+                format_duration(*window)
             )),
             Outcome::TooManyQuestions { open } => Some(format!(
                 "Access to {host}:{port} needs approval, and this sandbox already has {open} \
@@ -173,14 +219,19 @@ impl Outcome {
 pub enum AnswerTarget {
     /// One question (a button, a key press, `sandgate allow --id`).
     Question(QuestionId),
-    /// Every open question whose host matches `pattern` (`example.com` or `*.example.com`), of
-    /// one sandbox if given; also persists a grant when nothing is pending (`sandgate allow
-    /// crates.io --for 1h`).
+    /// Every open question whose host matches `pattern` (`example.com` or `*.example.com`,
+    /// optionally with `:port`: then only questions about that port), of one sandbox if given;
+    /// also persists a grant when nothing is pending (`sandgate allow crates.io --for 1h`).
+    /// The grants are for the ports asked (nothing pending: the port typed, else 443) unless
+    /// `any_port`.
     Host {
-        /// The pattern the person typed.
+        /// The pattern the person typed (`host`, `*.domain`, `host:port`).
         pattern: String,
         /// Restrict to this sandbox (and target its session/project when nothing is pending).
         sandbox: Option<SandboxRef>,
+        /// Grant every port of the host, not only the one asked.
+        #[serde(default)]
+        any_port: bool,
     },
 }
 
@@ -281,11 +332,15 @@ pub enum GrantTarget {
 /// | `For(d)`         | each released question's project (its sandbox when it has none); the named sandbox's project; else global. Expires at `at + d` |
 /// | `Always{false}`  | each released question's project (sandbox when none), or the named sandbox's project |
 /// | `Always{true}`   | global                                                        |
+///
+/// `Once` grants expire [`ONCE_WINDOW`] after the answer. The port is the one each released
+/// question asked; with nothing released, the one typed (`host:port`), else 443; `None` (every
+/// port) only when the person said so.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantRequest {
-    /// Host pattern (validated).
+    /// Host pattern (validated, without a port).
     pub pattern: String,
-    /// Port: the question's for a single-question answer, `None` (any) for a pattern answer.
+    /// Port, or `None` for every port (`--any-port`).
     pub port: Option<u16>,
     /// Allow or deny.
     pub effect: Effect,
@@ -327,6 +382,41 @@ pub enum BrokerEvent {
     },
     /// A question timed out (denied).
     TimedOut(PendingQuestion),
+    /// A question ended because its sandbox ended (nobody is waiting for an answer any more).
+    Withdrawn(PendingQuestion),
+    /// A sandbox went past its question budget in a window that has now ended: one summary.
+    OverBudget {
+        /// The sandbox.
+        sandbox: String,
+        /// Questions denied without asking in that window.
+        refused: u64,
+        /// The budget.
+        limit: u32,
+        /// The window.
+        window: Duration,
+    },
+}
+
+/// A sandbox's question budget, as `sandgate status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStats {
+    /// The sandbox.
+    pub sandbox: String,
+    /// Questions it opened (since the daemon started).
+    pub asked: u64,
+    /// Questions denied without asking, past its budget.
+    pub refused: u64,
+    /// Questions opened in the current window.
+    pub asked_in_window: u32,
+}
+
+/// One sandbox's budget state.
+struct Budget {
+    window_start: Instant,
+    asked_in_window: u32,
+    refused_in_window: u64,
+    asked: u64,
+    refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -356,6 +446,7 @@ struct State {
     by_key: HashMap<Key, QuestionId>,
     open: HashMap<QuestionId, Open>,
     closed: VecDeque<Closed>,
+    budgets: HashMap<String, Budget>,
 }
 
 const CLOSED_MEMORY: usize = 1024;
@@ -378,6 +469,7 @@ impl State {
 
 struct Inner {
     config: BrokerConfig,
+    run: u64,
     state: Mutex<State>,
     events: broadcast::Sender<BrokerEvent>,
     writer: Option<Arc<dyn GrantWriter>>,
@@ -399,7 +491,55 @@ impl Broker {
     /// A broker that persists grants through `writer` (`None`: answers release waiters only).
     pub fn new(config: BrokerConfig, writer: Option<Arc<dyn GrantWriter>>) -> Self {
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
-        Broker { inner: Arc::new(Inner { config, state: Mutex::default(), events, writer }) }
+        let run = random_u64();
+        Broker { inner: Arc::new(Inner { config, run, state: Mutex::default(), events, writer }) }
+    }
+
+    /// A random number drawn when this broker was made: question ids restart at `q1` with each
+    /// daemon, so references kept outside it (a chat's buttons) carry this too.
+    pub fn run_id(&self) -> u64 {
+        self.inner.run
+    }
+
+    /// Per-sandbox question budgets, by sandbox id.
+    pub fn budgets(&self) -> Vec<BudgetStats> {
+        let st = self.state();
+        let mut v: Vec<BudgetStats> = st
+            .budgets
+            .iter()
+            .map(|(sandbox, b)| BudgetStats {
+                sandbox: sandbox.clone(),
+                asked: b.asked,
+                refused: b.refused,
+                asked_in_window: b.asked_in_window,
+            })
+            .collect();
+        v.sort_by(|a, b| a.sandbox.cmp(&b.sandbox));
+        v
+    }
+
+    /// Ends every open question of `sandbox` (it ended: nobody waits for the answer) with
+    /// [`Outcome::Closed`] and [`BrokerEvent::Withdrawn`], and forgets its budget. Returns how
+    /// many questions it ended.
+    pub fn withdraw_sandbox(&self, sandbox: &str) -> usize {
+        let closed: Vec<Open> = {
+            let mut st = self.state();
+            st.budgets.remove(sandbox);
+            let ids: Vec<QuestionId> = st
+                .open
+                .values()
+                .filter(|o| o.claimed.is_none() && o.info.question.sandbox == sandbox)
+                .map(|o| o.info.id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| st.close(id, "withdrawn: its sandbox ended".into(), None))
+                .collect()
+        };
+        for open in &closed {
+            open.tx.send_replace(Some(Outcome::Closed));
+            let _ = self.inner.events.send(BrokerEvent::Withdrawn(open.info.clone()));
+        }
+        closed.len()
     }
 
     /// The settings.
@@ -471,6 +611,9 @@ impl Broker {
                     if open >= self.inner.config.max_open_per_sandbox {
                         return Outcome::TooManyQuestions { open };
                     }
+                    if let Some(over) = self.spend_budget(&mut st, &key.sandbox) {
+                        return over;
+                    }
                     st.next_id += 1;
                     let id = QuestionId(st.next_id);
                     let now = SystemTime::now();
@@ -513,7 +656,7 @@ impl Broker {
         // 1. Claim the questions it covers.
         let (claimed, requests, pattern) = {
             let mut st = self.state();
-            let (ids, pattern, port, sandbox) = match &target {
+            let (ids, pattern, ports, sandbox) = match &target {
                 AnswerTarget::Question(id) => {
                     let Some(open) = st.open.get(id) else {
                         return Err(match st.closed.iter().rev().find(|c| c.id == *id) {
@@ -533,10 +676,10 @@ impl Broker {
                         });
                     }
                     let q = &open.info.question;
-                    (vec![*id], q.host.clone(), Some(q.port), None)
+                    (vec![*id], q.host.clone(), Ports::Asked, None)
                 }
-                AnswerTarget::Host { pattern, sandbox } => {
-                    let pat = HostPattern::parse(pattern)?;
+                AnswerTarget::Host { pattern, sandbox, any_port } => {
+                    let (pat, typed) = HostPattern::parse_with_port(pattern)?;
                     let mut ids: Vec<QuestionId> = st
                         .open
                         .values()
@@ -545,16 +688,22 @@ impl Broker {
                             sandbox.as_ref().is_none_or(|s| s.id == o.info.question.sandbox)
                         })
                         .filter(|o| pat.matches(&o.info.question.host))
+                        .filter(|o| typed.is_none_or(|p| p == o.info.question.port))
                         .map(|o| o.info.id)
                         .collect();
                     ids.sort();
-                    (ids, pat.as_str().to_string(), None, sandbox.clone())
+                    let ports = match (any_port, typed) {
+                        (true, _) => Ports::Any,
+                        (false, Some(p)) => Ports::Typed(p),
+                        (false, None) => Ports::Asked,
+                    };
+                    (ids, pat.as_str().to_string(), ports, sandbox.clone())
                 }
             };
             let covered: Vec<PendingQuestion> =
                 ids.iter().filter_map(|id| st.open.get(id)).map(|o| o.info.clone()).collect();
             let requests =
-                grant_requests(&covered, sandbox.as_ref(), &pattern, port, answer, &by, at)?;
+                grant_requests(&covered, sandbox.as_ref(), &pattern, ports, answer, &by, at)?;
             for id in &ids {
                 if let Some(o) = st.open.get_mut(id) {
                     o.claimed = Some(by.clone());
@@ -627,11 +776,90 @@ impl Broker {
         }
     }
 
+    /// Counts a new question against its sandbox's budget; `Some(outcome)` when it is over.
+    /// The first refusal of a window schedules the window's one summary event.
+    fn spend_budget(&self, st: &mut State, sandbox: &str) -> Option<Outcome> {
+        let cfg = self.inner.config;
+        let now = Instant::now();
+        let b = st.budgets.entry(sandbox.to_owned()).or_insert(Budget {
+            window_start: now,
+            asked_in_window: 0,
+            refused_in_window: 0,
+            asked: 0,
+            refused: 0,
+        });
+        if now.duration_since(b.window_start) >= cfg.budget_window {
+            b.window_start = now;
+            b.asked_in_window = 0;
+            b.refused_in_window = 0;
+        }
+        if b.asked_in_window < cfg.questions_per_minute.max(1) {
+            b.asked_in_window += 1;
+            b.asked += 1;
+            return None;
+        }
+        b.refused += 1;
+        b.refused_in_window += 1;
+        if b.refused_in_window == 1 {
+            let weak = Arc::downgrade(&self.inner);
+            let at = b.window_start + cfg.budget_window;
+            tokio::spawn(budget_summary_at(weak, sandbox.to_owned(), at));
+        }
+        Some(Outcome::OverBudget {
+            limit: cfg.questions_per_minute.max(1),
+            window: cfg.budget_window,
+        })
+    }
+
+    fn budget_summary(&self, sandbox: String) {
+        let cfg = self.inner.config;
+        let refused = {
+            let mut st = self.state();
+            match st.budgets.get_mut(&sandbox) {
+                // Counted in the window that ended; a new window (started by a later question)
+                // counts its own.
+                Some(b) if b.refused_in_window > 0 => {
+                    let n = b.refused_in_window;
+                    if Instant::now().duration_since(b.window_start) >= cfg.budget_window {
+                        b.refused_in_window = 0;
+                    }
+                    n
+                }
+                _ => return,
+            }
+        };
+        let _ = self.inner.events.send(BrokerEvent::OverBudget {
+            sandbox,
+            refused,
+            limit: cfg.questions_per_minute.max(1),
+            window: cfg.budget_window,
+        });
+    }
+
     fn leave(&self, id: QuestionId) {
         if let Some(o) = self.state().open.get_mut(&id) {
             o.info.waiters = o.info.waiters.saturating_sub(1);
         }
     }
+}
+
+async fn budget_summary_at(broker: Weak<Inner>, sandbox: String, at: Instant) {
+    tokio::time::sleep_until(at).await;
+    if let Some(inner) = broker.upgrade() {
+        Broker { inner }.budget_summary(sandbox);
+    }
+}
+
+/// A random number for [`Broker::run_id`], from the kernel's generator (the clock and the pid
+/// where that cannot be read: still different across restarts).
+fn random_u64() -> u64 {
+    use std::io::Read as _;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+        return u64::from_ne_bytes(b);
+    }
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
 async fn expire_at(broker: Weak<Inner>, id: QuestionId, deadline: Instant) {
@@ -653,30 +881,62 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// Which port an answer's grants open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ports {
+    /// Each released question's port (nothing released: [`DEFAULT_PORT`]).
+    Asked,
+    /// The port the person typed (`host:port`).
+    Typed(u16),
+    /// Every port (`--any-port`).
+    Any,
+}
+
+/// The port of a grant given with nothing pending and no port typed: HTTPS.
+pub const DEFAULT_PORT: u16 = 443;
+
+impl Ports {
+    fn of(self, q: Option<&PendingQuestion>) -> Option<u16> {
+        match (self, q) {
+            (Ports::Any, _) => None,
+            (Ports::Typed(p), _) => Some(p),
+            (Ports::Asked, Some(q)) => Some(q.question.port),
+            (Ports::Asked, None) => Some(DEFAULT_PORT),
+        }
+    }
+}
+
 /// Derives the grants to persist from an answer (see the table on [`GrantRequest`]).
 fn grant_requests(
     covered: &[PendingQuestion],
     sandbox: Option<&SandboxRef>,
     pattern: &str,
-    port: Option<u16>,
+    ports: Ports,
     answer: Answer,
     by: &Responder,
     at: SystemTime,
 ) -> Result<Vec<GrantRequest>, AnswerError> {
     let scope = answer.scope();
     let effect = if answer.allows() { Effect::Allow } else { Effect::Deny };
-    let per_sandbox = || -> Vec<GrantTarget> {
-        covered.iter().map(|q| GrantTarget::Sandbox(q.question.sandbox.clone())).collect()
-    };
-    let per_project = || -> Vec<GrantTarget> {
+    let per_sandbox = || -> Vec<(GrantTarget, Option<u16>)> {
         covered
             .iter()
-            .map(|q| match &q.question.project {
-                Some(p) => GrantTarget::Project(p.clone()),
-                None => GrantTarget::Sandbox(q.question.sandbox.clone()),
+            .map(|q| (GrantTarget::Sandbox(q.question.sandbox.clone()), ports.of(Some(q))))
+            .collect()
+    };
+    let per_project = || -> Vec<(GrantTarget, Option<u16>)> {
+        covered
+            .iter()
+            .map(|q| {
+                let t = match &q.question.project {
+                    Some(p) => GrantTarget::Project(p.clone()),
+                    None => GrantTarget::Sandbox(q.question.sandbox.clone()),
+                };
+                (t, ports.of(Some(q)))
             })
             .collect()
     };
+    let alone = |t: GrantTarget| vec![(t, ports.of(None))];
     let named_project = sandbox.and_then(|s| s.project.clone()).map(GrantTarget::Project);
     let mut targets = match scope {
         Scope::Once if covered.is_empty() => {
@@ -684,20 +944,23 @@ fn grant_requests(
         }
         Scope::Once => per_sandbox(),
         Scope::Session if covered.is_empty() => match sandbox {
-            Some(s) => vec![GrantTarget::Sandbox(s.id.clone())],
+            Some(s) => alone(GrantTarget::Sandbox(s.id.clone())),
             None => return Err(AnswerError::NeedsSandbox { pattern: pattern.into() }),
         },
         Scope::Session => per_sandbox(),
         // A named sandbox whose project is unknown gets a grant of its own, never a global one.
-        Scope::For(_) if covered.is_empty() => vec![match (named_project, sandbox) {
+        Scope::For(_) if covered.is_empty() => alone(match (named_project, sandbox) {
             (Some(p), _) => p,
             (None, Some(s)) => GrantTarget::Sandbox(s.id.clone()),
             (None, None) => GrantTarget::Global,
-        }],
+        }),
         Scope::For(_) => per_project(),
-        Scope::Always { global: true } => vec![GrantTarget::Global],
+        Scope::Always { global: true } if covered.is_empty() => alone(GrantTarget::Global),
+        Scope::Always { global: true } => {
+            covered.iter().map(|q| (GrantTarget::Global, ports.of(Some(q)))).collect()
+        }
         Scope::Always { global: false } if covered.is_empty() => match named_project {
-            Some(t) => vec![t],
+            Some(t) => alone(t),
             None => return Err(AnswerError::NeedsProject { pattern: pattern.into() }),
         },
         Scope::Always { global: false } => per_project(),
@@ -706,11 +969,12 @@ fn grant_requests(
     targets.retain(|t| seen.insert(t.clone()));
     let expires = match scope {
         Scope::For(d) => Some(at + d),
-        Scope::Once | Scope::Session | Scope::Always { .. } => None,
+        Scope::Once => Some(at + ONCE_WINDOW),
+        Scope::Session | Scope::Always { .. } => None,
     };
     Ok(targets
         .into_iter()
-        .map(|target| GrantRequest {
+        .map(|(target, port)| GrantRequest {
             pattern: pattern.to_string(),
             port,
             effect,

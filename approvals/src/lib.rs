@@ -23,8 +23,9 @@ pub mod telegram;
 pub mod terminal;
 
 pub use broker::{
-    AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, Effect, GrantRequest,
-    GrantTarget, GrantWriter, Outcome, PendingQuestion, Question, QuestionId, SandboxRef,
+    AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, BudgetStats,
+    DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, Effect, GrantRequest, GrantTarget, GrantWriter,
+    ONCE_WINDOW, Outcome, PendingQuestion, Question, QuestionId, SandboxRef,
 };
 pub use pattern::{HostPattern, PatternError};
 pub use scope::{

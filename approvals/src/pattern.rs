@@ -4,7 +4,8 @@
 //! Parsed and matched by the config crate's [`DomainPattern`], the very rules the proxy and the
 //! grants use, so an answer releases exactly the questions its grant will cover. On top, the
 //! broker's own guard: the allow list's breadth limits apply to every answer (`*`, `*.com`,
-//! `*.github.io` are refused, for deny answers too), and an answer names hosts, not a port.
+//! `*.github.io` are refused, for deny answers too). A port, when given, is returned apart
+//! ([`HostPattern::parse_with_port`]): the broker puts it on the grant.
 
 use std::fmt;
 
@@ -30,14 +31,24 @@ pub struct PatternError {
 impl HostPattern {
     /// Parses `host`, `*.domain.tld`, an IP literal (IPv6 bare or bracketed) or a CIDR block.
     pub fn parse(input: &str) -> Result<Self, PatternError> {
-        let err = |reason: String| PatternError { pattern: input.to_string(), reason };
-        let pattern = DomainPattern::parse(input.trim(), PatternUse::Allow)
-            .map_err(|e| err(e.kind.to_string()))?;
-        if pattern.port.is_some() {
-            return Err(err("an answer names hosts, not a port (write example.com)".into()));
+        match Self::parse_with_port(input)? {
+            (p, None) => Ok(p),
+            (_, Some(_)) => Err(PatternError {
+                pattern: input.to_string(),
+                reason: "a port is not expected here (write example.com)".into(),
+            }),
         }
+    }
+
+    /// Parses as [`parse`](Self::parse), also taking an optional `:port` (`example.com:8443`,
+    /// `[::1]:22`), returned apart: an answer's port says which port its grant opens.
+    pub fn parse_with_port(input: &str) -> Result<(Self, Option<u16>), PatternError> {
+        let err = |reason: String| PatternError { pattern: input.to_string(), reason };
+        let mut pattern = DomainPattern::parse(input.trim(), PatternUse::Allow)
+            .map_err(|e| err(e.kind.to_string()))?;
+        let port = pattern.port.take();
         let text = pattern.to_string();
-        Ok(HostPattern { pattern, text })
+        Ok((HostPattern { pattern, text }, port))
     }
 
     /// Whether `host` (a name in any case, with or without a trailing dot, or an IP literal)
@@ -95,6 +106,21 @@ mod tests {
     }
 
     #[test]
+    fn a_port_is_taken_apart() {
+        let rows = [
+            ("example.com:8443", "example.com", Some(8443)),
+            ("example.com", "example.com", None),
+            ("[::1]:22", "::1", Some(22)),
+            ("*.example.com:443", "*.example.com", Some(443)),
+        ];
+        for (input, text, port) in rows {
+            let (p, got) = HostPattern::parse_with_port(input).unwrap();
+            assert_eq!((p.as_str().trim_matches(['[', ']']), got), (text, port), "{input}");
+        }
+        assert!(HostPattern::parse_with_port("example.com:99999").is_err());
+    }
+
+    #[test]
     fn broad_or_malformed_patterns_are_refused() {
         for p in [
             "",
@@ -108,6 +134,7 @@ mod tests {
             "*a.com",
             "*.github.io",
             "example.com:443",
+            "example.com:0",
             "0.0.0.0/0",
         ] {
             let e = HostPattern::parse(p).unwrap_err();

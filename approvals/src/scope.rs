@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
-    /// The requests waiting now, nothing later.
+    /// The requests waiting now, and those of the next 10 s from the same sandbox to the same
+    /// host and port ([`ONCE_WINDOW`](crate::ONCE_WINDOW)): a client's second connection.
     Once,
     /// Everything this sandbox asks until it ends.
     Session,

@@ -84,6 +84,17 @@ pub fn format_event(ev: &BrokerEvent, now: SystemTime) -> String {
             sanitize(&q.question.host),
             q.question.port
         ),
+        BrokerEvent::Withdrawn(q) => format!(
+            "sandgate: {}:{} not answered: its sandbox ended",
+            sanitize(&q.question.host),
+            q.question.port
+        ),
+        BrokerEvent::OverBudget { sandbox, refused, limit, window } => format!(
+            "sandgate: sandbox {} asked more than {limit} questions in {}: and {refused} more \
+             were denied without asking",
+            sanitize(sandbox),
+            crate::format_duration(*window)
+        ),
     }
 }
 
@@ -132,11 +143,14 @@ impl<W: Write> TerminalPrompter<W> {
 
     /// Writes the line for `ev` if it concerns this prompter's sandbox; `Ok(false)` if skipped.
     pub fn handle(&mut self, ev: &BrokerEvent) -> io::Result<bool> {
-        let q = match ev {
-            BrokerEvent::Asked(q) | BrokerEvent::TimedOut(q) => q,
-            BrokerEvent::Answered { question, .. } => question,
+        let sandbox = match ev {
+            BrokerEvent::Asked(q) | BrokerEvent::TimedOut(q) | BrokerEvent::Withdrawn(q) => {
+                &q.question.sandbox
+            }
+            BrokerEvent::Answered { question, .. } => &question.question.sandbox,
+            BrokerEvent::OverBudget { sandbox, .. } => sandbox,
         };
-        if self.sandbox.as_ref().is_some_and(|s| s != &q.question.sandbox) {
+        if self.sandbox.as_ref().is_some_and(|s| s != sandbox) {
             return Ok(false);
         }
         write!(self.out, "\r{}\r\n", format_event(ev, SystemTime::now()))?;

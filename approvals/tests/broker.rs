@@ -127,7 +127,7 @@ async fn different_keys_are_different_questions() {
     // One host answer (any sandbox) releases all three.
     let done = b
         .answer(
-            AnswerTarget::Host { pattern: "a.example".into(), sandbox: None },
+            AnswerTarget::Host { pattern: "a.example".into(), sandbox: None, any_port: false },
             Answer::Allow(Scope::Once),
             bob(),
         )
@@ -229,7 +229,7 @@ async fn a_wildcard_answer_releases_every_question_it_covers() {
     until_pending(&b, 4, 4).await;
     let done = b
         .answer(
-            AnswerTarget::Host { pattern: "*.EXAMPLE.com".into(), sandbox: None },
+            AnswerTarget::Host { pattern: "*.EXAMPLE.com".into(), sandbox: None, any_port: false },
             Answer::Allow(Scope::Always { global: false }),
             alice(),
         )
@@ -240,11 +240,12 @@ async fn a_wildcard_answer_releases_every_question_it_covers() {
     assert_eq!(released, vec!["a.example.com", "b.c.example.com"]);
     let left: Vec<_> = b.pending().into_iter().map(|p| p.question.host).collect();
     assert_eq!(left, vec!["example.com", "other.org"], "the apex is not covered by *.");
-    // One project grant for the pattern, any port.
+    // One project grant for the pattern, for the port the questions asked (issue 14: a pattern
+    // answer used to open every port).
     let grants = rec.grants.lock().unwrap().clone();
     assert_eq!(grants.len(), 1);
     assert_eq!(grants[0].pattern, "*.example.com");
-    assert_eq!(grants[0].port, None);
+    assert_eq!(grants[0].port, Some(443));
     assert_eq!(grants[0].target, GrantTarget::Project("proj-sb1".into()));
     for h in handles.into_iter().take(2) {
         assert!(h.await.unwrap().allows());
@@ -253,7 +254,7 @@ async fn a_wildcard_answer_releases_every_question_it_covers() {
     for bad in ["*", "*.com", "a b"] {
         let err = b
             .answer(
-                AnswerTarget::Host { pattern: bad.into(), sandbox: None },
+                AnswerTarget::Host { pattern: bad.into(), sandbox: None, any_port: false },
                 Answer::Allow(Scope::Once),
                 alice(),
             )
@@ -278,7 +279,7 @@ async fn a_host_answer_can_be_limited_to_one_sandbox() {
     let sandbox = Some(SandboxRef { id: "sb1".into(), project: None });
     let done = b
         .answer(
-            AnswerTarget::Host { pattern: "x.example".into(), sandbox },
+            AnswerTarget::Host { pattern: "x.example".into(), sandbox, any_port: false },
             Answer::Allow(Scope::Once),
             bob(),
         )
@@ -293,8 +294,11 @@ async fn a_host_answer_can_be_limited_to_one_sandbox() {
 async fn answers_with_nothing_pending_become_grants_or_say_what_is_missing() {
     let rec = Arc::new(Recorder::default());
     let b = broker_with(rec.clone(), Duration::from_secs(30));
-    let host =
-        |p: &str, s: Option<SandboxRef>| AnswerTarget::Host { pattern: p.into(), sandbox: s };
+    let host = |p: &str, s: Option<SandboxRef>| AnswerTarget::Host {
+        pattern: p.into(),
+        sandbox: s,
+        any_port: false,
+    };
     let sb = || Some(SandboxRef { id: "sb9".into(), project: Some("proj9".into()) });
     let err =
         b.answer(host("a.example", None), Answer::Allow(Scope::Once), bob()).await.unwrap_err();
@@ -491,4 +495,202 @@ async fn a_sandbox_cannot_open_more_questions_than_its_limit_even_all_at_once() 
     assert_eq!(join.await.unwrap(), Outcome::Closed);
     let reason = Outcome::TooManyQuestions { open: 4 }.denial_reason("x.example", 443).unwrap();
     assert!(reason.contains("4 questions waiting"), "{reason}");
+}
+
+/// Issue 14: answering a question about host:443 with `allow host` opened host:22 as well.
+#[tokio::test]
+async fn an_answer_grants_the_port_asked_unless_it_says_any_port() {
+    let rec = Arc::new(Recorder::default());
+    let b = broker_with(rec.clone(), Duration::from_secs(30));
+    let host = |p: &str, any_port: bool| AnswerTarget::Host {
+        pattern: p.into(),
+        sandbox: Some(SandboxRef { id: "sb1".into(), project: Some("proj-sb1".into()) }),
+        any_port,
+    };
+    let always = Answer::Allow(Scope::Always { global: false });
+    // (questions open as host:port, the answer's pattern, --any-port, ports granted, released)
+    type Row<'a> = (&'a [(&'a str, u16)], &'a str, bool, &'a [Option<u16>], usize);
+    let rows: &[Row<'_>] = &[
+        (&[("a.example", 443)], "a.example", false, &[Some(443)], 1),
+        (&[("b.example", 443)], "b.example", true, &[None], 1),
+        (&[("c.example", 443)], "c.example:443", false, &[Some(443)], 1),
+        // A port typed that no question asked: nothing released, a grant for that port only.
+        (&[("d.example", 443)], "d.example:22", false, &[Some(22)], 0),
+        // Two questions on two ports, one wildcard answer: one grant per port.
+        (
+            &[("x.e.example", 443), ("y.e.example", 8443)],
+            "*.e.example",
+            false,
+            &[Some(443), Some(8443)],
+            2,
+        ),
+        // Nothing pending and no port: HTTPS only.
+        (&[], "f.example", false, &[Some(443)], 0),
+        (&[], "g.example:8080", false, &[Some(8080)], 0),
+        (&[], "h.example", true, &[None], 0),
+    ];
+    for (asked, pattern, any_port, ports, released) in rows {
+        rec.grants.lock().unwrap().clear();
+        let waiting: Vec<_> = asked
+            .iter()
+            .map(|(h, p)| {
+                let (b, x) = (b.clone(), q("sb1", h, *p));
+                tokio::spawn(async move { b.ask(x).await })
+            })
+            .collect();
+        until_pending(&b, asked.len(), asked.len()).await;
+        let done = b.answer(host(pattern, *any_port), always, bob()).await.unwrap();
+        assert_eq!(done.released.len(), *released, "{pattern}");
+        let mut got: Vec<Option<u16>> = rec.grants.lock().unwrap().iter().map(|g| g.port).collect();
+        got.sort();
+        assert_eq!(got, ports.to_vec(), "{pattern} any_port={any_port}");
+        assert!(rec.grants.lock().unwrap().iter().all(|g| !g.pattern.contains(':')), "{pattern}");
+        for w in waiting.into_iter().take(*released) {
+            assert!(w.await.unwrap().allows());
+        }
+        // Leave nothing open for the next row.
+        for p in b.pending() {
+            let _ = b.answer(AnswerTarget::Question(p.id), Answer::Deny(Scope::Once), bob()).await;
+        }
+    }
+    // A question's own answer (a button, `allow q3`) is for its port.
+    rec.grants.lock().unwrap().clear();
+    let w = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb1", "ssh.example", 22)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    b.answer(AnswerTarget::Question(id), always, alice()).await.unwrap();
+    assert!(w.await.unwrap().allows());
+    assert_eq!(rec.grants.lock().unwrap()[0].port, Some(22));
+}
+
+/// Issue 17: `once` covered only the requests waiting at the answer; cargo's second connection a
+/// second later asked again. It now lasts ONCE_WINDOW, for that sandbox, host and port.
+#[tokio::test]
+async fn once_is_a_short_grant_for_that_sandbox_host_and_port() {
+    let rec = Arc::new(Recorder::default());
+    let b = broker_with(rec.clone(), Duration::from_secs(30));
+    let w = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb1", "o.example", 443)).await }
+    });
+    until_pending(&b, 1, 1).await;
+    let id = b.pending()[0].id;
+    b.answer(AnswerTarget::Question(id), Answer::Allow(Scope::Once), alice()).await.unwrap();
+    assert!(w.await.unwrap().allows());
+    let g = rec.grants.lock().unwrap()[0].clone();
+    assert_eq!(g.target, GrantTarget::Sandbox("sb1".into()));
+    assert_eq!(g.port, Some(443));
+    assert_eq!(g.expires, Some(g.at + sandgate_approvals::ONCE_WINDOW));
+    assert_eq!(sandgate_approvals::ONCE_WINDOW, Duration::from_secs(10));
+}
+
+/// Issue 14: 80 questions in 20 s from one sandbox. Past its budget a question is denied at once
+/// without being asked, with a reason for the model, and one summary event follows the window.
+#[tokio::test]
+async fn a_sandbox_past_its_question_budget_is_denied_without_asking() {
+    let b = Broker::new(
+        BrokerConfig {
+            timeout: Duration::from_secs(30),
+            max_open_per_sandbox: 1000,
+            questions_per_minute: 20,
+            // Long enough that the 80 asks below all fall in one window on a loaded machine.
+            budget_window: Duration::from_secs(5),
+            ..Default::default()
+        },
+        None,
+    );
+    let mut events = b.subscribe();
+    let mut waiting = Vec::new();
+    let mut over = 0;
+    for i in 0..80 {
+        let x = q("sb1", &format!("h{i}.example"), 443);
+        let b2 = b.clone();
+        let h = tokio::spawn(async move { b2.ask(x).await });
+        if i < 20 {
+            waiting.push(h);
+            until_pending(&b, i + 1, i + 1).await;
+        } else {
+            let out = h.await.unwrap();
+            let Outcome::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
+            assert_eq!(*limit, 20);
+            let why = out.denial_reason("h.example", 443).unwrap();
+            assert!(why.contains("denied without asking"), "{why}");
+            over += 1;
+        }
+    }
+    assert_eq!((b.pending().len(), over), (20, 60));
+    // Another sandbox has its own budget.
+    let other = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb2", "h.example", 443)).await }
+    });
+    until_pending(&b, 21, 21).await;
+    let stats = b.budgets();
+    assert_eq!((stats[0].sandbox.as_str(), stats[0].asked, stats[0].refused), ("sb1", 20, 60));
+    // Exactly one summary for the window, with the count.
+    let mut asked = 0;
+    let summary = loop {
+        match tokio::time::timeout(Duration::from_secs(30), events.recv()).await {
+            Ok(Ok(BrokerEvent::Asked(_))) => asked += 1,
+            Ok(Ok(BrokerEvent::OverBudget { sandbox, refused, limit, .. })) => {
+                break (sandbox, refused, limit);
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(asked, 21, "only the questions within the budget were asked");
+    assert_eq!(summary, ("sb1".to_owned(), 60, 20));
+    // The window ended: the budget is back.
+    let again = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb1", "later.example", 443)).await }
+    });
+    until_pending(&b, 22, 22).await;
+    b.shutdown();
+    drop((waiting, other, again));
+}
+
+/// Issue 17: a question whose sandbox was killed stayed in `pending` until it timed out.
+#[tokio::test]
+async fn a_sandbox_that_ends_withdraws_its_questions_at_once() {
+    let b =
+        Broker::new(BrokerConfig { timeout: Duration::from_secs(600), ..Default::default() }, None);
+    let mut events = b.subscribe();
+    let mine = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb1", "a.example", 443)).await }
+    });
+    let _theirs = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(q("sb2", "a.example", 443)).await }
+    });
+    until_pending(&b, 2, 2).await;
+    assert_eq!(b.withdraw_sandbox("sb1"), 1);
+    assert_eq!(mine.await.unwrap(), Outcome::Closed);
+    let left: Vec<_> = b.pending().into_iter().map(|p| p.question.sandbox).collect();
+    assert_eq!(left, vec!["sb2"]);
+    let withdrawn = loop {
+        match events.recv().await.unwrap() {
+            BrokerEvent::Withdrawn(p) => break p,
+            BrokerEvent::Asked(_) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(withdrawn.question.sandbox, "sb1");
+    // An answer to it now says how it ended.
+    let err = b
+        .answer(AnswerTarget::Question(withdrawn.id), Answer::Allow(Scope::Once), bob())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("its sandbox ended"), "{err}");
+}
+
+#[test]
+fn each_broker_has_its_own_run_id() {
+    let ids: std::collections::HashSet<u64> =
+        (0..8).map(|_| Broker::new(BrokerConfig::default(), None).run_id()).collect();
+    assert_eq!(ids.len(), 8);
 }

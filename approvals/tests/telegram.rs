@@ -320,6 +320,7 @@ async fn an_alert_burst_becomes_a_handful_of_messages_with_counts() {
     let (bot, _) = start(&fake, &b, |c| c.alert_window = Duration::from_millis(300));
     for _ in 0..1000 {
         assert!(bot.alert(Alert {
+            sandbox: "sb1".into(),
             key: "sb1 10.200.0.9:443/tcp".into(),
             text: "sb1 tried 10.200.0.9:443/tcp directly (blocked)".into(),
             count: 1,
@@ -344,4 +345,117 @@ async fn a_bot_without_chats_is_refused() {
     let control = Arc::new(Control { revoked: Mutex::default() });
     let err = telegram::spawn(c, b, control).unwrap_err();
     assert!(err.to_string().contains("no Telegram chat ids"));
+}
+
+/// Issue 14: question ids restart at q1 with each daemon, and a button from before a restart
+/// answered the new q1 (another host, another sandbox). Now it answers nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_button_from_before_a_restart_answers_nothing() {
+    let fake = FakeTelegram::start().await;
+    let old_broker = broker();
+    let (old_bot, _) = start(&fake, &old_broker, |_| {});
+    let _old = tokio::spawn({
+        let b = old_broker.clone();
+        async move { b.ask(question("sb-old", "old.example")).await }
+    });
+    let posted = fake.wait_call("sendMessage", text_has("old.example:443")).await;
+    let stale = button(&posted.body, "Always");
+    // The daemon restarts: a new broker (ids from q1 again) and a new bot.
+    drop(old_bot);
+    old_broker.shutdown();
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb-new", "new.example")).await }
+    });
+    let fresh = fake.wait_call("sendMessage", text_has("new.example:443")).await;
+    let id = b.pending()[0].id;
+    assert_eq!(id.to_string(), "q1", "the new question has the old one's id");
+    fake.push_callback(CHAT, "alice", 1, &stale);
+    let ack = fake.wait_call("answerCallbackQuery", |_| true).await;
+    let text = ack.body["text"].as_str().unwrap();
+    assert!(text.contains("no longer pending"), "{text}");
+    assert_eq!(b.pending().len(), 1, "the stale button answered the new q1");
+    assert!(!waiter.is_finished());
+    // The fresh button works.
+    fake.push_callback(CHAT, "alice", 2, &button(&fresh.body, "Deny"));
+    assert!(!waiter.await.unwrap().allows());
+    assert!(b.pending().is_empty());
+}
+
+/// Issue 14: 310 direct connections to distinct destinations made 310 alerts. Per sandbox, at
+/// most the budget of alerts per window, then one summary "and N more".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_blocked_destinations_make_the_budget_and_one_summary() {
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (bot, _) = start(&fake, &b, |c| {
+        c.alert_window = Duration::from_millis(500);
+        c.alerts_per_window = 10;
+    });
+    for i in 0..300 {
+        assert!(bot.alert(Alert {
+            sandbox: "sb1".into(),
+            key: format!("sb1 → 10.9.{}.{}:443/tcp", i / 256, i % 256),
+            text: format!("sb1: blocked direct connection to 10.9.{}.{}:443/tcp", i / 256, i % 256),
+            count: 1,
+        }));
+    }
+    let summary = fake.wait_call("sendMessage", text_has("and 290 more")).await;
+    let text = summary.body["text"].as_str().unwrap();
+    assert!(text.contains("sb1") && text.contains("290 destinations"), "{text}");
+    let sent = fake
+        .calls("sendMessage")
+        .into_iter()
+        .filter(|c| {
+            c.body["text"].as_str().is_some_and(|t| t.contains("10.9.") || t.contains("more"))
+        })
+        .count();
+    println!("300 blocked destinations -> {sent} alert messages");
+    assert_eq!(sent, 11, "{:?}", fake.summary());
+    assert_eq!(bot.alert_counts(), vec![("sb1".to_owned(), 10, 290)]);
+}
+
+/// Issue 14: one sandbox posted 80 questions in 20 s. Past its budget, questions are denied
+/// without being posted, and one message says how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eighty_questions_post_the_budget_and_one_summary() {
+    let fake = FakeTelegram::start().await;
+    let b = Broker::new(
+        BrokerConfig {
+            timeout: Duration::from_secs(60),
+            max_open_per_sandbox: 1000,
+            questions_per_minute: 20,
+            budget_window: Duration::from_secs(3),
+            ..Default::default()
+        },
+        None,
+    );
+    let (_bot, _) = start(&fake, &b, |_| {});
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..80 {
+        let (b2, x) = (b.clone(), question("sb1", &format!("h{i}.example")));
+        let h = tokio::spawn(async move { b2.ask(x).await });
+        if i < 20 {
+            held.push(h);
+            // One at a time: the first twenty are the ones within the budget.
+            let since = Instant::now();
+            while b.pending().len() < i + 1 {
+                assert!(since.elapsed() < Duration::from_secs(10), "question {i} not asked");
+                tokio::task::yield_now().await;
+            }
+        } else if let Outcome::OverBudget { .. } = h.await.unwrap() {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 60);
+    let summary = fake.wait_call("sendMessage", text_has("and 60 more")).await;
+    assert!(summary.body["text"].as_str().unwrap().contains("sandbox sb1"));
+    let questions =
+        fake.calls("sendMessage").into_iter().filter(|c| c.body.get("reply_markup").is_some());
+    assert_eq!(questions.count(), 20, "{:?}", fake.summary());
+    b.shutdown();
+    drop(held);
 }

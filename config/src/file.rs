@@ -25,11 +25,13 @@
 //! ask_timeout = "60s"                   # a held request is denied after this long
 //! event_retention = "30d"               # events older than this are pruned
 //! desktop_notifications = false         # notify-send / osascript for each question
+//! questions_per_minute = 20             # per sandbox; past it, denied without asking
 //!
 //! [telegram]                            # global file only
-//! token = "123456:ABC..."               # or SANDGATE_TELEGRAM_TOKEN
+//! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
 //! chats = [123456789]                   # the chats the bot obeys
 //! alert_window = "60s"                  # one blocked-traffic alert per sandbox+destination
+//! alerts_per_minute = 10                # per sandbox per alert_window, then one summary
 //! request_timeout = "12s"               # a Bot API call unanswered this long is retried
 //! ```
 
@@ -141,12 +143,15 @@ struct RawDaemon {
     ask_timeout: Option<Spanned<String>>,
     event_retention: Option<Spanned<String>>,
     desktop_notifications: Option<bool>,
+    questions_per_minute: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawTelegram {
     token: Option<String>,
+    token_file: Option<Spanned<String>>,
+    alerts_per_minute: Option<Spanned<u32>>,
     chats: Vec<i64>,
     api_url: Option<String>,
     alert_window: Option<Spanned<String>>,
@@ -246,13 +251,20 @@ pub struct DaemonSettings {
     pub event_retention: Option<Duration>,
     /// Desktop notifications for questions.
     pub desktop_notifications: Option<bool>,
+    /// New questions per sandbox per minute before they are denied without asking (≥ 1).
+    pub questions_per_minute: Option<u32>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TelegramSettings {
-    /// The bot token (`SANDGATE_TELEGRAM_TOKEN` wins over it).
+    /// The bot token written in the file itself (discouraged: the daemon warns; use
+    /// `token_file` or `SANDGATE_TELEGRAM_TOKEN`, which win over it).
     pub token: Option<String>,
+    /// A file holding the token, readable by its owner only (mode 0600).
+    pub token_file: Option<PathBuf>,
+    /// Blocked-traffic alerts per sandbox per alert window, across destinations (≥ 1).
+    pub alerts_per_minute: Option<u32>,
     /// The chats the bot obeys and posts to.
     pub chats: Vec<i64>,
     /// Another Bot API server (a local one, or a test's).
@@ -268,6 +280,8 @@ impl fmt::Debug for TelegramSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TelegramSettings")
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .field("alerts_per_minute", &self.alerts_per_minute)
             .field("chats", &self.chats)
             .field("api_url", &self.api_url)
             .field("alert_window", &self.alert_window)
@@ -337,6 +351,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
             event_retention: cx.duration(raw.daemon.event_retention.as_ref())?,
             desktop_notifications: raw.daemon.desktop_notifications,
+            questions_per_minute: cx.at_least_one(raw.daemon.questions_per_minute.as_ref())?,
         },
         telegram: None,
     };
@@ -344,6 +359,19 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         out.telegram = Some(TelegramSettings {
             alert_window: cx.duration(t.alert_window.as_ref())?,
             request_timeout: cx.nonzero_duration(t.request_timeout.as_ref())?,
+            token_file: t
+                .token_file
+                .map(|f| {
+                    expand_path(f.get_ref(), home).ok_or_else(|| {
+                        cx.err(
+                            f.span(),
+                            format!("token_file {:?} is not absolute", f.get_ref()),
+                            "write an absolute path, or one starting with ~/",
+                        )
+                    })
+                })
+                .transpose()?,
+            alerts_per_minute: cx.at_least_one(t.alerts_per_minute.as_ref())?,
             token: t.token,
             chats: t.chats,
             api_url: t.api_url,
@@ -497,6 +525,19 @@ impl Cx<'_> {
             })
         })
         .transpose()
+    }
+
+    /// A count that must be at least 1 (a budget of zero would refuse everything).
+    fn at_least_one(&self, item: Option<&Spanned<u32>>) -> Result<Option<u32>, ConfigError> {
+        match item {
+            Some(n) if *n.get_ref() == 0 => Err(self.err(
+                n.span(),
+                "0 would refuse everything".into(),
+                "write a number of at least 1",
+            )),
+            Some(n) => Ok(Some(*n.get_ref())),
+            None => Ok(None),
+        }
     }
 
     /// A duration that must not be zero (a time-out of zero would fail every call).
@@ -765,6 +806,26 @@ mod tests {
         let e = err("[daemon]\nask_timeout = \"soon\"\n");
         assert_eq!((e.line, e.column), (2, 15));
         assert!(err("[telegram]\nchat = [1]\n").message.contains("unknown field"));
+    }
+
+    #[test]
+    fn budgets_and_the_token_file() {
+        let f = parse(
+            Path::new("/c.toml"),
+            "[daemon]\nquestions_per_minute = 5\n[telegram]\nchats = [1]\n\
+             token_file = \"~/t\"\nalerts_per_minute = 3\n",
+            Some(Path::new("/home/u")),
+        )
+        .unwrap();
+        assert_eq!(f.daemon.questions_per_minute, Some(5));
+        let t = f.telegram.unwrap();
+        assert_eq!(t.token_file.as_deref(), Some(Path::new("/home/u/t")));
+        assert_eq!((t.alerts_per_minute, t.token), (Some(3), None));
+        let e = err("[daemon]\nquestions_per_minute = 0\n");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("refuse everything"), "{e}");
+        assert!(err("[telegram]\nalerts_per_minute = 0\n").message.contains("refuse"));
+        assert!(err("[telegram]\ntoken_file = \"rel/t\"\n").message.contains("not absolute"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod layers;
 mod matcher;
 mod pattern;
 mod policy;
+mod project;
 mod secrets;
 mod tiers;
 
@@ -36,6 +37,7 @@ pub use pattern::{
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
+pub use project::project_root;
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

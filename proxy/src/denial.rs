@@ -57,6 +57,16 @@ pub enum Refusal {
         /// How many are open.
         open: usize,
     },
+    /// The sandbox asked its budget of questions in the current window; this one was not asked
+    /// (403).
+    OverBudget {
+        /// `host:port`.
+        target: String,
+        /// Questions per window.
+        limit: u32,
+        /// The window.
+        window: Duration,
+    },
     /// No approver is running, so unknown destinations cannot be approved (403).
     NoApprover {
         /// `host:port`.
@@ -99,6 +109,7 @@ impl Refusal {
             | Refusal::Denied { .. }
             | Refusal::AskTimedOut { .. }
             | Refusal::TooManyQuestions { .. }
+            | Refusal::OverBudget { .. }
             | Refusal::NoApprover { .. }
             | Refusal::ForbiddenAddress { .. } => 403,
             Refusal::Unresolvable { .. } | Refusal::Unreachable { .. } => 502,
@@ -126,6 +137,7 @@ impl Refusal {
             Refusal::Denied { .. } => "denied by a person".into(),
             Refusal::AskTimedOut { .. } => "approval timed out".into(),
             Refusal::TooManyQuestions { .. } => "too many questions open".into(),
+            Refusal::OverBudget { .. } => "question budget spent".into(),
             Refusal::NoApprover { .. } => "no approver running".into(),
             Refusal::ForbiddenAddress { ip, why, .. } => format!("{ip} is {why}"),
             Refusal::Unresolvable { .. } => "name does not resolve".into(),
@@ -142,6 +154,7 @@ impl Refusal {
             | Refusal::Denied { target }
             | Refusal::AskTimedOut { target, .. }
             | Refusal::TooManyQuestions { target, .. }
+            | Refusal::OverBudget { target, .. }
             | Refusal::NoApprover { target }
             | Refusal::ForbiddenAddress { target, .. }
             | Refusal::Unresolvable { target, .. }
@@ -209,9 +222,9 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
     let how_to_ask = |body: &mut String| {
         let _ = writeln!(
             body,
-            "To get access, ask the person you are working for to run `sandgate allow {host}` in a \
-             terminal outside the sandbox, or to approve it in chat. Retrying before that will be \
-             refused the same way."
+            "To get access, ask the person you are working for to run `sandgate allow {t}` in a \
+             terminal outside the sandbox, or to approve it in chat. A retry puts the question to \
+             them again and waits as long; it does not pass by itself."
         );
     };
     match refusal {
@@ -287,6 +300,20 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
             body.push_str(
                 "Wait for the open questions to be answered, then retry once; do not try many \
                  different hosts.\n",
+            );
+        }
+        Refusal::OverBudget { limit, window, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: it is not on the allowlist, and this \
+                 sandbox already asked {limit} questions in the last {}s, its budget, so this \
+                 one was denied without asking anyone.",
+                window.as_secs()
+            );
+            allowed_list(&mut body, policy);
+            body.push_str(
+                "Do not try other hosts. Tell the person which destinations you need and why; \
+                 they can allow them with `sandgate allow HOST`.\n",
             );
         }
         Refusal::NoApprover { .. } => {
@@ -435,7 +462,26 @@ mod tests {
         );
         assert_eq!(r.headers[0].1, "deny; rule=approval timed out");
         assert!(r.body.contains("within 60s (the request timed out)"), "{}", r.body);
-        assert!(r.body.contains("`sandgate allow pypi.org`"), "{}", r.body);
+        assert!(r.body.contains("`sandgate allow pypi.org:443`"), "{}", r.body);
+        // A retry asks again (issue 17): the body must not promise it is refused.
+        assert!(!r.body.contains("refused the same way"), "{}", r.body);
+        assert!(r.body.contains("A retry puts the question to them again"), "{}", r.body);
+    }
+
+    #[test]
+    fn over_budget_body_says_nobody_was_asked() {
+        let r = render_refusal(
+            &Refusal::OverBudget {
+                target: "x.example:443".into(),
+                limit: 20,
+                window: Duration::from_secs(60),
+            },
+            &policy(),
+        );
+        assert_eq!(r.status, 403);
+        assert_eq!(r.headers[0].1, "deny; rule=question budget spent");
+        assert!(r.body.contains("already asked 20 questions in the last 60s"), "{}", r.body);
+        assert!(r.body.contains("Do not try other hosts"), "{}", r.body);
     }
 
     #[test]

@@ -404,6 +404,9 @@ impl Inner {
             Answer::Deny(DenyReason::TooManyQuestions(open)) => {
                 Err(Refusal::TooManyQuestions { target: target.to_string(), open })
             }
+            Answer::Deny(DenyReason::OverBudget { limit, window }) => {
+                Err(Refusal::OverBudget { target: target.to_string(), limit, window })
+            }
         }
     }
 

@@ -99,6 +99,13 @@ pub enum DenyReason {
     TimedOut,
     /// The sandbox already has this many questions open; no new one was asked.
     TooManyQuestions(usize),
+    /// The sandbox asked its budget of questions in the current window; this one was not asked.
+    OverBudget {
+        /// Questions per window.
+        limit: u32,
+        /// The window.
+        window: std::time::Duration,
+    },
 }
 
 /// A person's answer.

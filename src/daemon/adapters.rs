@@ -121,7 +121,7 @@ fn describe(g: &Grant) -> String {
     };
     let target = match &g.grant.target {
         GrantTarget::Sandbox(s) => format!("sandbox {s}"),
-        GrantTarget::Project(_) => "project".to_owned(),
+        GrantTarget::Project(p) => project_text(p),
         GrantTarget::Global => "global".to_owned(),
     };
     format!("#{} ({scope}, {target}) by {} via {}", g.id, g.grant.approved_by, g.grant.channel)
@@ -344,6 +344,9 @@ fn outcome_to_answer(outcome: approvals::Outcome) -> Answer {
         approvals::Outcome::TooManyQuestions { open } => {
             Answer::Deny(DenyReason::TooManyQuestions(open))
         }
+        approvals::Outcome::OverBudget { limit, window } => {
+            Answer::Deny(DenyReason::OverBudget { limit, window })
+        }
     }
 }
 
@@ -382,7 +385,11 @@ impl approvals::GrantWriter for Writer {
         let s = self;
         let created = Timestamp::from_system_time(g.at);
         let scope = match g.scope {
-            approvals::Scope::Once => GrantScope::Once,
+            // "Once" covers the waiting requests and the same sandbox's next ones to the same
+            // host and port for a few seconds (a client's second connection): a short grant.
+            approvals::Scope::Once => GrantScope::Until(Timestamp::from_system_time(
+                g.expires.unwrap_or_else(|| g.at + approvals::ONCE_WINDOW),
+            )),
             approvals::Scope::Session => GrantScope::Session,
             approvals::Scope::For(d) => GrantScope::Until(Timestamp::from_system_time(
                 g.expires.unwrap_or_else(|| g.at + d),
@@ -407,10 +414,6 @@ impl approvals::GrantWriter for Writer {
             created,
         };
         let grant = s.store.add_grant(&new).map_err(|e| e.to_string())?;
-        if scope == GrantScope::Once {
-            // Used by the requests it released, now.
-            let _ = s.store.take_once(grant.id, created);
-        }
         if let Err(e) = s.grants.reload() {
             tracing::warn!(error = %e, "grant cache not reloaded");
         }
@@ -420,7 +423,8 @@ impl approvals::GrantWriter for Writer {
 
 /// Lines for `sandgate rules` and the bot's `/rules`.
 pub fn format_grant(g: &Grant) -> String {
-    let port = g.grant.port.map(|p| format!(":{p}")).unwrap_or_default();
+    // An explicit "any port": a grant without one opens every port of the host.
+    let port = g.grant.port.map_or_else(|| " (any port)".to_owned(), |p| format!(":{p}"));
     let effect = match g.grant.effect {
         Effect::Allow => "allow",
         Effect::Deny => "deny",
@@ -443,7 +447,7 @@ pub fn format_grant(g: &Grant) -> String {
     };
     let target = match &g.grant.target {
         GrantTarget::Sandbox(s) => format!("sandbox {s}"),
-        GrantTarget::Project(p) => format!("project {}", &p[..p.len().min(8)]),
+        GrantTarget::Project(p) => project_text(p),
         GrantTarget::Global => "global".to_owned(),
     };
     let state = if g.revoked.is_some() {
@@ -457,6 +461,17 @@ pub fn format_grant(g: &Grant) -> String {
         "#{:<4} {effect:<5} {}{port}  {scope}, {target}, by {} via {}{state}",
         g.id, g.grant.pattern, g.grant.approved_by, g.grant.channel
     )
+}
+
+/// `project /home/u/code/demo`; a project key of an older sandgate (a hash of the working
+/// directory) is shown as such.
+fn project_text(p: &str) -> String {
+    if p.starts_with('/') {
+        format!("project {}", approvals::terminal::sanitize(p))
+    } else {
+        let short: String = p.chars().take(8).collect();
+        format!("project #{} (an older sandgate's key)", approvals::terminal::sanitize(&short))
+    }
 }
 
 /// The Telegram bot's `/rules`, `/revoke`, `/status`.

@@ -274,7 +274,13 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
     let defaults = approvals::BrokerConfig::default();
     let ask_timeout = settings.ask_timeout.unwrap_or(defaults.timeout);
     let broker = approvals::Broker::new(
-        approvals::BrokerConfig { timeout: ask_timeout, ..defaults },
+        approvals::BrokerConfig {
+            timeout: ask_timeout,
+            questions_per_minute: settings
+                .questions_per_minute
+                .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE),
+            ..defaults
+        },
         Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),
     );
     let (bus, _) = tokio::sync::broadcast::channel(4096);
@@ -396,11 +402,31 @@ fn start_telegram(
     shared: &Arc<adapters::Shared>,
 ) -> anyhow::Result<bool> {
     let settings = config.telegram_settings();
-    let token = approvals::telegram::BotToken::from_env_or(
+    if settings.as_ref().is_some_and(|s| s.token.is_some()) {
+        let file = config.global.as_ref().map(|f| f.path.display().to_string());
+        tracing::warn!(
+            file = file.as_deref().unwrap_or("config.toml"),
+            "{}",
+            approvals::telegram::CONFIG_TOKEN_WARNING
+        );
+    }
+    let token = approvals::telegram::BotToken::from_sources(
+        settings.as_ref().and_then(|s| s.token_file.as_deref()),
         settings.as_ref().and_then(|s| s.token.as_deref()),
     )
     .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
-    let Some(token) = token else { return Ok(false) };
+    let Some((token, source)) = token else {
+        // Chats but no token: say why the bot is off instead of a bare "off".
+        if settings.as_ref().is_some_and(|s| !s.chats.is_empty()) {
+            bail!(
+                "telegram: [telegram] chats are configured but no bot token was found: set {} \
+                 in the daemon's environment, or `token_file` (a file of mode 0600) in \
+                 [telegram]",
+                approvals::telegram::TOKEN_ENV
+            );
+        }
+        return Ok(false);
+    };
     let Some(settings) = settings else {
         bail!(
             "telegram: {} is set but the config has no [telegram] chats; add `chats = [ID]`",
@@ -415,11 +441,14 @@ fn start_telegram(
     if let Some(t) = settings.request_timeout {
         tc.request_timeout = t;
     }
+    if let Some(n) = settings.alerts_per_minute {
+        tc.alerts_per_window = n;
+    }
     let control = Arc::new(adapters::BotControl(shared.clone(), std::time::SystemTime::now()));
     let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
         .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
     let _ = shared.telegram.set(handle);
-    tracing::info!(chats = settings.chats.len(), "telegram bot started");
+    tracing::info!(chats = settings.chats.len(), token = ?source, "telegram bot started");
     Ok(true)
 }
 
@@ -445,6 +474,17 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
                 Event::Answered { question, answer, by, pattern }
             }
             approvals::BrokerEvent::TimedOut(q) => Event::TimedOut { question: q },
+            approvals::BrokerEvent::Withdrawn(q) => Event::Withdrawn { question: q },
+            approvals::BrokerEvent::OverBudget { sandbox, refused, limit, window } => {
+                if desktop {
+                    notify_text(&format!(
+                        "{sandbox} asked more than {limit} questions in {}: and {refused} more \
+                         were denied without asking",
+                        approvals::format_duration(window)
+                    ));
+                }
+                Event::OverBudget { sandbox, refused, limit, window_s: window.as_secs() }
+            }
         };
         let sandbox = event.sandbox().map(str::to_owned);
         shared.publish(EventKind::Approval, sandbox.as_deref(), event);
@@ -453,10 +493,14 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
 
 /// A desktop notification for a question (best effort: notify-send on Linux, osascript on macOS).
 fn notify(q: &approvals::PendingQuestion) {
-    let body = format!(
-        "{} wants {}:{} — `sandgate allow {}` or answer in `sandgate watch`",
-        q.question.sandbox, q.question.host, q.question.port, q.question.host
-    );
+    notify_text(&format!(
+        "{} wants {}:{} — `sandgate allow {}:{}` or answer in `sandgate watch`",
+        q.question.sandbox, q.question.host, q.question.port, q.question.host, q.question.port
+    ));
+}
+
+/// A desktop notification with `body` (best effort).
+fn notify_text(body: &str) {
     #[cfg(target_os = "macos")]
     let cmd = std::process::Command::new("osascript")
         .arg("-e")
@@ -468,7 +512,7 @@ fn notify(q: &approvals::PendingQuestion) {
     #[cfg(not(target_os = "macos"))]
     let cmd = std::process::Command::new("notify-send")
         .args(["--app-name=sandgate", "sandgate: approval needed"])
-        .arg(&body)
+        .arg(body)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

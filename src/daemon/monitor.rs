@@ -132,6 +132,7 @@ fn alert(s: &Shared, sandbox: &str, ev: &Event) {
             None => format!("{dst}/{protocol}"),
         };
         bot.alert(sandgate_approvals::telegram::Alert {
+            sandbox: sandbox.to_owned(),
             key: format!("{sandbox} → {dest}"),
             text: format!("{sandbox}: blocked direct connection to {dest}"),
             count: *count,

@@ -161,13 +161,17 @@ pub struct SandboxInfo {
 pub enum AnswerTargetSpec {
     /// One question (`q3` or `3`).
     Question(String),
-    /// A host pattern (`example.com`, `*.example.com`), of one sandbox if given.
+    /// A host pattern (`example.com`, `*.example.com`, `example.com:8443`), of one sandbox if
+    /// given. The grant opens the port asked (or typed; 443 when neither) unless `any_port`.
     Host {
         /// The pattern.
         pattern: String,
         /// Sandbox id.
         #[serde(default)]
         sandbox: Option<String>,
+        /// Grant every port of the host.
+        #[serde(default)]
+        any_port: bool,
     },
 }
 
@@ -237,6 +241,22 @@ pub enum Event {
         /// The question.
         question: sandgate_approvals::PendingQuestion,
     },
+    /// A question ended unanswered because its sandbox ended.
+    Withdrawn {
+        /// The question.
+        question: sandgate_approvals::PendingQuestion,
+    },
+    /// A sandbox went past its question budget in a window that has ended.
+    OverBudget {
+        /// Sandbox id.
+        sandbox: String,
+        /// Questions denied without asking in that window.
+        refused: u64,
+        /// The budget (questions per window).
+        limit: u32,
+        /// The window, in seconds.
+        window_s: u64,
+    },
     /// The firewall blocked a direct connection attempt (aggregated: `count` packets).
     Blocked {
         /// Sandbox id (the NFLOG prefix).
@@ -302,8 +322,10 @@ impl Event {
         match self {
             Event::Asked { question }
             | Event::Answered { question, .. }
-            | Event::TimedOut { question } => Some(&question.question.sandbox),
+            | Event::TimedOut { question }
+            | Event::Withdrawn { question } => Some(&question.question.sandbox),
             Event::Blocked { sandbox, .. }
+            | Event::OverBudget { sandbox, .. }
             | Event::Request { sandbox, .. }
             | Event::SandboxStarted { sandbox, .. }
             | Event::SandboxEnded { sandbox, .. } => Some(sandbox),
@@ -323,7 +345,8 @@ mod tests {
         assert_eq!(env.id, Some(7));
         match &env.request {
             Request::Answer {
-                target: AnswerTargetSpec::Host { pattern, sandbox: None }, ..
+                target: AnswerTargetSpec::Host { pattern, sandbox: None, any_port: false },
+                ..
             } => {
                 assert_eq!(pattern, "*.example.com")
             }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandgate_approvals as approvals;
-use sandgate_config::{Config, ConfigPaths, Overrides, project_key};
+use sandgate_config::{Config, ConfigPaths, Overrides, project_root};
 use sandgate_store::{EventKind, GrantList, NewSandbox, StoreError, Timestamp};
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt as _, Interest};
@@ -429,6 +429,8 @@ impl Conn {
                     return Ok(json!({ "unregistered": id, "blocked": [] }));
                 };
                 s.records.finish(id.clone(), exit_status);
+                // Nobody waits for its questions any more: out of `pending` now, not at timeout.
+                s.broker.withdraw_sandbox(&id);
                 s.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -530,6 +532,11 @@ impl Conn {
             let info = info.clone();
             blocking(move || {
                 let paths = ConfigPaths::discover(&info.cwd).map_err(|e| bad(e.to_string()))?;
+                // The project of project grants: the repository root or the nearest configured
+                // directory (not the exact working directory), named by its path.
+                let project = project_root(&paths.project_dir, &paths.dir, paths.home.as_deref())
+                    .to_string_lossy()
+                    .into_owned();
                 let config = Config::load(paths).map_err(|e| bad(e.to_string()))?;
                 let flags = Overrides {
                     allow: info.allow.clone(),
@@ -537,7 +544,7 @@ impl Conn {
                     ..Overrides::default()
                 };
                 let policy = config.policy(&info.tier, &flags).map_err(|e| bad(e.to_string()))?;
-                let project = std::fs::canonicalize(&info.cwd).ok().map(|p| project_key(&p));
+                let project = Some(project);
                 Ok((policy, project))
             })
             .await?
@@ -639,14 +646,19 @@ impl Conn {
             AnswerTargetSpec::Question(q) => approvals::AnswerTarget::Question(
                 q.parse().map_err(|_| bad(format!("{q:?} is not a question id (q3, or 3)")))?,
             ),
-            AnswerTargetSpec::Host { pattern, sandbox } => {
+            AnswerTargetSpec::Host { pattern, sandbox, any_port } => {
                 let usage = if answer.allows() {
                     sandgate_config::PatternUse::Allow
                 } else {
                     sandgate_config::PatternUse::Deny
                 };
-                sandgate_config::DomainPattern::parse(&pattern, usage)
+                let parsed = sandgate_config::DomainPattern::parse(&pattern, usage)
                     .map_err(|e| bad(format!("{pattern}: {e}")))?;
+                if any_port && parsed.port.is_some() {
+                    return Err(bad(format!(
+                        "{pattern} names a port and --any-port asks for every port; say one"
+                    )));
+                }
                 let sandbox = match sandbox {
                     None => None,
                     Some(id) => {
@@ -693,7 +705,7 @@ impl Conn {
                         Some(approvals::SandboxRef { id, project })
                     }
                 };
-                approvals::AnswerTarget::Host { pattern, sandbox }
+                approvals::AnswerTarget::Host { pattern, sandbox, any_port }
             }
         };
         // A name the client gives is kept (a person's, from a front end), but never passes for
@@ -758,6 +770,7 @@ impl Conn {
             "sandboxes": served,
             "pending": d.pending(),
             "counts": counts,
+            "budgets": budgets(s),
             "proxy": { "active_connections": d.proxy.active_connections() },
             "events": {
                 "written": s.events_stats().written,
@@ -777,6 +790,7 @@ impl Conn {
             // Registered again since by another launcher: not lost.
             if end_sandbox(&self.d, &id, self.conn, false).await.is_some() {
                 self.d.shared.records.lost(id.clone());
+                self.d.shared.broker.withdraw_sandbox(&id);
                 self.d.shared.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -833,6 +847,8 @@ async fn forward(
                     Event::Asked { .. }
                     | Event::Answered { .. }
                     | Event::TimedOut { .. }
+                    | Event::Withdrawn { .. }
+                    | Event::OverBudget { .. }
                     | Event::DaemonStopping => true,
                     // A launcher also hears its sandbox's refused requests, to say so on the
                     // command's stderr (HTTPS clients never show the 403 body).
@@ -868,6 +884,41 @@ async fn forward_until(
         _ = forward(rx, tx, Some(sandbox), false, true) => {}
         _ = async { let _ = stop.wait_for(|s| *s).await; } => {}
     }
+}
+
+/// Per sandbox served (or with counts): questions asked and refused past the budget, alerts
+/// posted and held back past the budget; with the budgets themselves.
+fn budgets(s: &super::adapters::Shared) -> Value {
+    use std::collections::BTreeMap;
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    let blank = || {
+        json!({ "questions_asked": 0, "questions_refused": 0, "alerts_sent": 0,
+                "alerts_suppressed": 0 })
+    };
+    for id in s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).keys() {
+        rows.insert(id.clone(), blank());
+    }
+    for b in s.broker.budgets() {
+        let r = rows.entry(b.sandbox.clone()).or_insert_with(blank);
+        r["questions_asked"] = json!(b.asked);
+        r["questions_refused"] = json!(b.refused);
+    }
+    let mut alerts_per_minute = Value::Null;
+    if let Some(bot) = s.telegram.get() {
+        alerts_per_minute = json!(bot.alerts_per_window());
+        for (sandbox, sent, held) in bot.alert_counts() {
+            let r = rows.entry(sandbox).or_insert_with(blank);
+            r["alerts_sent"] = json!(sent);
+            r["alerts_suppressed"] = json!(held);
+        }
+    }
+    let config = s.broker.config();
+    json!({
+        "questions_per_window": config.questions_per_minute,
+        "window_s": config.budget_window.as_secs(),
+        "alerts_per_window": alerts_per_minute,
+        "sandboxes": rows,
+    })
 }
 
 /// Resident set size of this process, in KiB (Linux; 0 elsewhere).

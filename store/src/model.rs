@@ -437,7 +437,7 @@ impl Default for EventQuery {
 pub struct StoreCounts {
     /// Sandboxes in state running.
     pub sandboxes_running: u64,
-    /// Grants live now.
+    /// Grants live now, without those of sandboxes that ended (as `rules` lists them).
     pub grants_live: u64,
     /// Events kept.
     pub events: u64,

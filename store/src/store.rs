@@ -576,9 +576,12 @@ impl Store {
         };
         Ok(StoreCounts {
             sandboxes_running: one("SELECT count(*) FROM sandboxes WHERE state = 'running'", &[])?,
+            // What `rules` lists (GrantList::Current): a sandbox's grants end with it.
             grants_live: one(
                 "SELECT count(*) FROM grants WHERE revoked IS NULL AND used IS NULL \
-                 AND (expires IS NULL OR expires > ?1)",
+                 AND (expires IS NULL OR expires > ?1) \
+                 AND (sandbox_id IS NULL OR sandbox_id IN \
+                      (SELECT id FROM sandboxes WHERE state = 'running'))",
                 &[&now.0],
             )?,
             events: one("SELECT count(*) FROM events", &[])?,

@@ -405,6 +405,12 @@ fn active_grants_select_by_target_expiry_use_and_revocation() {
     assert_eq!(stored.grant, project.grant, "round trip of every field");
     let c = store.counts(now).unwrap();
     assert_eq!((c.sandboxes_running, c.grants_live, c.events), (2, 5, 0));
+    // Issue 17: a grant of a sandbox that ended is not counted live (`rules` does not list it).
+    store.finish_sandbox("sb2", Some(0), now).unwrap();
+    let current = ids(store.list_grants(GrantList::Current(now)).unwrap());
+    let c = store.counts(now).unwrap();
+    assert_eq!((c.sandboxes_running, c.grants_live), (1, current.len() as u64), "{current:?}");
+    assert_eq!(c.grants_live, 4);
 }
 
 #[test]

@@ -255,7 +255,12 @@ fn an_unanswered_question_is_a_403_that_says_it_timed_out_and_how_to_ask_again()
     assert_eq!(r[0].0, 403, "{}", r[0].1);
     let body = &r[0].1;
     assert!(body.contains("nobody approved it within 1s (the request timed out)"), "{body}");
-    assert!(body.contains("`sandgate allow 127.0.0.1`"), "{body}");
+    // The port asked (a bare host would grant 443), and no promise that a retry is refused:
+    // a retry asks again (issue 17).
+    let port = url.trim_end_matches('/').rsplit(':').next().unwrap();
+    assert!(body.contains(&format!("`sandgate allow 127.0.0.1:{port}`")), "{body}");
+    assert!(!body.contains("refused the same way"), "{body}");
+    assert!(body.contains("A retry puts the question to them again"), "{body}");
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     assert!(pending(&t).is_empty());
     // Without a terminal the command's stderr (what an agent reads) said it was held, for how

@@ -107,9 +107,10 @@ fn an_answer_releases_held_requests_and_becomes_a_grant() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not running"), "{out:?}");
 
     // A grant for the project: the next sandbox in this directory passes without a question.
+    // With nothing pending the grant opens the port named (443 when none is).
     let out = t.sg(&[
         "allow",
-        "127.0.0.1",
+        &format!("127.0.0.1:{port}"),
         "--always",
         "--sandbox",
         rules[0]["target"]["sandbox"].as_str().unwrap(),
@@ -726,10 +727,8 @@ fn grants_given_before_a_kill_9_apply_after_the_restart() {
     // No --allow covers these origins and nobody answers: a request passes only through a
     // grant the restarted daemon reloaded (a question would time out, 403, after 1 s).
     let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
-    let (u2, u3) = (
-        format!("http://127.0.0.2:{}/", origin_at("127.0.0.2", "session")),
-        format!("http://127.0.0.3:{}/", origin_at("127.0.0.3", "global")),
-    );
+    let (p2, p3) = (origin_at("127.0.0.2", "session"), origin_at("127.0.0.3", "global"));
+    let (u2, u3) = (format!("http://127.0.0.2:{p2}/"), format!("http://127.0.0.3:{p3}/"));
     let script =
         format!("while [ ! -e go ]; do sleep 0.02; done; {}; {}", curl_sh(&u2), curl_sh(&u3));
     let running = t.spawn_net(&[], &["sh", "-c", &script]);
@@ -738,8 +737,9 @@ fn grants_given_before_a_kill_9_apply_after_the_restart() {
         let out = t.sg(&[&["allow"], args].concat());
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    allow(&["127.0.0.2", "--session", "--sandbox", &id]);
-    allow(&["127.0.0.3", "--always", "--global"]);
+    // Nothing is pending: the grants name their ports (a bare host would mean 443).
+    allow(&[&format!("127.0.0.2:{p2}"), "--session", "--sandbox", &id]);
+    allow(&[&format!("127.0.0.3:{p3}"), "--always", "--global"]);
     let old = t.status()["daemon"]["pid"].as_u64().unwrap() as u32;
     signal(old, "9");
     wait_until("a new daemon serving the running sandbox again", Duration::from_secs(20), || {

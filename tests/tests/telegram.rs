@@ -1281,3 +1281,38 @@ fn a_telegram_answer_is_shown_in_watch_and_on_the_launchers_terminal() {
     let _ = json.kill();
     let _ = json.wait();
 }
+
+/// Issue 14: question ids restart at q1 with each daemon, and a button from before a restart
+/// answered the new q1 (another host). Now it is told the question is gone and answers nothing.
+#[test]
+fn a_button_from_before_a_daemon_restart_answers_nothing() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let Held { fake, t, curl, q, .. } = held_curl();
+    let old = t.pending_one();
+    let stale = button(&q.body, "Always");
+    let out = t.sg(&["stop"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, stdout, _) = finish(curl);
+    assert_eq!(stdout, "403\n", "a stopping daemon denies what is pending");
+    // A new daemon (the next launch starts it): its first question is q1 again.
+    let port = origin();
+    let curl = t.spawn_curl(port);
+    let new = t.pending_one();
+    assert_eq!(new["id"], old["id"], "ids restart with the daemon");
+    fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
+    fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &stale);
+    let ack = fake.wait_call("answerCallbackQuery", |_| true);
+    assert!(text(&ack.body).contains("no longer pending"), "{}", ack.body);
+    assert_eq!(t.json(&["pending", "--json"]).as_array().map(Vec::len), Some(1));
+    assert_eq!(t.json(&["rules", "--json"]), json!([]), "nothing was granted");
+    // This bot's token is in config.toml: each daemon said so once, at its start.
+    let log = t.log();
+    let warned = log.matches("token is written in the config file").count();
+    assert!((1..=2).contains(&warned), "{warned} warnings in:\n{log}");
+    assert!(!log.contains(TOKEN), "the token itself is never logged");
+    let out = t.sg(&["deny", &format!("q{}", new["id"]), "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(finish(curl).1, "403\n");
+}

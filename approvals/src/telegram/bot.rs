@@ -21,8 +21,8 @@ use tokio::time::Instant;
 
 use super::alerts::{Alert, AlertDeduper};
 use super::render::{
-    BotCommand, closed_text, help_text, keyboard, parse_callback, parse_command, pending_text,
-    question_text,
+    BotCommand, Callback, closed_text, help_text, keyboard, over_budget_text, parse_callback,
+    parse_command, pending_text, question_text,
 };
 use super::{BotControl, TelegramConfig, TelegramError};
 use crate::broker::{AnswerTarget, Answered, Broker, BrokerEvent, QuestionId};
@@ -36,10 +36,15 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Questions whose messages are posted or edited at the same time; more wait their turn.
 const MAX_CONCURRENT_POSTS: usize = 4;
 
+/// Per sandbox: blocked-traffic alerts posted, and alerts held back by the budget.
+type AlertCounts = Arc<std::sync::Mutex<HashMap<String, (u64, u64)>>>;
+
 /// The running bot. Dropping it stops the bot.
 pub struct TelegramHandle {
     alerts: mpsc::Sender<Alert>,
     alerts_dropped: Arc<AtomicU64>,
+    alert_counts: AlertCounts,
+    alerts_per_window: u32,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -59,9 +64,23 @@ impl TelegramHandle {
         ok
     }
 
+    /// The per-sandbox alert budget (messages per alert window).
+    pub fn alerts_per_window(&self) -> u32 {
+        self.alerts_per_window
+    }
+
     /// Alerts dropped because the queue was full.
     pub fn alerts_dropped(&self) -> u64 {
         self.alerts_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Per sandbox: (alert messages posted, blocked attempts held back by the per-sandbox
+    /// budget and only counted in a summary), sorted by sandbox.
+    pub fn alert_counts(&self) -> Vec<(String, u64, u64)> {
+        let map = self.alert_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = map.iter().map(|(s, (a, b))| (s.clone(), *a, *b)).collect();
+        v.sort();
+        v
     }
 
     /// Stops the bot's tasks.
@@ -87,6 +106,8 @@ struct Shared {
     bot: Bot,
     config: TelegramConfig,
     chats: HashSet<i64>,
+    /// The broker's run id, in every button's data.
+    run: u64,
 }
 
 pub(crate) fn spawn(
@@ -114,7 +135,8 @@ pub(crate) fn spawn(
     }
     let chats = config.chats.iter().copied().collect();
     let alert_window = config.alert_window;
-    let shared = Arc::new(Shared { bot, config, chats });
+    let alerts_per_window = config.alerts_per_window;
+    let shared = Arc::new(Shared { bot, config, chats, run: broker.run_id() });
     let events = broker.subscribe();
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (alert_tx, alert_rx) = mpsc::channel(1024);
@@ -123,14 +145,25 @@ pub(crate) fn spawn(
         closers: HashMap::new(),
         posts: Arc::new(Semaphore::new(MAX_CONCURRENT_POSTS)),
     };
-    let notices = Notices { shared: shared.clone(), dedup: AlertDeduper::new(alert_window) };
+    let alert_counts: AlertCounts = Arc::default();
+    let notices = Notices {
+        shared: shared.clone(),
+        dedup: AlertDeduper::new(alert_window).with_budget(alerts_per_window),
+        counts: alert_counts.clone(),
+    };
     let poller = Poller { shared, broker, control, out: out_tx };
     let tasks = vec![
         tokio::spawn(questions.run(events)),
         tokio::spawn(notices.run(out_rx, alert_rx)),
         tokio::spawn(poller.run()),
     ];
-    Ok(TelegramHandle { alerts: alert_tx, alerts_dropped: Arc::default(), tasks })
+    Ok(TelegramHandle {
+        alerts: alert_tx,
+        alerts_dropped: Arc::default(),
+        alert_counts,
+        alerts_per_window,
+        tasks,
+    })
 }
 
 impl Shared {
@@ -240,6 +273,11 @@ impl Questions {
             tasks.spawn(question(self.shared.clone(), self.posts.clone(), id, text, rx, wait));
             return;
         }
+        if let Some(text) = over_budget_text(&ev) {
+            let sh = self.shared.clone();
+            tasks.spawn(async move { broadcast(&sh, "sendMessage(budget)", text).await });
+            return;
+        }
         let Some((id, text)) = closed_text(&ev) else { return };
         if let Some(tx) = self.closers.remove(&id) {
             // The task edits its messages as soon as they are posted (at once if they are).
@@ -268,7 +306,10 @@ async fn question(
             let chat = ChatId(chat);
             let sent = sh
                 .call("sendMessage(question)", || {
-                    sh.bot.send_message(chat, text.clone()).reply_markup(keyboard(id)).into_future()
+                    sh.bot
+                        .send_message(chat, text.clone())
+                        .reply_markup(keyboard(sh.run, id))
+                        .into_future()
                 })
                 .await;
             if let Some(m) = sent {
@@ -305,10 +346,18 @@ async fn question(
     }
 }
 
+/// Posts `text` in every chat.
+async fn broadcast(sh: &Shared, what: &str, text: String) {
+    for &chat in &sh.config.chats {
+        sh.call(what, || sh.bot.send_message(ChatId(chat), text.clone()).into_future()).await;
+    }
+}
+
 /// Replies to commands, button acknowledgements and alerts, sent one after another.
 struct Notices {
     shared: Arc<Shared>,
     dedup: AlertDeduper,
+    counts: AlertCounts,
 }
 
 impl Notices {
@@ -326,7 +375,17 @@ impl Notices {
                     None => return,
                 },
                 Some(a) = alerts.recv() => {
-                    if let Some(text) = self.dedup.offer(a, Instant::now().into_std()) {
+                    let (sandbox, count) = (a.sandbox.clone(), a.count.max(1));
+                    let posted = self.dedup.offer(a, Instant::now().into_std());
+                    {
+                        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+                        let e = c.entry(sandbox).or_default();
+                        match posted {
+                            Some(_) => e.0 += 1,
+                            None => e.1 += count,
+                        }
+                    }
+                    if let Some(text) = posted {
                         self.broadcast_text(text).await;
                     }
                 }
@@ -358,13 +417,7 @@ impl Notices {
     }
 
     async fn broadcast_text(&self, text: String) {
-        let sh = &self.shared;
-        for &chat in &sh.config.chats {
-            sh.call("sendMessage(alert)", || {
-                sh.bot.send_message(ChatId(chat), text.clone()).into_future()
-            })
-            .await;
-        }
+        broadcast(&self.shared, "sendMessage(alert)", text).await;
     }
 }
 
@@ -452,13 +505,19 @@ impl Poller {
                     return;
                 }
                 let by = responder(Some(&cq.from), chat);
-                let text = match cq.data.as_deref().and_then(parse_callback) {
-                    Some((id, answer)) => {
+                let run = self.shared.run;
+                let text = match cq.data.as_deref().and_then(|d| parse_callback(run, d)) {
+                    Some(Callback::Current(id, answer)) => {
                         match self.broker.answer(AnswerTarget::Question(id), answer, by).await {
                             Ok(done) => summary(answer, &done),
                             Err(e) => e.to_string(),
                         }
                     }
+                    // Ids restart with each daemon: this button's q7 is not today's q7.
+                    Some(Callback::Stale) => "This question is no longer pending (sandgate \
+                                              restarted since it was asked); nothing was \
+                                              answered. See /pending."
+                        .into(),
                     None => "This button is not sandgate's.".into(),
                 };
                 let _ = self.out.send(Out::CallbackAnswer { id: cq.id, text });
@@ -482,7 +541,7 @@ impl Poller {
         };
         match cmd {
             BotCommand::Allow { pattern, answer } | BotCommand::Deny { pattern, answer } => {
-                let target = AnswerTarget::Host { pattern, sandbox: None };
+                let target = AnswerTarget::Host { pattern, sandbox: None, any_port: false };
                 match self.broker.answer(target, answer, by).await {
                     Ok(done) => summary(answer, &done),
                     Err(e) => e.to_string(),

@@ -6,9 +6,14 @@
 //! `retry_after`); nothing the API returns (errors, garbage, silence) stops the bot or holds a
 //! question, which stays answerable from the CLI and the terminal the whole time.
 //!
-//! Buttons: **Allow once** (the requests waiting now), **This session** (the sandbox, until it
-//! ends), **1 hour** (the project, for an hour), **Always** (the project, until revoked),
-//! **Deny** (for this sandbox session).
+//! Buttons: **Allow once** (the requests waiting now, and the sandbox's next 10 s to that host
+//! and port), **This session** (the sandbox, until it ends), **1 hour** (the project, for an
+//! hour), **Always** (the project, until revoked), **Deny** (for this sandbox session); each
+//! for the port asked. A button's data carries the broker's run id: one from before a restart
+//! answers nothing.
+//!
+//! Budgets: blocked-traffic alerts per sandbox per window ([`TelegramConfig::alerts_per_window`]),
+//! then one summary; a sandbox over its question budget gets one message per window.
 //!
 //! Commands: `/allow DOMAIN [15m|1h|…|session|always|global]` (default: session), `/deny DOMAIN
 //! [same]`, `/pending`, `/rules`, `/revoke ID`, `/status`, `/help`.
@@ -23,9 +28,14 @@ use std::time::Duration;
 
 pub use alerts::{Alert, AlertDeduper};
 pub use bot::TelegramHandle;
-pub use render::{BotCommand, CommandError, callback_data, parse_callback, parse_command};
+pub use render::{
+    BotCommand, Callback, CommandError, callback_data, parse_callback, parse_command,
+};
 
 use crate::Broker;
+
+/// The default of [`TelegramConfig::alerts_per_window`].
+pub const DEFAULT_ALERTS_PER_MINUTE: u32 = 10;
 
 /// The environment variable that holds the bot token (it wins over the config file).
 pub const TOKEN_ENV: &str = "SANDGATE_TELEGRAM_TOKEN";
@@ -54,6 +64,24 @@ pub enum TelegramError {
     /// The HTTP client could not be built (its TLS setup failed).
     #[error("cannot set up the Telegram HTTP client: {0}")]
     HttpClient(String),
+    /// The token file cannot be read.
+    #[error("cannot read the Telegram token file {path}: {reason}")]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The token file can be read by others than its owner.
+    #[error(
+        "the Telegram token file {path} has mode {mode:04o}: others can read the token; run `chmod 600 {path}`"
+    )]
+    TokenFileMode {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The API URL override is not a URL.
     #[error("invalid Telegram API URL {url:?}: {reason}")]
     BadApiUrl {
@@ -84,8 +112,24 @@ impl BotToken {
     /// The token from `SANDGATE_TELEGRAM_TOKEN` if set and non-empty, else from the config
     /// file; `Ok(None)` when neither has one (the bot is off).
     pub fn from_env_or(config: Option<&str>) -> Result<Option<Self>, TelegramError> {
+        Self::from_sources(None, config).map(|t| t.map(|(t, _)| t))
+    }
+
+    /// The token, from the first of: `SANDGATE_TELEGRAM_TOKEN`, `token_file` (which must be
+    /// readable by its owner only), the config file's `token`; with where it came from.
+    /// `Ok(None)` when none has one (the bot is off).
+    pub fn from_sources(
+        token_file: Option<&std::path::Path>,
+        config: Option<&str>,
+    ) -> Result<Option<(Self, TokenSource)>, TelegramError> {
         let env = std::env::var(TOKEN_ENV).ok().filter(|v| !v.trim().is_empty());
-        Self::choose(env.as_deref(), config)
+        if let Some(t) = env {
+            return Self::new(t).map(|t| Some((t, TokenSource::Env)));
+        }
+        if let Some(path) = token_file {
+            return read_token_file(path).map(|t| Some((t, TokenSource::File(path.to_owned()))));
+        }
+        Self::choose(None, config).map(|t| t.map(|t| (t, TokenSource::Config)))
     }
 
     fn choose(env: Option<&str>, config: Option<&str>) -> Result<Option<Self>, TelegramError> {
@@ -100,6 +144,40 @@ impl BotToken {
     }
 }
 
+/// Where the bot token came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `SANDGATE_TELEGRAM_TOKEN`.
+    Env,
+    /// `[telegram] token_file`.
+    File(std::path::PathBuf),
+    /// `[telegram] token` in the config file itself (warned about: see [`CONFIG_TOKEN_WARNING`]).
+    Config,
+}
+
+/// What the daemon (at start) and `sandgate config check` say when the token is written in the
+/// config file: a file many tools and backups read, and that a sandbox may be able to see.
+pub const CONFIG_TOKEN_WARNING: &str = "the Telegram bot token is written in the config file; \
+     anyone who reads that file can post questions whose buttons answer real ones. Move it to a \
+     file readable only by you (`[telegram] token_file = \"~/.local/share/sandgate/telegram-token\"`, \
+     chmod 600) or to the SANDGATE_TELEGRAM_TOKEN environment variable, and delete `token`";
+
+/// Reads a token file: a regular file, mode 0600 or stricter (nobody but its owner reads it).
+fn read_token_file(path: &std::path::Path) -> Result<BotToken, TelegramError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fail = |reason: String| TelegramError::TokenFile { path: path.to_owned(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(TelegramError::TokenFileMode { path: path.to_owned(), mode });
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    BotToken::new(text)
+}
+
 /// The bot's settings.
 #[derive(Debug, Clone)]
 pub struct TelegramConfig {
@@ -111,6 +189,9 @@ pub struct TelegramConfig {
     pub api_url: Option<String>,
     /// One alert per sandbox+destination per window; the rest are counted.
     pub alert_window: Duration,
+    /// Alerts per sandbox per `alert_window`, across destinations; the rest are counted in one
+    /// summary ("and N more") when the window ends.
+    pub alerts_per_window: u32,
     /// Long-poll timeout of `getUpdates`.
     pub poll_timeout: Duration,
     /// How long a call may go unanswered (a `getUpdates`: beyond `poll_timeout`) before it is
@@ -123,7 +204,7 @@ pub struct TelegramConfig {
 }
 
 impl TelegramConfig {
-    /// Defaults: api.telegram.org, 60 s alert window, 10 s long poll, 12 s request timeout (above
+    /// Defaults: api.telegram.org, 60 s alert window with 10 alerts per sandbox, 10 s long poll, 12 s request timeout (above
     /// the 10 s the HTTP client waits after a 5xx, so a 5xx is reported as one), backoff 0.5 s
     /// to 30 s.
     pub fn new(token: BotToken, chats: Vec<i64>) -> Self {
@@ -132,6 +213,7 @@ impl TelegramConfig {
             chats,
             api_url: None,
             alert_window: Duration::from_secs(60),
+            alerts_per_window: DEFAULT_ALERTS_PER_MINUTE,
             poll_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(12),
             min_backoff: Duration::from_millis(500),
@@ -175,6 +257,29 @@ mod tests {
             assert_eq!(BotToken::new(bad), Err(TelegramError::BadToken), "{bad:?}");
         }
         assert!(!TelegramError::BadToken.to_string().contains("AA-b"));
+    }
+
+    #[test]
+    fn a_token_file_must_be_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("sandgate-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "123:abc\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_token_file(&f).unwrap().expose(), "123:abc");
+        for mode in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = read_token_file(&f).unwrap_err();
+            assert!(matches!(e, TelegramError::TokenFileMode { .. }), "{mode:o}: {e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        assert!(matches!(
+            read_token_file(&dir.join("missing")),
+            Err(TelegramError::TokenFile { .. })
+        ));
+        assert!(matches!(read_token_file(&dir), Err(TelegramError::TokenFile { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -54,8 +54,8 @@ pub enum CommandError {
     Duration(#[from] DurationError),
 }
 
-const ALLOW_USAGE: &str = "/allow DOMAIN [15m|1h|2d|once|session|always|global]";
-const DENY_USAGE: &str = "/deny DOMAIN [15m|1h|2d|once|session|always|global]";
+const ALLOW_USAGE: &str = "/allow DOMAIN[:PORT] [15m|1h|2d|once|session|always|global]";
+const DENY_USAGE: &str = "/deny DOMAIN[:PORT] [15m|1h|2d|once|session|always|global]";
 
 /// Reads a message text: `/cmd` or `/cmd@botname`, then arguments.
 pub fn parse_command(text: &str) -> Result<BotCommand, CommandError> {
@@ -115,22 +115,45 @@ pub(crate) fn help_text() -> String {
     )
 }
 
-/// Callback data of a button: `q12:o`.
-pub fn callback_data(id: QuestionId, key: char) -> String {
-    format!("{id}:{key}")
+/// Callback data of a button: `q12.<run id in hex>:o`. Question ids restart at `q1` with each
+/// daemon; the broker's random run id makes a button from before a restart recognisable.
+pub fn callback_data(run: u64, id: QuestionId, key: char) -> String {
+    format!("{id}.{run:016x}:{key}")
 }
 
-/// Reads a button's callback data back.
-pub fn parse_callback(data: &str) -> Option<(QuestionId, Answer)> {
+/// A button's callback data, read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// A button of this run's question `id`.
+    Current(QuestionId, Answer),
+    /// A sandgate button of another daemon run (or an older sandgate): its question is gone.
+    Stale,
+}
+
+/// Reads a button's callback data back; `None` when it is not sandgate's.
+pub fn parse_callback(run: u64, data: &str) -> Option<Callback> {
     let (id, key) = data.split_once(':')?;
-    let id = id.strip_prefix('q')?.parse().ok().map(QuestionId)?;
+    // Exactly the one key a button carries (parse_reply is lenient with what a person types).
+    if key.len() != 1 {
+        return None;
+    }
     let answer = parse_reply(key).ok()?;
-    Some((id, answer))
+    let id = id.strip_prefix('q')?;
+    let (id, from) = match id.split_once('.') {
+        Some((id, from)) => (id, Some(from)),
+        None => (id, None),
+    };
+    let id: u64 = id.parse().ok()?;
+    let from = from.map(|f| u64::from_str_radix(f, 16)).transpose().ok()?;
+    Some(match from {
+        Some(r) if r == run => Callback::Current(QuestionId(id), answer),
+        Some(_) | None => Callback::Stale,
+    })
 }
 
 /// The inline buttons under a question.
-pub(crate) fn keyboard(id: QuestionId) -> InlineKeyboardMarkup {
-    let b = |label: &str, key| InlineKeyboardButton::callback(label, callback_data(id, key));
+pub(crate) fn keyboard(run: u64, id: QuestionId) -> InlineKeyboardMarkup {
+    let b = |label: &str, key| InlineKeyboardButton::callback(label, callback_data(run, id, key));
     InlineKeyboardMarkup::new(vec![
         vec![b("Allow once", 'o'), b("This session", 's'), b("1 hour", 'h')],
         vec![b("Always", 'a'), b("Deny", 'd')],
@@ -165,7 +188,19 @@ pub(crate) fn question_text(q: &PendingQuestion) -> String {
 /// The text a question message is edited to once it ends.
 pub(crate) fn closed_text(ev: &BrokerEvent) -> Option<(QuestionId, String)> {
     match ev {
-        BrokerEvent::Asked(_) => None,
+        BrokerEvent::Asked(_) | BrokerEvent::OverBudget { .. } => None,
+        BrokerEvent::Withdrawn(question) => {
+            let q = &question.question;
+            Some((
+                question.id,
+                format!(
+                    "⏹ {}:{} not answered: its sandbox ended (sandbox {})",
+                    sanitize(&q.host),
+                    q.port,
+                    sanitize(&q.sandbox)
+                ),
+            ))
+        }
         BrokerEvent::Answered { question, answer, by, pattern } => {
             let mark = if answer.allows() { "✅" } else { "⛔" };
             let q = &question.question;
@@ -197,6 +232,22 @@ pub(crate) fn closed_text(ev: &BrokerEvent) -> Option<(QuestionId, String)> {
                 ),
             ))
         }
+    }
+}
+
+/// The one message of a sandbox that went past its question budget in a window.
+pub(crate) fn over_budget_text(ev: &BrokerEvent) -> Option<String> {
+    match ev {
+        BrokerEvent::OverBudget { sandbox, refused, limit, window } => Some(format!(
+            "🛑 sandbox {} asked more than {limit} questions in {}: and {refused} more were \
+             denied without asking (see `sandgate status`)",
+            sanitize(sandbox),
+            format_duration(*window)
+        )),
+        BrokerEvent::Asked(_)
+        | BrokerEvent::Answered { .. }
+        | BrokerEvent::TimedOut(_)
+        | BrokerEvent::Withdrawn(_) => None,
     }
 }
 
@@ -285,14 +336,35 @@ mod tests {
 
     #[test]
     fn callbacks_round_trip() {
+        let run = u64::MAX - 7;
         for key in ['o', 's', 'h', 'a', 'd'] {
-            let data = callback_data(QuestionId(42), key);
+            let data = callback_data(run, QuestionId(42), key);
             assert!(data.len() <= 64, "Telegram's limit");
-            let (id, answer) = parse_callback(&data).unwrap();
+            let Some(Callback::Current(id, answer)) = parse_callback(run, &data) else {
+                panic!("{data}")
+            };
             assert_eq!((id, Ok(answer)), (QuestionId(42), parse_reply(&key.to_string())));
         }
-        for bad in ["", "q1", "x1:o", "q1:z", "q:o", "qq1:o"] {
-            assert_eq!(parse_callback(bad), None, "{bad:?}");
+        for bad in ["", "q1", "x1:o", "q1:z", "q:o", "qq1:o", "q1.zz:o", "q1.:o"] {
+            assert_eq!(parse_callback(run, bad), None, "{bad:?}");
+        }
+        // Forged or mangled data never answers a question of this run unless it names this
+        // run's id (the value, whatever its spelling) and a valid key.
+        let hostile = [
+            format!("q1.{run:x}:o:x"),
+            format!("q1.{run:x}:o\n"),
+            format!("q99999999999999999999.{run:x}:o"),
+            format!("q1.{:x}:o", run.wrapping_add(1)),
+            format!("q1.{run:x}0:o"),
+            format!(" q1.{run:x}:o"),
+            format!("q-1.{run:x}:o"),
+        ];
+        for data in &hostile {
+            assert!(!matches!(parse_callback(run, data), Some(Callback::Current(..))), "{data:?}");
+        }
+        // Another run's button, or an older sandgate's (no run id): stale, never another q1.
+        for stale in [callback_data(run - 1, QuestionId(1), 'o'), "q1:o".to_owned()] {
+            assert_eq!(parse_callback(run, &stale), Some(Callback::Stale), "{stale}");
         }
     }
 }

@@ -167,6 +167,9 @@ impl OpeningParser {
             }
             self.msg.extend_from_slice(&payload[..len]);
             self.next += 5 + len;
+            if self.next > MAX_OPENING {
+                return Err(BadHello::TooLarge);
+            }
             if let Some(total) = message_length(&self.msg, &[])?
                 && self.msg.len() >= total
             {

@@ -17,6 +17,7 @@ mod layers;
 mod matcher;
 mod pattern;
 mod policy;
+mod text;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
@@ -31,6 +32,7 @@ pub use pattern::{DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, 
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
+pub use text::{MAX_SHOWN, is_unsafe_char, sanitize};
 pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef, builtin_tiers,
     preset,

@@ -457,6 +457,9 @@ fn notify(q: &approvals::PendingQuestion) {
         "{} wants {}:{} — `sandgate allow {}` or answer in `sandgate watch`",
         q.question.sandbox, q.question.host, q.question.port, q.question.host
     );
+    // The sandbox's name and host come from a sandbox: only sanitised text (no controls, no bidi
+    // overrides) reaches the notification.
+    let body = sandgate_config::sanitize(&body).into_owned();
     #[cfg(target_os = "macos")]
     let cmd = std::process::Command::new("osascript")
         .arg("-e")

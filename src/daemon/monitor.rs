@@ -131,6 +131,7 @@ fn alert(s: &Shared, sandbox: &str, ev: &Event) {
             Some(p) => format!("{dst}:{p}/{protocol}"),
             None => format!("{dst}/{protocol}"),
         };
+        let sandbox = sandgate_config::sanitize(sandbox);
         bot.alert(sandgate_approvals::telegram::Alert {
             key: format!("{sandbox} → {dest}"),
             text: format!("{sandbox}: blocked direct connection to {dest}"),

@@ -173,6 +173,8 @@ enum Opening {
     Split(usize),
     /// The ClientHello written one byte per write.
     ByteByByte,
+    /// The ClientHello, then at once a second ClientHello for this name.
+    ThenHelloFor(&'static str),
 }
 
 /// Connects through the proxy with `CONNECT connect`, then runs a rustls handshake for `sni`
@@ -211,7 +213,8 @@ fn rustls_client(
     .with_no_client_auth();
     config.enable_sni = sni.is_some();
     let name = ServerName::try_from(sni.unwrap_or("allowed.test").to_owned()).unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let config = Arc::new(config);
+    let mut conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
     let mut hello = Vec::new();
     while conn.wants_write() {
         conn.write_tls(&mut hello).unwrap();
@@ -224,6 +227,15 @@ fn rustls_client(
         }
         Opening::CcsFirst => sock.write_all(&[[0x14, 3, 3, 0, 1, 1].as_slice(), &hello].concat()),
         Opening::Split(n) => sock.write_all(&reframe(&hello, n)),
+        Opening::ThenHelloFor(other) => {
+            let name = ServerName::try_from(other.to_owned()).unwrap();
+            let mut second = rustls::ClientConnection::new(config.clone(), name).unwrap();
+            let mut wire = hello.clone();
+            while second.wants_write() {
+                second.write_tls(&mut wire).unwrap();
+            }
+            sock.write_all(&wire)
+        }
     };
     if let Opening::ByteByByte = opening {
         for byte in &hello {
@@ -360,6 +372,18 @@ async fn another_name_is_refused_however_the_hello_is_split() {
     assert!(!s.origin.saw(Some("other.test")), "{:?}", s.origin.seen);
 }
 
+/// A second hello right behind an allowed one: the proxy reads only the first, and the server
+/// must not take the second as the one that picks the site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_hello_behind_an_allowed_one_reaches_no_other_site() {
+    let Some(s) = setup().await else { return };
+    let out =
+        s.client("allowed.test:443", Some("allowed.test"), Opening::ThenHelloFor("other.test"));
+    let out = out.await;
+    assert!(!out.as_ref().is_ok_and(|b| b.contains("vhost=other.test")), "{out:?}");
+    assert!(!s.origin.saw(Some("other.test")), "{:?}", s.origin.seen);
+}
+
 /// Without SNI the server answers as its default site, which the proxy cannot check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hello_without_a_name_is_refused_for_a_named_host() {
@@ -382,6 +406,21 @@ async fn port_443_carries_only_tls() {
     .await;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     s.denied("port 443 carries only TLS").await;
+    // HTTP/2 with prior knowledge is not TLS either.
+    let out = raw(
+        s.proxy,
+        b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n\
+          PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let refused =
+        || s.events.all().iter().filter(|e| e.rule.contains("port 443 carries only TLS")).count();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while refused() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", s.events.all());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // An SSLv2-format hello (no room for a name) on any port.
     let out = raw(
         s.proxy,

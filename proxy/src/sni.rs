@@ -2,8 +2,8 @@
 //!
 //! # What a tunnel may open with
 //!
-//! A tunnel *speaks TLS* when its first byte is a TLS record type (`0x14..=0x18`) or it starts like
-//! an SSLv2-format hello. Such a tunnel must open with exactly this, or it is refused:
+//! A tunnel *speaks TLS* when its first byte is a TLS record type (`0x14..=0x18`) followed by a
+//! version major of 3 (what every TLS server requires), or it starts like an SSLv2-format hello. Such a tunnel must open with exactly this, or it is refused:
 //!
 //! - handshake records only (`0x16`, version `3.0`–`3.4`, 1..=2^14 bytes each) until the
 //!   ClientHello is complete — an alert, change_cipher_spec, application data or heartbeat record
@@ -191,6 +191,15 @@ fn need_more(seen: usize) -> Result<Opening, BadHello> {
 /// Whether the first bytes speak TLS: `Some(true)` yes, `Some(false)` no, `None` not known yet.
 fn classify(wire: &[u8]) -> Result<Option<bool>, BadHello> {
     let Some(&first) = wire.first() else { return Ok(None) };
+    if (CHANGE_CIPHER_SPEC..=HEARTBEAT).contains(&first) {
+        // A record's version major is 3 in every TLS version; a TLS server refuses anything else
+        // (rustls, OpenSSL), so other bytes are another protocol (a MongoDB length, say).
+        match wire.get(1) {
+            None => return Ok(None),
+            Some(3) => {}
+            Some(_) => return Ok(Some(false)),
+        }
+    }
     match first {
         HANDSHAKE => Ok(Some(true)),
         CHANGE_CIPHER_SPEC => Err(BadHello::RecordBeforeHello("change_cipher_spec")),
@@ -490,12 +499,20 @@ pub(crate) mod tests {
 
     #[test]
     fn other_protocols_are_not_tls() {
-        for wire in
-            [&b"GET / HTTP/1.1\r\n"[..], b"SSH-2.0-x\r\n", &[0, 0, 0, 8, 4, 0xd2], &[0x90, 0, 0]]
-        {
+        let rows: [&[u8]; 7] = [
+            b"GET / HTTP/1.1\r\n",
+            b"PRI * HTTP/2.0\r\n",
+            b"SSH-2.0-x\r\n",
+            &[0, 0, 0, 8, 4, 0xd2], // PostgreSQL SSLRequest-like length prefix
+            &[0x16, 0x01, 0, 0, 0xdd], // a MongoDB message of 278 bytes (little-endian length)
+            &[0x15, 0x02, 0x03],    // record-like, but no TLS version
+            &[0x90, 0, 0],          // high bit set, not an SSLv2 hello
+        ];
+        for wire in rows {
             assert_eq!(opening(wire), Ok(Opening::NotTls), "{wire:?}");
         }
         assert_eq!(opening(&[0x90]), Ok(Opening::NeedMore));
+        assert_eq!(opening(&[0x15]), Ok(Opening::NeedMore));
     }
 
     #[test]
@@ -529,8 +546,12 @@ pub(crate) mod tests {
                 [&records(&good[..10], 16384)[..], &[0x19]].concat(),
                 BadHello::UnknownRecordType(0x19),
             ),
-            (vec![0x16, 2, 0], BadHello::RecordVersion(2, 0)),
             (vec![0x16, 3, 9], BadHello::RecordVersion(3, 9)),
+            // A later record's version is checked too.
+            (
+                [&records(&good[..10], 16384)[..], &[0x16, 2, 0]].concat(),
+                BadHello::RecordVersion(2, 0),
+            ),
             (vec![0x16, 3, 1, 0, 0], BadHello::RecordLength(0)),
             (vec![0x16, 3, 1, 0x40, 1], BadHello::RecordLength(16385)),
             (vec![0x80, 0x2e, 0x01, 0x03, 0x01], BadHello::Sslv2),

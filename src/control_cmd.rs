@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use sandgate_approvals::{Answer, BrokerEvent, PendingQuestion, Scope};
+use sandgate_config::sanitize;
 use serde_json::Value;
 
 use crate::client::{Client, DaemonError, Incoming};
@@ -190,19 +191,20 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
     );
     if let Some(e) = d["telegram_error"].as_str() {
-        println!("  telegram bot not running: {e}");
+        println!("  telegram bot not running: {}", sanitize(e));
     }
     println!("  socket  {}", d["socket"].as_str().unwrap_or("?"));
     println!("  store   {}", d["store"].as_str().unwrap_or("?"));
     let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
     println!("sandboxes running: {}", sandboxes.len());
     for s in &sandboxes {
-        println!(
+        let line = format!(
             "  {}  {:<6} {}",
             s["id"].as_str().unwrap_or("?"),
             s["tier"].as_str().unwrap_or("?"),
             command_text(&s["command"])
         );
+        println!("{}", sanitize(&line));
     }
     let pending: Vec<PendingQuestion> =
         serde_json::from_value(v["pending"].clone()).unwrap_or_default();
@@ -230,7 +232,7 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         );
     }
     if let Some(e) = v["events"]["last_error"].as_str() {
-        println!("warning: events could not be stored: {e}");
+        println!("warning: events could not be stored: {}", sanitize(e));
     }
     Ok(0)
 }
@@ -248,14 +250,16 @@ fn pending_line(q: &PendingQuestion) -> String {
         (Some(m), None) => format!(" {m}"),
         _ => String::new(),
     };
-    format!(
+    let line = format!(
         "{:<4} {}  {}:{}{req}  ({} waiting, denied in {left}s)",
         q.id.to_string(),
         q.question.sandbox,
         q.question.host,
         q.question.port,
         q.waiters
-    )
+    );
+    // The method, path and sandbox name come from the sandbox: shown only through the sanitiser.
+    sanitize(&line).into_owned()
 }
 
 /// `sandgate ls`.
@@ -293,7 +297,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
     for r in rows {
         let state = r["state"].as_str().unwrap_or("?");
         let exit = r["exit_status"].as_i64().map_or_else(|| "-".to_owned(), |c| c.to_string());
-        println!(
+        let line = format!(
             "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} {}",
             r["id"].as_str().unwrap_or("?"),
             r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
@@ -307,6 +311,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
                 &r["command"]
             }),
         );
+        println!("{}", sanitize(&line));
     }
     Ok(0)
 }
@@ -384,9 +389,9 @@ pub fn pending(args: JsonArg) -> anyhow::Result<u8> {
         println!("{}", pending_line(q));
     }
     if let Some(q) = list.first() {
+        let host = sanitize(&q.question.host);
         println!(
-            "answer with `sandgate allow {}` (--once, --for 1h, --always) or `sandgate deny {}`",
-            q.question.host, q.question.host
+            "answer with `sandgate allow {host}` (--once, --for 1h, --always) or `sandgate deny {host}`"
         );
     }
     Ok(0)
@@ -492,7 +497,7 @@ pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
             let ago = Duration::from_secs((u64::try_from(ago).unwrap_or(u64::MAX) / 1000).max(1));
             format!(", given {} ago", sandgate_approvals::format_duration(ago))
         });
-        println!("{}{given}", r["line"].as_str().unwrap_or("?"));
+        println!("{}{given}", sanitize(r["line"].as_str().unwrap_or("?")));
     }
     Ok(0)
 }
@@ -513,7 +518,7 @@ pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
     if args.json {
         print_json(&v)?;
     } else {
-        println!("revoked {}", v["line"].as_str().unwrap_or("?"));
+        println!("revoked {}", sanitize(v["line"].as_str().unwrap_or("?")));
     }
     Ok(0)
 }
@@ -650,6 +655,9 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
         ),
         Event::DaemonStopping => ("sandgate: the daemon is stopping".to_owned(), "2"),
     };
+    // Every line carries text from a sandbox (names, methods, hosts, command lines): one pass
+    // through the sanitiser covers them all, before the colour codes are added.
+    let text = sanitize(&text);
     let nl = if colour { "\r\n" } else { "\n" };
     if colour {
         write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;

@@ -106,10 +106,12 @@ fn request_line(q: &PendingQuestion) -> String {
     }
 }
 
-/// Replaces control characters with `?` (text from a sandbox — a request path, a command line —
-/// must not move the cursor, ring bells or reach the terminal as an escape sequence).
+/// Text from a sandbox (a request path, a command line) or a chat, as it may be shown: controls,
+/// escape sequences, bidi overrides and invisible characters become `?`, and it is cut at
+/// [`sandgate_config::MAX_SHOWN`] characters. The one sanitiser is [`sandgate_config::sanitize`];
+/// this owned form is for the channels' message builders.
 pub fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    sandgate_config::sanitize(s).into_owned()
 }
 
 pub(crate) fn shorten(s: &str, max: usize) -> String {

@@ -327,6 +327,18 @@ pub enum InvalidTarget {
     /// The port is not a number in 1..=65535.
     #[error("invalid port {0:?}: expected a number from 1 to 65535")]
     Port(String),
+    /// A control, whitespace, bidi or other invisible character anywhere in the target (the path
+    /// of a URL included): what a person reads would not be what is checked.
+    #[error(
+        "the target contains the forbidden character {ch:?} at byte {at} (control, whitespace and \
+         invisible characters are refused anywhere in a target)"
+    )]
+    ForbiddenChar {
+        /// The character.
+        ch: char,
+        /// Byte offset in the input.
+        at: usize,
+    },
     /// The URL scheme is not one whose default port is known.
     #[error("unsupported URL scheme {0:?} (use http, https, ws or wss, or give host:port)")]
     Scheme(String),
@@ -336,6 +348,13 @@ impl Target {
     /// Parses `host`, `host:port`, `[v6]:port` or a URL (`https://host[:port]/path`).
     /// Without a scheme or port, the port is 443.
     pub fn parse(input: &str) -> Result<Target, InvalidTarget> {
+        // Checked over the whole input: the path of a URL is not parsed further, and a CR LF
+        // there (or a bidi override) must not pass where the same character in the host fails.
+        if let Some((at, ch)) =
+            input.char_indices().find(|&(_, c)| crate::text::is_unsafe_char(c) || c.is_whitespace())
+        {
+            return Err(InvalidTarget::ForbiddenChar { ch, at });
+        }
         if let Some((scheme, rest)) = input.split_once("://") {
             let default_port = match scheme.to_ascii_lowercase().as_str() {
                 "http" | "ws" => 80,
@@ -482,6 +501,39 @@ mod tests {
             assert!(Target::parse(bad).is_err(), "{bad:?} should be rejected");
         }
         assert!(Target::parse_authority("example.com", None).is_err());
+    }
+
+    /// `check 'https://example.com/\r\n'` was accepted while a leading tab was refused: control
+    /// and invisible characters are refused anywhere, the URL path included.
+    #[test]
+    fn targets_with_control_characters_anywhere_are_refused() {
+        let rows: &[(&str, char, usize)] = &[
+            ("https://example.com/\r\n", '\r', 20),
+            ("https://example.com/a\nb", '\n', 21),
+            ("https://example.com/\t", '\t', 20),
+            ("\texample.com", '\t', 0),
+            ("example.com\0", '\0', 11),
+            ("example.com:443\r\n", '\r', 15),
+            ("https://example.com/\x1b[2J", '\x1b', 20),
+            ("https://example.com/\u{9b}31m", '\u{9b}', 20),
+            ("https://example.com/\x7f", '\x7f', 20),
+            ("https://example.com/\u{202e}gpj.exe", '\u{202e}', 20),
+            ("https://example.com/\u{200b}", '\u{200b}', 20),
+            ("https://example.com/\u{2028}", '\u{2028}', 20),
+            ("https://example.com/a b", ' ', 21),
+            ("https://example.com/\u{a0}", '\u{a0}', 20),
+        ];
+        for &(input, ch, at) in rows {
+            assert_eq!(
+                Target::parse(input),
+                Err(InvalidTarget::ForbiddenChar { ch, at }),
+                "{input:?}"
+            );
+        }
+        assert_eq!(
+            Target::parse("https://example.com/ünï").unwrap().to_string(),
+            "example.com:443"
+        );
     }
 
     #[test]

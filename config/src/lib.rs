@@ -21,6 +21,7 @@ mod pattern;
 mod policy;
 mod project;
 mod secrets;
+mod text;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
@@ -42,6 +43,7 @@ pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,
 };
+pub use text::{MAX_SHOWN, is_unsafe_char, sanitize};
 pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,
     builtin_tiers, fs_preset, preset,

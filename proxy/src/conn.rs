@@ -14,7 +14,7 @@ use crate::denial::{Refusal, quote, render_refusal};
 use crate::head::{Head, HeadError, connect_target, parse_head};
 use crate::io::{ClientStream, Rewind};
 use crate::proxy::{Inner, Sandbox, TunnelMode};
-use crate::sni::{self, Hello, parse_client_hello};
+use crate::sni::{self, Opening, OpeningParser};
 use crate::traits::{ProxyEvent, ProxyToken, SandboxId};
 use crate::tunnel::{self, Activity};
 
@@ -297,9 +297,12 @@ impl Inner {
         }
     }
 
-    /// Stage `sni_filter`: reads the client's first bytes; when they are a TLS ClientHello, its
-    /// server name must be the CONNECT host or allowed in its own right. Returns the bytes read,
-    /// to be sent upstream before the tunnel starts.
+    /// Stage `sni_filter`: reads the client's first bytes (see [`crate::sni`] for what a TLS
+    /// opening must be). When they speak TLS, on any port, the ClientHello's server name must be
+    /// the CONNECT host or allowed in its own right; a hello without a name passes only when the
+    /// CONNECT host is an IP address (allowed as such, so every site on it is). On implicit-TLS
+    /// ports ([`sni::is_tls_port`]) anything but TLS is refused. Returns the bytes read, to be sent
+    /// upstream before the tunnel starts. Runs once per tunnel, before the splice.
     pub(crate) async fn sni_filter<C: AsyncRead + Unpin>(
         &self,
         sandbox: &Sandbox,
@@ -309,6 +312,7 @@ impl Inner {
         upstream: &TcpStream,
         mut first: BytesMut,
     ) -> Result<BytesMut, SniRefusal> {
+        let tls_only = sni::is_tls_port(target.port);
         if first.is_empty() {
             first.reserve(4096);
             tokio::select! {
@@ -316,25 +320,31 @@ impl Inner {
                     Ok(_) => {}
                     Err(e) => return Err(SniRefusal { why: format!("client read failed: {e}") }),
                 },
-                // The server speaks first (SSH, SMTP, ...): no ClientHello is coming.
-                _ = upstream.readable() => return Ok(first),
+                // The server speaks first (SSH, SMTP, ...): no ClientHello is coming. A TLS port's
+                // server never does, so there the client's first bytes are awaited regardless.
+                _ = upstream.readable(), if !tls_only => return Ok(first),
                 () = tokio::time::sleep(self.config.idle_timeout) => {
                     return Err(SniRefusal { why: "tunnel idle before the first byte".into() });
                 }
             }
         }
-        if first.first() != Some(&sni::HANDSHAKE) {
-            return Ok(first);
-        }
         let deadline = Instant::now() + self.config.header_timeout;
+        let mut parser = OpeningParser::new();
         let server_name = loop {
-            match parse_client_hello(&first) {
-                Ok(Hello::Complete { server_name }) => break server_name,
-                Ok(Hello::NeedMore) => {}
+            match parser.advance(&first) {
+                Ok(Opening::ClientHello { server_name }) => break server_name,
+                Ok(Opening::NotTls) if tls_only => {
+                    return Err(SniRefusal {
+                        why: format!(
+                            "port {} carries only TLS, and the tunnel did not open with a TLS \
+                             ClientHello",
+                            target.port
+                        ),
+                    });
+                }
+                Ok(Opening::NotTls) => return Ok(first),
+                Ok(Opening::NeedMore) => {}
                 Err(e) => return Err(SniRefusal { why: format!("TLS ClientHello refused: {e}") }),
-            }
-            if first.len() > sni::MAX_HELLO + 1024 {
-                return Err(SniRefusal { why: "TLS ClientHello too large".into() });
             }
             first.reserve(4096);
             match tokio::time::timeout_at(deadline, client.read_buf(&mut first)).await {
@@ -347,10 +357,22 @@ impl Inner {
                 Err(_) => return Err(SniRefusal { why: "TLS ClientHello timed out".into() }),
             }
         };
-        let Some(name) = server_name else { return Ok(first) };
-        let host = Host::parse(&name).map_err(|e| SniRefusal {
+        let Some(name) = server_name else {
+            if let Host::Ip(_) = target.host {
+                return Ok(first);
+            }
+            return Err(SniRefusal {
+                why: format!(
+                    "the TLS ClientHello names no server (no SNI), so the server at {} would pick \
+                     a site the proxy cannot check",
+                    target.host
+                ),
+            });
+        };
+        let host = sni::server_host(&name).map_err(|e| SniRefusal {
             why: format!("TLS server name {}: {e}", quote(name.as_bytes())),
         })?;
+        let host = Host::Name(host);
         if host == target.host {
             return Ok(first);
         }

@@ -145,6 +145,48 @@ impl Refusal {
         }
     }
 
+    /// The HTTP reason phrase: for every refusal it says that sandgate refused and, in a few words,
+    /// why — many HTTPS clients print only the status line of a failed CONNECT (curl: `CONNECT
+    /// tunnel failed, response 403`), never the body.
+    pub fn reason_phrase(&self) -> String {
+        let why: String = match self {
+            Refusal::Malformed { .. } => {
+                return "Bad request to sandgate: malformed request".into();
+            }
+            Refusal::OriginForm => return "Bad request to sandgate: not a proxy request".into(),
+            Refusal::HttpsWithoutConnect { .. } => {
+                return "Bad request to sandgate: https needs CONNECT".into();
+            }
+            Refusal::Unauthenticated => {
+                return "Proxy Authentication Required by sandgate: proxy token missing".into();
+            }
+            Refusal::Unresolvable { .. } => {
+                return "Bad Gateway (allowed by sandgate): name does not resolve".into();
+            }
+            Refusal::Unreachable { .. } => {
+                return "Bad Gateway (allowed by sandgate): upstream unreachable".into();
+            }
+            Refusal::Deny { rule, .. } => match &rule.source {
+                RuleSource::Grant(_) => "denied by a person".into(),
+                RuleSource::NoNetwork(_) => "this tier has no network".into(),
+                RuleSource::Tier(_)
+                | RuleSource::Preset(_)
+                | RuleSource::File { .. }
+                | RuleSource::CommandLine
+                | RuleSource::CurrentDirectory
+                | RuleSource::Builtin
+                | RuleSource::Env(_) => "deny rule".into(),
+            },
+            Refusal::Denied { .. } => "denied by a person".into(),
+            Refusal::AskTimedOut { .. } => "not in allowlist (approval timed out)".into(),
+            Refusal::TooManyQuestions { .. } => "not in allowlist (too many questions open)".into(),
+            Refusal::OverBudget { .. } => "not in allowlist (question budget spent)".into(),
+            Refusal::NoApprover { .. } => "not in allowlist (no approver running)".into(),
+            Refusal::ForbiddenAddress { why, .. } => format!("resolves to {why}"),
+        };
+        header_safe(&format!("Blocked by sandgate: {why}"))
+    }
+
     /// The destination, when one was understood.
     pub fn target(&self) -> Option<&str> {
         match self {
@@ -175,8 +217,8 @@ fn deny_rule_text(rule: &Rule) -> String {
 pub struct Rendered {
     /// Status code.
     pub status: u16,
-    /// Reason phrase.
-    pub reason: &'static str,
+    /// Reason phrase ([`Refusal::reason_phrase`]).
+    pub reason: String,
     /// Extra headers (name, value); values are safe to put on the wire.
     pub headers: Vec<(&'static str, String)>,
     /// Plain-text body.
@@ -203,12 +245,7 @@ impl Rendered {
 /// Renders a refusal for a sandbox under `policy`.
 pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
     let status = refusal.status();
-    let reason = match status {
-        400 => "Bad Request",
-        403 => "Forbidden",
-        407 => "Proxy Authentication Required",
-        _ => "Bad Gateway",
-    };
+    let reason = refusal.reason_phrase();
     let mut headers = vec![(
         "X-Sandgate-Decision",
         format!("{}; rule={}", refusal.verb(), header_safe(&refusal.rule_text())),
@@ -431,7 +468,9 @@ mod tests {
              sandbox can change it (in sandgate's configuration, outside the sandbox).\n"
         );
         let bytes = String::from_utf8(r.to_bytes()).unwrap();
-        assert!(bytes.starts_with("HTTP/1.1 403 Forbidden\r\nX-Sandgate-Decision: deny; rule="));
+        assert!(bytes.starts_with(
+            "HTTP/1.1 403 Blocked by sandgate: deny rule\r\nX-Sandgate-Decision: deny; rule="
+        ));
         assert!(bytes.ends_with(&r.body));
     }
 
@@ -482,6 +521,56 @@ mod tests {
         assert_eq!(r.headers[0].1, "deny; rule=question budget spent");
         assert!(r.body.contains("already asked 20 questions in the last 60s"), "{}", r.body);
         assert!(r.body.contains("Do not try other hosts"), "{}", r.body);
+    }
+
+    #[test]
+    fn every_refusal_names_sandgate_in_its_reason_phrase() {
+        let p = policy();
+        let t = || "pypi.org:443".to_string();
+        let grant = Arc::new(Rule { pattern: None, source: RuleSource::Grant("g".into()) });
+        let rows = [
+            (
+                Refusal::Deny { target: t(), rule: p.deny_rules()[0].clone() },
+                "Blocked by sandgate: deny rule",
+            ),
+            (Refusal::Deny { target: t(), rule: grant }, "Blocked by sandgate: denied by a person"),
+            (Refusal::Denied { target: t() }, "Blocked by sandgate: denied by a person"),
+            (
+                Refusal::AskTimedOut { target: t(), after: Duration::from_secs(60) },
+                "Blocked by sandgate: not in allowlist (approval timed out)",
+            ),
+            (
+                Refusal::TooManyQuestions { target: t(), open: 16 },
+                "Blocked by sandgate: not in allowlist (too many questions open)",
+            ),
+            (
+                Refusal::NoApprover { target: t() },
+                "Blocked by sandgate: not in allowlist (no approver running)",
+            ),
+            (
+                Refusal::ForbiddenAddress {
+                    target: t(),
+                    ip: [127, 0, 0, 1].into(),
+                    why: Forbidden::Loopback,
+                },
+                "Blocked by sandgate: resolves to a loopback address",
+            ),
+            (
+                Refusal::Unauthenticated,
+                "Proxy Authentication Required by sandgate: proxy token missing",
+            ),
+            (Refusal::OriginForm, "Bad request to sandgate: not a proxy request"),
+            (
+                Refusal::Unreachable { target: t(), error: "x".into() },
+                "Bad Gateway (allowed by sandgate): upstream unreachable",
+            ),
+        ];
+        for (r, want) in rows {
+            let rendered = render_refusal(&r, &p);
+            assert_eq!(rendered.reason, want, "{r:?}");
+            let line = format!("HTTP/1.1 {} {want}\r\n", r.status());
+            assert!(String::from_utf8(rendered.to_bytes()).unwrap().starts_with(&line));
+        }
     }
 
     #[test]

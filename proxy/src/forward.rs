@@ -154,6 +154,11 @@ fn full(body: impl Into<Bytes>) -> Body {
 fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
     let rendered = render_refusal(r, policy);
     let mut resp = Response::new(full(rendered.body));
+    // The reason phrase is made of header-safe bytes, so this cannot fail; hyper's canonical phrase
+    // would be the fallback.
+    if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(rendered.reason.into_bytes()) {
+        resp.extensions_mut().insert(reason);
+    }
     *resp.status_mut() =
         hyper::StatusCode::from_u16(rendered.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
     let headers = resp.headers_mut();

@@ -80,7 +80,7 @@ async fn denied_destinations_get_a_403_that_explains() {
     let addr = serve(&p, "s1", policy(&["allowed.test", "crates.io"], &["denied.test"])).await;
     let out = curl(&["-i", "-x", &format!("http://{addr}"), "http://denied.test/x"]).await;
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out:?}");
+    assert!(out.stdout.starts_with("HTTP/1.1 403 Blocked by sandgate: deny rule\r\n"), "{out:?}");
     assert!(
         out.stdout.contains("x-sandgate-decision: deny; rule=deny denied.test (command line)"),
         "{out:?}"
@@ -94,7 +94,7 @@ async fn denied_destinations_get_a_403_that_explains() {
     assert!(out.stderr.contains("403"), "{out:?}");
     let resp =
         raw(addr, b"CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n").await;
-    assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+    assert!(resp.starts_with("HTTP/1.1 403 Blocked by sandgate: deny rule\r\n"), "{resp}");
     assert!(resp.contains("Rule: deny denied.test (command line)."), "{resp}");
 
     // Not on any list, and no approver: denied, saying so and how to ask.
@@ -122,7 +122,7 @@ async fn malformed_targets_get_400() {
     for row in rows {
         let resp = raw(addr, &row).await;
         assert!(
-            resp.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            resp.starts_with("HTTP/1.1 400 Bad request to sandgate: malformed request\r\n"),
             "{:?} got {resp}",
             String::from_utf8_lossy(&row)
         );
@@ -373,4 +373,37 @@ async fn slow_clients_are_cut_off() {
         assert_eq!(n, 0);
         assert!(started.elapsed() >= Duration::from_millis(250));
     }
+}
+
+/// HTTPS clients show only the status line of a refused CONNECT (curl: `CONNECT tunnel failed,
+/// response 403`), so the reason phrase itself says that sandgate blocked it and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_shows_that_sandgate_blocked_a_connect() {
+    let p = proxy();
+    let addr = serve(&p, "s1", policy(&["allowed.test"], &["evil.test"])).await;
+    let proxy_url = format!("http://{addr}");
+    let out = curl(&["-v", "-x", &proxy_url, "https://evil.test:443/"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.contains("403 Blocked by sandgate: deny rule"), "{}", out.stderr);
+    // curl 7.88 prints the phrase only with -v ("CONNECT tunnel failed, response 403" without);
+    // Python's http.client (under pip, requests, urllib3) puts it in its error message.
+    let py = format!(
+        "import http.client\nc = http.client.HTTPSConnection('{}', {})\n\
+         c.set_tunnel('unknown.test', 443)\nc.connect()\n",
+        addr.ip(),
+        addr.port()
+    );
+    let out = tokio::process::Command::new("python3").args(["-c", &py]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Tunnel connection failed: 403 Blocked by sandgate: not in allowlist"),
+        "{stderr}"
+    );
+    // Plain HTTP goes through hyper's server: the same phrase.
+    let out = curl(&["-i", "-x", &proxy_url, "http://evil.test/"]).await;
+    assert!(
+        out.stdout.starts_with("HTTP/1.1 403 Blocked by sandgate: deny rule\r\n"),
+        "{}",
+        out.stdout
+    );
 }

@@ -501,6 +501,9 @@ fn notify(q: &approvals::PendingQuestion) {
 
 /// A desktop notification with `body` (best effort).
 fn notify_text(body: &str) {
+    // The sandbox's name and host come from a sandbox: only sanitised text (no controls, no bidi
+    // overrides) reaches the notification.
+    let body = sandgate_config::sanitize(body).into_owned();
     #[cfg(target_os = "macos")]
     let cmd = std::process::Command::new("osascript")
         .arg("-e")

@@ -131,8 +131,9 @@ fn alert(s: &Shared, sandbox: &str, ev: &Event) {
             Some(p) => format!("{dst}:{p}/{protocol}"),
             None => format!("{dst}/{protocol}"),
         };
+        let sandbox = sandgate_config::sanitize(sandbox);
         bot.alert(sandgate_approvals::telegram::Alert {
-            sandbox: sandbox.to_owned(),
+            sandbox: sandbox.clone().into_owned(),
             key: format!("{sandbox} → {dest}"),
             text: format!("{sandbox}: blocked direct connection to {dest}"),
             count: *count,

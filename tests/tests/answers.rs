@@ -518,3 +518,55 @@ fn a_question_raises_a_desktop_notification_when_configured() {
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
     assert!(!log.exists(), "notified without desktop_notifications");
 }
+
+/// What a person reads (issue 14.7): a request path full of C1 controls (CSI is U+009B), bidi
+/// overrides and isolates, zero-width and line-separator characters reaches `pending`, `status`
+/// and `watch` only through the sanitiser — every such character shows as `?`.
+#[test]
+fn pending_status_and_watch_show_no_raw_control_or_bidi_from_a_sandbox() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let port = origin("hello");
+    start_daemon(&t);
+    let mut watch = t.cmd().args(["watch"]).stdout(Stdio::piped()).spawn().unwrap();
+    let screen = lines_of(watch.stdout.take().unwrap());
+    // A raw request: curl would percent-encode the path, an attacker does not.
+    let py = format!(
+        r#"import base64, os, socket, urllib.parse
+p = urllib.parse.urlparse(os.environ["HTTP_PROXY"])
+s = socket.create_connection((p.hostname, p.port))
+path = "/a\u009b31m\u202egpj.exe\u2066x\u200b\u2028y\u009d0;t\u009c".encode()
+auth = b""
+if p.password:
+    tok = base64.b64encode(f"{{p.username}}:{{p.password}}".encode())
+    auth = b"Proxy-Authorization: Basic " + tok + b"\r\n"
+s.sendall(b"GET http://127.0.0.1:{port}" + path + b" HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + auth + b"\r\n")
+print(s.recv(200))
+"#
+    );
+    let run = t.spawn_net(&[], &["python3", "-c", &py]);
+    let q = wait_for_question(&t);
+    let raw_path = q["path"].as_str().unwrap_or_default().to_owned();
+    assert!(raw_path.contains('\u{9b}') && raw_path.contains('\u{202e}'), "{q:#}");
+    let clean = |what: &str, text: &str| {
+        let hostile = |c: char| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        };
+        let bad: Vec<char> = text.chars().filter(|&c| hostile(c)).collect();
+        assert!(bad.is_empty(), "{what} shows raw {bad:?}:\n{text}");
+    };
+    let pending = ok(&t.sg(&["pending"]));
+    clean("pending", &pending);
+    assert!(pending.contains("GET /a?31m?gpj.exe?x??y?0;t?"), "{pending}");
+    clean("status", &ok(&t.sg(&["status"])));
+    let line = expect_line(&screen, Duration::from_secs(20), |l| l.contains("wants 127.0.0.1:"));
+    clean("watch", &line);
+    assert!(line.contains("?31m?gpj.exe"), "{line}");
+    ok(&t.sg(&["deny", "127.0.0.1"]));
+    let _ = finish(run);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

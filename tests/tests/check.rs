@@ -88,6 +88,14 @@ const ROWS: &[(&str, &[&str], i32)] = &[
     // malformed
     ("exa\rmple.com", &[], 2),
     ("example.com\r\nHost: evil", &[], 2),
+    // control and invisible characters anywhere, the path of a URL included (issue 14.8)
+    ("https://example.com/\r\n", &[], 2),
+    ("https://example.com/x\ty", &[], 2),
+    ("https://example.com/\u{1b}[2J", &[], 2),
+    ("https://example.com/\u{9b}31m", &[], 2),
+    ("https://example.com/\u{202e}fdp.exe", &[], 2),
+    ("https://example.com/\u{200b}", &[], 2),
+    ("example.com:443\n", &[], 2),
     ("[fe80::1%eth0]", &[], 2),
     ("fe80::1%25lo", &[], 2),
     ("user@example.com", &[], 2),

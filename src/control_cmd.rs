@@ -593,6 +593,13 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
             "2",
         ),
         Event::DaemonStopping => ("sandgate: the daemon is stopping".to_owned(), "2"),
+        Event::Hook { agent, tool, decision, reason } => (
+            format!(
+                "sandgate: hook {agent} {} {decision}: {reason}",
+                tool.as_deref().unwrap_or("?")
+            ),
+            if decision == "allow" { "32" } else { "2" },
+        ),
     };
     let nl = if colour { "\r\n" } else { "\n" };
     if colour {

@@ -49,6 +49,13 @@ pub struct InstallArgs {
     /// `~/.local/bin`).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Also register the Claude Code PermissionRequest hook (`~/.claude/settings.json`) and
+    /// write the sandgate skill (`~/.claude/skills/sandgate/SKILL.md`).
+    #[arg(long)]
+    pub claude: bool,
+    /// The tier the hook checks file-tool paths against.
+    #[arg(long, default_value = "build", requires = "claude")]
+    pub hook_tier: String,
 }
 
 /// Options of `sandgate explain`.
@@ -760,6 +767,9 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
         std::os::unix::fs::symlink(&exe, &link)
             .with_context(|| format!("link {} -> {}", link.display(), exe.display()))?;
         println!("{} -> {}", link.display(), exe.display());
+    }
+    if args.claude {
+        crate::agent_cmd::install_claude(&args.hook_tier)?;
     }
     Ok(0)
 }

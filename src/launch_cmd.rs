@@ -215,6 +215,7 @@ pub fn spec_from_policy(
         .filter(|(k, _)| {
             k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
+                && k != "GIT_OPTIONAL_LOCKS"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
         })
         .cloned()
@@ -226,6 +227,12 @@ pub fn spec_from_policy(
     let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
     env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
+    // git's background index refresh would write .git/index (read-only in every tier) and fail.
+    env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+    let interactive = args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if interactive {
+        crate::agent_env::prompt_marker(&mut env, &policy.tier);
+    }
     let command = if args.command.is_empty() {
         let shell = ctx
             .env

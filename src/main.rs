@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod agent_cmd;
+mod agent_env;
 mod client;
 mod control_cmd;
 mod daemon;

@@ -212,12 +212,13 @@ fn run_line(f: &Fixture, line: &str) -> (Vec<String>, bool) {
                 .unwrap();
         }
     }
-    let output = Command::new("bash")
+    let output = Command::new("/bin/bash")
         .arg("-c")
         .arg(line)
         .env_clear()
         .envs(f.env.cmd().get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
-        .env("PATH", format!("{}:{}", f.bin.display(), probes.display()))
+        // The launcher needs `ip` for a veth (build, net): system directories come after the probes.
+        .env("PATH", format!("{}:{}:/usr/sbin:/usr/bin:/sbin:/bin", f.bin.display(), probes.display()))
         .env("PROBE_OUT", &out)
         .env("SANDGATE_NO_DAEMON", "1")
         .current_dir(&f.project)

@@ -259,3 +259,137 @@ fn allowed_command_lines_start_nothing_outside_a_sandbox() {
     }
     assert!(checked >= 15, "only {checked} allowed command lines");
 }
+
+fn install_cmd(env: &Env, args: &[&str]) {
+    let out = env.cmd().args(args).env_remove("CLAUDE_CONFIG_DIR").output().unwrap();
+    assert!(
+        out.status.success(),
+        "sandgate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn install_claude_then_uninstall_restores_settings_exactly() {
+    let env = Env::new();
+    let home = env.root.path().join("home");
+    let bin = env.root.path().join("links");
+    let bin = bin.to_str().unwrap();
+    let settings = home.join(".claude/settings.json");
+    let skill = home.join(".claude/skills/sandgate/SKILL.md");
+    // Odd formatting and key order on purpose: only a byte-exact restore gives these bytes back.
+    let original = "{\"zeta\": 1,   \"model\":\"opus\",\n \"hooks\": {\"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": []}]}}\n";
+    write(&settings, original);
+    install_cmd(&env, &["install", "--dir", bin, "--claude"]);
+    let installed = std::fs::read(&settings).unwrap();
+    let v: Value = serde_json::from_slice(&installed).unwrap();
+    assert_eq!(v["zeta"], 1);
+    assert_eq!(v["model"], "opus");
+    assert_eq!(v["hooks"]["PreToolUse"][0]["matcher"], "Bash");
+    let entry = &v["hooks"]["PermissionRequest"][0];
+    assert!(entry["matcher"].as_str().unwrap().contains("Bash"), "{entry}");
+    let command = entry["hooks"][0]["command"].as_str().unwrap();
+    assert!(command.ends_with("sandgate hook claude --tier build"), "{command}");
+    assert_eq!(entry["hooks"][0]["type"], "command");
+    assert!(std::fs::read_to_string(&skill).unwrap().contains("sandbox-build"));
+    install_cmd(&env, &["install", "--dir", bin, "--claude"]);
+    assert_eq!(std::fs::read(&settings).unwrap(), installed, "a second install changed settings");
+    install_cmd(&env, &["uninstall", "--dir", bin, "--claude"]);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), original);
+    assert!(!skill.exists());
+    assert!(!Path::new(bin).join("sandbox-run").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(home.join(".claude"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, ["settings.json"], "uninstall left files behind");
+
+    // No settings before: none after.
+    let env = Env::new();
+    let home = env.root.path().join("home");
+    install_cmd(&env, &["install", "--dir", bin, "--claude"]);
+    assert!(home.join(".claude/settings.json").exists());
+    install_cmd(&env, &["install", "--dir", bin, "--claude"]);
+    install_cmd(&env, &["uninstall", "--dir", bin, "--claude"]);
+    assert!(!home.join(".claude/settings.json").exists());
+    assert!(!home.join(".claude").exists(), "the directory install made is left");
+}
+
+#[test]
+fn check_path_answers_for_any_agent() {
+    let f = Fixture::new();
+    let check = |args: &[&str]| {
+        let out = f.env.cmd().arg("check").args(args).current_dir(&f.project).output().unwrap();
+        (out.status.code().unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, _) = check(&["--path", "src/main.rs", "--write", "--tier", "build"]);
+    assert_eq!(code, 0);
+    let (code, text) = check(&["--path", ".git/hooks/pre-commit", "--write", "--tier", "build"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("read-only") && text.contains("Writable:"), "{text}");
+    let (code, text) = check(&["--path", "link_ssh/id_rsa", "--json"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["decision"], "deny");
+    let (code, _) = check(&["--path", "src/main.rs", "--write", "--tier", "net"]);
+    assert_eq!(code, 1);
+    // --allow-write narrows only: inside the writable area is fine, outside is an escalation.
+    let (code, _) =
+        check(&["--path", "src/main.rs", "--write", "--tier", "build", "--allow-write", "src"]);
+    assert_eq!(code, 0);
+    let (code, _) = check(&["--path", "README", "--write", "--tier", "build", "--allow-write", "src"]);
+    assert_eq!(code, 1, "a narrowed tier still allowed a path outside it");
+    let out = f
+        .env
+        .cmd()
+        .args(["check", "--path", "x", "--write", "--tier", "build", "--allow-write", "/usr"])
+        .current_dir(&f.project)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("permission escalation"));
+}
+
+#[test]
+fn mcp_server_stdio_passes_through_byte_exact() {
+    if skip_unless(sandgate_tests::is_root(), "mcp_server_stdio_passes_through_byte_exact: needs root for namespaces") {
+        return;
+    }
+    let f = Fixture::new();
+    let server = f.project.join("server.py");
+    write(
+        &server,
+        "import sys, json\nfor line in sys.stdin.buffer:\n    msg = json.loads(line)\n    \
+         out = json.dumps({'jsonrpc': '2.0', 'id': msg['id'], 'result': msg['params']}, \
+         ensure_ascii=False, sort_keys=True, separators=(',', ':'))\n    \
+         sys.stdout.buffer.write(out.encode() + b'\\n')\n    sys.stdout.buffer.flush()\n",
+    );
+    let mut input = Vec::new();
+    let mut expected = Vec::new();
+    for (id, text) in [(1, "hello".to_owned()), (2, "ünïcødé ✓ \\\" tab\t".to_owned()), (3, "x".repeat(200_000))] {
+        let params = serde_json::json!({ "text": text });
+        input.extend(serde_json::to_vec(&serde_json::json!({"jsonrpc":"2.0","id":id,"method":"echo","params":params})).unwrap());
+        input.push(b'\n');
+        let out = serde_json::json!({"jsonrpc":"2.0","id":id,"result":params});
+        expected.extend(serde_json::to_vec(&out).unwrap());
+        expected.push(b'\n');
+    }
+    let mut child = f
+        .env
+        .cmd()
+        .args(["net", "--", "python3"])
+        .arg(&server)
+        .env("SANDGATE_NO_DAEMON", "1")
+        .current_dir(&f.project)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout == expected, "stdout differs ({} vs {} bytes)", out.stdout.len(), expected.len());
+}

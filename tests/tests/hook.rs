@@ -393,3 +393,55 @@ fn mcp_server_stdio_passes_through_byte_exact() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout == expected, "stdout differs ({} vs {} bytes)", out.stdout.len(), expected.len());
 }
+
+#[test]
+fn hook_decisions_reach_the_event_log() {
+    let f = Fixture::new();
+    // A daemon of this environment (any command that needs one starts it).
+    let out = f.env.cmd().arg("rules").current_dir(&f.project).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut watch = f
+        .env
+        .cmd()
+        .args(["watch", "--json"])
+        .current_dir(&f.project)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = watch.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        rx
+    };
+    let input = serde_json::json!({
+        "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+        "tool_input": { "command": "sandbox-run ls; id" }, "cwd": f.project,
+    });
+    // Until the subscription is in place, a line can be missed: send again (each is one event).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = None;
+    while seen.is_none() && std::time::Instant::now() < deadline {
+        f.hook(&serde_json::to_vec(&input).unwrap(), &[], &f.default_path());
+        while let Ok(l) = lines.recv_timeout(std::time::Duration::from_millis(300)) {
+            if l.contains("\"hook\"") {
+                seen = Some(l);
+                break;
+            }
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let line = seen.expect("no hook event in `sandgate watch --json`");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["event"], "hook");
+    assert_eq!(v["tool"], "Bash");
+    assert_eq!(v["decision"], "none");
+    assert!(v["reason"].as_str().unwrap().contains("';'"), "{v}");
+}

@@ -229,7 +229,8 @@ pub fn spec_from_policy(
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
     // git's background index refresh would write .git/index (read-only in every tier) and fail.
     env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
-    let interactive = args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let interactive =
+        args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
     if interactive {
         crate::agent_env::prompt_marker(&mut env, &policy.tier);
     }

@@ -268,14 +268,16 @@ pub fn check_path(
     cwd: &Path,
     raw: &str,
     access: Access,
-) -> Result<PathBuf, PathRefusal> {
-    let refuse = |resolved: Option<PathBuf>, kind| PathRefusal {
-        path: raw.to_owned(),
-        resolved,
-        access,
-        kind,
-        tier: walls.tier.clone(),
-        writable: walls.writable.clone(),
+) -> Result<PathBuf, Box<PathRefusal>> {
+    let refuse = |resolved: Option<PathBuf>, kind| {
+        Box::new(PathRefusal {
+            path: raw.to_owned(),
+            resolved,
+            access,
+            kind,
+            tier: walls.tier.clone(),
+            writable: walls.writable.clone(),
+        })
     };
     let (lexical, real) = resolve_path(fs, cwd, raw).map_err(|k| refuse(None, k))?;
     check_resolved(walls, fs, &lexical, &real, access)

@@ -10,8 +10,7 @@ use std::process::{Command, Stdio};
 use sandgate_tests::{Env, sandgate_bin, skip_unless};
 use serde_json::Value;
 
-const ALLOW: &str =
-    r#"{"hookSpecificOutput":{"decision":{"behavior":"allow"},"hookEventName":"PermissionRequest"}}"#;
+const ALLOW: &str = r#"{"hookSpecificOutput":{"decision":{"behavior":"allow"},"hookEventName":"PermissionRequest"}}"#;
 
 /// A home, a project with links and protected names, our links and a fake wrapper.
 struct Fixture {
@@ -161,10 +160,11 @@ fn recorded_inputs_get_the_recorded_answer() {
             "" => "none".to_owned(),
             ALLOW => "allow".to_owned(),
             other => match serde_json::from_str::<Value>(other) {
-                Ok(v) if v["hookSpecificOutput"]["decision"]["behavior"] == "deny"
-                    && v["hookSpecificOutput"]["decision"]["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("sandgate refused")) =>
+                Ok(v)
+                    if v["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+                        && v["hookSpecificOutput"]["decision"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("sandgate refused")) =>
                 {
                     "deny".to_owned()
                 }
@@ -175,7 +175,13 @@ fn recorded_inputs_get_the_recorded_answer() {
             wrong.push(format!("{}: expected {}, got {got}", c.name, c.expect));
         }
     }
-    assert!(wrong.is_empty(), "{} of {} cases wrong:\n{}", wrong.len(), cases.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases wrong:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
 }
 
 /// A stand-in for every command an allowed line names: it records its namespaces in `probe-out`
@@ -218,7 +224,10 @@ fn run_line(f: &Fixture, line: &str) -> (Vec<String>, bool) {
         .env_clear()
         .envs(f.env.cmd().get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
         // The launcher needs `ip` for a veth (build, net): system directories come after the probes.
-        .env("PATH", format!("{}:{}:/usr/sbin:/usr/bin:/sbin:/bin", f.bin.display(), probes.display()))
+        .env(
+            "PATH",
+            format!("{}:{}:/usr/sbin:/usr/bin:/sbin:/bin", f.bin.display(), probes.display()),
+        )
         .env("PROBE_OUT", &out)
         .env("SANDGATE_NO_DAEMON", "1")
         .current_dir(&f.project)
@@ -238,7 +247,10 @@ fn run_line(f: &Fixture, line: &str) -> (Vec<String>, bool) {
 
 #[test]
 fn allowed_command_lines_start_nothing_outside_a_sandbox() {
-    if skip_unless(sandgate_tests::is_root(), "allowed_command_lines_start_nothing_outside_a_sandbox: needs root for namespaces") {
+    if skip_unless(
+        sandgate_tests::is_root(),
+        "allowed_command_lines_start_nothing_outside_a_sandbox: needs root for namespaces",
+    ) {
         return;
     }
     let f = Fixture::new();
@@ -251,7 +263,11 @@ fn allowed_command_lines_start_nothing_outside_a_sandbox() {
     for c in cases(&f).iter().filter(|c| c.expect == "allow") {
         let Some(line) = &c.command else { continue };
         let (outside, inside) = run_line(&f, line);
-        assert!(outside.is_empty(), "{}: {line:?} ran a process outside a sandbox: {outside:?}", c.name);
+        assert!(
+            outside.is_empty(),
+            "{}: {line:?} ran a process outside a sandbox: {outside:?}",
+            c.name
+        );
         if !line.contains(">/dev/null") && !line.contains("2>/dev/null") {
             assert!(inside, "{}: {line:?}: no probe ran inside a sandbox", c.name);
         }
@@ -262,11 +278,7 @@ fn allowed_command_lines_start_nothing_outside_a_sandbox() {
 
 fn install_cmd(env: &Env, args: &[&str]) {
     let out = env.cmd().args(args).env_remove("CLAUDE_CONFIG_DIR").output().unwrap();
-    assert!(
-        out.status.success(),
-        "sandgate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "sandgate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -298,10 +310,8 @@ fn install_claude_then_uninstall_restores_settings_exactly() {
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), original);
     assert!(!skill.exists());
     assert!(!Path::new(bin).join("sandbox-run").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(home.join(".claude"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(home.join(".claude")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers, ["settings.json"], "uninstall left files behind");
 
     // No settings before: none after.
@@ -337,7 +347,8 @@ fn check_path_answers_for_any_agent() {
     let (code, _) =
         check(&["--path", "src/main.rs", "--write", "--tier", "build", "--allow-write", "src"]);
     assert_eq!(code, 0);
-    let (code, _) = check(&["--path", "README", "--write", "--tier", "build", "--allow-write", "src"]);
+    let (code, _) =
+        check(&["--path", "README", "--write", "--tier", "build", "--allow-write", "src"]);
     assert_eq!(code, 1, "a narrowed tier still allowed a path outside it");
     let out = f
         .env
@@ -352,7 +363,10 @@ fn check_path_answers_for_any_agent() {
 
 #[test]
 fn mcp_server_stdio_passes_through_byte_exact() {
-    if skip_unless(sandgate_tests::is_root(), "mcp_server_stdio_passes_through_byte_exact: needs root for namespaces") {
+    if skip_unless(
+        sandgate_tests::is_root(),
+        "mcp_server_stdio_passes_through_byte_exact: needs root for namespaces",
+    ) {
         return;
     }
     let f = Fixture::new();
@@ -366,9 +380,16 @@ fn mcp_server_stdio_passes_through_byte_exact() {
     );
     let mut input = Vec::new();
     let mut expected = Vec::new();
-    for (id, text) in [(1, "hello".to_owned()), (2, "ünïcødé ✓ \\\" tab\t".to_owned()), (3, "x".repeat(200_000))] {
+    for (id, text) in
+        [(1, "hello".to_owned()), (2, "ünïcødé ✓ \\\" tab\t".to_owned()), (3, "x".repeat(200_000))]
+    {
         let params = serde_json::json!({ "text": text });
-        input.extend(serde_json::to_vec(&serde_json::json!({"jsonrpc":"2.0","id":id,"method":"echo","params":params})).unwrap());
+        input.extend(
+            serde_json::to_vec(
+                &serde_json::json!({"jsonrpc":"2.0","id":id,"method":"echo","params":params}),
+            )
+            .unwrap(),
+        );
         input.push(b'\n');
         let out = serde_json::json!({"jsonrpc":"2.0","id":id,"result":params});
         expected.extend(serde_json::to_vec(&out).unwrap());
@@ -391,7 +412,12 @@ fn mcp_server_stdio_passes_through_byte_exact() {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stdout == expected, "stdout differs ({} vs {} bytes)", out.stdout.len(), expected.len());
+    assert!(
+        out.stdout == expected,
+        "stdout differs ({} vs {} bytes)",
+        out.stdout.len(),
+        expected.len()
+    );
 }
 
 #[test]

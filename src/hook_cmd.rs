@@ -32,9 +32,13 @@ enum HookAgent {
     },
 }
 
-/// Where sandgate's own state lives, for the walls of the file tools (hidden inside sandboxes).
-fn own_places() -> (Option<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
+/// The home directories (`$HOME` and the passwd entry's), and where sandgate's own state lives,
+/// for the walls of the file tools (hidden or read-only inside sandboxes).
+fn own_places() -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let passwd_home =
+        nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.dir);
+    let homes: Vec<PathBuf> = home.iter().chain(passwd_home.iter()).cloned().collect();
     let xdg = |var: &str, fallback: &str| {
         std::env::var_os(var)
             .filter(|v| !v.is_empty())
@@ -47,7 +51,7 @@ fn own_places() -> (Option<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     hidden.extend(xdg("XDG_DATA_HOME", ".local/share").map(|d| d.join("sandgate")));
     let read_only: Vec<PathBuf> =
         xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("sandgate")).into_iter().collect();
-    (home, hidden, read_only)
+    (homes, hidden, read_only)
 }
 
 /// The walls of `tier` for `cwd` (its per-directory configuration), narrowed by `allow_write`.
@@ -60,8 +64,8 @@ fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Resul
             .derive(&Narrowing { writable: Some(writable), ..Narrowing::default() })
             .map_err(|e| e.to_string())?;
     }
-    let (home, hidden, read_only) = own_places();
-    Ok(Walls::from_policy(&policy, home, hidden, read_only))
+    let (homes, hidden, read_only) = own_places();
+    Ok(Walls::from_policy(&policy, homes, hidden, read_only))
 }
 
 fn real_fs() -> anyhow::Result<RealFs> {

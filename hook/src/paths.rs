@@ -63,8 +63,9 @@ pub struct Walls {
     pub read_only: Vec<PathBuf>,
     /// Names below each writable path that stay read-only (the policy's protected names).
     pub protected: Vec<String>,
-    /// The home directory: its dot-entries are treated as hidden (credentials live there).
-    pub home: Option<PathBuf>,
+    /// The home directories (`$HOME` and the passwd entry's): their dot-entries are treated as
+    /// hidden (credentials live there).
+    pub homes: Vec<PathBuf>,
 }
 
 impl Walls {
@@ -72,7 +73,7 @@ impl Walls {
     /// runtime directory) and `read_only` (the configuration directory).
     pub fn from_policy(
         policy: &Policy,
-        home: Option<PathBuf>,
+        homes: Vec<PathBuf>,
         hidden: Vec<PathBuf>,
         read_only: Vec<PathBuf>,
     ) -> Walls {
@@ -82,7 +83,7 @@ impl Walls {
             hidden: policy.fs.hidden.iter().map(|h| h.path.clone()).chain(hidden).collect(),
             read_only,
             protected: policy.fs.protected.clone(),
-            home,
+            homes,
         }
     }
 }
@@ -312,7 +313,7 @@ fn check_resolved(
         .chain(SYSTEM_HIDDEN.iter().map(Path::new))
         .flat_map(|h| variants(fs, h))
         .collect();
-    let homes: Vec<PathBuf> = walls.home.iter().flat_map(|h| variants(fs, h)).collect();
+    let homes: Vec<PathBuf> = walls.homes.iter().flat_map(|h| variants(fs, h)).collect();
     for p in candidates {
         if let Some(h) = hidden.iter().find(|h| p.starts_with(h)) {
             return Err(RefusalKind::Hidden(h.clone()));
@@ -366,12 +367,14 @@ fn check_write(
                     return Err(RefusalKind::Protected(c.as_os_str().to_string_lossy().into()));
                 }
             }
-            if let Some(Component::Normal(top)) = rel.components().next()
-                && top.as_encoded_bytes().starts_with(b"rust-toolchain")
-            {
-                return Err(RefusalKind::Protected(top.to_string_lossy().into()));
+            // Names compare without case: on a case-insensitive filesystem (macOS)
+            // `Rust-Toolchain` is `rust-toolchain`.
+            let lower = PathBuf::from(rel.to_string_lossy().to_lowercase());
+            if lower.as_os_str().as_encoded_bytes().starts_with(b"rust-toolchain") {
+                return Err(RefusalKind::Protected("rust-toolchain".into()));
             }
-            if let Some(name) = walls.protected.iter().find(|n| rel.starts_with(n.as_str())) {
+            if let Some(name) = walls.protected.iter().find(|n| lower.starts_with(n.to_lowercase()))
+            {
                 return Err(RefusalKind::Protected(name.clone()));
             }
             for home in homes.iter().filter(|h| h.starts_with(w)) {

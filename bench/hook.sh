@@ -32,9 +32,25 @@ run() {
     -n "Read$suffix" "$bin hook claude <$dir/read.json" \
     -n "Write$suffix" "$bin hook claude <$dir/write.json"
 }
-suffix=" (no daemon)" run --export-markdown "$dir/a.md" "$@"
+suffix=" (no daemon)" run --export-markdown "$dir/a.md" --export-json "$dir/a.json" "$@"
 "$bin" daemon >"$dir/daemon.log" 2>&1 &
 for _ in $(seq 100); do "$bin" status >/dev/null 2>&1 && break; sleep 0.05; done
-suffix=" (daemon running)" run --export-markdown "$dir/b.md" "$@"
-{ echo "Profile: $profile. $(date -u +%F)"; echo; cat "$dir/a.md"; echo; tail -n +3 "$dir/b.md"; } >"$OLDPWD/bench/hook.md"
+suffix=" (daemon running)" run --export-markdown "$dir/b.md" --export-json "$dir/b.json" "$@"
+# Medians and CPU time (user + system) too: on a loaded machine the wall-clock mean mostly
+# measures waiting for a core.
+summary() {
+  python3 - "$dir/a.json" "$dir/b.json" <<'PY'
+import json, sys
+print("| case | median [ms] | min [ms] | CPU user+sys [ms] |")
+print("|---|---:|---:|---:|")
+for f in sys.argv[1:]:
+    for r in json.load(open(f))["results"]:
+        print(f"| {r['command']} | {r['median']*1e3:.2f} | {r['min']*1e3:.2f} | {(r['user']+r['system'])*1e3:.2f} |")
+PY
+}
+{ echo "Profile: $profile. $(date -u +%F), load average $(cut -d' ' -f1-3 /proc/loadavg)"; echo;
+  echo "The hook process alone (no shell; wait4 rusage), daemon running:"; echo;
+  python3 "$OLDPWD/bench/hook_rusage.py" "$bin" "${RUNS:-300}" "$dir"/{allow,refuse,read,write}.json; echo;
+  echo "hyperfine (through a shell, which it subtracts):"; echo;
+  summary; echo; cat "$dir/a.md"; echo; tail -n +3 "$dir/b.md"; } >"$OLDPWD/bench/hook.md"
 cat "$OLDPWD/bench/hook.md"

@@ -471,3 +471,43 @@ fn hook_decisions_reach_the_event_log() {
     assert_eq!(v["decision"], "none");
     assert!(v["reason"].as_str().unwrap().contains("';'"), "{v}");
 }
+
+/// An interactive bash in a sandbox shows the tier in its prompt, even when `.bashrc` sets `PS1`;
+/// `SANDGATE_PROMPT_MARKER=0` turns it off.
+#[test]
+fn interactive_bash_shows_the_tier_in_its_prompt() {
+    if skip_unless(
+        sandgate_tests::is_root() && sandgate_tests::has_script(),
+        "interactive_bash_shows_the_tier_in_its_prompt: needs root and script(1)",
+    ) {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::write(f.env.root.path().join("home/.bashrc"), "PS1='custom\\$ '\n").unwrap();
+    let session = |marker: Option<&str>| {
+        let mut base = f.env.cmd();
+        base.current_dir(&f.project)
+            .env("SHELL", "/bin/bash")
+            .env("SANDGATE_NO_DAEMON", "1")
+            .env_remove("PROMPT_COMMAND")
+            .env_remove("PS1");
+        if let Some(m) = marker {
+            base.env("SANDGATE_PROMPT_MARKER", m);
+        }
+        let mut child = sandgate_tests::on_terminal(&base, &["run"]);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"echo tier-is-$SANDGATE_TIER-$GIT_OPTIONAL_LOCKS\nexit\n").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = session(None);
+    assert!(shown.contains("tier-is-run-0"), "{shown}");
+    assert!(
+        shown.contains("[sandgate:run] custom"),
+        "no marker in front of .bashrc's PS1: {shown}"
+    );
+    let off = session(Some("0"));
+    assert!(off.contains("tier-is-run-0"), "{off}");
+    assert!(!off.contains("[sandgate:"), "marker shown although turned off: {off}");
+}

@@ -393,3 +393,49 @@ fn check_write(
         Err(e) => Err(RefusalKind::Unresolvable(format!("cannot inspect the path: {e}"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::RealFs;
+
+    #[test]
+    fn links_dotdot_and_hard_links_are_resolved_before_the_check() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (home, proj) = (root.join("home"), root.join("proj"));
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(proj.join("src")).unwrap();
+        std::fs::write(home.join(".ssh/id"), "k").unwrap();
+        std::fs::write(home.join("notes"), "n").unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), proj.join("s")).unwrap();
+        std::os::unix::fs::symlink(home.join("new"), proj.join("dangling")).unwrap();
+        std::fs::hard_link(home.join("notes"), proj.join("hard")).unwrap();
+        let walls = Walls {
+            tier: "build".into(),
+            writable: vec![proj.clone()],
+            hidden: vec![home.join(".ssh")],
+            homes: vec![home.clone()],
+            protected: vec![".envrc".into()],
+            read_only: vec![],
+        };
+        let fs = RealFs::new(None, Path::new("/nonexistent"));
+        let check = |p: &str, a| check_path(&walls, &fs, &proj, p, a).map_err(|r| r.kind);
+        assert!(check("src/a.rs", Access::Write).is_ok());
+        assert!(check("src/x/y/z.rs", Access::Write).is_ok());
+        assert!(check("src/../src/b.rs", Access::Write).is_ok());
+        assert!(matches!(check("s/id", Access::Read), Err(RefusalKind::Hidden(_))));
+        assert!(matches!(check("../home/.ssh/id", Access::Read), Err(RefusalKind::Hidden(_))));
+        assert!(check("../home/notes", Access::Read).is_ok());
+        assert!(matches!(check("../home/notes", Access::Write), Err(RefusalKind::OutsideWritable)));
+        assert!(matches!(check("dangling", Access::Write), Err(RefusalKind::Unresolvable(_))));
+        assert!(matches!(check("new/../../x", Access::Write), Err(RefusalKind::Unresolvable(_))));
+        assert!(matches!(check("hard", Access::Write), Err(RefusalKind::HardLinked)));
+        assert!(matches!(check(".envrc", Access::Write), Err(RefusalKind::Protected(_))));
+        assert!(matches!(check(".", Access::Write), Err(RefusalKind::OutsideWritable)));
+        assert!(matches!(check("..", Access::Search), Err(RefusalKind::HiddenBelow(_))));
+        assert!(check("src", Access::Search).is_ok());
+        let msg = check_path(&walls, &fs, &proj, "s/id", Access::Read).unwrap_err().to_string();
+        assert!(msg.contains("refused reading") && msg.contains("Writable:"), "{msg}");
+    }
+}

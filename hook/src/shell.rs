@@ -73,22 +73,29 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
     let mut word = String::new();
     let mut in_word = false; // a word has started (`''` is an empty word)
     let mut expands = false;
+    let mut quoted = false; // the word so far holds a quote (`'2'>&1` is a word, then `>&1`)
     let mut chars = line.chars().peekable();
-    let finish = |stage: &mut Stage, word: &mut String, in_word: &mut bool, expands: &mut bool| {
+    let finish = |stage: &mut Stage,
+                  word: &mut String,
+                  in_word: &mut bool,
+                  expands: &mut bool,
+                  quoted: &mut bool| {
         if *in_word {
             stage.words.push(Word { text: std::mem::take(word), expands: *expands });
         }
         *in_word = false;
         *expands = false;
+        *quoted = false;
     };
     while let Some(c) = chars.next() {
         if c.is_control() && c != '\t' {
             return Err(syntax("a control character (newline, NUL, ...)"));
         }
         match c {
-            ' ' | '\t' => finish(&mut stage, &mut word, &mut in_word, &mut expands),
+            ' ' | '\t' => finish(&mut stage, &mut word, &mut in_word, &mut expands, &mut quoted),
             '\'' => {
                 in_word = true;
+                quoted = true;
                 loop {
                     match chars.next() {
                         None => return Err(syntax("an unterminated single quote")),
@@ -102,6 +109,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
             }
             '"' => {
                 in_word = true;
+                quoted = true;
                 loop {
                     match chars.next() {
                         None => return Err(syntax("an unterminated double quote")),
@@ -120,7 +128,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                 if matches!(chars.peek(), Some('|' | '&')) {
                     return Err(syntax("`||` or `|&`"));
                 }
-                finish(&mut stage, &mut word, &mut in_word, &mut expands);
+                finish(&mut stage, &mut word, &mut in_word, &mut expands, &mut quoted);
                 if stage.words.is_empty() {
                     return Err(syntax("an empty pipeline stage"));
                 }
@@ -133,7 +141,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                 // Only a whole-word redirection from the accepted list: the digits before it
                 // (unquoted) and the characters after it up to the next blank.
                 let mut token = word.clone();
-                if expands || (in_word && !token.chars().all(|d| d.is_ascii_digit())) {
+                if expands || quoted || (in_word && !token.chars().all(|d| d.is_ascii_digit())) {
                     return Err(syntax("a redirection or `&` inside a word"));
                 }
                 token.push(c);
@@ -153,6 +161,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                 word.clear();
                 in_word = false;
                 expands = false;
+                quoted = false;
                 stage.redirections.push(token);
             }
             ';' | '(' | ')' | '$' | '`' | '\\' | '#' | '!' => {
@@ -175,7 +184,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
             }
         }
     }
-    finish(&mut stage, &mut word, &mut in_word, &mut expands);
+    finish(&mut stage, &mut word, &mut in_word, &mut expands, &mut quoted);
     if stage.words.is_empty() {
         return Err(syntax(if stages.is_empty() {
             "an empty command"
@@ -306,6 +315,8 @@ mod tests {
             "a # c",
             "'unterminated",
             "\"open",
+            "a '2'>&1",
+            "a \"1\">/dev/null",
             "a | ",
             "| a",
             "",

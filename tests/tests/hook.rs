@@ -49,11 +49,11 @@ impl Fixture {
         link(&root.join("outside"), "link_out");
         link(&home.join(".bashrc_new"), "dangling");
         std::fs::hard_link(home.join(".bashrc"), project.join("hardlink")).unwrap();
+        // The wrappers as users get them (`sandgate install --dir`), and `sandgate` beside them.
         let bin = root.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        for name in ["sandbox-run", "sandbox-net", "sandbox-build", "sandgate"] {
-            std::os::unix::fs::symlink(sandgate_bin(), bin.join(name)).unwrap();
-        }
+        let out = env.cmd().args(["install", "--dir"]).arg(&bin).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::os::unix::fs::symlink(sandgate_bin(), bin.join("sandgate")).unwrap();
         let fake = root.join("fake");
         write(&fake.join("sandbox-run"), "#!/bin/sh\nexec \"$@\"\n");
         std::fs::set_permissions(fake.join("sandbox-run"), std::fs::Permissions::from_mode(0o755))

@@ -9,7 +9,8 @@ pub const MARKER_ENV: &str = "SANDGATE_PROMPT_MARKER";
 /// take it from the environment (sh, dash, zsh without a theme, bash without a `PS1` in its rc
 /// files), and `PROMPT_COMMAND` for bash, whose rc files usually set `PS1` after reading the
 /// environment (it runs before each prompt and adds the marker once). Unless
-/// `SANDGATE_PROMPT_MARKER=0`.
+/// `SANDGATE_PROMPT_MARKER=0` (the configuration's `[shell] prompt_marker = false` is checked by
+/// the caller).
 pub fn prompt_marker(env: &mut Vec<(OsString, OsString)>, tier: &str) {
     if env.iter().any(|(k, v)| k == MARKER_ENV && v == "0") {
         return;

@@ -231,7 +231,8 @@ pub fn spec_from_policy(
     env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
     let interactive =
         args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
-    if interactive {
+    // (The configuration is read again only for an interactive shell.)
+    if interactive && crate::policy_cmd::load_config().map_or(true, |c| c.prompt_marker()) {
         crate::agent_env::prompt_marker(&mut env, &policy.tier);
     }
     let command = if args.command.is_empty() {

@@ -13,6 +13,9 @@
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
 //! git_writable = false                  # true: commits from inside (.git writable but hooks/config)
 //!
+//! [shell]
+//! prompt_marker = true                  # false: no `[sandgate:TIER] ` in interactive prompts
+//!
 //! [tiers.build-offline]
 //! base = "build"
 //! network = "none"
@@ -119,9 +122,16 @@ impl ConfigError {
 struct RawFile {
     network: RawNetwork,
     filesystem: RawFs,
+    shell: RawShell,
     tiers: BTreeMap<String, RawTier>,
     daemon: RawDaemon,
     telegram: Option<RawTelegram>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawShell {
+    prompt_marker: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -212,6 +222,8 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// `[filesystem] git_writable`, when set.
     pub git_writable: Option<bool>,
+    /// `[shell] prompt_marker`, when set.
+    pub prompt_marker: Option<bool>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -313,6 +325,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         git_writable: raw.filesystem.git_writable,
+        prompt_marker: raw.shell.prompt_marker,
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,

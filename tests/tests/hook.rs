@@ -473,7 +473,7 @@ fn hook_decisions_reach_the_event_log() {
 }
 
 /// An interactive bash in a sandbox shows the tier in its prompt, even when `.bashrc` sets `PS1`;
-/// `SANDGATE_PROMPT_MARKER=0` turns it off.
+/// `SANDGATE_PROMPT_MARKER=0` or `[shell] prompt_marker = false` turns it off.
 #[test]
 fn interactive_bash_shows_the_tier_in_its_prompt() {
     if skip_unless(
@@ -510,4 +510,8 @@ fn interactive_bash_shows_the_tier_in_its_prompt() {
     let off = session(Some("0"));
     assert!(off.contains("tier-is-run-0"), "{off}");
     assert!(!off.contains("[sandgate:"), "marker shown although turned off: {off}");
+    write(&f.env.config_home().join("sandgate/config.toml"), "[shell]\nprompt_marker = false\n");
+    let off = session(None);
+    assert!(off.contains("tier-is-run-0"), "{off}");
+    assert!(!off.contains("[sandgate:"), "marker shown although the configuration says no: {off}");
 }

@@ -41,6 +41,16 @@ fn claude_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".claude"))
 }
 
+/// settings.json, or the file it links to (a dotfiles repository's): written in place, so the
+/// link stays a link.
+fn settings_file(dir: &Path) -> PathBuf {
+    let path = dir.join("settings.json");
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
+        _ => path,
+    }
+}
+
 fn side(settings: &Path, suffix: &str) -> PathBuf {
     let mut name = settings.file_name().unwrap_or_default().to_owned();
     name.push(format!(".{suffix}"));
@@ -102,7 +112,7 @@ fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
 pub fn install_claude(tier: &str) -> anyhow::Result<()> {
     let dir = claude_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let settings = dir.join("settings.json");
+    let settings = settings_file(&dir);
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
     let exe = exe.to_str().context("the sandgate binary's path is not UTF-8")?;
     if exe.contains(char::is_whitespace) {
@@ -148,7 +158,7 @@ pub fn install_claude(tier: &str) -> anyhow::Result<()> {
 /// Removes what [`install_claude`] added.
 fn uninstall_claude() -> anyhow::Result<()> {
     let dir = claude_dir()?;
-    let settings = dir.join("settings.json");
+    let settings = settings_file(&dir);
     let (backup, absent) = (side(&settings, BACKUP_SUFFIX), side(&settings, ABSENT_SUFFIX));
     let made_by_install = absent.exists();
     match std::fs::read(&settings) {

@@ -314,6 +314,20 @@ fn install_claude_then_uninstall_restores_settings_exactly() {
         std::fs::read_dir(home.join(".claude")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers, ["settings.json"], "uninstall left files behind");
 
+    // settings.json as a link into a dotfiles directory: written through, still a link after.
+    let env = Env::new();
+    let home = env.root.path().join("home");
+    let dotfiles = env.root.path().join("dotfiles/settings.json");
+    write(&dotfiles, original);
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::os::unix::fs::symlink(&dotfiles, home.join(".claude/settings.json")).unwrap();
+    install_cmd(&env, &["install", "--dir", bin, "--claude"]);
+    assert!(std::fs::read_to_string(&dotfiles).unwrap().contains("hook claude"));
+    assert!(home.join(".claude/settings.json").is_symlink(), "install replaced the link");
+    install_cmd(&env, &["uninstall", "--dir", bin, "--claude"]);
+    assert!(home.join(".claude/settings.json").is_symlink(), "uninstall replaced the link");
+    assert_eq!(std::fs::read_to_string(&dotfiles).unwrap(), original);
+
     // No settings before: none after.
     let env = Env::new();
     let home = env.root.path().join("home");

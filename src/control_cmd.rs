@@ -654,6 +654,13 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
             "2",
         ),
         Event::DaemonStopping => ("sandgate: the daemon is stopping".to_owned(), "2"),
+        Event::Hook { agent, tool, decision, reason } => (
+            format!(
+                "sandgate: hook {agent} {} {decision}: {reason}",
+                tool.as_deref().unwrap_or("?")
+            ),
+            if decision == "allow" { "32" } else { "2" },
+        ),
     };
     // Every line carries text from a sandbox (names, methods, hosts, command lines): one pass
     // through the sanitiser covers them all, before the colour codes are added.

@@ -57,6 +57,13 @@ pub struct InstallArgs {
     /// `~/.local/bin`).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Also register the Claude Code PermissionRequest hook (`~/.claude/settings.json`) and
+    /// write the sandgate skill (`~/.claude/skills/sandgate/SKILL.md`).
+    #[arg(long)]
+    pub claude: bool,
+    /// The tier the hook checks file-tool paths against.
+    #[arg(long, default_value = "build", requires = "claude")]
+    pub hook_tier: String,
 }
 
 /// Options of `sandgate explain`.
@@ -250,6 +257,7 @@ pub fn spec_from_policy(
         .filter(|(k, _)| {
             k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
+                && k != "GIT_OPTIONAL_LOCKS"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
                 && !secrets.removes(k)
         })
@@ -262,6 +270,14 @@ pub fn spec_from_policy(
     let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
     env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
+    // git's background index refresh would write .git/index (read-only in every tier) and fail.
+    env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+    let interactive =
+        args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
+    // (The configuration is read again only for an interactive shell.)
+    if interactive && crate::policy_cmd::load_config().map_or(true, |c| c.prompt_marker()) {
+        crate::agent_env::prompt_marker(&mut env, &policy.tier);
+    }
     let command = if args.command.is_empty() {
         let shell = ctx
             .env
@@ -842,6 +858,9 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
             dir.display(),
             dir.display()
         );
+    }
+    if args.claude {
+        crate::agent_cmd::install_claude(&args.hook_tier)?;
     }
     Ok(0)
 }

@@ -8,11 +8,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent_cmd;
+mod agent_env;
 mod client;
 mod control_cmd;
 mod daemon;
 mod docs_cmd;
 mod firewall_cmd;
+mod hook_cmd;
 mod launch_cmd;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
@@ -39,8 +42,11 @@ enum Command {
     Net(launch_cmd::LaunchArgs),
     /// Run a command with the current directory writable and network through the proxy (tier `build`).
     Build(launch_cmd::LaunchArgs),
-    /// Create the `sandbox-run`, `sandbox-net` and `sandbox-build` links.
+    /// Create the `sandbox-run`, `sandbox-net` and `sandbox-build` links (and, with --claude,
+    /// register the Claude Code hook and skill).
     Install(launch_cmd::InstallArgs),
+    /// Remove the links (and, with --claude, the Claude Code hook and skill).
+    Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch_cmd::ExplainArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
@@ -98,23 +104,8 @@ enum Command {
     Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
     Stop(control_cmd::JsonArg),
-    /// (not yet available) Agent hooks (Claude Code PermissionRequest).
-    Hook(NotYet),
-}
-
-/// Arguments of a command that this build does not have yet.
-#[derive(Debug, clap::Args)]
-struct NotYet {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    args: Vec<OsString>,
-}
-
-fn not_yet(name: &str) -> anyhow::Result<u8> {
-    Err(policy_cmd::UsageError(format!(
-        "`sandgate {name}` is not yet available in this build (see the README's \"Status\" \
-         section)"
-    ))
-    .into())
+    /// Agent permission hooks: allow tool calls that stay inside a tier (Claude Code).
+    Hook(hook_cmd::HookArgs),
 }
 
 /// Maps the name the binary was started under to the tier subcommand it stands for.
@@ -182,7 +173,8 @@ fn main() -> ExitCode {
         Command::Log(a) => log_cmd::log(a),
         Command::Learn(a) => learn_cmd::learn(a),
         Command::Stop(a) => control_cmd::stop(a),
-        Command::Hook(_) => not_yet("hook"),
+        Command::Hook(a) => hook_cmd::run(a),
+        Command::Uninstall(a) => agent_cmd::uninstall(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -22,7 +22,20 @@ const EXIT_ASK: u8 = 3;
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// `host[:port]` or a URL (`https://crates.io/...`); the port defaults to 443 (80 for http://).
+    #[arg(default_value = "", hide_default_value = true, conflicts_with = "path")]
     pub target: String,
+    /// Check a file path instead (what a file tool may do there): exit 0 allowed, 1 refused.
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+    /// With --path: reading (the default).
+    #[arg(long, requires = "path", conflicts_with = "write")]
+    pub read: bool,
+    /// With --path: writing.
+    #[arg(long, requires = "path")]
+    pub write: bool,
+    /// With --path: narrow the tier's writable paths to these (never widen).
+    #[arg(long = "allow-write", value_name = "DIR", requires = "path")]
+    pub allow_write: Vec<PathBuf>,
     /// The tier whose policy decides.
     #[arg(long, default_value = "net")]
     pub tier: String,
@@ -70,6 +83,15 @@ pub fn load_config() -> anyhow::Result<Config> {
 
 /// `sandgate check`: prints the decision and the rule that made it.
 pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
+    if let Some(path) = &args.path {
+        return crate::hook_cmd::check_path(
+            path,
+            args.write,
+            &args.tier,
+            args.allow_write,
+            args.json,
+        );
+    }
     let target = match Target::parse(&args.target) {
         Ok(t) => t,
         Err(e) => {
@@ -300,7 +322,8 @@ fn telegram_warnings(config: &Config) -> Vec<String> {
     out
 }
 
-fn absolute(cwd: &Path, p: &Path) -> PathBuf {
+/// `p` made absolute against `cwd`, canonical when it exists.
+pub fn absolute(cwd: &Path, p: &Path) -> PathBuf {
     let abs = if p.is_absolute() { p.to_owned() } else { cwd.join(p) };
     abs.canonicalize().unwrap_or(abs)
 }

@@ -17,6 +17,9 @@
 //! [env]
 //! pass = ["GH_TOKEN"]                   # secret-looking variables kept (names or `*` patterns)
 //!
+//! [shell]
+//! prompt_marker = true                  # false: no `[sandgate:TIER] ` in interactive prompts
+//!
 //! [tiers.build-offline]
 //! base = "build"
 //! network = "none"
@@ -125,6 +128,7 @@ impl ConfigError {
 struct RawFile {
     network: RawNetwork,
     filesystem: RawFs,
+    shell: RawShell,
     tiers: BTreeMap<String, RawTier>,
     env: RawEnv,
     daemon: RawDaemon,
@@ -135,6 +139,12 @@ struct RawFile {
 #[serde(deny_unknown_fields, default)]
 struct RawEnv {
     pass: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawShell {
+    prompt_marker: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -234,6 +244,8 @@ pub struct CheckedFile {
     pub readable_home: Vec<String>,
     /// `[env] pass`: secret-looking variables (names or patterns) passed to the command.
     pub env_pass: Vec<String>,
+    /// `[shell] prompt_marker`, when set.
+    pub prompt_marker: Option<bool>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -346,6 +358,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         git_writable: raw.filesystem.git_writable,
         readable_home: Vec::new(),
         env_pass: Vec::new(),
+        prompt_marker: raw.shell.prompt_marker,
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,

@@ -163,6 +163,12 @@ impl Config {
         self.global.as_ref().and_then(|f| f.content.telegram.clone())
     }
 
+    /// Whether interactive shells in a sandbox show the tier in their prompt (`[shell]
+    /// prompt_marker`; the later file decides; on by default).
+    pub fn prompt_marker(&self) -> bool {
+        self.files().filter_map(|f| f.content.prompt_marker).last().unwrap_or(true)
+    }
+
     /// The loaded files, global first.
     pub fn files(&self) -> impl Iterator<Item = &LoadedFile> {
         self.global.iter().chain(self.project.iter())

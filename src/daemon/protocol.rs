@@ -120,6 +120,19 @@ pub enum Request {
     },
     /// Stops the daemon (launchers are told, and wait for a new daemon instead of starting one).
     Stop,
+    /// An agent hook decided (or declined to decide) a tool call; recorded and shown by
+    /// `sandgate watch`. Hooks send it without waiting for the reply.
+    HookDecision {
+        /// The agent (`claude`).
+        agent: String,
+        /// The tool, when the input named one.
+        #[serde(default)]
+        tool: Option<String>,
+        /// `allow`, `deny` or `none`.
+        decision: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A descriptor passed with `register`.
@@ -314,6 +327,17 @@ pub enum Event {
     },
     /// The daemon is stopping on request: launchers wait for a new one instead of starting one.
     DaemonStopping,
+    /// An agent hook answered a tool call (`none`: it left the decision to the person).
+    Hook {
+        /// The agent.
+        agent: String,
+        /// The tool.
+        tool: Option<String>,
+        /// `allow`, `deny` or `none`.
+        decision: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Event {
@@ -329,7 +353,7 @@ impl Event {
             | Event::Request { sandbox, .. }
             | Event::SandboxStarted { sandbox, .. }
             | Event::SandboxEnded { sandbox, .. } => Some(sandbox),
-            Event::DaemonStopping => None,
+            Event::DaemonStopping | Event::Hook { .. } => None,
         }
     }
 }

@@ -492,6 +492,12 @@ impl Conn {
                 ))
             }
             Request::Subscribe { .. } => Err(Failure("internal", "subscribe handled above".into())),
+            Request::HookDecision { agent, tool, decision, reason } => {
+                // Bounded: the line limit already caps it, but the log should stay readable.
+                let reason: String = reason.chars().take(2000).collect();
+                s.publish(EventKind::Decision, None, Event::Hook { agent, tool, decision, reason });
+                Ok(json!({ "recorded": true }))
+            }
             Request::Stop => {
                 let _ = s.bus.send(Event::DaemonStopping);
                 let _ = d.stop.send(true);

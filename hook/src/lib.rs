@@ -1,0 +1,31 @@
+//! Agent permission hooks: is this tool call already confined by a sandgate tier?
+//!
+//! A coding agent asks before it runs a shell command or touches a file. This crate answers the
+//! question for calls that need no person: a shell command line whose every part runs inside
+//! `sandbox-run`, `sandbox-net` or `sandbox-build` (the kernel confines it), and a file-tool call
+//! whose one path the tier's policy allows (checked by path, with the launcher's own policy
+//! model). Everything else — and every input it does not fully understand — gets no decision, so
+//! the agent's normal prompt appears.
+//!
+//! It is pure: JSON in, [`Verdict`] out, with the filesystem behind the [`Filesystem`] trait
+//! (canonical paths, link metadata, `PATH` lookup). It does no I/O of its own beyond that trait,
+//! prints nothing and never talks to the daemon; the `sandgate hook` command does.
+//!
+//! # Precedence
+//! 1. malformed, oversized or unknown input → no decision (never allow, never deny);
+//! 2. `Bash`: every pipeline stage a wrapper of ours with narrowing options only → allow;
+//!    otherwise no decision;
+//! 3. file tools: the resolved path allowed by [`check_path`] → allow; refused → no decision
+//!    (or deny with the refusal's message, when the hook is configured to deny).
+
+#![forbid(unsafe_code)]
+
+mod claude;
+mod fs;
+mod paths;
+mod shell;
+
+pub use claude::{HookSettings, MAX_INPUT, Verdict, decide_claude, verdict_json};
+pub use fs::{FileInfo, Filesystem, RealFs};
+pub use paths::{Access, PathRefusal, RefusalKind, Walls, check_path, resolve_path};
+pub use shell::{Refusal as CommandRefusal, Stage, WRAPPERS, check_command, split_command};

@@ -18,6 +18,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod canon;
 mod error;
 mod forward;
 pub mod seatbelt;
@@ -41,4 +42,4 @@ pub use linux::{
     prepare_nested, resolved_unix_sockets,
 };
 #[cfg(target_os = "macos")]
-pub use macos::{Launched, launch, launch_with_proxy_port};
+pub use macos::{Launched, inside_seatbelt, launch, launch_with_proxy_port, pid_in_seatbelt};

@@ -121,6 +121,16 @@ pub fn decode(frame: &[u8], now: SystemTime) -> Result<(PflogHeader, BlockedPack
     Ok((header, packet))
 }
 
+/// The scope a pflog packet belongs to: by the socket's uid (`sandgate.u501`, the log prefix of
+/// the guest-user scope), else by the anchor name pf recorded (cut to 15 bytes).
+pub fn scope_name(packet: &BlockedPacket) -> String {
+    match packet.uid {
+        Some(uid) => format!("sandgate.u{uid}"),
+        None if !packet.prefix.is_empty() => packet.prefix.clone(),
+        None => "unknown".to_owned(),
+    }
+}
+
 fn c_string(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
@@ -297,6 +307,20 @@ mod tests {
                 "{proto:?}"
             );
             assert_eq!(p.prefix, "sandgate.u501");
+        }
+    }
+
+    #[test]
+    fn packets_are_attributed_by_uid_then_anchor() {
+        let ipb = ip_packet(ip("1.1.1.1"), ip("2.2.2.2"), 6, &tcp(1, 443, 2));
+        // (anchor as pf cut it, uid, scope)
+        for (anchor, uid, want) in [
+            ("sandgate.u501.p", Some(501), "sandgate.u501"),
+            ("sandgate.u502", None, "sandgate.u502"),
+            ("", None, "unknown"),
+        ] {
+            let f = frame(AF_INET, anchor, uid, None, &ipb);
+            assert_eq!(scope_name(&decode(&f, SystemTime::UNIX_EPOCH).unwrap().1), want);
         }
     }
 

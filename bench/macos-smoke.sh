@@ -81,6 +81,9 @@ row "curl through the proxy" ok build --allow 127.0.0.1 -- curl -sf --max-time 1
 row "a host not allowed is refused by the proxy" fail net -- curl -sf --max-time 10 --noproxy '' "http://127.0.0.1:$port/"
 row "no network in run" fail run -- curl -sf --max-time 5 --noproxy '' "http://127.0.0.1:$port/"
 row "write in the working directory" ok build -- touch "$repo/built"
+# A hard link would give the hidden file a second, unhidden name inside a writable path.
+row "hard link to a hidden file is refused" fail build -- ln "$dir/secret/token" "$repo/stolen"
+row "moving a hidden file out is refused" fail build -- mv "$dir/secret/token" "$repo/stolen"
 row "git hook write is refused" fail build -- sh -c 'echo x >.git/hooks/pre-commit'
 row "git config write is refused" fail build -- git config core.fsmonitor evil
 row "renaming .git is refused" fail build -- mv .git moved

@@ -147,7 +147,7 @@ fn backend() -> Box<dyn Firewall> {
 #[cfg(target_os = "macos")]
 fn own_uids() -> Vec<u32> {
     let mut own = vec![nix::unistd::getuid().as_raw(), nix::unistd::geteuid().as_raw()];
-    own.extend(std::env::var("SUDO_UID").ok().and_then(|u| u.parse().ok()));
+    own.extend(std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok()));
     own
 }
 

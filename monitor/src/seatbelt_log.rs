@@ -151,10 +151,20 @@ mod tests {
         lines.iter().filter_map(|l| log.feed(l)).collect()
     }
 
+    /// (lines, sandbox, process, pid, operation, target, destination)
+    type Row = (
+        Vec<String>,
+        &'static str,
+        &'static str,
+        Option<u32>,
+        &'static str,
+        &'static str,
+        Option<(&'static str, u16)>,
+    );
+
     #[test]
     fn sample_lines() {
-        // (lines, sandbox, process, pid, operation, target, destination)
-        let rows: Vec<(Vec<String>, &str, &str, Option<u32>, &str, &str, Option<(&str, u16)>)> = vec![
+        let rows: Vec<Row> = vec![
             (
                 vec![format!(
                     "{PREFIX}Sandbox: curl(4242) deny(1) network-outbound 93.184.216.34:443 sandgate:sg-1-abc"

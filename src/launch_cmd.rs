@@ -525,9 +525,11 @@ fn run_nested_seatbelt(tier: &str, args: &LaunchArgs) -> anyhow::Result<u8> {
             if !args.quiet {
                 eprintln!("{note}");
             }
-            let Some((program, rest)) = args.command.split_first() else {
-                bail!("already inside a sandbox: give the command to run");
-            };
+            // No command: an interactive shell, as outside.
+            let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty());
+            let default = [shell.unwrap_or_else(|| "/bin/sh".into()), "-i".into()];
+            let command = if args.command.is_empty() { &default[..] } else { &args.command[..] };
+            let (program, rest) = command.split_first().context("empty command")?;
             let err = std::process::Command::new(program).args(rest).exec();
             eprintln!("sandgate: {}: {err}", program.to_string_lossy());
             Ok(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })

@@ -252,7 +252,7 @@ fn trustd_is_a_setting() {
 #[test]
 fn jvm_prefers_ipv4_with_network() {
     let env = vec![("JAVA_TOOL_OPTIONS".into(), "-Xmx1g -Dhttp.proxyPort=3128".into())];
-    let proxy = NetMode::Proxy { nflog_group: 0, ruleset: String::new() };
+    let proxy = spec("net").net;
     let got = seatbelt::environment(&env, &proxy);
     assert_eq!(
         got[0].1, "-Xmx1g -Dhttp.proxyPort=3128 -Djava.net.preferIPv4Stack=true",

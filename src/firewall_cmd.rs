@@ -106,6 +106,9 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                     );
                 }
             }
+            // The proxy runs as the user who started the daemon (the one sudo ran this for).
+            #[cfg(target_os = "macos")]
+            sandgate_pf::pf::refuse_own_uid(scope.uid, &own_uids())?;
             fw.apply(&plan).map_err(|e| explain(e, "apply"))?;
             eprintln!(
                 "sandgate: {scope} fenced in with {subids} ({}); blocked traffic is logged; \
@@ -226,6 +229,14 @@ fn identity_warning(installed: &Installed) -> Option<String> {
 fn backend() -> Box<dyn Firewall> {
     use sandgate_pf::pf::{FileTokenStore, PfFirewall};
     Box::new(PfFirewall::system(FileTokenStore::new("/var/run/sandgate/pf-tokens")))
+}
+
+/// The uids whose traffic the daemon's proxy is: this process's and the `sudo` caller's.
+#[cfg(target_os = "macos")]
+fn own_uids() -> Vec<u32> {
+    let mut own = vec![nix::unistd::getuid().as_raw(), nix::unistd::geteuid().as_raw()];
+    own.extend(std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok()));
+    own
 }
 
 #[cfg(not(target_os = "macos"))]

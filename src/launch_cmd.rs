@@ -393,6 +393,10 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     if let Some(outer) = sandgate_sandbox::inside_sandbox() {
         return run_nested(tier, &args, &outer);
     }
+    #[cfg(target_os = "macos")]
+    if sandgate_sandbox::inside_seatbelt() {
+        return run_nested_seatbelt(tier, &args);
+    }
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
@@ -489,6 +493,35 @@ fn run_nested(
             Ok(126)
         }
         e => Err(e.into()),
+    }
+}
+
+/// A launch inside a Seatbelt sandbox (macOS cannot stack profiles): in place under the outer
+/// walls when they are the ones asked for, else a clear refusal ([`sandgate_sandbox::seatbelt::nested`]).
+#[cfg(target_os = "macos")]
+fn run_nested_seatbelt(tier: &str, args: &LaunchArgs) -> anyhow::Result<u8> {
+    use sandgate_sandbox::seatbelt::{Nested, nested};
+    use std::os::unix::process::CommandExt as _;
+    // Only a sandgate sandbox names its tier (a variable the command could change, but only to
+    // fool itself: the outer walls apply whatever it says).
+    let outer = std::env::var("SANDGATE_TIER")
+        .ok()
+        .filter(|_| std::env::var_os("SANDGATE_SANDBOX").is_some());
+    match nested(outer.as_deref(), tier, !args.allow_write.is_empty()) {
+        Nested::Refuse { message } => Err(crate::policy_cmd::UsageError(message).into()),
+        Nested::RunInPlace { note } => {
+            if !args.quiet {
+                eprintln!("{note}");
+            }
+            // No command: an interactive shell, as outside.
+            let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty());
+            let default = [shell.unwrap_or_else(|| "/bin/sh".into()), "-i".into()];
+            let command = if args.command.is_empty() { &default[..] } else { &args.command[..] };
+            let (program, rest) = command.split_first().context("empty command")?;
+            let err = std::process::Command::new(program).args(rest).exec();
+            eprintln!("sandgate: {}: {err}", program.to_string_lossy());
+            Ok(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+        }
     }
 }
 
@@ -1079,6 +1112,7 @@ mod tests {
         assert!(build.read_only.contains(&PathBuf::from("/home/u/.bashrc")));
         assert!(build.read_only.contains(&PathBuf::from("/home/u/.gitconfig")));
         assert!(build.read_only.contains(&PathBuf::from("/home/u/.config/systemd/user")));
+        assert!(build.read_only.contains(&PathBuf::from("/home/u/Library/LaunchAgents")));
         assert!(!build.read_only.contains(&PathBuf::from("/work/p/.gitconfig")));
         assert!(!build.read_only.contains(&PathBuf::from("/work/p/.bashrc")));
         assert!(matches!(build.net, NetMode::Proxy { .. }));

@@ -465,6 +465,15 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         out.env_pass.push(name.clone());
     }
     for (name, tier) in raw.tiers {
+        // The name goes into messages, variables and the macOS profile: plain names only.
+        let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-';
+        if name.is_empty() || name.len() > 64 || !name.bytes().all(plain) {
+            return Err(cx.err(
+                tier.base.span(),
+                format!("tier name {name:?} has characters outside [a-z0-9_-]"),
+                "name the tier with lower-case letters, digits, '_' and '-' (at most 64)",
+            ));
+        }
         if crate::tiers::builtin_tiers().iter().any(|t| t.name == name) {
             return Err(cx.err(
                 tier.base.span(),
@@ -730,6 +739,16 @@ mod tests {
 
     fn err(text: &str) -> ConfigError {
         parse(Path::new("c.toml"), text, Some(Path::new("/home/u"))).unwrap_err()
+    }
+
+    #[test]
+    fn tier_names_outside_a_z_0_9_are_refused() {
+        for name in ["\"x\\n(allow default)\"", "\"Build\"", "\"a b\"", "\"\""] {
+            let e = err(&format!("[tiers.{name}]\nbase = \"build\"\n"));
+            assert!(e.message.contains("outside [a-z0-9_-]"), "{name}: {e}");
+        }
+        let ok = parse(Path::new("c.toml"), "[tiers.build-offline_2]\nbase = \"build\"\n", None);
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]

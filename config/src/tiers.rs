@@ -87,9 +87,15 @@ pub const SHELL_RC: &[&str] = &[
 /// Other entries of `$HOME` that make code run later outside the sandbox, kept read-only like
 /// [`SHELL_RC`] whenever `$HOME` lies in a writable path: git's own configuration (aliases,
 /// `core.hooksPath`, `core.fsmonitor`), the user's `bin` directory (early in `PATH`), systemd user
-/// units and desktop autostart entries.
-pub const HOME_AUTORUN: &[&str] =
-    &[".gitconfig", ".config/git", ".local/bin", ".config/systemd/user", ".config/autostart"];
+/// units, desktop autostart entries and macOS launch agents (run at the next login).
+pub const HOME_AUTORUN: &[&str] = &[
+    ".gitconfig",
+    ".config/git",
+    ".local/bin",
+    ".config/systemd/user",
+    ".config/autostart",
+    "Library/LaunchAgents",
+];
 
 /// Named sets of allow patterns that configs can include with `presets = ["..."]`.
 pub const PRESETS: &[(&str, &[&str])] = &[

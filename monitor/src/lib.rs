@@ -4,7 +4,8 @@
 //!
 //! Sources: NFLOG over netlink on Linux ([`nflog`]; the socket is opened inside a sandbox's network
 //! namespace by the launcher, or on the host for guest-user scopes) and `pflog0` on macOS
-//! ([`pflog`]). The decoders are pure functions over bytes, tested with fixtures and fuzzed; only
+//! ([`pflog`]), plus Seatbelt's own denials read from `log stream` ([`seatbelt_log`]). The
+//! decoders are pure functions over bytes, tested with fixtures and fuzzed; only
 //! the socket / capture glue touches the kernel. This crate does not install rules (that is
 //! `sandgate-pf`) and does not store events (sinks do).
 
@@ -17,6 +18,7 @@ mod error;
 pub mod nflog;
 mod packet;
 pub mod pflog;
+pub mod seatbelt_log;
 mod sink;
 
 pub use aggregate::{Aggregator, AggregatorConfig, Alert, AlertKey};

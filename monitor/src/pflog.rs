@@ -14,8 +14,10 @@
 //! | 44     | `uid`, 48 `pid`, 52 `rule_uid`, 56 `rule_pid` (host order: little endian on every Mac) |
 //! | 60     | `dir`, 61 `pad[3]`            |
 //!
-//! pf writes `uid = UID_MAX` and `pid = NO_PID` (100000) when it did not look the socket up; those
-//! decode as `None`.
+//! pf writes `uid = UID_MAX` (XNU's is 2147483647, not `u32::MAX`) when it did not look the socket
+//! up; that decodes as `None`. XNU never fills `pid` (it stays `NO_PID`, 100000, even with
+//! `log (user)`), so the daemon attributes by uid and anchor name; `pid` decodes as `None` then,
+//! and is kept for pf implementations that do fill it.
 
 use std::time::SystemTime;
 
@@ -34,6 +36,8 @@ pub const AF_INET: u8 = 2;
 pub const AF_INET6: u8 = 30;
 /// `NO_PID` of xnu's pf (`PID_MAX + 1`).
 pub const NO_PID: u32 = 100_000;
+/// XNU's `UID_MAX`: what its pf writes for "no uid".
+pub const UID_MAX: u32 = 2_147_483_647;
 
 /// The decoded pflog header.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,7 +58,7 @@ pub struct PflogHeader {
     pub subrulenr: u32,
     /// Uid of the socket, when pf looked it up.
     pub uid: Option<u32>,
-    /// Pid of the socket's process, when pf looked it up.
+    /// Pid of the socket's process, when pf filled it (XNU never does).
     pub pid: Option<u32>,
     /// Uid that loaded the rule.
     pub rule_uid: u32,
@@ -95,7 +99,8 @@ pub fn decode(frame: &[u8], now: SystemTime) -> Result<(PflogHeader, BlockedPack
     if af != AF_INET && af != AF_INET6 {
         return Err(DecodeError::UnknownFamily { af });
     }
-    let uid = Some(le(44)).filter(|&u| u != u32::MAX);
+    // `u32::MAX` too: other pf implementations (OpenBSD's) write that.
+    let uid = Some(le(44)).filter(|&u| u != UID_MAX && u != u32::MAX);
     let pid = Some(le(48)).filter(|&p| p != NO_PID && i32::try_from(p).is_ok_and(|p| p > 0));
     let header = PflogHeader {
         af,
@@ -114,6 +119,16 @@ pub fn decode(frame: &[u8], now: SystemTime) -> Result<(PflogHeader, BlockedPack
     let headers = decode_ip(&frame[start..])?;
     let packet = BlockedPacket::new(now, header.ruleset.clone(), (uid, None, pid), headers);
     Ok((header, packet))
+}
+
+/// The scope a pflog packet belongs to: by the socket's uid (`sandgate.u501`, the log prefix of
+/// the guest-user scope), else by the anchor name pf recorded (cut to 15 bytes).
+pub fn scope_name(packet: &BlockedPacket) -> String {
+    match packet.uid {
+        Some(uid) => format!("sandgate.u{uid}"),
+        None if !packet.prefix.is_empty() => packet.prefix.clone(),
+        None => "unknown".to_owned(),
+    }
 }
 
 fn c_string(bytes: &[u8]) -> String {
@@ -139,7 +154,7 @@ pub mod fixtures {
         f[20..20 + n].copy_from_slice(&r[..n]);
         f[36..40].copy_from_slice(&3u32.to_be_bytes());
         f[40..44].copy_from_slice(&1u32.to_be_bytes());
-        f[44..48].copy_from_slice(&uid.unwrap_or(u32::MAX).to_le_bytes());
+        f[44..48].copy_from_slice(&uid.unwrap_or(UID_MAX).to_le_bytes());
         f[48..52].copy_from_slice(&pid.unwrap_or(NO_PID).to_le_bytes());
         f[60] = 2; // PF_OUT
         f.extend_from_slice(ip);
@@ -292,6 +307,31 @@ mod tests {
                 "{proto:?}"
             );
             assert_eq!(p.prefix, "sandgate.u501");
+        }
+    }
+
+    #[test]
+    fn packets_are_attributed_by_uid_then_anchor() {
+        let ipb = ip_packet(ip("1.1.1.1"), ip("2.2.2.2"), 6, &tcp(1, 443, 2));
+        // (anchor as pf cut it, uid, scope)
+        for (anchor, uid, want) in [
+            ("sandgate.u501.p", Some(501), "sandgate.u501"),
+            ("sandgate.u502", None, "sandgate.u502"),
+            ("", None, "unknown"),
+        ] {
+            let f = frame(AF_INET, anchor, uid, None, &ipb);
+            assert_eq!(scope_name(&decode(&f, SystemTime::UNIX_EPOCH).unwrap().1), want);
+        }
+    }
+
+    #[test]
+    fn xnu_no_uid_is_uid_max() {
+        let ipb = ip_packet(ip("1.1.1.1"), ip("2.2.2.2"), 6, &tcp(1, 443, 2));
+        // (uid field as written by pf, decoded)
+        for (raw, want) in [(UID_MAX, None), (u32::MAX, None), (0, Some(0)), (501, Some(501))] {
+            let mut f = frame(AF_INET, "sandgate.u501", Some(1), None, &ipb);
+            f[44..48].copy_from_slice(&raw.to_le_bytes());
+            assert_eq!(decode(&f, SystemTime::UNIX_EPOCH).unwrap().1.uid, want, "{raw}");
         }
     }
 

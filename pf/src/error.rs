@@ -49,6 +49,20 @@ pub enum FirewallError {
         /// What was unexpected.
         what: String,
     },
+    /// pf's main ruleset does not evaluate sandgate's anchor (pf backend): the rules are loaded
+    /// but never consulted.
+    #[error(
+        "pf fails open: the main ruleset does not evaluate `anchor \"com.apple/*\"` ({why}), so \
+         the guest user is NOT fenced in. Restore the stock /etc/pf.conf (`pfctl -f /etc/pf.conf`) \
+         or add that anchor line to the loaded ruleset, then apply again; `sandgate firewall \
+         remove` undoes this apply. Main ruleset:\n{rules}"
+    )]
+    AnchorNotEvaluated {
+        /// Why the anchor does not count.
+        why: String,
+        /// `pfctl -s rules` output.
+        rules: String,
+    },
     /// The token store failed (pf backend).
     #[error("pf token store: {0}")]
     TokenStore(String),
@@ -68,6 +82,7 @@ impl FirewallError {
             FirewallError::Missing { .. }
             | FirewallError::Invalid { .. }
             | FirewallError::Parse { .. }
+            | FirewallError::AnchorNotEvaluated { .. }
             | FirewallError::TokenStore(_) => false,
         }
     }

@@ -3,7 +3,12 @@
 //!
 //! Sequencing (tested on every OS with a [`RecordingRunner`](crate::RecordingRunner)):
 //! - apply: `pfctl -E` once per scope (pf is reference counted; the token goes to the
-//!   [`TokenStore`]), then `pfctl -a ANCHOR -f -` with the rules (an atomic replace of the anchor);
+//!   [`TokenStore`]), `ifconfig pflog0` (created with `ifconfig pflog0 create` when missing: XNU
+//!   makes none by default, and a `log (to pflog0)` rule then logs nowhere), then
+//!   `pfctl -a ANCHOR -f -` with the rules (an atomic replace of the anchor), then `pfctl -s rules`
+//!   to check that the main ruleset still evaluates `anchor "com.apple/*"` ([`check_main_ruleset`]):
+//!   a tool that loaded its own pf.conf leaves the anchor loaded but never consulted, and the
+//!   guest user unfenced, so apply fails loudly instead;
 //! - remove: `pfctl -a ANCHOR -F all`, then `pfctl -X TOKEN` and the token is forgotten;
 //! - gc: anchors and stored tokens whose owner is gone are removed / released.
 //!
@@ -27,6 +32,12 @@ pub const ANCHOR_PREFIX: &str = "sandgate.";
 /// Path of `pfctl`.
 pub const PFCTL: &str = "/sbin/pfctl";
 
+/// Path of `ifconfig`.
+pub const IFCONFIG: &str = "/sbin/ifconfig";
+
+/// The interface the anchor logs to.
+pub const PFLOG_IF: &str = "pflog0";
+
 /// The anchor of a scope: `com.apple/sandgate.u501` or `com.apple/sandgate.u501.p4242`.
 ///
 /// pflog records the anchor's last component in a 16-byte field, so `sandgate.u501` is seen whole
@@ -45,7 +56,8 @@ pub fn scope_of_anchor(path: &str) -> Option<Scope> {
 ///
 /// Proxies on loopback pass `on lo0`; everything else of the user's TCP and UDP (IPv4 and IPv6) is
 /// blocked with `return` (RST / ICMP unreachable, so connects fail at once) and logged to `pflog0`
-/// with the socket's uid and pid.
+/// with the socket's uid (`log (user)`; XNU never fills the pid field, so the monitor attributes
+/// by uid and anchor name).
 pub fn guest_anchor_rules(scope: &Scope, policy: &GuestPolicy) -> String {
     let uid = scope.uid;
     let mut s = format!("# sandgate guest-user firewall: {scope}, anchor {}\n", anchor(scope));
@@ -180,6 +192,49 @@ pub fn parse_enable_token(output: &str) -> Option<String> {
     })
 }
 
+/// Checks `pfctl -s rules` output of the main ruleset: `anchor "com.apple/*"` must be there,
+/// for outgoing traffic on every interface, and no unconditional `pass ... quick` rule for
+/// outgoing traffic may come before it (either would let the guest user's traffic past the
+/// anchor: pf fails open, silently).
+pub fn check_main_ruleset(rules: &str) -> Result<(), FirewallError> {
+    let wanted = format!("anchor \"{PARENT_ANCHOR}/*\"");
+    for line in rules.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix(&wanted) {
+            let all_out = rest.split_whitespace().all(|w| w == "all" || w == "out");
+            if all_out {
+                return Ok(());
+            }
+            return Err(not_evaluated(rules, &format!("`{line}` does not cover outgoing traffic")));
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let unconditional = words.first() == Some(&"pass")
+            && words.contains(&"quick")
+            && !words.iter().any(|w| matches!(*w, "in" | "on" | "proto" | "from" | "to" | "user"));
+        if unconditional {
+            return Err(not_evaluated(rules, &format!("`{line}` passes everything before it")));
+        }
+    }
+    Err(not_evaluated(rules, "it is not in the main ruleset"))
+}
+
+fn not_evaluated(rules: &str, why: &str) -> FirewallError {
+    FirewallError::AnchorNotEvaluated { why: why.to_owned(), rules: rules.trim().to_owned() }
+}
+
+/// Refuses to fence in `uid` when it is one of `own` (the daemon's uid, the caller's): the proxy
+/// itself runs as that user, and its own connections upstream would be blocked with the rest.
+pub fn refuse_own_uid(uid: u32, own: &[u32]) -> Result<(), FirewallError> {
+    if own.contains(&uid) {
+        return Err(FirewallError::Invalid {
+            what: format!(
+                "uid {uid} runs the sandgate daemon (or this command): its rules would block the \
+                 proxy's own connections; fence in a separate guest user"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Anchor paths in `pfctl -a com.apple -s Anchors` output.
 pub fn parse_anchors(output: &str) -> Vec<String> {
     output.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect()
@@ -228,6 +283,15 @@ impl<T: TokenStore, R: CommandRunner> PfFirewall<T, R> {
             .collect())
     }
 
+    /// Creates `pflog0` when it does not exist (the anchor's `log (to pflog0)` needs it, and the
+    /// daemon's monitor reads it).
+    fn ensure_pflog(&self) -> Result<(), FirewallError> {
+        if self.runner.run(IFCONFIG, &[PFLOG_IF], None).is_ok() {
+            return Ok(());
+        }
+        self.runner.run(IFCONFIG, &[PFLOG_IF, "create"], None).map(drop)
+    }
+
     /// Releases the scope's pf enable token, if one is held.
     fn release(&self, scope: &Scope) -> Result<bool, FirewallError> {
         let Some(token) = self.tokens.load(scope)? else { return Ok(false) };
@@ -261,7 +325,10 @@ impl<T: TokenStore, R: CommandRunner> Firewall for PfFirewall<T, R> {
             })?;
             self.tokens.save(&plan.scope, &token)?;
         }
-        self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text)).map(drop)
+        self.ensure_pflog()?;
+        self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text))?;
+        let main = self.runner.run(PFCTL, &["-s", "rules"], None)?;
+        check_main_ruleset(&main.stdout)
     }
 
     fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
@@ -349,6 +416,42 @@ mod tests {
         store.forget(&Scope::user(1)).unwrap();
         assert_eq!(store.scopes().unwrap(), [Scope::owned_by(2, 3)]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn main_ruleset_must_evaluate_the_anchor() {
+        let stock = "scrub-anchor \"com.apple/*\" all fragment reassemble\n\
+                     anchor \"com.apple/*\" all\n";
+        for (rules, ok) in [
+            (stock, true),
+            ("anchor \"com.apple/*\"\n", true),
+            ("block drop in all\nanchor \"com.apple/*\" out all\n", true),
+            ("pass in quick all\nanchor \"com.apple/*\" all\n", true),
+            ("pass quick on lo0 all\nanchor \"com.apple/*\" all\n", true),
+            // a tool's own pf.conf: no anchor
+            ("scrub in all\npass out all\n", false),
+            ("", false),
+            // consulted only for incoming traffic, or on one interface
+            ("anchor \"com.apple/*\" in all\n", false),
+            ("anchor \"com.apple/*\" on en0 all\n", false),
+            // everything passed before the anchor is reached
+            ("pass out quick all\nanchor \"com.apple/*\" all\n", false),
+            ("pass quick all\nanchor \"com.apple/*\" all\n", false),
+            // another anchor is not ours
+            ("anchor \"com.apple.x/*\" all\n", false),
+        ] {
+            let got = check_main_ruleset(rules);
+            assert_eq!(got.is_ok(), ok, "{rules:?}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.to_string().contains("com.apple/*"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_daemons_own_uid_is_refused() {
+        assert!(refuse_own_uid(501, &[501, 0]).is_err());
+        assert!(refuse_own_uid(502, &[501, 0]).is_ok());
     }
 
     #[test]

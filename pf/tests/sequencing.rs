@@ -6,6 +6,9 @@ use sandgate_pf::pf::{MemoryTokenStore, PfFirewall, TokenStore};
 use sandgate_pf::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
 
 const PFCTL: &str = "/sbin/pfctl";
+const IFCONFIG: &str = "/sbin/ifconfig";
+const STOCK_MAIN: &str = "scrub-anchor \"com.apple/*\" all fragment reassemble\n\
+                          anchor \"com.apple/*\" all\n";
 
 fn policy() -> GuestPolicy {
     GuestPolicy {
@@ -34,6 +37,7 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
         "",
         "No ALTQ support in kernel\npf enabled\nToken : 18446744073\n",
     );
+    runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
     let fw = PfFirewall::new(runner, MemoryTokenStore::default());
     let scope = Scope::user(501);
     let plan = fw.plan(&scope, &policy()).unwrap();
@@ -43,12 +47,46 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
         fw.runner().commands(),
         [
             format!("{PFCTL} -E"),
+            format!("{IFCONFIG} pflog0"),
             format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
+            format!("{PFCTL} -s rules"),
+            format!("{IFCONFIG} pflog0"),
             format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
+            format!("{PFCTL} -s rules"),
         ]
     );
-    assert_eq!(fw.runner().calls()[1].stdin.as_deref(), Some(plan.text.as_str()));
+    assert_eq!(fw.runner().calls()[2].stdin.as_deref(), Some(plan.text.as_str()));
     assert_eq!(fw.tokens().load(&scope).unwrap().as_deref(), Some("18446744073"));
+}
+
+#[test]
+fn pf_apply_creates_pflog0_when_missing() {
+    let runner = RecordingRunner::new();
+    runner.reply(&format!("{PFCTL} -E"), "", "Token : 7\n");
+    runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
+    runner.reply(&format!("{IFCONFIG} pflog0 create"), "", "");
+    runner.fail(&format!("{IFCONFIG} pflog0"), "ifconfig: interface pflog0 does not exist");
+    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap();
+    let cmds = fw.runner().commands();
+    assert_eq!(cmds[1..3], [format!("{IFCONFIG} pflog0"), format!("{IFCONFIG} pflog0 create")]);
+}
+
+#[test]
+fn pf_apply_refuses_loudly_when_the_main_ruleset_skips_the_anchor() {
+    let runner = RecordingRunner::new();
+    runner.reply(&format!("{PFCTL} -E"), "", "Token : 7\n");
+    // a VPN client loaded its own pf.conf: no `anchor "com.apple/*"`
+    runner.reply(
+        &format!("{PFCTL} -s rules"),
+        "block drop out quick on utun0 all\npass out all\n",
+        "",
+    );
+    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("fails open") && msg.contains("NOT fenced in"), "{msg}");
+    assert!(msg.contains("pass out all"), "the main ruleset is shown: {msg}");
 }
 
 #[test]

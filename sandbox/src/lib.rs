@@ -18,6 +18,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod canon;
 mod error;
 mod forward;
 pub mod gitwall;
@@ -45,4 +46,4 @@ pub use linux::{
     resolved_unix_sockets,
 };
 #[cfg(target_os = "macos")]
-pub use macos::{Launched, launch, launch_with_proxy_port};
+pub use macos::{Launched, inside_seatbelt, launch, launch_with_proxy_port, pid_in_seatbelt};

@@ -8,6 +8,7 @@
 use std::process::{Child, Command};
 
 use crate::SandboxError;
+use crate::canon::RealFs;
 use crate::forward::{self, FORWARDED, Step};
 use crate::seatbelt;
 use crate::spec::{Enforcement, PROXY_PORT, SandboxSpec};
@@ -66,6 +67,19 @@ fn waited_signals() -> Vec<libc::c_int> {
     signals
 }
 
+/// Whether this process already runs inside a Seatbelt sandbox (ours or another program's):
+/// `sandbox-exec` would then fail with `sandbox_apply: Operation not permitted`, so the caller
+/// decides with [`seatbelt::nested`] instead of launching.
+pub fn inside_seatbelt() -> bool {
+    sys::sandboxed(std::process::id() as libc::pid_t)
+}
+
+/// Whether process `pid` runs inside a Seatbelt sandbox (the daemon refuses such peers, as it
+/// refuses peers from another pid namespace on Linux).
+pub fn pid_in_seatbelt(pid: u32) -> bool {
+    libc::pid_t::try_from(pid).is_ok_and(sys::sandboxed)
+}
+
 /// Starts `spec` under `sandbox-exec`. The proxy listens on the host's `localhost:PROXY_PORT`
 /// (served by the daemon); the profile allows nothing else.
 pub fn launch(spec: &SandboxSpec) -> Result<Launched, SandboxError> {
@@ -81,7 +95,15 @@ pub fn launch_with_proxy_port(
     let tmp = std::env::temp_dir().join(format!("sandgate-{}", spec.id));
     std::fs::create_dir_all(&tmp).map_err(SandboxError::io("create private TMPDIR"))?;
     let tmp = tmp.canonicalize().map_err(SandboxError::io("resolve private TMPDIR"))?;
-    let profile = seatbelt::render(spec, &tmp, proxy_port);
+    let host = seatbelt::Host {
+        tmp: tmp.clone(),
+        proxy_port,
+        user_temp_dir: sys::user_dir(libc::_CS_DARWIN_USER_TEMP_DIR),
+        user_cache_dir: sys::user_dir(libc::_CS_DARWIN_USER_CACHE_DIR),
+        trustd: seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref()),
+    };
+    let profile = seatbelt::render(spec, &host, &RealFs);
+    let env = seatbelt::environment(&spec.env, &spec.net);
     let (program, args) = spec
         .command
         .split_first()
@@ -95,7 +117,7 @@ pub fn launch_with_proxy_port(
         .arg(program)
         .args(args)
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("TMPDIR", &tmp)
         .current_dir(&spec.cwd)
         .spawn();
@@ -213,6 +235,37 @@ mod sys {
         unsafe {
             libc::kill(pid, sig);
         }
+    }
+
+    unsafe extern "C" {
+        /// libsandbox (part of libSystem): with a null operation and `SANDBOX_FILTER_NONE`,
+        /// non-zero when process `pid` runs under a Seatbelt profile.
+        fn sandbox_check(
+            pid: libc::pid_t,
+            operation: *const libc::c_char,
+            kind: libc::c_int,
+            ...
+        ) -> libc::c_int;
+    }
+
+    /// Whether process `pid` is inside a Seatbelt sandbox.
+    pub fn sandboxed(pid: libc::pid_t) -> bool {
+        // SAFETY: a null operation with SANDBOX_FILTER_NONE (0) takes no further arguments.
+        unsafe { sandbox_check(pid, std::ptr::null(), 0) != 0 }
+    }
+
+    /// `confstr(name)` as a path (`_CS_DARWIN_USER_TEMP_DIR`, `_CS_DARWIN_USER_CACHE_DIR`).
+    pub fn user_dir(name: libc::c_int) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: the buffer is valid for its length; confstr writes at most that many bytes,
+        // NUL included, and returns the size it needed (0 on error).
+        let n = unsafe { libc::confstr(name, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 0 || n > buf.len() {
+            return None;
+        }
+        let path = std::ffi::OsStr::from_bytes(&buf[..n - 1]);
+        Some(std::path::PathBuf::from(path)).filter(|p| p.is_absolute())
     }
 
     /// Whether stdin is a terminal whose foreground process group is the launcher's (the

@@ -15,6 +15,8 @@
 
 pub mod adapters;
 pub mod fdpass;
+#[cfg(target_os = "macos")]
+pub mod macos_monitor;
 pub mod monitor;
 pub mod paths;
 pub mod protocol;
@@ -318,6 +320,8 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         }
     };
     tokio::spawn(approval_events(shared.clone(), settings.desktop_notifications.unwrap_or(false)));
+    #[cfg(target_os = "macos")]
+    macos_monitor::start(shared.clone());
 
     // The socket: remove a stale one (we hold the lock, so nobody serves it), bind, 0600.
     let _ = std::fs::remove_file(&paths.socket);

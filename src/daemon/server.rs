@@ -139,6 +139,14 @@ fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
     // with a matching uid: nothing inside a sandbox may change its own policy.
     #[cfg(target_os = "linux")]
     same_pid_namespace(stream, cred.pid())?;
+    // macOS has no pid namespaces: a peer under a Seatbelt profile is refused instead (the
+    // profile hides the socket already; this holds when a socket was allowed by mistake).
+    #[cfg(target_os = "macos")]
+    match cred.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p > 0) {
+        Some(pid) if !sandgate_sandbox::pid_in_seatbelt(pid) => {}
+        Some(_) => return Err("requests from inside a sandbox are refused".into()),
+        None => return Err("the connecting process cannot be identified".into()),
+    }
     let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(cred.uid()))
         .ok()
         .flatten()

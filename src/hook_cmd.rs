@@ -118,14 +118,29 @@ fn report(v: &Verdict) {
     .to_string();
     line.push('\n');
     let socket = crate::daemon::Paths::discover().socket;
+    #[cfg(target_os = "linux")]
+    let flags =
+        nix::sys::socket::SockFlag::SOCK_NONBLOCK | nix::sys::socket::SockFlag::SOCK_CLOEXEC;
+    // macOS has no socket(2) flags: non-blocking is set with fcntl below.
+    #[cfg(not(target_os = "linux"))]
+    let flags = nix::sys::socket::SockFlag::empty();
     let Ok(fd) = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Unix,
         nix::sys::socket::SockType::Stream,
-        nix::sys::socket::SockFlag::SOCK_NONBLOCK | nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        flags,
         None,
     ) else {
         return;
     };
+    #[cfg(not(target_os = "linux"))]
+    if nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .is_err()
+    {
+        return;
+    }
     let Ok(addr) = nix::sys::socket::UnixAddr::new(&socket) else { return };
     // Non-blocking: a daemon whose backlog is full answers EAGAIN instead of making us wait.
     if nix::sys::socket::connect(fd.as_raw_fd(), &addr).is_err() {

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod decision;
+mod dotfiles;
 mod file;
 mod host;
 mod layers;
@@ -20,6 +21,7 @@ mod policy;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
+pub use dotfiles::{top_autorun, writable_dotfiles};
 pub use file::{
     CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_path,
     parse as parse_config, parse_duration, remove_path,

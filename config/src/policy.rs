@@ -64,6 +64,11 @@ pub struct FsPolicy {
     /// (commits from inside; its hooks and config stay read-only). Off by default: with `.git`
     /// writable, a command can plant `.git/commondir` and point git at hooks of its own.
     pub git_writable: bool,
+    /// Entries at the top of each writable path that stay writable although their name starts
+    /// with a dot (the built-in allowlist and `[filesystem] writable_dotfiles`; patterns may
+    /// start or end with `*`). Every other dot-entry there, and the names of
+    /// [`crate::top_autorun`], are read-only, and new ones are taken away.
+    pub writable_dotfiles: Vec<String>,
 }
 
 impl FsPolicy {
@@ -252,6 +257,7 @@ impl Policy {
                 protected: self.fs.protected.clone(),
                 unix_sockets: self.fs.unix_sockets.clone(),
                 git_writable: self.fs.git_writable,
+                writable_dotfiles: self.fs.writable_dotfiles.clone(),
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny),
         })

@@ -231,7 +231,9 @@ pub fn spec_from_policy(
     } else {
         args.command.clone()
     };
+    let top_level = top_level_rule(policy, ctx);
     Ok(SandboxSpec {
+        top_level: Some(top_level),
         id,
         tier_name: policy.tier.clone(),
         cwd: ctx.cwd.clone(),
@@ -244,6 +246,20 @@ pub fn spec_from_policy(
         allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
     })
+}
+
+/// The rule for the top of each writable path: dot-entries read-only unless allowlisted, the
+/// autorun names and the configured top-level `protected` names read-only, new ones moved to the
+/// quarantine in sandgate's data directory (hidden inside every sandbox).
+fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLevel {
+    let mut protected: Vec<String> =
+        sandgate_config::top_autorun().iter().map(|s| s.to_string()).collect();
+    protected.extend(policy.fs.protected.iter().filter(|p| !p.contains('/')).cloned());
+    sandgate_sandbox::TopLevel {
+        writable: policy.fs.writable_dotfiles.clone(),
+        protected,
+        quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
+    }
 }
 
 /// Drops the `add table` / `delete table` lines that make the ruleset replace an existing table:
@@ -795,6 +811,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             "private_tmp": true,
             "hidden": paths(&spec.hidden),
             "read_only": paths(&spec.read_only),
+            "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
             "network": net,
             "kernel": kernel,
         });
@@ -809,6 +826,14 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         println!("  network:    {net}");
         println!("  hidden:     {}", paths(&spec.hidden).join(" "));
         println!("  read-only:  {}", paths(&spec.read_only).join(" "));
+        if let Some(t) = spec.top_level.as_ref().filter(|_| !spec.writable.is_empty()) {
+            println!(
+                "  top of writable paths: every dot-entry and {} read-only, new ones moved to \
+                 the quarantine; writable dot-entries: {}",
+                t.protected.join(" "),
+                t.writable.join(" ")
+            );
+        }
         println!("kernel");
         for (k, v) in kernel.as_object().into_iter().flatten() {
             println!("  {k}: {v}");

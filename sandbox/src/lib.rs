@@ -22,6 +22,7 @@ mod error;
 mod forward;
 pub mod seatbelt;
 mod spec;
+mod top_level;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -33,6 +34,7 @@ pub use spec::{
     Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SandboxId, SandboxSpec, proxy_env,
     with_proxy_env,
 };
+pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

@@ -19,6 +19,7 @@ fn spec(tier: &str) -> SandboxSpec {
             .iter()
             .map(|p| home.join(p))
             .collect(),
+        top_level: None,
         read_only: {
             let mut r = vec![home.join(".config/sandgate")];
             if build {

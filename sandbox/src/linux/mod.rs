@@ -9,7 +9,9 @@
 //!  │   │                                  (terminal mode: leads the session of the pty, tells
 //!  │   │                                  the launcher when Ctrl-Z stopped the command)
 //!  │   └─ command                          setpgid (terminal mode: the pty's foreground), exec
-//!  └─ cleaner (only with placeholders)   waits for init's end, removes placeholders
+//!  └─ warden                             takes new protected entries away from the top of
+//!                                         writable directories while init runs and after its
+//!                                         end, then removes placeholders (see `warden`)
 //! ```
 //!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
@@ -27,6 +29,7 @@ mod net;
 mod placeholder;
 mod sys;
 mod terminal;
+mod warden;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -74,10 +77,12 @@ pub struct Launched {
     reaped: bool,
 }
 
-/// Placeholders to release once the sandbox is gone, and the process that does it.
+/// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
+/// process that does it.
 #[derive(Debug, Default)]
 struct Cleanup {
     placeholders: Vec<placeholder::Placeholder>,
+    warden: Option<warden::Warden>,
     cleaner: Option<libc::pid_t>,
 }
 
@@ -87,7 +92,10 @@ impl Cleanup {
         if let Some(pid) = self.cleaner.take() {
             let _ = sys::waitpid(pid, true);
         }
-        // Normally a no-op (the cleaner did it); covers a cleaner that could not start or died.
+        // Normally a no-op (the warden did it); covers a warden that could not start or died.
+        if let Some(w) = &mut self.warden {
+            w.sweep();
+        }
         for p in self.placeholders.drain(..) {
             p.release();
         }
@@ -231,8 +239,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     }
     let (uid, gid) = sys::ids();
     let mut plan = resolve(spec)?;
-    let mut cleanup =
-        Cleanup { placeholders: std::mem::take(&mut plan.placeholders), cleaner: None };
+    let mut cleanup = Cleanup {
+        placeholders: std::mem::take(&mut plan.placeholders),
+        warden: plan.warden.take(),
+        cleaner: None,
+    };
     plan.tty = terminal::Outer::detect();
     let mut signals = FORWARDED.to_vec();
     signals.push(libc::SIGCHLD);
@@ -273,10 +284,10 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     drop(child_sock);
-    if !cleanup.placeholders.is_empty()
+    if (!cleanup.placeholders.is_empty() || cleanup.warden.is_some())
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
-        cleanup.cleaner = placeholder::start_cleaner(&pidfd, &cleanup.placeholders);
+        cleanup.cleaner = warden::start(&pidfd, cleanup.warden.as_mut(), &cleanup.placeholders);
     }
 
     let mut buf = vec![0u8; 64 * 1024];
@@ -356,6 +367,8 @@ struct Plan {
     fs: mounts::FsPlan,
     /// Placeholders for missing protected paths, locked; released after the sandbox ends.
     placeholders: Vec<placeholder::Placeholder>,
+    /// The top-level rule's watch over the writable directories (see `warden`).
+    warden: Option<warden::Warden>,
     sockets: Vec<PathBuf>,
     /// The caller's terminal, when the sandbox gets a pty.
     tty: Option<terminal::Outer>,
@@ -419,6 +432,9 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         if !inside_writable(&target) {
             return Ok(()); // read-only anyway
         }
+        if plan.warden.as_ref().is_some_and(|w| w.covers(&target)) {
+            return Ok(()); // taken away if it appears: no placeholder needed
+        }
         match placeholder::hold(&target) {
             Ok(Some(held)) => plan.placeholders.push(held),
             // Something (a file, a symlink) appeared there: protect what is there. Nothing
@@ -435,6 +451,15 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         plan.fs.read_only.push(target);
         Ok(())
     };
+    if let Some(rule) = &spec.top_level {
+        let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
+        let existing = w.existing_protected();
+        plan.warden = Some(w);
+        for p in &existing {
+            protect(p, plan)?;
+        }
+    }
     for p in &spec.read_only {
         if p.is_absolute() {
             protect(p, plan)?;

@@ -1,0 +1,222 @@
+//! The top of each writable path in `build`: every dot-entry (and the few tool start-up files
+//! without a dot) is read-only unless it is on the allowlist of build directories, and a new one
+//! made by the command is taken away into the quarantine — while the command runs and at the
+//! latest when the launcher returns — so nothing planted there is in place for a host-side tool
+//! started afterwards. Builds that make ordinary top-level entries are unaffected. As root and as
+//! an unprivileged user.
+
+mod sandbox_support;
+
+use std::path::Path;
+
+use sandbox_support::{Scratch, WRITE_REFUSED, Who, refused, text};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The names a hostile command plants, and the ordinary output a build makes.
+const HOSTILE: &str = r#"
+mkdir -p tc && printf '#!/bin/sh\necho PLANTED\n' > tc/cargo && chmod +x tc/cargo
+printf '[toolchain]\npath = "./tc"\n' > rust-toolchain.toml
+printf 'nightly\n' > rust-toolchain
+mkdir -p .cargo && printf '[build]\nrustc-wrapper = "./tc/cargo"\n' > .cargo/config.toml
+mkdir -p .cursor && printf '{"mcpServers":{"x":{"command":"./tc/cargo"}}}' > .cursor/mcp.json
+printf 'repos: []\n' > .pre-commit-config.yaml
+mkdir -p .zzz-RANDOM && printf 'x\n' > .zzz-RANDOM/x
+printf 'export X=1\n' > .envrc
+ln -s tc .mise
+mkdir -p target/debug && printf 'bin\n' > target/debug/app
+mkdir -p node_modules/left-pad && printf 'module.exports = 1\n' > node_modules/left-pad/index.js
+mkdir -p .venv/bin && printf 'py\n' > .venv/bin/python
+printf 'hello\n' > notes.txt && sed -i 's/hello/bye/' notes.txt
+echo done
+"#;
+
+/// Planted names (relative to `proj/`) that must not be in place after the run.
+fn planted(random: &str) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "rust-toolchain.toml",
+        "rust-toolchain",
+        ".cargo",
+        ".cursor",
+        ".pre-commit-config.yaml",
+        ".envrc",
+        ".mise",
+    ]
+    .map(String::from)
+    .to_vec();
+    v.push(random.to_owned());
+    v
+}
+
+fn random_name() -> String {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!(".zzz-{}-{nanos:x}", std::process::id())
+}
+
+fn hostile_files_are_gone_and_builds_still_work(who: &Who) {
+    let s = Scratch::new(who);
+    let random = random_name();
+    let script = HOSTILE.replace(".zzz-RANDOM", &random);
+    let out = s.run("build", &[], &["sh", "-c", &script]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success() && stdout.contains("done"), "{stdout}\n{stderr}");
+    for name in planted(&random) {
+        assert!(
+            std::fs::symlink_metadata(s.proj.join(&name)).is_err(),
+            "{name} is in place after the sandbox ended\nstderr {stderr}"
+        );
+        assert!(stderr.contains(&format!("/{name} ")), "the user is told about {name}: {stderr}");
+    }
+    // What a build makes is there.
+    let read = |rel: &str| std::fs::read_to_string(s.proj.join(rel)).unwrap_or_default();
+    assert_eq!(read("target/debug/app"), "bin\n");
+    assert_eq!(read("node_modules/left-pad/index.js"), "module.exports = 1\n");
+    assert_eq!(read(".venv/bin/python"), "py\n");
+    assert_eq!(read("notes.txt"), "bye\n", "sed -i at the top works");
+    assert!(s.proj.join("tc/cargo").exists(), "ordinary entries stay");
+    // The planted files are kept for inspection, out of every sandbox's sight.
+    let quarantine = s.home.join(".local/share/sandgate/quarantine");
+    let held: Vec<String> = walk_names(&quarantine);
+    assert!(held.iter().any(|n| n.ends_with("-.cargo")), "quarantine holds .cargo: {held:?}");
+    assert!(held.iter().any(|n| n.ends_with(&random)), "{held:?}");
+    // Nothing placed at the top for the run either (issue 17.11): no leftovers at all.
+    let mut left: Vec<String> = std::fs::read_dir(&s.proj)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [".git", ".venv", "file.txt", "node_modules", "notes.txt", "target", "tc"],
+        "only what the build made"
+    );
+}
+
+fn walk_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.file_name().to_string_lossy().into_owned());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk_names(&e.path()));
+        }
+    }
+    out
+}
+
+/// Dot-entries and autorun files present at launch are read-only (contents, and the entry
+/// itself: it can be neither removed nor renamed); allowlisted ones stay writable.
+fn existing_entries_are_read_only_unless_allowlisted(who: &Who) {
+    let s = Scratch::new(who);
+    for d in [".cargo", ".venv", ".github/workflows", ".pytest_cache"] {
+        std::fs::create_dir_all(s.proj.join(d)).unwrap();
+    }
+    for (f, t) in [
+        (".envrc", "export A=1\n"),
+        (".cargo/config.toml", "[build]\n"),
+        ("rust-toolchain.toml", "[toolchain]\nchannel = \"stable\"\n"),
+        (".github/workflows/ci.yml", "on: push\n"),
+        (".gitignore", "/target\n"),
+    ] {
+        std::fs::write(s.proj.join(f), t).unwrap();
+    }
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", who.uid, who.gid)])
+        .arg(&s.proj)
+        .status();
+    for target in [".envrc", ".cargo/config.toml", ".cargo/new.toml", "rust-toolchain.toml"] {
+        let answer = s.probe("build", &[], &["write", p(&s.proj.join(target))]);
+        refused(&answer, WRITE_REFUSED, target);
+    }
+    let ci = s.probe("build", &[], &["write", p(&s.proj.join(".github/workflows/ci.yml"))]);
+    refused(&ci, WRITE_REFUSED, ".github/workflows/ci.yml");
+    for (from, to) in [(".cargo", "cargo-away"), (".envrc", "envrc-away")] {
+        let answer = s.probe("build", &[], &["rename", p(&s.proj.join(from)), p(&s.proj.join(to))]);
+        refused(&answer, &["EBUSY", "EACCES", "EPERM", "EROFS"], &format!("rename {from}"));
+    }
+    for ok in [".venv/x", ".pytest_cache/v", ".gitignore"] {
+        assert_eq!(s.probe("build", &[], &["write", p(&s.proj.join(ok))]), "ok", "{ok}");
+    }
+    assert_eq!(std::fs::read_to_string(s.proj.join(".envrc")).unwrap(), "export A=1\n");
+    assert_eq!(std::fs::read_to_string(s.proj.join(".cargo/config.toml")).unwrap(), "[build]\n");
+    assert!(!s.proj.join(".cargo/new.toml").exists());
+}
+
+/// `[filesystem] writable_dotfiles` adds names to the allowlist and (`!name`) takes built-in
+/// ones away.
+fn the_allowlist_is_configurable(who: &Who) {
+    let s = Scratch::new(who);
+    std::fs::write(
+        s.home.join(".config/sandgate/config.toml"),
+        "[filesystem]\nwritable_dotfiles = [\".mytool\", \"!.venv\"]\n",
+    )
+    .unwrap();
+    // `.venv` may be gone before the write into it: the script goes on regardless.
+    let (out, err) = s.sh(
+        "build",
+        &[],
+        "mkdir .mytool .venv .tox; echo a > .mytool/x; echo b > .venv/x; echo c > .tox/x; \
+         echo done",
+    );
+    assert!(out.contains("done"), "{out} {err}");
+    assert!(s.proj.join(".mytool/x").exists(), "added to the allowlist: {err}");
+    assert!(s.proj.join(".tox/x").exists(), "built-in entries stay: {err}");
+    assert!(!s.proj.join(".venv").exists(), "taken from the allowlist: {err}");
+}
+
+/// A planted entry is taken away while the command still runs (the window is short, not the
+/// whole run), and no placeholder appears in the directory meanwhile (issue 17.11: they showed
+/// up as untracked files in `git status` during every session).
+fn planted_entries_go_during_the_run_and_no_placeholders_appear(who: &Who) {
+    use std::io::{BufRead as _, Write as _};
+    let s = Scratch::new(who);
+    let script = "echo ready; read x; mkdir .claude; echo '{}' > .claude/settings.json; \
+                  i=0; while [ -e .claude ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+                  [ -e .claude ] && echo still-there || echo gone";
+    let mut child = s
+        .command("build", &[], &["sh", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    for name in [".envrc", ".vscode", ".mcp.json", ".claude", ".idea", ".gitmodules"] {
+        assert!(!s.proj.join(name).exists(), "placeholder {name} in the directory during the run");
+    }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(line.trim(), "gone", "taken away during the run; {}", text(&out.stderr));
+    assert!(!s.proj.join(".claude").exists());
+}
+
+/// A writable path other than the working directory (`--allow-write`) gets the same rule.
+fn every_writable_path_is_guarded(who: &Who) {
+    let s = Scratch::new(who);
+    let extra = s.root.join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let _ = std::process::Command::new("chown")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(&extra)
+        .status();
+    let script = format!("mkdir {0}/.cargo {0}/build && echo done", p(&extra));
+    let (out, err) = s.sh("build", &["--allow-write", p(&extra)], &script);
+    assert!(out.contains("done"), "{err}");
+    assert!(!extra.join(".cargo").exists(), "{err}");
+    assert!(extra.join("build").exists());
+}
+
+both!(
+    hostile_files_are_gone_and_builds_still_work,
+    existing_entries_are_read_only_unless_allowlisted,
+    the_allowlist_is_configurable,
+    planted_entries_go_during_the_run_and_no_placeholders_appear,
+    every_writable_path_is_guarded,
+);

@@ -174,6 +174,7 @@ pub fn spec_from_policy(
     hidden.push(ctx.runtime_dir.clone());
     hidden.extend(ctx.other_runtime_dirs.iter().cloned());
     let mut read_only = Vec::new();
+    let mut top_placeholders = Vec::new();
     if let Some(config) = &ctx.config_home {
         read_only.push(config.join("sandgate"));
     }
@@ -185,6 +186,9 @@ pub fn spec_from_policy(
         {
             let autorun = defaults::SHELL_RC.iter().chain(defaults::HOME_AUTORUN);
             read_only.extend(autorun.map(|p| home.join(p)));
+            // A new terminal runs these with no action of the user: no window at all.
+            top_placeholders.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
+            top_placeholders.push(home.join(".gitconfig"));
         }
     }
     let net = match policy.net.mode {
@@ -231,7 +235,8 @@ pub fn spec_from_policy(
     } else {
         args.command.clone()
     };
-    let top_level = top_level_rule(policy, ctx);
+    let mut top_level = top_level_rule(policy, ctx);
+    top_level.placeholders = top_placeholders;
     Ok(SandboxSpec {
         top_level: Some(top_level),
         id,
@@ -259,6 +264,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
         writable: policy.fs.writable_dotfiles.clone(),
         protected,
         quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
+        placeholders: Vec::new(),
     }
 }
 

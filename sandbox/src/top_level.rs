@@ -28,6 +28,11 @@ pub struct TopLevel {
     /// per sandbox is made below it). `None`: they are renamed in place to
     /// [`QUARANTINED_PREFIX`]`...`.
     pub quarantine: Option<PathBuf>,
+    /// Protected paths at the top of a writable directory that get a read-only placeholder
+    /// while missing, although the rule covers them: the few that run with no action of the
+    /// user at all during the run's short window (a new terminal runs the shell's start-up
+    /// files of a writable `$HOME`). Every other missing name needs none.
+    pub placeholders: Vec<PathBuf>,
 }
 
 /// Whether `name` matches `pattern` (`*` only at its start or end).
@@ -73,6 +78,7 @@ mod tests {
                 ".tmpx".into(),
             ],
             quarantine: None,
+            placeholders: Vec::new(),
         };
         let table = [
             (".cargo", true),

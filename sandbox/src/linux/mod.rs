@@ -244,10 +244,12 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         warden: plan.warden.take(),
         cleaner: None,
     };
-    plan.tty = terminal::Outer::detect();
+    let detected = terminal::detect();
+    plan.tty = detected.tty;
+    plan.null_stdin = detected.null_stdin;
     let mut signals = FORWARDED.to_vec();
     signals.push(libc::SIGCHLD);
-    if plan.tty.is_some() {
+    if plan.tty.is_some_and(|t| t.interactive) {
         signals.extend(JOB_CONTROL);
     }
     if let Err(e) = sys::SigSet::of(&signals).block() {
@@ -372,6 +374,8 @@ struct Plan {
     sockets: Vec<PathBuf>,
     /// The caller's terminal, when the sandbox gets a pty.
     tty: Option<terminal::Outer>,
+    /// The caller's stdin is a terminal that is not relayed: the command reads `/dev/null`.
+    null_stdin: bool,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -476,6 +480,11 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             Err(_) => protect(h, plan)?,
         }
     }
+    if let Some(w) = &mut plan.warden {
+        for p in &plan.placeholders {
+            w.note(&p.path);
+        }
+    }
     plan.sockets = resolved_unix_sockets(spec);
     plan.fs.cwd = cwd;
     plan.fs.writable = writable;
@@ -551,6 +560,8 @@ mod init {
         envp: Vec<CString>,
         /// The pty's slave in terminal mode, and which of 0, 1, 2 go to it.
         slave: Option<(OwnedFd, [bool; 3])>,
+        /// Stdin becomes `/dev/null` (a terminal that is not relayed; see `terminal`).
+        null_stdin: bool,
     }
 
     fn setup(
@@ -596,6 +607,7 @@ mod init {
             argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,
             envp: sys::envp(&spec.env).map_err(err("environment"))?,
             slave,
+            null_stdin: plan.null_stdin,
         };
 
         // The walls, in an order where each step still has what it needs.
@@ -651,6 +663,20 @@ mod init {
         let set = sys::SigSet::of(&signals);
         let _ = set.block();
         let terminal = p.slave.is_some();
+        // The pty's first descriptor: the one to make it the controlling terminal through.
+        let ctty = p.slave.as_ref().and_then(|(_, on)| (0..3).find(|&i| on[i])).unwrap_or(0) as i32;
+        if p.null_stdin {
+            // A terminal stdin that is not relayed: neither init nor the command may keep it.
+            match std::fs::File::open("/dev/null") {
+                Ok(null) => {
+                    let _ = sys::dup2(null.as_raw_fd(), 0);
+                }
+                Err(e) => {
+                    eprintln!("sandgate: /dev/null: {e}");
+                    sys::exit_now(126)
+                }
+            }
+        }
         if let Some((slave, on_tty)) = &p.slave {
             // Init's own stdio too: it must hold no descriptor of the caller's terminal.
             for (fd, &tty) in on_tty.iter().enumerate() {
@@ -668,7 +694,7 @@ mod init {
             // from the background, and as pid 1 it would never see a default-disposition one.
             // (Init is a session leader already: `setsid` is one of the walls.)
             sys::ignore_signal(libc::SIGTTOU);
-            if let Err(e) = sys::set_controlling_tty(0) {
+            if let Err(e) = sys::set_controlling_tty(ctty) {
                 eprintln!("sandgate: no job control: controlling terminal: {e}");
             }
         }
@@ -684,7 +710,7 @@ mod init {
             let _ = sys::setpgid(0, 0);
             if terminal {
                 // In the foreground of the pty before exec (init does it too; first one wins).
-                let _ = sys::set_foreground(0, sys::getpid());
+                let _ = sys::set_foreground(ctty, sys::getpid());
                 sys::default_handler(libc::SIGTTOU);
             }
             for &s in &signals {
@@ -708,7 +734,7 @@ mod init {
         // Both sides, so that signals forwarded right away reach the group.
         let _ = sys::setpgid(cmd, cmd);
         if terminal {
-            let _ = sys::set_foreground(0, cmd);
+            let _ = sys::set_foreground(ctty, cmd);
         }
         loop {
             match set.wait(None) {

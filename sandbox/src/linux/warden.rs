@@ -77,6 +77,12 @@ fn entries(dir: &Path) -> Vec<(OsString, u64, u64)> {
         .collect()
 }
 
+/// Whether `p` (its directory maybe not canonical) names the canonical `path`.
+fn same_entry(p: &Path, path: &Path) -> bool {
+    let canonical = p.parent().and_then(|d| d.canonicalize().ok()).zip(p.file_name());
+    p == path || canonical.is_some_and(|(d, n)| d.join(n) == path)
+}
+
 impl Warden {
     /// Notes what is at the top of each of `roots` (canonical directories) and starts watching
     /// them. A watch that cannot be made (inotify limits) leaves only the sweeps at the end.
@@ -118,7 +124,19 @@ impl Warden {
     /// missing one needs no placeholder: it is taken away if it appears).
     pub fn covers(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
-        self.roots.iter().any(|r| r.path == parent) && self.rule.protects(name)
+        self.roots.iter().any(|r| r.path == parent)
+            && self.rule.protects(name)
+            && !self.rule.placeholders.iter().any(|p| same_entry(p, path))
+    }
+
+    /// Counts `path` (a placeholder the launcher made after [`Warden::prepare`]) as there at
+    /// launch, so that it is not taken away.
+    pub fn note(&mut self, path: &Path) {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return };
+        let Ok(m) = std::fs::symlink_metadata(path) else { return };
+        for root in self.roots.iter_mut().filter(|r| r.path == parent) {
+            root.known.insert((name.to_os_string(), m.dev(), m.ino()));
+        }
     }
 
     /// The inotify descriptor (kept open by the warden process).
@@ -259,6 +277,7 @@ mod tests {
             writable: vec![".venv".into()],
             protected: vec!["rust-toolchain.toml".into()],
             quarantine,
+            placeholders: vec![PathBuf::from("/nonexistent/.bashrc")],
         }
     }
 

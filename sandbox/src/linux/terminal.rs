@@ -99,7 +99,13 @@ impl fmt::Debug for Outer {
 pub fn open_inside(outer: &Outer) -> io::Result<(OwnedFd, OwnedFd)> {
     let (master, slave) = sys::open_pty()?;
     if let Some(t) = &outer.termios {
-        sys::tcsetattr(slave.as_raw_fd(), t)?;
+        let mut t = *t;
+        if !outer.interactive {
+            // The caller's terminal, not in raw mode, does the output processing (`\n` to
+            // `\r\n`) itself: doing it here too would double it.
+            t.c_oflag &= !libc::OPOST;
+        }
+        sys::tcsetattr(slave.as_raw_fd(), &t)?;
     }
     if let Some(w) = &outer.winsize {
         sys::set_winsize(slave.as_raw_fd(), w)?;

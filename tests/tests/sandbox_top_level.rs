@@ -213,7 +213,50 @@ fn every_writable_path_is_guarded(who: &Who) {
     assert!(extra.join("build").exists());
 }
 
+/// Killing the launcher does not leave a planted entry in place: the warden outlives it and
+/// sweeps once the sandbox (which dies with its launcher) is gone. The command also tries to hide
+/// the directory's entries from the warden with `chmod 000`.
+fn a_killed_launcher_leaves_nothing_planted(who: &Who) {
+    use std::io::BufRead as _;
+    let s = Scratch::new(who);
+    let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
+    let script = format!(
+        "echo ready; while :; do mkdir -p .cargo 2>/dev/null; echo x > .cargo/config.toml \
+         2>/dev/null; chmod 000 . 2>/dev/null; chmod 700 . 2>/dev/null; {marker} & wait $!; done"
+    );
+    let mut child = s
+        .command("build", &[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    child.kill().unwrap(); // SIGKILL: the launcher cannot clean up itself
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = std::process::Command::new("pgrep").args(["-f", &marker]).output().unwrap();
+        if left.stdout.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sandbox outlived its launcher");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The warden's last sweep follows the end of the sandbox's init.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.proj.join(".cargo").exists() {
+        assert!(std::time::Instant::now() < deadline, ".cargo still in place after the kill");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&s.proj).unwrap().permissions().mode();
+    assert_eq!(mode & 0o700, 0o700, "the directory is open again");
+}
+
 both!(
+    a_killed_launcher_leaves_nothing_planted,
     hostile_files_are_gone_and_builds_still_work,
     existing_entries_are_read_only_unless_allowlisted,
     the_allowlist_is_configurable,

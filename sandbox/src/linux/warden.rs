@@ -83,6 +83,17 @@ fn same_entry(p: &Path, path: &Path) -> bool {
     p == path || canonical.is_some_and(|(d, n)| d.join(n) == path)
 }
 
+/// The command owns the writable directory and may `chmod 000` it, which would hide its entries
+/// from a warden without `CAP_DAC_OVERRIDE`: give the owner its access back first.
+fn open_up(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(m) = std::fs::symlink_metadata(dir) else { return };
+    let mode = m.permissions().mode() & 0o7777;
+    if m.is_dir() && mode & 0o700 != 0o700 {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o700));
+    }
+}
+
 impl Warden {
     /// Notes what is at the top of each of `roots` (canonical directories) and starts watching
     /// them. A watch that cannot be made (inotify limits) leaves only the sweeps at the end.
@@ -158,6 +169,7 @@ impl Warden {
         let mut n = 0;
         for i in 0..self.roots.len() {
             let root = &self.roots[i];
+            open_up(&root.path);
             let new: Vec<OsString> = entries(&root.path)
                 .into_iter()
                 .filter(|e| !root.known.contains(e) && self.rule.protects(&e.0))
@@ -321,6 +333,18 @@ mod tests {
             "a symlink is moved, not followed"
         );
         assert_eq!(w.sweep(), 0, "nothing left");
+    }
+
+    #[test]
+    fn a_directory_closed_by_chmod_is_opened_again() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut w = Warden::prepare(&rule(None), "sg-w", &[root.clone()]);
+        std::fs::create_dir(root.join(".cargo")).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o000)).unwrap();
+        assert_eq!(w.sweep(), 1);
+        assert!(!root.join(".cargo").exists());
     }
 
     #[test]

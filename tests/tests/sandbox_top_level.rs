@@ -255,7 +255,32 @@ fn a_killed_launcher_leaves_nothing_planted(who: &Who) {
     assert_eq!(mode & 0o700, 0o700, "the directory is open again");
 }
 
+/// The same under `/tmp` (the sandbox's private `/tmp` puts the working directory back; the
+/// warden works on the host's path).
+fn a_working_directory_under_tmp_is_guarded_too(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = tempfile::Builder::new().prefix("sandgate-top").tempdir_in("/tmp").unwrap();
+    let _ = std::process::Command::new("chown")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(dir.path())
+        .status();
+    let out = s
+        .command(
+            "build",
+            &[],
+            &["sh", "-c", "mkdir .cargo target; echo x > rust-toolchain; echo done"],
+        )
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    assert!(!dir.path().join(".cargo").exists(), "{}", text(&out.stderr));
+    assert!(!dir.path().join("rust-toolchain").exists());
+    assert!(dir.path().join("target").is_dir());
+}
+
 both!(
+    a_working_directory_under_tmp_is_guarded_too,
     a_killed_launcher_leaves_nothing_planted,
     hostile_files_are_gone_and_builds_still_work,
     existing_entries_are_read_only_unless_allowlisted,

@@ -931,6 +931,7 @@ mod tests {
                     .collect(),
                 unix_sockets: vec![rule("/run/allowed.sock")],
                 git_writable: false,
+                writable_dotfiles: vec![".venv".into()],
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
         }
@@ -984,5 +985,14 @@ mod tests {
         assert!(has(&build, "GIT_CONFIG_KEY_1", "http.proxy"));
         assert!(has(&build, "GIT_CONFIG_VALUE_1", "http://127.0.0.1:3128"));
         assert_eq!(build.command, vec![OsString::from("/bin/sh"), OsString::from("-i")]);
+        // The top-level rule: the allowlist, the autorun names, the quarantine, and placeholders
+        // only for a writable HOME's start-up files.
+        let top = build.top_level.expect("a top-level rule");
+        assert_eq!(top.writable, vec![".venv".to_owned()]);
+        assert!(top.protected.contains(&"rust-toolchain.toml".to_owned()));
+        assert!(!top.protected.contains(&".git/hooks".to_owned()), "nested names are not names");
+        assert_eq!(top.quarantine, Some(PathBuf::from("/home/u/.local/share/sandgate/quarantine")));
+        assert!(top.placeholders.contains(&PathBuf::from("/home/u/.bashrc")));
+        assert!(!top.placeholders.iter().any(|p| p.starts_with("/work/p")));
     }
 }

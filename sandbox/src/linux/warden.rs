@@ -301,7 +301,8 @@ mod tests {
         std::fs::write(root.join(".envrc"), "old").unwrap();
         std::fs::create_dir(root.join("src")).unwrap();
         std::fs::write(root.join("src/config.toml"), "[build]").unwrap();
-        let mut w = Warden::prepare(&rule(Some(q.path().into())), "sg-t", &[root.clone()]);
+        let mut w =
+            Warden::prepare(&rule(Some(q.path().into())), "sg-t", std::slice::from_ref(&root));
         assert_eq!(w.existing_protected(), vec![root.join(".envrc")]);
         assert!(w.covers(&root.join(".cargo")) && !w.covers(&root.join("target")));
         assert!(!w.covers(&root.join("src/.cargo")), "only the top");
@@ -340,7 +341,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let mut w = Warden::prepare(&rule(None), "sg-w", &[root.clone()]);
+        let mut w = Warden::prepare(&rule(None), "sg-w", std::slice::from_ref(&root));
         std::fs::create_dir(root.join(".cargo")).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o000)).unwrap();
         assert_eq!(w.sweep(), 1);
@@ -351,7 +352,7 @@ mod tests {
     fn without_a_quarantine_entries_are_renamed_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let mut w = Warden::prepare(&rule(None), "sg-u", &[root.clone()]);
+        let mut w = Warden::prepare(&rule(None), "sg-u", std::slice::from_ref(&root));
         std::fs::write(root.join(".pre-commit-config.yaml"), "repos: []").unwrap();
         assert_eq!(w.sweep(), 1);
         let left: Vec<String> = std::fs::read_dir(&root)
@@ -367,7 +368,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir(root.join("sub")).unwrap();
-        let w = Warden::prepare(&rule(None), "sg-v", &[root.clone()]);
+        let w = Warden::prepare(&rule(None), "sg-v", std::slice::from_ref(&root));
         let fd = w.raw_fd().expect("inotify");
         let ready = |fd| {
             let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];

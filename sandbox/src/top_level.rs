@@ -57,7 +57,11 @@ impl TopLevel {
         if n == b"." || n == b".." || n.starts_with(QUARANTINED_PREFIX.as_bytes()) {
             return false;
         }
-        if self.protected.iter().any(|p| matches(p, n)) {
+        // Protected names match in any case: on a case-insensitive filesystem (vfat, exfat, a
+        // mount from macOS) rustup reads `RUST-TOOLCHAIN.TOML` as `rust-toolchain.toml`. The
+        // allowlist matches exactly (a `.VENV` is merely protected).
+        let lower = n.to_ascii_lowercase();
+        if self.protected.iter().any(|p| matches(&p.to_ascii_lowercase(), &lower)) {
             return true;
         }
         n.starts_with(b".") && !self.writable.iter().any(|p| matches(p, n))
@@ -93,6 +97,10 @@ mod tests {
             ("rust-toolchain.toml", true),
             ("rust-toolchain.toml.bak", false),
             ("a.code-workspace", true),
+            ("RUST-TOOLCHAIN.TOML", true),
+            ("Rust-Toolchain.toml", true),
+            ("A.CODE-WORKSPACE", true),
+            (".VENV", true),
             ("target", false),
             ("node_modules", false),
             ("sedAb12Cd", false),

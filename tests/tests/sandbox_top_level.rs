@@ -17,11 +17,11 @@ fn p(path: &Path) -> &str {
 
 /// The names a hostile command plants, and the ordinary output a build makes.
 const HOSTILE: &str = r#"
-mkdir -p tc && printf '#!/bin/sh\necho PLANTED\n' > tc/cargo && chmod +x tc/cargo
-printf '[toolchain]\npath = "./tc"\n' > rust-toolchain.toml
+mkdir -p tc/bin && printf '#!/bin/sh\necho PLANTED\n' > tc/bin/cargo && chmod +x tc/bin/cargo
+printf '[toolchain]\npath = "%s/tc"\n' "$PWD" > rust-toolchain.toml
 printf 'nightly\n' > rust-toolchain
-mkdir -p .cargo && printf '[build]\nrustc-wrapper = "./tc/cargo"\n' > .cargo/config.toml
-mkdir -p .cursor && printf '{"mcpServers":{"x":{"command":"./tc/cargo"}}}' > .cursor/mcp.json
+mkdir -p .cargo && printf '[build]\nrustc-wrapper = "./tc/bin/cargo"\n' > .cargo/config.toml
+mkdir -p .cursor && printf '{"mcpServers":{"x":{"command":"./tc/bin/cargo"}}}' > .cursor/mcp.json
 printf 'repos: []\n' > .pre-commit-config.yaml
 mkdir -p .zzz-RANDOM && printf 'x\n' > .zzz-RANDOM/x
 printf 'export X=1\n' > .envrc
@@ -76,7 +76,18 @@ fn hostile_files_are_gone_and_builds_still_work(who: &Who) {
     assert_eq!(read("node_modules/left-pad/index.js"), "module.exports = 1\n");
     assert_eq!(read(".venv/bin/python"), "py\n");
     assert_eq!(read("notes.txt"), "bye\n", "sed -i at the top works");
-    assert!(s.proj.join("tc/cargo").exists(), "ordinary entries stay");
+    assert!(s.proj.join("tc/bin/cargo").exists(), "ordinary entries stay");
+    // What the review found: the host's next `cargo --version` in the directory (rustup reads
+    // rust-toolchain.toml) ran the planted binary.
+    let host_cargo = std::process::Command::new("cargo")
+        .arg("--version")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .current_dir(&s.proj)
+        .output();
+    match host_cargo {
+        Ok(o) => assert!(!text(&o.stdout).contains("PLANTED"), "the host's cargo ran it"),
+        Err(e) => eprintln!("SKIPPED host-side cargo --version: {e}"),
+    }
     // The planted files are kept for inspection, out of every sandbox's sight.
     let quarantine = s.home.join(".local/share/sandgate/quarantine");
     let held: Vec<String> = walk_names(&quarantine);
@@ -279,7 +290,38 @@ fn a_working_directory_under_tmp_is_guarded_too(who: &Who) {
     assert!(dir.path().join("target").is_dir());
 }
 
+/// A descriptor the command keeps on a directory that was taken away must not lead it into the
+/// quarantine and from there to sandgate's data directory (the store, hidden inside): the
+/// directory now lies outside the bind mount the sandbox reached it through, and the kernel
+/// refuses `..` from such a disconnected path.
+fn a_kept_descriptor_does_not_lead_into_the_quarantine(who: &Who) {
+    let s = Scratch::new(who);
+    let script = r#"
+import os, time
+os.mkdir(".cargo")
+fd = os.open(".cargo", os.O_RDONLY | os.O_DIRECTORY)
+for _ in range(500):
+    if not os.path.lexists(".cargo"):
+        break
+    time.sleep(0.01)
+print("moved" if not os.path.lexists(".cargo") else "still-there")
+for rel in ["..", "../..", "../../.."]:
+    try:
+        print(os.listdir(os.open(rel, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)))
+    except OSError as e:
+        print("refused", e.errno)
+"#;
+    let (out, err) = s.sh("build", &[], &format!("python3 -c '{script}'"));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"moved"), "{out} {err}");
+    for l in &lines[1..] {
+        assert!(l.starts_with("refused"), "reached {l} through a kept descriptor: {out}");
+    }
+    assert!(!out.contains("sandgate.db"), "{out}");
+}
+
 both!(
+    a_kept_descriptor_does_not_lead_into_the_quarantine,
     a_working_directory_under_tmp_is_guarded_too,
     a_killed_launcher_leaves_nothing_planted,
     hostile_files_are_gone_and_builds_still_work,

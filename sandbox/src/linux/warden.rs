@@ -26,6 +26,11 @@
 //!   does the same again before it returns (in case the warden could not run). Nothing planted
 //!   there is in place for a tool started on the host after the launcher returned.
 //!
+//! A directory moved into the quarantine while the command still holds a descriptor on it lies
+//! outside the bind mount the command reached it through: the kernel refuses `..` from such a
+//! disconnected path (`ENOENT`), so the descriptor does not lead to the quarantine or to the
+//! store beside it (tested).
+//!
 //! The window: while the command runs, a new protected entry exists from its creation until the
 //! warden has moved it (the time for the kernel to wake the warden and for one directory
 //! listing). A host-side tool started in that window in that directory could read it; the README

@@ -213,6 +213,7 @@ pub fn spec_from_policy(
         None => Vec::new(),
     };
     let mut read_only = Vec::new();
+    let mut top_placeholders = Vec::new();
     for w in writable.iter().filter(|w| !w.is_file()) {
         read_only.extend(policy.fs.protected.iter().map(|p| w.join(p)));
         if let Some(home) = &ctx.home
@@ -220,6 +221,9 @@ pub fn spec_from_policy(
         {
             let autorun = defaults::SHELL_RC.iter().chain(defaults::HOME_AUTORUN);
             read_only.extend(autorun.map(|p| home.join(p)));
+            // A new terminal runs these with no action of the user: no window at all.
+            top_placeholders.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
+            top_placeholders.push(home.join(".gitconfig"));
         }
     }
     // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
@@ -290,7 +294,10 @@ pub fn spec_from_policy(
     } else {
         args.command.clone()
     };
+    let mut top_level = top_level_rule(policy, ctx);
+    top_level.placeholders = top_placeholders;
     Ok(SandboxSpec {
+        top_level: Some(top_level),
         id,
         tier_name: policy.tier.clone(),
         cwd: ctx.cwd.clone(),
@@ -329,6 +336,21 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         })
         .map(|w| w.path.clone())
         .collect()
+}
+
+/// The rule for the top of each writable path: dot-entries read-only unless allowlisted, the
+/// autorun names and the configured top-level `protected` names read-only, new ones moved to the
+/// quarantine in sandgate's data directory (hidden inside every sandbox).
+fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLevel {
+    let mut protected: Vec<String> =
+        sandgate_config::top_autorun().iter().map(|s| s.to_string()).collect();
+    protected.extend(policy.fs.protected.iter().filter(|p| !p.contains('/')).cloned());
+    sandgate_sandbox::TopLevel {
+        writable: policy.fs.writable_dotfiles.clone(),
+        protected,
+        quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
+        placeholders: Vec::new(),
+    }
 }
 
 /// Says once, on stderr, which secret-looking variables the command will not get (names only).
@@ -935,6 +957,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             "hidden": paths(&spec.hidden),
             "read_only": paths(&spec.read_only),
             "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
+            "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
             "network": net,
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
@@ -960,6 +983,14 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
         println!("  read-only:  {}", paths(&spec.read_only).join(" "));
         for d in &spec.provided {
             println!("  replaced:   {} (a read-only copy without secrets)", d.path.display());
+        }
+        if let Some(t) = spec.top_level.as_ref().filter(|_| !spec.writable.is_empty()) {
+            println!(
+                "  top of writable paths: every dot-entry and {} read-only, new ones moved to \
+                 the quarantine; writable dot-entries: {}",
+                t.protected.join(" "),
+                t.writable.join(" ")
+            );
         }
         println!("kernel");
         for (k, v) in kernel.as_object().into_iter().flatten() {
@@ -1060,6 +1091,7 @@ mod tests {
                 unix_sockets: vec![rule("/run/allowed.sock")],
                 git_writable: false,
                 readable_home: vec![],
+                writable_dotfiles: vec![".venv".into()],
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
             env_pass: vec!["KEEP_TOKEN".into()],
@@ -1123,5 +1155,14 @@ mod tests {
         assert!(has(&build, "GIT_CONFIG_KEY_1", "http.proxy"));
         assert!(has(&build, "GIT_CONFIG_VALUE_1", "http://127.0.0.1:3128"));
         assert_eq!(build.command, vec![OsString::from("/bin/sh"), OsString::from("-i")]);
+        // The top-level rule: the allowlist, the autorun names, the quarantine, and placeholders
+        // only for a writable HOME's start-up files.
+        let top = build.top_level.expect("a top-level rule");
+        assert_eq!(top.writable, vec![".venv".to_owned()]);
+        assert!(top.protected.contains(&"rust-toolchain.toml".to_owned()));
+        assert!(!top.protected.contains(&".git/hooks".to_owned()), "nested names are not names");
+        assert_eq!(top.quarantine, Some(PathBuf::from("/home/u/.local/share/sandgate/quarantine")));
+        assert!(top.placeholders.contains(&PathBuf::from("/home/u/.bashrc")));
+        assert!(!top.placeholders.iter().any(|p| p.starts_with("/work/p")));
     }
 }

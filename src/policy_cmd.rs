@@ -390,6 +390,7 @@ const TEMPLATE: &str = r#"# sandgate configuration. See the README's "Configurat
 # allow_write = ["~/.cargo/registry"]
 # deny_read = []
 # protected = []
+# writable_dotfiles = []   # top-level dot-entries builds may write; "!.venv" takes one away
 "#;
 
 fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {

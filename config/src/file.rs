@@ -12,6 +12,7 @@
 //! protected = ["Makefile.local"]        # stays read-only inside writable directories
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
 //! git_writable = false                  # true: commits from inside (.git writable but hooks/config)
+//! writable_dotfiles = [".eslintcache2", "!.venv"]  # add to / take from the top-level allowlist
 //! readable_home = [".sdkman"]           # home dot-entries readable beyond the built-in allowlist
 //!
 //! [env]
@@ -186,6 +187,7 @@ struct RawFs {
     unix_sockets: Vec<Spanned<String>>,
     git_writable: Option<bool>,
     readable_home: Vec<Spanned<String>>,
+    writable_dotfiles: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -246,6 +248,9 @@ pub struct CheckedFile {
     pub env_pass: Vec<String>,
     /// `[shell] prompt_marker`, when set.
     pub prompt_marker: Option<bool>,
+    /// `[filesystem] writable_dotfiles`: names added to the built-in allowlist of writable
+    /// top-level entries, and (written `!name`) taken from it.
+    pub writable_dotfiles: Vec<String>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -359,6 +364,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         readable_home: Vec::new(),
         env_pass: Vec::new(),
         prompt_marker: raw.shell.prompt_marker,
+        writable_dotfiles: Vec::new(),
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
@@ -463,6 +469,19 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             ));
         }
         out.env_pass.push(name.clone());
+    }
+    for p in &raw.filesystem.writable_dotfiles {
+        let entry = p.get_ref();
+        if let Some(why) =
+            crate::dotfiles::invalid_entry_name(entry.strip_prefix('!').unwrap_or(entry))
+        {
+            return Err(cx.err(
+                p.span(),
+                format!("writable_dotfiles entry {entry:?}: {why}"),
+                "write a name at the top of the writable directory, e.g. \".eslintcache\" or \".out*\", or \"!.venv\" to take a built-in one away",
+            ));
+        }
+        out.writable_dotfiles.push(entry.clone());
     }
     for (name, tier) in raw.tiers {
         // The name goes into messages, variables and the macOS profile: plain names only.
@@ -882,6 +901,7 @@ presets = ["python"]
 allow_write = ["~/.cargo/registry", "/opt/cache"]
 deny_read = ["~/secrets"]
 protected = ["Makefile.local"]
+writable_dotfiles = [".out*", "!.venv"]
 [tiers.build-offline]
 base = "build"
 network = "none"
@@ -891,6 +911,17 @@ network = "none"
         assert_eq!(f.allow[0].source, RuleSource::File { path: "/c.toml".into(), line: 3 });
         assert_eq!(f.allow_write[0].path, Path::new("/home/u/.cargo/registry"));
         assert_eq!(f.tiers[0].network, Some(NetMode::None));
+        assert_eq!(f.writable_dotfiles, vec![".out*".to_owned(), "!.venv".to_owned()]);
+    }
+
+    #[test]
+    fn writable_dotfiles_entries_are_names_at_the_top() {
+        for bad in ["\"a/b\"", "\".git\"", "\"!\"", "\"\"", "\"a*b\"", "\"..\""] {
+            let text = format!("[filesystem]\nwritable_dotfiles = [{bad}]\n");
+            let e = parse(Path::new("/c.toml"), &text, None).unwrap_err();
+            assert_eq!((e.line, e.column), (2, 22), "{bad}: {e}");
+            assert!(e.message.contains("writable_dotfiles"), "{e}");
+        }
     }
 
     #[test]

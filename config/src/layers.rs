@@ -319,11 +319,29 @@ impl Config {
 
         let readable_home = self.files().flat_map(|f| f.content.readable_home.clone()).collect();
         let env_pass = self.files().flat_map(|f| f.content.env_pass.clone()).collect();
+        // The built-in allowlist, then each file in order: `name` adds, `!name` takes away.
+        let mut writable_dotfiles: Vec<String> =
+            crate::dotfiles::writable_dotfiles().iter().map(|s| s.to_string()).collect();
+        for entry in self.files().flat_map(|f| f.content.writable_dotfiles.iter()) {
+            match entry.strip_prefix('!') {
+                Some(name) => writable_dotfiles.retain(|n| n != name),
+                None if !writable_dotfiles.contains(entry) => writable_dotfiles.push(entry.clone()),
+                None => {}
+            }
+        }
 
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
             tier: name.to_owned(),
-            fs: FsPolicy { writable, hidden, protected, unix_sockets, git_writable, readable_home },
+            fs: FsPolicy {
+                writable,
+                hidden,
+                protected,
+                unix_sockets,
+                git_writable,
+                readable_home,
+                writable_dotfiles,
+            },
             net: NetworkPolicy::new(name, mode, allow, deny),
             env_pass,
         })
@@ -363,6 +381,21 @@ mod tests {
         std::fs::write(&paths.project, project).unwrap();
         let config = Config::load(paths).unwrap();
         (dir, config)
+    }
+
+    #[test]
+    fn writable_dotfiles_extend_and_shrink_the_builtin_list() {
+        let global = "[filesystem]\nwritable_dotfiles = [\".out*\", \"!.venv\"]\n";
+        let (_d, c) = config(global, "");
+        let p = c.policy("build", &Overrides::default()).unwrap();
+        assert!(p.fs.writable_dotfiles.contains(&".out*".to_owned()));
+        assert!(!p.fs.writable_dotfiles.contains(&".venv".to_owned()));
+        assert!(p.fs.writable_dotfiles.contains(&".tox".to_owned()));
+        let project = "[filesystem]\nwritable_dotfiles = [\".venv\", \"!.cache\"]\n";
+        let (_d, c) = config(global, project);
+        let p = c.policy("build", &Overrides::default()).unwrap();
+        assert!(p.fs.writable_dotfiles.contains(&".venv".to_owned()), "the later file wins");
+        assert!(!p.fs.writable_dotfiles.contains(&".cache".to_owned()));
     }
 
     #[test]

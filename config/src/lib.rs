@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod decision;
+mod dotfiles;
 mod file;
 mod host;
 mod layers;
@@ -25,6 +26,7 @@ mod text;
 mod tiers;
 
 pub use decision::{Decision, Rule, RuleSource};
+pub use dotfiles::{top_autorun, writable_dotfiles};
 pub use file::{
     CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
     parse as parse_config, parse_duration, remove_path,

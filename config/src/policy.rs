@@ -67,6 +67,11 @@ pub struct FsPolicy {
     /// Home directory entries readable beyond the built-in allowlist (`[filesystem]
     /// readable_home`, relative to the home directory); every other dot-entry there is hidden.
     pub readable_home: Vec<String>,
+    /// Entries at the top of each writable path that stay writable although their name starts
+    /// with a dot (the built-in allowlist and `[filesystem] writable_dotfiles`; patterns may
+    /// start or end with `*`). Every other dot-entry there, and the names of
+    /// [`crate::top_autorun`], are read-only, and new ones are taken away.
+    pub writable_dotfiles: Vec<String>,
 }
 
 impl FsPolicy {
@@ -259,6 +264,7 @@ impl Policy {
                 unix_sockets: self.fs.unix_sockets.clone(),
                 git_writable: self.fs.git_writable,
                 readable_home: self.fs.readable_home.clone(),
+                writable_dotfiles: self.fs.writable_dotfiles.clone(),
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny),
             env_pass: self.env_pass.clone(),

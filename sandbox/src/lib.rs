@@ -25,6 +25,7 @@ pub mod gitwall;
 pub mod seatbelt;
 mod spec;
 mod timing;
+mod top_level;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -37,6 +38,7 @@ pub use spec::{
     proxy_env, with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};
+pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

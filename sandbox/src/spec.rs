@@ -85,7 +85,9 @@ pub struct ProvidedDir {
 /// 5. `read_only` paths read-only again, even inside a writable path (a missing one is created
 ///    as an empty placeholder for the sandbox's lifetime so it cannot be created from inside,
 ///    and removed afterwards by the last sandbox using it);
-/// 6. `hidden` paths covered so that reading them fails.
+/// 6. `hidden` paths covered so that reading them fails;
+/// 7. at the top of each writable directory, the entries [`SandboxSpec::top_level`] protects
+///    read-only, and new ones moved out (no placeholders are made for them).
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
     /// Sandbox id (NFLOG prefix, hostname suffix, `SANDGATE_SANDBOX` variable).
@@ -110,6 +112,10 @@ pub struct SandboxSpec {
     /// Paths that stay visible even when they lie under `/tmp` (the private `/tmp` would hide
     /// them): the home directory, the running launcher (a nested launch executes it).
     pub visible: Vec<PathBuf>,
+    /// The rule for the top of each writable directory (`None`: no rule beyond `read_only`).
+    /// Existing protected entries are bound read-only; new ones are taken away while the
+    /// command runs and at its end (Linux; see [`crate::TopLevel`]).
+    pub top_level: Option<crate::TopLevel>,
     /// Network mode.
     pub net: NetMode,
     /// Pathname unix sockets the command may connect to. Empty: no unix socket can be created

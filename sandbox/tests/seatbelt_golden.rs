@@ -33,6 +33,7 @@ fn spec(tier: &str) -> SandboxSpec {
             h.push(PathBuf::from("/tmp/sandgate-501"));
             h
         },
+        top_level: None,
         read_only: {
             let mut r = vec![home.join(".config/sandgate")];
             if build {

@@ -294,6 +294,49 @@ fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
     }
 }
 
+/// The newest mount and attribute calls (newer than most libc tables) are refused inside:
+/// `open_tree_attr`, `statmount`, `listmount` with EPERM like the older mount calls, the `*xattrat`
+/// and `file_{get,set}attr` calls with ENOSYS (callers fall back to the older calls). Control:
+/// outside, this kernel answers each with something else (it has them all).
+fn the_newest_mount_and_attribute_calls_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    let script = r#"
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr in [("statmount", 457), ("listmount", 458), ("setxattrat", 463), ("getxattrat", 464),
+                 ("listxattrat", 465), ("removexattrat", 466), ("open_tree_attr", 467),
+                 ("file_getattr", 468), ("file_setattr", 469)]:
+    r = libc.syscall(nr, -1, 0, 0, 0, 0, 0)
+    e = ctypes.get_errno()
+    print(name, "ok" if r >= 0 else errno.errorcode.get(e, str(e)))
+"#;
+    let answers = |out: &[u8]| -> Vec<(String, String)> {
+        sandbox_support::text(out)
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
+            .collect()
+    };
+    let outside = std::process::Command::new("python3").args(["-c", script]).output().unwrap();
+    let outside = answers(&outside.stdout);
+    assert_eq!(outside.len(), 9, "{outside:?}");
+    let kernel_has_them = outside.iter().all(|(_, e)| e != "ENOSYS" && e != "EPERM");
+    if !kernel_has_them {
+        eprintln!(
+            "SKIPPED control of the_newest_mount_and_attribute_calls_are_refused: {outside:?}"
+        );
+    }
+    for tier in ["run", "build"] {
+        let (out, _) = s.sh(tier, &[], &format!("python3 -c '{}'", script.replace('\'', "\"")));
+        let inside = answers(out.as_bytes());
+        assert_eq!(inside.len(), 9, "{tier}: {out}");
+        for (name, e) in inside {
+            let want =
+                if name.contains("mount") || name == "open_tree_attr" { "EPERM" } else { "ENOSYS" };
+            assert_eq!(e, want, "{tier}: {name}");
+        }
+    }
+}
+
 both!(
     direct_network_is_refused,
     blocked_attempts_are_reported,
@@ -305,4 +348,5 @@ both!(
     terminal_injection_is_refused,
     setuid_binaries_give_nothing,
     namespaces_mounts_and_firewall_stay_shut,
+    the_newest_mount_and_attribute_calls_are_refused,
 );

@@ -368,6 +368,118 @@ fn only_the_sandboxs_own_terminal_is_visible(who: &Who) {
     );
 }
 
+/// Reads a terminal's state, runs a command with some of its descriptors on it, reads the state
+/// again. Prints `{"before": .., "after": .., "code": .., "out": ..}`.
+const STATE_DRIVER: &str = r#"
+import fcntl, json, os, struct, subprocess, sys, termios, threading
+
+spec = json.load(sys.stdin)
+master, slave = os.openpty()
+TIOCGEXCL = 0x80045440
+
+def state():
+    ldisc = struct.unpack("i", fcntl.ioctl(slave, termios.TIOCGETD, b"\0" * 4))[0]
+    excl = struct.unpack("i", fcntl.ioctl(slave, TIOCGEXCL, b"\0" * 4))[0]
+    nonblock = bool(fcntl.fcntl(slave, fcntl.F_GETFL) & os.O_NONBLOCK)
+    try:
+        lflag = termios.tcgetattr(slave)[3]
+    except termios.error as e:  # N_NULL answers no termios at all
+        lflag = str(e)
+    return {"ldisc": ldisc, "excl": excl, "nonblock": nonblock, "lflag": lflag}
+
+def pump():
+    while True:
+        try:
+            if not os.read(master, 65536):
+                return
+        except OSError:
+            return
+
+threading.Thread(target=pump, daemon=True).start()
+before = state()
+on = spec["on"]
+std = [slave if i in on else (subprocess.DEVNULL if i == 0 else subprocess.PIPE) for i in range(3)]
+p = subprocess.Popen(spec["argv"], env=spec["env"], cwd=spec["cwd"], stdin=std[0], stdout=std[1],
+                     stderr=std[2], start_new_session=True)
+out, err = p.communicate(timeout=60)
+after = state()
+print(json.dumps({"before": before, "after": after, "code": p.returncode,
+                  "out": (out or b"").decode(errors="replace"),
+                  "err": (err or b"").decode(errors="replace")}))
+"#;
+
+/// What a hostile command does to every terminal it holds: line discipline N_NULL (input dead),
+/// exclusive mode, O_NONBLOCK on the open file, echo and canonical mode off.
+const HOSTILE_TTY: &str = r#"
+import fcntl, os, struct, termios
+for fd in (0, 1, 2):
+    for act in (lambda: fcntl.ioctl(fd, termios.TIOCSETD, struct.pack("i", 27)),
+                lambda: fcntl.ioctl(fd, termios.TIOCEXCL),
+                lambda: fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)):
+        try:
+            act()
+        except OSError:
+            pass
+    try:
+        a = termios.tcgetattr(fd)
+        a[3] &= ~(termios.ECHO | termios.ICANON)
+        termios.tcsetattr(fd, termios.TCSANOW, a)
+    except (OSError, termios.error):
+        pass
+print("hostile-done", flush=True)
+"#;
+
+/// Runs `argv` with the descriptors `on` on a fresh terminal; returns (before, after, report).
+fn terminal_state(s: &Scratch, argv: &[String], on: &[u8]) -> serde_json::Value {
+    let c = s.command("run", &[], &[]);
+    let env: serde_json::Map<String, serde_json::Value> = c
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.into())))
+        .collect();
+    let spec = serde_json::json!({ "argv": argv, "env": env, "cwd": s.proj, "on": on });
+    let mut child = Command::new("python3")
+        .args(["-c", STATE_DRIVER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    {
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(spec.to_string().as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("driver output {text:?}: {e}"))
+}
+
+/// The caller's terminal is as it was after a hostile command, whichever of stdin, stdout and
+/// stderr were on it (`sandbox-run cmd | tee` left it with a dead line discipline, exclusive and
+/// non-blocking). Control: the same command run directly does change each of them.
+fn a_hostile_command_leaves_the_terminal_as_it_was(who: &Who) {
+    let s = Scratch::new(who);
+    let script = s.root.join("hostile_tty.py");
+    std::fs::write(&script, HOSTILE_TTY).unwrap();
+    let script = script.to_str().unwrap().to_owned();
+    // Control: outside any sandbox, with only stdin on the terminal.
+    let direct = terminal_state(&s, &["python3".into(), script.clone()], &[0]);
+    for key in ["ldisc", "excl", "nonblock", "lflag"] {
+        assert_ne!(direct["before"][key], direct["after"][key], "control: {key} {direct}");
+    }
+    let launcher = s.command("run", &[], &["python3", &script]);
+    let mut argv = vec![launcher.get_program().to_str().unwrap().to_owned()];
+    argv.extend(launcher.get_args().map(|a| a.to_str().unwrap().to_owned()));
+    for on in [&[0][..], &[0, 2], &[2], &[1], &[0, 1], &[0, 1, 2]] {
+        let r = terminal_state(&s, &argv, on);
+        // The command may break its own pty (N_NULL on its stdout: its print then fails); it
+        // must have run, and the caller's terminal must not notice.
+        let ran = r["out"].as_str().unwrap_or("").contains("hostile-done")
+            || r["err"].as_str().unwrap_or("").contains("hostile-done")
+            || r["code"] == 120;
+        assert!(ran, "{on:?}: {r}");
+        assert_eq!(r["before"], r["after"], "as {who:?}, fds {on:?} on the terminal: {r}");
+    }
+}
+
 both!(
     an_interactive_shell_has_job_control,
     the_window_size_is_propagated,
@@ -376,4 +488,5 @@ both!(
     the_launcher_suspends_and_resumes,
     ctrl_z_on_a_direct_command_suspends_the_launcher,
     only_the_sandboxs_own_terminal_is_visible,
+    a_hostile_command_leaves_the_terminal_as_it_was,
 );

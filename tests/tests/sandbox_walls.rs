@@ -160,19 +160,18 @@ fn protected_files_stay_read_only_in_build(who: &Who) {
     let cases = [
         (s.proj.join(".git/config"), "existing .git/config"),
         (s.proj.join(".git/hooks/pre-commit"), "new hook"),
-        (s.proj.join(".envrc"), "missing .envrc"),
-        (s.proj.join(".vscode/tasks.json"), "missing .vscode/"),
-        (s.proj.join(".mcp.json"), "missing .mcp.json"),
     ];
     for (path, what) in &cases {
         let answer = s.probe("build", &[], &["write", p(path)]);
         refused(&answer, &["EACCES", "EPERM", "EROFS", "ENOTDIR", "EEXIST"], what);
     }
-    let mkdir = s.probe("build", &[], &["mkdir", p(&s.proj.join(".claude"))]);
-    refused(&mkdir, &["EACCES", "EPERM", "EROFS", "EEXIST"], "mkdir .claude");
-    // Placeholders are gone afterwards; the real files are untouched.
+    // Missing names at the top are not refused but taken away (see sandbox_top_level.rs).
+    for name in [".envrc", ".vscode/tasks.json", ".mcp.json"] {
+        let _ = s.probe("build", &[], &["write", p(&s.proj.join(name))]);
+    }
+    let _ = s.probe("build", &[], &["mkdir", p(&s.proj.join(".claude"))]);
     for name in [".envrc", ".vscode", ".mcp.json", ".claude", ".idea", ".gitmodules"] {
-        assert!(!s.proj.join(name).exists(), "placeholder {name} left behind");
+        assert!(!s.proj.join(name).exists(), "{name} in place after the sandbox ended");
     }
     assert_eq!(std::fs::read_to_string(s.proj.join(".git/config")).unwrap(), "[core]\n");
 }
@@ -324,13 +323,16 @@ fn moving_home_directories_does_not_change_the_policy(who: &Who) {
             let cmd = ["python3", probe, "rename", p(from), p(&to)];
             let out = in_home(args, &cmd);
             let answer = sandbox_support::text(&out.stdout);
-            refused(answer.trim(), &["EBUSY"], &format!("{how}: move {} away", from.display()));
+            // EROFS: an existing dot-entry at the top of a writable HOME is read-only as a whole.
+            let moved = format!("{how}: move {} away", from.display());
+            refused(answer.trim(), &["EBUSY", "EROFS"], &moved);
         }
         let out = in_home(args, &["sh", "-c", &attack]);
         let answers = sandbox_support::text(&out.stdout);
         let lines: Vec<&str> = answers.lines().collect();
         assert_eq!(lines.len(), 2, "{how}: {answers} {}", sandbox_support::text(&out.stderr));
-        let replace = &["EBUSY", "EEXIST", "ENOTEMPTY", "EACCES", "EPERM"];
+        // ENOENT: the new ~/.s3 was taken away before it could be renamed.
+        let replace = &["EBUSY", "EEXIST", "ENOTEMPTY", "EACCES", "EPERM", "ENOENT"];
         refused(lines[0], replace, &format!("{how}: replace ~/.ssh"));
         refused(lines[1], &["EBUSY", "EACCES", "EPERM"], &format!("{how}: remove ~/.ssh"));
         assert!(!s.home.join(".config-old").exists(), "{how}: ~/.config moved away");
@@ -465,15 +467,29 @@ fn started(s: &Scratch, tier: &str, script: &str) -> std::process::Child {
     child
 }
 
+/// A scratch tree with a protected name below the top (`conf/.envrc`, configured): placeholders
+/// are made only there (the top of a writable path needs none, see sandbox_top_level.rs).
+fn deep_protected(who: &Who) -> Scratch {
+    let s = Scratch::new(who);
+    std::fs::create_dir(s.proj.join("conf")).unwrap();
+    let _ = std::process::Command::new("chown")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(s.proj.join("conf"))
+        .status();
+    let config = "[filesystem]\nprotected = [\"conf/.envrc\"]\n";
+    std::fs::write(s.home.join(".config/sandgate/config.toml"), config).unwrap();
+    s
+}
+
 /// A missing protected file cannot be created from inside, and its placeholder is gone after
 /// the run: after a normal exit, and after the launcher itself was killed.
 fn placeholders_do_not_outlive_the_sandbox(who: &Who) {
-    let s = Scratch::new(who);
-    let envrc = s.proj.join(".envrc");
-    let out = s.run("build", &[], &["sh", "-c", "echo x > .envrc; echo rc=$?"]);
+    let s = deep_protected(who);
+    let envrc = s.proj.join("conf/.envrc");
+    let out = s.run("build", &[], &["sh", "-c", "echo x > conf/.envrc; echo rc=$?"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.trim() != "rc=0", "created .envrc from inside: {text}");
-    assert!(!envrc.exists(), ".envrc left behind after a normal exit");
+    assert!(text.trim() != "rc=0", "created conf/.envrc from inside: {text}");
+    assert!(!envrc.exists(), "conf/.envrc left behind after a normal exit");
 
     let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
     let mut child = started(&s, "build", &format!("echo ready; exec {marker}"));
@@ -489,11 +505,12 @@ fn placeholders_do_not_outlive_the_sandbox(who: &Who) {
 /// place (removing it would detach the second one's read-only mount), the last removes it.
 fn concurrent_sandboxes_share_placeholders(who: &Who) {
     use std::io::Write as _;
-    let s = Scratch::new(who);
-    let envrc = s.proj.join(".envrc");
+    let s = deep_protected(who);
+    let envrc = s.proj.join("conf/.envrc");
     let probe = s.probe.to_str().unwrap();
     let mut a = started(&s, "build", "echo ready; read x || true");
-    let mut b = started(&s, "build", &format!("echo ready; read x; python3 {probe} write .envrc"));
+    let mut b =
+        started(&s, "build", &format!("echo ready; read x; python3 {probe} write conf/.envrc"));
     drop(a.stdin.take()); // EOF: `a` ends
     assert!(a.wait().unwrap().success());
     assert!(envrc.exists(), "removed while the other sandbox still used it");

@@ -9,7 +9,9 @@
 //!  │   │                                  (terminal mode: leads the session of the pty, tells
 //!  │   │                                  the launcher when Ctrl-Z stopped the command)
 //!  │   └─ command                          setpgid (terminal mode: the pty's foreground), exec
-//!  └─ cleaner (only with placeholders)   waits for init's end, removes placeholders
+//!  └─ warden                             takes new protected entries away from the top of
+//!                                         writable directories while init runs and after its
+//!                                         end, then removes placeholders (see `warden`)
 //! ```
 //!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
@@ -28,6 +30,7 @@ mod netlink;
 mod placeholder;
 mod sys;
 mod terminal;
+mod warden;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -75,10 +78,12 @@ pub struct Launched {
     reaped: bool,
 }
 
-/// Placeholders to release once the sandbox is gone, and the process that does it.
+/// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
+/// process that does it.
 #[derive(Debug, Default)]
 struct Cleanup {
     placeholders: Vec<placeholder::Placeholder>,
+    warden: Option<warden::Warden>,
     cleaner: Option<libc::pid_t>,
 }
 
@@ -88,7 +93,10 @@ impl Cleanup {
         if let Some(pid) = self.cleaner.take() {
             let _ = sys::waitpid(pid, true);
         }
-        // Normally a no-op (the cleaner did it); covers a cleaner that could not start or died.
+        // Normally a no-op (the warden did it); covers a warden that could not start or died.
+        if let Some(w) = &mut self.warden {
+            w.sweep();
+        }
         for p in self.placeholders.drain(..) {
             p.release();
         }
@@ -233,12 +241,17 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     let (uid, gid) = sys::ids();
     let mut plan = resolve(spec)?;
     crate::timing::mark("plan resolved (paths, placeholders)");
-    let mut cleanup =
-        Cleanup { placeholders: std::mem::take(&mut plan.placeholders), cleaner: None };
-    plan.tty = terminal::Outer::detect();
+    let mut cleanup = Cleanup {
+        placeholders: std::mem::take(&mut plan.placeholders),
+        warden: plan.warden.take(),
+        cleaner: None,
+    };
+    let detected = terminal::detect();
+    plan.tty = detected.tty;
+    plan.null_stdin = detected.null_stdin;
     let mut signals = FORWARDED.to_vec();
     signals.push(libc::SIGCHLD);
-    if plan.tty.is_some() {
+    if plan.tty.is_some_and(|t| t.interactive) {
         signals.extend(JOB_CONTROL);
     }
     if let Err(e) = sys::SigSet::of(&signals).block() {
@@ -276,10 +289,10 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     drop(child_sock);
-    if !cleanup.placeholders.is_empty()
+    if (!cleanup.placeholders.is_empty() || cleanup.warden.is_some())
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
-        cleanup.cleaner = placeholder::start_cleaner(&pidfd, &cleanup.placeholders);
+        cleanup.cleaner = warden::start(&pidfd, cleanup.warden.as_mut(), &cleanup.placeholders);
     }
 
     let mut buf = vec![0u8; 64 * 1024];
@@ -360,9 +373,13 @@ struct Plan {
     fs: mounts::FsPlan,
     /// Placeholders for missing protected paths, locked; released after the sandbox ends.
     placeholders: Vec<placeholder::Placeholder>,
+    /// The top-level rule's watch over the writable directories (see `warden`).
+    warden: Option<warden::Warden>,
     sockets: Vec<PathBuf>,
     /// The caller's terminal, when the sandbox gets a pty.
     tty: Option<terminal::Outer>,
+    /// The caller's stdin is a terminal that is not relayed: the command reads `/dev/null`.
+    null_stdin: bool,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -423,6 +440,9 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         if !inside_writable(&target) {
             return Ok(()); // read-only anyway
         }
+        if plan.warden.as_ref().is_some_and(|w| w.covers(&target)) {
+            return Ok(()); // taken away if it appears: no placeholder needed
+        }
         match placeholder::hold(&target) {
             Ok(Some(held)) => plan.placeholders.push(held),
             // Something (a file, a symlink) appeared there: protect what is there. Nothing
@@ -439,6 +459,15 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         plan.fs.read_only.push(target);
         Ok(())
     };
+    if let Some(rule) = &spec.top_level {
+        let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
+        let existing = w.existing_protected();
+        plan.warden = Some(w);
+        for p in &existing {
+            protect(p, plan)?;
+        }
+    }
     for p in &spec.read_only {
         if p.is_absolute() {
             protect(p, plan)?;
@@ -474,6 +503,11 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             });
         }
         plan.fs.provided.push(crate::spec::ProvidedDir { path: real, files: d.files.clone() });
+    }
+    if let Some(w) = &mut plan.warden {
+        for p in &plan.placeholders {
+            w.note(&p.path);
+        }
     }
     plan.sockets = resolved_unix_sockets(spec);
     plan.fs.cwd = cwd;
@@ -582,6 +616,8 @@ mod init {
         envp: Vec<CString>,
         /// The pty's slave in terminal mode, and which of 0, 1, 2 go to it.
         slave: Option<(OwnedFd, [bool; 3])>,
+        /// Stdin becomes `/dev/null` (a terminal that is not relayed; see `terminal`).
+        null_stdin: bool,
     }
 
     fn setup(
@@ -629,6 +665,7 @@ mod init {
             argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,
             envp: sys::envp(&spec.env).map_err(err("environment"))?,
             slave,
+            null_stdin: plan.null_stdin,
         };
 
         crate::timing::mark("program found, argv and environment");
@@ -690,6 +727,20 @@ mod init {
         let set = sys::SigSet::of(&signals);
         let _ = set.block();
         let terminal = p.slave.is_some();
+        // The pty's first descriptor: the one to make it the controlling terminal through.
+        let ctty = p.slave.as_ref().and_then(|(_, on)| (0..3).find(|&i| on[i])).unwrap_or(0) as i32;
+        if p.null_stdin {
+            // A terminal stdin that is not relayed: neither init nor the command may keep it.
+            match std::fs::File::open("/dev/null") {
+                Ok(null) => {
+                    let _ = sys::dup2(null.as_raw_fd(), 0);
+                }
+                Err(e) => {
+                    eprintln!("sandgate: /dev/null: {e}");
+                    sys::exit_now(126)
+                }
+            }
+        }
         if let Some((slave, on_tty)) = &p.slave {
             // Init's own stdio too: it must hold no descriptor of the caller's terminal.
             for (fd, &tty) in on_tty.iter().enumerate() {
@@ -707,7 +758,7 @@ mod init {
             // from the background, and as pid 1 it would never see a default-disposition one.
             // (Init is a session leader already: `setsid` is one of the walls.)
             sys::ignore_signal(libc::SIGTTOU);
-            if let Err(e) = sys::set_controlling_tty(0) {
+            if let Err(e) = sys::set_controlling_tty(ctty) {
                 eprintln!("sandgate: no job control: controlling terminal: {e}");
             }
         }
@@ -723,7 +774,7 @@ mod init {
             let _ = sys::setpgid(0, 0);
             if terminal {
                 // In the foreground of the pty before exec (init does it too; first one wins).
-                let _ = sys::set_foreground(0, sys::getpid());
+                let _ = sys::set_foreground(ctty, sys::getpid());
                 sys::default_handler(libc::SIGTTOU);
             }
             for &s in &signals {
@@ -748,7 +799,7 @@ mod init {
         // Both sides, so that signals forwarded right away reach the group.
         let _ = sys::setpgid(cmd, cmd);
         if terminal {
-            let _ = sys::set_foreground(0, cmd);
+            let _ = sys::set_foreground(ctty, cmd);
         }
         loop {
             match set.wait(None) {

@@ -14,12 +14,14 @@
 //!   exclusive lock, and it removes the file if the path still names that same empty file
 //!   (unlinking it earlier, from outside, would detach the read-only mount of a sandbox still
 //!   running, and the name would become creatable there);
-//! - a small cleaner process, forked by the launcher, waits for the sandbox's init to end and
-//!   does this, so placeholders go away even when the launcher itself is killed.
+//! - the warden process (see `warden`), forked by the launcher, waits for the sandbox's init to
+//!   end and does this, so placeholders go away even when the launcher itself is killed;
+//! - none is made at the top of a writable directory where the top-level rule applies: the
+//!   warden takes such an entry away if it appears, so no placeholder shows up in `git status`.
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -89,7 +91,7 @@ pub fn hold(path: &Path) -> io::Result<Option<Placeholder>> {
 }
 
 impl Placeholder {
-    /// The descriptor holding the lock (kept open by the cleaner process).
+    /// The descriptor holding the lock (kept open by the warden process).
     pub fn raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
@@ -107,38 +109,6 @@ impl Placeholder {
         if ours.dev() == named.dev() && ours.ino() == named.ino() && is_placeholder(&named) {
             let _ = std::fs::remove_file(&self.path);
         }
-    }
-}
-
-/// Releases `placeholders` once the process behind `pidfd` (the sandbox's init) has ended.
-/// Forks a cleaner that outlives the launcher if need be; returns its pid (`None`: no cleaner
-/// could be started, the launcher releases them itself). Single-threaded callers only.
-pub fn start_cleaner(pidfd: &OwnedFd, placeholders: &[Placeholder]) -> Option<libc::pid_t> {
-    match sys::fork() {
-        Ok(Some(pid)) => Some(pid),
-        Ok(None) => {
-            // Out of the caller's session (no terminal signals), holding nothing but the pidfd
-            // and the locks: a pipe the caller's caller waits on must not stay open here.
-            let _ = sys::setsid();
-            let mut keep: Vec<RawFd> = placeholders.iter().map(Placeholder::raw_fd).collect();
-            keep.push(pidfd.as_raw_fd());
-            sys::close_all_except(&keep);
-            loop {
-                let mut fds =
-                    [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-                match sys::poll(&mut fds, -1) {
-                    Ok(n) if n > 0 => break,
-                    Ok(_) => continue,
-                    Err(_) => sys::exit_now(1), // leave them rather than unlink too early
-                }
-            }
-            // pid 1 of a pid namespace is reported ended only after every process in it is gone.
-            for p in placeholders {
-                p.release();
-            }
-            sys::exit_now(0)
-        }
-        Err(_) => None,
     }
 }
 

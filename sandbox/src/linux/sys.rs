@@ -940,3 +940,35 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
         i => Ok(i),
     }
 }
+
+/// `inotify_init1(IN_CLOEXEC | IN_NONBLOCK)`.
+pub fn inotify_init() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; the descriptor returned is new and owned by us.
+    let fd = cvt_i(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) })?;
+    // SAFETY: fd was just returned by the kernel and is not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `inotify_add_watch(2)`.
+pub fn inotify_add_watch(fd: &OwnedFd, path: &Path, mask: u32) -> io::Result<i32> {
+    let p = cpath(path)?;
+    // SAFETY: p is a valid C string for the duration of the call.
+    cvt_i(unsafe { libc::inotify_add_watch(fd.as_raw_fd(), p.as_ptr(), mask) })
+}
+
+/// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: moves the entry itself (a
+/// symlink is not followed), never over an existing one.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let (f, t) = (cpath(from)?, cpath(to)?);
+    // SAFETY: both are valid C strings for the duration of the call.
+    cvt_i(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    })?;
+    Ok(())
+}

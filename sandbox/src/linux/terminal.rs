@@ -1,11 +1,22 @@
 //! Interactive use: the sandbox gets a pseudo-terminal of its own.
 //!
-//! Without a terminal (stdin or stdout is not one) the command runs in a new session with no
-//! controlling terminal, as before. When the launcher's stdin and stdout are both terminals, the
-//! sandbox's init allocates a pty in the sandbox's private devpts instance, the command becomes
-//! the leader of a new session with the pty's slave as its controlling terminal, and the launcher
-//! relays bytes between the caller's terminal (in raw mode, restored on exit and on suspension)
-//! and the master, copying the window size on every `SIGWINCH`.
+//! The command never receives a descriptor of the caller's terminal. Without one (none of the
+//! descriptors 0, 1, 2 is a terminal) it runs in a new session with no controlling terminal.
+//! When the launcher's stdin and stdout are both terminals (interactive mode), the sandbox's init
+//! allocates a pty in the sandbox's private devpts instance, the command becomes the leader of a
+//! new session with the pty's slave as its controlling terminal, and the launcher relays bytes
+//! between the caller's terminal (in raw mode, restored on exit and on suspension) and the
+//! master, copying the window size on every `SIGWINCH`.
+//!
+//! When only some of them are terminals (`sandbox-run cmd | tee`, `sandbox-run cmd < file`,
+//! `sandbox-run cmd > log` with stderr on the terminal), the terminal descriptors among stdout and
+//! stderr go to a pty too, whose output the launcher copies to the caller's terminal, and a
+//! terminal stdin is replaced by `/dev/null`. The caller's terminal is never read nor put in raw
+//! mode then: a pager at the end of the pipeline (`sandbox-run git log | less`) keeps every key
+//! and its own terminal settings. Handing the command the caller's terminal instead (as before)
+//! let it set the terminal's line discipline (`TIOCSETD` N_NULL: input dead), exclusive mode
+//! (`TIOCEXCL`), termios and `O_NONBLOCK` on the shared open file, all of which outlived the
+//! sandbox; seccomp could refuse the ioctls but not `fcntl(F_SETFL)` on a duplicated descriptor.
 //!
 //! Why a pty (design "a") rather than handing the caller's terminal to the command in a
 //! foreground process group of its own (design "b"): with (b) the command holds the caller's
@@ -18,9 +29,9 @@
 //! terminal in raw mode passing the bytes through), and the caller's terminal settings are the
 //! launcher's to restore. This is what ssh, docker `-t` and podman `-t` do.
 //!
-//! Why stdin *and* stdout: with stdout redirected (`sandbox-run git log | less`) the relay would
-//! read the terminal concurrently with the pager and steal its keys; such runs keep today's
-//! behaviour. Standard error is put on the pty only when it is the terminal too.
+//! Why input is relayed only when stdin *and* stdout are terminals: with stdout redirected
+//! (`sandbox-run git log | less`) the relay would read the terminal concurrently with the pager
+//! and steal its keys. Standard error is put on the pty only when it is a terminal too.
 
 use std::fmt;
 use std::io;
@@ -32,11 +43,44 @@ use super::sys;
 #[derive(Clone, Copy)]
 pub struct Outer {
     /// Its settings (the sandbox's pty starts with the same, and they are restored at the end).
-    pub termios: libc::termios,
+    pub termios: Option<libc::termios>,
     /// Its window size.
     pub winsize: Option<libc::winsize>,
-    /// Which of the descriptors 0, 1, 2 are terminals (and so go to the pty).
+    /// Which of the descriptors 0, 1, 2 go to the pty.
     pub on_tty: [bool; 3],
+    /// Stdin and stdout are the terminal: keys are relayed in raw mode, with job control.
+    pub interactive: bool,
+    /// The caller's descriptor that the pty's output goes to and whose size it takes.
+    pub fd: RawFd,
+}
+
+/// What the command gets instead of the caller's terminal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Detected {
+    /// A pty of its own, for the descriptors that are terminals.
+    pub tty: Option<Outer>,
+    /// Stdin is a terminal that is not relayed: the command reads `/dev/null` instead.
+    pub null_stdin: bool,
+}
+
+/// Looks at the launcher's descriptors 0, 1, 2 (see the module docs).
+pub fn detect() -> Detected {
+    let is = [sys::isatty(0), sys::isatty(1), sys::isatty(2)];
+    let interactive = is[0] && is[1];
+    let on_tty = if interactive { is } else { [false, is[1], is[2]] };
+    let null_stdin = is[0] && !interactive;
+    let Some(fd) = (0..3).find(|&i| on_tty[i]) else {
+        return Detected { tty: None, null_stdin };
+    };
+    let fd = if interactive { STDOUT } else { fd as RawFd };
+    let tty = Outer {
+        termios: sys::tcgetattr(fd).ok(),
+        winsize: sys::get_winsize(fd).ok(),
+        on_tty,
+        interactive,
+        fd,
+    };
+    Detected { tty: Some(tty), null_stdin }
 }
 
 impl fmt::Debug for Outer {
@@ -44,22 +88,9 @@ impl fmt::Debug for Outer {
         f.debug_struct("Outer")
             .field("winsize", &self.winsize.map(|w| (w.ws_row, w.ws_col)))
             .field("on_tty", &self.on_tty)
+            .field("interactive", &self.interactive)
+            .field("fd", &self.fd)
             .finish_non_exhaustive()
-    }
-}
-
-impl Outer {
-    /// The caller's terminal when stdin and stdout are terminals (see the module docs).
-    pub fn detect() -> Option<Outer> {
-        if !(sys::isatty(0) && sys::isatty(1)) {
-            return None;
-        }
-        let termios = sys::tcgetattr(0).ok()?;
-        Some(Outer {
-            termios,
-            winsize: sys::get_winsize(0).ok(),
-            on_tty: [true, true, sys::isatty(2)],
-        })
     }
 }
 
@@ -67,7 +98,15 @@ impl Outer {
 /// Returns `(master, slave)`.
 pub fn open_inside(outer: &Outer) -> io::Result<(OwnedFd, OwnedFd)> {
     let (master, slave) = sys::open_pty()?;
-    sys::tcsetattr(slave.as_raw_fd(), &outer.termios)?;
+    if let Some(t) = &outer.termios {
+        let mut t = *t;
+        if !outer.interactive {
+            // The caller's terminal, not in raw mode, does the output processing (`\n` to
+            // `\r\n`) itself: doing it here too would double it.
+            t.c_oflag &= !libc::OPOST;
+        }
+        sys::tcsetattr(slave.as_raw_fd(), &t)?;
+    }
     if let Some(w) = &outer.winsize {
         sys::set_winsize(slave.as_raw_fd(), w)?;
     }
@@ -98,7 +137,8 @@ impl Relay {
             outer,
             raw: false,
             pending: Vec::new(),
-            stdin_open: true,
+            // Outside interactive mode the caller's terminal is never read.
+            stdin_open: outer.interactive,
             master_open: true,
         }
     }
@@ -107,22 +147,25 @@ impl Relay {
     /// discipline turns Ctrl-C / Ctrl-Z into signals for the sandbox's foreground job. From a
     /// background process group this stops the launcher (SIGTTOU) until it is brought back.
     pub fn enter_raw(&mut self) {
-        if sys::tcsetattr(STDIN, &sys::raw_termios(&self.outer.termios)).is_ok() {
+        let Some(t) = self.outer.termios.filter(|_| self.outer.interactive) else { return };
+        if sys::tcsetattr(STDIN, &sys::raw_termios(&t)).is_ok() {
             self.raw = true;
         }
     }
 
     /// Gives the caller's terminal its settings back.
     pub fn restore(&mut self) {
-        if self.raw {
-            let _ = sys::tcsetattr(STDIN, &self.outer.termios);
+        if self.raw
+            && let Some(t) = &self.outer.termios
+        {
+            let _ = sys::tcsetattr(STDIN, t);
             self.raw = false;
         }
     }
 
     /// Copies the caller's window size to the pty (the kernel then sends SIGWINCH inside).
     pub fn sync_winsize(&self) {
-        if let Ok(w) = sys::get_winsize(STDIN) {
+        if let Ok(w) = sys::get_winsize(self.outer.fd) {
             let _ = sys::set_winsize(self.master.as_raw_fd(), &w);
         }
     }
@@ -183,7 +226,7 @@ impl Relay {
                     self.master_open = false;
                     return;
                 }
-                Ok(n) => write_all(STDOUT, &buf[..n]),
+                Ok(n) => write_all(self.outer.fd, &buf[..n]),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return,
                 // EIO: every slave descriptor is closed.
                 Err(_) => {

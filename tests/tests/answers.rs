@@ -400,7 +400,7 @@ fn the_launchers_terminal_shows_the_answer_to_its_question() {
     let mut run = t.on_terminal(&["net", "--", "sh", "-c", &script]);
     let _keep_stdin_open = run.stdin.take();
     let screen = lines_of(run.stdout.take().unwrap());
-    let prompt = expect_line(&screen, Duration::from_secs(20), |l| {
+    let prompt = expect_line(&screen, Duration::from_secs(60), |l| {
         l.contains(&format!("wants 127.0.0.1:{port}"))
     });
     assert!(prompt.contains("sandgate allow 127.0.0.1"), "{prompt}");

@@ -32,6 +32,7 @@ pub mod head;
 mod io;
 mod proxy;
 pub mod sni;
+pub mod socks;
 mod traits;
 mod tunnel;
 

@@ -118,6 +118,10 @@ pub const PROXY_VARS: &[&str] = &[
     "CARGO_HTTP_PROXY",
 ];
 
+/// Where the proxy's SOCKS5 side is (`socks5h://127.0.0.1:PORT`), for tools that take a SOCKS
+/// proxy (`curl -x "$SANDGATE_SOCKS_PROXY"`, `ALL_PROXY=$SANDGATE_SOCKS_PROXY tool`).
+pub const SOCKS_PROXY_VAR: &str = "SANDGATE_SOCKS_PROXY";
+
 /// Hosts that never go through the proxy (`NO_PROXY`, `no_proxy`).
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
@@ -144,6 +148,11 @@ pub fn proxy_env(port: u16, caller: &[(OsString, OsString)]) -> Vec<(OsString, O
         // u32::MAX + 1 would wrap to 0 (git then reads none of it, not even http.proxy).
         .filter(|n: &u32| *n < u32::MAX)
         .unwrap_or(0);
+    // The same port speaks SOCKS5 (the proxy tells the protocols apart by the first byte). Not
+    // as ALL_PROXY: httpx (the OpenAI and Anthropic SDKs among others) builds a transport for
+    // every proxy variable when a client is created and fails outright on a socks5h:// one
+    // unless the optional `socksio` package is installed, so ALL_PROXY stays HTTP.
+    set(SOCKS_PROXY_VAR, format!("socks5h://127.0.0.1:{port}").into());
     set("GIT_CONFIG_COUNT", (git_count + 1).to_string().into());
     set(&format!("GIT_CONFIG_KEY_{git_count}"), "http.proxy".into());
     set(&format!("GIT_CONFIG_VALUE_{git_count}"), url.clone().into());
@@ -170,8 +179,11 @@ pub fn with_proxy_env(
     caller: &[(OsString, OsString)],
     port: Option<u16>,
 ) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        caller.iter().filter(|(k, _)| !PROXY_VARS.iter().any(|n| k == n)).cloned().collect();
+    let mut env: Vec<(OsString, OsString)> = caller
+        .iter()
+        .filter(|(k, _)| !PROXY_VARS.iter().any(|n| k == n) && k != SOCKS_PROXY_VAR)
+        .cloned()
+        .collect();
     if let Some(port) = port {
         for (k, v) in proxy_env(port, caller) {
             env.retain(|(n, _)| *n != k);
@@ -278,6 +290,7 @@ mod tests {
         }
         assert_eq!(get(&env, "GIT_CONFIG_COUNT"), Some("1"));
         assert_eq!(get(&env, "GIT_CONFIG_KEY_0"), Some("http.proxy"));
+        assert_eq!(get(&env, "SANDGATE_SOCKS_PROXY"), Some("socks5h://127.0.0.1:3128"));
         let java = get(&env, "JAVA_TOOL_OPTIONS").unwrap();
         assert!(java.starts_with("-Dhttp.proxyHost=127.0.0.1 "), "{java}");
         assert!(java.contains("-Dhttps.proxyPort=3128"), "{java}");
@@ -336,6 +349,7 @@ mod tests {
             ("JAVA_TOOL_OPTIONS", "-Xmx1g"),
             ("https_proxy", "http://evil:1"),
             ("NO_PROXY", "*"),
+            ("SANDGATE_SOCKS_PROXY", "socks5h://evil:1"),
         ]);
         let env = with_proxy_env(&caller, None);
         assert_eq!(env, caller[..4].to_vec());

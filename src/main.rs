@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod client;
+mod connect_cmd;
 mod control_cmd;
 mod daemon;
 mod docs_cmd;
@@ -89,6 +90,12 @@ enum Command {
     Log(log_cmd::LogArgs),
     /// Stop the daemon.
     Stop(control_cmd::JsonArg),
+    /// Relay standard input and output to HOST PORT through the sandbox's proxy (an ssh
+    /// ProxyCommand: `ssh -o ProxyCommand='sandgate connect %h %p'`).
+    ///
+    /// Exit status: 0 when the connection ran, 1 when the proxy refused it (the rule is printed),
+    /// 2 usage error.
+    Connect(connect_cmd::ConnectArgs),
     /// (not yet available) Agent hooks (Claude Code PermissionRequest).
     Hook(NotYet),
 }
@@ -172,6 +179,7 @@ fn main() -> ExitCode {
         Command::Ls(a) => control_cmd::ls(a),
         Command::Log(a) => log_cmd::log(a),
         Command::Stop(a) => control_cmd::stop(a),
+        Command::Connect(a) => connect_cmd::run(a),
         Command::Hook(_) => not_yet("hook"),
     };
     match result {

@@ -358,6 +358,13 @@ impl Inner {
             // An address asked for by number was itself allowed (by a rule, a grant or a
             // person's answer): that is the "allowed by IP" exception of the guard.
             Host::Ip(ip) => vec![SocketAddr::new(sandgate_config::canonical_ip(ip), target.port)],
+            // `localhost` allowed (by a rule, a grant or a person) means the host's loopback, on
+            // the allowed port only: it is never resolved (RFC 6761), so no resolver or hosts
+            // file can point it elsewhere, and the guard's loopback refusal does not apply.
+            Host::Name(ref n) if n.as_str() == "localhost" => vec![
+                SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), target.port),
+                SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), target.port),
+            ],
             Host::Name(_) => self.upstream_peer(sandbox, policy, target).await?,
         };
         Ok(Admitted { rule, addrs })

@@ -32,7 +32,7 @@ mod macos;
 pub use error::SandboxError;
 pub use spec::{
     Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, SOCKS_PROXY_VAR, SandboxId,
-    SandboxSpec, proxy_env, with_proxy_env,
+    SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};
 

@@ -193,6 +193,27 @@ pub fn with_proxy_env(
     env
 }
 
+/// `GIT_SSH_COMMAND` for a proxied sandbox: ssh with `sandgate connect %h %p` (the running
+/// executable, by absolute path) as its `ProxyCommand`, so `git clone ssh://...` goes through the
+/// proxy's decision like any other connection. `None` when the caller set `GIT_SSH_COMMAND` or
+/// `GIT_SSH` (theirs is kept), or when the path holds a character that would need quoting
+/// through two shells (git's and ssh's): then git over ssh is left as it was (and fails at the
+/// firewall, reported as blocked traffic).
+pub fn git_ssh_command(
+    sandgate: &std::path::Path,
+    caller: &[(OsString, OsString)],
+) -> Option<OsString> {
+    if caller.iter().any(|(k, v)| (k == "GIT_SSH_COMMAND" || k == "GIT_SSH") && !v.is_empty()) {
+        return None;
+    }
+    let path = sandgate.to_str()?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+');
+    if !path.starts_with('/') || !path.chars().all(plain) {
+        return None;
+    }
+    Some(format!("ssh -o ProxyCommand='{path} connect %h %p'").into())
+}
+
 /// What the kernel enforced for one sandbox, and what it could not.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Enforcement {
@@ -337,6 +358,22 @@ mod tests {
             assert!(java.starts_with("-Xmx1g -Dhttp.proxyHost=127.0.0.1 "), "{java}");
             assert_eq!(get(&env, "HTTP_PROXY"), Some("http://127.0.0.1:3128"));
             assert_eq!(get(&env, "PATH"), Some("/usr/bin"));
+        }
+    }
+
+    #[test]
+    fn git_ssh_goes_through_sandgate_connect_unless_the_caller_chose() {
+        let exe = std::path::Path::new("/usr/local/bin/sandgate");
+        assert_eq!(
+            git_ssh_command(exe, &[]).unwrap(),
+            "ssh -o ProxyCommand='/usr/local/bin/sandgate connect %h %p'"
+        );
+        for k in ["GIT_SSH_COMMAND", "GIT_SSH"] {
+            assert_eq!(git_ssh_command(exe, &vars(&[(k, "my-ssh")])), None, "{k}");
+        }
+        assert!(git_ssh_command(exe, &vars(&[("GIT_SSH_COMMAND", "")])).is_some());
+        for odd in ["/a b/sandgate", "/x'y/sandgate", "/x;rm/sandgate", "rel/sandgate", "/$(x)"] {
+            assert_eq!(git_ssh_command(std::path::Path::new(odd), &[]), None, "{odd}");
         }
     }
 

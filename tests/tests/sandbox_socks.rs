@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
+#[allow(unused_imports)] // the shared fixtures re-export helpers this file does not use
 mod daemon_support;
 
 use daemon_support::*;

@@ -5,6 +5,7 @@
 //! allow = ["crates.io", "*.githubusercontent.com"]
 //! deny = ["evil.example.com"]
 //! presets = ["registries"]
+//! default_ports = [80, 443]             # patterns without a port match only these (off by default)
 //!
 //! [filesystem]
 //! allow_write = ["~/.cargo/registry"]   # writable in tiers with a writable current directory
@@ -148,6 +149,7 @@ struct RawNetwork {
     allow: Vec<Spanned<String>>,
     deny: Vec<Spanned<String>>,
     presets: Vec<Spanned<String>>,
+    default_ports: Option<Spanned<Vec<u16>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -213,6 +215,8 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// `[filesystem] git_writable`, when set.
     pub git_writable: Option<bool>,
+    /// `[network] default_ports`, when set: the ports an allow pattern without a port matches.
+    pub default_ports: Option<Vec<u16>>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
@@ -314,6 +318,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         git_writable: raw.filesystem.git_writable,
+        default_ports: cx.default_ports(raw.network.default_ports.as_ref())?,
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
@@ -457,6 +462,30 @@ impl Cx<'_> {
             })
         })
         .transpose()
+    }
+
+    /// `[network] default_ports`: a non-empty list of ports 1..=65535.
+    fn default_ports(
+        &self,
+        item: Option<&Spanned<Vec<u16>>>,
+    ) -> Result<Option<Vec<u16>>, ConfigError> {
+        let Some(item) = item else { return Ok(None) };
+        let ports = item.get_ref();
+        if ports.is_empty() {
+            return Err(self.err(
+                item.span(),
+                "default_ports is empty: no pattern without a port would match anything".into(),
+                "list ports like [80, 443], or remove the key to let such patterns match every port",
+            ));
+        }
+        if ports.contains(&0) {
+            return Err(self.err(
+                item.span(),
+                "port 0 in default_ports".into(),
+                "use ports 1 to 65535",
+            ));
+        }
+        Ok(Some(ports.clone()))
     }
 
     /// A duration that must not be zero (a time-out of zero would fail every call).
@@ -605,6 +634,19 @@ mod tests {
 
     fn err(text: &str) -> ConfigError {
         parse(Path::new("c.toml"), text, Some(Path::new("/home/u"))).unwrap_err()
+    }
+
+    #[test]
+    fn default_ports_are_a_non_empty_list_of_real_ports() {
+        let ok = |t: &str| parse(Path::new("c.toml"), t, None).unwrap().default_ports;
+        assert_eq!(ok("[network]\ndefault_ports = [80, 443]\n"), Some(vec![80, 443]));
+        assert_eq!(ok("[network]\nallow = [\"a.com\"]\n"), None);
+        let e = err("[network]\ndefault_ports = []\n");
+        assert!(e.to_string().contains("default_ports is empty"), "{e}");
+        assert!(e.to_string().contains("c.toml:2"), "{e}");
+        assert!(err("[network]\ndefault_ports = [0]\n").to_string().contains("port 0"));
+        assert!(err("[network]\ndefault_ports = [70000]\n").to_string().contains("c.toml:2"));
+        assert!(err("[network]\ndefault_ports = \"443\"\n").to_string().contains("c.toml:2"));
     }
 
     #[test]

@@ -311,11 +311,14 @@ impl Config {
         let git_writable =
             self.files().filter_map(|f| f.content.git_writable).last().unwrap_or(false);
 
+        // As git_writable: the later file decides.
+        let default_ports = self.files().filter_map(|f| f.content.default_ports.clone()).last();
+
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
             tier: name.to_owned(),
             fs: FsPolicy { writable, hidden, protected, unix_sockets, git_writable },
-            net: NetworkPolicy::new(name, mode, allow, deny),
+            net: NetworkPolicy::new(name, mode, allow, deny).with_default_ports(default_ports),
         })
     }
 }

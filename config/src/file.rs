@@ -18,6 +18,11 @@
 //! base = "build"
 //! network = "none"
 //!
+//! [proxy]                               # global file only
+//! upstream = "http://proxy.corp:3128"   # leave through this proxy after sandgate's decision
+//! upstream_bypass = ["*.corp.example"]  # reached directly instead
+//! upstream_credentials = "env:CORP_PROXY_AUTH"   # or "file:~/.config/corp-proxy": user:password
+//!
 //! [daemon]                              # global file only
 //! ask_timeout = "60s"                   # a held request is denied after this long
 //! event_retention = "30d"               # events older than this are pruned
@@ -119,6 +124,7 @@ impl ConfigError {
 #[serde(deny_unknown_fields, default)]
 struct RawFile {
     network: RawNetwork,
+    proxy: RawProxy,
     filesystem: RawFs,
     tiers: BTreeMap<String, RawTier>,
     daemon: RawDaemon,
@@ -150,6 +156,14 @@ struct RawNetwork {
     deny: Vec<Spanned<String>>,
     presets: Vec<Spanned<String>>,
     default_ports: Option<Spanned<Vec<u16>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawProxy {
+    pub(crate) upstream: Option<Spanned<String>>,
+    pub(crate) upstream_bypass: Vec<Spanned<String>>,
+    pub(crate) upstream_credentials: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -223,6 +237,8 @@ pub struct CheckedFile {
     pub daemon: DaemonSettings,
     /// `[telegram]`, when the section is present.
     pub telegram: Option<TelegramSettings>,
+    /// `[proxy] upstream`, when set.
+    pub upstream: Option<crate::upstream::UpstreamSettings>,
 }
 
 /// The `[daemon]` section.
@@ -326,7 +342,9 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             desktop_notifications: raw.daemon.desktop_notifications,
         },
         telegram: None,
+        upstream: None,
     };
+    out.upstream = crate::upstream::check(&cx, &raw.proxy)?;
     if let Some(t) = raw.telegram {
         out.telegram = Some(TelegramSettings {
             alert_window: cx.duration(t.alert_window.as_ref())?,
@@ -419,14 +437,19 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
     Ok(out)
 }
 
-struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     path: &'a Path,
     text: &'a str,
-    home: Option<&'a Path>,
+    pub(crate) home: Option<&'a Path>,
 }
 
 impl Cx<'_> {
-    fn err(&self, span: Range<usize>, message: String, help: impl Into<String>) -> ConfigError {
+    pub(crate) fn err(
+        &self,
+        span: Range<usize>,
+        message: String,
+        help: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::at(self.path, self.text, Some(span), message, help)
     }
 
@@ -434,7 +457,7 @@ impl Cx<'_> {
         self.text[..span.start.min(self.text.len())].matches('\n').count() + 1
     }
 
-    fn patterns(
+    pub(crate) fn patterns(
         &self,
         items: &[Spanned<String>],
         usage: PatternUse,

@@ -158,6 +158,11 @@ impl Config {
         self.global.as_ref().map(|f| f.content.daemon.clone()).unwrap_or_default()
     }
 
+    /// `[proxy] upstream` of the global file (the daemon serves every directory).
+    pub fn upstream_settings(&self) -> Option<crate::UpstreamSettings> {
+        self.global.as_ref().and_then(|f| f.content.upstream.clone())
+    }
+
     /// The `[telegram]` section of the global file.
     pub fn telegram_settings(&self) -> Option<crate::TelegramSettings> {
         self.global.as_ref().and_then(|f| f.content.telegram.clone())

@@ -18,6 +18,7 @@ mod matcher;
 mod pattern;
 mod policy;
 mod tiers;
+mod upstream;
 
 pub use decision::{Decision, Rule, RuleSource};
 pub use file::{
@@ -35,3 +36,4 @@ pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,
     builtin_tiers, fs_preset, preset,
 };
+pub use upstream::{CredentialSource, UpstreamSettings};

@@ -149,3 +149,87 @@ fn host_services_are_reached_only_when_allowed_by_address_or_localhost() {
     let (_, body) = curl(&p.url, &format!("http://localhost.:{by_name}/"));
     assert!(body.contains("host service by name"), "{body}");
 }
+
+/// A CONNECT relay standing in for a corporate proxy: records each request head, and connects
+/// every name to 127.0.0.1 on the asked port.
+fn corporate_relay() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Read;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                log.lock().unwrap().push(text.clone());
+                let target = text.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let port = target.rsplit(':').next().unwrap_or("0").to_owned();
+                let Ok(up) = TcpStream::connect(format!("127.0.0.1:{port}")) else { return };
+                let _ = s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let (mut a, mut b2) = (s.try_clone().unwrap(), up.try_clone().unwrap());
+                let (mut s, mut up) = (s, up);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b2);
+                    let _ = b2.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up, &mut s);
+            });
+        }
+    });
+    (port, asked)
+}
+
+#[test]
+fn sandgate_proxy_leaves_through_the_configured_upstream_with_its_credentials() {
+    let env = Env::new();
+    let echo_port = echo();
+    let (relay, asked) = corporate_relay();
+    let cfg = env.config_home().join("upstream.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[proxy]\nupstream = \"http://127.0.0.1:{relay}\"\n\
+             upstream_credentials = \"env:TEST_CORP_AUTH\"\nupstream_bypass = [\"127.0.0.1\"]\n"
+        ),
+    )
+    .unwrap();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let target = format!("inside.corp.example:{echo_port}");
+    let mut child = env
+        .cmd()
+        .args(["proxy", "--listen", &listen, "--config"])
+        .arg(&cfg)
+        .args(["--allow", &target, "--deny", "denied.example"])
+        .env("TEST_CORP_AUTH", "corp:pw")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&listen).is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not start listening");
+        assert!(child.try_wait().unwrap().is_none(), "the proxy exited early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let p = Proxy { child, url: format!("http://{listen}") };
+    let ep = echo_port.to_string();
+    let (code, out, err) =
+        connect(&env, &[("HTTPS_PROXY", &p.url)], &["inside.corp.example", &ep], b"via corp");
+    assert_eq!((code, out.as_slice()), (0, &b"via corp"[..]), "{err}");
+    let (code, _, err) = connect(&env, &[("HTTPS_PROXY", &p.url)], &["denied.example", "22"], b"");
+    assert_eq!(code, 1, "{err}");
+    let a = asked.lock().unwrap().clone();
+    assert_eq!(a.len(), 1, "the relay hears only of what sandgate allowed: {a:?}");
+    assert!(a[0].starts_with(&format!("CONNECT {target} HTTP/1.1\r\n")), "{a:?}");
+    assert!(a[0].contains("Proxy-Authorization: Basic Y29ycDpwdw==\r\n"), "{a:?}");
+}

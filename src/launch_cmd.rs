@@ -272,6 +272,14 @@ pub fn spec_from_policy(
         NetMode::Proxy { .. } => Some(ctx.proxy_port),
     };
     let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
+    if proxy_port.is_some()
+        && let Some(ssh) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| sandgate_sandbox::git_ssh_command(&exe, &caller))
+    {
+        env.retain(|(k, _)| k != "GIT_SSH_COMMAND");
+        env.push(("GIT_SSH_COMMAND".into(), ssh));
+    }
     env.push(("SANDGATE_SANDBOX".into(), id.to_string().into()));
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
     // git's background index refresh would write .git/index (read-only in every tier) and fail.

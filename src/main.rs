@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod agent_cmd;
 mod agent_env;
 mod client;
+mod connect_cmd;
 mod control_cmd;
 mod daemon;
 mod docs_cmd;
@@ -104,6 +105,12 @@ enum Command {
     Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
     Stop(control_cmd::JsonArg),
+    /// Relay standard input and output to HOST PORT through the sandbox's proxy (an ssh
+    /// ProxyCommand: `ssh -o ProxyCommand='sandgate connect %h %p'`).
+    ///
+    /// Exit status: 0 when the connection ran, 1 when the proxy refused it (the rule is printed),
+    /// 2 usage error.
+    Connect(connect_cmd::ConnectArgs),
     /// Agent permission hooks: allow tool calls that stay inside a tier (Claude Code).
     Hook(hook_cmd::HookArgs),
 }
@@ -173,6 +180,7 @@ fn main() -> ExitCode {
         Command::Log(a) => log_cmd::log(a),
         Command::Learn(a) => learn_cmd::learn(a),
         Command::Stop(a) => control_cmd::stop(a),
+        Command::Connect(a) => connect_cmd::run(a),
         Command::Hook(a) => hook_cmd::run(a),
         Command::Uninstall(a) => agent_cmd::uninstall(a),
     };

@@ -135,6 +135,9 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
                 "tier": args.tier,
                 "decision": decision.verb(),
                 "rule": rule,
+                "default_ports": policy.net.default_ports(),
+                "narrowed_by_default_ports": policy.net.narrowed_by_default_ports(&target)
+                    .map(|r| r.to_string()),
             })
         );
         return Ok(code);
@@ -147,6 +150,16 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
              (`sandgate allow {}`)",
             target.host
         ),
+    }
+    if let Some(r) = policy.net.narrowed_by_default_ports(&target) {
+        let ports: Vec<String> =
+            policy.net.default_ports().unwrap_or_default().iter().map(u16::to_string).collect();
+        println!(
+            "  not matched: {r} has no port, and [network] default_ports = [{}] narrows such \
+             patterns to those ports; allow {} to open this one",
+            ports.join(", "),
+            target
+        );
     }
     Ok(code)
 }

@@ -71,6 +71,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
     let overrides =
         Overrides { allow: args.allow.clone(), deny: args.deny.clone(), ..Overrides::default() };
     let policy = config.policy(&args.tier, &overrides)?;
+    let upstream = upstream(&config)?;
 
     match sandgate_proxy::raise_nofile_limit() {
         Ok(n) => tracing::debug!(nofile = n, "open-file limit raised"),
@@ -89,6 +90,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
             .config(ProxyConfig {
                 ask_timeout: args.ask_timeout,
                 tunnel_mode: args.tunnel,
+                upstream,
                 ..ProxyConfig::default()
             })
             .build();
@@ -130,4 +132,13 @@ async fn shutdown_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+/// `[proxy] upstream` of the global configuration, ready for the proxy (its credentials read
+/// now, from the environment or the file the configuration names).
+pub(crate) fn upstream(config: &Config) -> anyhow::Result<Option<Arc<sandgate_proxy::Upstream>>> {
+    let Some(s) = config.upstream_settings() else { return Ok(None) };
+    let credentials =
+        s.credentials.as_ref().map(|c| c.read()).transpose().map_err(anyhow::Error::msg)?;
+    Ok(Some(Arc::new(sandgate_proxy::Upstream { addr: s.addr, credentials, bypass: s.bypass })))
 }

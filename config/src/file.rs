@@ -5,6 +5,7 @@
 //! allow = ["crates.io", "*.githubusercontent.com"]
 //! deny = ["evil.example.com"]
 //! presets = ["registries"]
+//! default_ports = [80, 443]             # patterns without a port match only these (off by default)
 //!
 //! [filesystem]
 //! allow_write = ["~/.cargo/registry"]   # writable in tiers with a writable current directory
@@ -24,6 +25,11 @@
 //! [tiers.build-offline]
 //! base = "build"
 //! network = "none"
+//!
+//! [proxy]                               # global file only
+//! upstream = "http://proxy.corp:3128"   # leave through this proxy after sandgate's decision
+//! upstream_bypass = ["*.corp.example"]  # reached directly instead
+//! upstream_credentials = "env:CORP_PROXY_AUTH"   # or "file:~/.config/corp-proxy": user:password
 //!
 //! [daemon]                              # global file only
 //! ask_timeout = "60s"                   # a held request is denied after this long
@@ -128,6 +134,7 @@ impl ConfigError {
 #[serde(deny_unknown_fields, default)]
 struct RawFile {
     network: RawNetwork,
+    proxy: RawProxy,
     filesystem: RawFs,
     shell: RawShell,
     tiers: BTreeMap<String, RawTier>,
@@ -175,6 +182,15 @@ struct RawNetwork {
     allow: Vec<Spanned<String>>,
     deny: Vec<Spanned<String>>,
     presets: Vec<Spanned<String>>,
+    default_ports: Option<Spanned<Vec<u16>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawProxy {
+    pub(crate) upstream: Option<Spanned<String>>,
+    pub(crate) upstream_bypass: Vec<Spanned<String>>,
+    pub(crate) upstream_credentials: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -251,12 +267,16 @@ pub struct CheckedFile {
     /// `[filesystem] writable_dotfiles`: names added to the built-in allowlist of writable
     /// top-level entries, and (written `!name`) taken from it.
     pub writable_dotfiles: Vec<String>,
+    /// `[network] default_ports`, when set: the ports an allow pattern without a port matches.
+    pub default_ports: Option<Vec<u16>>,
     /// Tiers defined here.
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
     pub daemon: DaemonSettings,
     /// `[telegram]`, when the section is present.
     pub telegram: Option<TelegramSettings>,
+    /// `[proxy] upstream`, when set.
+    pub upstream: Option<crate::upstream::UpstreamSettings>,
 }
 
 /// The `[daemon]` section.
@@ -365,6 +385,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         env_pass: Vec::new(),
         prompt_marker: raw.shell.prompt_marker,
         writable_dotfiles: Vec::new(),
+        default_ports: cx.default_ports(raw.network.default_ports.as_ref())?,
         tiers: Vec::new(),
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
@@ -373,7 +394,9 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             questions_per_minute: cx.at_least_one(raw.daemon.questions_per_minute.as_ref())?,
         },
         telegram: None,
+        upstream: None,
     };
+    out.upstream = crate::upstream::check(&cx, &raw.proxy)?;
     if let Some(t) = raw.telegram {
         out.telegram = Some(TelegramSettings {
             alert_window: cx.duration(t.alert_window.as_ref())?,
@@ -523,14 +546,19 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
     Ok(out)
 }
 
-struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     path: &'a Path,
     text: &'a str,
-    home: Option<&'a Path>,
+    pub(crate) home: Option<&'a Path>,
 }
 
 impl Cx<'_> {
-    fn err(&self, span: Range<usize>, message: String, help: impl Into<String>) -> ConfigError {
+    pub(crate) fn err(
+        &self,
+        span: Range<usize>,
+        message: String,
+        help: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::at(self.path, self.text, Some(span), message, help)
     }
 
@@ -538,7 +566,7 @@ impl Cx<'_> {
         self.text[..span.start.min(self.text.len())].matches('\n').count() + 1
     }
 
-    fn patterns(
+    pub(crate) fn patterns(
         &self,
         items: &[Spanned<String>],
         usage: PatternUse,
@@ -579,6 +607,30 @@ impl Cx<'_> {
             Some(n) => Ok(Some(*n.get_ref())),
             None => Ok(None),
         }
+    }
+
+    /// `[network] default_ports`: a non-empty list of ports 1..=65535.
+    fn default_ports(
+        &self,
+        item: Option<&Spanned<Vec<u16>>>,
+    ) -> Result<Option<Vec<u16>>, ConfigError> {
+        let Some(item) = item else { return Ok(None) };
+        let ports = item.get_ref();
+        if ports.is_empty() {
+            return Err(self.err(
+                item.span(),
+                "default_ports is empty: no pattern without a port would match anything".into(),
+                "list ports like [80, 443], or remove the key to let such patterns match every port",
+            ));
+        }
+        if ports.contains(&0) {
+            return Err(self.err(
+                item.span(),
+                "port 0 in default_ports".into(),
+                "use ports 1 to 65535",
+            ));
+        }
+        Ok(Some(ports.clone()))
     }
 
     /// A duration that must not be zero (a time-out of zero would fail every call).
@@ -768,6 +820,19 @@ mod tests {
         }
         let ok = parse(Path::new("c.toml"), "[tiers.build-offline_2]\nbase = \"build\"\n", None);
         assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    #[test]
+    fn default_ports_are_a_non_empty_list_of_real_ports() {
+        let ok = |t: &str| parse(Path::new("c.toml"), t, None).unwrap().default_ports;
+        assert_eq!(ok("[network]\ndefault_ports = [80, 443]\n"), Some(vec![80, 443]));
+        assert_eq!(ok("[network]\nallow = [\"a.com\"]\n"), None);
+        let e = err("[network]\ndefault_ports = []\n");
+        assert!(e.to_string().contains("default_ports is empty"), "{e}");
+        assert!(e.to_string().contains("c.toml:2"), "{e}");
+        assert!(err("[network]\ndefault_ports = [0]\n").to_string().contains("port 0"));
+        assert!(err("[network]\ndefault_ports = [70000]\n").to_string().contains("c.toml:2"));
+        assert!(err("[network]\ndefault_ports = \"443\"\n").to_string().contains("c.toml:2"));
     }
 
     #[test]

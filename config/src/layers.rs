@@ -158,6 +158,11 @@ impl Config {
         self.global.as_ref().map(|f| f.content.daemon.clone()).unwrap_or_default()
     }
 
+    /// `[proxy] upstream` of the global file (the daemon serves every directory).
+    pub fn upstream_settings(&self) -> Option<crate::UpstreamSettings> {
+        self.global.as_ref().and_then(|f| f.content.upstream.clone())
+    }
+
     /// The `[telegram]` section of the global file.
     pub fn telegram_settings(&self) -> Option<crate::TelegramSettings> {
         self.global.as_ref().and_then(|f| f.content.telegram.clone())
@@ -329,6 +334,8 @@ impl Config {
                 None => {}
             }
         }
+        // As git_writable: the later file decides.
+        let default_ports = self.files().filter_map(|f| f.content.default_ports.clone()).last();
 
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
@@ -342,7 +349,7 @@ impl Config {
                 readable_home,
                 writable_dotfiles,
             },
-            net: NetworkPolicy::new(name, mode, allow, deny),
+            net: NetworkPolicy::new(name, mode, allow, deny).with_default_ports(default_ports),
             env_pass,
         })
     }

@@ -24,6 +24,7 @@ mod project;
 mod secrets;
 mod text;
 mod tiers;
+mod upstream;
 
 pub use decision::{Decision, Rule, RuleSource};
 pub use dotfiles::{top_autorun, writable_dotfiles};
@@ -50,3 +51,4 @@ pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,
     builtin_tiers, fs_preset, preset,
 };
+pub use upstream::{CredentialSource, UpstreamSettings};

@@ -86,27 +86,70 @@ impl FsPolicy {
 /// 2. deny patterns (deny wins over allow);
 /// 3. allow patterns;
 /// 4. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
+///
+/// With [`default ports`](NetworkPolicy::with_default_ports), an allow pattern written without a
+/// port matches only those ports; deny patterns are never narrowed.
 #[derive(Clone, Debug)]
 pub struct NetworkPolicy {
     /// Network mode.
     pub mode: NetMode,
     allow: PatternSet,
+    /// The allow rules written with a port: what still matches a port outside the defaults.
+    allow_ported: PatternSet,
     deny: PatternSet,
     no_network: Arc<Rule>,
+    default_ports: Option<Arc<[u16]>>,
 }
 
 impl NetworkPolicy {
     /// Builds a network policy for `tier` from allow and deny rules.
     pub fn new(tier: &str, mode: NetMode, allow: Vec<Rule>, deny: Vec<Rule>) -> NetworkPolicy {
+        let ported: Vec<Rule> = allow
+            .iter()
+            .filter(|r| r.pattern.as_ref().is_some_and(|p| p.port.is_some()))
+            .cloned()
+            .collect();
         NetworkPolicy {
             mode,
             allow: PatternSet::new(allow),
+            allow_ported: PatternSet::new(ported),
             deny: PatternSet::new(deny),
             no_network: Arc::new(Rule {
                 pattern: None,
                 source: RuleSource::NoNetwork(tier.into()),
             }),
+            default_ports: None,
         }
+    }
+
+    /// Narrows allow patterns written without a port to `ports` (`[network] default_ports`);
+    /// `None` leaves them matching every port.
+    pub fn with_default_ports(mut self, ports: Option<Vec<u16>>) -> NetworkPolicy {
+        self.default_ports = ports.map(Into::into);
+        self
+    }
+
+    /// The ports allow patterns without a port are narrowed to, when set.
+    pub fn default_ports(&self) -> Option<&[u16]> {
+        self.default_ports.as_deref()
+    }
+
+    /// The allow rule written without a port that would match `target` but for the default
+    /// ports (for `sandgate check` to explain why it does not).
+    pub fn narrowed_by_default_ports(&self, target: &Target) -> Option<Arc<Rule>> {
+        let ports = self.default_ports.as_deref()?;
+        if ports.contains(&target.port) {
+            return None;
+        }
+        self.allow
+            .find(&target.host, target.port)
+            .filter(|r| r.pattern.as_ref().is_some_and(|p| p.port.is_none()))
+            .cloned()
+    }
+
+    /// Whether a port-less allow pattern matches `port` under the default ports.
+    fn default_port_ok(&self, port: u16) -> bool {
+        self.default_ports.as_deref().is_none_or(|p| p.contains(&port))
     }
 
     /// Decides a destination.
@@ -122,7 +165,8 @@ impl NetworkPolicy {
         if let Some(rule) = self.deny.find(host, port) {
             return Decision::Deny(rule.clone());
         }
-        match self.allow.find(host, port) {
+        let allow = if self.default_port_ok(port) { &self.allow } else { &self.allow_ported };
+        match allow.find(host, port) {
             Some(rule) => Decision::Allow(rule.clone()),
             None => Decision::Ask,
         }
@@ -224,10 +268,20 @@ impl Policy {
             Some(patterns) => {
                 let mut out = Vec::new();
                 for p in patterns {
-                    let covered =
-                        self.net.allow_rules().iter().any(|r| {
-                            r.pattern.as_ref().is_some_and(|parent| p.is_covered_by(parent))
-                        });
+                    // Under default ports a parent pattern without a port covers only those
+                    // ports: the child's pattern must then stay within them too.
+                    let within_defaults = |parent: &DomainPattern| {
+                        parent.port.is_some()
+                            || match p.port {
+                                Some(port) => self.net.default_port_ok(port),
+                                None => true,
+                            }
+                    };
+                    let covered = self.net.allow_rules().iter().any(|r| {
+                        r.pattern.as_ref().is_some_and(|parent| {
+                            p.is_covered_by(parent) && within_defaults(parent)
+                        })
+                    });
                     if !covered {
                         return Err(PermissionEscalation {
                             requested: format!("access to {p}"),
@@ -266,7 +320,8 @@ impl Policy {
                 readable_home: self.fs.readable_home.clone(),
                 writable_dotfiles: self.fs.writable_dotfiles.clone(),
             },
-            net: NetworkPolicy::new(&self.tier, mode, allow, deny),
+            net: NetworkPolicy::new(&self.tier, mode, allow, deny)
+                .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec)),
             env_pass: self.env_pass.clone(),
         })
     }
@@ -275,4 +330,83 @@ impl Policy {
 fn list<T: fmt::Display>(items: impl Iterator<Item = T>) -> String {
     let v: Vec<String> = items.map(|i| i.to_string()).collect();
     if v.is_empty() { "nothing".into() } else { v.join(", ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::PatternUse;
+
+    fn rules(patterns: &[&str], usage: PatternUse) -> Vec<Rule> {
+        patterns
+            .iter()
+            .map(|p| Rule {
+                pattern: Some(DomainPattern::parse(p, usage).unwrap()),
+                source: RuleSource::CommandLine,
+            })
+            .collect()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str], ports: Option<Vec<u16>>) -> NetworkPolicy {
+        NetworkPolicy::new(
+            "net",
+            NetMode::Proxy,
+            rules(allow, PatternUse::Allow),
+            rules(deny, PatternUse::Deny),
+        )
+        .with_default_ports(ports)
+    }
+
+    fn verb(p: &NetworkPolicy, t: &str) -> &'static str {
+        p.decide(&Target::parse(t).unwrap()).verb()
+    }
+
+    #[test]
+    fn default_ports_narrow_only_allow_patterns_without_a_port() {
+        let allow = ["example.com", "*.example.org", "10.0.0.0/8", "git.example.com:22"];
+        let off = policy(&allow, &["bad.example.org"], None);
+        let on = policy(&allow, &["bad.example.org"], Some(vec![80, 443]));
+        for (target, without, with) in [
+            ("example.com:443", "allow", "allow"),
+            ("example.com:80", "allow", "allow"),
+            ("example.com:22", "allow", "ask"),
+            ("a.example.org:5432", "allow", "ask"),
+            ("10.1.2.3:6379", "allow", "ask"),
+            ("10.1.2.3:443", "allow", "allow"),
+            // written with a port: untouched
+            ("git.example.com:22", "allow", "allow"),
+            ("git.example.com:443", "ask", "ask"),
+            // deny patterns are never narrowed (that would widen)
+            ("bad.example.org:22", "deny", "deny"),
+            ("bad.example.org:443", "deny", "deny"),
+        ] {
+            assert_eq!(verb(&off, target), without, "{target} without default_ports");
+            assert_eq!(verb(&on, target), with, "{target} with default_ports");
+        }
+        let why = on.narrowed_by_default_ports(&Target::parse("example.com:22").unwrap());
+        assert_eq!(why.unwrap().pattern.as_ref().unwrap().to_string(), "example.com");
+        assert!(on.narrowed_by_default_ports(&Target::parse("example.com:443").unwrap()).is_none());
+        assert!(off.narrowed_by_default_ports(&Target::parse("example.com:22").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_derived_policy_keeps_default_ports_and_cannot_widen_past_them() {
+        let parent = Policy {
+            tier: "net".into(),
+            fs: FsPolicy::default(),
+            net: policy(&["example.com"], &[], Some(vec![443])),
+            env_pass: Vec::new(),
+        };
+        let p = |s: &str| DomainPattern::parse(s, PatternUse::Allow).unwrap();
+        let child = parent.derive(&Narrowing::default()).unwrap();
+        assert_eq!(child.net.default_ports(), Some(&[443][..]));
+        assert_eq!(verb(&child.net, "example.com:22"), "ask");
+        // `example.com:22` is "covered" by `example.com` only if port 22 were a default port.
+        let widen = Narrowing { allow: Some(vec![p("example.com:22")]), ..Narrowing::default() };
+        assert!(parent.derive(&widen).is_err());
+        let narrow = Narrowing { allow: Some(vec![p("example.com:443")]), ..Narrowing::default() };
+        assert_eq!(verb(&parent.derive(&narrow).unwrap().net, "example.com:443"), "allow");
+        let same = Narrowing { allow: Some(vec![p("example.com")]), ..Narrowing::default() };
+        assert_eq!(verb(&parent.derive(&same).unwrap().net, "example.com:22"), "ask");
+    }
 }

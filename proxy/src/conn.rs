@@ -164,11 +164,12 @@ impl Inner {
         let start = Instant::now();
         let mut buf = BytesMut::with_capacity(4096);
         let limit = self.config.max_head_bytes;
-        let head = tokio::time::timeout(
-            self.config.header_timeout,
-            read_head(&mut client, &mut buf, limit),
-        )
-        .await;
+        let deadline = start + self.config.header_timeout;
+        // The first byte tells the protocols apart: 0x05 is a SOCKS5 greeting, never HTTP.
+        if crate::socks::sniff(&mut client, &mut buf, deadline).await {
+            return self.serve_socks(sandbox, client, buf, start).await;
+        }
+        let head = tokio::time::timeout_at(deadline, read_head(&mut client, &mut buf, limit)).await;
         let head = match head {
             Ok(Ok(head)) => head,
             Ok(Err(ReadHead::Closed)) => return,
@@ -245,16 +246,31 @@ impl Inner {
         };
         draft.event.decision = "allow";
         draft.event.rule = admitted.rule.to_string();
-        let mut upstream = match self.connect(&target, &admitted.addrs).await {
+        let upstream = match self.connect(&target, &admitted.addrs).await {
             Ok(s) => s,
             Err(r) => return self.refuse(&mut client, &policy, &r, draft).await,
         };
         if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
             return;
         }
+        self.relay(sandbox, &policy, &target, client, upstream, pending, draft).await;
+    }
+
+    /// Stages `sni_filter` and `tunnel` of an admitted, connected tunnel (HTTP CONNECT or SOCKS5),
+    /// once the client has been told it is open. `pending` holds bytes the client already sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn relay(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+        mut client: ClientStream,
+        mut upstream: TcpStream,
+        pending: BytesMut,
+        draft: &mut Draft,
+    ) {
         let first =
-            match self.sni_filter(sandbox, &policy, &target, &mut client, &upstream, pending).await
-            {
+            match self.sni_filter(sandbox, policy, target, &mut client, &upstream, pending).await {
                 Ok(first) => first,
                 Err(refusal) => {
                     draft.event.decision = "deny";

@@ -333,7 +333,11 @@ impl Inner {
         });
         conn.ready().await.map_err(|e| unreachable(&e))?;
         let resp = conn.send_request(req).await.map_err(|e| unreachable(&e))?;
-        self.pool.put(addr, conn);
+        // A tunnel through the upstream proxy is keyed by nothing of its destination (its peer
+        // is the upstream): never pooled, so it cannot be handed to a request for another host.
+        if !self.via_upstream(target) {
+            self.pool.put(addr, conn);
+        }
         Ok(resp)
     }
 

@@ -34,8 +34,10 @@ pub mod head;
 mod io;
 mod proxy;
 pub mod sni;
+pub mod socks;
 mod traits;
 mod tunnel;
+mod upstream;
 
 pub use denial::{Refusal, render_refusal};
 pub use io::{Listener, raise_nofile_limit};
@@ -44,3 +46,4 @@ pub use traits::{
     Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, ProxyToken,
     Question, Resolver, SandboxId, SystemResolver, TracingSink,
 };
+pub use upstream::Upstream;

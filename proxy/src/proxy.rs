@@ -52,6 +52,8 @@ pub struct ProxyConfig {
     pub tunnel_buffer: usize,
     /// How tunnels move bytes.
     pub tunnel_mode: TunnelMode,
+    /// An upstream proxy every admitted connection leaves through (but for its bypass list).
+    pub upstream: Option<Arc<crate::upstream::Upstream>>,
 }
 
 impl Default for ProxyConfig {
@@ -64,6 +66,7 @@ impl Default for ProxyConfig {
             max_head_bytes: crate::head::MAX_HEAD_BYTES,
             tunnel_buffer: 256 * 1024,
             tunnel_mode: TunnelMode::Splice,
+            upstream: None,
         }
     }
 }
@@ -358,6 +361,15 @@ impl Inner {
             // An address asked for by number was itself allowed (by a rule, a grant or a
             // person's answer): that is the "allowed by IP" exception of the guard.
             Host::Ip(ip) => vec![SocketAddr::new(sandgate_config::canonical_ip(ip), target.port)],
+            // `localhost` allowed (by a rule, a grant or a person) means the host's loopback, on
+            // the allowed port only: it is never resolved (RFC 6761), so no resolver or hosts
+            // file can point it elsewhere, and the guard's loopback refusal does not apply.
+            Host::Name(ref n) if n.as_str() == "localhost" => vec![
+                SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), target.port),
+                SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), target.port),
+            ],
+            // Through an upstream proxy the name is its to resolve: nothing to check here.
+            Host::Name(_) if self.via_upstream(target) => Vec::new(),
             Host::Name(_) => self.upstream_peer(sandbox, policy, target).await?,
         };
         Ok(Admitted { rule, addrs })
@@ -486,12 +498,24 @@ impl Inner {
             .or_else(|| self.own.contains(ip).then_some(guard::Forbidden::OwnAddress))
     }
 
-    /// Stage `connect`: the checked addresses, in order, until one accepts.
+    /// Whether `target` leaves through the upstream proxy.
+    pub(crate) fn via_upstream(&self, target: &Target) -> bool {
+        self.config.upstream.as_ref().is_some_and(|u| u.applies_to(target))
+    }
+
+    /// Stage `connect`: the checked addresses, in order, until one accepts (or a tunnel
+    /// through the upstream proxy).
     pub(crate) async fn connect(
         &self,
         target: &Target,
         addrs: &[SocketAddr],
     ) -> Result<TcpStream, Refusal> {
+        if let Some(up) = self.config.upstream.as_ref().filter(|u| u.applies_to(target)) {
+            return up
+                .connect(target, self.config.connect_timeout)
+                .await
+                .map_err(|error| Refusal::Unreachable { target: target.to_string(), error });
+        }
         let mut last = String::from("no address to connect to");
         for addr in addrs {
             // A connection that completes at once (loopback) never arms the timer.

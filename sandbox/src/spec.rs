@@ -142,6 +142,10 @@ pub const PROXY_VARS: &[&str] = &[
     "CARGO_HTTP_PROXY",
 ];
 
+/// Where the proxy's SOCKS5 side is (`socks5h://127.0.0.1:PORT`), for tools that take a SOCKS
+/// proxy (`curl -x "$SANDGATE_SOCKS_PROXY"`, `ALL_PROXY=$SANDGATE_SOCKS_PROXY tool`).
+pub const SOCKS_PROXY_VAR: &str = "SANDGATE_SOCKS_PROXY";
+
 /// Hosts that never go through the proxy (`NO_PROXY`, `no_proxy`).
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
@@ -168,6 +172,11 @@ pub fn proxy_env(port: u16, caller: &[(OsString, OsString)]) -> Vec<(OsString, O
         // u32::MAX + 1 would wrap to 0 (git then reads none of it, not even http.proxy).
         .filter(|n: &u32| *n < u32::MAX)
         .unwrap_or(0);
+    // The same port speaks SOCKS5 (the proxy tells the protocols apart by the first byte). Not
+    // as ALL_PROXY: httpx (the OpenAI and Anthropic SDKs among others) builds a transport for
+    // every proxy variable when a client is created and fails outright on a socks5h:// one
+    // unless the optional `socksio` package is installed, so ALL_PROXY stays HTTP.
+    set(SOCKS_PROXY_VAR, format!("socks5h://127.0.0.1:{port}").into());
     set("GIT_CONFIG_COUNT", (git_count + 1).to_string().into());
     set(&format!("GIT_CONFIG_KEY_{git_count}"), "http.proxy".into());
     set(&format!("GIT_CONFIG_VALUE_{git_count}"), url.clone().into());
@@ -194,8 +203,11 @@ pub fn with_proxy_env(
     caller: &[(OsString, OsString)],
     port: Option<u16>,
 ) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        caller.iter().filter(|(k, _)| !PROXY_VARS.iter().any(|n| k == n)).cloned().collect();
+    let mut env: Vec<(OsString, OsString)> = caller
+        .iter()
+        .filter(|(k, _)| !PROXY_VARS.iter().any(|n| k == n) && k != SOCKS_PROXY_VAR)
+        .cloned()
+        .collect();
     if let Some(port) = port {
         for (k, v) in proxy_env(port, caller) {
             env.retain(|(n, _)| *n != k);
@@ -203,6 +215,27 @@ pub fn with_proxy_env(
         }
     }
     env
+}
+
+/// `GIT_SSH_COMMAND` for a proxied sandbox: ssh with `sandgate connect %h %p` (the running
+/// executable, by absolute path) as its `ProxyCommand`, so `git clone ssh://...` goes through the
+/// proxy's decision like any other connection. `None` when the caller set `GIT_SSH_COMMAND` or
+/// `GIT_SSH` (theirs is kept), or when the path holds a character that would need quoting
+/// through two shells (git's and ssh's): then git over ssh is left as it was (and fails at the
+/// firewall, reported as blocked traffic).
+pub fn git_ssh_command(
+    sandgate: &std::path::Path,
+    caller: &[(OsString, OsString)],
+) -> Option<OsString> {
+    if caller.iter().any(|(k, v)| (k == "GIT_SSH_COMMAND" || k == "GIT_SSH") && !v.is_empty()) {
+        return None;
+    }
+    let path = sandgate.to_str()?;
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+');
+    if !path.starts_with('/') || !path.chars().all(plain) {
+        return None;
+    }
+    Some(format!("ssh -o ProxyCommand='{path} connect %h %p'").into())
 }
 
 /// What the kernel enforced for one sandbox, and what it could not.
@@ -302,6 +335,7 @@ mod tests {
         }
         assert_eq!(get(&env, "GIT_CONFIG_COUNT"), Some("1"));
         assert_eq!(get(&env, "GIT_CONFIG_KEY_0"), Some("http.proxy"));
+        assert_eq!(get(&env, "SANDGATE_SOCKS_PROXY"), Some("socks5h://127.0.0.1:3128"));
         let java = get(&env, "JAVA_TOOL_OPTIONS").unwrap();
         assert!(java.starts_with("-Dhttp.proxyHost=127.0.0.1 "), "{java}");
         assert!(java.contains("-Dhttps.proxyPort=3128"), "{java}");
@@ -352,6 +386,22 @@ mod tests {
     }
 
     #[test]
+    fn git_ssh_goes_through_sandgate_connect_unless_the_caller_chose() {
+        let exe = std::path::Path::new("/usr/local/bin/sandgate");
+        assert_eq!(
+            git_ssh_command(exe, &[]).unwrap(),
+            "ssh -o ProxyCommand='/usr/local/bin/sandgate connect %h %p'"
+        );
+        for k in ["GIT_SSH_COMMAND", "GIT_SSH"] {
+            assert_eq!(git_ssh_command(exe, &vars(&[(k, "my-ssh")])), None, "{k}");
+        }
+        assert!(git_ssh_command(exe, &vars(&[("GIT_SSH_COMMAND", "")])).is_some());
+        for odd in ["/a b/sandgate", "/x'y/sandgate", "/x;rm/sandgate", "rel/sandgate", "/$(x)"] {
+            assert_eq!(git_ssh_command(std::path::Path::new(odd), &[]), None, "{odd}");
+        }
+    }
+
+    #[test]
     fn without_a_proxy_only_the_proxy_variables_go() {
         let caller = vars(&[
             ("GIT_CONFIG_COUNT", "1"),
@@ -360,6 +410,7 @@ mod tests {
             ("JAVA_TOOL_OPTIONS", "-Xmx1g"),
             ("https_proxy", "http://evil:1"),
             ("NO_PROXY", "*"),
+            ("SANDGATE_SOCKS_PROXY", "socks5h://evil:1"),
         ]);
         let env = with_proxy_env(&caller, None);
         assert_eq!(env, caller[..4].to_vec());

@@ -301,6 +301,7 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         .config(sandgate_proxy::ProxyConfig {
             // The broker's timeout denies first, with its own message; this is the backstop.
             ask_timeout,
+            upstream: crate::proxy_cmd::upstream(&config)?,
             ..sandgate_proxy::ProxyConfig::default()
         })
         .approver(Arc::new(adapters::Asker(shared.clone())))

@@ -308,3 +308,36 @@ fn tiers_and_explain_show_the_allowlist_in_force() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["deny"][0].as_str().unwrap().starts_with("no.test ("), "{v}");
 }
+
+#[test]
+fn default_ports_narrow_patterns_without_a_port_and_check_says_so() {
+    let env = Env::new();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = "[network]\nallow = [\"api.ports.test\", \"git.ports.test:22\"]\n";
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let check = |t: &str| {
+        let out = env.cmd().args(["check", t]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // Off by default: a pattern without a port matches every port.
+    assert_eq!(check("api.ports.test:5432").0, Some(0));
+    std::fs::write(dir.join("config.toml"), format!("{config}default_ports = [80, 443]\n"))
+        .unwrap();
+    assert_eq!(check("api.ports.test:443").0, Some(0));
+    assert_eq!(check("http://api.ports.test/").0, Some(0));
+    assert_eq!(check("git.ports.test:22").0, Some(0));
+    let (code, text) = check("api.ports.test:5432");
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("not matched: api.ports.test ("), "{text}");
+    assert!(text.contains("default_ports = [80, 443]"), "{text}");
+    assert!(text.contains("allow api.ports.test:5432 to open this one"), "{text}");
+    let out = env.cmd().args(["check", "api.ports.test:5432", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["default_ports"], serde_json::json!([80, 443]));
+    assert!(v["narrowed_by_default_ports"].as_str().unwrap().starts_with("api.ports.test"), "{v}");
+    // A flag written with the port opens it.
+    let out =
+        env.cmd().args(["check", "api.ports.test:5432", "--allow", "api.ports.test:5432"]).output();
+    assert_eq!(out.unwrap().status.code(), Some(0));
+}

@@ -7,7 +7,7 @@ use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{DomainPattern, PatternUse};
-use sandgate_store::{EventKind, EventQuery, Store, StoredEvent, Timestamp};
+use sandgate_store::{EventKind, EventQuery, HostSummary, Store, StoredEvent, Timestamp};
 use serde_json::{Value, json};
 
 use crate::client::{Client, Incoming};
@@ -233,12 +233,25 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
             "no sandbox {id:?} is recorded (`sandgate ls --all` lists them)"
         )));
     }
+    let mut out = std::io::stdout().lock();
+    if args.summary && args.decision.is_none() {
+        // Grouped in the store: every event in range, not only the newest `--limit`.
+        let since = since.map(|d| Timestamp::now().minus(d));
+        let mut rows = match &store {
+            Some(s) => s.traffic_summary(args.sandbox.as_deref(), since)?,
+            None => Vec::new(),
+        };
+        if let Some(p) = &filter.host {
+            rows.retain(|r| sandgate_config::Host::parse(&r.host).is_ok_and(|h| p.matches(&h, 0)));
+        }
+        print_summary_rows(&mut out, rows, args.json)?;
+        return Ok(0);
+    }
     let mut lines = match &store {
         Some(s) => stored_lines(s, &args, since)?,
         None => Vec::new(),
     };
     lines.retain(|l| filter.keeps(l));
-    let mut out = std::io::stdout().lock();
     if args.summary {
         print_summary(&mut out, &lines, args.json)?;
         return Ok(0);
@@ -304,37 +317,44 @@ fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::R
     out.flush()
 }
 
-/// One row per host: connections (blocked packets count as their bursts), bytes, last seen, and
-/// the rule of the newest line.
+/// One row per host from lines already read (used with `--decision`): see
+/// [`Store::traffic_summary`] for the grouping the store does otherwise.
 fn print_summary(out: &mut impl std::io::Write, lines: &[Line], json: bool) -> std::io::Result<()> {
-    #[derive(Default)]
-    struct Row {
-        connections: u64,
-        allowed: u64,
-        refused: u64,
-        bytes_up: u64,
-        bytes_down: u64,
-        last: i64,
-        rule: String,
-    }
-    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+    let mut rows: BTreeMap<String, HostSummary> = BTreeMap::new();
     for l in lines {
-        let r = rows.entry(l.host.clone()).or_default();
+        let r = rows.entry(l.host.clone()).or_insert_with(|| HostSummary {
+            host: l.host.clone(),
+            connections: 0,
+            allowed: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+            last_seen: Timestamp(0),
+            rule: String::new(),
+        });
         r.connections += l.count;
         if l.decision == "allow" {
             r.allowed += l.count;
-        } else {
-            r.refused += l.count;
         }
         r.bytes_up += l.bytes_up;
         r.bytes_down += l.bytes_down;
-        if l.time >= r.last {
-            r.last = l.time;
+        if l.time >= r.last_seen.as_millis() {
+            r.last_seen = Timestamp(l.time);
             r.rule = l.rule.clone();
         }
     }
-    let mut rows: Vec<(String, Row)> = rows.into_iter().collect();
-    rows.sort_by(|a, b| b.1.connections.cmp(&a.1.connections).then(a.0.cmp(&b.0)));
+    let mut rows: Vec<HostSummary> = rows.into_values().collect();
+    rows.sort_by(|a, b| b.connections.cmp(&a.connections).then(a.host.cmp(&b.host)));
+    print_summary_rows(out, rows, json)
+}
+
+/// One row per host: connections (blocked packets count one each), of which allowed and
+/// refused, bytes, last seen, and the rule of the newest line.
+fn print_summary_rows(
+    out: &mut impl std::io::Write,
+    rows: Vec<HostSummary>,
+    json: bool,
+) -> std::io::Result<()> {
+    use sandgate_approvals::terminal::sanitize;
     if !json {
         writeln!(
             out,
@@ -342,27 +362,27 @@ fn print_summary(out: &mut impl std::io::Write, lines: &[Line], json: bool) -> s
             "HOST", "CONNS", "ALLOW", "REFUSE", "UP", "DOWN"
         )?;
     }
-    for (host, r) in rows {
+    for r in rows {
+        let refused = r.connections.saturating_sub(r.allowed);
         if json {
             writeln!(
                 out,
                 "{}",
-                json!({ "host": host, "connections": r.connections, "allowed": r.allowed,
-                        "refused": r.refused, "bytes_up": r.bytes_up, "bytes_down": r.bytes_down,
-                        "last_seen": r.last, "rule": r.rule })
+                json!({ "host": r.host, "connections": r.connections, "allowed": r.allowed,
+                        "refused": refused, "bytes_up": r.bytes_up, "bytes_down": r.bytes_down,
+                        "last_seen": r.last_seen.as_millis(), "rule": r.rule })
             )?;
         } else {
-            use sandgate_approvals::terminal::sanitize;
             writeln!(
                 out,
                 "{:<40} {:>6} {:>6} {:>6} {:>10} {:>10}  {}  {}",
-                sanitize(&host),
+                sanitize(&r.host),
                 r.connections,
                 r.allowed,
-                r.refused,
+                refused,
                 r.bytes_up,
                 r.bytes_down,
-                clock(r.last),
+                clock(r.last_seen.as_millis()),
                 sanitize(&r.rule)
             )?;
         }

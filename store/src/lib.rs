@@ -28,8 +28,9 @@ mod time;
 pub use error::StoreError;
 pub use events::{EventSender, EventWriter, EventWriterConfig, EventWriterStats};
 pub use model::{
-    Effect, EventKind, EventQuery, Grant, GrantId, GrantList, GrantScope, GrantTarget, NewEvent,
-    NewGrant, NewSandbox, Registration, SandboxRecord, SandboxState, StoreCounts, StoredEvent,
+    Effect, EventKind, EventQuery, Grant, GrantId, GrantList, GrantScope, GrantTarget, HostSummary,
+    NewEvent, NewGrant, NewSandbox, Registration, SandboxRecord, SandboxState, StoreCounts,
+    StoredEvent,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{OpenOptions, Store};

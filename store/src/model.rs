@@ -432,6 +432,25 @@ impl Default for EventQuery {
     }
 }
 
+/// One host of [`Store::traffic_summary`](crate::Store::traffic_summary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSummary {
+    /// The host (or address of blocked packets).
+    pub host: String,
+    /// Connections (blocked packets count one each).
+    pub connections: u64,
+    /// Of which allowed.
+    pub allowed: u64,
+    /// Bytes sent.
+    pub bytes_up: u64,
+    /// Bytes received.
+    pub bytes_down: u64,
+    /// The newest line's time.
+    pub last_seen: Timestamp,
+    /// The newest line's rule.
+    pub rule: String,
+}
+
 /// Counts for `sandgate status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StoreCounts {

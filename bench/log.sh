@@ -3,12 +3,13 @@
 # (hyperfine), and how soon `sandgate log --follow` prints a connection after it closed (the
 # sandboxed curl prints the time it finished; the follower timestamps each line it reads; same
 # clock). Release build; needs hyperfine, python3, curl; run as root (the net tier).
-# Usage: bench/log.sh [EVENTS] [CONNECTIONS]
+# Usage: bench/log.sh [EVENTS] [CONNECTIONS]   (PROFILE=dev for a debug build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events="${1:-1000000}" conns="${2:-30}"
-cargo build --release --bin sandgate >/dev/null
-bin="$PWD/target/release/sandgate"
+profile="${PROFILE:-release}"
+cargo build --profile "$profile" --bin sandgate >/dev/null
+bin="$PWD/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/sandgate"
 dir="$(mktemp -d /var/tmp/sandgate-logbench.XXXXXX)"
 export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config" HOME="$dir"
 mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"
@@ -38,7 +39,7 @@ lat = []
 for _ in range(n):
     before = len(arrivals)
     out = subprocess.run([bin, "net", "-q", f"--allow=127.0.0.1:{port}", "--", "sh", "-c",
-                          f"curl -s -o /dev/null http://127.0.0.1:{port}/; date +%s.%N"],
+                          f"curl -s --noproxy '' -o /dev/null http://127.0.0.1:{port}/; date +%s.%N"],
                          capture_output=True, text=True).stdout
     closed = float(out.split()[-1])
     deadline = time.time() + 5

@@ -68,6 +68,8 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
                 proxies: vec![proxy_addr],
                 nflog_group: group,
                 subids: Default::default(),
+                allow_syncookies: false,
+                allow_multicast_reports: false,
             },
         )
         .unwrap();
@@ -165,6 +167,8 @@ fn gc_removes_tables_whose_owner_is_gone() {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
     let dead_owner = Scope::owned_by(user.uid, child.id());
@@ -317,8 +321,13 @@ fn subordinate_uids_are_fenced_and_reported() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let policy =
-        GuestPolicy { proxies: vec![proxy_addr], nflog_group: group, subids: subids.clone() };
+    let policy = GuestPolicy {
+        proxies: vec![proxy_addr],
+        nflog_group: group,
+        subids: subids.clone(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
+    };
     fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
     for target in [&t4, &t6] {
         let out = in_userns(reach(target.clone()));
@@ -477,6 +486,8 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
         proxies: vec![proxy_addr, remote_proxy],
         nflog_group: group,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
     let seen = attempt(false);

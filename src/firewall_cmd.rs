@@ -322,6 +322,8 @@ mod tests {
             (7, None, DEFAULT_NFLOG_GROUP, true)
         );
         assert_eq!(proxy, [DEFAULT_PROXY.parse::<SocketAddr>().unwrap()]);
+        // The host-wide drops are on unless opted out by name.
+        assert_eq!((allow_syncookies, allow_multicast_reports), (false, false));
         let t = T::try_parse_from([
             "x",
             "apply",

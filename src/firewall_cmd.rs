@@ -140,6 +140,24 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                  apply again when /etc/subuid or /etc/subgid change (`sandgate firewall check`)",
                 plan.name
             );
+            // The unowned-packet drops reach every user of the host: say so on each apply.
+            #[cfg(not(target_os = "macos"))]
+            for (kept, what, flag) in [
+                (allow_syncookies, "SYN cookies (unowned SYN-ACKs)", "--allow-syncookies"),
+                (
+                    allow_multicast_reports,
+                    "IGMP/MLD membership reports",
+                    "--allow-multicast-reports",
+                ),
+            ] {
+                if kept {
+                    eprintln!("sandgate: warning: {what} kept ({flag}): that channel is open");
+                } else {
+                    eprintln!(
+                        "sandgate: {what} are dropped for the whole host ({flag} keeps them)"
+                    );
+                }
+            }
         }
         Action::Remove { scope, dry_run } => {
             let scope = scope.scope();

@@ -32,6 +32,18 @@ enum Action {
         /// NFLOG group blocked packets are logged to (Linux).
         #[arg(long, value_name = "N", default_value_t = DEFAULT_NFLOG_GROUP)]
         nflog_group: u16,
+        /// HOST-WIDE: keep the SYN-cookie fallback (Linux). By default every SYN-ACK without an
+        /// owning socket is dropped, for all users: cookie SYN-ACKs let an outside host connect
+        /// to the fenced user's listeners. With this flag SYN cookies work during a SYN flood
+        /// and that hole is open.
+        #[arg(long)]
+        allow_syncookies: bool,
+        /// HOST-WIDE: keep IGMP/MLD membership reports (Linux). By default reports without an
+        /// owning socket are dropped, for all users: the fenced user's group joins would carry
+        /// chosen bytes out in them. With this flag multicast membership (and MLD snooping
+        /// switches' view of this host, IPv6 included) works and that channel is open.
+        #[arg(long)]
+        allow_multicast_reports: bool,
         /// Print the exact rules instead of applying them.
         #[arg(long)]
         dry_run: bool,
@@ -81,12 +93,25 @@ impl ScopeArgs {
 pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
     let fw = backend();
     match args.action {
-        Action::Apply { scope, proxy, nflog_group, dry_run } => {
+        Action::Apply {
+            scope,
+            proxy,
+            nflog_group,
+            allow_syncookies,
+            allow_multicast_reports,
+            dry_run,
+        } => {
             let scope = scope.scope();
             let subids = subids_of(scope.uid)?;
             let plan = fw.plan(
                 &scope,
-                &GuestPolicy { proxies: proxy, nflog_group, subids: subids.clone() },
+                &GuestPolicy {
+                    proxies: proxy,
+                    nflog_group,
+                    subids: subids.clone(),
+                    allow_syncookies,
+                    allow_multicast_reports,
+                },
             )?;
             if dry_run {
                 print!("{}", plan.text);
@@ -115,6 +140,24 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                  apply again when /etc/subuid or /etc/subgid change (`sandgate firewall check`)",
                 plan.name
             );
+            // The unowned-packet drops reach every user of the host: say so on each apply.
+            #[cfg(not(target_os = "macos"))]
+            for (kept, what, flag) in [
+                (allow_syncookies, "SYN cookies (unowned SYN-ACKs)", "--allow-syncookies"),
+                (
+                    allow_multicast_reports,
+                    "IGMP/MLD membership reports",
+                    "--allow-multicast-reports",
+                ),
+            ] {
+                if kept {
+                    eprintln!("sandgate: warning: {what} kept ({flag}): that channel is open");
+                } else {
+                    eprintln!(
+                        "sandgate: {what} are dropped for the whole host ({flag} keeps them)"
+                    );
+                }
+            }
         }
         Action::Remove { scope, dry_run } => {
             let scope = scope.scope();
@@ -281,12 +324,24 @@ mod tests {
     #[test]
     fn parses_apply_with_defaults_and_proxies() {
         let t = T::try_parse_from(["x", "apply", "--uid", "7", "--dry-run"]).unwrap();
-        let Action::Apply { scope, proxy, nflog_group, dry_run } = t.a.action else { panic!() };
+        let Action::Apply {
+            scope,
+            proxy,
+            nflog_group,
+            allow_syncookies,
+            allow_multicast_reports,
+            dry_run,
+        } = t.a.action
+        else {
+            panic!()
+        };
         assert_eq!(
             (scope.uid, scope.owner_pid, nflog_group, dry_run),
             (7, None, DEFAULT_NFLOG_GROUP, true)
         );
         assert_eq!(proxy, [DEFAULT_PROXY.parse::<SocketAddr>().unwrap()]);
+        // The host-wide drops are on unless opted out by name.
+        assert_eq!((allow_syncookies, allow_multicast_reports), (false, false));
         let t = T::try_parse_from([
             "x",
             "apply",

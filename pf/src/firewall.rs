@@ -100,6 +100,17 @@ pub struct GuestPolicy {
     /// The user's subordinate uid/gid ranges, fenced like the uid itself (nftables; macOS has
     /// none). Read them with [`SubIds::read_system`].
     pub subids: SubIds,
+    /// Keep the host's SYN-cookie fallback (nftables). By default the fence drops every SYN-ACK
+    /// that has no owning socket: the kernel sends SYN-cookie SYN-ACKs without one, so an outside
+    /// host could connect to the user's listeners through them (and their window carries the
+    /// listener's receive buffer size out). `true` keeps SYN cookies working host-wide, and that
+    /// hole open.
+    pub allow_syncookies: bool,
+    /// Let the host send IGMP/MLD membership reports (nftables). By default the fence drops every
+    /// IGMP packet and MLD report or done message that has no owning socket: the kernel sends
+    /// them for the user's group joins, and a group address carries up to 14 chosen bytes out.
+    /// `true` keeps multicast membership reporting working host-wide, and that channel open.
+    pub allow_multicast_reports: bool,
 }
 
 /// Rules generated for one scope by [`Firewall::plan`], ready for [`Firewall::apply`].

@@ -32,14 +32,49 @@ fn guest_ruleset_v4_and_v6_proxies() {
         proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
         nflog_group: 1,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     check("guest_u1001.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
 }
 
 #[test]
 fn guest_ruleset_owned_no_proxy() {
-    let policy = GuestPolicy { proxies: vec![], nflog_group: 2, subids: Default::default() };
+    let policy = GuestPolicy {
+        proxies: vec![],
+        nflog_group: 2,
+        subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
+    };
     check("guest_u1001_p4242.nft", &nft::guest_ruleset(&Scope::owned_by(1001, 4242), &policy));
+}
+
+/// The opt-outs (`--allow-syncookies`, `--allow-multicast-reports`): no host-wide drops of
+/// unowned packets, the output chain as it was before.
+#[test]
+fn guest_ruleset_host_wide_drops_opted_out() {
+    let policy = GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+        nflog_group: 1,
+        subids: Default::default(),
+        allow_syncookies: true,
+        allow_multicast_reports: true,
+    };
+    check("guest_u1001_allow_host.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+}
+
+/// Only SYN cookies kept: unowned multicast reports are still dropped.
+#[test]
+fn guest_ruleset_syncookies_kept() {
+    let policy = GuestPolicy {
+        proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+        nflog_group: 1,
+        subids: Default::default(),
+        allow_syncookies: true,
+        allow_multicast_reports: false,
+    };
+    check("guest_u1001_syncookies.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
 }
 
 #[test]
@@ -53,6 +88,8 @@ fn guest_ruleset_with_subordinate_ids() {
             uids: vec![r(1002, 1009), r(100000, 165535)],
             gids: vec![r(100000, 165535)],
         },
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     check("guest_u1001_subids.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
 }
@@ -63,6 +100,8 @@ fn pf_anchor_rules_loopback_proxies() {
         proxies: vec!["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
         nflog_group: 0,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     check("guest_u501.pf", &sandgate_pf::pf::guest_anchor_rules(&Scope::user(501), &policy));
 }
@@ -73,6 +112,8 @@ fn pf_anchor_rules_owned_remote_proxy() {
         proxies: vec!["192.0.2.10:8080".parse().unwrap()],
         nflog_group: 0,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     check(
         "guest_u501_p4242.pf",

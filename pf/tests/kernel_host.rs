@@ -32,6 +32,13 @@ fn as_user(user: &TestUser, raw: bool, args: &[&str], stdin: &[u8]) -> Output {
     run_with_stdin(&refs, stdin)
 }
 
+/// The fence drops unowned SYN-ACKs and multicast reports host-wide, so tests in this process
+/// that apply a fence run one at a time: a control row must not see another test's drops.
+fn host_wide() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn tools_present() -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let have = |p: &str| std::env::split_paths(&path).any(|d| d.join(p).is_file());
@@ -45,6 +52,7 @@ fn tools_present() -> bool {
 
 #[test]
 fn guest_user_is_fenced_logged_and_removed_without_trace() {
+    let _host_wide = host_wide();
     if common::skip_without_kernel() || !tools_present() {
         return;
     }
@@ -68,6 +76,8 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
                 proxies: vec![proxy_addr],
                 nflog_group: group,
                 subids: Default::default(),
+                allow_syncookies: false,
+                allow_multicast_reports: false,
             },
         )
         .unwrap();
@@ -155,6 +165,7 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
 
 #[test]
 fn gc_removes_tables_whose_owner_is_gone() {
+    let _host_wide = host_wide();
     if common::skip_without_kernel() || !tools_present() {
         return;
     }
@@ -165,6 +176,8 @@ fn gc_removes_tables_whose_owner_is_gone() {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
     let dead_owner = Scope::owned_by(user.uid, child.id());
@@ -278,6 +291,7 @@ fn have_newuidmap() -> bool {
 /// opened sockets with a kernel uid from that range, which `meta skuid U` did not match.
 #[test]
 fn subordinate_uids_are_fenced_and_reported() {
+    let _host_wide = host_wide();
     if common::skip_without_kernel() || !tools_present() || !have_newuidmap() {
         return;
     }
@@ -317,8 +331,13 @@ fn subordinate_uids_are_fenced_and_reported() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let policy =
-        GuestPolicy { proxies: vec![proxy_addr], nflog_group: group, subids: subids.clone() };
+    let policy = GuestPolicy {
+        proxies: vec![proxy_addr],
+        nflog_group: group,
+        subids: subids.clone(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
+    };
     fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
     for target in [&t4, &t6] {
         let out = in_userns(reach(target.clone()));
@@ -392,6 +411,7 @@ fn subordinate_uids_are_fenced_and_reported() {
 /// fenced user and read what it sent, and get answers from its UDP sockets.
 #[test]
 fn inbound_connections_to_the_users_sockets_are_refused() {
+    let _host_wide = host_wide();
     if common::skip_without_kernel() || !tools_present() {
         return;
     }
@@ -477,6 +497,8 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
         proxies: vec![proxy_addr, remote_proxy],
         nflog_group: group,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     };
     fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
     let seen = attempt(false);
@@ -515,5 +537,198 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
         // the prefix names the scope.
         assert!(g.uid.is_none() || g.uid == Some(user.uid), "{g:?}");
     }
+    assert!(fw.remove(&scope).expect("remove"));
+}
+
+/// `count` non-blocking connects from inside `ns` to `target`; after 2 s, how many of them got a
+/// SYN-ACK (the client side is established).
+fn connect_burst(ns: &NetNs, target: SocketAddr, count: usize) -> usize {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, connect, getpeername, getsockopt,
+        socket, sockopt,
+    };
+    use std::os::fd::AsRawFd;
+    let family = if target.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    let fds = ns.enter(|| {
+        (0..count)
+            .map(|_| {
+                let fd = socket(family, SockType::Stream, SockFlag::SOCK_NONBLOCK, None).unwrap();
+                let _ = connect(fd.as_raw_fd(), &SockaddrStorage::from(target));
+                fd
+            })
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    fds.iter()
+        .filter(|fd| {
+            getsockopt(*fd, sockopt::SocketError).is_ok_and(|e| e == 0)
+                && getpeername::<SockaddrStorage>(fd.as_raw_fd()).is_ok()
+        })
+        .count()
+}
+
+/// Accepts on `l` (non-blocking) until `stop`; how many were accepted.
+fn accept_until(l: &TcpListener, stop: &std::sync::atomic::AtomicBool) -> usize {
+    l.set_nonblocking(true).unwrap();
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match l.accept() {
+            Ok(_) => n += 1,
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    n
+}
+
+/// Red-team G: with `listen(backlog 0)` every SYN beyond the first is answered with a SYN-cookie
+/// SYN-ACK, which the kernel sends with no owning socket, so `meta skuid` never saw it: 299 of
+/// 300 connects from an outside host were established and accepted. The fence drops unowned
+/// SYN-ACKs; control: with `allow_syncookies` (the ruleset as it was) they connect.
+#[test]
+fn syn_cookie_connections_to_the_users_listener_are_dropped() {
+    let _host_wide = host_wide();
+    if common::skip_without_kernel() || !tools_present() {
+        return;
+    }
+    let user = TestUser::new();
+    let testhost = NetNs::new("gc");
+    let (host, _th) = veth(None, &testhost, subnet());
+    let group = nflog_group();
+    let scope = Scope::owned_by(user.uid, std::process::id());
+    let _cleanup = RemoveOnDrop(scope);
+    let fw = NftFirewall::system();
+    let burst = |allow_syncookies: bool| -> Vec<(SocketAddr, usize, usize)> {
+        let policy = GuestPolicy {
+            proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+            nflog_group: group,
+            subids: Default::default(),
+            allow_syncookies,
+            allow_multicast_reports: false,
+        };
+        fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
+        // Fresh listeners each time: a closed client of an earlier burst can still complete a
+        // cookie handshake (its FIN carries the cookie) and would be counted.
+        let listeners = user.as_socket_owner(|| {
+            [
+                TcpListener::bind((host.v4, 0)).expect("bind v4"),
+                TcpListener::bind((host.v6, 0)).expect("bind v6"),
+            ]
+        });
+        for l in &listeners {
+            nix::sys::socket::listen(l, nix::sys::socket::Backlog::new(0).unwrap()).unwrap();
+        }
+        listeners
+            .iter()
+            .map(|l| {
+                let target = l.local_addr().unwrap();
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    let acc = s.spawn(|| accept_until(l, &stop));
+                    let connected = connect_burst(&testhost, target, 300);
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    (target, connected, acc.join().unwrap())
+                })
+            })
+            .collect()
+    };
+    let control = burst(true);
+    eprintln!("control (allow_syncookies): {control:?}");
+    for (target, connected, accepted) in &control {
+        assert!(*connected > 0 && *accepted > 0, "control: no cookie connection to {target}");
+    }
+    let fenced = burst(false);
+    eprintln!("fenced: {fenced:?}");
+    for (target, connected, accepted) in fenced {
+        assert_eq!((connected, accepted), (0, 0), "connections to the user's {target}");
+    }
+    assert!(fw.remove(&scope).expect("remove"));
+}
+
+/// Frames seen by a packet socket in `ns` while `f` runs and 3 s after.
+fn capture_in(ns: &NetNs, f: impl FnOnce()) -> Vec<Vec<u8>> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, recv, socket};
+    use std::os::fd::AsRawFd;
+    let fd = ns.enter(|| {
+        socket(AddressFamily::Packet, SockType::Raw, SockFlag::SOCK_NONBLOCK, SockProtocol::EthAll)
+            .expect("packet socket")
+    });
+    f();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut frames = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while Instant::now() < deadline {
+        match recv(fd.as_raw_fd(), &mut buf, nix::sys::socket::MsgFlags::empty()) {
+            Ok(n) => frames.push(buf[..n].to_vec()),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    frames
+}
+
+/// The index of the host interface that has address `v4`.
+fn ifindex_of(v4: std::net::Ipv4Addr) -> u32 {
+    let name = nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .find(|i| {
+            i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())).is_some_and(|ip| ip == v4)
+        })
+        .expect("interface with the address")
+        .interface_name;
+    nix::net::if_::if_nametoindex(name.as_str()).unwrap()
+}
+
+/// Red-team H: the user's group joins make the kernel send IGMP/MLD reports (no owning socket)
+/// that carry the group address — 14 chosen bytes in an `ff0e::/16` group. The fence drops
+/// unowned reports; control: with `allow_multicast_reports` the outside host sees the bytes.
+#[test]
+fn multicast_join_reports_do_not_carry_data_out() {
+    let _host_wide = host_wide();
+    if common::skip_without_kernel() || !tools_present() {
+        return;
+    }
+    let user = TestUser::new();
+    let testhost = NetNs::new("gm");
+    let (host, _th) = veth(None, &testhost, subnet());
+    let idx = ifindex_of(host.v4);
+    let scope = Scope::owned_by(user.uid, std::process::id());
+    let _cleanup = RemoveOnDrop(scope);
+    let fw = NftFirewall::system();
+    let secret = *b"SECRET-EXFIL!!";
+    let pid = std::process::id().to_be_bytes();
+    let mut g6 = [0u8; 16];
+    g6[0] = 0xff;
+    g6[1] = 0x0e;
+    g6[2..].copy_from_slice(&secret);
+    // A v4 group unique to this process (239.x.y.z), found as bytes in an IGMP frame.
+    let g4 = std::net::Ipv4Addr::new(239, pid[1], pid[2], pid[3]);
+    let leaked = |allow_multicast_reports: bool| -> (bool, bool) {
+        let policy = GuestPolicy {
+            proxies: vec!["127.0.0.1:3128".parse().unwrap()],
+            nflog_group: nflog_group(),
+            subids: Default::default(),
+            allow_syncookies: false,
+            allow_multicast_reports,
+        };
+        fw.apply(&fw.plan(&scope, &policy).unwrap()).expect("apply");
+        let mut socks = Vec::new();
+        let frames = capture_in(&testhost, || {
+            socks = user.as_socket_owner(|| {
+                let s6 = UdpSocket::bind("[::]:0").unwrap();
+                s6.join_multicast_v6(&g6.into(), idx).expect("join v6");
+                let s4 = UdpSocket::bind("0.0.0.0:0").unwrap();
+                s4.join_multicast_v4(&g4, &host.v4).expect("join v4");
+                vec![s6, s4]
+            });
+        });
+        let has = |f: &[u8], pat: &[u8]| f.windows(pat.len()).any(|w| w == pat);
+        // Ethernet type IPv4 (0x0800) at 12, IP protocol 2 (IGMP) at 14 + 9.
+        let igmp = |f: &Vec<u8>| f.len() > 24 && f[12..14] == [8, 0] && f[23] == 2;
+        let v6 = frames.iter().any(|f| has(f, &secret));
+        let v4 = frames.iter().any(|f| igmp(f) && has(&f[14..], &g4.octets()));
+        drop(socks);
+        (v6, v4)
+    };
+    assert_eq!(leaked(true), (true, true), "control: the reports should have been seen");
+    assert_eq!(leaked(false), (false, false), "a join report carried the group out");
     assert!(fw.remove(&scope).expect("remove"));
 }

@@ -15,6 +15,8 @@ fn policy() -> GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: 3,
         subids: Default::default(),
+        allow_syncookies: false,
+        allow_multicast_reports: false,
     }
 }
 

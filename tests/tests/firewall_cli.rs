@@ -98,6 +98,33 @@ fn dry_run_prints_the_exact_rules_and_changes_nothing() {
     }
 }
 
+/// The host-wide drops of unowned SYN-ACKs and IGMP/MLD reports are on by default; each named
+/// opt-out removes exactly its rule.
+#[test]
+fn host_wide_drops_are_default_and_opt_out_by_name() {
+    let env = Env::new();
+    let syn = "\t\ttcp flags & (syn | ack) == syn | ack drop\n";
+    let igmp = "\t\tip protocol igmp drop\n";
+    let mld =
+        "\t\ticmpv6 type { mld-listener-report, mld-listener-done, mld2-listener-report } drop\n";
+    for (flags, want) in [
+        (&[][..], [true, true, true]),
+        (&["--allow-syncookies"][..], [false, true, true]),
+        (&["--allow-multicast-reports"][..], [true, false, false]),
+        (&["--allow-syncookies", "--allow-multicast-reports"][..], [false, false, false]),
+    ] {
+        let mut args = vec!["firewall", "apply", "--uid", "4242", "--dry-run"];
+        args.extend_from_slice(flags);
+        let out = sandgate(&env, &args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let rules = text(&out.stdout);
+        let got = [syn, igmp, mld].map(|r| rules.contains(r));
+        assert_eq!(got, want, "{flags:?}:\n{rules}");
+        let skip = "\t\tmeta skgid @gids jump guest\n\t\tmeta skuid >= 0 accept\n";
+        assert_eq!(rules.contains(skip), want.contains(&true), "{flags:?}:\n{rules}");
+    }
+}
+
 #[test]
 fn not_root_is_a_clear_error() {
     let env = Env::new();

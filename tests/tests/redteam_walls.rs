@@ -145,6 +145,41 @@ fn config_worktree_with_git_writable(s: &Scratch) {
     nothing_ran(&marker, &inside);
 }
 
+/// A gitlink kept in the shared index of a split index (`core.splitIndex`, `update-index --split-index`).
+fn split_index(s: &Scratch) {
+    repo(s);
+    let head = host_git(s, &["rev-parse", "HEAD"]);
+    host_git(s, &["update-index", "--add", "--cacheinfo", &format!("160000,{},sub", head.trim())]);
+    host_git(s, &["commit", "-q", "-m", "gitlink"]);
+    host_git(s, &["update-index", "--split-index"]);
+    let program = s.proj.join("fsmon");
+    let (marker, plant) = evil(s, "split", &program);
+    let inside = attack(
+        s,
+        &format!("{plant} git init -q sub && git -C sub config core.fsmonitor {}", p(&program)),
+    );
+    let _ = host_git_any(s, &["status"]);
+    nothing_ran(&marker, &inside);
+}
+
+/// An alias building its program's path with rev-parse (`!$(git rev-parse --show-toplevel)/scripts/fmt.sh`).
+fn alias_toplevel(s: &Scratch) {
+    repo(s);
+    std::fs::create_dir_all(s.proj.join("scripts")).unwrap();
+    std::fs::write(s.proj.join("scripts/fmt.sh"), "#!/bin/sh\necho fmt\n").unwrap();
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rx", p(&s.proj.join("scripts"))])
+        .status();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.proj.join("scripts"))])
+        .status();
+    host_git(s, &["config", "alias.fmt", "!$(git rev-parse --show-toplevel)/scripts/fmt.sh"]);
+    let (marker, plant) = evil(s, "alias-top", &s.proj.join("scripts/fmt.sh"));
+    let inside = attack(s, &plant);
+    let _ = host_git_any(s, &["fmt"]);
+    nothing_ran(&marker, &inside);
+}
+
 /// A scratch tree whose `proj/` lives under `base` (HOME and config stay under `/var/tmp`).
 fn scratch(who: &Who, base: &Path) -> (Scratch, tempfile::TempDir) {
     let mut s = Scratch::new(who);
@@ -187,4 +222,6 @@ cases!(
     moving_the_parent_of_a_nested_hooks_path,
     alias_program_in_the_work_tree,
     config_worktree_with_git_writable,
+    split_index,
+    alias_toplevel,
 );

@@ -180,6 +180,76 @@ fn alias_toplevel(s: &Scratch) {
     nothing_ran(&marker, &inside);
 }
 
+/// With `git_writable = true` and `extensions.worktreeConfig`, a linked worktree's
+/// `.git/worktrees/<name>/config.worktree` (missing, git reads it) stays read-only (red-team B).
+fn linked_worktree_config_with_git_writable(s: &Scratch) {
+    repo(s);
+    host_git(s, &["config", "extensions.worktreeConfig", "true"]);
+    host_git(s, &["worktree", "add", "-q", "../wt2"]);
+    let config = s.home.join(".config/sandgate/config.toml");
+    std::fs::write(&config, "[filesystem]\ngit_writable = true\n").unwrap();
+    let program = s.proj.join("fsmon");
+    let (marker, plant) = evil(s, "linked-worktree", &program);
+    let inside = attack(
+        s,
+        &format!(
+            "{plant} printf '[core]\\n\\tfsmonitor = {f}\\n' > .git/worktrees/wt2/config.worktree",
+            f = p(&program)
+        ),
+    );
+    let _ = host_git_any(s, &["-C", "../wt2", "status"]);
+    nothing_ran(&marker, &inside);
+}
+
+/// `core.hooksPath` given by `GIT_CONFIG_PARAMETERS` (what `git -c` hands on) in the launch's
+/// environment and the host's: its directory stays read-only (red-team D).
+fn git_config_parameters(s: &Scratch) {
+    repo(s);
+    std::fs::create_dir_all(s.proj.join(".hooks")).unwrap();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.proj.join(".hooks"))])
+        .status();
+    let params = "'core.hookspath'='.hooks'";
+    let (marker, plant) = evil(s, "gcp", &s.proj.join(".hooks/pre-commit"));
+    let script = format!("{plant} echo sandboxed-command-ran");
+    let mut c = s.command("build", &[], &["sh", "-c", &script]);
+    let out = c.env("GIT_CONFIG_PARAMETERS", params).output().unwrap();
+    let inside = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(inside.contains("sandboxed-command-ran"), "the launch failed: {inside}");
+    let mut g = s.program(Path::new("git"));
+    g.args(["-c", "user.email=a@b", "-c", "user.name=n", "commit", "-q", "--allow-empty"]);
+    let _ = g.args(["-m", "host"]).env("GIT_CONFIG_PARAMETERS", params).output().unwrap();
+    nothing_ran(&marker, &inside);
+}
+
+/// `GIT_DIR` in the launch's environment points git at a repository the wall did not walk: the
+/// launch refuses (red-team D).
+fn git_dir_in_the_environment(s: &Scratch) {
+    repo(s);
+    let mut c = s.command("build", &[], &["sh", "-c", "echo sandboxed-command-ran"]);
+    let out = c.env("GIT_DIR", s.proj.join(".git")).output().unwrap();
+    let both = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success() && !both.contains("sandboxed-command-ran"), "{both}");
+    assert!(both.contains("GIT_DIR"), "{both}");
+}
+
+/// `init.templateDir` (user's config) naming a directory of the work tree: its hooks are what
+/// the next `git clone`/`git init` copies and runs, so it stays read-only (red-team E).
+fn template_dir_in_the_work_tree(s: &Scratch) {
+    repo(s);
+    std::fs::create_dir_all(s.proj.join("tpl/hooks")).unwrap();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.proj.join("tpl"))])
+        .status();
+    let gitconfig = s.home.join(".gitconfig");
+    std::fs::write(&gitconfig, format!("[init]\n\ttemplateDir = {}\n", p(&s.proj.join("tpl"))))
+        .unwrap();
+    let (marker, plant) = evil(s, "template", &s.proj.join("tpl/hooks/post-checkout"));
+    let inside = attack(s, &plant);
+    let _ = host_git_any(s, &["clone", "-q", ".", "../clone2"]);
+    nothing_ran(&marker, &inside);
+}
+
 /// A scratch tree whose `proj/` lives under `base` (HOME and config stay under `/var/tmp`).
 fn scratch(who: &Who, base: &Path) -> (Scratch, tempfile::TempDir) {
     let mut s = Scratch::new(who);
@@ -224,4 +294,8 @@ cases!(
     config_worktree_with_git_writable,
     split_index,
     alias_toplevel,
+    linked_worktree_config_with_git_writable,
+    git_config_parameters,
+    git_dir_in_the_environment,
+    template_dir_in_the_work_tree,
 );

@@ -205,12 +205,12 @@ fn linked_worktree_config_with_git_writable(s: &Scratch) {
 /// environment and the host's: its directory stays read-only (red-team D).
 fn git_config_parameters(s: &Scratch) {
     repo(s);
-    std::fs::create_dir_all(s.proj.join(".hooks")).unwrap();
+    std::fs::create_dir_all(s.proj.join("githooks")).unwrap();
     let _ = std::process::Command::new("chown")
-        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.proj.join(".hooks"))])
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.proj.join("githooks"))])
         .status();
-    let params = "'core.hookspath'='.hooks'";
-    let (marker, plant) = evil(s, "gcp", &s.proj.join(".hooks/pre-commit"));
+    let params = "'core.hookspath'='githooks'";
+    let (marker, plant) = evil(s, "gcp", &s.proj.join("githooks/pre-commit"));
     let script = format!("{plant} echo sandboxed-command-ran");
     let mut c = s.command("build", &[], &["sh", "-c", &script]);
     let out = c.env("GIT_CONFIG_PARAMETERS", params).output().unwrap();

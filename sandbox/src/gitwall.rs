@@ -33,6 +33,12 @@ use std::path::{Component, Path, PathBuf};
 /// Deepest nesting of submodules (and of config includes) followed; git's own include limit is 10.
 const MAX_DEPTH: usize = 16;
 
+/// How deep below a writable path existing repositories (`.git` entries that are not gitlinks:
+/// `src/projA/.git` in a launch from `src/`) are looked for, and how many directories are read
+/// at most: a bound on the launch's cost in a big tree (what is left unread is a note).
+const SCAN_DEPTH: usize = 6;
+const SCAN_DIRS: usize = 20_000;
+
 /// What the git wall protects for one launch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GitWall {
@@ -834,6 +840,37 @@ pub fn protect_git(
             } else if dir == w.as_path() && std::fs::symlink_metadata(&dot_git).is_ok() {
                 // Something git cannot use today: it must not become something it can.
                 walk.protect(dot_git);
+            }
+        }
+    }
+    // Repositories already below a writable path that no gitlink names (a directory of
+    // checkouts, a clone made earlier): git run there later reads their hooks and config.
+    for w in &writable {
+        let mut todo = std::collections::VecDeque::from([(w.clone(), 0)]);
+        let mut read = 0;
+        while let Some((dir, depth)) = todo.pop_front() {
+            read += 1;
+            if read > SCAN_DIRS {
+                walk.notes.push(format!(
+                    "{}: more than {SCAN_DIRS} directories, repositories below the first ones \
+                     not looked for",
+                    w.display()
+                ));
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let Ok(t) = e.file_type() else { continue };
+                let path = e.path();
+                if e.file_name() == ".git" {
+                    if dir != *w
+                        && let Some(git_dir) = git_dir_of(&path)
+                    {
+                        walk.repo(&repo_with_git_dir(&dir, git_dir), 0);
+                    }
+                } else if t.is_dir() && depth < SCAN_DEPTH {
+                    todo.push_back((path, depth + 1));
+                }
             }
         }
     }

@@ -368,6 +368,28 @@ const ROWS: &[Row] = &[
         protected: &["tpl", "data/d", ".attrs"],
         not: &["data", "w2", ""],
     },
+    Row {
+        what: "an existing repository below the writable path that no gitlink names",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("src/projA")).unwrap();
+            git(&t.w.join("src/projA"), &["init", "-q"]);
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["src/projA/.git"],
+        not: &["src", "src/projA"],
+    },
+    Row {
+        what: "an existing repository below a writable path that is no repository, git_writable",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("src/projA")).unwrap();
+            git(&t.w.join("src/projA"), &["init", "-q"]);
+        },
+        writable: "src",
+        git_writable: true,
+        protected: &["src/projA/.git/hooks", "src/projA/.git/config"],
+        not: &["src/projA/.git", "src/projA"],
+    },
 ];
 
 #[test]

@@ -18,10 +18,18 @@
 //!   (`config`, `config.worktree`, `include.path`/`includeIf.*.path` targets, followed), the
 //!   user's and system's config and `GIT_CONFIG_COUNT` variables, parsed with `gix-config` (case-insensitive keys, quoting,
 //!   comments): `core.hooksPath`, `core.fsmonitor` and include targets are protected wherever they
-//!   point inside a writable path (a placeholder when missing); for commands (`core.sshCommand`,
+//!   point inside a writable path (a placeholder when missing), and so are
+//!   `core.attributesFile` and `init.templateDir`; for commands (`core.sshCommand`,
 //!   `core.editor`, `core.pager`, `filter.*.clean|smudge|process`, `diff.*.textconv`, aliases,
-//!   ...) the program named by a path is; and any other value naming an existing file inside a
-//!   writable path makes that file read-only.
+//!   ...) the program named by a path is, and every existing file named by a word (or by a
+//!   component-wise suffix of one: `$(git rev-parse --show-toplevel)/x.sh`), read from the work
+//!   tree and from a `cd D` before it; any other value naming an existing file, or a directory
+//!   below the work tree, inside a writable path makes it read-only. `GIT_CONFIG_PARAMETERS`
+//!   counts like `GIT_CONFIG_COUNT`; `GIT_DIR`-like variables make the launch refuse;
+//! - **repositories already inside** a writable path that no gitlink names, found by a bounded
+//!   scan (`SCAN_DEPTH`, `SCAN_DIRS`), as the repositories above;
+//! - an index that cannot be read (a split index without its shared index) makes the launch
+//!   refuse: its gitlinks are unknown.
 //!
 //! The pure parts ([`gitlinks`], [`submodule_paths`], [`config_refs`], [`command_words`]) work on
 //! bytes; [`protect_git`] is the I/O edge that walks the disk. What this does not cover is in the
@@ -37,6 +45,7 @@ const MAX_DEPTH: usize = 16;
 /// `src/projA/.git` in a launch from `src/`) are looked for, and how many directories are read
 /// at most: a bound on the launch's cost in a big tree (what is left unread is a note).
 const SCAN_DEPTH: usize = 6;
+/// (See [`SCAN_DEPTH`].)
 const SCAN_DIRS: usize = 20_000;
 
 /// What the git wall protects for one launch.

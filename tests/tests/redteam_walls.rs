@@ -250,6 +250,21 @@ fn template_dir_in_the_work_tree(s: &Scratch) {
     nothing_ran(&marker, &inside);
 }
 
+/// A repository already below the launch directory that no gitlink names (`proj/` is no
+/// repository, `proj/projA` is): its hooks stay read-only (red-team, found by the scan).
+fn existing_repository_below(s: &Scratch) {
+    let a = s.proj.join("projA");
+    std::fs::create_dir_all(&a).unwrap();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&a)])
+        .status();
+    host_git(s, &["-C", "projA", "init", "-q"]);
+    let (marker, plant) = evil(s, "nested", &a.join(".git/hooks/pre-commit"));
+    let inside = attack(s, &plant);
+    let _ = host_git_any(s, &["-C", "projA", "commit", "-q", "--allow-empty", "-m", "host"]);
+    nothing_ran(&marker, &inside);
+}
+
 /// A scratch tree whose `proj/` lives under `base` (HOME and config stay under `/var/tmp`).
 fn scratch(who: &Who, base: &Path) -> (Scratch, tempfile::TempDir) {
     let mut s = Scratch::new(who);
@@ -298,4 +313,5 @@ cases!(
     git_config_parameters,
     git_dir_in_the_environment,
     template_dir_in_the_work_tree,
+    existing_repository_below,
 );

@@ -242,6 +242,13 @@ pub fn spec_from_policy(
             link.display()
         );
     }
+    if let Some(why) = git.refuse.first() {
+        anyhow::bail!(
+            "the git metadata around the writable paths cannot be protected: {why}. Unset the \
+             variable, or fix the repository (`git status` shows what git makes of it), or use a \
+             tier without writable paths here"
+        );
+    }
     for note in &git.notes {
         eprintln!("sandgate: git metadata not fully read (protected as far as read): {note}");
     }

@@ -18,10 +18,18 @@
 //!   (`config`, `config.worktree`, `include.path`/`includeIf.*.path` targets, followed), the
 //!   user's and system's config and `GIT_CONFIG_COUNT` variables, parsed with `gix-config` (case-insensitive keys, quoting,
 //!   comments): `core.hooksPath`, `core.fsmonitor` and include targets are protected wherever they
-//!   point inside a writable path (a placeholder when missing); for commands (`core.sshCommand`,
+//!   point inside a writable path (a placeholder when missing), and so are
+//!   `core.attributesFile` and `init.templateDir`; for commands (`core.sshCommand`,
 //!   `core.editor`, `core.pager`, `filter.*.clean|smudge|process`, `diff.*.textconv`, aliases,
-//!   ...) the program named by a path is; and any other value naming an existing file inside a
-//!   writable path makes that file read-only.
+//!   ...) the program named by a path is, and every existing file named by a word (or by a
+//!   component-wise suffix of one: `$(git rev-parse --show-toplevel)/x.sh`), read from the work
+//!   tree and from a `cd D` before it; any other value naming an existing file, or a directory
+//!   below the work tree, inside a writable path makes it read-only. `GIT_CONFIG_PARAMETERS`
+//!   counts like `GIT_CONFIG_COUNT`; `GIT_DIR`-like variables make the launch refuse;
+//! - **repositories already inside** a writable path that no gitlink names, found by a bounded
+//!   scan (`SCAN_DEPTH`, `SCAN_DIRS`), as the repositories above;
+//! - an index that cannot be read (a split index without its shared index) makes the launch
+//!   refuse: its gitlinks are unknown.
 //!
 //! The pure parts ([`gitlinks`], [`submodule_paths`], [`config_refs`], [`command_words`]) work on
 //! bytes; [`protect_git`] is the I/O edge that walks the disk. What this does not cover is in the
@@ -32,6 +40,13 @@ use std::path::{Component, Path, PathBuf};
 
 /// Deepest nesting of submodules (and of config includes) followed; git's own include limit is 10.
 const MAX_DEPTH: usize = 16;
+
+/// How deep below a writable path existing repositories (`.git` entries that are not gitlinks:
+/// `src/projA/.git` in a launch from `src/`) are looked for, and how many directories are read
+/// at most: a bound on the launch's cost in a big tree (what is left unread is a note).
+const SCAN_DEPTH: usize = 6;
+/// (See [`SCAN_DEPTH`].)
+const SCAN_DIRS: usize = 20_000;
 
 /// What the git wall protects for one launch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -44,6 +59,9 @@ pub struct GitWall {
     /// `.git -> ...`): a mount protects what a link points to, not the link, so the command could
     /// replace the link with a directory of its own. The launch must refuse.
     pub links: Vec<PathBuf>,
+    /// Why the wall cannot be drawn (an index git reads that this cannot, `GIT_DIR` and the like
+    /// in the launch's environment pointing git elsewhere): the launch must refuse.
+    pub refuse: Vec<String>,
 }
 
 /// How a configuration value names a file.
@@ -80,6 +98,17 @@ const COMMAND_KEYS: &[(&str, &str)] = &[
     ("core", "pager"),
     ("core", "askpass"),
     ("core", "gitproxy"),
+    ("core", "alternaterefscommand"),
+    ("submodule.*", "update"),
+    ("gpg.*", "defaultkeycommand"),
+    ("sendemail", "sendmailcmd"),
+    ("sendemail.*", "sendmailcmd"),
+    ("sendemail.*", "tocmd"),
+    ("sendemail.*", "cccmd"),
+    ("tar.*", "command"),
+    ("man.*", "cmd"),
+    ("man.*", "path"),
+    ("guitool.*", "cmd"),
     ("sequence", "editor"),
     ("pager", "*"),
     ("alias", "*"),
@@ -114,7 +143,8 @@ const COMMAND_KEYS: &[(&str, &str)] = &[
 
 fn kind_of(section: &str, subsection: bool, key: &str) -> RefKind {
     match (section, subsection, key) {
-        ("core", false, "hookspath" | "fsmonitor") => RefKind::Path,
+        ("core", false, "hookspath" | "fsmonitor" | "attributesfile")
+        | ("init", false, "templatedir") => RefKind::Path,
         ("include", false, "path") | ("includeif", true, "path") => RefKind::Include,
         _ => {
             let command = COMMAND_KEYS.iter().any(|(s, k)| {
@@ -214,6 +244,23 @@ pub fn gitlinks(index: &[u8], sha256: bool) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// The gitlink paths of the index file at `path` as git reads it: a split index
+/// (`core.splitIndex`) with its shared index (`sharedindex.<hash>` next to it), whose entries
+/// the index file itself does not hold.
+pub fn index_gitlinks(path: &Path, sha256: bool) -> std::io::Result<Vec<String>> {
+    // (Opened first so that a missing index is `NotFound`, not a decoding error.)
+    std::fs::metadata(path)?;
+    let kind = if sha256 { gix_index::hash::Kind::Sha256 } else { gix_index::hash::Kind::Sha1 };
+    let file = gix_index::File::at(path, kind, false, gix_index::decode::Options::default())
+        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+    Ok(file
+        .entries()
+        .iter()
+        .filter(|e| e.mode == gix_index::entry::Mode::COMMIT)
+        .map(|e| lossy(e.path(&file)))
+        .collect())
+}
+
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -301,6 +348,7 @@ struct Walk<'a> {
     out: BTreeSet<PathBuf>,
     notes: Vec<String>,
     links: BTreeSet<PathBuf>,
+    refuse: Vec<String>,
 }
 
 impl Walk<'_> {
@@ -390,15 +438,77 @@ impl Walk<'_> {
                         self.config_file(&p, root, depth + 1);
                     }
                 }
-                RefKind::Command | RefKind::Other => {
-                    for (i, word) in command_words(&r.value).iter().enumerate() {
-                        let Some(p) = self.path_of(word, root) else { continue };
-                        let named = word.contains('/');
-                        let program = i == 0 && r.kind == RefKind::Command && named;
-                        let file = std::fs::metadata(&p).is_ok_and(|m| !m.is_dir());
-                        if program || (named && file) {
+                RefKind::Command => self.command(&r.value, root),
+                RefKind::Other => {
+                    for word in command_words(&r.value) {
+                        let Some(p) = self.path_of(&word, root) else { continue };
+                        if !word.contains('/') || r.key == "core.worktree" {
+                            continue;
+                        }
+                        // A file, or a directory strictly below the working tree that holds no
+                        // writable path (`init.templateDir`-like: what is in it may run).
+                        let protect = std::fs::metadata(&p).is_ok_and(|m| {
+                            !m.is_dir()
+                                || (real(&p).starts_with(real(root))
+                                    && real(&p) != real(root)
+                                    && !self.writable.iter().any(|w| w.starts_with(real(&p))))
+                        });
+                        if protect {
                             self.protect(p);
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Protects what the shell command `value` (run in the working tree `root`) may run: its
+    /// program when named with a `/` (even missing), and every existing file named by a word
+    /// with a `/` read from `root` or from the directory of a preceding `cd D`, or named by a
+    /// component-wise suffix of such a word (`$(git rev-parse --show-toplevel)/scripts/x.sh`,
+    /// `"$GIT_PREFIX"scripts/x.sh`: the part this cannot evaluate is a prefix).
+    fn command(&mut self, value: &str, root: &Path) {
+        let words = command_words(value);
+        let mut bases = vec![root.to_path_buf()];
+        let mut cd = false;
+        for (i, word) in words.iter().enumerate() {
+            if cd {
+                if let Some(d) = self.path_of(word, root) {
+                    bases.push(d);
+                }
+                if let Some(d) = self.path_of(word, bases.last().unwrap_or(&root.to_path_buf())) {
+                    bases.push(d);
+                }
+            }
+            cd = word == "cd" || word == "pushd";
+            if !word.contains('/') && bases.len() == 1 {
+                continue;
+            }
+            let Some(p) = self.path_of(word, root) else { continue };
+            if i == 0 && word.contains('/') {
+                self.protect(p);
+            }
+            let mut tails = vec![word.clone()];
+            let parts: Vec<&str> = word.split('/').collect();
+            for k in 0..parts.len() {
+                // The first component of a tail after what the shell would expand.
+                let first = parts[k].rsplit(['"', '\'', '}', '$', ')']).next().unwrap_or("");
+                let rest = parts[k + 1..].join("/");
+                let tail =
+                    if rest.is_empty() { first.to_owned() } else { format!("{first}/{rest}") };
+                if !tail.is_empty() && !tail.starts_with('/') {
+                    tails.push(tail);
+                }
+            }
+            for tail in tails {
+                if tail != *word && !word.contains('/') {
+                    continue;
+                }
+                for base in bases.clone() {
+                    if let Some(p) = self.path_of(&tail, &base)
+                        && std::fs::metadata(&p).is_ok_and(|m| !m.is_dir())
+                    {
+                        self.protect(p);
                     }
                 }
             }
@@ -414,11 +524,12 @@ impl Walk<'_> {
             self.protect(d.to_path_buf());
             return;
         }
-        self.git_dir_files(d);
+        self.git_dir_files(d, false);
         // Submodules' and linked worktrees' own git directories, gitlink or not (a stale one
         // comes back with one `git submodule` command).
-        let mut todo = vec![(d.join("modules"), 0), (d.join("worktrees"), MAX_DEPTH - 1)];
-        while let Some((dir, depth)) = todo.pop() {
+        let mut todo =
+            vec![(d.join("modules"), 0, false), (d.join("worktrees"), MAX_DEPTH - 1, true)];
+        while let Some((dir, depth, linked)) = todo.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             for e in entries.flatten() {
                 let path = e.path();
@@ -426,23 +537,25 @@ impl Walk<'_> {
                     continue;
                 }
                 if path.join("HEAD").is_file() {
-                    self.git_dir_files(&path);
+                    self.git_dir_files(&path, linked);
                     if depth < MAX_DEPTH {
-                        todo.push((path.join("modules"), depth + 1));
+                        todo.push((path.join("modules"), depth + 1, false));
                     }
                 } else if depth < MAX_DEPTH {
                     // A submodule named with a slash (`libs/foo`) nests its git directory.
-                    todo.push((path, depth + 1));
+                    todo.push((path, depth + 1, linked));
                 }
             }
         }
     }
 
     /// In a writable git directory `d`: what makes git run code. `hooks` and `config` always (a
-    /// missing one a placeholder); `config.worktree` when it exists or the config turns it on;
+    /// missing one a placeholder); `config.worktree` when it exists, the config turns it on, or
+    /// `d` is a linked worktree's (`linked`: whether `extensions.worktreeConfig` is on is in the
+    /// common directory's config, which may change; an empty placeholder is a valid config);
     /// `commondir` when it exists (an empty placeholder there would break git; creating one is
     /// what `git_writable` cannot stop: see the README).
-    fn git_dir_files(&mut self, d: &Path) {
+    fn git_dir_files(&mut self, d: &Path, linked: bool) {
         self.protect(d.join("hooks"));
         self.protect(d.join("config"));
         let worktree_config = std::fs::read(d.join("config")).ok().is_some_and(|t| {
@@ -455,7 +568,7 @@ impl Walk<'_> {
             .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
             .unwrap_or(false)
         });
-        if worktree_config || d.join("config.worktree").exists() {
+        if linked || worktree_config || d.join("config.worktree").exists() {
             self.protect(d.join("config.worktree"));
         }
         if std::fs::symlink_metadata(d.join("commondir")).is_ok() {
@@ -508,13 +621,16 @@ impl Walk<'_> {
             })
             .unwrap_or(false);
         let mut links: Vec<(Option<String>, String)> = Vec::new();
-        match std::fs::read(repo.git_dir.join("index")) {
-            Ok(bytes) => match gitlinks(&bytes, sha256) {
-                Ok(l) => links.extend(l.into_iter().map(|p| (None, p))),
-                Err(e) => self.notes.push(format!("{}: {e}", repo.git_dir.join("index").display())),
-            },
+        let index = repo.git_dir.join("index");
+        match index_gitlinks(&index, sha256) {
+            Ok(l) => links.extend(l.into_iter().map(|p| (None, p))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => self.notes.push(format!("{}: {e}", repo.git_dir.join("index").display())),
+            // Gitlinks this cannot see (a shared index of a split index missing, a format not
+            // known) are submodule checkouts left writable: refuse rather than under-protect.
+            Err(e) if self.relevant(&repo.root) => {
+                self.refuse.push(format!("{}: {e}", index.display()));
+            }
+            Err(e) => self.notes.push(format!("{}: {e}", index.display())),
         }
         let mut names = Vec::new();
         if let Ok(bytes) = std::fs::read(repo.root.join(".gitmodules")) {
@@ -572,6 +688,55 @@ pub struct OuterConfig {
     pub files: Vec<PathBuf>,
     /// The variables' settings as config text.
     pub env: Vec<u8>,
+    /// Variables of the environment that point git at another repository, index or work tree
+    /// (`GIT_DIR`, ...): what they name is not what the walk reads, so a launch refuses.
+    pub redirects: Vec<String>,
+}
+
+/// Variables that point git elsewhere than discovery from the working directory does.
+const REDIRECTS: &[&str] = &["GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"];
+
+/// The `key`/`value` pairs of `GIT_CONFIG_PARAMETERS` (what `git -c` passes to the commands it
+/// starts): shell-single-quoted `'key'='value'` (or the older `'key=value'`) separated by
+/// spaces. `None` when it does not parse (git refuses it too; so does the launch).
+pub fn config_parameters(text: &str) -> Option<Vec<(String, String)>> {
+    /// One sq-quoted word at the start of `s` (`'a'\''b'` is `a'b`), and the rest.
+    fn word(s: &str) -> Option<(String, &str)> {
+        let mut out = String::new();
+        let mut rest = s.strip_prefix('\'')?;
+        loop {
+            let end = rest.find('\'')?;
+            out.push_str(&rest[..end]);
+            rest = &rest[end + 1..];
+            match rest.strip_prefix("\\'") {
+                Some(r) => {
+                    out.push('\'');
+                    rest = r.strip_prefix('\'')?;
+                }
+                None => return Some((out, rest)),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let (key, r) = word(rest)?;
+        rest = r;
+        if let Some(r) = rest.strip_prefix('=') {
+            // `'key'=` alone is a key with no value (true for a boolean).
+            let (value, r) = if r.starts_with('\'') { word(r)? } else { (String::new(), r) };
+            out.push((key, value));
+            rest = r;
+        } else {
+            let (k, v) = key.split_once('=').unwrap_or((key.as_str(), ""));
+            out.push((k.to_owned(), v.to_owned()));
+        }
+        if !(rest.is_empty() || rest.starts_with(char::is_whitespace)) {
+            return None;
+        }
+        rest = rest.trim_start();
+    }
+    Some(out)
 }
 
 /// The [`OuterConfig`] git run with `env` reads (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_GLOBAL`,
@@ -596,13 +761,23 @@ pub fn outer_config(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> OuterCo
     }
     let text = |k: String| var(&k).map(|v| v.to_string_lossy().into_owned());
     let count: usize = text("GIT_CONFIG_COUNT".into()).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let pairs = (0..count.min(10_000)).filter_map(|n| {
-        Some((
-            text(format!("GIT_CONFIG_KEY_{n}"))?,
-            text(format!("GIT_CONFIG_VALUE_{n}")).unwrap_or_default(),
-        ))
-    });
-    OuterConfig { files, env: env_config_text(pairs) }
+    let mut pairs: Vec<(String, String)> = (0..count.min(10_000))
+        .filter_map(|n| {
+            Some((
+                text(format!("GIT_CONFIG_KEY_{n}"))?,
+                text(format!("GIT_CONFIG_VALUE_{n}")).unwrap_or_default(),
+            ))
+        })
+        .collect();
+    let mut redirects: Vec<String> =
+        REDIRECTS.iter().filter(|k| var(k).is_some()).map(|k| (*k).to_owned()).collect();
+    if let Some(params) = text("GIT_CONFIG_PARAMETERS".into()) {
+        match config_parameters(&params) {
+            Some(p) => pairs.extend(p),
+            None => redirects.push("GIT_CONFIG_PARAMETERS (not parsed)".to_owned()),
+        }
+    }
+    OuterConfig { files, env: env_config_text(pairs), redirects }
 }
 
 /// `key = value` pairs (`section[.subsection].key`, as in `git -c`) as config text.
@@ -656,7 +831,15 @@ pub fn protect_git(
         out: BTreeSet::new(),
         notes: Vec::new(),
         links: BTreeSet::new(),
+        refuse: Vec::new(),
     };
+    if !writable.is_empty() && !outer.redirects.is_empty() {
+        walk.refuse.push(format!(
+            "{} set in the environment: git would read another repository, index or work tree \
+             than the one found from the working directory, which is what is protected",
+            outer.redirects.join(", ")
+        ));
+    }
     for w in &writable {
         // The repositories at and above `w`, innermost first (git's discovery order).
         for dir in w.ancestors() {
@@ -669,10 +852,42 @@ pub fn protect_git(
             }
         }
     }
+    // Repositories already below a writable path that no gitlink names (a directory of
+    // checkouts, a clone made earlier): git run there later reads their hooks and config.
+    for w in &writable {
+        let mut todo = std::collections::VecDeque::from([(w.clone(), 0)]);
+        let mut read = 0;
+        while let Some((dir, depth)) = todo.pop_front() {
+            read += 1;
+            if read > SCAN_DIRS {
+                walk.notes.push(format!(
+                    "{}: more than {SCAN_DIRS} directories, repositories below the first ones \
+                     not looked for",
+                    w.display()
+                ));
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let Ok(t) = e.file_type() else { continue };
+                let path = e.path();
+                if e.file_name() == ".git" {
+                    if dir != *w
+                        && let Some(git_dir) = git_dir_of(&path)
+                    {
+                        walk.repo(&repo_with_git_dir(&dir, git_dir), 0);
+                    }
+                } else if t.is_dir() && depth < SCAN_DEPTH {
+                    todo.push_back((path, depth + 1));
+                }
+            }
+        }
+    }
     GitWall {
         read_only: outermost(walk.out),
         notes: walk.notes,
         links: walk.links.into_iter().collect(),
+        refuse: walk.refuse,
     }
 }
 

@@ -307,6 +307,89 @@ const ROWS: &[Row] = &[
         protected: &["f/clean", "f/proc", "scripts", ".git/cfg/extra", "pg", "data.txt"],
         not: &["nothing-here", "f"],
     },
+    Row {
+        what: "a gitlink kept in the shared index of a split index (red-team A)",
+        setup: |t| {
+            t.git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+            let head = git(&t.root.join("leaf"), &["rev-parse", "HEAD"]);
+            t.git(&["update-index", "--add", "--cacheinfo", &format!("160000,{head},sub")]);
+            t.git(&["commit", "-q", "-m", "gitlink"]);
+            t.git(&["update-index", "--split-index"]);
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["sub"],
+        not: &[],
+    },
+    Row {
+        what: "a linked worktree's config.worktree, git_writable, missing (red-team B)",
+        setup: |t| {
+            t.git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+            t.git(&["config", "extensions.worktreeConfig", "true"]);
+            t.git(&["worktree", "add", "-q", "../wt2"]);
+        },
+        writable: "",
+        git_writable: true,
+        protected: &[".git/worktrees/wt2/config.worktree", ".git/worktrees/wt2/hooks"],
+        not: &[".git"],
+    },
+    Row {
+        what: "command programs behind what the shell evaluates, and after `cd` (red-team C)",
+        setup: |t| {
+            t.write(
+                ".git/config",
+                "[alias]\n\tfmt = !$(git rev-parse --show-toplevel)/scripts/fmt.sh\n\
+                 \trun = !cd tools && ./run.sh\n\tgp = \"!\\\"$GIT_PREFIX\\\"bin/g.sh\"\n\
+                 \tmk = !cd sub/dir && make -f build.mk\n",
+            );
+            for f in ["scripts/fmt.sh", "tools/run.sh", "bin/g.sh", "sub/dir/build.mk", "other"] {
+                t.write(f, "");
+            }
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["scripts/fmt.sh", "tools/run.sh", "bin/g.sh", "sub/dir/build.mk"],
+        not: &["scripts", "tools", "bin", "sub", "sub/dir", "other"],
+    },
+    Row {
+        what: "directories named by values: init.templateDir, other keys (red-team E)",
+        setup: |t| {
+            t.write(
+                ".git/config",
+                "[init]\n\ttemplateDir = tpl\n[foo]\n\tdir = ./data/d\n\ttop = ./\n\
+                 [core]\n\tattributesFile = .attrs\n\tworktree = ./w2\n",
+            );
+            t.write("tpl/hooks/.keep", "");
+            t.write("data/d/.keep", "");
+            t.write("w2/.keep", "");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["tpl", "data/d", ".attrs"],
+        not: &["data", "w2", ""],
+    },
+    Row {
+        what: "an existing repository below the writable path that no gitlink names",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("src/projA")).unwrap();
+            git(&t.w.join("src/projA"), &["init", "-q"]);
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["src/projA/.git"],
+        not: &["src", "src/projA"],
+    },
+    Row {
+        what: "an existing repository below a writable path that is no repository, git_writable",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("src/projA")).unwrap();
+            git(&t.w.join("src/projA"), &["init", "-q"]);
+        },
+        writable: "src",
+        git_writable: true,
+        protected: &["src/projA/.git/hooks", "src/projA/.git/config"],
+        not: &["src/projA/.git", "src/projA"],
+    },
 ];
 
 #[test]
@@ -342,7 +425,7 @@ fn user_config_values_count_for_every_repository() {
     let t = Tree::new();
     let user = t.root.join("gitconfig");
     std::fs::write(&user, "[core]\n\thooksPath = .githooks\n").unwrap();
-    let outer = OuterConfig { files: vec![user], env: Vec::new() };
+    let outer = OuterConfig { files: vec![user], ..Default::default() };
     let got = t.wall(&t.w, true, &outer);
     assert!(got.contains(&".githooks".to_owned()), "{got:?}");
     // And so do `GIT_CONFIG_COUNT` variables of the launch's environment.
@@ -441,6 +524,18 @@ fn key_kinds() {
         ("[includeIf \"onbranch:x\"]\n\tpath = x", RefKind::Include),
         ("[include \"x\"]\n\tpath = x", RefKind::Other),
         ("[user]\n\tname = x", RefKind::Other),
+        ("[submodule \"s\"]\n\tupdate = !x", RefKind::Command),
+        ("[gpg \"ssh\"]\n\tdefaultKeyCommand = x", RefKind::Command),
+        ("[core]\n\talternateRefsCommand = x", RefKind::Command),
+        ("[sendemail]\n\tsendmailCmd = x", RefKind::Command),
+        ("[gpg]\n\tprogram = x", RefKind::Command),
+        ("[credential]\n\thelper = x", RefKind::Command),
+        ("[core]\n\taskPass = x", RefKind::Command),
+        ("[diff]\n\texternal = x", RefKind::Command),
+        ("[merge \"m\"]\n\tdriver = x", RefKind::Command),
+        ("[sequence]\n\teditor = x", RefKind::Command),
+        ("[tar \"tgz\"]\n\tcommand = x", RefKind::Command),
+        ("[init]\n\ttemplateDir = x", RefKind::Path),
     ];
     for (text, kind) in rows {
         let refs = config_refs(text.as_bytes()).unwrap();
@@ -467,4 +562,64 @@ fn gitmodules_paths_as_git_reads_them() {
 fn a_broken_index_is_reported_not_trusted() {
     assert!(gitlinks(b"DIRC\0\0\0\x02garbage", false).is_err());
     assert!(gitlinks(b"", false).is_err());
+}
+
+/// A split index whose shared index is gone: gitlinks unknown, so the launch refuses (red-team A).
+#[test]
+fn an_unreadable_shared_index_refuses() {
+    let t = Tree::new();
+    t.git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+    t.git(&["update-index", "--split-index"]);
+    let wall = protect_git(std::slice::from_ref(&t.w), true, None, &OuterConfig::default());
+    assert!(wall.refuse.is_empty(), "{:?}", wall.refuse);
+    for e in std::fs::read_dir(t.w.join(".git")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("sharedindex.") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let wall = protect_git(std::slice::from_ref(&t.w), true, None, &OuterConfig::default());
+    assert_eq!(wall.refuse.len(), 1, "{wall:?}");
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+}
+
+/// `GIT_CONFIG_PARAMETERS` (what `git -c` passes on) counts like `GIT_CONFIG_COUNT` (red-team D).
+#[test]
+fn git_config_parameters_count() {
+    let t = Tree::new();
+    let e = env(&[("GIT_CONFIG_PARAMETERS", "'core.hookspath'='.hooks' 'alias.x=!./a b'")]);
+    let got = t.wall(&t.w, true, &outer_config(&e));
+    assert!(got.contains(&".hooks".to_owned()), "{got:?}");
+    assert!(got.contains(&"a".to_owned()), "{got:?}");
+    assert_eq!(
+        config_parameters("'a.b'='it'\\''s' 'c.d=e=f'  'g.h'= 'i.j'").unwrap(),
+        [
+            ("a.b".to_owned(), "it's".to_owned()),
+            ("c.d".to_owned(), "e=f".to_owned()),
+            ("g.h".to_owned(), String::new()),
+            ("i.j".to_owned(), String::new()),
+        ]
+    );
+    assert_eq!(config_parameters("'a.b"), None);
+    assert_eq!(config_parameters("'a.b'x"), None);
+    // Unparsable: the launch refuses rather than guessing.
+    let bad = outer_config(&env(&[("GIT_CONFIG_PARAMETERS", "'core.hookspath")]));
+    assert!(!protect_git(std::slice::from_ref(&t.w), true, None, &bad).refuse.is_empty());
+}
+
+/// `GIT_DIR` and the like point git elsewhere than what is protected: refused (red-team D); not
+/// without writable paths.
+#[test]
+fn git_redirects_refuse() {
+    let t = Tree::new();
+    for k in ["GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"] {
+        let outer = outer_config(&env(&[(k, "/elsewhere")]));
+        let wall = protect_git(std::slice::from_ref(&t.w), false, None, &outer);
+        assert!(wall.refuse.iter().any(|r| r.contains(k)), "{k}: {wall:?}");
+        assert!(protect_git(&[], false, None, &outer).refuse.is_empty());
+    }
+    let plain = outer_config(&env(&[("GIT_AUTHOR_NAME", "x")]));
+    assert!(protect_git(std::slice::from_ref(&t.w), false, None, &plain).refuse.is_empty());
 }

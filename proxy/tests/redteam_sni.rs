@@ -250,3 +250,49 @@ async fn hello_tricks_reach_no_other_virtual_host() {
     }
     assert_eq!(got.lock().unwrap().iter().filter(|b| !b.is_empty()).count(), 2);
 }
+
+/// A CONNECT that is not the first request of its connection goes through hyper's upgrade path:
+/// the same ClientHello check applies there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_after_a_keep_alive_request_gets_the_same_hello_check() {
+    let (up, got) = sink().await;
+    let port = up.port();
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).build();
+    let addr = serve(&p, "rt", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let first = format!(
+        "GET http://denied.test:{port}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n\
+         CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
+    );
+    s.write_all(first.as_bytes()).await.unwrap();
+    // Read both answers: the 403 (with its body) and the 200 of the CONNECT.
+    let mut seen = Vec::new();
+    let mut b = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("200 OK\r\n") {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut b)).await {
+            Ok(Ok(1)) => seen.push(b[0]),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(text.contains("HTTP/1.1 200 OK\r\n"), "{text}");
+    // The rest of the 200's head.
+    while !seen.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b).await {
+            Ok(1) => seen.push(b[0]),
+            _ => break,
+        }
+    }
+    s.write_all(&hello_for(b"forbidden.test")).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), s.read_to_end(&mut rest)).await;
+    assert_eq!(rest, ACCESS_DENIED);
+    for _ in 0..100 {
+        if !got.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(got.lock().unwrap().iter().all(Vec::is_empty), "bytes reached upstream");
+}

@@ -49,9 +49,12 @@ fn own_places() -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let mut hidden = vec![paths.dir.clone()];
     hidden.extend(paths.others());
     hidden.extend(xdg("XDG_DATA_HOME", ".local/share").map(|d| d.join("sandgate")));
-    let read_only: Vec<PathBuf> =
+    // The configuration may hold secrets (the Telegram bot's token): inside a sandbox it is a
+    // sanitised copy, so a file tool outside may neither read nor search it; nor write it.
+    let config: Vec<PathBuf> =
         xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("sandgate")).into_iter().collect();
-    (homes, hidden, read_only)
+    hidden.extend(config.iter().cloned());
+    (homes, hidden, config)
 }
 
 /// The walls of `tier` for `cwd` (its per-directory configuration), narrowed by `allow_write`.
@@ -64,7 +67,20 @@ fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Resul
             .derive(&Narrowing { writable: Some(writable), ..Narrowing::default() })
             .map_err(|e| e.to_string())?;
     }
-    let (homes, hidden, read_only) = own_places();
+    let (homes, hidden, mut read_only) = own_places();
+    // Git metadata that makes git run code on the host (hooks, `core.hooksPath`,
+    // `core.fsmonitor`, ...): read-only as in the launcher (`spec_from_policy`). A link on the way
+    // to one is refused by the launcher; here the link itself stays read-only.
+    let writable: Vec<PathBuf> = policy.fs.writable.iter().map(|w| w.path.clone()).collect();
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    let git = sandgate_sandbox::gitwall::protect_git(
+        &writable,
+        policy.fs.git_writable,
+        homes.first().map(PathBuf::as_path),
+        &sandgate_sandbox::gitwall::outer_config(&env),
+    );
+    read_only.extend(git.read_only);
+    read_only.extend(git.links);
     Ok(Walls::from_policy(&policy, homes, hidden, read_only))
 }
 

@@ -39,7 +39,15 @@ impl Fixture {
         write(&root.join("config/sandgate/config.toml"), "");
         write(&root.join("outside/keep"), "");
         write(&project.join("src/main.rs"), "fn main() {}");
-        write(&project.join(".git/config"), "[core]");
+        // Git runs what `core.hooksPath` and `core.fsmonitor` name, on the host: the sandbox
+        // keeps them read-only, and so must the file tools.
+        write(
+            &project.join(".git/config"),
+            "[core]\n\thooksPath = githooks\n\tfsmonitor = tools/fsmon.sh\n",
+        );
+        write(&project.join(".git/HEAD"), "ref: refs/heads/main\n");
+        write(&project.join("githooks/README"), "");
+        write(&project.join("tools/fsmon.sh"), "#!/bin/sh\n");
         write(&project.join(".git/hooks/README"), "");
         let link = |target: &Path, name: &str| {
             std::os::unix::fs::symlink(target, project.join(name)).unwrap();

@@ -84,6 +84,28 @@ fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Resul
     Ok(Walls::from_policy(&policy, homes, hidden, read_only))
 }
 
+/// The directories writable in some tier for the input's `cwd`: the working directories (the
+/// input's and the hook's own) and every tier's writable paths there. When the configuration
+/// cannot be read, only the working directories (the hook then abstains on the config anyway
+/// for file tools; a wrapper outside them is still checked for ownership and modes).
+fn writable_anywhere(input: &[u8]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::current_dir().into_iter().collect();
+    let cwd = serde_json::from_slice::<serde_json::Value>(input)
+        .ok()
+        .and_then(|v| v.get("cwd").and_then(|c| c.as_str()).map(PathBuf::from))
+        .filter(|c| c.is_absolute());
+    let Some(cwd) = cwd else { return out };
+    out.push(cwd.clone());
+    let Ok(paths) = ConfigPaths::discover(&cwd) else { return out };
+    let Ok(config) = Config::load(paths) else { return out };
+    for tier in config.tiers().unwrap_or_default() {
+        if let Ok(policy) = config.policy(&tier.name, &Overrides::default()) {
+            out.extend(policy.fs.writable.iter().map(|w| w.path.clone()));
+        }
+    }
+    out
+}
+
 fn real_fs() -> anyhow::Result<RealFs> {
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
     Ok(RealFs::new(std::env::var_os("PATH"), &exe))
@@ -98,6 +120,11 @@ pub fn run(args: HookArgs) -> anyhow::Result<u8> {
     let read =
         std::io::stdin().lock().take(sandgate_hook::MAX_INPUT as u64 + 1).read_to_end(&mut input);
     let verdict = match read.map_err(anyhow::Error::from).and_then(|_| real_fs()) {
+        // A wrapper in a place a sandboxed command can write may be swapped after this decision.
+        Ok(fs) => Ok(fs.with_untrusted(writable_anywhere(&input))),
+        Err(e) => Err(e),
+    };
+    let verdict = match verdict {
         Ok(fs) => sandgate_hook::decide_claude(
             &input,
             &HookSettings { deny_refused_paths: deny },

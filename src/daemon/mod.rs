@@ -281,6 +281,9 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
             questions_per_minute: settings
                 .questions_per_minute
                 .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE),
+            questions_per_minute_total: settings
+                .questions_per_minute_total
+                .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE_TOTAL),
             ..defaults
         },
         Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),

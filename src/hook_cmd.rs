@@ -49,9 +49,12 @@ fn own_places() -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let mut hidden = vec![paths.dir.clone()];
     hidden.extend(paths.others());
     hidden.extend(xdg("XDG_DATA_HOME", ".local/share").map(|d| d.join("sandgate")));
-    let read_only: Vec<PathBuf> =
+    // The configuration may hold secrets (the Telegram bot's token): inside a sandbox it is a
+    // sanitised copy, so a file tool outside may neither read nor search it; nor write it.
+    let config: Vec<PathBuf> =
         xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("sandgate")).into_iter().collect();
-    (homes, hidden, read_only)
+    hidden.extend(config.iter().cloned());
+    (homes, hidden, config)
 }
 
 /// The walls of `tier` for `cwd` (its per-directory configuration), narrowed by `allow_write`.
@@ -64,8 +67,43 @@ fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Resul
             .derive(&Narrowing { writable: Some(writable), ..Narrowing::default() })
             .map_err(|e| e.to_string())?;
     }
-    let (homes, hidden, read_only) = own_places();
+    let (homes, hidden, mut read_only) = own_places();
+    // Git metadata that makes git run code on the host (hooks, `core.hooksPath`,
+    // `core.fsmonitor`, ...): read-only as in the launcher (`spec_from_policy`). A link on the way
+    // to one is refused by the launcher; here the link itself stays read-only.
+    let writable: Vec<PathBuf> = policy.fs.writable.iter().map(|w| w.path.clone()).collect();
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    let git = sandgate_sandbox::gitwall::protect_git(
+        &writable,
+        policy.fs.git_writable,
+        homes.first().map(PathBuf::as_path),
+        &sandgate_sandbox::gitwall::outer_config(&env),
+    );
+    read_only.extend(git.read_only);
+    read_only.extend(git.links);
     Ok(Walls::from_policy(&policy, homes, hidden, read_only))
+}
+
+/// The directories writable in some tier for the input's `cwd`: the working directories (the
+/// input's and the hook's own) and every tier's writable paths there. When the configuration
+/// cannot be read, only the working directories (the hook then abstains on the config anyway
+/// for file tools; a wrapper outside them is still checked for ownership and modes).
+fn writable_anywhere(input: &[u8]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::env::current_dir().into_iter().collect();
+    let cwd = serde_json::from_slice::<serde_json::Value>(input)
+        .ok()
+        .and_then(|v| v.get("cwd").and_then(|c| c.as_str()).map(PathBuf::from))
+        .filter(|c| c.is_absolute());
+    let Some(cwd) = cwd else { return out };
+    out.push(cwd.clone());
+    let Ok(paths) = ConfigPaths::discover(&cwd) else { return out };
+    let Ok(config) = Config::load(paths) else { return out };
+    for tier in config.tiers().unwrap_or_default() {
+        if let Ok(policy) = config.policy(&tier.name, &Overrides::default()) {
+            out.extend(policy.fs.writable.iter().map(|w| w.path.clone()));
+        }
+    }
+    out
 }
 
 fn real_fs() -> anyhow::Result<RealFs> {
@@ -82,6 +120,11 @@ pub fn run(args: HookArgs) -> anyhow::Result<u8> {
     let read =
         std::io::stdin().lock().take(sandgate_hook::MAX_INPUT as u64 + 1).read_to_end(&mut input);
     let verdict = match read.map_err(anyhow::Error::from).and_then(|_| real_fs()) {
+        // A wrapper in a place a sandboxed command can write may be swapped after this decision.
+        Ok(fs) => Ok(fs.with_untrusted(writable_anywhere(&input))),
+        Err(e) => Err(e),
+    };
+    let verdict = match verdict {
         Ok(fs) => sandgate_hook::decide_claude(
             &input,
             &HookSettings { deny_refused_paths: deny },

@@ -282,11 +282,12 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
 /// terminal as an escape sequence.
 fn asked_line(q: &sandgate_approvals::Question) -> String {
     use sandgate_approvals::terminal::sanitize;
-    let (sandbox, host) = (sanitize(&q.sandbox), sanitize(&q.host));
+    // Host and port first, the sandbox's own text (its name) last and quoted: it cannot pose as
+    // the host or the suggested answer.
+    let (sandbox, target) = (sanitize(&q.sandbox), sanitize(&format!("{}:{}", q.host, q.port)));
     format!(
-        "sandgate: {sandbox} wants {host}:{} — `sandgate allow {host}` (--once, --for 1h, \
-         --always) or `sandgate deny {host}`; keys in `sandgate watch`",
-        q.port
+        "sandgate: wants {target} — `sandgate allow {target}` (--once, --for 1h, --always) or \
+         `sandgate deny {target}`; keys in `sandgate watch` — sandbox {sandbox:?}"
     )
 }
 
@@ -294,13 +295,12 @@ fn asked_line(q: &sandgate_approvals::Question) -> String {
 /// the question waits, next to what common clients wait.
 fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
     use sandgate_approvals::terminal::sanitize;
-    let host = sanitize(&q.question.host);
+    let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
     let wait = q.deadline.duration_since(q.first_asked).unwrap_or_default().as_secs();
     format!(
-        "sandgate: waiting for approval of {host}:{port} ({wait} s) — a person runs `sandgate \
-         allow {host}` or `sandgate deny {host}` (or answers in `sandgate watch` or the \
-         chat); clients may give up first (cargo 30 s, pip 15 s)",
-        port = q.question.port
+        "sandgate: waiting for approval of {target} ({wait} s) — a person runs `sandgate \
+         allow {target}` or `sandgate deny {target}` (or answers in `sandgate watch` or the \
+         chat); clients may give up first (cargo 30 s, pip 15 s)"
     )
 }
 
@@ -359,8 +359,22 @@ mod tests {
         assert!(!line.chars().any(char::is_control), "{line:?}");
         assert_eq!(
             line,
-            "sandgate: sg-1?]0;pwned? wants x.example?[2J:443 — `sandgate allow x.example?[2J` \
-             (--once, --for 1h, --always) or `sandgate deny x.example?[2J`; keys in `sandgate watch`"
+            "sandgate: wants x.example?[2J:443 — `sandgate allow x.example?[2J:443` (--once, \
+             --for 1h, --always) or `sandgate deny x.example?[2J:443`; keys in `sandgate watch` \
+             — sandbox \"sg-1?]0;pwned?\""
+        );
+        // A sandbox named to look like a host comes last, quoted.
+        let spoof = sandgate_approvals::Question {
+            sandbox: "x\" wants github.com:443 — `sandgate allow github.com:443`".into(),
+            ..q
+        };
+        let line = asked_line(&spoof);
+        assert!(line.starts_with("sandgate: wants x.example?[2J:443 — "), "{line}");
+        assert!(
+            line.ends_with(
+                "sandbox \"x\\\" wants github.com:443 — `sandgate allow github.com:443`\""
+            ),
+            "{line}"
         );
     }
 }

@@ -55,7 +55,14 @@ pub struct BrokerConfig {
     pub questions_per_minute: u32,
     /// The budget's window (a minute; shorter in tests).
     pub budget_window: Duration,
+    /// Most new questions all sandboxes together may open per
+    /// [`budget_window`](Self::budget_window) (the daemon is per user): sandboxes cost nothing
+    /// to start, so a per-sandbox budget alone does not bound what a person is asked.
+    pub questions_per_minute_total: u32,
 }
+
+/// The default of [`BrokerConfig::questions_per_minute_total`]: three sandboxes' worth.
+pub const DEFAULT_QUESTIONS_PER_MINUTE_TOTAL: u32 = 60;
 
 /// The default of [`BrokerConfig::questions_per_minute`]: enough for a build that meets a few
 /// new registries at once, far below a flood a person could not read.
@@ -73,6 +80,7 @@ impl Default for BrokerConfig {
             max_open_per_sandbox: 16,
             questions_per_minute: DEFAULT_QUESTIONS_PER_MINUTE,
             budget_window: Duration::from_secs(60),
+            questions_per_minute_total: DEFAULT_QUESTIONS_PER_MINUTE_TOTAL,
         }
     }
 }
@@ -196,9 +204,9 @@ impl Outcome {
                 format_duration(*after)
             )),
             Outcome::OverBudget { limit, window } => Some(format!(
-                "Access to {host}:{port} needs approval, but this sandbox already asked {limit} \
-                 questions in the last {}, its budget, so this one was denied without asking \
-                 the user. Do not try other hosts; tell the user which destinations you need.",
+                "Access to {host}:{port} needs approval, but this sandbox (or all sandboxes of \
+                 this user together) already asked {limit} questions in the last {}, the \
+                 budget, so this one was denied without asking the user. Do not try other hosts; tell the user which destinations you need.",
                 format_duration(*window)
             )),
             Outcome::TooManyQuestions { open } => Some(format!(
@@ -447,6 +455,9 @@ struct State {
     open: HashMap<QuestionId, Open>,
     closed: VecDeque<Closed>,
     budgets: HashMap<String, Budget>,
+    /// All sandboxes' budget together (its `refused` counts are unused: refusals are counted
+    /// and summarised per sandbox).
+    total: Option<Budget>,
 }
 
 const CLOSED_MEMORY: usize = 1024;
@@ -781,23 +792,36 @@ impl Broker {
     fn spend_budget(&self, st: &mut State, sandbox: &str) -> Option<Outcome> {
         let cfg = self.inner.config;
         let now = Instant::now();
-        let b = st.budgets.entry(sandbox.to_owned()).or_insert(Budget {
+        let fresh = || Budget {
             window_start: now,
             asked_in_window: 0,
             refused_in_window: 0,
             asked: 0,
             refused: 0,
-        });
-        if now.duration_since(b.window_start) >= cfg.budget_window {
-            b.window_start = now;
-            b.asked_in_window = 0;
-            b.refused_in_window = 0;
+        };
+        let State { budgets, total, .. } = st;
+        let b = budgets.entry(sandbox.to_owned()).or_insert_with(fresh);
+        let t = total.get_or_insert_with(fresh);
+        for x in [&mut *b, &mut *t] {
+            if now.duration_since(x.window_start) >= cfg.budget_window {
+                x.window_start = now;
+                x.asked_in_window = 0;
+                x.refused_in_window = 0;
+            }
         }
-        if b.asked_in_window < cfg.questions_per_minute.max(1) {
+        let per_sandbox = cfg.questions_per_minute.max(1);
+        let all = cfg.questions_per_minute_total.max(1);
+        let limit = if b.asked_in_window >= per_sandbox {
+            per_sandbox
+        } else if t.asked_in_window >= all {
+            all
+        } else {
             b.asked_in_window += 1;
             b.asked += 1;
+            t.asked_in_window += 1;
+            t.asked += 1;
             return None;
-        }
+        };
         b.refused += 1;
         b.refused_in_window += 1;
         if b.refused_in_window == 1 {
@@ -805,10 +829,7 @@ impl Broker {
             let at = b.window_start + cfg.budget_window;
             tokio::spawn(budget_summary_at(weak, sandbox.to_owned(), at));
         }
-        Some(Outcome::OverBudget {
-            limit: cfg.questions_per_minute.max(1),
-            window: cfg.budget_window,
-        })
+        Some(Outcome::OverBudget { limit, window: cfg.budget_window })
     }
 
     fn budget_summary(&self, sandbox: String) {

@@ -24,8 +24,9 @@ pub mod terminal;
 
 pub use broker::{
     AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, BudgetStats,
-    DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, Effect, GrantRequest, GrantTarget, GrantWriter,
-    ONCE_WINDOW, Outcome, PendingQuestion, Question, QuestionId, SandboxRef,
+    DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, DEFAULT_QUESTIONS_PER_MINUTE_TOTAL, Effect,
+    GrantRequest, GrantTarget, GrantWriter, ONCE_WINDOW, Outcome, PendingQuestion, Question,
+    QuestionId, SandboxRef,
 };
 pub use pattern::{HostPattern, PatternError};
 pub use scope::{

@@ -46,17 +46,20 @@ pub fn parse_reply(reply: &str) -> Result<Answer, ReplyError> {
 }
 
 /// The one-line prompt for a question, e.g.
-/// `sandgate: sandbox sb1 (curl https://x.example/) wants x.example:443 GET / — [o]nce [s]ession [h]our [a]lways [d]eny (58s left; or: sandgate allow x.example)`.
+/// `sandgate: wants x.example:443 — [o]nce [s]ession [h]our [a]lways [d]eny (58s left; or: sandgate allow x.example:443) — sandbox "sb1", request "GET /", command "curl https://x.example/"`.
+///
+/// What the person decides on (host and port) and the answer come first; the text a sandbox
+/// chooses (its name, the request, the command line) comes last and quoted (`"` and `\`
+/// escaped), so it cannot pose as the host or the keys.
 pub fn format_prompt(q: &PendingQuestion, now: SystemTime) -> String {
     let left = q.deadline.duration_since(now).unwrap_or_default();
     let left = format_duration(Duration::from_secs(left.as_secs().max(1)));
+    let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
     format!(
-        "sandgate: sandbox {} ({}) wants {}{} — [o]nce [s]ession [h]our [a]lways [d]eny ({left} left; or: sandgate allow {})",
+        "sandgate: wants {target} — [o]nce [s]ession [h]our [a]lways [d]eny ({left} left; or: sandgate allow {target}) — sandbox {:?}{}, command {:?}",
         sanitize(&q.question.sandbox),
-        sanitize(&shorten(&q.question.command.join(" "), 60)),
-        sanitize(&format!("{}:{}", q.question.host, q.question.port)),
         request_line(q),
-        sanitize(&q.question.host),
+        sanitize(&shorten(&q.question.command.join(" "), 60)),
     )
 }
 
@@ -100,8 +103,10 @@ pub fn format_event(ev: &BrokerEvent, now: SystemTime) -> String {
 
 fn request_line(q: &PendingQuestion) -> String {
     match (&q.question.method, &q.question.path) {
-        (Some(m), Some(p)) => format!(" {} {}", sanitize(m), sanitize(&shorten(p, 60))),
-        (Some(m), None) => format!(" {}", sanitize(m)),
+        (Some(m), Some(p)) => {
+            format!(", request {:?}", sanitize(&format!("{m} {}", shorten(p, 60))))
+        }
+        (Some(m), None) => format!(", request {:?}", sanitize(m)),
         (None, _) => String::new(),
     }
 }
@@ -234,10 +239,22 @@ mod tests {
         let line = format_prompt(&q, q.first_asked + Duration::from_secs(2));
         assert_eq!(
             line,
-            "sandgate: sandbox sb1 (curl https://x.example/) wants x.example:443 GET /a?[2Jb — \
-             [o]nce [s]ession [h]our [a]lways [d]eny (58s left; or: sandgate allow x.example)"
+            "sandgate: wants x.example:443 — [o]nce [s]ession [h]our [a]lways [d]eny (58s left; or: \
+             sandgate allow x.example:443) — sandbox \"sb1\", request \"GET /a?[2Jb\", \
+             command \"curl https://x.example/\""
         );
         assert!(!line.chars().any(char::is_control));
+        // A hostile command line cannot pose as the host: it comes after it, in quotes it cannot
+        // close.
+        let mut hostile = q.clone();
+        hostile.question.command =
+            vec!["git".into(), "fetch\") wants github.com:443 — [o]nce [s]ession".into()];
+        let line = format_prompt(&hostile, q.first_asked + Duration::from_secs(2));
+        assert!(line.starts_with("sandgate: wants x.example:443 — [o]nce"), "{line}");
+        assert_eq!(line.find("github.com"), line.rfind("github.com"));
+        assert!(line.find("github.com") > line.find("command \""), "{line}");
+        assert!(line.ends_with("[o]nce [s]ession\""), "{line}");
+        assert!(line.contains("fetch\\\")"), "the quote is escaped: {line}");
     }
 
     #[test]

@@ -653,6 +653,46 @@ async fn a_sandbox_past_its_question_budget_is_denied_without_asking() {
     drop((waiting, other, again));
 }
 
+/// Red team: sandboxes cost nothing, so one per question would get around a per-sandbox budget.
+/// All sandboxes of the user share a budget too: 10 sandboxes asking 3 questions each against a
+/// total of 12 get 12 questions asked and 18 denied without asking.
+#[tokio::test]
+async fn many_sandboxes_share_one_budget() {
+    let b = Broker::new(
+        BrokerConfig {
+            timeout: Duration::from_secs(30),
+            max_open_per_sandbox: 1000,
+            questions_per_minute: 5,
+            questions_per_minute_total: 12,
+            // Long enough that all asks below fall in one window on a loaded machine.
+            budget_window: Duration::from_secs(600),
+            ..Default::default()
+        },
+        None,
+    );
+    let mut waiting = Vec::new();
+    let mut over = 0;
+    for i in 0..30 {
+        let x = q(&format!("sb{}", i / 3), &format!("h{i}.example"), 443);
+        let b2 = b.clone();
+        let h = tokio::spawn(async move { b2.ask(x).await });
+        if i < 12 {
+            waiting.push(h);
+            until_pending(&b, i + 1, i + 1).await;
+        } else {
+            let out = h.await.unwrap();
+            let Outcome::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
+            assert_eq!(*limit, 12, "the shared budget refused it");
+            over += 1;
+        }
+    }
+    assert_eq!((b.pending().len(), over), (12, 18));
+    // Each sandbox's own budget still applies below the total.
+    assert_eq!(BrokerConfig::default().questions_per_minute_total, 60);
+    b.shutdown();
+    drop(waiting);
+}
+
 /// Issue 17: a question whose sandbox was killed stayed in `pending` until it timed out.
 #[tokio::test]
 async fn a_sandbox_that_ends_withdraws_its_questions_at_once() {

@@ -36,6 +36,7 @@
 //! event_retention = "30d"               # events older than this are pruned
 //! desktop_notifications = false         # notify-send / osascript for each question
 //! questions_per_minute = 20             # per sandbox; past it, denied without asking
+//! questions_per_minute_total = 60       # all sandboxes together (sandboxes cost nothing)
 //!
 //! [telegram]                            # global file only
 //! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
@@ -162,6 +163,7 @@ struct RawDaemon {
     event_retention: Option<Spanned<String>>,
     desktop_notifications: Option<bool>,
     questions_per_minute: Option<Spanned<u32>>,
+    questions_per_minute_total: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -290,6 +292,9 @@ pub struct DaemonSettings {
     pub desktop_notifications: Option<bool>,
     /// New questions per sandbox per minute before they are denied without asking (≥ 1).
     pub questions_per_minute: Option<u32>,
+    /// New questions of all sandboxes together per minute before they are denied without
+    /// asking (≥ 1).
+    pub questions_per_minute_total: Option<u32>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
@@ -392,6 +397,8 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             event_retention: cx.duration(raw.daemon.event_retention.as_ref())?,
             desktop_notifications: raw.daemon.desktop_notifications,
             questions_per_minute: cx.at_least_one(raw.daemon.questions_per_minute.as_ref())?,
+            questions_per_minute_total: cx
+                .at_least_one(raw.daemon.questions_per_minute_total.as_ref())?,
         },
         telegram: None,
         upstream: None,
@@ -928,12 +935,13 @@ mod tests {
     fn budgets_and_the_token_file() {
         let f = parse(
             Path::new("/c.toml"),
-            "[daemon]\nquestions_per_minute = 5\n[telegram]\nchats = [1]\n\
+            "[daemon]\nquestions_per_minute = 5\nquestions_per_minute_total = 7\n[telegram]\nchats = [1]\n\
              token_file = \"~/t\"\nalerts_per_minute = 3\n",
             Some(Path::new("/home/u")),
         )
         .unwrap();
         assert_eq!(f.daemon.questions_per_minute, Some(5));
+        assert_eq!(f.daemon.questions_per_minute_total, Some(7));
         let t = f.telegram.unwrap();
         assert_eq!(t.token_file.as_deref(), Some(Path::new("/home/u/t")));
         assert_eq!((t.alerts_per_minute, t.token), (Some(3), None));

@@ -26,7 +26,8 @@ pub trait Filesystem {
     /// named `name` in `PATH`. `None` when there is none, or when a relative or empty `PATH`
     /// entry comes first (what it names depends on the shell's directory, not known here).
     fn lookup_command(&self, name: &str) -> Option<PathBuf>;
-    /// Whether `path` (followed) is the sandgate binary this hook trusts.
+    /// Whether `path` (followed) is the sandgate binary this hook trusts, in a place nobody but
+    /// root and the user can change between this decision and the shell running it.
     fn is_sandgate(&self, path: &Path) -> bool;
 }
 
@@ -35,6 +36,7 @@ pub trait Filesystem {
 pub struct RealFs {
     path_var: Option<OsString>,
     sandgate: Option<(u64, u64)>,
+    untrusted: Vec<PathBuf>,
 }
 
 impl RealFs {
@@ -42,7 +44,67 @@ impl RealFs {
     /// `sandgate` is the binary a wrapper must resolve to (the running executable).
     pub fn new(path_var: Option<OsString>, sandgate: &Path) -> RealFs {
         let sandgate = std::fs::metadata(sandgate).ok().map(|m| (m.dev(), m.ino()));
-        RealFs { path_var, sandgate }
+        RealFs { path_var, sandgate, untrusted: Vec::new() }
+    }
+
+    /// Directories a sandboxed command (or anyone) may write in some tier: the working
+    /// directory, the configured writable paths. A wrapper found at or below one, or reached
+    /// through one, could be replaced between this decision and the shell running it.
+    pub fn with_untrusted(mut self, dirs: Vec<PathBuf>) -> RealFs {
+        self.untrusted = dirs
+            .into_iter()
+            .flat_map(|d| {
+                let real = std::fs::canonicalize(&d).ok();
+                std::iter::once(d).chain(real)
+            })
+            .collect();
+        self
+    }
+
+    /// Whether every directory on the way to `path` (and through each link it passes, up to the
+    /// real file) is outside the untrusted directories, owned by root or the user, and not
+    /// writable by group or others (a sticky directory such as `/tmp` is fine: others cannot
+    /// rename or remove an entry they do not own there). The file and each link on the way
+    /// must be owned by root or the user too.
+    fn trusted_place(&self, path: &Path) -> bool {
+        let uid = nix::unistd::getuid().as_raw();
+        let mut todo = vec![path.to_path_buf()];
+        let mut steps = 0;
+        while let Some(p) = todo.pop() {
+            steps += 1;
+            // A link loop, or a relative path (its meaning depends on a directory not checked).
+            if steps > 64 || !p.is_absolute() {
+                return false;
+            }
+            if self.untrusted.iter().any(|u| p.starts_with(u)) {
+                return false;
+            }
+            let mut prefix = PathBuf::new();
+            for c in p.components() {
+                prefix.push(c);
+                let Ok(m) = std::fs::symlink_metadata(&prefix) else { return false };
+                // `..` in a link's target: where the prefix really is decides.
+                let real = std::fs::canonicalize(&prefix).unwrap_or_else(|_| prefix.clone());
+                if self.untrusted.iter().any(|u| real.starts_with(u)) {
+                    return false;
+                }
+                if m.uid() != 0 && m.uid() != uid {
+                    return false;
+                }
+                if m.file_type().is_symlink() {
+                    // Follow the link: the rest of the way is checked from where it points.
+                    let Ok(target) = std::fs::read_link(&prefix) else { return false };
+                    let rest = p.strip_prefix(&prefix).unwrap_or(Path::new(""));
+                    let base = prefix.parent().unwrap_or(Path::new("/"));
+                    todo.push(base.join(target).join(rest));
+                    break;
+                }
+                if m.is_dir() && m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 
@@ -81,5 +143,6 @@ impl Filesystem for RealFs {
     fn is_sandgate(&self, path: &Path) -> bool {
         let Some(want) = self.sandgate else { return false };
         std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == want)
+            && self.trusted_place(path)
     }
 }

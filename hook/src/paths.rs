@@ -9,24 +9,50 @@ use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use sandgate_config::{HOME_AUTORUN, Policy, SHELL_RC};
+use sandgate_config::{HOME_AUTORUN, Policy, SHELL_RC, SYSTEM_SECRETS, data_entries, wildcard};
 
 use crate::fs::Filesystem;
 
-/// Paths no file tool may read in any tier: other processes' memory and environment (the agent's
-/// own API keys), devices, and the host's password and key files.
-const SYSTEM_HIDDEN: &[&str] = &[
-    "/proc",
-    "/sys",
-    "/dev",
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/ssh",
-    "/etc/sudoers",
-    "/etc/sudoers.d",
-];
+/// Paths no file tool may read in any tier beyond the system's secret files
+/// ([`SYSTEM_SECRETS`], the list the sandbox hides): other processes' memory and environment
+/// (the agent's own API keys), devices, and the SSH configuration.
+const SYSTEM_HIDDEN: &[&str] = &["/proc", "/sys", "/dev", "/etc/ssh"];
+
+/// The system's secret files as patterns: a parent directory and a last name that may hold `*`.
+/// Matched whether or not the caller can read them today (the sandbox hides only what is
+/// readable; a file tool must not depend on today's permissions).
+fn system_secret_patterns() -> Vec<(PathBuf, String)> {
+    data_entries(SYSTEM_SECRETS)
+        .chain(SYSTEM_HIDDEN.iter().copied())
+        .filter_map(|e| {
+            let p = Path::new(e);
+            Some((p.parent()?.to_path_buf(), p.file_name()?.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
+/// The secret pattern `p` lies at or below, if any (the path itself and each ancestor are
+/// matched against each pattern, parent directory as written and resolved).
+fn secret_match(fs: &dyn Filesystem, patterns: &[(PathBuf, String)], p: &Path) -> Option<PathBuf> {
+    for (parent, name) in patterns {
+        for dir in variants(fs, parent) {
+            let Ok(rel) = p.strip_prefix(&dir) else { continue };
+            if let Some(Component::Normal(first)) = rel.components().next()
+                && wildcard(name.as_bytes(), first.as_encoded_bytes())
+            {
+                return Some(dir.join(first));
+            }
+        }
+    }
+    None
+}
+
+/// Whether a search of `p` reads a secret file (a pattern's directory lies at or below `p`).
+fn secret_below(fs: &dyn Filesystem, patterns: &[(PathBuf, String)], p: &Path) -> Option<PathBuf> {
+    patterns.iter().find_map(|(parent, name)| {
+        variants(fs, parent).into_iter().find(|d| d.starts_with(p)).map(|d| d.join(name))
+    })
+}
 
 /// What a file tool does with a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +92,10 @@ pub struct Walls {
     /// The home directories (`$HOME` and the passwd entry's): their dot-entries are treated as
     /// hidden (credentials live there).
     pub homes: Vec<PathBuf>,
+    /// Names (`*` patterns, any case) read-only at the top of each writable path whatever their
+    /// first character: the sandbox's top-level rule (autorun names and the configured
+    /// top-level `protected` names).
+    pub top_protected: Vec<String>,
 }
 
 impl Walls {
@@ -84,6 +114,11 @@ impl Walls {
             read_only,
             protected: policy.fs.protected.clone(),
             homes,
+            top_protected: sandgate_config::top_autorun()
+                .iter()
+                .map(|s| s.to_string())
+                .chain(policy.fs.protected.iter().filter(|p| !p.contains('/')).cloned())
+                .collect(),
         }
     }
 }
@@ -306,17 +341,16 @@ fn check_resolved(
     access: Access,
 ) -> Result<(), RefusalKind> {
     let candidates = [lexical, real];
-    let hidden: Vec<PathBuf> = walls
-        .hidden
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(SYSTEM_HIDDEN.iter().map(Path::new))
-        .flat_map(|h| variants(fs, h))
-        .collect();
+    let hidden: Vec<PathBuf> =
+        walls.hidden.iter().map(PathBuf::as_path).flat_map(|h| variants(fs, h)).collect();
+    let secrets = system_secret_patterns();
     let homes: Vec<PathBuf> = walls.homes.iter().flat_map(|h| variants(fs, h)).collect();
     for p in candidates {
         if let Some(h) = hidden.iter().find(|h| p.starts_with(h)) {
             return Err(RefusalKind::Hidden(h.clone()));
+        }
+        if let Some(h) = secret_match(fs, &secrets, p) {
+            return Err(RefusalKind::Hidden(h));
         }
         for home in &homes {
             if let Ok(rel) = p.strip_prefix(home)
@@ -334,6 +368,9 @@ fn check_resolved(
             for p in candidates {
                 if let Some(h) = hidden.iter().chain(&homes).find(|h| h.starts_with(p)) {
                     return Err(RefusalKind::HiddenBelow(h.clone()));
+                }
+                if let Some(h) = secret_below(fs, &secrets, p) {
+                    return Err(RefusalKind::HiddenBelow(h));
                 }
             }
             Ok(())
@@ -370,6 +407,15 @@ fn check_write(
             // Names compare without case: on a case-insensitive filesystem (macOS)
             // `Rust-Toolchain` is `rust-toolchain`.
             let lower = PathBuf::from(rel.to_string_lossy().to_lowercase());
+            // The sandbox's top-level rule: names matched as patterns, in any case.
+            if let Some(Component::Normal(top)) = lower.components().next()
+                && let Some(name) = walls
+                    .top_protected
+                    .iter()
+                    .find(|n| wildcard(n.to_lowercase().as_bytes(), top.as_encoded_bytes()))
+            {
+                return Err(RefusalKind::Protected(name.clone()));
+            }
             if lower.as_os_str().as_encoded_bytes().starts_with(b"rust-toolchain") {
                 return Err(RefusalKind::Protected("rust-toolchain".into()));
             }
@@ -418,6 +464,7 @@ mod tests {
             homes: vec![home.clone()],
             protected: vec![".envrc".into()],
             read_only: vec![],
+            top_protected: vec!["*.code-workspace".into()],
         };
         let fs = RealFs::new(None, Path::new("/nonexistent"));
         let check = |p: &str, a| check_path(&walls, &fs, &proj, p, a).map_err(|r| r.kind);
@@ -432,6 +479,20 @@ mod tests {
         assert!(matches!(check("new/../../x", Access::Write), Err(RefusalKind::Unresolvable(_))));
         assert!(matches!(check("hard", Access::Write), Err(RefusalKind::HardLinked)));
         assert!(matches!(check(".envrc", Access::Write), Err(RefusalKind::Protected(_))));
+        assert!(matches!(check("A.Code-Workspace", Access::Write), Err(RefusalKind::Protected(_))));
+        assert!(check("src/a.code-workspace", Access::Write).is_ok());
+        let sys = |p: &str, a| check_path(&walls, &fs, Path::new("/"), p, a).map_err(|r| r.kind);
+        assert!(matches!(
+            sys("/etc/ssh/ssh_host_rsa_key", Access::Read),
+            Err(RefusalKind::Hidden(_))
+        ));
+        assert!(matches!(sys("/etc/krb5.keytab", Access::Read), Err(RefusalKind::Hidden(_))));
+        assert!(matches!(
+            sys("/etc/wireguard/wg0.conf", Access::Read),
+            Err(RefusalKind::Hidden(_))
+        ));
+        assert!(matches!(sys("/etc", Access::Search), Err(RefusalKind::HiddenBelow(_))));
+        assert!(sys("/etc/hostname", Access::Read).is_ok());
         assert!(matches!(check(".", Access::Write), Err(RefusalKind::OutsideWritable)));
         assert!(matches!(check("..", Access::Search), Err(RefusalKind::HiddenBelow(_))));
         assert!(check("src", Access::Search).is_ok());

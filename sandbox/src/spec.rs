@@ -9,6 +9,10 @@ use crate::SandboxError;
 /// Port of the proxy listener inside a sandbox's network namespace (127.0.0.1 only).
 pub const PROXY_PORT: u16 = 3128;
 
+/// Port of the DNS stub inside a sandbox's network namespace (127.0.0.1 only, UDP and TCP), named
+/// by the sandbox's `/etc/resolv.conf`.
+pub const DNS_PORT: u16 = 53;
+
 /// Identifier of one sandbox: 1–64 characters from `[A-Za-z0-9._-]`. Used as the NFLOG prefix and
 /// in the store, so it never needs quoting.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

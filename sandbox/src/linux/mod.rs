@@ -67,6 +67,8 @@ pub struct Launched {
     pub listener: Option<OwnedFd>,
     /// The NFLOG socket of the sandbox's network namespace, in proxy mode.
     pub nflog: Option<OwnedFd>,
+    /// The DNS stub's UDP socket and TCP listener (127.0.0.1:53 inside), in proxy mode.
+    pub dns: Option<[OwnedFd; 2]>,
     /// What the kernel enforced.
     pub enforcement: Enforcement,
     cleanup: Cleanup,
@@ -339,15 +341,21 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 },
                 None => None,
             };
-            let (listener, nflog) = match spec.net {
-                NetMode::None => (None, None),
-                NetMode::Proxy { .. } => (fds.next(), fds.next()),
+            // Then the proxy listener, the DNS stub's two sockets and NFLOG (when opened).
+            let (listener, dns, nflog) = match spec.net {
+                NetMode::None => (None, None, None),
+                NetMode::Proxy { .. } => {
+                    let listener = fds.next();
+                    let dns = fds.next().zip(fds.next()).map(|(u, t)| [u, t]);
+                    (listener, dns, fds.next())
+                }
             };
             let stops = tty.is_some().then_some(parent_sock);
             Ok(Launched {
                 pid,
                 listener,
                 nflog,
+                dns,
                 enforcement,
                 cleanup,
                 tty,
@@ -520,6 +528,9 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
     }
     plan.sockets = resolved_unix_sockets(spec);
+    if matches!(spec.net, NetMode::Proxy { .. }) {
+        plan.fs.resolv_conf = Some(net::RESOLV_CONF.as_bytes().to_vec());
+    }
     plan.fs.cwd = cwd;
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
@@ -662,6 +673,7 @@ mod init {
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
             crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
+            fds.extend(net::dns_sockets().map_err(err("DNS stub sockets (127.0.0.1:53)"))?);
             fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
         }
 

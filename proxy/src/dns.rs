@@ -231,10 +231,13 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
     out
 }
 
+/// Addresses resolved on the host for one name, and when.
+type Cached = (Instant, Arc<[IpAddr]>);
+
 /// Addresses resolved on the host, per name, for [`TTL`].
 #[derive(Debug, Default)]
 pub(crate) struct DnsCache {
-    names: Mutex<HashMap<DomainName, (Instant, Arc<[IpAddr]>)>>,
+    names: Mutex<HashMap<DomainName, Cached>>,
 }
 
 impl DnsCache {

@@ -50,6 +50,11 @@ const CACHE_NAMES: usize = 4096;
 pub const EVENT_METHOD: &str = "DNS";
 /// Ports whose grants let a name resolve (grants are port-scoped; a lookup has no port).
 const GRANT_PORTS: [u16; 2] = [443, 80];
+/// Host lookups in flight at once, over all sandboxes: more (random names under an allowed
+/// wildcard) get SERVFAIL instead of a thread of the blocking pool each.
+const MAX_LOOKUPS: usize = 64;
+/// A name refused again within this time is not another event (A and AAAA, resolver retries).
+const REFUSAL_QUIET: Duration = Duration::from_secs(5);
 
 /// Why a message is not a query the stub answers.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -234,13 +239,44 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
 /// Addresses resolved on the host for one name, and when.
 type Cached = (Instant, Arc<[IpAddr]>);
 
-/// Addresses resolved on the host, per name, for [`TTL`].
-#[derive(Debug, Default)]
+/// Addresses resolved on the host, per name, for [`TTL`]; host lookups in flight; refusals
+/// recently recorded.
+#[derive(Debug)]
 pub(crate) struct DnsCache {
     names: Mutex<HashMap<DomainName, Cached>>,
+    lookups: tokio::sync::Semaphore,
+    refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
+}
+
+impl Default for DnsCache {
+    fn default() -> Self {
+        DnsCache {
+            names: Mutex::default(),
+            lookups: tokio::sync::Semaphore::new(MAX_LOOKUPS),
+            refused: Mutex::default(),
+        }
+    }
 }
 
 impl DnsCache {
+    /// Whether a refusal of `name` for `sandbox` is worth an event (not one in the last
+    /// [`REFUSAL_QUIET`]).
+    fn first_refusal(&self, sandbox: &crate::SandboxId, name: &str) -> bool {
+        let mut map = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (sandbox.clone(), name.to_owned());
+        if map.get(&key).is_some_and(|at| at.elapsed() < REFUSAL_QUIET) {
+            return false;
+        }
+        if map.len() >= CACHE_NAMES {
+            map.retain(|_, at| at.elapsed() < REFUSAL_QUIET);
+            if map.len() >= CACHE_NAMES {
+                map.clear();
+            }
+        }
+        map.insert(key, Instant::now());
+        true
+    }
+
     fn get(&self, name: &DomainName) -> Option<Arc<[IpAddr]>> {
         let map = self.names.lock().unwrap_or_else(|e| e.into_inner());
         map.get(name).filter(|(at, _)| at.elapsed() < TTL).map(|(_, a)| a.clone())
@@ -362,7 +398,9 @@ impl Inner {
         };
         draft.event.host = q.name_text.clone();
         let (outcome, record) = self.decide_dns(sandbox, &q, &mut draft).await;
-        if record {
+        let quiet = draft.event.decision != "allow"
+            && !self.dns_cache.first_refusal(&sandbox.id, &q.name_text);
+        if record && !quiet {
             draft.finish(self);
         }
         Some(response(&q, &outcome))
@@ -409,7 +447,7 @@ impl Inner {
         }
         let (addrs, looked_up) = match self.dns_cache.get(&name) {
             Some(a) => (a, false),
-            None => match self.resolver.resolve(&name, 0).await {
+            None => match self.lookup(&name).await {
                 Ok(found) => {
                     let mut ips: Vec<IpAddr> =
                         found.iter().map(|a| sandgate_config::canonical_ip(a.ip())).collect();
@@ -452,6 +490,14 @@ impl Inner {
             return (Outcome::NxDomain, true);
         }
         (Outcome::Addresses(passed), looked_up)
+    }
+
+    /// Resolves `name` on the host, unless [`MAX_LOOKUPS`] lookups are in flight already.
+    async fn lookup(&self, name: &DomainName) -> io::Result<Vec<SocketAddr>> {
+        let Ok(_permit) = self.dns_cache.lookups.try_acquire() else {
+            return Err(io::Error::other(format!("{MAX_LOOKUPS} lookups in flight already")));
+        };
+        self.resolver.resolve(name, 0).await
     }
 
     /// A grant that lets `host` resolve: one for a port a lookup is usually followed by.

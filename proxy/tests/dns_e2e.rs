@@ -136,6 +136,11 @@ async fn allowed_names_resolve_and_every_other_name_is_nxdomain_without_a_lookup
         assert_eq!(addrs(&m), want, "{name} {qtype:?}");
         assert_eq!(m.queries.len(), 1, "{name}: the question is echoed");
     }
+    // The same refused name again (AAAA after A, a retry): answered, but not another event.
+    let again = ask_udp(s.udp, &query("denied.test.", RecordType::AAAA, 99)).await.unwrap();
+    assert_eq!(again.metadata.response_code, ResponseCode::NXDomain);
+    let denied_events = s.events.all().iter().filter(|e| e.host == "denied.test").count();
+    assert_eq!(denied_events, 1);
     let asked = s.asked.0.lock().unwrap().clone();
     for refused in ["denied.test", "secret.wild.test", "unknown.test", "c2VjcmV0.exfil.example"] {
         assert!(!asked.iter().any(|a| a == refused), "{refused} was looked up: {asked:?}");

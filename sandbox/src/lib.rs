@@ -14,7 +14,7 @@
 //!
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
-//! caller serves it on [`Launched::listener`]).
+//! caller serves it on [`Launched::listener`], and the DNS stub on [`Launched::dns`]).
 
 #![deny(unsafe_code)]
 

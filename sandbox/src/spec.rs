@@ -58,8 +58,9 @@ pub enum NetMode {
     /// `lo` plus a veth pair with a default route, both ends inside the namespace; a firewall
     /// (one nf_tables netlink batch, sent by the launcher) accepts loopback and logs every other
     /// packet to NFLOG `nflog_group` (prefix: the sandbox id) and rejects it; the proxy listener
-    /// 127.0.0.1:[`PROXY_PORT`] and the NFLOG socket are created inside and handed to the
-    /// launcher.
+    /// 127.0.0.1:[`PROXY_PORT`], the DNS stub's sockets 127.0.0.1:[`DNS_PORT`] (UDP, TCP) and
+    /// the NFLOG socket are created inside and handed to the launcher; `/etc/resolv.conf` names
+    /// the stub.
     Proxy {
         /// NFLOG group the namespace's rules log to.
         nflog_group: u16,

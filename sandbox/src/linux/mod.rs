@@ -15,8 +15,9 @@
 //! ```
 //!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
-//! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener
-//! and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies `setsid`, no_new_privs,
+//! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener,
+//! the DNS stub's sockets and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies
+//! `setsid`, no_new_privs,
 //! Landlock, drops every capability and installs the seccomp filters before it forks the
 //! command, which inherits all of it. When the command exits, init exits with its status and the
 //! kernel kills whatever else is left in the pid namespace.

@@ -137,6 +137,9 @@ fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_ho
     assert!(dns("denied.sgtest")["rule"].as_str().unwrap().contains("denied.sgtest"));
     assert_eq!(dns("c2VjcmV0.unknown.sgtest")["decision"], "deny");
     assert!(dns("loop.sgtest")["rule"].as_str().unwrap().contains("loopback"));
+    let text = String::from_utf8_lossy(&t.sg(&["log"]).stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("denied.sgtest")).unwrap_or_default();
+    assert!(line.contains("DNS") && !line.contains("denied.sgtest:0"), "{text}");
     assert!(pending_is_empty(&t), "a lookup must not ask a person");
     // The command's stderr says why, once per name (not once per A and AAAA query).
     let notice = "sandgate: DNS: no answer for c2VjcmV0.unknown.sgtest";

@@ -39,6 +39,10 @@ fn counting_dns() -> (u16, Arc<Mutex<Vec<String>>>) {
                     vec![RData::AAAA(AAAA("2001:db8::10".parse().unwrap()))]
                 }
                 ("allowed.sgtest", _) => vec![],
+                ("granted.sgtest", RecordType::A) => {
+                    vec![RData::A(A("192.0.2.20".parse().unwrap()))]
+                }
+                ("granted.sgtest", _) => vec![],
                 ("loop.sgtest", RecordType::A) => vec![RData::A(A("127.0.0.1".parse().unwrap()))],
                 ("loop.sgtest", _) => vec![],
                 _ => {
@@ -144,6 +148,35 @@ fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_ho
     // The command's stderr says why, once per name (not once per A and AAAA query).
     let notice = "sandgate: DNS: no answer for c2VjcmV0.unknown.sgtest";
     assert_eq!(stderr.matches(notice).count(), 1, "{stderr}");
+}
+
+#[test]
+fn an_unknown_name_resolves_only_after_a_person_allows_it() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let (port, asked) = counting_dns();
+    let mut t = T::new("");
+    t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
+    start_daemon(&t);
+    let script = "getent hosts granted.sgtest; echo first rc=$?; i=0; \
+                  until getent hosts granted.sgtest; do i=$((i+1)); [ $i -gt 200 ] && break; \
+                  sleep 0.1; done; getent hosts granted.sgtest >/dev/null; echo later rc=$?";
+    let mut child = t.spawn_net(&[], &["sh", "-c", script]);
+    let lines = lines_of(child.stdout.take().unwrap());
+    expect_line(&lines, std::time::Duration::from_secs(30), |l| l == "first rc=2");
+    assert!(
+        !asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"),
+        "looked up before anyone allowed it"
+    );
+    let out = t.sg(&["allow", "granted.sgtest", "--for", "1h"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer =
+        expect_line(&lines, std::time::Duration::from_secs(30), |l| l.contains("192.0.2.20"));
+    assert!(answer.contains("granted.sgtest"), "{answer}");
+    expect_line(&lines, std::time::Duration::from_secs(5), |l| l == "later rc=0");
+    let _ = child.wait();
+    assert!(asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"));
 }
 
 fn pending_is_empty(t: &T) -> bool {

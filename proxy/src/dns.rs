@@ -631,6 +631,9 @@ mod tests {
         assert!(read_query(&query_bytes(&[], 1)).unwrap().host.is_err());
         let ip = read_query(&query_bytes(&[b"127", b"0", b"0", b"1"], 1)).unwrap();
         assert!(matches!(ip.host, Ok(Host::Ip(_))));
+        // Numeric forms are addresses too (normalised like every host), never names to look up.
+        let hex = read_query(&query_bytes(&[b"0x7f", b"1"], 1)).unwrap();
+        assert_eq!(hex.host.unwrap().to_string(), "127.0.0.1");
     }
 
     #[test]

@@ -611,7 +611,8 @@ fn launch(
     let mut served = Served::None;
     if let Some(fd) = launched.listener.take() {
         let nflog = launched.nflog.take();
-        served = serve(spec, args, net, fd, nflog)?;
+        let dns = launched.dns.take();
+        served = serve(spec, args, net, fd, nflog, dns)?;
     }
     let code = launched.wait()?;
     served.finish(code, args.report_blocked);
@@ -650,6 +651,7 @@ fn serve(
     net: sandgate_config::NetworkPolicy,
     listener: std::os::fd::OwnedFd,
     nflog: Option<std::os::fd::OwnedFd>,
+    dns: Option<[std::os::fd::OwnedFd; 2]>,
 ) -> anyhow::Result<Served> {
     use std::io::IsTerminal as _;
     let no_daemon = args.learner.is_some()
@@ -671,7 +673,11 @@ fn serve(
             tty_notices: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
             stderr_notices: !args.quiet,
         };
-        match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, out) {
+        let dns_copies = match &dns {
+            Some([u, t]) => Some([u.try_clone()?, t.try_clone()?]),
+            None => None,
+        };
+        match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, dns_copies, out) {
             Ok(link) => return Ok(Served::Daemon(link)),
             Err(e) => eprintln!(
                 "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
@@ -681,7 +687,7 @@ fn serve(
     }
     let approver =
         args.learner.clone().map(|l| -> std::sync::Arc<dyn sandgate_proxy::Approver> { l });
-    let proxy = InProcessProxy::start(listener, spec.id.as_str(), net, approver)?;
+    let proxy = InProcessProxy::start(listener, dns, spec.id.as_str(), net, approver)?;
     let reporter = match (args.report_blocked, nflog) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
         _ => None,
@@ -701,6 +707,7 @@ struct InProcessProxy {
 impl InProcessProxy {
     fn start(
         fd: std::os::fd::OwnedFd,
+        dns: Option<[std::os::fd::OwnedFd; 2]>,
         id: &str,
         net: sandgate_config::NetworkPolicy,
         approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
@@ -712,13 +719,18 @@ impl InProcessProxy {
             .enable_all()
             .build()
             .context("cannot start the proxy's runtime")?;
-        let listener = {
+        let (listener, dns) = {
             let _enter = runtime.enter();
-            Listener::from_fd(fd).context("cannot serve the sandbox's proxy listener")?
+            let [udp, tcp] = dns.map_or([None, None], |[u, t]| [Some(u), Some(t)]);
+            (
+                Listener::from_fd(fd).context("cannot serve the sandbox's proxy listener")?,
+                crate::daemon::dns::sockets(udp, tcp).context("cannot serve the DNS stub")?,
+            )
         };
+        let builder = Proxy::builder().resolver(crate::daemon::dns::resolver()?);
         let proxy = match approver {
-            Some(a) => Proxy::builder().approver(a).build(),
-            None => Proxy::builder().build(),
+            Some(a) => builder.approver(a).build(),
+            None => builder.build(),
         };
         let ctx = SandboxContext {
             id: SandboxId::new(id.to_owned()),
@@ -730,6 +742,12 @@ impl InProcessProxy {
             .name("sandgate-proxy".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    if let Some((udp, tcp)) = dns {
+                        let (dns_proxy, dns_ctx) = (serving.clone(), ctx.clone());
+                        tokio::spawn(async move {
+                            dns_proxy.serve_dns(Some(udp), Some(tcp), dns_ctx).await
+                        });
+                    }
                     if let Err(e) = serving.serve(listener, ctx).await {
                         eprintln!("sandgate: proxy stopped: {e}");
                     }
@@ -825,7 +843,7 @@ fn launch(
     };
     let launched = sandgate_sandbox::launch_with_proxy_port(spec, port)?;
     let served = match listener {
-        Some(l) => serve(spec, args, net, l.into(), None)?,
+        Some(l) => serve(spec, args, net, l.into(), None, None)?,
         None => Served::None,
     };
     let code = launched.wait()?;

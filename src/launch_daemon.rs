@@ -43,6 +43,7 @@ pub struct DaemonLink {
 struct Fds {
     listener: OwnedFd,
     nflog: Option<OwnedFd>,
+    dns: Option<[OwnedFd; 2]>,
 }
 
 impl Fds {
@@ -52,6 +53,10 @@ impl Fds {
         if let Some(n) = &self.nflog {
             kinds.push(FdKind::Nflog);
             raw.push(n.as_raw_fd());
+        }
+        if let Some([udp, tcp]) = &self.dns {
+            kinds.extend([FdKind::DnsUdp, FdKind::DnsTcp]);
+            raw.extend([udp.as_raw_fd(), tcp.as_raw_fd()]);
         }
         (kinds, raw)
     }
@@ -69,12 +74,13 @@ impl DaemonLink {
         info: SandboxInfo,
         listener: OwnedFd,
         nflog: Option<OwnedFd>,
+        dns: Option<[OwnedFd; 2]>,
         out: Output,
     ) -> anyhow::Result<DaemonLink> {
         let paths = Paths::discover();
         let mut client = Client::connect_or_start(&paths)?;
         client.hello()?;
-        let fds = Fds { listener, nflog };
+        let fds = Fds { listener, nflog, dns };
         register(&mut client, &info, &fds).context("the daemon refused the sandbox")?;
         let writer = Arc::new(Mutex::new(Some(client.try_clone_stream()?)));
         let done = Arc::new(AtomicBool::new(false));
@@ -238,6 +244,13 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
                 eprintln!("{}", held_line(question));
             }
         }
+        Event::Request { method, decision, host, rule, .. }
+            if out.stderr_notices && decision != "allow" && method == "DNS" =>
+        {
+            if let Some(line) = dns_refused_line(decision, host, rule) {
+                eprintln!("{line}");
+            }
+        }
         Event::Request { decision, host, port, rule, .. }
             if out.stderr_notices && decision != "allow" =>
         {
@@ -317,6 +330,31 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
          allow {host}`, or add it to [network] allow (`sandgate check {host}:{port}` \
          explains)"
     )
+}
+
+/// The stderr line for a name the DNS stub did not answer, once per name (a lookup asks for A
+/// and AAAA, and resolvers retry): `None` when this name was already shown.
+fn dns_refused_line(decision: &str, host: &str, rule: &str) -> Option<String> {
+    use sandgate_approvals::terminal::sanitize;
+    static SHOWN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    {
+        let mut shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner());
+        if shown.iter().any(|h| h == host) {
+            return None;
+        }
+        if shown.len() >= 256 {
+            shown.clear();
+        }
+        shown.push(host.to_owned());
+    }
+    let (host, rule) = (sanitize(host), sanitize(rule));
+    if decision == "reject" {
+        return Some(format!("sandgate: DNS: refused a malformed query ({rule})"));
+    }
+    Some(format!(
+        "sandgate: DNS: no answer for {host} ({rule}); it resolves once allowed: a person runs \
+         `sandgate allow {host}` (`sandgate check {host}:443` explains)"
+    ))
 }
 
 /// The stderr line when a question about this sandbox ends without letting it through.

@@ -93,7 +93,8 @@ impl Line {
                 decision: if decision == "allow" { "allow" } else { "deny" },
                 method: method.clone(),
                 host: host.clone(),
-                port: Some(*port),
+                // A name lookup (the DNS stub) has no port.
+                port: (method != "DNS").then_some(*port),
                 rule: match error {
                     Some(e) => format!("{rule} ({e})"),
                     None => rule.clone(),

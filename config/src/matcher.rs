@@ -79,15 +79,31 @@ impl PatternSet {
 
     /// The rule that matches `host:port`, if any.
     pub fn find(&self, host: &Host, port: u16) -> Option<&Arc<Rule>> {
-        let hit = match host {
-            Host::Name(name) => self.find_name(name, port),
-            Host::Ip(ip) => self.find_ip(*ip, port),
-        };
-        hit.or_else(|| pick(&self.any, port))
+        self.find_by(host, Ports::One(port))
     }
 
-    fn find_name(&self, name: &DomainName, port: u16) -> Option<&Arc<Rule>> {
-        if let Some(r) = self.exact.get(name).and_then(|e| pick(e, port)) {
+    /// The rule that matches `host` on at least one port (a rule for one port counts), if any:
+    /// what a name lookup, which has no port, may be answered under.
+    pub fn find_on_some_port(&self, host: &Host) -> Option<&Arc<Rule>> {
+        self.find_by(host, Ports::Some)
+    }
+
+    /// The rule written without a port that matches `host`, if any: what matches it on every
+    /// port.
+    pub fn find_on_every_port(&self, host: &Host) -> Option<&Arc<Rule>> {
+        self.find_by(host, Ports::Every)
+    }
+
+    fn find_by(&self, host: &Host, ports: Ports) -> Option<&Arc<Rule>> {
+        let hit = match host {
+            Host::Name(name) => self.find_name(name, ports),
+            Host::Ip(ip) => self.find_ip(*ip, ports),
+        };
+        hit.or_else(|| pick(&self.any, ports))
+    }
+
+    fn find_name(&self, name: &DomainName, ports: Ports) -> Option<&Arc<Rule>> {
+        if let Some(r) = self.exact.get(name).and_then(|e| pick(e, ports)) {
             return Some(r);
         }
         if self.suffix.is_empty() {
@@ -96,29 +112,42 @@ impl PatternSet {
         // Each strict suffix after a dot, longest first: a.b.example.com → b.example.com, ...
         let text = name.as_str();
         for (i, _) in text.match_indices('.') {
-            if let Some(r) = self.suffix.get(&text[i + 1..]).and_then(|e| pick(e, port)) {
+            if let Some(r) = self.suffix.get(&text[i + 1..]).and_then(|e| pick(e, ports)) {
                 return Some(r);
             }
         }
         None
     }
 
-    fn find_ip(&self, ip: IpAddr, port: u16) -> Option<&Arc<Rule>> {
-        if let Some(r) = self.ips.get(&ip).and_then(|e| pick(e, port)) {
+    fn find_ip(&self, ip: IpAddr, ports: Ports) -> Option<&Arc<Rule>> {
+        if let Some(r) = self.ips.get(&ip).and_then(|e| pick(e, ports)) {
             return Some(r);
         }
         self.cidrs
             .iter()
             .filter(|(v4, _, _)| *v4 == ip.is_ipv4())
-            .find_map(|(_, len, nets)| nets.get(&mask(ip, *len)).and_then(|e| pick(e, port)))
+            .find_map(|(_, len, nets)| nets.get(&mask(ip, *len)).and_then(|e| pick(e, ports)))
     }
 }
 
-/// The port-specific rule if one matches, else the every-port rule.
-fn pick(entries: &Entries, port: u16) -> Option<&Arc<Rule>> {
-    entries
-        .iter()
-        .find(|(p, _)| *p == Some(port))
-        .or_else(|| entries.iter().find(|(p, _)| p.is_none()))
-        .map(|(_, r)| r)
+/// Which rules of a key a lookup takes.
+#[derive(Clone, Copy, Debug)]
+enum Ports {
+    /// A rule for this port, else a rule for every port.
+    One(u16),
+    /// Any rule: for one port or for every port.
+    Some,
+    /// Only a rule for every port.
+    Every,
+}
+
+/// The rule of `entries` that `ports` takes (see [`Ports`]).
+fn pick(entries: &Entries, ports: Ports) -> Option<&Arc<Rule>> {
+    let every = || entries.iter().find(|(p, _)| p.is_none());
+    match ports {
+        Ports::One(port) => entries.iter().find(|(p, _)| *p == Some(port)).or_else(every),
+        Ports::Some => entries.first(),
+        Ports::Every => every(),
+    }
+    .map(|(_, r)| r)
 }

@@ -172,6 +172,23 @@ impl NetworkPolicy {
         }
     }
 
+    /// Decides a name (or address) looked up without a port, as the DNS stub must: denied by a
+    /// deny rule that covers every port (`example.com`, not `example.com:25`); allowed by an
+    /// allow rule for any port (`example.com:22` lets the name resolve, the proxy still decides
+    /// each connection by its port); otherwise [`Decision::Ask`].
+    pub fn decide_name(&self, host: &Host) -> Decision {
+        if self.mode == NetMode::None {
+            return Decision::Deny(self.no_network.clone());
+        }
+        if let Some(rule) = self.deny.find_on_every_port(host) {
+            return Decision::Deny(rule.clone());
+        }
+        match self.allow.find_on_some_port(host) {
+            Some(rule) => Decision::Allow(rule.clone()),
+            None => Decision::Ask,
+        }
+    }
+
     /// The allow rules, in order.
     pub fn allow_rules(&self) -> &[Arc<Rule>] {
         self.allow.rules()
@@ -387,6 +404,39 @@ mod tests {
         assert_eq!(why.unwrap().pattern.as_ref().unwrap().to_string(), "example.com");
         assert!(on.narrowed_by_default_ports(&Target::parse("example.com:443").unwrap()).is_none());
         assert!(off.narrowed_by_default_ports(&Target::parse("example.com:22").unwrap()).is_none());
+    }
+
+    #[test]
+    fn names_are_decided_without_a_port() {
+        let p = policy(
+            &["example.com", "*.example.org", "git.example.net:22", "10.0.0.0/8"],
+            &["bad.example.org", "mail.example.com:25", "*.evil.example.com"],
+            Some(vec![443]),
+        );
+        for (host, want) in [
+            ("example.com", "allow"),
+            ("a.example.org", "allow"),
+            // an allow rule for one port lets the name resolve; the proxy decides the port
+            ("git.example.net", "allow"),
+            ("bad.example.org", "deny"),
+            // a deny rule for one port does not deny the name
+            ("mail.example.com", "ask"),
+            ("x.evil.example.com", "deny"),
+            ("example.org", "ask"),
+            ("unknown.test", "ask"),
+            ("10.9.8.7", "allow"),
+            ("192.0.2.1", "ask"),
+        ] {
+            let got = p.decide_name(&Host::parse(host).unwrap()).verb();
+            assert_eq!(got, want, "{host}");
+        }
+        let none = NetworkPolicy::new(
+            "run",
+            NetMode::None,
+            rules(&["example.com"], PatternUse::Allow),
+            vec![],
+        );
+        assert_eq!(none.decide_name(&Host::parse("example.com").unwrap()).verb(), "deny");
     }
 
     #[test]

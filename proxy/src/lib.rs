@@ -21,6 +21,9 @@
 //! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP) to an
 //!    [`EventSink`].
 //!
+//! The same `decide` stage answers the sandbox's DNS stub ([`dns`]): allowed names resolve on the
+//! host, every other name is NXDOMAIN without leaving it.
+//!
 //! The proxy does not terminate TLS, does not cache, and speaks HTTP/1.1 only.
 
 #![forbid(unsafe_code)]
@@ -28,6 +31,7 @@
 mod ask;
 mod conn;
 mod denial;
+pub mod dns;
 mod forward;
 pub mod guard;
 pub mod head;
@@ -40,6 +44,7 @@ mod tunnel;
 mod upstream;
 
 pub use denial::{Refusal, render_refusal};
+pub use dns::UdpResolver;
 pub use io::{Listener, raise_nofile_limit};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{

@@ -147,6 +147,7 @@ impl ProxyBuilder {
                 events: self.events,
                 resolver: self.resolver,
                 asks: Asks::default(),
+                dns_cache: Default::default(),
                 own: OwnAddresses::default(),
                 pool: Pool::default(),
                 pipes: PipePool::default(),
@@ -171,8 +172,10 @@ pub(crate) struct Inner {
     approver: Option<Arc<dyn Approver>>,
     grants: Option<Arc<dyn GrantSource>>,
     pub(crate) events: Arc<dyn EventSink>,
-    resolver: Arc<dyn Resolver>,
+    pub(crate) resolver: Arc<dyn Resolver>,
     asks: Asks,
+    /// Addresses the DNS stub resolved, per name.
+    pub(crate) dns_cache: crate::dns::DnsCache,
     own: OwnAddresses,
     pub(crate) pool: Pool,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only splice(2) needs it
@@ -311,7 +314,7 @@ impl Proxy {
         self.inner.active.load(Ordering::SeqCst)
     }
 
-    fn register(&self, ctx: SandboxContext) -> Arc<Sandbox> {
+    pub(crate) fn register(&self, ctx: SandboxContext) -> Arc<Sandbox> {
         let mut map = self.inner.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, w| w.strong_count() > 0);
         if let Some(sb) = map.get(&ctx.id).and_then(Weak::upgrade) {
@@ -422,7 +425,7 @@ impl Inner {
         }
     }
 
-    async fn grant(&self, sandbox: &Sandbox, target: &Target) -> Option<Arc<Rule>> {
+    pub(crate) async fn grant(&self, sandbox: &Sandbox, target: &Target) -> Option<Arc<Rule>> {
         match &self.grants {
             Some(g) => g.grant_for(&sandbox.id, target).await,
             None => None,
@@ -493,7 +496,7 @@ impl Inner {
         }
     }
 
-    fn forbidden(&self, ip: IpAddr) -> Option<guard::Forbidden> {
+    pub(crate) fn forbidden(&self, ip: IpAddr) -> Option<guard::Forbidden> {
         guard::classify(ip)
             .or_else(|| self.own.contains(ip).then_some(guard::Forbidden::OwnAddress))
     }

@@ -14,7 +14,7 @@
 //!
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
-//! caller serves it on [`Launched::listener`]).
+//! caller serves it on [`Launched::listener`], and the DNS stub on [`Launched::dns`]).
 
 #![deny(unsafe_code)]
 
@@ -34,7 +34,7 @@ mod macos;
 
 pub use error::SandboxError;
 pub use spec::{
-    Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR,
+    DNS_PORT, Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR,
     SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};

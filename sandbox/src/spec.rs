@@ -9,6 +9,10 @@ use crate::SandboxError;
 /// Port of the proxy listener inside a sandbox's network namespace (127.0.0.1 only).
 pub const PROXY_PORT: u16 = 3128;
 
+/// Port of the DNS stub inside a sandbox's network namespace (127.0.0.1 only, UDP and TCP), named
+/// by the sandbox's `/etc/resolv.conf`.
+pub const DNS_PORT: u16 = 53;
+
 /// Identifier of one sandbox: 1–64 characters from `[A-Za-z0-9._-]`. Used as the NFLOG prefix and
 /// in the store, so it never needs quoting.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -54,8 +58,9 @@ pub enum NetMode {
     /// `lo` plus a veth pair with a default route, both ends inside the namespace; a firewall
     /// (one nf_tables netlink batch, sent by the launcher) accepts loopback and logs every other
     /// packet to NFLOG `nflog_group` (prefix: the sandbox id) and rejects it; the proxy listener
-    /// 127.0.0.1:[`PROXY_PORT`] and the NFLOG socket are created inside and handed to the
-    /// launcher.
+    /// 127.0.0.1:[`PROXY_PORT`], the DNS stub's sockets 127.0.0.1:[`DNS_PORT`] (UDP, TCP) and
+    /// the NFLOG socket are created inside and handed to the launcher; `/etc/resolv.conf` names
+    /// the stub.
     Proxy {
         /// NFLOG group the namespace's rules log to.
         nflog_group: u16,

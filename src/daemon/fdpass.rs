@@ -6,7 +6,7 @@ use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 /// Most descriptors accepted with one message.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 8;
 
 /// Sends `data` with `fds` attached (copies: the caller keeps its own).
 pub fn send_with_fds(

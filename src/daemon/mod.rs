@@ -14,6 +14,7 @@
 //! with the next daemon, which it starts itself when the old one died without `stop`.
 
 pub mod adapters;
+pub mod dns;
 pub mod fdpass;
 #[cfg(target_os = "macos")]
 pub mod macos_monitor;
@@ -310,6 +311,7 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         .approver(Arc::new(adapters::Asker(shared.clone())))
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
+        .resolver(dns::resolver()?)
         .build();
     // A bad bot setting must not take approvals down: the daemon runs without the bot, logs why,
     // and `sandgate status` says so.

@@ -143,6 +143,10 @@ pub enum FdKind {
     Listener,
     /// The NFLOG netlink socket of the sandbox's network namespace.
     Nflog,
+    /// The UDP socket of the sandbox's DNS stub (127.0.0.1:53 inside).
+    DnsUdp,
+    /// The TCP listener of the sandbox's DNS stub (127.0.0.1:53 inside).
+    DnsTcp,
 }
 
 /// What `register` says about a sandbox. The daemon resolves the network policy itself, from the

@@ -531,11 +531,14 @@ impl Conn {
         }
         let mut listener = None;
         let mut nflog = None;
+        let (mut dns_udp, mut dns_tcp) = (None, None);
         for k in &kinds {
             let fd = self.fds.pop_front();
             match k {
                 FdKind::Listener => listener = fd,
                 FdKind::Nflog => nflog = fd,
+                FdKind::DnsUdp => dns_udp = fd,
+                FdKind::DnsTcp => dns_tcp = fd,
             }
         }
         let Some(listener) = listener else {
@@ -578,6 +581,7 @@ impl Conn {
         };
         let listener = sandgate_proxy::Listener::from_fd(listener)
             .map_err(|e| bad(format!("the listener descriptor is not a listening socket: {e}")))?;
+        let dns = super::dns::sockets(dns_udp, dns_tcp).map_err(|e| bad(e.to_string()))?;
         // A sandbox registered again (its launcher reconnected) replaces the old serving; its
         // record is written after, so an old connection's "lost" cannot land last.
         end_sandbox(&d, &info.id, u64::MAX, false).await;
@@ -606,6 +610,7 @@ impl Conn {
         let questions = s.bus.subscribe();
         let proxy = d.proxy.clone();
         let mut stop_serve = stop_rx.clone();
+        super::dns::serve(&proxy, dns, ctx.clone(), stop_rx.clone());
         tokio::spawn(async move {
             tokio::select! {
                 r = proxy.serve(listener, ctx) => {

@@ -15,8 +15,9 @@
 //! ```
 //!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
-//! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener
-//! and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies `setsid`, no_new_privs,
+//! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener,
+//! the DNS stub's sockets and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies
+//! `setsid`, no_new_privs,
 //! Landlock, drops every capability and installs the seccomp filters before it forks the
 //! command, which inherits all of it. When the command exits, init exits with its status and the
 //! kernel kills whatever else is left in the pid namespace.
@@ -67,6 +68,8 @@ pub struct Launched {
     pub listener: Option<OwnedFd>,
     /// The NFLOG socket of the sandbox's network namespace, in proxy mode.
     pub nflog: Option<OwnedFd>,
+    /// The DNS stub's UDP socket and TCP listener (127.0.0.1:53 inside), in proxy mode.
+    pub dns: Option<[OwnedFd; 2]>,
     /// What the kernel enforced.
     pub enforcement: Enforcement,
     cleanup: Cleanup,
@@ -339,15 +342,21 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 },
                 None => None,
             };
-            let (listener, nflog) = match spec.net {
-                NetMode::None => (None, None),
-                NetMode::Proxy { .. } => (fds.next(), fds.next()),
+            // Then the proxy listener, the DNS stub's two sockets and NFLOG (when opened).
+            let (listener, dns, nflog) = match spec.net {
+                NetMode::None => (None, None, None),
+                NetMode::Proxy { .. } => {
+                    let listener = fds.next();
+                    let dns = fds.next().zip(fds.next()).map(|(u, t)| [u, t]);
+                    (listener, dns, fds.next())
+                }
             };
             let stops = tty.is_some().then_some(parent_sock);
             Ok(Launched {
                 pid,
                 listener,
                 nflog,
+                dns,
                 enforcement,
                 cleanup,
                 tty,
@@ -520,6 +529,9 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
     }
     plan.sockets = resolved_unix_sockets(spec);
+    if matches!(spec.net, NetMode::Proxy { .. }) {
+        plan.fs.resolv_conf = Some(net::RESOLV_CONF.as_bytes().to_vec());
+    }
     plan.fs.cwd = cwd;
     plan.fs.writable = writable;
     plan.fs.read_only.sort();
@@ -662,6 +674,7 @@ mod init {
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
             crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
+            fds.extend(net::dns_sockets().map_err(err("DNS stub sockets (127.0.0.1:53)"))?);
             fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
         }
 

@@ -35,6 +35,8 @@ pub struct FsPlan {
     pub visible: Vec<PathBuf>,
     /// Directories replaced by a read-only tmpfs with their files (paths canonical).
     pub provided: Vec<crate::spec::ProvidedDir>,
+    /// What `/etc/resolv.conf` says inside (proxy mode: the DNS stub), bound over the host's.
+    pub resolv_conf: Option<Vec<u8>>,
 }
 
 /// A failed step: what was done, and the kernel's answer.
@@ -49,6 +51,8 @@ const SHM: &str = "/dev/shm";
 const PTS: &str = "/dev/pts";
 const EMPTY: &str = "/tmp/.sandgate-empty";
 const EMPTY_DIR: &str = "/tmp/.sandgate-empty-dir";
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const RESOLV_SOURCE: &str = "/tmp/.sandgate-resolv.conf";
 
 /// Paths under `/tmp` that must stay visible on top of the private `/tmp`: the working directory,
 /// the writable paths and the `visible` ones, without those nested inside another one (they come
@@ -128,7 +132,12 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
         )?;
     }
 
-    // The file bound over hidden files: mode 000 on our tmpfs, removed once bound.
+    // While /tmp is certainly our tmpfs (no tree put back on it yet): the sandbox's resolver
+    // configuration, bound over the host's and removed from /tmp at once (the bind keeps it).
+    if let Some(text) = &plan.resolv_conf {
+        resolv_conf(text)?;
+    }
+
     // The file bound over hidden files: mode 000 on our tmpfs. Held by an O_PATH descriptor,
     // because a kept tree put back on /tmp itself would cover its path.
     let empty = if plan.hidden_files.is_empty() {
@@ -284,6 +293,24 @@ pub fn build(plan: &FsPlan) -> Result<(), StepError> {
         step(|| format!("pin {}", d.display()), checked.and_then(|()| bind(d, d)))?;
     }
     Ok(())
+}
+
+/// Binds a file holding `text` over `/etc/resolv.conf` (the file it names, when it is a
+/// symbolic link, as the resolver reads it). Without one there is nothing to cover: the C
+/// library's default name server is 127.0.0.1, which is the stub too.
+fn resolv_conf(text: &[u8]) -> Result<(), StepError> {
+    if std::fs::metadata(RESOLV_CONF).is_err() {
+        return Ok(());
+    }
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(RESOLV_SOURCE)
+        .and_then(|mut f| io::Write::write_all(&mut f, text));
+    step(|| format!("create {RESOLV_SOURCE}"), made)?;
+    step(|| format!("bind {RESOLV_CONF}"), bind(Path::new(RESOLV_SOURCE), Path::new(RESOLV_CONF)))?;
+    step(|| format!("remove {RESOLV_SOURCE}"), std::fs::remove_file(RESOLV_SOURCE))
 }
 
 /// Mounts a tmpfs on `dir` (made first when the private `/tmp` hid it) holding `files`; the

@@ -3,11 +3,11 @@
 //! failing early with "network unreachable" where nothing would see them.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::OwnedFd;
 
 use super::{netlink, sys};
-use crate::spec::PROXY_PORT;
+use crate::spec::{DNS_PORT, PROXY_PORT};
 
 /// Brings `lo` up (both network modes).
 pub fn loopback_up() -> io::Result<()> {
@@ -34,3 +34,17 @@ pub fn proxy_listener() -> io::Result<OwnedFd> {
     let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_PORT))?;
     Ok(OwnedFd::from(l))
 }
+
+/// The DNS stub's sockets, bound inside the namespace to 127.0.0.1:[`DNS_PORT`]: UDP, then a TCP
+/// listener (for answers a client wants over TCP). Served by whoever serves the proxy listener.
+pub fn dns_sockets() -> io::Result<[OwnedFd; 2]> {
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, DNS_PORT);
+    let udp = UdpSocket::bind(at)?;
+    let tcp = TcpListener::bind(at)?;
+    Ok([OwnedFd::from(udp), OwnedFd::from(tcp)])
+}
+
+/// What the sandbox's `/etc/resolv.conf` says: the stub, and nothing of the host's (its search
+/// domains would only turn every short name into refused lookups).
+pub const RESOLV_CONF: &str = "# sandgate: the DNS stub of this sandbox; names the policy does not allow are NXDOMAIN\n\
+                               nameserver 127.0.0.1\noptions edns0\n";

@@ -524,7 +524,7 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-const MAX_FDS: usize = 4;
+const MAX_FDS: usize = 8;
 
 /// Sends one message with up to four file descriptors attached (`SCM_RIGHTS`).
 pub fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {

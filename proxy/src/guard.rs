@@ -8,7 +8,7 @@
 //! meant for the Internet (IPv4 1.0.0.0–223.255.255.255, IPv6 global unicast 2000::/3) and no
 //! entry of the IANA IPv4 and IPv6 Special-Purpose Address Registries (plus the address
 //! architecture's site-local fec0::/10 and multicast) says it is not globally reachable. The
-//! [`TABLE`] below is that registry, longest prefix wins; a range nobody listed is refused, so a
+//! `TABLE` below is that registry, longest prefix wins; a range nobody listed is refused, so a
 //! future reservation outside the global unicast space is refused before anyone adds a row. Where
 //! a prefix carries an IPv4 address (mapped ::ffff:0:0/96, NAT64 64:ff9b::/96, 6to4 2002::/16) the
 //! embedded address is judged instead; where it carries one we cannot trust (Teredo 2001::/32,

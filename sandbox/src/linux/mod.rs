@@ -28,6 +28,7 @@ mod nested;
 mod net;
 mod netlink;
 mod placeholder;
+mod stderr_tap;
 mod sys;
 mod terminal;
 mod warden;
@@ -76,6 +77,10 @@ pub struct Launched {
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
+    /// The relay of the command's stderr when it is not a terminal (see `stderr_tap`).
+    tap: Option<stderr_tap::Tap>,
+    /// What the stderr relay (pipe or pty) found: "Read-only file system" paths.
+    read_only: Option<crate::readonly::SharedScanner>,
 }
 
 /// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
@@ -114,6 +119,12 @@ impl Launched {
         self.pid as u32
     }
 
+    /// The "Read-only file system" messages of the command's stderr (with
+    /// [`SandboxSpec::report_read_only`]), complete once [`Launched::wait`] returned.
+    pub fn read_only_reports(&self) -> Option<crate::readonly::SharedScanner> {
+        self.read_only.clone()
+    }
+
     /// Waits for the command, forwarding SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and
     /// SIGUSR2 to it. Returns its exit code (128 + signal number when it was killed).
     ///
@@ -129,6 +140,10 @@ impl Launched {
         self.reaped = true;
         if let Some(tty) = &mut self.tty {
             tty.finish();
+        }
+        // Every writer is gone with the sandbox: the relay ends with the last bytes out.
+        if let Some(tap) = &mut self.tap {
+            tap.finish();
         }
         self.cleanup.finish();
         code
@@ -254,6 +269,24 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     let detected = terminal::detect();
     plan.tty = detected.tty;
     plan.null_stdin = detected.null_stdin;
+    // Reading stderr for "Read-only file system": on the pty when stderr is a terminal, through
+    // a pipe otherwise (see `stderr_tap`).
+    let read_only = spec.report_read_only.then(crate::readonly::SharedScanner::default);
+    let stderr_on_tty = plan.tty.is_some_and(|t| t.on_tty[2]);
+    let mut tap_ends = None;
+    if read_only.is_some() && !stderr_on_tty {
+        let stdout_on_tty = plan.tty.is_some_and(|t| t.on_tty[1]);
+        match stderr_tap::ends(stdout_on_tty) {
+            Ok(ends) => {
+                plan.tap = Some((ends.writer.as_raw_fd(), ends.merge_stdout));
+                tap_ends = Some(ends);
+            }
+            Err(e) => {
+                cleanup.finish();
+                return Err(SandboxError::Io { what: "stderr pipe", source: e });
+            }
+        }
+    }
     let mut signals = FORWARDED.to_vec();
     signals.push(libc::SIGCHLD);
     if plan.tty.is_some_and(|t| t.interactive) {
@@ -294,6 +327,23 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     drop(child_sock);
+    // The write end is the sandbox's alone now (the warden below must not hold it either, or the
+    // relay would never see the end).
+    let tap = match tap_ends {
+        Some(ends) => {
+            drop(ends.writer);
+            match stderr_tap::Tap::start(ends.reader, read_only.clone().unwrap_or_default()) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    let _ = sys::kill(pid, libc::SIGKILL);
+                    let _ = sys::waitpid(pid, true);
+                    cleanup.finish();
+                    return Err(SandboxError::Io { what: "stderr relay thread", source: e });
+                }
+            }
+        }
+        None => None,
+    };
     if (!cleanup.placeholders.is_empty() || cleanup.warden.is_some())
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
@@ -328,7 +378,13 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             // In the order init sends them: the pty master, then the proxy listener and NFLOG.
             let tty = match plan.tty {
                 Some(outer) => match fds.next() {
-                    Some(master) => Some(terminal::Relay::new(master, outer)),
+                    Some(master) => {
+                        let mut relay = terminal::Relay::new(master, outer);
+                        if outer.on_tty[2] {
+                            relay.scan_with(read_only.clone());
+                        }
+                        Some(relay)
+                    }
                     None => {
                         let e = SandboxError::Setup {
                             step: "terminal".into(),
@@ -354,6 +410,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 stops,
                 signals,
                 reaped: false,
+                tap,
+                read_only,
             })
         }
         Some(("error", rest)) => {
@@ -390,6 +448,9 @@ struct Plan {
     tty: Option<terminal::Outer>,
     /// The caller's stdin is a terminal that is not relayed: the command reads `/dev/null`.
     null_stdin: bool,
+    /// The write end of the stderr relay's pipe (see `stderr_tap`), and whether stdout goes
+    /// into it too.
+    tap: Option<(std::os::fd::RawFd, bool)>,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -628,6 +689,8 @@ mod init {
         slave: Option<(OwnedFd, [bool; 3])>,
         /// Stdin becomes `/dev/null` (a terminal that is not relayed; see `terminal`).
         null_stdin: bool,
+        /// Descriptor 2 (and 1 with `true`) becomes this pipe (see `stderr_tap`).
+        tap: Option<(std::os::fd::RawFd, bool)>,
     }
 
     fn setup(
@@ -676,6 +739,7 @@ mod init {
             envp: sys::envp(&spec.env).map_err(err("environment"))?,
             slave,
             null_stdin: plan.null_stdin,
+            tap: plan.tap,
         };
 
         crate::timing::mark("program found, argv and environment");
@@ -760,6 +824,14 @@ mod init {
             }
         }
         drop(p.slave);
+        if let Some((fd, merge_stdout)) = p.tap {
+            // Init's own messages go the same way; the pipe's original descriptor is closed
+            // for the command by `cloexec_from_3`.
+            let _ = sys::dup2(fd, 2);
+            if merge_stdout {
+                let _ = sys::dup2(fd, 1);
+            }
+        }
         if terminal {
             // Init leads the pty's session and the command runs in a process group of its own
             // in the foreground: with its parent in the same session the group is not orphaned,

@@ -972,3 +972,19 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     })?;
     Ok(())
 }
+
+/// Whether this process's descriptors `a` and `b` share one open file description (`kcmp(2)`
+/// `KCMP_FILE`), as `2>&1` makes them; `None` when the kernel cannot say (no `CONFIG_KCMP`).
+pub fn same_open_file(a: RawFd, b: RawFd) -> Option<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = getpid() as libc::c_long;
+    // SAFETY: kcmp takes integers only and reads no memory of this process.
+    let r = unsafe {
+        libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a as libc::c_long, b as libc::c_long)
+    };
+    match r {
+        0 => Some(true),
+        1 | 2 => Some(false),
+        _ => None,
+    }
+}

@@ -1,0 +1,324 @@
+//! Recognising "Read-only file system" in what a sandboxed command writes to its stderr, so that
+//! the launcher's exit message can name the path and the way to make it writable.
+//!
+//! # Why read the command's stderr
+//!
+//! The launcher has to learn which write failed with `EROFS` and where. The alternatives:
+//!
+//! - **seccomp user notification** (`SECCOMP_RET_USER_NOTIF` on `openat`/`mkdir`/`rename`/…)
+//!   would see every failing call exactly, but it stops the calling thread for a round trip to
+//!   the launcher on *every* filtered call, failing or not (a build opens tens of thousands of
+//!   files: measurable at once), it cannot filter on the result (the notification comes before
+//!   the call), and its path arguments are in the command's memory, racy to read (TOCTOU).
+//! - **fanotify / inotify** report successful events only, not refused writes.
+//! - **an `LD_PRELOAD` shim** misses static binaries (Go) and is the sandbox's to remove.
+//!
+//! What the person or agent reads is the command's own message, and every tool that fails on
+//! `EROFS` prints one (`strerror` text "Read-only file system", Python's `[Errno 30]`, Rust's
+//! `(os error 30)`, Node's `EROFS: read-only file system, mkdir '…'`, Go's `…: read-only file
+//! system`). So the launcher reads the copy of stderr it already relays (the pty's output on a
+//! terminal; a pipe in between otherwise, see `linux::stderr_tap`) through this scanner: a few
+//! byte comparisons per line, nothing when nothing matches, and the bytes themselves are passed
+//! on unchanged. What a tool does not print is not found; and since the text comes from the
+//! sandbox, it may lie: see [`ReadOnlyScanner::paths`] and the CLI, which never suggests making
+//! writable what is protected on purpose, and shows the text only through a sanitiser.
+
+use std::sync::{Arc, Mutex};
+
+/// The phrase every `EROFS` message carries, lower case.
+const PHRASE: &[u8] = b"read-only file system";
+
+/// Longest line looked at (the rest of a longer line is not).
+const MAX_LINE: usize = 4096;
+
+/// Most distinct paths kept.
+pub const MAX_PATHS: usize = 16;
+
+/// How many earlier lines may name the path of an `EROFS` line that names none (cargo prints the
+/// path in `error: failed to …` and the cause three lines later).
+const LOOKBACK: usize = 6;
+
+/// Reads a byte stream line by line and keeps the paths of `EROFS` messages, in order, distinct.
+#[derive(Debug, Default)]
+pub struct ReadOnlyScanner {
+    line: Vec<u8>,
+    /// The last path-looking token of each recent line (most recent last).
+    recent: Vec<Option<String>>,
+    paths: Vec<String>,
+    /// EROFS lines whose path could not be told.
+    unnamed: usize,
+}
+
+impl ReadOnlyScanner {
+    /// A scanner that has seen nothing.
+    pub fn new() -> ReadOnlyScanner {
+        ReadOnlyScanner::default()
+    }
+
+    /// Looks at the next bytes of the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for chunk in bytes.split_inclusive(|&b| b == b'\n' || b == b'\r') {
+            let room = MAX_LINE.saturating_sub(self.line.len());
+            let (body, ended) = match chunk.last() {
+                Some(b'\n' | b'\r') => (&chunk[..chunk.len() - 1], true),
+                _ => (chunk, false),
+            };
+            self.line.extend_from_slice(&body[..body.len().min(room)]);
+            if ended {
+                self.end_line();
+            }
+        }
+    }
+
+    /// The stream ended: looks at a last line without a newline.
+    pub fn finish(&mut self) {
+        if !self.line.is_empty() {
+            self.end_line();
+        }
+    }
+
+    /// The paths as the command wrote them (relative ones relative to where it ran), at most
+    /// [`MAX_PATHS`]. Sandbox-controlled text: sanitise before showing it.
+    pub fn paths(&self) -> &[String] {
+        &self.paths
+    }
+
+    /// How many `EROFS` lines named no path that could be told.
+    pub fn unnamed(&self) -> usize {
+        self.unnamed
+    }
+
+    fn end_line(&mut self) {
+        let line = strip_escapes(&std::mem::take(&mut self.line));
+        let text = String::from_utf8_lossy(&line).into_owned();
+        let lower = text.to_ascii_lowercase();
+        let found = match find(lower.as_bytes(), PHRASE) {
+            Some(at) => {
+                let path = path_in(&text, at)
+                    .or_else(|| self.recent.iter().rev().flatten().next().cloned());
+                match path {
+                    Some(p) if !self.paths.contains(&p) && self.paths.len() < MAX_PATHS => {
+                        self.paths.push(p);
+                    }
+                    Some(_) => {}
+                    None => self.unnamed += 1,
+                }
+                true
+            }
+            None => false,
+        };
+        // A line that reported an error names nothing for the next one.
+        self.recent.push(if found { None } else { last_path_token(&text) });
+        if self.recent.len() > LOOKBACK {
+            self.recent.remove(0);
+        }
+    }
+}
+
+/// A scanner shared between the thread that relays the stream and the launcher.
+pub type SharedScanner = Arc<Mutex<ReadOnlyScanner>>;
+
+/// Removes ANSI escape sequences (colours of cargo, npm, pip) so they do not stick to paths.
+fn strip_escapes(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == 0x1b {
+            i += 1;
+            if line.get(i) == Some(&b'[') {
+                i += 1;
+                while i < line.len() && !(0x40..=0x7e).contains(&line[i]) {
+                    i += 1;
+                }
+            }
+            i += 1;
+            continue;
+        }
+        out.push(line[i]);
+        i += 1;
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Quote pairs tools put around paths.
+const QUOTES: &[(char, char)] = &[('\'', '\''), ('"', '"'), ('`', '`'), ('‘', '’'), ('“', '”')];
+
+/// The quoted strings of `s`, with their start offsets.
+fn quoted(s: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut it = s.char_indices();
+    while let Some((i, c)) = it.next() {
+        let Some(&(_, close)) = QUOTES.iter().find(|(o, _)| *o == c) else { continue };
+        let rest = &s[i + c.len_utf8()..];
+        if let Some(end) = rest.find(close) {
+            let inner = &rest[..end];
+            if !inner.is_empty() {
+                out.push((i, inner.to_owned()));
+            }
+            // Continue after the closing quote.
+            let skip = inner.chars().count() + 1;
+            for _ in 0..skip {
+                it.next();
+            }
+        }
+    }
+    out
+}
+
+/// Whether a token looks like a path rather than a word of the message.
+fn pathlike(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() < 4096
+        && !t.chars().any(char::is_whitespace)
+        && (t.contains('/') || t.starts_with('.') || t.contains('.'))
+}
+
+/// The path an `EROFS` line names, the phrase starting at byte `at`: a quoted string after the
+/// phrase (Python `…: 'x'`, Node `…, mkdir 'x'`), else the last quoted string before it
+/// (coreutils `cannot touch 'x': …`, git, cargo), else the word just before `: Read-only`
+/// (Go `open /x: read-only …`, sh `cannot create /x: …`, bash `x: …`).
+fn path_in(text: &str, at: usize) -> Option<String> {
+    let q = quoted(text);
+    if let Some((_, p)) = q.iter().find(|(i, _)| *i > at) {
+        return Some(p.clone());
+    }
+    if let Some((_, p)) = q.iter().rev().find(|(i, _)| *i < at) {
+        return Some(p.clone());
+    }
+    let before = text[..at].trim_end();
+    let before = before.strip_suffix(':').unwrap_or(before).trim_end();
+    let word = before.rsplit(char::is_whitespace).next()?;
+    let word = word.trim_end_matches(':');
+    // A bare word (`bash: x: …`) counts too, unless it is the tool's own name (`bash:`) or an
+    // error label.
+    let before_word = before[..before.len() - word.len()].trim_end();
+    let labelled = before_word.is_empty() || word.eq_ignore_ascii_case("error");
+    (!word.is_empty() && !labelled && !word.chars().any(char::is_whitespace) && word.len() < 4096)
+        .then(|| word.to_owned())
+}
+
+/// The last path-looking token of a line (quoted first), for a later `EROFS` line without one.
+fn last_path_token(text: &str) -> Option<String> {
+    if let Some((_, p)) = quoted(text).into_iter().rev().find(|(_, p)| pathlike(p)) {
+        return Some(p);
+    }
+    text.split_whitespace()
+        .rev()
+        .map(|w| w.trim_end_matches([':', ',', ';']))
+        .find(|w| w.starts_with('/') || w.starts_with("~/"))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(text: &str) -> Vec<String> {
+        let mut s = ReadOnlyScanner::new();
+        s.feed(text.as_bytes());
+        s.finish();
+        s.paths().to_vec()
+    }
+
+    /// Messages as the tools print them (captured inside `sandgate run`/`build`, or from the
+    /// tools' sources where noted).
+    #[test]
+    fn finds_the_path_in_each_tools_message() {
+        let rows: &[(&str, &str)] = &[
+            ("touch: cannot touch 'x': Read-only file system\n", "x"),
+            ("mkdir: cannot create directory ‘d’: Read-only file system\n", "d"),
+            ("sh: 1: cannot create /usr/q: Read-only file system\n", "/usr/q"),
+            ("bash: line 1: out.txt: Read-only file system\n", "out.txt"),
+            ("bash: notes: Read-only file system\n", "notes"),
+            (
+                "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n\
+                 OSError: [Errno 30] Read-only file system: 'y'\n",
+                "y",
+            ),
+            (
+                "ERROR: Could not install packages due to an OSError: [Errno 30] Read-only file \
+                 system: '/usr/lib/python3/dist-packages/x'\n",
+                "/usr/lib/python3/dist-packages/x",
+            ),
+            // npm 10 (`npm error`) and older (`npm ERR!`).
+            (
+                "npm error code EROFS\nnpm error syscall mkdir\nnpm error path /root/.npm/_cacache\n\
+                 npm error errno -30\nnpm error rofs EROFS: read-only file system, mkdir \
+                 '/root/.npm/_cacache'\n",
+                "/root/.npm/_cacache",
+            ),
+            // cargo: the path in the error, the cause lines later.
+            (
+                "error: failed to create directory `/root/.cargo/registry/cache/index.crates.io-1`\n\
+                 \nCaused by:\n  Read-only file system (os error 30)\n",
+                "/root/.cargo/registry/cache/index.crates.io-1",
+            ),
+            (
+                "\x1b[1m\x1b[31merror\x1b[0m: failed to open: /root/.cargo/.package-cache\n\n\
+                 Caused by:\n  Read-only file system (os error 30)\n",
+                "/root/.cargo/.package-cache",
+            ),
+            (
+                "fatal: Unable to create '/p/.git/index.lock': Read-only file system\n",
+                "/p/.git/index.lock",
+            ),
+            (
+                "error: could not lock config file .git/config: Read-only file system\n",
+                ".git/config",
+            ),
+            (
+                "go: creating work dir: mkdir /root/go/pkg/mod: read-only file system\n",
+                "/root/go/pkg/mod",
+            ),
+            ("cp: cannot create regular file 'b': Read-only file system\r\n", "b"),
+        ];
+        for (text, want) in rows {
+            assert_eq!(scan(text), [*want], "{text:?}");
+        }
+    }
+
+    #[test]
+    fn no_message_no_path() {
+        for text in [
+            "",
+            "all good\n",
+            "touch: cannot touch 'x': Permission denied\n",
+            "the file system is read-only, they said\n",
+        ] {
+            assert!(scan(text).is_empty(), "{text:?}");
+        }
+        let mut s = ReadOnlyScanner::new();
+        s.feed(b"Read-only file system\n");
+        assert_eq!((s.paths().len(), s.unnamed()), (0, 1));
+    }
+
+    #[test]
+    fn bytes_in_any_pieces_give_the_same_paths() {
+        let text = "touch: cannot touch 'a': Read-only file system\nmkdir: cannot create \
+                    directory 'b': Read-only file system\ntouch: cannot touch 'a': Read-only file \
+                    system\n";
+        for size in [1, 2, 7, 64] {
+            let mut s = ReadOnlyScanner::new();
+            for piece in text.as_bytes().chunks(size) {
+                s.feed(piece);
+            }
+            s.finish();
+            assert_eq!(s.paths(), ["a", "b"], "pieces of {size}");
+        }
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut s = ReadOnlyScanner::new();
+        for i in 0..100 {
+            s.feed(format!("touch: cannot touch 'f{i}': Read-only file system\n").as_bytes());
+        }
+        s.feed(&vec![b'x'; 1 << 20]);
+        assert_eq!(s.paths().len(), MAX_PATHS);
+        assert!(s.line.len() <= MAX_LINE);
+    }
+}

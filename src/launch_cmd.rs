@@ -631,8 +631,9 @@ fn read_only_hint(
     reports: Option<sandgate_sandbox::readonly::SharedScanner>,
     code: u8,
 ) {
-    // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
-    let failed = code != 0 && code < 126;
+    // 126/127: not started; 129–192: killed by a signal (Ctrl-C is no failure to explain).
+    // 128 and 255 are real failures (git's `fatal:` and `error:` exits).
+    let failed = code != 0 && !matches!(code, 126 | 127 | 129..=192);
     let Some(reports) = reports.filter(|_| failed) else { return };
     let scanner = reports.lock().unwrap_or_else(|e| e.into_inner());
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);

@@ -48,6 +48,11 @@ enum Advice {
     HomeConfig,
     /// A system directory.
     System,
+    /// In the current directory, under a dot-entry (`.git/index.lock`): writable in the build
+    /// tier as far as the tier allows, never offered as a path to open.
+    BuildOnly,
+    /// Under a dot-directory elsewhere: configuration, not offered.
+    Dotted,
     /// Anything else: make this directory writable.
     Directory(PathBuf),
 }
@@ -105,10 +110,19 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
             "{shown} is read-only on purpose, even in a writable directory: it could make code \
              run outside the sandbox later (see the README's threat model)"
         ),
-        Advice::HomeConfig => {
-            format!("{shown} is read-only in every tier: it is your home directory's configuration")
-        }
+        Advice::HomeConfig => format!(
+            "{shown} is read-only in every tier: sandgate does not offer to make your home's \
+             dot-directories writable (only the package caches of [filesystem] presets)"
+        ),
         Advice::System => format!("{shown} is read-only in every tier: it is a system directory"),
+        Advice::BuildOnly => format!(
+            "{shown} is read-only in the {tier} tier — run it in the build tier (`sandgate build \
+             --`), where the current directory is writable"
+        ),
+        Advice::Dotted => format!(
+            "{shown} is read-only: sandgate does not offer to make dot-directories writable \
+             (configuration there can make code run later)"
+        ),
         Advice::Directory(dir) if build => {
             let dir = show(dir);
             format!(
@@ -182,11 +196,19 @@ fn advise(cx: &Context<'_>, path: &Path) -> Advice {
     if cx.writable.iter().any(|w| path.starts_with(w)) {
         return Advice::Protected;
     }
+    // `resolve` left no `.` or `..`: a component starting with a dot is a dot-entry.
+    // Judged below the current directory when the path is there (the directory itself may be
+    // anywhere, a temporary `.tmpXYZ` too).
+    let below = path.strip_prefix(cx.cwd).unwrap_or(path);
+    let dotted = below.components().any(|c| c.as_os_str().as_encoded_bytes().starts_with(b"."));
     if let Some(home) = cx.home
         && let Ok(rest) = path.strip_prefix(home)
         && rest.components().next().is_some_and(|c| c.as_os_str().as_encoded_bytes()[0] == b'.')
     {
         return Advice::HomeConfig;
+    }
+    if dotted {
+        return if path.starts_with(cx.cwd) { Advice::BuildOnly } else { Advice::Dotted };
     }
     const SYSTEM: &[&str] = &[
         "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/proc", "/sys",
@@ -243,6 +265,8 @@ mod tests {
             (&run, "/usr/lib/x"),
             (&run, "/etc/passwd"),
             (&run, "../../../../../../etc/shadow"),
+            (&run, ".git/index.lock"),
+            (&run, "/srv/x/.config/y"),
         ] {
             let l = one(cx, p);
             assert!(!l.contains("add-path") && !l.contains("--allow-write"), "{p}: {l}");

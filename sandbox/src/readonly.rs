@@ -28,9 +28,6 @@ use std::sync::{Arc, Mutex};
 /// The phrase every `EROFS` message carries, lower case.
 const PHRASE: &[u8] = b"read-only file system";
 
-/// Longest line looked at (the rest of a longer line is not).
-const MAX_LINE: usize = 4096;
-
 /// Most distinct paths kept.
 pub const MAX_PATHS: usize = 16;
 
@@ -38,16 +35,29 @@ pub const MAX_PATHS: usize = 16;
 /// path in `error: failed to …` and the cause three lines later).
 const LOOKBACK: usize = 6;
 
-/// Reads a byte stream line by line and keeps the paths of `EROFS` messages, in order, distinct.
+/// Reads a byte stream and keeps the paths of `EROFS` messages, in order, distinct.
+///
+/// The common case — no such message in a chunk — costs one `memmem` over the chunk (glibc's,
+/// vectorised whatever this crate's optimisation level) and a copy of at most [`TAIL`] bytes
+/// into the look-back window; nothing per line. Only when the phrase shows up are the lines of
+/// the window decoded and searched for a path (on that line, or a few lines above for cargo).
 #[derive(Debug, Default)]
 pub struct ReadOnlyScanner {
-    line: Vec<u8>,
-    /// The last path-looking token of each recent line (most recent last).
-    recent: Vec<Option<String>>,
+    /// The last bytes of the stream (at most [`TAIL`]), ending with the current partial line.
+    tail: Vec<u8>,
+    /// Stream offset of `tail[0]`.
+    tail_start: u64,
+    /// Lines ending at or before this stream offset have been looked at.
+    examined: u64,
+    /// The current partial line holds the phrase: look again when it ends.
+    pending: bool,
     paths: Vec<String>,
     /// EROFS lines whose path could not be told.
     unnamed: usize,
 }
+
+/// Bytes of look-back kept: enough for the [`LOOKBACK`] lines before a message.
+const TAIL: usize = 8 * 1024;
 
 impl ReadOnlyScanner {
     /// A scanner that has seen nothing.
@@ -57,23 +67,33 @@ impl ReadOnlyScanner {
 
     /// Looks at the next bytes of the stream.
     pub fn feed(&mut self, bytes: &[u8]) {
-        for chunk in bytes.split_inclusive(|&b| b == b'\n' || b == b'\r') {
-            let room = MAX_LINE.saturating_sub(self.line.len());
-            let (body, ended) = match chunk.last() {
-                Some(b'\n' | b'\r') => (&chunk[..chunk.len() - 1], true),
-                _ => (chunk, false),
-            };
-            self.line.extend_from_slice(&body[..body.len().min(room)]);
-            if ended {
-                self.end_line();
-            }
+        if bytes.is_empty() {
+            return;
+        }
+        // The phrase may start in the bytes already kept.
+        let overlap = self.tail.len().min(PHRASE.len());
+        let mut probe_hit = self.pending;
+        if !probe_hit {
+            let mut seam = self.tail[self.tail.len() - overlap..].to_vec();
+            seam.extend_from_slice(&bytes[..bytes.len().min(PHRASE.len())]);
+            probe_hit = has_phrase(&seam) || has_phrase(bytes);
+        }
+        if probe_hit {
+            // The whole chunk is looked at before the window is cut back.
+            self.tail.extend_from_slice(bytes);
+            self.examine(false);
+            self.trim();
+        } else {
+            // Nothing here: every line that ended so far is done.
+            self.examined = self.examined.max(self.end());
+            self.keep(bytes);
         }
     }
 
     /// The stream ended: looks at a last line without a newline.
     pub fn finish(&mut self) {
-        if !self.line.is_empty() {
-            self.end_line();
+        if self.pending || has_phrase(self.partial()) {
+            self.examine(true);
         }
     }
 
@@ -88,30 +108,144 @@ impl ReadOnlyScanner {
         self.unnamed
     }
 
-    fn end_line(&mut self) {
-        let line = strip_escapes(&std::mem::take(&mut self.line));
-        let text = String::from_utf8_lossy(&line).into_owned();
-        let lower = text.to_ascii_lowercase();
-        let found = match find(lower.as_bytes(), PHRASE) {
-            Some(at) => {
-                let path = path_in(&text, at)
-                    .or_else(|| self.recent.iter().rev().flatten().next().cloned());
-                match path {
-                    Some(p) if !self.paths.contains(&p) && self.paths.len() < MAX_PATHS => {
-                        self.paths.push(p);
-                    }
-                    Some(_) => {}
-                    None => self.unnamed += 1,
-                }
-                true
-            }
-            None => false,
-        };
-        // A line that reported an error names nothing for the next one.
-        self.recent.push(if found { None } else { last_path_token(&text) });
-        if self.recent.len() > LOOKBACK {
-            self.recent.remove(0);
+    /// Stream offset just past the last byte seen.
+    fn end(&self) -> u64 {
+        self.tail_start + self.tail.len() as u64
+    }
+
+    /// The current line, not yet ended.
+    fn partial(&self) -> &[u8] {
+        let start = bytes::rfind_byte(b'\n', &self.tail).map_or(0, |i| i + 1);
+        &self.tail[start..]
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        if bytes.len() >= TAIL {
+            self.tail_start = self.end() + (bytes.len() - TAIL) as u64;
+            self.tail.clear();
+            self.tail.extend_from_slice(&bytes[bytes.len() - TAIL..]);
+            return;
         }
+        self.tail.extend_from_slice(bytes);
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        if self.tail.len() > TAIL {
+            let cut = self.tail.len() - TAIL;
+            self.tail.drain(..cut);
+            self.tail_start += cut as u64;
+        }
+    }
+
+    /// Looks at the lines of the window that ended after `examined` (and the partial one too
+    /// when `last`).
+    fn examine(&mut self, last: bool) {
+        let tail = std::mem::take(&mut self.tail);
+        let mut lines: Vec<(u64, &[u8])> = Vec::new(); // (stream offset of the line's end, line)
+        let mut start = 0;
+        while let Some(i) = bytes::find_byte(b'\n', &tail[start..]) {
+            lines.push((self.tail_start + (start + i) as u64, &tail[start..start + i]));
+            start += i + 1;
+        }
+        let partial = &tail[start..];
+        if last && !partial.is_empty() {
+            lines.push((self.end_of(&tail), partial));
+        }
+        for k in 0..lines.len() {
+            let (ends, line) = lines[k];
+            if ends < self.examined || !has_phrase(line) {
+                continue;
+            }
+            // A progress line may hold several `\r`-separated lines; look at each.
+            for seg in line.split(|&b| b == b'\r') {
+                if has_phrase(seg) {
+                    let above = &lines[k.saturating_sub(LOOKBACK)..k];
+                    self.report(seg, above);
+                }
+            }
+        }
+        let done = lines.last().map_or(self.examined, |(e, _)| e + 1);
+        self.examined = self.examined.max(done);
+        self.pending = !last && has_phrase(partial);
+        self.tail = tail;
+    }
+
+    fn end_of(&self, tail: &[u8]) -> u64 {
+        self.tail_start + tail.len() as u64
+    }
+
+    fn report(&mut self, seg: &[u8], above: &[(u64, &[u8])]) {
+        let text = String::from_utf8_lossy(&strip_escapes(seg)).into_owned();
+        let lower = text.to_ascii_lowercase();
+        let Some(at) = find(lower.as_bytes(), PHRASE) else { return };
+        let path = path_in(&text, at).or_else(|| {
+            // The nearest line above that names a path, stopping at an earlier message (a line
+            // that reported an error names nothing for the next one).
+            for (_, l) in above.iter().rev() {
+                if has_phrase(l) {
+                    return None;
+                }
+                let found = l
+                    .split(|&b| b == b'\r')
+                    .rev()
+                    .find_map(|seg| last_path_token(&String::from_utf8_lossy(&strip_escapes(seg))));
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        });
+        match path {
+            Some(p) if !self.paths.contains(&p) && self.paths.len() < MAX_PATHS => {
+                self.paths.push(p);
+            }
+            Some(_) => {}
+            None => self.unnamed += 1,
+        }
+    }
+}
+
+/// Whether `line` holds "Read-only file system" / "read-only file system".
+fn has_phrase(line: &[u8]) -> bool {
+    let tail = &PHRASE[1..];
+    let mut from = 0;
+    while let Some(i) = bytes::find(&line[from..], tail) {
+        let at = from + i;
+        if at > 0 && matches!(line[at - 1], b'r' | b'R') {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
+}
+
+/// glibc's `memchr` and `memmem`: vectorised even in a debug build, where a byte loop in Rust
+/// would cost the relay (`bench/stderr-tap.sh`).
+#[allow(unsafe_code)]
+mod bytes {
+    /// The first `b` in `hay`.
+    pub(super) fn find_byte(b: u8, hay: &[u8]) -> Option<usize> {
+        // SAFETY: `hay` is valid for `hay.len()` bytes; the result points into it or is null.
+        let p = unsafe { libc::memchr(hay.as_ptr().cast(), i32::from(b), hay.len()) };
+        (!p.is_null()).then(|| p as usize - hay.as_ptr() as usize)
+    }
+
+    /// The last `b` in `hay`.
+    pub(super) fn rfind_byte(b: u8, hay: &[u8]) -> Option<usize> {
+        // SAFETY: `hay` is valid for `hay.len()` bytes; the result points into it or is null.
+        let p = unsafe { libc::memrchr(hay.as_ptr().cast(), i32::from(b), hay.len()) };
+        (!p.is_null()).then(|| p as usize - hay.as_ptr() as usize)
+    }
+
+    /// The first `needle` in `hay`.
+    pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        // SAFETY: both slices are valid for their lengths; the result points into `hay` or is
+        // null.
+        let p = unsafe {
+            libc::memmem(hay.as_ptr().cast(), hay.len(), needle.as_ptr().cast(), needle.len())
+        };
+        (!p.is_null()).then(|| p as usize - hay.as_ptr() as usize)
     }
 }
 
@@ -141,7 +275,7 @@ fn strip_escapes(line: &[u8]) -> Vec<u8> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    bytes::find(hay, needle)
 }
 
 /// Quote pairs tools put around paths.
@@ -311,6 +445,27 @@ mod tests {
         }
     }
 
+    /// The fast path (no phrase in a chunk) must not lose a message split over chunks, nor the
+    /// line above it that names the path.
+    #[test]
+    fn messages_split_anywhere_after_much_other_output_are_found() {
+        let filler: String = (0..3000).map(|i| format!("Compiling crate{i} v0.1.0\n")).collect();
+        let text = format!(
+            "{filler}error: failed to open: /root/.cargo/.package-cache\n\nCaused by:\n  \
+             Read-only file system (os error 30)\n{filler}touch: cannot touch 'z': Read-only \
+             file system"
+        );
+        for size in [1, 3, 17, 4096, 65536] {
+            let mut s = ReadOnlyScanner::new();
+            for piece in text.as_bytes().chunks(size) {
+                s.feed(piece);
+            }
+            s.finish();
+            assert_eq!(s.paths(), ["/root/.cargo/.package-cache", "z"], "pieces of {size}");
+            assert_eq!(s.unnamed(), 0);
+        }
+    }
+
     #[test]
     fn memory_is_bounded() {
         let mut s = ReadOnlyScanner::new();
@@ -319,6 +474,6 @@ mod tests {
         }
         s.feed(&vec![b'x'; 1 << 20]);
         assert_eq!(s.paths().len(), MAX_PATHS);
-        assert!(s.line.len() <= MAX_LINE);
+        assert!(s.tail.len() <= TAIL);
     }
 }

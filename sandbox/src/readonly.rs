@@ -115,7 +115,7 @@ impl ReadOnlyScanner {
 
     /// The current line, not yet ended.
     fn partial(&self) -> &[u8] {
-        let start = bytes::rfind_byte(b'\n', &self.tail).map_or(0, |i| i + 1);
+        let start = self.tail.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         &self.tail[start..]
     }
 
@@ -228,13 +228,6 @@ mod bytes {
     pub(super) fn find_byte(b: u8, hay: &[u8]) -> Option<usize> {
         // SAFETY: `hay` is valid for `hay.len()` bytes; the result points into it or is null.
         let p = unsafe { libc::memchr(hay.as_ptr().cast(), i32::from(b), hay.len()) };
-        (!p.is_null()).then(|| p as usize - hay.as_ptr() as usize)
-    }
-
-    /// The last `b` in `hay`.
-    pub(super) fn rfind_byte(b: u8, hay: &[u8]) -> Option<usize> {
-        // SAFETY: `hay` is valid for `hay.len()` bytes; the result points into it or is null.
-        let p = unsafe { libc::memrchr(hay.as_ptr().cast(), i32::from(b), hay.len()) };
         (!p.is_null()).then(|| p as usize - hay.as_ptr() as usize)
     }
 

@@ -274,7 +274,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     let read_only = spec.report_read_only.then(crate::readonly::SharedScanner::default);
     let stderr_on_tty = plan.tty.is_some_and(|t| t.on_tty[2]);
     let mut tap_ends = None;
-    if read_only.is_some() && !stderr_on_tty {
+    // Nothing to relay when stderr is closed or /dev/null (nobody would read a hint either).
+    if read_only.is_some() && !stderr_on_tty && sys::is_open_and_not_null(2) {
         let stdout_on_tty = plan.tty.is_some_and(|t| t.on_tty[1]);
         match stderr_tap::ends(stdout_on_tty) {
             Ok(ends) => {

@@ -988,3 +988,16 @@ pub fn same_open_file(a: RawFd, b: RawFd) -> Option<bool> {
         _ => None,
     }
 }
+
+/// Whether descriptor `fd` is open and not `/dev/null` (character device 1:3): output worth
+/// relaying somewhere someone reads.
+pub fn is_open_and_not_null(fd: RawFd) -> bool {
+    // SAFETY: fstat writes only into `st`, a properly sized and aligned stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; an invalid `fd` is reported as EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    let chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    !(chr && libc::major(st.st_rdev) == 1 && libc::minor(st.st_rdev) == 3)
+}

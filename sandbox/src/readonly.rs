@@ -38,7 +38,7 @@ const LOOKBACK: usize = 6;
 /// Reads a byte stream and keeps the paths of `EROFS` messages, in order, distinct.
 ///
 /// The common case — no such message in a chunk — costs one `memmem` over the chunk (glibc's,
-/// vectorised whatever this crate's optimisation level) and a copy of at most [`TAIL`] bytes
+/// vectorised whatever this crate's optimisation level) and a copy of at most 8 KiB
 /// into the look-back window; nothing per line. Only when the phrase shows up are the lines of
 /// the window decoded and searched for a path (on that line, or a few lines above for cargo).
 #[derive(Debug, Default)]

@@ -73,6 +73,35 @@ fn order_and_bytes_are_the_commands_with_one_file_for_both(who: &Who) {
     assert!(got[want.len()..].starts_with(&hint_for(&s, "ro.txt")), "got:\n{got}");
 }
 
+/// When the reader of the launcher's stderr goes away (`2>&1 | head -1`), the command learns it
+/// as it would without the relay (SIGPIPE), also in the build tier, where the warden process
+/// runs beside the launcher: nothing else may hold the relay's pipe open.
+fn a_closed_stderr_reader_still_ends_the_command(who: &Who) {
+    let s = Scratch::new(who);
+    let inner = s.command("build", &["--net", "none"], &["sh", "-c", "yes >&2"]);
+    let mut line = String::new();
+    for part in std::iter::once(inner.get_program()).chain(inner.get_args()) {
+        line.push_str(&format!(" '{}'", part.to_str().unwrap().replace('\'', r"'\''")));
+    }
+    // A bound, not a timing assertion: without the fix this never ends.
+    let script = format!("timeout 120 {line} 2>&1 | head -1; echo \"${{PIPESTATUS[0]}}\"");
+    let envs: Vec<_> =
+        inner.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect();
+    let mut c = Command::new("bash");
+    c.arg("-c").arg(&script).env_clear().current_dir(inner.get_current_dir().unwrap());
+    for (k, v) in envs {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let out = c.output().unwrap();
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("y"), "{stdout}");
+    // sh's `yes` died of SIGPIPE (141); the launcher passes that on. 124 would be the timeout.
+    assert_eq!(lines.next(), Some("141"), "{stdout}\n{}", text(&out.stderr));
+}
+
 /// Controls: no line when the write succeeds (build tier), when the command succeeds anyway,
 /// when it fails for another reason, or with `--quiet` / `SANDGATE_QUIET`.
 fn no_hint_when_nothing_failed_on_a_read_only_path_or_when_quiet(who: &Who) {
@@ -142,6 +171,7 @@ fn failed_writes_name_the_path_and_the_fix_on_a_terminal(who: &Who) {
 }
 
 both!(
+    a_closed_stderr_reader_still_ends_the_command,
     failed_writes_name_the_path_and_the_fix_on_a_pipe,
     order_and_bytes_are_the_commands_with_one_file_for_both,
     no_hint_when_nothing_failed_on_a_read_only_path_or_when_quiet,

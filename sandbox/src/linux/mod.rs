@@ -279,7 +279,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         let stdout_on_tty = plan.tty.is_some_and(|t| t.on_tty[1]);
         match stderr_tap::ends(stdout_on_tty) {
             Ok(ends) => {
-                plan.tap = Some((ends.writer.as_raw_fd(), ends.merge_stdout));
+                plan.tap = Some(TapFds {
+                    writer: ends.writer.as_raw_fd(),
+                    reader: ends.reader.as_raw_fd(),
+                    merge_stdout: ends.merge_stdout,
+                });
                 tap_ends = Some(ends);
             }
             Err(e) => {
@@ -329,22 +333,11 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     };
     drop(child_sock);
     // The write end is the sandbox's alone now (the warden below must not hold it either, or the
-    // relay would never see the end).
-    let tap = match tap_ends {
-        Some(ends) => {
-            drop(ends.writer);
-            match stderr_tap::Tap::start(ends.reader, read_only.clone().unwrap_or_default()) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    let _ = sys::kill(pid, libc::SIGKILL);
-                    let _ = sys::waitpid(pid, true);
-                    cleanup.finish();
-                    return Err(SandboxError::Io { what: "stderr relay thread", source: e });
-                }
-            }
-        }
-        None => None,
-    };
+    // relay would never see the end; it closes the read end itself).
+    let tap_reader = tap_ends.map(|ends| {
+        drop(ends.writer);
+        ends.reader
+    });
     if (!cleanup.placeholders.is_empty() || cleanup.warden.is_some())
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
@@ -356,6 +349,20 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         }
     }
 
+    // Started after the warden's fork: a process forked from this one has one thread.
+    let tap = match tap_reader {
+        Some(reader) => match stderr_tap::Tap::start(reader, read_only.clone().unwrap_or_default())
+        {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::waitpid(pid, true);
+                cleanup.finish();
+                return Err(SandboxError::Io { what: "stderr relay thread", source: e });
+            }
+        },
+        None => None,
+    };
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
@@ -449,9 +456,19 @@ struct Plan {
     tty: Option<terminal::Outer>,
     /// The caller's stdin is a terminal that is not relayed: the command reads `/dev/null`.
     null_stdin: bool,
-    /// The write end of the stderr relay's pipe (see `stderr_tap`), and whether stdout goes
-    /// into it too.
-    tap: Option<(std::os::fd::RawFd, bool)>,
+    /// The stderr relay's pipe (see `stderr_tap`).
+    tap: Option<TapFds>,
+}
+
+/// The stderr relay's pipe as init sees it (inherited through the clone).
+#[derive(Debug, Clone, Copy)]
+struct TapFds {
+    /// Becomes descriptor 2 (and 1 with `merge_stdout`).
+    writer: std::os::fd::RawFd,
+    /// The launcher's end: init closes its copy, or a reader would outlive the launcher's and
+    /// a command writing to a stderr nobody reads any more would block instead of getting EPIPE.
+    reader: std::os::fd::RawFd,
+    merge_stdout: bool,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -690,8 +707,8 @@ mod init {
         slave: Option<(OwnedFd, [bool; 3])>,
         /// Stdin becomes `/dev/null` (a terminal that is not relayed; see `terminal`).
         null_stdin: bool,
-        /// Descriptor 2 (and 1 with `true`) becomes this pipe (see `stderr_tap`).
-        tap: Option<(std::os::fd::RawFd, bool)>,
+        /// Descriptor 2 (and 1) becomes this pipe (see `stderr_tap`).
+        tap: Option<super::TapFds>,
     }
 
     fn setup(
@@ -825,12 +842,13 @@ mod init {
             }
         }
         drop(p.slave);
-        if let Some((fd, merge_stdout)) = p.tap {
-            // Init's own messages go the same way; the pipe's original descriptor is closed
-            // for the command by `cloexec_from_3`.
-            let _ = sys::dup2(fd, 2);
-            if merge_stdout {
-                let _ = sys::dup2(fd, 1);
+        if let Some(t) = p.tap {
+            // Init's own messages go the same way; the pipe's original write descriptor is
+            // closed for the command by `cloexec_from_3`.
+            sys::close(t.reader);
+            let _ = sys::dup2(t.writer, 2);
+            if t.merge_stdout {
+                let _ = sys::dup2(t.writer, 1);
             }
         }
         if terminal {

@@ -49,7 +49,7 @@ pub struct RulesArgs {
 /// Options of `sandgate revoke`.
 #[derive(Debug, clap::Args)]
 pub struct RevokeArgs {
-    /// The grant's id, as `sandgate rules` shows it (`#12` or `12`).
+    /// The grant's id, as `sandgate rules` shows it (`#12`, `12`, or `g12` as in JSON).
     pub id: String,
     /// Print JSON.
     #[arg(long)]
@@ -454,7 +454,11 @@ pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
     let released = v["released"].as_array().map_or(0, Vec::len);
     let grants: Vec<String> = v["grants"]
         .as_array()
-        .map(|a| a.iter().filter_map(|g| g.as_str().map(|s| format!("#{s}"))).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|g| g.as_str().map(|s| format!("#{}", s.trim_start_matches('g'))))
+                .collect()
+        })
         .unwrap_or_default();
     let mut msg = format!("{} {t} {}", if allow { "allowed" } else { "denied" }, scope_text(scope));
     if released > 0 {
@@ -504,9 +508,9 @@ pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
 
 /// `sandgate revoke`.
 pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
-    let id: i64 = args.id.trim_start_matches('#').parse().map_err(|_| {
+    let id: sandgate_store::GrantId = args.id.parse().map_err(|_| {
         crate::policy_cmd::UsageError(format!(
-            "{:?} is not a grant id; see `sandgate rules`",
+            "{:?} is not a grant id (g12, #12 or 12); see `sandgate rules`",
             args.id
         ))
     })?;

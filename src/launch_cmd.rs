@@ -326,6 +326,9 @@ pub fn spec_from_policy(
         net,
         allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
+        // The launcher reads the command's stderr for "Read-only file system" (its exit line
+        // then names the path and the fix); not at all when asked to be quiet.
+        report_read_only: !args.quiet,
     })
 }
 
@@ -614,9 +617,36 @@ fn launch(
         let dns = launched.dns.take();
         served = serve(spec, args, net, fd, nflog, dns)?;
     }
+    let read_only = launched.read_only_reports();
     let code = launched.wait()?;
     served.finish(code, args.report_blocked);
+    read_only_hint(spec, read_only, code);
     Ok(code)
+}
+
+/// After a failed command: the read-only paths it reported and how to open them (see
+/// `readonly_hint`).
+#[cfg(target_os = "linux")]
+fn read_only_hint(
+    spec: &SandboxSpec,
+    reports: Option<sandgate_sandbox::readonly::SharedScanner>,
+    code: u8,
+) {
+    // 126/127: not started; 129–192: killed by a signal (Ctrl-C is no failure to explain).
+    // 128 and 255 are real failures (git's `fatal:` and `error:` exits).
+    let failed = code != 0 && !matches!(code, 126 | 127 | 129..=192);
+    let Some(reports) = reports.filter(|_| failed) else { return };
+    let scanner = reports.lock().unwrap_or_else(|e| e.into_inner());
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let cx = crate::readonly_hint::Context {
+        tier: &spec.tier_name,
+        cwd: &spec.cwd,
+        home: home.as_deref(),
+        writable: &spec.writable,
+    };
+    for line in crate::readonly_hint::lines(&cx, scanner.paths(), scanner.unnamed()) {
+        eprintln!("sandgate: {line}");
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]

@@ -24,6 +24,8 @@ mod learn_cmd;
 mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
+#[cfg(target_os = "linux")]
+mod readonly_hint;
 mod secrets;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the

@@ -106,10 +106,34 @@ pub struct Question {
     pub project: Option<String>,
 }
 
-/// A question's id, unique for the broker's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
+/// A question's id, unique for the broker's life. Written `q12` everywhere (terminal, chat,
+/// JSON: every id sandgate prints is a string); read as `q12` or `12`, and as the number 12 from
+/// JSON written by older clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct QuestionId(pub u64);
+
+impl Serialize for QuestionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for QuestionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Number(u64),
+            Text(String),
+        }
+        match Wire::deserialize(d)? {
+            Wire::Number(n) => Ok(QuestionId(n)),
+            Wire::Text(t) => t.parse().map_err(|_| {
+                serde::de::Error::custom(format!("{t:?} is not a question id (q3, or 3)"))
+            }),
+        }
+    }
+}
 
 impl std::fmt::Display for QuestionId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -734,3 +734,15 @@ fn each_broker_has_its_own_run_id() {
         (0..8).map(|_| Broker::new(BrokerConfig::default(), None).run_id()).collect();
     assert_eq!(ids.len(), 8);
 }
+
+/// JSON carries question ids as `"q12"`; `q12`, `12` and the number 12 (older clients) parse.
+#[test]
+fn question_ids_are_strings_in_json() {
+    assert_eq!(serde_json::to_value(QuestionId(12)).unwrap(), serde_json::json!("q12"));
+    for form in [r#""q12""#, r#""12""#, "12"] {
+        assert_eq!(serde_json::from_str::<QuestionId>(form).unwrap(), QuestionId(12), "{form}");
+    }
+    for bad in [r#""g12""#, r#""q""#, r##""#12""##, "-1"] {
+        assert!(serde_json::from_str::<QuestionId>(bad).is_err(), "{bad}");
+    }
+}

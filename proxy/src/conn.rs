@@ -27,6 +27,15 @@ pub(crate) struct SniRefusal {
     pub(crate) why: String,
 }
 
+/// How the `sni_filter` stage ended a tunnel early.
+#[derive(Debug)]
+pub(crate) enum SniEnd {
+    /// The opening was refused (the client gets a TLS access_denied alert).
+    Refuse(SniRefusal),
+    /// A side failed or closed.
+    Io(std::io::Error),
+}
+
 /// An event being filled in as a request moves through the stages.
 pub(crate) struct Draft {
     pub(crate) event: ProxyEvent,
@@ -269,27 +278,33 @@ impl Inner {
         pending: BytesMut,
         draft: &mut Draft,
     ) {
-        let first =
-            match self.sni_filter(sandbox, policy, target, &mut client, &upstream, pending).await {
-                Ok(first) => first,
-                Err(refusal) => {
-                    draft.event.decision = "deny";
-                    draft.event.rule = refusal.why.clone();
-                    draft.event.error = Some(refusal.why);
-                    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
-                    if let ClientStream::Tcp(s) = &client {
-                        let _ = s.set_zero_linger();
-                    }
-                    return;
-                }
-            };
         let activity = Activity::new();
-        if !first.is_empty() {
-            if let Err(e) = upstream.write_all(&first).await {
-                draft.event.error = Some(e.to_string());
+        let opened = self
+            .sni_filter(sandbox, policy, target, &mut client, &mut upstream, pending, &activity)
+            .await;
+        match opened {
+            Ok(()) => {}
+            Err(SniEnd::Refuse(refusal)) => {
+                draft.event.decision = "deny";
+                draft.event.rule = refusal.why.clone();
+                draft.event.error = Some(refusal.why);
+                // Server bytes may still be unacknowledged (a HelloRetryRequest went down): send
+                // the alert at once, or Nagle holds it and the reset below discards it.
+                if let ClientStream::Tcp(s) = &client {
+                    let _ = s.set_nodelay(true);
+                }
+                let _ = client.write_all(&TLS_ACCESS_DENIED).await;
+                if let ClientStream::Tcp(s) = &client {
+                    let _ = s.set_zero_linger();
+                }
+                (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
                 return;
             }
-            activity.up.fetch_add(first.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            Err(SniEnd::Io(e)) => {
+                draft.event.error = Some(e.to_string());
+                (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
+                return;
+            }
         }
         let idle = self.config.idle_timeout;
         let result = match self.config.tunnel_mode {
@@ -314,12 +329,128 @@ impl Inner {
     }
 
     /// Stage `sni_filter`: reads the client's first bytes (see [`crate::sni`] for what a TLS
-    /// opening must be). When they speak TLS, on any port, the ClientHello's server name must be
-    /// the CONNECT host or allowed in its own right; a hello without a name passes only when the
-    /// CONNECT host is an IP address (allowed as such, so every site on it is). On implicit-TLS
-    /// ports ([`sni::is_tls_port`]) anything but TLS is refused. Returns the bytes read, to be sent
-    /// upstream before the tunnel starts. Runs once per tunnel, before the splice.
-    pub(crate) async fn sni_filter<C: AsyncRead + Unpin>(
+    /// opening must be) and sends them upstream once acceptable. When they speak TLS, on any
+    /// port, the ClientHello's server name must be the CONNECT host or allowed in its own right;
+    /// a hello without a name passes only when the CONNECT host is an IP address (allowed as
+    /// such, so every site on it is). On implicit-TLS ports ([`sni::is_tls_port`]) anything but
+    /// TLS is refused. After a TLS hello, the server's first message is awaited before anything
+    /// more of the client's goes up: after a HelloRetryRequest the client's second ClientHello
+    /// must name the same server ([`Inner::second_hello`]). Runs once per tunnel, before the
+    /// splice; bytes moved here are counted in `activity`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn sni_filter<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+        client: &mut C,
+        upstream: &mut TcpStream,
+        pending: BytesMut,
+        activity: &Activity,
+    ) -> Result<(), SniEnd> {
+        let (mut first, hello) = self
+            .first_hello(sandbox, policy, target, client, upstream, pending)
+            .await
+            .map_err(SniEnd::Refuse)?;
+        let Some((end, name)) = hello else {
+            return send_up(upstream, &first, activity).await;
+        };
+        let held = first.split_off(end);
+        send_up(upstream, &first, activity).await?;
+        self.second_hello(client, upstream, held, name, activity).await
+    }
+
+    /// Waits for the server's first handshake message while holding what the client sends after
+    /// its ClientHello (see [`crate::sni`], "A second ClientHello"). Server bytes go down to the
+    /// client as they come; the held bytes go up once the server's message is not a
+    /// HelloRetryRequest, or once the client's second hello names `name` again.
+    async fn second_hello<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        client: &mut C,
+        upstream: &mut TcpStream,
+        mut held: BytesMut,
+        name: Option<String>,
+        activity: &Activity,
+    ) -> Result<(), SniEnd> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let deadline = Instant::now() + self.config.idle_timeout;
+        let mut server = Vec::new();
+        let mut verdict = sni::ServerFirst::NeedMore;
+        let mut second = sni::SecondHello::new();
+        let mut down = BytesMut::with_capacity(4096);
+        let (mut client_open, mut server_open) = (true, true);
+        loop {
+            match verdict {
+                sni::ServerFirst::Other => return send_up(upstream, &held, activity).await,
+                sni::ServerFirst::HelloRetry => match second.advance(&held) {
+                    Ok(Some(again)) if again == name => {
+                        return send_up(upstream, &held, activity).await;
+                    }
+                    Ok(Some(again)) => {
+                        let shown = |n: &Option<String>| match n {
+                            Some(n) => quote(n.as_bytes()),
+                            None => "no server".into(),
+                        };
+                        return Err(SniEnd::Refuse(SniRefusal {
+                            why: format!(
+                                "the second TLS ClientHello (after a HelloRetryRequest) names {}, \
+                                 the first named {}",
+                                shown(&again),
+                                shown(&name)
+                            ),
+                        }));
+                    }
+                    Ok(None) if !client_open => {
+                        return Err(SniEnd::Io(std::io::Error::other(
+                            "the client closed during its second ClientHello",
+                        )));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(SniEnd::Refuse(SniRefusal {
+                            why: format!("second TLS ClientHello refused: {e}"),
+                        }));
+                    }
+                },
+                sni::ServerFirst::NeedMore => {}
+            }
+            if !server_open && verdict == sni::ServerFirst::NeedMore {
+                // The server is gone before it said anything: nothing the client holds matters.
+                return Ok(());
+            }
+            // Hold at most one opening's worth: a client that sends more waits (back-pressure).
+            let read_client = client_open && held.len() <= sni::MAX_OPENING;
+            down.clear();
+            tokio::select! {
+                r = client.read_buf(&mut held), if read_client => match r {
+                    Ok(0) => client_open = false,
+                    Ok(_) => {}
+                    Err(e) => return Err(SniEnd::Io(e)),
+                },
+                r = upstream.read_buf(&mut down), if server_open => match r {
+                    Ok(0) => server_open = false,
+                    Ok(n) => {
+                        client.write_all(&down).await.map_err(SniEnd::Io)?;
+                        activity.down.fetch_add(n as u64, Relaxed);
+                        if verdict == sni::ServerFirst::NeedMore {
+                            server.extend_from_slice(&down);
+                            verdict = sni::server_first(&server);
+                        }
+                    }
+                    Err(e) => return Err(SniEnd::Io(e)),
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(SniEnd::Refuse(SniRefusal {
+                        why: "TLS handshake idle before the server's first message".into(),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The client's first bytes, and for a TLS opening where its ClientHello ends and the name
+    /// it sent (already checked).
+    async fn first_hello<C: AsyncRead + Unpin>(
         &self,
         sandbox: &Sandbox,
         policy: &NetworkPolicy,
@@ -327,7 +458,7 @@ impl Inner {
         client: &mut C,
         upstream: &TcpStream,
         mut first: BytesMut,
-    ) -> Result<BytesMut, SniRefusal> {
+    ) -> Result<(BytesMut, Option<(usize, Option<String>)>), SniRefusal> {
         let tls_only = sni::is_tls_port(target.port);
         if first.is_empty() {
             first.reserve(4096);
@@ -338,7 +469,7 @@ impl Inner {
                 },
                 // The server speaks first (SSH, SMTP, ...): no ClientHello is coming. A TLS port's
                 // server never does, so there the client's first bytes are awaited regardless.
-                _ = upstream.readable(), if !tls_only => return Ok(first),
+                _ = upstream.readable(), if !tls_only => return Ok((first, None)),
                 () = tokio::time::sleep(self.config.idle_timeout) => {
                     return Err(SniRefusal { why: "tunnel idle before the first byte".into() });
                 }
@@ -358,7 +489,7 @@ impl Inner {
                         ),
                     });
                 }
-                Ok(Opening::NotTls) => return Ok(first),
+                Ok(Opening::NotTls) => return Ok((first, None)),
                 Ok(Opening::NeedMore) => {}
                 Err(e) => return Err(SniRefusal { why: format!("TLS ClientHello refused: {e}") }),
             }
@@ -373,9 +504,10 @@ impl Inner {
                 Err(_) => return Err(SniRefusal { why: "TLS ClientHello timed out".into() }),
             }
         };
+        let hello = Some((parser.consumed(), server_name.clone()));
         let Some(name) = server_name else {
             if let Host::Ip(_) = target.host {
-                return Ok(first);
+                return Ok((first, hello));
             }
             return Err(SniRefusal {
                 why: format!(
@@ -390,11 +522,11 @@ impl Inner {
         })?;
         let host = Host::Name(host);
         if host == target.host {
-            return Ok(first);
+            return Ok((first, hello));
         }
         let sni_target = Target { host, port: target.port };
         if self.allowed_outright(sandbox, policy, &sni_target).await {
-            return Ok(first);
+            return Ok((first, hello));
         }
         Err(SniRefusal {
             why: format!(
@@ -404,6 +536,19 @@ impl Inner {
             ),
         })
     }
+}
+
+/// Writes `bytes` to the upstream and counts them.
+async fn send_up(
+    upstream: &mut TcpStream,
+    bytes: &[u8],
+    activity: &Activity,
+) -> Result<(), SniEnd> {
+    if !bytes.is_empty() {
+        upstream.write_all(bytes).await.map_err(SniEnd::Io)?;
+        activity.up.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use sandgate_config::{NetworkPolicy, Target};
 use tokio::time::Instant;
 
-use crate::conn::{Draft, authorized};
+use crate::conn::{Draft, SniEnd, authorized};
 use crate::denial::{Refusal, quote, render_refusal};
 use crate::io::{ClientStream, Rewind};
 use crate::proxy::{Inner, Sandbox};
@@ -374,36 +374,28 @@ impl Inner {
             match hyper::upgrade::on(req).await {
                 Ok(upgraded) => {
                     let mut client = TokioIo::new(upgraded);
+                    let activity = Activity::new();
                     let sni = this
                         .sni_filter(
                             &sandbox,
                             &policy,
                             &target,
                             &mut client,
-                            &upstream,
+                            &mut upstream,
                             BytesMut::new(),
+                            &activity,
                         )
                         .await;
                     match sni {
-                        Ok(first) => {
-                            let activity = Activity::new();
-                            activity.up.fetch_add(first.len() as u64, Ordering::Relaxed);
+                        Ok(()) => {
                             let idle = this.config.idle_timeout;
                             let buf = this.config.tunnel_buffer;
-                            let r = match tokio::io::AsyncWriteExt::write_all(&mut upstream, &first)
+                            let r = tunnel::copy(&mut client, &mut upstream, buf, &activity, idle)
                                 .await
-                            {
-                                Ok(()) => {
-                                    tunnel::copy(&mut client, &mut upstream, buf, &activity, idle)
-                                        .await
-                                        .map_err(|e| e.to_string())
-                                }
-                                Err(e) => Err(e.to_string()),
-                            };
-                            (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
+                                .map_err(|e| e.to_string());
                             draft.event.error = r.err();
                         }
-                        Err(refusal) => {
+                        Err(SniEnd::Refuse(refusal)) => {
                             draft.event.decision = "deny";
                             draft.event.rule = refusal.why.clone();
                             draft.event.error = Some(refusal.why);
@@ -413,7 +405,9 @@ impl Inner {
                             )
                             .await;
                         }
+                        Err(SniEnd::Io(e)) => draft.event.error = Some(e.to_string()),
                     }
+                    (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
                 }
                 Err(e) => draft.event.error = Some(e.to_string()),
             }

@@ -3,6 +3,16 @@
 //! A name on the allowlist can resolve to anything its owner likes (DNS rebinding), so every
 //! address is checked after resolution and only checked addresses are connected to. An address in
 //! one of the [`Forbidden`] classes is refused unless the policy allows that address itself.
+//!
+//! Classification is deny by default: an address is public only when it lies in the unicast space
+//! meant for the Internet (IPv4 1.0.0.0–223.255.255.255, IPv6 global unicast 2000::/3) and no
+//! entry of the IANA IPv4 and IPv6 Special-Purpose Address Registries (plus the address
+//! architecture's site-local fec0::/10 and multicast) says it is not globally reachable. The
+//! `TABLE` below is that registry, longest prefix wins; a range nobody listed is refused, so a
+//! future reservation outside the global unicast space is refused before anyone adds a row. Where
+//! a prefix carries an IPv4 address (mapped ::ffff:0:0/96, NAT64 64:ff9b::/96, 6to4 2002::/16) the
+//! embedded address is judged instead; where it carries one we cannot trust (Teredo 2001::/32,
+//! whose client address is obfuscated and whose relay is whoever routes it) it is refused.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -29,8 +39,22 @@ pub enum Forbidden {
     SharedAddressSpace,
     /// 224.0.0.0/4, ff00::/8.
     Multicast,
-    /// 240.0.0.0/4 (reserved), 255.255.255.255.
+    /// 240.0.0.0/4 (reserved), 255.255.255.255, and every range outside the global unicast space
+    /// that no other class names (deny by default).
     Reserved,
+    /// Documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32,
+    /// 3fff::/20): never routed, so an answer pointing there is someone's local network.
+    Documentation,
+    /// Benchmarking (198.18.0.0/15, 2001:2::/48): lab networks, often reachable inside one.
+    Benchmarking,
+    /// A special-purpose range that is not globally reachable: IETF protocol assignments
+    /// (192.0.0.0/24, 2001::/23), local-use NAT64 (64:ff9b:1::/48), discard (100::/64), SRv6
+    /// (5f00::/16), deprecated ORCHID and the deprecated 6to4 relay anycast.
+    SpecialPurpose,
+    /// A tunnel whose endpoint cannot be judged (Teredo, 2001::/32).
+    Tunnel,
+    /// Deprecated site-local IPv6 (fec0::/10), still routed inside some sites.
+    SiteLocal,
     /// An address of one of this host's own interfaces.
     OwnAddress,
 }
@@ -46,66 +70,160 @@ impl fmt::Display for Forbidden {
             Forbidden::SharedAddressSpace => "a carrier-grade NAT address (100.64.0.0/10)",
             Forbidden::Multicast => "a multicast address",
             Forbidden::Reserved => "a reserved address",
+            Forbidden::Documentation => "a documentation address (never routed)",
+            Forbidden::Benchmarking => "a benchmarking network address",
+            Forbidden::SpecialPurpose => "a special-purpose address that is not globally reachable",
+            Forbidden::Tunnel => "a Teredo tunnel address",
+            Forbidden::SiteLocal => "a site-local address",
             Forbidden::OwnAddress => "an address of the proxy's own host",
         })
     }
 }
 
-/// The class of a globally meaningless or internal address, or `None` for a public one.
-/// IPv4 addresses embedded in IPv6 (mapped, compatible, NAT64, 6to4) are judged as IPv4.
-pub fn classify(ip: IpAddr) -> Option<Forbidden> {
-    match canonical_ip(ip) {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => classify_v6(v6),
-    }
+/// What one registry row says about the addresses under its prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Globally reachable unicast.
+    Public,
+    /// Not to be reached from a sandbox.
+    Refuse(Forbidden),
+    /// The prefix carries an IPv4 address in its last 32 bits (NAT64): judge that.
+    EmbeddedLast32,
+    /// 6to4: the IPv4 address is bits 16..48.
+    Embedded6to4,
 }
 
-fn classify_v4(ip: Ipv4Addr) -> Option<Forbidden> {
-    let [a, b, c, d] = ip.octets();
-    Some(match (a, b) {
-        _ if [a, b, c, d] == [169, 254, 169, 254] || [a, b, c, d] == [100, 100, 100, 200] => {
-            Forbidden::Metadata
+/// A prefix of the special-purpose tables.
+#[derive(Clone, Copy, Debug)]
+enum Net {
+    V4(Ipv4Addr, u8),
+    V6(Ipv6Addr, u8),
+}
+
+impl Net {
+    fn len(self) -> u8 {
+        match self {
+            Net::V4(_, l) | Net::V6(_, l) => l,
         }
-        (127, _) => Forbidden::Loopback,
-        (0, _) => Forbidden::Unspecified,
-        (169, 254) => Forbidden::LinkLocal,
-        (10, _) | (192, 168) => Forbidden::Private,
-        (172, 16..=31) => Forbidden::Private,
-        (100, 64..=127) => Forbidden::SharedAddressSpace,
-        (224..=239, _) => Forbidden::Multicast,
-        (240..=255, _) => Forbidden::Reserved,
-        _ => return None,
-    })
+    }
+
+    fn contains(self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (Net::V4(net, len), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(ip) & mask == u32::from(net) & mask
+            }
+            (Net::V6(net, len), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(ip) & mask == u128::from(net) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
-fn classify_v6(ip: Ipv6Addr) -> Option<Forbidden> {
-    let s = ip.segments();
-    if ip == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
-        return Some(Forbidden::Metadata);
-    }
-    if ip.is_loopback() {
-        return Some(Forbidden::Loopback);
-    }
-    if ip.is_unspecified() {
-        return Some(Forbidden::Unspecified);
-    }
-    let embedded = |hi: u16, lo: u16| Ipv4Addr::from(((hi as u32) << 16) | lo as u32);
-    // ::a.b.c.d (deprecated IPv4-compatible) and 64:ff9b::a.b.c.d (NAT64) carry an IPv4 address.
-    if s[..6] == [0; 6] {
-        return classify_v4(embedded(s[6], s[7])).or(Some(Forbidden::Reserved));
-    }
-    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return classify_v4(embedded(s[6], s[7]));
-    }
-    // 6to4: 2002:AABB:CCDD::/48.
-    if s[0] == 0x2002 {
-        return classify_v4(embedded(s[1], s[2]));
-    }
-    match s[0] {
-        0xfe80..=0xfebf => Some(Forbidden::LinkLocal),
-        0xfc00..=0xfdff => Some(Forbidden::Private),
-        0xff00..=0xffff => Some(Forbidden::Multicast),
-        _ => None,
+const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8) -> Net {
+    Net::V4(Ipv4Addr::new(a, b, c, d), len)
+}
+
+const fn v6(s: [u16; 8], len: u8) -> Net {
+    Net::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]), len)
+}
+
+use Forbidden as F;
+use Verdict::{Embedded6to4, EmbeddedLast32, Public, Refuse};
+
+/// The classification table, longest prefix wins; an address no row covers is
+/// [`Forbidden::Reserved`]. Rows follow the IANA IPv4 and IPv6 Special-Purpose Address
+/// Registries (2025), plus multicast, site-local and the metadata services.
+const TABLE: &[(Net, Verdict)] = &[
+    // IPv4: the unicast space 0.0.0.0-223.255.255.255 is public unless a longer row says not.
+    (v4(0, 0, 0, 0, 1), Public),
+    (v4(128, 0, 0, 0, 2), Public),
+    (v4(192, 0, 0, 0, 3), Public),
+    (v4(0, 0, 0, 0, 8), Refuse(F::Unspecified)), // "this network" (RFC 791)
+    (v4(10, 0, 0, 0, 8), Refuse(F::Private)),    // RFC 1918
+    (v4(100, 64, 0, 0, 10), Refuse(F::SharedAddressSpace)), // RFC 6598
+    (v4(100, 100, 100, 200, 32), Refuse(F::Metadata)), // Alibaba Cloud
+    (v4(127, 0, 0, 0, 8), Refuse(F::Loopback)),  // RFC 1122
+    (v4(169, 254, 0, 0, 16), Refuse(F::LinkLocal)), // RFC 3927
+    (v4(169, 254, 169, 254, 32), Refuse(F::Metadata)), // AWS, GCP, Azure, ...
+    (v4(172, 16, 0, 0, 12), Refuse(F::Private)), // RFC 1918
+    (v4(192, 0, 0, 0, 24), Refuse(F::SpecialPurpose)), // IETF protocol assignments (RFC 6890)
+    (v4(192, 0, 0, 0, 29), Refuse(F::SpecialPurpose)), // IPv4 service continuity (RFC 7335)
+    (v4(192, 0, 0, 8, 32), Refuse(F::SpecialPurpose)), // IPv4 dummy address (RFC 7600)
+    (v4(192, 0, 0, 9, 32), Public),              // PCP anycast (RFC 7723): globally reachable
+    (v4(192, 0, 0, 10, 32), Public),             // TURN anycast (RFC 8155): globally reachable
+    (v4(192, 0, 0, 170, 32), Refuse(F::SpecialPurpose)), // NAT64/DNS64 discovery (RFC 8880)
+    (v4(192, 0, 0, 171, 32), Refuse(F::SpecialPurpose)), // NAT64/DNS64 discovery (RFC 8880)
+    (v4(192, 0, 2, 0, 24), Refuse(F::Documentation)), // TEST-NET-1 (RFC 5737)
+    (v4(192, 31, 196, 0, 24), Public),           // AS112-v4 (RFC 7535): globally reachable
+    (v4(192, 52, 193, 0, 24), Public),           // AMT (RFC 7450): globally reachable
+    (v4(192, 88, 99, 0, 24), Refuse(F::SpecialPurpose)), // deprecated 6to4 relay (RFC 7526)
+    (v4(192, 168, 0, 0, 16), Refuse(F::Private)), // RFC 1918
+    (v4(192, 175, 48, 0, 24), Public),           // AS112 direct delegation (RFC 7534)
+    (v4(198, 18, 0, 0, 15), Refuse(F::Benchmarking)), // RFC 2544
+    (v4(198, 51, 100, 0, 24), Refuse(F::Documentation)), // TEST-NET-2 (RFC 5737)
+    (v4(203, 0, 113, 0, 24), Refuse(F::Documentation)), // TEST-NET-3 (RFC 5737)
+    (v4(224, 0, 0, 0, 4), Refuse(F::Multicast)), // RFC 5771
+    (v4(240, 0, 0, 0, 4), Refuse(F::Reserved)),  // RFC 1112
+    (v4(255, 255, 255, 255, 32), Refuse(F::Reserved)), // limited broadcast (RFC 919)
+    // IPv6: global unicast 2000::/3 is public unless a longer row says not; the rest of the
+    // space is reserved by the IETF (no row: refused).
+    (v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3), Public),
+    (v6([0, 0, 0, 0, 0, 0, 0, 0], 128), Refuse(F::Unspecified)), // RFC 4291
+    (v6([0, 0, 0, 0, 0, 0, 0, 1], 128), Refuse(F::Loopback)),    // RFC 4291
+    (v6([0, 0, 0, 0, 0, 0, 0, 0], 96), Refuse(F::Reserved)),     // IPv4-compatible (deprecated)
+    (v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96), EmbeddedLast32),     // IPv4-mapped (RFC 4291)
+    (v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96), EmbeddedLast32),  // NAT64 (RFC 6052)
+    (v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), Refuse(F::SpecialPurpose)), // local NAT64 (RFC 8215)
+    (v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64), Refuse(F::SpecialPurpose)), // discard-only (RFC 6666)
+    (v6([0x100, 0, 0, 1, 0, 0, 0, 0], 64), Refuse(F::SpecialPurpose)), // dummy prefix (RFC 9780)
+    (v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23), Refuse(F::SpecialPurpose)), // IETF protocol (RFC 2928)
+    (v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 32), Refuse(F::Tunnel)),  // Teredo (RFC 4380)
+    (v6([0x2001, 1, 0, 0, 0, 0, 0, 1], 128), Public),            // PCP anycast (RFC 7723)
+    (v6([0x2001, 1, 0, 0, 0, 0, 0, 2], 128), Public),            // TURN anycast (RFC 8155)
+    (v6([0x2001, 1, 0, 0, 0, 0, 0, 3], 128), Public),            // DNS-SD SRP anycast (RFC 9665)
+    (v6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48), Refuse(F::Benchmarking)), // RFC 5180
+    (v6([0x2001, 3, 0, 0, 0, 0, 0, 0], 32), Public),             // AMT (RFC 7450)
+    (v6([0x2001, 4, 0x112, 0, 0, 0, 0, 0], 48), Public),         // AS112-v6 (RFC 7535)
+    (v6([0x2001, 0x10, 0, 0, 0, 0, 0, 0], 28), Refuse(F::SpecialPurpose)), // ORCHID (deprecated)
+    (v6([0x2001, 0x20, 0, 0, 0, 0, 0, 0], 28), Public),          // ORCHIDv2 (RFC 7343)
+    (v6([0x2001, 0x30, 0, 0, 0, 0, 0, 0], 28), Public),          // drone remote ID DETs (RFC 9374)
+    (v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), Refuse(F::Documentation)), // RFC 3849
+    (v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16), Embedded6to4),       // 6to4 (RFC 3056)
+    (v6([0x2620, 0x4f, 0x8000, 0, 0, 0, 0, 0], 48), Public), // AS112 direct delegation (RFC 7534)
+    (v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), Refuse(F::Documentation)), // RFC 9637
+    (v6([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16), Refuse(F::SpecialPurpose)), // SRv6 SIDs (RFC 9602)
+    (v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), Refuse(F::Private)), // unique-local (RFC 4193)
+    (v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254], 128), Refuse(F::Metadata)), // AWS IMDS over IPv6
+    (v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), Refuse(F::LinkLocal)), // RFC 4291
+    (v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10), Refuse(F::SiteLocal)), // RFC 3879 (deprecated)
+    (v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), Refuse(F::Multicast)), // RFC 4291
+];
+
+/// The most specific row of [`TABLE`] covering `ip`, if any.
+fn lookup(ip: IpAddr) -> Option<(Net, Verdict)> {
+    TABLE.iter().filter(|(net, _)| net.contains(ip)).max_by_key(|(net, _)| net.len()).copied()
+}
+
+/// The class of a globally meaningless or internal address, or `None` for a public one.
+/// IPv4 addresses embedded in IPv6 (mapped, NAT64, 6to4) are judged as IPv4; see the module
+/// comment for the rule.
+pub fn classify(ip: IpAddr) -> Option<Forbidden> {
+    let ip = canonical_ip(ip);
+    let Some((_, verdict)) = lookup(ip) else {
+        return Some(Forbidden::Reserved);
+    };
+    let embedded = |bits: u128| Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    match (verdict, ip) {
+        (Public, _) => None,
+        (Refuse(why), _) => Some(why),
+        // An embedded address is judged by the IPv4 rows only: one level, no recursion.
+        (EmbeddedLast32, IpAddr::V6(v6)) => classify(IpAddr::V4(embedded(u128::from(v6)))),
+        (Embedded6to4, IpAddr::V6(v6)) => classify(IpAddr::V4(embedded(u128::from(v6) >> 80))),
+        // The embedding rows are IPv6 prefixes; an IPv4 address never matches them.
+        (EmbeddedLast32 | Embedded6to4, IpAddr::V4(_)) => Some(Forbidden::Reserved),
     }
 }
 
@@ -161,44 +279,144 @@ fn interface_addresses() -> HashSet<IpAddr> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn classifies_addresses() {
+    /// One row per registry entry (the first address inside it) and, for the refused ones, a
+    /// public neighbour just outside as the control.
+    const ROWS: &[(&str, Option<Forbidden>)] = {
         use Forbidden::*;
-        let rows: &[(&str, Option<Forbidden>)] = &[
-            ("169.254.169.254", Some(Metadata)),
-            ("fd00:ec2::254", Some(Metadata)),
+        &[
+            // IPv4 unicast space and its controls.
+            ("1.1.1.1", None),
+            ("93.184.216.34", None),
+            ("128.0.0.1", None),
+            ("223.255.255.254", None),
+            ("0.0.0.0", Some(Unspecified)),
+            ("0.1.2.3", Some(Unspecified)),
+            ("10.1.2.3", Some(Private)),
+            ("11.0.0.1", None),
+            ("9.255.255.255", None),
+            ("100.64.0.1", Some(SharedAddressSpace)),
+            ("100.127.255.255", Some(SharedAddressSpace)),
+            ("100.63.255.255", None),
+            ("100.128.0.1", None),
             ("100.100.100.200", Some(Metadata)),
             ("127.0.0.1", Some(Loopback)),
             ("127.255.0.9", Some(Loopback)),
-            ("::1", Some(Loopback)),
-            ("::ffff:127.0.0.1", Some(Loopback)),
-            ("::127.0.0.1", Some(Loopback)),
-            ("64:ff9b::10.0.0.1", Some(Private)),
-            ("2002:c0a8:0101::1", Some(Private)),
-            ("0.0.0.0", Some(Unspecified)),
-            ("::", Some(Unspecified)),
             ("169.254.1.1", Some(LinkLocal)),
-            ("fe80::1", Some(LinkLocal)),
-            ("10.1.2.3", Some(Private)),
+            ("169.254.169.254", Some(Metadata)),
+            ("169.255.0.1", None),
             ("172.16.0.1", Some(Private)),
             ("172.31.255.255", Some(Private)),
-            ("192.168.1.1", Some(Private)),
-            ("fd12::1", Some(Private)),
-            ("fc00::1", Some(Private)),
-            ("100.64.0.1", Some(SharedAddressSpace)),
-            ("100.127.255.255", Some(SharedAddressSpace)),
-            ("224.0.0.1", Some(Multicast)),
-            ("ff02::1", Some(Multicast)),
-            ("255.255.255.255", Some(Reserved)),
-            ("240.0.0.1", Some(Reserved)),
             ("172.32.0.1", None),
-            ("100.128.0.1", None),
-            ("93.184.216.34", None),
+            ("172.15.255.255", None),
+            ("192.0.0.1", Some(SpecialPurpose)),
+            ("192.0.0.7", Some(SpecialPurpose)),
+            ("192.0.0.8", Some(SpecialPurpose)),
+            ("192.0.0.9", None),
+            ("192.0.0.10", None),
+            ("192.0.0.11", Some(SpecialPurpose)),
+            ("192.0.0.170", Some(SpecialPurpose)),
+            ("192.0.0.171", Some(SpecialPurpose)),
+            ("192.0.1.1", None),
+            ("192.0.2.1", Some(Documentation)),
+            ("192.0.3.1", None),
+            ("192.31.196.1", None),
+            ("192.52.193.1", None),
+            ("192.88.99.1", Some(SpecialPurpose)),
+            ("192.88.98.1", None),
+            ("192.168.1.1", Some(Private)),
+            ("192.169.0.1", None),
+            ("192.175.48.1", None),
+            ("198.18.0.1", Some(Benchmarking)),
+            ("198.19.255.255", Some(Benchmarking)),
+            ("198.17.255.255", None),
+            ("198.20.0.1", None),
+            ("198.51.100.1", Some(Documentation)),
+            ("198.51.101.1", None),
+            ("203.0.113.1", Some(Documentation)),
+            ("203.0.114.1", None),
+            ("224.0.0.1", Some(Multicast)),
+            ("239.255.255.255", Some(Multicast)),
+            ("240.0.0.1", Some(Reserved)),
+            ("255.255.255.254", Some(Reserved)),
+            ("255.255.255.255", Some(Reserved)),
+            // IPv6 global unicast and its controls.
             ("2606:4700::1111", None),
+            ("2a00:1450::1", None),
+            ("3ffe::1", None),
+            ("::", Some(Unspecified)),
+            ("::1", Some(Loopback)),
+            ("::2", Some(Reserved)),
+            ("::127.0.0.1", Some(Reserved)),
+            ("::93.184.216.34", Some(Reserved)),
+            ("::ffff:127.0.0.1", Some(Loopback)),
+            ("::ffff:10.0.0.1", Some(Private)),
+            ("::ffff:93.184.216.34", None),
+            ("::ffff:0:10.0.0.1", Some(Reserved)), // IPv4-translated (SIIT): no row, refused
+            ("64:ff9b::10.0.0.1", Some(Private)),
+            ("64:ff9b::169.254.169.254", Some(Metadata)),
+            ("64:ff9b::198.18.0.1", Some(Benchmarking)),
             ("64:ff9b::93.184.216.34", None),
-        ];
-        for (ip, want) in rows {
+            ("64:ff9b:1::1", Some(SpecialPurpose)),
+            ("64:ff9b:1::93.184.216.34", Some(SpecialPurpose)),
+            ("100::1", Some(SpecialPurpose)),
+            ("100:0:0:1::1", Some(SpecialPurpose)),
+            ("100:0:0:2::1", Some(Reserved)),
+            ("2001:4::1", Some(SpecialPurpose)),
+            ("2001::1", Some(Tunnel)),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", Some(Tunnel)),
+            ("2001:1::1", None),
+            ("2001:1::2", None),
+            ("2001:1::3", None),
+            ("2001:1::4", Some(SpecialPurpose)),
+            ("2001:2::1", Some(Benchmarking)),
+            ("2001:3::1", None),
+            ("2001:4:112::1", None),
+            ("2001:10::1", Some(SpecialPurpose)),
+            ("2001:20::1", None),
+            ("2001:30::1", None),
+            ("2001:200::1", None),
+            ("2001:db8::1", Some(Documentation)),
+            ("2001:db9::1", None),
+            ("2002:c0a8:0101::1", Some(Private)),
+            ("2002:7f00:1::1", Some(Loopback)),
+            ("2002:a9fe:a9fe::1", Some(Metadata)),
+            ("2002:5db8:d822::1", None),
+            ("2620:4f:8000::1", None),
+            ("3fff::1", Some(Documentation)),
+            ("3fff:1000::1", None),
+            ("5f00::1", Some(SpecialPurpose)),
+            ("5f01::1", Some(Reserved)),
+            ("4000::1", Some(Reserved)),
+            ("fc00::1", Some(Private)),
+            ("fd12::1", Some(Private)),
+            ("fd00:ec2::254", Some(Metadata)),
+            ("fe80::1", Some(LinkLocal)),
+            ("febf::1", Some(LinkLocal)),
+            ("fec0::1", Some(SiteLocal)),
+            ("feff::1", Some(SiteLocal)),
+            ("ff02::1", Some(Multicast)),
+            ("1fff::1", Some(Reserved)),
+        ]
+    };
+
+    #[test]
+    fn classifies_addresses() {
+        for (ip, want) in ROWS {
             assert_eq!(classify(ip.parse().unwrap()), *want, "{ip}");
+        }
+    }
+
+    /// Every row of the table is exercised by at least one test row whose most specific match it
+    /// is, so a row added without a test fails here.
+    #[test]
+    fn every_table_row_has_a_test_row() {
+        for (net, verdict) in TABLE {
+            let covered = ROWS.iter().any(|(ip, _)| {
+                let ip: IpAddr = ip.parse().unwrap();
+                lookup(ip).is_some_and(|(n, v)| n.len() == net.len() && v == *verdict)
+                    && net.contains(ip)
+            });
+            assert!(covered, "no test row for {net:?} {verdict:?}");
         }
     }
 

@@ -9,13 +9,15 @@
 //!    allow → go; otherwise grants from a [`GrantSource`].
 //! 3. `ask` — an [`Approver`] is asked, once per (sandbox, host, port) however many requests
 //!    wait; the request is held until it answers or the ask timeout passes (timeout = deny).
-//! 4. `upstream_peer` — resolve the name ([`Resolver`]) and drop loopback, link-local, private,
+//! 4. `upstream_peer` — resolve the name ([`Resolver`]) and drop every address that is not
+//!    globally reachable unicast (deny by default from the IANA special-purpose registries),
 //!    metadata and the host's own addresses unless that IP is itself allowed ([`guard`]).
 //! 5. `connect` — to exactly the addresses that were checked, in order; none reachable → 502.
 //! 6. `sni_filter` — for a tunnel whose client speaks TLS (on any port), the record layer is
 //!    parsed strictly ([`sni`]: handshake records only until a complete ClientHello, no ECH) and
 //!    the server name must be the CONNECT host or itself allowed (no domain fronting); no name
-//!    passes only for an IP-literal CONNECT; implicit-TLS ports carry nothing but TLS.
+//!    passes only for an IP-literal CONNECT; implicit-TLS ports carry nothing but TLS; after a
+//!    HelloRetryRequest the second ClientHello must name the same server.
 //! 7. `tunnel` / `forward` — splice(2) or a large-buffer copy; plain HTTP through a keep-alive
 //!    connection pool with hop-by-hop and `Proxy-Authorization` headers removed.
 //! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP) to an

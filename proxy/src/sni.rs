@@ -17,6 +17,20 @@
 //!   [`server_host`]);
 //! - no Encrypted Client Hello (nor the ESNI draft): it hides the real name behind a public one.
 //!
+//! # A second ClientHello
+//!
+//! A TLS 1.3 server may answer the ClientHello with a HelloRetryRequest (a ServerHello with a
+//! fixed random, RFC 8446 §4.1.3); the client then sends a second ClientHello, still in the clear,
+//! and a server may pick its virtual host from that one. RFC 8446 §4.1.2 says it must name the
+//! same server, but not every server checks, and a client can force the retry (a key share for a
+//! group the server does not take) and send both hellos at once. So the tunnel is not spliced
+//! until the server's first handshake message is seen ([`server_first`]); while it is awaited
+//! the client's further bytes are held, and after a HelloRetryRequest they must be (one optional
+//! change_cipher_spec, then) a second ClientHello under the same rules that names exactly the same
+//! server ([`SecondHello`]). The server's flight is read rather than the client's guessed: after
+//! a TLS 1.2 abbreviated handshake the client also sends change_cipher_spec then a handshake
+//! record, but encrypted, which no parser may read as a hello.
+//!
 //! An SSLv2-format hello is refused outright (it cannot carry a server name; OpenSSL still accepts
 //! it for TLS ≤ 1.2). Which ports must speak TLS, and what a hello without a name gets, is the
 //! caller's policy ([`is_tls_port`], `Inner::sni_filter`).
@@ -129,6 +143,111 @@ pub enum BadHello {
     Encrypted,
 }
 
+/// The random of a HelloRetryRequest: SHA-256 of "HelloRetryRequest" (RFC 8446 §4.1.3).
+const HELLO_RETRY_RANDOM: [u8; 32] = [
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+    0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+];
+
+/// What the server's first bytes say about a second ClientHello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerFirst {
+    /// The first handshake message is not complete enough yet.
+    NeedMore,
+    /// A HelloRetryRequest: the client's next handshake message is a second ClientHello.
+    HelloRetry,
+    /// Anything else (a ServerHello, an alert, not TLS): no second hello can follow in the clear.
+    Other,
+}
+
+/// Reads the server's first bytes (everything received so far) far enough to tell a
+/// HelloRetryRequest: handshake records until the message type, version and random (38 bytes)
+/// are there. Every record carries at least one byte, so this decides within 6 × 38 bytes.
+pub fn server_first(wire: &[u8]) -> ServerFirst {
+    const NEEDED: usize = 4 + 2 + 32;
+    let mut msg = [0u8; NEEDED];
+    let mut have = 0;
+    let mut rest = wire;
+    while have < NEEDED {
+        if rest.is_empty() {
+            return ServerFirst::NeedMore;
+        }
+        if rest[0] != HANDSHAKE || rest.get(1).is_some_and(|&v| v != 3) {
+            return ServerFirst::Other;
+        }
+        if rest.len() < 5 {
+            return ServerFirst::NeedMore;
+        }
+        let len = u16::from_be_bytes([rest[3], rest[4]]) as usize;
+        if len == 0 || len > MAX_RECORD {
+            return ServerFirst::Other;
+        }
+        let payload = &rest[5..rest.len().min(5 + len)];
+        let n = payload.len().min(NEEDED - have);
+        msg[have..have + n].copy_from_slice(&payload[..n]);
+        have += n;
+        // A ServerHello is handshake type 2; anything else is decided at its first byte.
+        if have > 0 && msg[0] != 0x02 {
+            return ServerFirst::Other;
+        }
+        if payload.len() < len {
+            break;
+        }
+        rest = &rest[5 + len..];
+    }
+    if have < NEEDED {
+        ServerFirst::NeedMore
+    } else if msg[6..] == HELLO_RETRY_RANDOM {
+        ServerFirst::HelloRetry
+    } else {
+        ServerFirst::Other
+    }
+}
+
+/// Reads what a client sends after a HelloRetryRequest: at most one change_cipher_spec record
+/// (RFC 8446 Appendix D.4, exactly `14 03 03 00 01 01`), then a second ClientHello under the
+/// rules of the first ([`OpeningParser`]). Like it, [`SecondHello::advance`] takes every byte
+/// received since the first hello ended.
+#[derive(Debug, Default)]
+pub struct SecondHello {
+    /// Bytes of the leading change_cipher_spec record, once seen (0 or 6).
+    skip: usize,
+    hello: OpeningParser,
+}
+
+impl SecondHello {
+    /// A parser that has seen nothing after the first hello.
+    pub fn new() -> SecondHello {
+        SecondHello::default()
+    }
+
+    /// Looks at `wire`; `Ok(Some(name))` once the second hello is complete and acceptable (its
+    /// server name, if any), `Ok(None)` while more bytes are needed.
+    pub fn advance(&mut self, wire: &[u8]) -> Result<Option<Option<String>>, BadHello> {
+        const CCS: [u8; 6] = [CHANGE_CIPHER_SPEC, 3, 3, 0, 1, 1];
+        if self.skip == 0 && wire.first() == Some(&CHANGE_CIPHER_SPEC) {
+            let n = wire.len().min(CCS.len());
+            if wire[..n] != CCS[..n] {
+                return Err(BadHello::RecordBeforeHello("change_cipher_spec"));
+            }
+            if n < CCS.len() {
+                return Ok(None);
+            }
+            self.skip = CCS.len();
+        }
+        match self.hello.advance(&wire[self.skip..])? {
+            Opening::NeedMore => Ok(None),
+            Opening::NotTls => Err(BadHello::NotHandshake),
+            Opening::ClientHello { server_name } => Ok(Some(server_name)),
+        }
+    }
+
+    /// Wire bytes up to the end of the second hello's record.
+    pub fn consumed(&self) -> usize {
+        self.skip + self.hello.consumed()
+    }
+}
+
 /// Reads the opening of a tunnel incrementally. Each call to [`OpeningParser::advance`] passes all
 /// bytes received so far (a growing buffer); bytes already looked at are not looked at again.
 #[derive(Debug, Default)]
@@ -143,6 +262,11 @@ impl OpeningParser {
     /// A parser that has seen nothing.
     pub fn new() -> OpeningParser {
         OpeningParser::default()
+    }
+
+    /// Wire bytes up to the end of the record that completed the ClientHello (once it is).
+    pub fn consumed(&self) -> usize {
+        self.next
     }
 
     /// Looks at `wire` (everything the client sent so far, starting with what the last call saw).
@@ -590,6 +714,93 @@ pub(crate) mod tests {
             endless.extend([0x16, 3, 1, 0, 1, 0]);
         }
         assert_eq!(opening(&endless), Err(BadHello::TooLarge));
+    }
+
+    /// A ServerHello message with this random.
+    pub(crate) fn server_hello(random: [u8; 32]) -> Vec<u8> {
+        let mut body = vec![0x03, 0x03];
+        body.extend(random);
+        body.extend([0, 0x13, 0x01, 0]); // empty session id, suite, null compression
+        body.extend([0, 6, 0, 0x2b, 0, 2, 3, 4]); // supported_versions: TLS 1.3
+        let mut msg = vec![0x02];
+        msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+        msg.extend(body);
+        msg
+    }
+
+    #[test]
+    fn tells_a_hello_retry_request_from_the_servers_first_bytes() {
+        let hrr = server_hello(HELLO_RETRY_RANDOM);
+        let plain = server_hello([9; 32]);
+        for max in [16384, 5, 1] {
+            let wire = records(&hrr, max);
+            assert_eq!(server_first(&wire), ServerFirst::HelloRetry, "max {max}");
+            // Prefixes: undecided until the random is complete (the first byte of a record
+            // header already says "handshake", so nothing decides earlier).
+            for n in 0..wire.len() {
+                let got = server_first(&wire[..n]);
+                assert!(got != ServerFirst::Other, "prefix {n} of max {max}: {got:?}");
+            }
+            assert_eq!(server_first(&records(&plain, max)), ServerFirst::Other, "max {max}");
+        }
+        let rows: [&[u8]; 6] = [
+            &[0x15, 3, 3, 0, 2, 2, 40],         // an alert
+            &[0x17, 3, 3, 0, 1, 0],             // application data
+            b"SSH-2.0-x\r\n",                   // not TLS
+            &[0x16, 3, 3, 0, 4, 0x0b, 0, 0, 0], // a Certificate first
+            &[0x16, 3, 3, 0, 0],                // an empty record
+            &[0x16, 2, 0],                      // not a TLS version
+        ];
+        for wire in rows {
+            assert_eq!(server_first(wire), ServerFirst::Other, "{wire:?}");
+        }
+        // A record of another type in the middle of the ServerHello.
+        let split = [&records(&hrr[..10], 16384)[..], &[0x15, 3, 3, 0, 2, 1, 0]].concat();
+        assert_eq!(server_first(&split), ServerFirst::Other);
+        assert_eq!(server_first(&[]), ServerFirst::NeedMore);
+    }
+
+    #[test]
+    fn reads_a_second_hello_after_one_change_cipher_spec() {
+        let ccs = [0x14, 3, 3, 0, 1, 1];
+        let again = records(&hello(&[sni_ext("crates.io")]), 16384);
+        let other = records(&hello(&[sni_ext("evil.example")]), 16384);
+        let unnamed = records(&hello(&[]), 16384);
+        let run = |wire: &[u8]| {
+            let mut p = SecondHello::new();
+            let mut last = Ok(None);
+            for n in 0..=wire.len() {
+                last = p.advance(&wire[..n]);
+                if last != Ok(None) {
+                    break;
+                }
+            }
+            last
+        };
+        let named = |n: &str| Ok(Some(Some(n.to_owned())));
+        assert_eq!(run(&again), named("crates.io"));
+        assert_eq!(run(&[&ccs[..], &again].concat()), named("crates.io"));
+        assert_eq!(run(&[&ccs[..], &other].concat()), named("evil.example"));
+        assert_eq!(run(&unnamed), Ok(Some(None)));
+        let mut p = SecondHello::new();
+        let wire = [&ccs[..], &again, &[0x17, 3, 3, 0, 1, 0]].concat();
+        assert_eq!(p.advance(&wire), named("crates.io"));
+        assert_eq!(p.consumed(), ccs.len() + again.len());
+        let rows: Vec<(Vec<u8>, BadHello)> = vec![
+            ([&ccs[..], &ccs].concat(), BadHello::RecordBeforeHello("change_cipher_spec")),
+            (vec![0x14, 3, 3, 0, 1, 2], BadHello::RecordBeforeHello("change_cipher_spec")),
+            (vec![0x14, 3, 3, 0, 2, 1, 1], BadHello::RecordBeforeHello("change_cipher_spec")),
+            (vec![0x17, 3, 3, 0, 1, 0], BadHello::RecordBeforeHello("application_data")),
+            (vec![0x16, 3, 3, 0, 4, 0x10, 0, 0, 0], BadHello::NotClientHello(0x10)),
+            (b"GET / HTTP/1.1\r\n".to_vec(), BadHello::NotHandshake),
+            (
+                records(&hello(&[sni_ext("a.com"), (EXT_ENCRYPTED_CLIENT_HELLO, vec![0; 4])]), 99),
+                BadHello::Encrypted,
+            ),
+        ];
+        for (wire, want) in rows {
+            assert_eq!(run(&wire), Err(want), "{wire:?}");
+        }
     }
 
     #[test]

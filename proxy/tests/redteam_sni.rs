@@ -296,3 +296,103 @@ async fn a_connect_after_a_keep_alive_request_gets_the_same_hello_check() {
     }
     assert!(got.lock().unwrap().iter().all(Vec::is_empty), "bytes reached upstream");
 }
+
+/// The fixed random of a HelloRetryRequest (RFC 8446 §4.1.3).
+const HRR_RANDOM: [u8; 32] = [
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+    0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+];
+
+/// A ServerHello record with this random.
+fn server_hello(random: [u8; 32]) -> Vec<u8> {
+    let mut body = vec![0x03, 0x03];
+    body.extend(random);
+    body.extend([0, 0x13, 0x01, 0, 0, 6, 0, 0x2b, 0, 2, 3, 4]);
+    let mut msg = vec![0x02];
+    msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    msg.extend(body);
+    record(0x16, &msg)
+}
+
+/// A TLS-ish upstream on 127.0.0.1: once it has the client's first record it answers `answer`,
+/// then records everything it got until the client closes.
+async fn answering_server(answer: Vec<u8>) -> (SocketAddr, Got) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let got: Got = Arc::default();
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let (g, answer) = (g.clone(), answer.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let deadline = std::time::Duration::from_secs(5);
+                // The first record: header, then its length.
+                while buf.len() < 5 || buf.len() < 5 + u16::from_be_bytes([buf[3], buf[4]]) as usize
+                {
+                    match tokio::time::timeout(deadline, s.read(&mut chunk)).await {
+                        Ok(Ok(n)) if n > 0 => buf.extend(&chunk[..n]),
+                        _ => break,
+                    }
+                }
+                let _ = s.write_all(&answer).await;
+                let _ = tokio::time::timeout(deadline, s.read_to_end(&mut buf)).await;
+                g.lock().unwrap().push(buf);
+            });
+        }
+    });
+    (addr, got)
+}
+
+/// After a HelloRetryRequest the client sends a second ClientHello in the clear, and a server may
+/// route by it: it must name the same server as the first, or nothing of it reaches the server.
+/// The client sends both hellos at once (it can force the retry itself), so the proxy must hold
+/// what follows the first hello until it has seen the server's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_hello_after_hello_retry_must_name_the_same_server() {
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).build();
+    let ccs = [0x14, 3, 3, 0, 1, 1];
+    let first = hello_for(b"allowed.test");
+    let hrr = server_hello(HRR_RANDOM);
+    let plain = server_hello([5; 32]);
+    // (name, server's answer, second hello, whether the second hello reaches the server)
+    let rows: Vec<(&str, &Vec<u8>, Vec<u8>, bool)> = vec![
+        ("retry, other name", &hrr, hello_for(b"forbidden.test"), false),
+        (
+            "retry, ccs then other name",
+            &hrr,
+            [&ccs[..], &hello_for(b"forbidden.test")].concat(),
+            false,
+        ),
+        ("retry, no name", &hrr, record(0x16, &hello_msg(&[])), false),
+        ("retry, not a hello", &hrr, record(0x17, &[1, 2, 3]), false),
+        // Controls: the same name passes; without a retry the bytes are the server's business.
+        ("retry, same name", &hrr, [&ccs[..], &hello_for(b"allowed.test")].concat(), true),
+        ("no retry", &plain, [&ccs[..], &record(0x16, &[9; 40])].concat(), true),
+    ];
+    for (what, answer, second, passes) in rows {
+        let (up, got) = answering_server(answer.clone()).await;
+        let addr = serve(&p, "rt", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+        let target = format!("allowed.test:{}", up.port());
+        let opening = [&first[..], &second].concat();
+        let (status, back) = tunnel(addr, &target, &opening).await;
+        assert!(status.contains(" 200 "), "{what}: {status}");
+        for _ in 0..100 {
+            if !got.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let delivered = got.lock().unwrap().concat();
+        // The server's answer always reaches the client (it is the server's).
+        assert!(back.starts_with(answer), "{what}: client got {back:?}");
+        if passes {
+            assert_eq!(delivered, opening, "{what}: the server got other bytes");
+            assert_eq!(&back[..], &answer[..], "{what}");
+        } else {
+            assert_eq!(delivered, first, "{what}: more than the first hello reached the server");
+            assert_eq!(&back[answer.len()..], ACCESS_DENIED, "{what}");
+        }
+    }
+}

@@ -22,6 +22,7 @@ pub mod canon;
 mod error;
 mod forward;
 pub mod gitwall;
+pub mod readonly;
 pub mod seatbelt;
 mod spec;
 mod timing;

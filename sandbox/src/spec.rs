@@ -128,6 +128,9 @@ pub struct SandboxSpec {
     pub allowed_unix_sockets: Vec<PathBuf>,
     /// Fail instead of warning when the kernel cannot enforce a wall.
     pub require_full: bool,
+    /// Read the command's stderr for "Read-only file system" messages (Linux; see
+    /// [`crate::readonly`]); the paths are in `Launched::read_only_reports` at the end.
+    pub report_read_only: bool,
 }
 
 /// Variables that only ever say where a proxy is (upper and lower case generic ones, npm, pip,

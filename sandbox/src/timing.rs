@@ -24,6 +24,9 @@ pub fn begin() {
 pub fn mark(step: &str) {
     if let Some(t0) = start() {
         let ms = t0.elapsed().as_secs_f64() * 1e3;
-        eprintln!("sandgate: launch {:>+9.3} ms  [{}] {step}", ms, std::process::id());
+        // One write per line: the sandbox's init writes its lines through the stderr relay
+        // while the launcher writes its own, and `eprintln!` writes a formatted line in pieces.
+        let line = format!("sandgate: launch {:>+9.3} ms  [{}] {step}\n", ms, std::process::id());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
 }

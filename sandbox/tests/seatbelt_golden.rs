@@ -46,6 +46,7 @@ fn spec(tier: &str) -> SandboxSpec {
         provided: vec![],
         visible: vec![],
         require_full: false,
+        report_read_only: false,
     }
 }
 

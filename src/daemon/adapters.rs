@@ -417,7 +417,7 @@ impl approvals::GrantWriter for Writer {
         if let Err(e) = s.grants.reload() {
             tracing::warn!(error = %e, "grant cache not reloaded");
         }
-        Ok(grant.id.to_string())
+        Ok(grant.id.wire())
     }
 }
 
@@ -487,8 +487,7 @@ impl approvals::telegram::BotControl for BotControl {
     }
 
     fn revoke(&self, id: &str) -> Result<String, String> {
-        let n: i64 =
-            id.trim_start_matches('#').parse().map_err(|_| format!("{id:?} is not a grant id"))?;
+        let n: sandgate_store::GrantId = id.parse().map_err(|e| format!("{e}"))?;
         revoke(&self.0, n).map(|g| format!("revoked {}", format_grant(&g)))
     }
 
@@ -504,11 +503,8 @@ impl approvals::telegram::BotControl for BotControl {
 }
 
 /// Revokes grant `id` and reloads the cache.
-pub fn revoke(s: &Shared, id: i64) -> Result<Grant, String> {
-    let g = s
-        .store
-        .revoke_grant(sandgate_store::GrantId(id), Timestamp::now())
-        .map_err(|e| e.to_string())?;
+pub fn revoke(s: &Shared, id: sandgate_store::GrantId) -> Result<Grant, String> {
+    let g = s.store.revoke_grant(id, Timestamp::now()).map_err(|e| e.to_string())?;
     if let Err(e) = s.grants.reload() {
         tracing::warn!(error = %e, "grant cache not reloaded");
     }

@@ -100,8 +100,8 @@ pub enum Request {
     },
     /// Revokes a grant.
     Revoke {
-        /// Grant id (as `rules` shows it).
-        grant: i64,
+        /// Grant id: `"g12"` as `rules --json` prints it (`"12"`, `"#12"` and 12 are read too).
+        grant: sandgate_store::GrantId,
     },
     /// Daemon, sandboxes, pending questions, counts.
     Status,

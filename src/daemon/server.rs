@@ -481,7 +481,7 @@ impl Conn {
                     })
                 })
                 .await?;
-                Ok(json!({ "revoked": g.id, "line": format_grant(&g) }))
+                Ok(json!({ "grant": g.id, "revoked": g.revoked, "line": format_grant(&g) }))
             }
             Request::Status => self.status().await,
             Request::List { all } => {

@@ -240,14 +240,63 @@ impl NewGrant {
     }
 }
 
-/// A grant's id (never reused, also after revocation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
+/// A grant's id (never reused, also after revocation). People see `#12` ([`Display`]); JSON
+/// carries `"g12"` ([`GrantId::wire`]: every id sandgate prints in JSON is a string, prefixed
+/// so it cannot be mistaken for a question's `q12`); `g12`, `#12` and `12` all parse, and so does
+/// the number 12 in JSON from older clients.
+///
+/// [`Display`]: std::fmt::Display
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GrantId(pub i64);
+
+impl GrantId {
+    /// The JSON form, `g12`.
+    pub fn wire(self) -> String {
+        format!("g{}", self.0)
+    }
+}
 
 impl std::fmt::Display for GrantId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for GrantId {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let digits = t.strip_prefix('g').or_else(|| t.strip_prefix('#')).unwrap_or(t);
+        match digits.parse::<i64>() {
+            Ok(n) if n >= 0 && digits.bytes().all(|b| b.is_ascii_digit()) => Ok(GrantId(n)),
+            _ => Err(StoreError::Invalid {
+                what: "grant id",
+                value: s.to_owned(),
+                reason: "a grant id is g12, #12 or 12 (see `sandgate rules`)",
+            }),
+        }
+    }
+}
+
+impl Serialize for GrantId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.wire())
+    }
+}
+
+impl<'de> Deserialize<'de> for GrantId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Number(i64),
+            Text(String),
+        }
+        match Wire::deserialize(d)? {
+            Wire::Number(n) => Ok(GrantId(n)),
+            Wire::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -460,4 +509,22 @@ pub struct StoreCounts {
     pub grants_live: u64,
     /// Events kept.
     pub events: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// JSON carries `"g12"`; every form people type or older clients send parses back.
+    #[test]
+    fn grant_ids_are_strings_in_json_and_parse_in_every_form() {
+        assert_eq!(serde_json::to_value(GrantId(12)).unwrap(), serde_json::json!("g12"));
+        for form in [r#""g12""#, r##""#12""##, r#""12""#, "12"] {
+            assert_eq!(serde_json::from_str::<GrantId>(form).unwrap(), GrantId(12), "{form}");
+        }
+        for bad in ["q12", "g", "-1", "+1", "g-1", "1.5", " ", "12a"] {
+            assert!(bad.parse::<GrantId>().is_err(), "{bad}");
+        }
+        assert_eq!(GrantId(12).to_string(), "12");
+    }
 }

@@ -306,7 +306,7 @@ fn without_ask_timeout_the_daemon_waits_60_s_for_an_answer() {
     let secs = |v: &Value| v.as_i64().unwrap() as f64 / 1e3;
     let wait = secs(&q["deadline"]) - secs(&q["first_asked"]);
     assert!((wait - 60.0).abs() < 0.01, "question open for {wait} s: {q:#}");
-    ok(&t.sg(&["deny", &format!("q{}", q["id"]), "--once"]));
+    ok(&t.sg(&["deny", q["id"].as_str().unwrap(), "--once"]));
     let (_, stdout, _) = finish(run);
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
 }
@@ -534,7 +534,7 @@ fn a_question_raises_a_desktop_notification_when_configured() {
     assert!(said.contains("wants 127.0.0.1:"), "{said}");
     // The sandbox's own text comes after the host and the answer, quoted.
     assert!(said.contains(&format!("— sandbox \"{sandbox}\"")), "{said}");
-    ok(&t.sg(&["allow", &format!("q{}", q["id"]), "--once"]));
+    ok(&t.sg(&["allow", q["id"].as_str().unwrap(), "--once"]));
     let (_, stdout, stderr) = finish(run);
     assert_eq!(responses(&stdout)[0].0, 200, "{stdout}\n{stderr}");
     // One question, one notification.
@@ -543,7 +543,7 @@ fn a_question_raises_a_desktop_notification_when_configured() {
     // Off by default: the same question without the setting notifies nobody.
     let (t, path, log) = with_fake_notify_send(config);
     let (run, q) = held_with_path(&t, &path, &url);
-    ok(&t.sg(&["deny", &format!("q{}", q["id"]), "--once"]));
+    ok(&t.sg(&["deny", q["id"].as_str().unwrap(), "--once"]));
     let (_, stdout, _) = finish(run);
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
     assert!(!log.exists(), "notified without desktop_notifications");

@@ -123,20 +123,20 @@ fn an_answer_releases_held_requests_and_becomes_a_grant() {
     // Revoked, it asks again; a deny answers with 403 at once.
     let rules = t.json(&["rules", "--json"]);
     for r in rules.as_array().unwrap() {
-        let id = r["id"].to_string();
-        assert!(t.sg(&["revoke", &id]).status.success());
+        let id = r["id"].as_str().unwrap();
+        assert!(t.sg(&["revoke", id]).status.success());
     }
     assert_eq!(t.json(&["rules", "--json"]), Value::Array(vec![]));
     let held = t.spawn_net(&[], &curl(&url).iter().map(String::as_str).collect::<Vec<_>>());
     wait_until("a new question", Duration::from_secs(20), || {
         t.json(&["pending", "--json"]).as_array().is_some_and(|p| p.len() == 1)
     });
-    let q = t.json(&["pending", "--json"])[0]["id"].as_u64().unwrap();
-    assert!(t.sg(&["deny", &format!("q{q}"), "--once"]).status.success());
+    let q = t.json(&["pending", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    assert!(t.sg(&["deny", &q, "--once"]).status.success());
     let (_, stdout, _) = finish(held);
     assert_eq!(stdout, "403\n");
     // Answering it again: it was answered already.
-    let out = t.sg(&["allow", &format!("q{q}")]);
+    let out = t.sg(&["allow", &q]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("already"),

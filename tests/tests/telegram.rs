@@ -572,7 +572,7 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
         "GET /".to_owned(),
         "command: curl -sS".to_owned(),
         format!("cwd: {}", t.proj.display()),
-        format!("question q{}", pending["id"]),
+        format!("question {}", pending["id"].as_str().unwrap()),
         "/allow 127.0.0.1".to_owned(),
     ] {
         assert!(msg.contains(&part), "{part:?} missing from the question:\n{msg}");
@@ -675,7 +675,8 @@ fn an_allow_command_releases_the_held_request_and_rules_revoke_status_work() {
     let rules = rules.as_array().unwrap();
     assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(rules[0]["approved_by"], "@bob", "{}", rules[0]);
-    let id = rules[0]["id"].to_string();
+    // JSON says g12; people (and the bot) see #12.
+    let id = rules[0]["id"].as_str().unwrap().trim_start_matches('g').to_owned();
 
     // /rules, /status and /revoke go to the daemon.
     fake.push_message(CHAT, "bob", "/rules");
@@ -724,8 +725,8 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     assert!(listed.starts_with("1 pending:"), "{listed}");
     assert!(
         listed.contains(&format!(
-            "q{} · {} wants 127.0.0.1:{port} · 1 waiting",
-            pending["id"],
+            "{} · {} wants 127.0.0.1:{port} · 1 waiting",
+            pending["id"].as_str().unwrap(),
             pending["sandbox"].as_str().unwrap()
         )),
         "{listed}"
@@ -848,7 +849,7 @@ fn a_question_answered_before_its_turn_to_be_posted_is_not_posted() {
         q5 = found.cloned().unwrap_or(Value::Null);
         !q5.is_null()
     });
-    let out = t.sg(&["allow", &format!("q{}", q5["id"]), "--once"]);
+    let out = t.sg(&["allow", q5["id"].as_str().unwrap(), "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, stdout, stderr) = finish(curl5);
     assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
@@ -887,7 +888,7 @@ fn a_hanging_send_message_holds_up_neither_the_cli_nor_other_questions() {
     // (a) The daemon answers at once, and the CLI's answer releases the request at once.
     let (status, pending) = (timed(&t, &["status"]), timed(&t, &["pending"]));
     let answered = Instant::now();
-    timed(&t, &["allow", &format!("q{}", q["id"]), "--once"]);
+    timed(&t, &["allow", q["id"].as_str().unwrap(), "--once"]);
     let (code, stdout, stderr) = finish(curl);
     let released = answered.elapsed();
     assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
@@ -1020,7 +1021,7 @@ fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
     let msg_id = posted.message_id.unwrap();
     let q = t.pending_one();
     let answered = SystemTime::now();
-    let out = t.sg(&["allow", &format!("q{}", q["id"]), "--for", "15m"]);
+    let out = t.sg(&["allow", q["id"].as_str().unwrap(), "--for", "15m"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, stdout, stderr) = finish(curl);
     assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
@@ -1210,8 +1211,8 @@ fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
         return;
     }
     let Held { fake, t, curl, q, .. } = held_curl();
-    let id = t.pending_one()["id"].clone();
-    let out = t.sg(&["allow", &format!("q{id}"), "--once"]);
+    let id = t.pending_one()["id"].as_str().unwrap().to_owned();
+    let out = t.sg(&["allow", &id, "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, stdout, stderr) = finish(curl);
     assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
@@ -1219,7 +1220,7 @@ fn a_button_pressed_after_a_cli_answer_is_told_it_was_already_answered() {
     fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, "Always"));
     let ack = fake.wait_call("answerCallbackQuery", |_| true);
     let said = text(&ack.body);
-    assert!(said.contains(&format!("q{id} was already allowed once in the CLI by")), "{said}");
+    assert!(said.contains(&format!("{id} was already allowed once in the CLI by")), "{said}");
     assert_eq!(t.json(&["rules", "--json"]), json!([]));
 }
 
@@ -1312,7 +1313,7 @@ fn a_button_from_before_a_daemon_restart_answers_nothing() {
     let warned = log.matches("token is written in the config file").count();
     assert!((1..=2).contains(&warned), "{warned} warnings in:\n{log}");
     assert!(!log.contains(TOKEN), "the token itself is never logged");
-    let out = t.sg(&["deny", &format!("q{}", new["id"]), "--once"]);
+    let out = t.sg(&["deny", new["id"].as_str().unwrap(), "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(finish(curl).1, "403\n");
 }

@@ -588,7 +588,10 @@ fn summary(answer: Answer, done: &Answered) -> String {
         n => format!("{answer}: {n} requests released"),
     };
     if !done.grants.is_empty() {
-        s.push_str(&format!(" · rule {}", done.grants.join(", ")));
+        // Grant ids come in their JSON form (`g12`); people see `#12` everywhere.
+        let ids: Vec<String> =
+            done.grants.iter().map(|g| format!("#{}", g.trim_start_matches('g'))).collect();
+        s.push_str(&format!(" · rule {}", ids.join(", ")));
     }
     if !done.grant_errors.is_empty() {
         s.push_str(&format!(" · could not save the rule: {}", done.grant_errors.join("; ")));

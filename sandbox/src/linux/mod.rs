@@ -29,6 +29,7 @@ mod nested;
 mod net;
 mod netlink;
 mod placeholder;
+mod stderr_tap;
 mod sys;
 mod terminal;
 mod warden;
@@ -79,6 +80,10 @@ pub struct Launched {
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
+    /// The relay of the command's stderr when it is not a terminal (see `stderr_tap`).
+    tap: Option<stderr_tap::Tap>,
+    /// What the stderr relay (pipe or pty) found: "Read-only file system" paths.
+    read_only: Option<crate::readonly::SharedScanner>,
 }
 
 /// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
@@ -117,6 +122,12 @@ impl Launched {
         self.pid as u32
     }
 
+    /// The "Read-only file system" messages of the command's stderr (with
+    /// [`SandboxSpec::report_read_only`]), complete once [`Launched::wait`] returned.
+    pub fn read_only_reports(&self) -> Option<crate::readonly::SharedScanner> {
+        self.read_only.clone()
+    }
+
     /// Waits for the command, forwarding SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGUSR1 and
     /// SIGUSR2 to it. Returns its exit code (128 + signal number when it was killed).
     ///
@@ -132,6 +143,10 @@ impl Launched {
         self.reaped = true;
         if let Some(tty) = &mut self.tty {
             tty.finish();
+        }
+        // Every writer is gone with the sandbox: the relay ends with the last bytes out.
+        if let Some(tap) = &mut self.tap {
+            tap.finish();
         }
         self.cleanup.finish();
         code
@@ -257,6 +272,29 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     let detected = terminal::detect();
     plan.tty = detected.tty;
     plan.null_stdin = detected.null_stdin;
+    // Reading stderr for "Read-only file system": on the pty when stderr is a terminal, through
+    // a pipe otherwise (see `stderr_tap`).
+    let read_only = spec.report_read_only.then(crate::readonly::SharedScanner::default);
+    let stderr_on_tty = plan.tty.is_some_and(|t| t.on_tty[2]);
+    let mut tap_ends = None;
+    // Nothing to relay when stderr is closed or /dev/null (nobody would read a hint either).
+    if read_only.is_some() && !stderr_on_tty && sys::is_open_and_not_null(2) {
+        let stdout_on_tty = plan.tty.is_some_and(|t| t.on_tty[1]);
+        match stderr_tap::ends(stdout_on_tty) {
+            Ok(ends) => {
+                plan.tap = Some(TapFds {
+                    writer: ends.writer.as_raw_fd(),
+                    reader: ends.reader.as_raw_fd(),
+                    merge_stdout: ends.merge_stdout,
+                });
+                tap_ends = Some(ends);
+            }
+            Err(e) => {
+                cleanup.finish();
+                return Err(SandboxError::Io { what: "stderr pipe", source: e });
+            }
+        }
+    }
     let mut signals = FORWARDED.to_vec();
     signals.push(libc::SIGCHLD);
     if plan.tty.is_some_and(|t| t.interactive) {
@@ -297,6 +335,12 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     drop(child_sock);
+    // The write end is the sandbox's alone now (the warden below must not hold it either, or the
+    // relay would never see the end; it closes the read end itself).
+    let tap_reader = tap_ends.map(|ends| {
+        drop(ends.writer);
+        ends.reader
+    });
     if (!cleanup.placeholders.is_empty() || cleanup.warden.is_some())
         && let Ok(pidfd) = sys::pidfd_open(pid)
     {
@@ -308,6 +352,20 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         }
     }
 
+    // Started after the warden's fork: a process forked from this one has one thread.
+    let tap = match tap_reader {
+        Some(reader) => match stderr_tap::Tap::start(reader, read_only.clone().unwrap_or_default())
+        {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::waitpid(pid, true);
+                cleanup.finish();
+                return Err(SandboxError::Io { what: "stderr relay thread", source: e });
+            }
+        },
+        None => None,
+    };
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
@@ -331,7 +389,13 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             // In the order init sends them: the pty master, then the proxy listener and NFLOG.
             let tty = match plan.tty {
                 Some(outer) => match fds.next() {
-                    Some(master) => Some(terminal::Relay::new(master, outer)),
+                    Some(master) => {
+                        let mut relay = terminal::Relay::new(master, outer);
+                        if outer.on_tty[2] {
+                            relay.scan_with(read_only.clone());
+                        }
+                        Some(relay)
+                    }
                     None => {
                         let e = SandboxError::Setup {
                             step: "terminal".into(),
@@ -363,6 +427,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 stops,
                 signals,
                 reaped: false,
+                tap,
+                read_only,
             })
         }
         Some(("error", rest)) => {
@@ -399,6 +465,19 @@ struct Plan {
     tty: Option<terminal::Outer>,
     /// The caller's stdin is a terminal that is not relayed: the command reads `/dev/null`.
     null_stdin: bool,
+    /// The stderr relay's pipe (see `stderr_tap`).
+    tap: Option<TapFds>,
+}
+
+/// The stderr relay's pipe as init sees it (inherited through the clone).
+#[derive(Debug, Clone, Copy)]
+struct TapFds {
+    /// Becomes descriptor 2 (and 1 with `merge_stdout`).
+    writer: std::os::fd::RawFd,
+    /// The launcher's end: init closes its copy, or a reader would outlive the launcher's and
+    /// a command writing to a stderr nobody reads any more would block instead of getting EPIPE.
+    reader: std::os::fd::RawFd,
+    merge_stdout: bool,
 }
 
 fn canonical(role: &'static str, p: &Path) -> Result<PathBuf, SandboxError> {
@@ -640,6 +719,8 @@ mod init {
         slave: Option<(OwnedFd, [bool; 3])>,
         /// Stdin becomes `/dev/null` (a terminal that is not relayed; see `terminal`).
         null_stdin: bool,
+        /// Descriptor 2 (and 1) becomes this pipe (see `stderr_tap`).
+        tap: Option<super::TapFds>,
     }
 
     fn setup(
@@ -689,6 +770,7 @@ mod init {
             envp: sys::envp(&spec.env).map_err(err("environment"))?,
             slave,
             null_stdin: plan.null_stdin,
+            tap: plan.tap,
         };
 
         crate::timing::mark("program found, argv and environment");
@@ -773,6 +855,15 @@ mod init {
             }
         }
         drop(p.slave);
+        if let Some(t) = p.tap {
+            // Init's own messages go the same way; the pipe's original write descriptor is
+            // closed for the command by `cloexec_from_3`.
+            sys::close(t.reader);
+            let _ = sys::dup2(t.writer, 2);
+            if t.merge_stdout {
+                let _ = sys::dup2(t.writer, 1);
+            }
+        }
         if terminal {
             // Init leads the pty's session and the command runs in a process group of its own
             // in the foreground: with its parent in the same session the group is not orphaned,

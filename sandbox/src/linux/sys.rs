@@ -972,3 +972,40 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     })?;
     Ok(())
 }
+
+/// Whether this process's descriptors `a` and `b` share one open file description (`kcmp(2)`
+/// `KCMP_FILE`), as `2>&1` makes them; `None` when the kernel cannot say (no `CONFIG_KCMP`).
+pub fn same_open_file(a: RawFd, b: RawFd) -> Option<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let pid = getpid() as libc::c_long;
+    // SAFETY: kcmp takes integers only and reads no memory of this process.
+    let r = unsafe {
+        libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a as libc::c_long, b as libc::c_long)
+    };
+    match r {
+        0 => Some(true),
+        1 | 2 => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether descriptor `fd` is open and not `/dev/null` (character device 1:3): output worth
+/// relaying somewhere someone reads.
+pub fn is_open_and_not_null(fd: RawFd) -> bool {
+    // SAFETY: fstat writes only into `st`, a properly sized and aligned stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; an invalid `fd` is reported as EBADF.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    let chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    !(chr && libc::major(st.st_rdev) == 1 && libc::minor(st.st_rdev) == 3)
+}
+
+/// Closes `fd` (errors ignored: used on descriptors known to be open, in a child process).
+pub fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor number the caller owns; nothing else in this process uses it.
+    unsafe {
+        libc::close(fd);
+    }
+}

@@ -126,6 +126,8 @@ pub struct Relay {
     pending: Vec<u8>,
     stdin_open: bool,
     master_open: bool,
+    /// Looks at the output for "Read-only file system" (see [`crate::readonly`]).
+    scanner: Option<crate::readonly::SharedScanner>,
 }
 
 impl Relay {
@@ -140,7 +142,13 @@ impl Relay {
             // Outside interactive mode the caller's terminal is never read.
             stdin_open: outer.interactive,
             master_open: true,
+            scanner: None,
         }
+    }
+
+    /// Lets `scanner` see the output, after it is written to the caller's terminal.
+    pub fn scan_with(&mut self, scanner: Option<crate::readonly::SharedScanner>) {
+        self.scanner = scanner;
     }
 
     /// Puts the caller's terminal in raw mode: every key goes to the sandbox's pty, whose line
@@ -226,7 +234,12 @@ impl Relay {
                     self.master_open = false;
                     return;
                 }
-                Ok(n) => write_all(self.outer.fd, &buf[..n]),
+                Ok(n) => {
+                    write_all(self.outer.fd, &buf[..n]);
+                    if let Some(s) = &self.scanner {
+                        s.lock().unwrap_or_else(|e| e.into_inner()).feed(&buf[..n]);
+                    }
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return,
                 // EIO: every slave descriptor is closed.
                 Err(_) => {
@@ -243,6 +256,9 @@ impl Relay {
             // Finite now: every writer is gone.
             let mut buf = [0u8; 16 * 1024];
             self.copy_out(&mut buf, usize::MAX);
+        }
+        if let Some(s) = &self.scanner {
+            s.lock().unwrap_or_else(|e| e.into_inner()).finish();
         }
         self.restore();
     }

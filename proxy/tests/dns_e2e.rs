@@ -65,6 +65,10 @@ async fn stub() -> Stub {
                 "lan.test",
                 "10.0.0.0/8",
                 "mixed.test",
+                // The test resolver's answers are documentation addresses, which the address
+                // guard refuses like any non-public range unless allowed by IP.
+                "192.0.2.0/24",
+                "2001:db8::/32",
             ],
             &["denied.test", "*.wild.test:25", "secret.wild.test"],
         ),

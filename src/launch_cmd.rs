@@ -593,7 +593,11 @@ fn launch(
     _on_host: HostListener,
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
-    let launched = match sandgate_sandbox::launch(spec, &Hooks) {
+    let hooks = Hooks {
+        greet: !no_daemon(args) && matches!(spec.net, NetMode::Proxy { .. }),
+        greeting: std::cell::RefCell::new(None),
+    };
+    let launched = match sandgate_sandbox::launch(spec, &hooks) {
         Ok(l) => l,
         Err(SandboxError::CommandNotFound { command }) => {
             eprintln!("sandgate: {command}: command not found");
@@ -611,7 +615,7 @@ fn launch(
     let mut served = Served::None;
     if let Some(fd) = launched.listener.take() {
         let nflog = launched.nflog.take();
-        served = serve(spec, args, net, fd, nflog)?;
+        served = serve(spec, args, net, fd, nflog, hooks.greeting.take())?;
     }
     let code = launched.wait()?;
     served.finish(code, args.report_blocked);
@@ -643,6 +647,13 @@ impl Served {
     }
 }
 
+/// Whether this launch serves its proxy itself (`--learn`, or `SANDGATE_NO_DAEMON=1`).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn no_daemon(args: &LaunchArgs) -> bool {
+    args.learner.is_some()
+        || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 fn serve(
     spec: &SandboxSpec,
@@ -650,11 +661,10 @@ fn serve(
     net: sandgate_config::NetworkPolicy,
     listener: std::os::fd::OwnedFd,
     nflog: Option<std::os::fd::OwnedFd>,
+    greeting: Option<anyhow::Result<crate::launch_daemon::Greeting>>,
 ) -> anyhow::Result<Served> {
     use std::io::IsTerminal as _;
-    let no_daemon = args.learner.is_some()
-        || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0");
-    if !no_daemon {
+    if !no_daemon(args) {
         let info = crate::daemon::protocol::SandboxInfo {
             id: spec.id.to_string(),
             tier: spec.tier_name.clone(),
@@ -671,7 +681,7 @@ fn serve(
             tty_notices: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
             stderr_notices: !args.quiet,
         };
-        match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, out) {
+        match crate::launch_daemon::DaemonLink::start(greeting, info, copies.0, copies.1, out) {
             Ok(link) => return Ok(Served::Daemon(link)),
             Err(e) => eprintln!(
                 "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
@@ -825,7 +835,7 @@ fn launch(
     };
     let launched = sandgate_sandbox::launch_with_proxy_port(spec, port)?;
     let served = match listener {
-        Some(l) => serve(spec, args, net, l.into(), None)?,
+        Some(l) => serve(spec, args, net, l.into(), None, None)?,
         None => Served::None,
     };
     let code = launched.wait()?;
@@ -863,9 +873,14 @@ fn launch(
     bail!("sandboxing is not implemented on this platform")
 }
 
-/// The firewall manager and monitor, called inside the sandbox's network namespace.
+/// The monitor, called inside the sandbox's network namespace, and the daemon's greeting,
+/// sent while the sandbox sets up.
 #[cfg(target_os = "linux")]
-struct Hooks;
+struct Hooks {
+    /// Whether the sandbox's proxy goes to the daemon (greet it early).
+    greet: bool,
+    greeting: std::cell::RefCell<Option<anyhow::Result<crate::launch_daemon::Greeting>>>,
+}
 
 #[cfg(target_os = "linux")]
 impl sandgate_sandbox::NamespaceHooks for Hooks {
@@ -873,6 +888,12 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
         sandgate_monitor::nflog::NflogSocket::open(group)
             .map(|s| Some(s.into_fd()))
             .map_err(|e| format!("NFLOG group {group}: {e}"))
+    }
+
+    fn while_starting(&self) {
+        if self.greet {
+            *self.greeting.borrow_mut() = Some(crate::launch_daemon::Greeting::send());
+        }
     }
 }
 

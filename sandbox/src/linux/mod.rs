@@ -53,6 +53,12 @@ pub use netlink::{
 pub trait NamespaceHooks {
     /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
     fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
+
+    /// Called in the launcher once the sandbox's init runs, before waiting for it to be ready:
+    /// work that would otherwise wait for the sandbox (greeting the daemon) overlaps its setup.
+    /// The init is a copy of the launcher from before this call, so nothing opened here is in
+    /// the sandbox.
+    fn while_starting(&self) {}
 }
 
 /// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
@@ -305,6 +311,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         }
     }
 
+    hooks.while_starting();
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
@@ -433,6 +440,12 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             plan.fs.read_only.push(real);
             return Ok(());
         }
+        // Missing, and nothing writable: nothing can create it from inside (and no parent
+        // walk of `readlink`s and `stat`s to find that out, for each of the built-in credential
+        // paths this home does not have).
+        if writable.is_empty() {
+            return Ok(());
+        }
         // Missing: make sure it cannot be created from inside. The first missing component
         // becomes an empty read-only placeholder while the sandbox runs (see `placeholder`).
         let mut missing = p.to_path_buf();
@@ -469,8 +482,10 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         plan.fs.read_only.push(target);
         Ok(())
     };
-    if let Some(rule) = &spec.top_level {
-        let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+    // No writable directory (`run`, `net`): no top to watch, so no inotify instance and no
+    // warden process to fork, wait for and reap at every launch.
+    let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+    if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
         let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
         let existing = w.existing_protected();
         plan.warden = Some(w);

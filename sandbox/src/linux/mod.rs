@@ -900,6 +900,53 @@ pub fn kernel_support() -> KernelSupport {
 mod tests {
     use super::*;
 
+    fn spec(dir: &Path, writable: Vec<PathBuf>) -> SandboxSpec {
+        SandboxSpec {
+            id: crate::SandboxId::try_from("sg-plan").unwrap(),
+            tier_name: "t".into(),
+            cwd: dir.to_path_buf(),
+            command: vec!["true".into()],
+            env: Vec::new(),
+            writable,
+            // Missing credential paths, as the built-in list names for every home.
+            hidden: vec![dir.join("no/.ssh"), dir.join(".aws")],
+            read_only: vec![dir.join(".git/hooks")],
+            provided: Vec::new(),
+            visible: Vec::new(),
+            top_level: Some(crate::TopLevel {
+                protected: vec![".envrc".into()],
+                ..Default::default()
+            }),
+            net: NetMode::None,
+            allowed_unix_sockets: Vec::new(),
+            require_full: false,
+        }
+    }
+
+    /// Without a writable directory there is no top to watch: no warden process is forked
+    /// (and waited for) at each launch, and missing protected paths need no placeholder.
+    #[test]
+    fn a_launch_without_writable_directories_has_no_warden() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join(".envrc"), "x").unwrap();
+        let plan = resolve(&spec(&root, Vec::new())).unwrap();
+        assert!(plan.warden.is_none());
+        assert!(plan.placeholders.is_empty());
+        assert!(plan.fs.read_only.is_empty(), "{:?}", plan.fs.read_only);
+        // The same directory writable: the warden watches it (and takes away a `.git` or
+        // `.aws` made inside), the top's `.envrc` is read-only, and the missing `no` on the way
+        // to a hidden `no/.ssh` is a read-only placeholder (the walls this must keep).
+        let mut plan = resolve(&spec(&root, vec![root.clone()])).unwrap();
+        let w = plan.warden.as_ref().expect("a warden for the writable directory");
+        assert!(w.covers(&root.join(".git")) && w.covers(&root.join(".aws")));
+        assert_eq!(plan.fs.read_only, vec![root.join(".envrc"), root.join("no")]);
+        assert_eq!(plan.placeholders.len(), 1);
+        for p in plan.placeholders.drain(..) {
+            p.release();
+        }
+    }
+
     #[test]
     fn programs_are_found_in_the_commands_path() {
         let env = vec![(OsString::from("PATH"), OsString::from("/nonexistent:/bin:/usr/bin"))];

@@ -499,13 +499,17 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
     }
     let mut parents = std::collections::HashMap::new();
-    for h in &spec.hidden {
-        if !h.is_absolute() {
-            continue;
-        }
+    // The same path comes from several lists (the built-in credential paths, the home walk,
+    // the configuration): resolved once each.
+    let mut hidden: Vec<&PathBuf> = spec.hidden.iter().filter(|h| h.is_absolute()).collect();
+    hidden.sort();
+    hidden.dedup();
+    for h in hidden {
         match canonical_in(&mut parents, h) {
             Ok(real) if real.is_dir() => plan.fs.hidden_dirs.push(real),
             Ok(real) => plan.fs.hidden_files.push(real),
+            // Missing, and nothing writable: nothing can create it from inside.
+            Err(_) if writable.is_empty() => {}
             // A missing credential path inside a writable one must not be creatable either.
             Err(_) => protect(h, plan)?,
         }

@@ -892,7 +892,7 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
 
     fn while_starting(&self) {
         if self.greet {
-            *self.greeting.borrow_mut() = Some(crate::launch_daemon::Greeting::send());
+            *self.greeting.borrow_mut() = crate::launch_daemon::Greeting::send_if_running().map(Ok);
         }
     }
 }

@@ -77,7 +77,19 @@ impl Greeting {
     /// Connects (starting a daemon when none answers) and sends `hello` without waiting.
     pub fn send() -> anyhow::Result<Greeting> {
         let paths = Paths::discover();
-        let mut client = Client::connect_or_start(&paths)?;
+        let client = Client::connect_or_start(&paths)?;
+        Greeting::hello(client, paths)
+    }
+
+    /// [`Greeting::send`] to a daemon that runs already, `None` when none answers: a daemon is
+    /// started only once the sandbox is there (a launch that fails starts none).
+    pub fn send_if_running() -> Option<Greeting> {
+        let paths = Paths::discover();
+        let client = Client::connect(&paths).ok()?;
+        Greeting::hello(client, paths).ok()
+    }
+
+    fn hello(mut client: Client, paths: Paths) -> anyhow::Result<Greeting> {
         let hello = client.send_with_fds(Request::Hello, &[])?;
         Ok(Greeting { client, paths, hello })
     }

@@ -1,6 +1,7 @@
 //! Linux backend: user, mount, pid, net, ipc and uts namespaces, Landlock, seccomp.
 //!
-//! Process layout (no other process is started, except `ip` and `nft` once in proxy mode):
+//! Process layout (no other process is started; the warden only when there is a writable
+//! directory to watch):
 //!
 //! ```text
 //! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds,

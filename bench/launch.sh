@@ -3,13 +3,19 @@
 # `sandbox-build true` against bare `true` and bwrap (with and without a network namespace) in
 # ONE hyperfine run, with each tier's ratio to the bwrap that bounds it; `sandbox-net` both registered with a running daemon (the
 # normal case) and serving its proxy itself. Release build; needs hyperfine and bwrap.
-# Usage: bench/launch.sh [extra hyperfine args]
+# Usage: bench/launch.sh [extra hyperfine args]; SANDGATE_BIN=path measures that binary instead of
+# building one (a release build takes minutes on a shared machine).
 # Results: bench/launch.md (hyperfine's table: means) and bench/launch-median.md (medians and the
-# overhead over bare `true`, the figures the README quotes).
+# overhead over bare `true`, the figures the README quotes). bench/launch-cpu.sh measures the same
+# commands' CPU time, which a loaded machine disturbs far less than wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin sandgate >/dev/null
-bin="$PWD/target/release/sandgate"
+bin="${SANDGATE_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build --release --bin sandgate >/dev/null
+  bin="$PWD/target/release/sandgate"
+fi
+bin="$(realpath "$bin")"
 dir="$(mktemp -d /var/tmp/sandgate-bench.XXXXXX)"
 # A private daemon (net/build launches register with it), stopped at the end.
 export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config"

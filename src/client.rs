@@ -77,12 +77,25 @@ impl Client {
     /// Sends a request (with descriptors) and waits for its reply; events that arrive meanwhile
     /// are kept for [`next`](Self::next).
     pub fn request_with_fds(&mut self, request: Request, fds: &[RawFd]) -> anyhow::Result<Value> {
+        let id = self.send_with_fds(request, fds)?;
+        self.reply(id)
+    }
+
+    /// Sends a request (with descriptors) without waiting: its reply is read by
+    /// [`reply`](Self::reply) with the id returned here.
+    pub fn send_with_fds(&mut self, request: Request, fds: &[RawFd]) -> anyhow::Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
         let mut line = serde_json::to_string(&Envelope { id: Some(id), request })?;
         line.push('\n');
         crate::daemon::fdpass::send_with_fds(&self.stream, line.as_bytes(), fds)
             .context("cannot send to the daemon")?;
+        Ok(id)
+    }
+
+    /// Waits for the reply to request `id` (sent by [`send_with_fds`](Self::send_with_fds));
+    /// events that arrive meanwhile are kept for [`next`](Self::next).
+    pub fn reply(&mut self, id: u64) -> anyhow::Result<Value> {
         loop {
             let mut l = String::new();
             let n = self.reader.read_line(&mut l).map_err(|e| {
@@ -159,9 +172,10 @@ impl Client {
         }
     }
 
-    /// Checks the protocol version of the daemon.
-    pub fn hello(&mut self) -> anyhow::Result<Value> {
-        let v = self.request(Request::Hello)?;
+    /// Reads the reply to a `hello` sent earlier (see [`send_with_fds`](Self::send_with_fds))
+    /// and checks the daemon's protocol version in it.
+    pub fn hello_reply(&mut self, id: u64) -> anyhow::Result<Value> {
+        let v = self.reply(id)?;
         let theirs = v["protocol"].as_u64().unwrap_or(0);
         if theirs != u64::from(PROTOCOL_VERSION) {
             bail!(

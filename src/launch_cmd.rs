@@ -596,7 +596,11 @@ fn launch(
     _on_host: HostListener,
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
-    let launched = match sandgate_sandbox::launch(spec, &Hooks) {
+    let hooks = Hooks {
+        greet: !no_daemon(args) && matches!(spec.net, NetMode::Proxy { .. }),
+        greeting: std::cell::RefCell::new(None),
+    };
+    let launched = match sandgate_sandbox::launch(spec, &hooks) {
         Ok(l) => l,
         Err(SandboxError::CommandNotFound { command }) => {
             eprintln!("sandgate: {command}: command not found");
@@ -615,7 +619,7 @@ fn launch(
     if let Some(fd) = launched.listener.take() {
         let nflog = launched.nflog.take();
         let dns = launched.dns.take();
-        served = serve(spec, args, net, fd, nflog, dns)?;
+        served = serve(spec, args, net, fd, nflog, dns, hooks.greeting.take())?;
     }
     let read_only = launched.read_only_reports();
     let code = launched.wait()?;
@@ -674,6 +678,13 @@ impl Served {
     }
 }
 
+/// Whether this launch serves its proxy itself (`--learn`, or `SANDGATE_NO_DAEMON=1`).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn no_daemon(args: &LaunchArgs) -> bool {
+    args.learner.is_some()
+        || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 fn serve(
     spec: &SandboxSpec,
@@ -682,11 +693,10 @@ fn serve(
     listener: std::os::fd::OwnedFd,
     nflog: Option<std::os::fd::OwnedFd>,
     dns: Option<[std::os::fd::OwnedFd; 2]>,
+    greeting: Option<anyhow::Result<crate::launch_daemon::Greeting>>,
 ) -> anyhow::Result<Served> {
     use std::io::IsTerminal as _;
-    let no_daemon = args.learner.is_some()
-        || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0");
-    if !no_daemon {
+    if !no_daemon(args) {
         let info = crate::daemon::protocol::SandboxInfo {
             id: spec.id.to_string(),
             tier: spec.tier_name.clone(),
@@ -707,7 +717,9 @@ fn serve(
             Some([u, t]) => Some([u.try_clone()?, t.try_clone()?]),
             None => None,
         };
-        match crate::launch_daemon::DaemonLink::start(info, copies.0, copies.1, dns_copies, out) {
+        match crate::launch_daemon::DaemonLink::start(
+            greeting, info, copies.0, copies.1, dns_copies, out,
+        ) {
             Ok(link) => return Ok(Served::Daemon(link)),
             Err(e) => eprintln!(
                 "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
@@ -911,9 +923,14 @@ fn launch(
     bail!("sandboxing is not implemented on this platform")
 }
 
-/// The firewall manager and monitor, called inside the sandbox's network namespace.
+/// The monitor, called inside the sandbox's network namespace, and the daemon's greeting,
+/// sent while the sandbox sets up.
 #[cfg(target_os = "linux")]
-struct Hooks;
+struct Hooks {
+    /// Whether the sandbox's proxy goes to the daemon (greet it early).
+    greet: bool,
+    greeting: std::cell::RefCell<Option<anyhow::Result<crate::launch_daemon::Greeting>>>,
+}
 
 #[cfg(target_os = "linux")]
 impl sandgate_sandbox::NamespaceHooks for Hooks {
@@ -921,6 +938,12 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
         sandgate_monitor::nflog::NflogSocket::open(group)
             .map(|s| Some(s.into_fd()))
             .map_err(|e| format!("NFLOG group {group}: {e}"))
+    }
+
+    fn while_starting(&self) {
+        if self.greet {
+            *self.greeting.borrow_mut() = crate::launch_daemon::Greeting::send_if_running().map(Ok);
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::Value;
@@ -38,6 +38,8 @@ pub struct DaemonLink {
     writer: Arc<Mutex<Option<UnixStream>>>,
     done: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
+    /// Disconnected when the link thread returns: `finish` blocks on it instead of polling.
+    ended: std::sync::mpsc::Receiver<()>,
 }
 
 struct Fds {
@@ -67,32 +69,69 @@ fn register(c: &mut Client, info: &SandboxInfo, fds: &Fds) -> anyhow::Result<Val
     c.request_with_fds(Request::Register { sandbox: info.clone(), fds: kinds }, &raw)
 }
 
+/// A connection to the daemon on which `hello` is sent and not yet answered: made while the
+/// sandbox sets up, so that its round trip is not on the launch's path (see
+/// [`DaemonLink::start`]).
+pub struct Greeting {
+    client: Client,
+    paths: Paths,
+    hello: u64,
+}
+
+impl Greeting {
+    /// Connects (starting a daemon when none answers) and sends `hello` without waiting.
+    pub fn send() -> anyhow::Result<Greeting> {
+        let paths = Paths::discover();
+        let client = Client::connect_or_start(&paths)?;
+        Greeting::hello(client, paths)
+    }
+
+    /// [`Greeting::send`] to a daemon that runs already, `None` when none answers: a daemon is
+    /// started only once the sandbox is there (a launch that fails starts none).
+    pub fn send_if_running() -> Option<Greeting> {
+        let paths = Paths::discover();
+        let client = Client::connect(&paths).ok()?;
+        Greeting::hello(client, paths).ok()
+    }
+
+    fn hello(mut client: Client, paths: Paths) -> anyhow::Result<Greeting> {
+        let hello = client.send_with_fds(Request::Hello, &[])?;
+        Ok(Greeting { client, paths, hello })
+    }
+}
+
 impl DaemonLink {
-    /// Registers the sandbox (starting a daemon when none answers) and starts the thread that
-    /// follows the connection.
+    /// Registers the sandbox on `greeting` (a connection made by [`Greeting::send`], or made
+    /// now when `None`) once the daemon's `hello` says it speaks this protocol, and starts the
+    /// thread that follows the connection.
     pub fn start(
+        greeting: Option<anyhow::Result<Greeting>>,
         info: SandboxInfo,
         listener: OwnedFd,
         nflog: Option<OwnedFd>,
         dns: Option<[OwnedFd; 2]>,
         out: Output,
     ) -> anyhow::Result<DaemonLink> {
-        let paths = Paths::discover();
-        let mut client = Client::connect_or_start(&paths)?;
-        client.hello()?;
+        let Greeting { mut client, paths, hello } = greeting.unwrap_or_else(Greeting::send)?;
+        client.hello_reply(hello)?;
         let fds = Fds { listener, nflog, dns };
         register(&mut client, &info, &fds).context("the daemon refused the sandbox")?;
         let writer = Arc::new(Mutex::new(Some(client.try_clone_stream()?)));
         let done = Arc::new(AtomicBool::new(false));
         let id = info.id.clone();
+        let (ending, ended) = std::sync::mpsc::channel::<()>();
         let thread = {
             let (writer, done) = (writer.clone(), done.clone());
             std::thread::Builder::new()
                 .name("sandgate-link".into())
-                .spawn(move || follow(client, paths, info, fds, writer, done, out))
+                .spawn(move || {
+                    // Dropped when `follow` returns (or unwinds): wakes `finish` at once.
+                    let _ending = ending;
+                    follow(client, paths, info, fds, writer, done, out)
+                })
                 .context("cannot start the daemon link thread")?
         };
-        Ok(DaemonLink { id, writer, done, thread })
+        Ok(DaemonLink { id, writer, done, thread, ended })
     }
 
     /// Reports the command's end to the daemon and waits (briefly) for the last blocked-traffic
@@ -121,10 +160,9 @@ impl DaemonLink {
         if !sent {
             self.shutdown();
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !self.thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        // Woken by the thread's end (the daemon's answer to `unregister` read), not by polling
+        // every 2 ms: a poll interval was added to every `net` and `build` launch.
+        let _ = self.ended.recv_timeout(Duration::from_secs(2));
         self.shutdown();
         let _ = self.thread.join();
     }

@@ -51,6 +51,26 @@ fn two_sandboxes_through_one_daemon_see_only_their_own_allowlists() {
     assert_eq!((cb, ob.as_str()), (0, "403\n200\n"), "sandbox B: {eb}");
 }
 
+/// The launcher greets a running daemon while the sandbox sets up, but starts one only once the
+/// sandbox is there: a `net` launch that fails (command not found) leaves no daemon behind, and
+/// the next one that runs starts it and is served by it.
+#[test]
+fn a_failed_net_launch_starts_no_daemon_and_the_next_one_does() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = T::new("");
+    let out = t.sg(&["net", "--", "no-such-command-sandgate"]);
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert_eq!(t.sg(&["status"]).status.code(), Some(3), "a daemon was started: {out:?}");
+    let out = t.sg(&["net", "--", "sh", "-c", "test -n \"$HTTP_PROXY\""]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(t.status()["running"], true);
+    let ls = t.json(&["ls", "--all", "--json"]);
+    assert_eq!(ls.as_array().map(Vec::len), Some(1), "only the launch that ran: {ls}");
+    assert_eq!(ls[0]["exit_status"], 0, "{ls}");
+}
+
 #[test]
 fn an_answer_releases_held_requests_and_becomes_a_grant() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {

@@ -1,6 +1,7 @@
 //! Linux backend: user, mount, pid, net, ipc and uts namespaces, Landlock, seccomp.
 //!
-//! Process layout (no other process is started, except `ip` and `nft` once in proxy mode):
+//! Process layout (no other process is started; the warden only when there is a writable
+//! directory to watch):
 //!
 //! ```text
 //! launcher (caller's namespaces)          waits, forwards signals, owns listener + NFLOG fds,
@@ -55,6 +56,12 @@ pub use netlink::{
 pub trait NamespaceHooks {
     /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
     fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
+
+    /// Called in the launcher once the sandbox's init runs, before waiting for it to be ready:
+    /// work that would otherwise wait for the sandbox (greeting the daemon) overlaps its setup.
+    /// The init is a copy of the launcher from before this call, so nothing opened here is in
+    /// the sandbox.
+    fn while_starting(&self) {}
 }
 
 /// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
@@ -366,6 +373,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         },
         None => None,
     };
+    hooks.while_starting();
     let mut buf = vec![0u8; 64 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
@@ -521,6 +529,12 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             plan.fs.read_only.push(real);
             return Ok(());
         }
+        // Missing, and nothing writable: nothing can create it from inside (and no parent
+        // walk of `readlink`s and `stat`s to find that out, for each of the built-in credential
+        // paths this home does not have).
+        if writable.is_empty() {
+            return Ok(());
+        }
         // Missing: make sure it cannot be created from inside. The first missing component
         // becomes an empty read-only placeholder while the sandbox runs (see `placeholder`).
         let mut missing = p.to_path_buf();
@@ -557,8 +571,10 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         plan.fs.read_only.push(target);
         Ok(())
     };
-    if let Some(rule) = &spec.top_level {
-        let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+    // No writable directory (`run`, `net`): no top to watch, so no inotify instance and no
+    // warden process to fork, wait for and reap at every launch.
+    let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
+    if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
         let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
         let existing = w.existing_protected();
         plan.warden = Some(w);
@@ -572,13 +588,17 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
     }
     let mut parents = std::collections::HashMap::new();
-    for h in &spec.hidden {
-        if !h.is_absolute() {
-            continue;
-        }
+    // The same path comes from several lists (the built-in credential paths, the home walk,
+    // the configuration): resolved once each.
+    let mut hidden: Vec<&PathBuf> = spec.hidden.iter().filter(|h| h.is_absolute()).collect();
+    hidden.sort();
+    hidden.dedup();
+    for h in hidden {
         match canonical_in(&mut parents, h) {
             Ok(real) if real.is_dir() => plan.fs.hidden_dirs.push(real),
             Ok(real) => plan.fs.hidden_files.push(real),
+            // Missing, and nothing writable: nothing can create it from inside.
+            Err(_) if writable.is_empty() => {}
             // A missing credential path inside a writable one must not be creatable either.
             Err(_) => protect(h, plan)?,
         }
@@ -988,6 +1008,53 @@ pub fn kernel_support() -> KernelSupport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(dir: &Path, writable: Vec<PathBuf>) -> SandboxSpec {
+        SandboxSpec {
+            id: crate::SandboxId::try_from("sg-plan").unwrap(),
+            tier_name: "t".into(),
+            cwd: dir.to_path_buf(),
+            command: vec!["true".into()],
+            env: Vec::new(),
+            writable,
+            // Missing credential paths, as the built-in list names for every home.
+            hidden: vec![dir.join("no/.ssh"), dir.join(".aws")],
+            read_only: vec![dir.join(".git/hooks")],
+            provided: Vec::new(),
+            visible: Vec::new(),
+            top_level: Some(crate::TopLevel {
+                protected: vec![".envrc".into()],
+                ..Default::default()
+            }),
+            net: NetMode::None,
+            allowed_unix_sockets: Vec::new(),
+            require_full: false,
+        }
+    }
+
+    /// Without a writable directory there is no top to watch: no warden process is forked
+    /// (and waited for) at each launch, and missing protected paths need no placeholder.
+    #[test]
+    fn a_launch_without_writable_directories_has_no_warden() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join(".envrc"), "x").unwrap();
+        let plan = resolve(&spec(&root, Vec::new())).unwrap();
+        assert!(plan.warden.is_none());
+        assert!(plan.placeholders.is_empty());
+        assert!(plan.fs.read_only.is_empty(), "{:?}", plan.fs.read_only);
+        // The same directory writable: the warden watches it (and takes away a `.git` or
+        // `.aws` made inside), the top's `.envrc` is read-only, and the missing `no` on the way
+        // to a hidden `no/.ssh` is a read-only placeholder (the walls this must keep).
+        let mut plan = resolve(&spec(&root, vec![root.clone()])).unwrap();
+        let w = plan.warden.as_ref().expect("a warden for the writable directory");
+        assert!(w.covers(&root.join(".git")) && w.covers(&root.join(".aws")));
+        assert_eq!(plan.fs.read_only, vec![root.join(".envrc"), root.join("no")]);
+        assert_eq!(plan.placeholders.len(), 1);
+        for p in plan.placeholders.drain(..) {
+            p.release();
+        }
+    }
 
     #[test]
     fn programs_are_found_in_the_commands_path() {

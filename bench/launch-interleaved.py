@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Wall time of launches taken in turn: one `true`, one bwrap, one bwrap --unshare-net and one of
+each tier (and of each tier of OLD_BINARY, when given), round after round, then the medians. On a
+machine whose load changes during a run, hyperfine's one-command-after-the-other order lets the
+load decide the ratios; in turn, every row sees the same load. (Times include Python's
+fork+exec, ~1 ms.) Release build of this tree unless SANDGATE_BIN names a binary.
+
+Usage: bench/launch-interleaved.py [ROUNDS] [OLD_BINARY]
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+new = os.environ.get("SANDGATE_BIN")
+if not new:
+    subprocess.run(["cargo", "build", "--release", "--bin", "sandgate"], cwd=root, check=True,
+                   stdout=subprocess.DEVNULL)
+    new = os.path.join(root, "target/release/sandgate")
+new = os.path.realpath(new)
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 150
+old = os.path.realpath(sys.argv[2]) if len(sys.argv) > 2 else None
+
+d = tempfile.mkdtemp(dir="/var/tmp", prefix="sandgate-bench.")
+env = dict(os.environ, XDG_RUNTIME_DIR=d + "/run", XDG_DATA_HOME=d + "/data",
+           XDG_CONFIG_HOME=d + "/config")
+for k in ("run", "data", "config"):
+    os.makedirs(os.path.join(d, k))
+daemon = subprocess.Popen([new, "daemon"], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+try:
+    for _ in range(100):
+        if subprocess.run([new, "status"], env=env, capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    bwrap = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    cmds = {"true": ["true"], "bwrap": bwrap + ["true"],
+            "bwrap --unshare-net": bwrap + ["--unshare-net", "true"]}
+    for tier in ("run", "net", "build"):
+        if old:
+            cmds[f"old sandbox-{tier} true"] = [old, tier, "--", "true"]
+        cmds[f"sandbox-{tier} true"] = [new, tier, "--", "true"]
+    times = {k: [] for k in cmds}
+    for i in range(rounds + 10):  # the first 10 rounds warm up
+        for k, c in cmds.items():
+            t0 = time.perf_counter()
+            subprocess.run(c, env=env, cwd=d, stdout=subprocess.DEVNULL)
+            if i >= 10:
+                times[k].append(time.perf_counter() - t0)
+finally:
+    subprocess.run([new, "stop"], env=env, capture_output=True)
+    daemon.wait()
+    shutil.rmtree(d, ignore_errors=True)
+
+med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+print(f"| command | median of {rounds} [ms] | ratio to its bwrap |")
+print("|:---|---:|---:|")
+for k in cmds:
+    ref = "bwrap" if "run" in k else "bwrap --unshare-net"
+    ratio = f"{med[k] / med[ref]:.2f}x `{ref}`" if "sandbox" in k else ""
+    print(f"| `{k}` | {med[k]:.2f} | {ratio} |")

@@ -2,12 +2,14 @@
 //! refused) and per burst of blocked packets, from the store; `--follow` tails the daemon's
 //! live events (no polling); `--summary` groups by host.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{DomainPattern, PatternUse};
-use sandgate_store::{EventKind, EventQuery, HostSummary, Store, StoredEvent, Timestamp};
+use sandgate_store::{
+    EventKind, EventQuery, HostSummary, Store, StoredEvent, Timestamp, TrafficDecision,
+    TrafficQuery,
+};
 use serde_json::{Value, json};
 
 use crate::client::{Client, Incoming};
@@ -54,6 +56,16 @@ pub enum DecisionArg {
     Deny,
     /// A direct connection the firewall refused.
     Blocked,
+}
+
+impl DecisionArg {
+    fn traffic(self) -> TrafficDecision {
+        match self {
+            DecisionArg::Allow => TrafficDecision::Allow,
+            DecisionArg::Deny => TrafficDecision::Deny,
+            DecisionArg::Blocked => TrafficDecision::Blocked,
+        }
+    }
 }
 
 /// One line of the log, whatever it came from.
@@ -217,8 +229,13 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
     }
     let mut client = running;
     if let Some(c) = client.as_mut() {
-        // Listing sandboxes makes the daemon commit its queued events first.
-        let _ = c.request(Request::List { all: false });
+        // The daemon writes events in batches: have it commit what it has seen before the
+        // store is read. Without it the log is still right, only perhaps a batch behind.
+        if let Err(e) = c.request(Request::Flush) {
+            eprintln!(
+                "sandgate: the daemon did not flush its events ({e:#}); the newest may be missing"
+            );
+        }
     }
     let path = Store::default_path()?;
     let store = if path.exists() {
@@ -234,11 +251,16 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         )));
     }
     let mut out = std::io::stdout().lock();
-    if args.summary && args.decision.is_none() {
-        // Grouped in the store: every event in range, not only the newest `--limit`.
-        let since = since.map(|d| Timestamp::now().minus(d));
+    if args.summary {
+        // Grouped in the store (its per-minute aggregate): every event in range, not only the
+        // newest `--limit`.
+        let q = TrafficQuery {
+            sandbox: args.sandbox.clone(),
+            since: since.map(|d| Timestamp::now().minus(d)),
+            decision: args.decision.map(DecisionArg::traffic),
+        };
         let mut rows = match &store {
-            Some(s) => s.traffic_summary(args.sandbox.as_deref(), since)?,
+            Some(s) => s.traffic_summary(&q)?,
             None => Vec::new(),
         };
         if let Some(p) = &filter.host {
@@ -252,10 +274,6 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         None => Vec::new(),
     };
     lines.retain(|l| filter.keeps(l));
-    if args.summary {
-        print_summary(&mut out, &lines, args.json)?;
-        return Ok(0);
-    }
     for l in &lines {
         print_line(&mut out, l, args.json)?;
     }
@@ -315,36 +333,6 @@ fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::R
         writeln!(out, "{}", l.text())?;
     }
     out.flush()
-}
-
-/// One row per host from lines already read (used with `--decision`): see
-/// [`Store::traffic_summary`] for the grouping the store does otherwise.
-fn print_summary(out: &mut impl std::io::Write, lines: &[Line], json: bool) -> std::io::Result<()> {
-    let mut rows: BTreeMap<String, HostSummary> = BTreeMap::new();
-    for l in lines {
-        let r = rows.entry(l.host.clone()).or_insert_with(|| HostSummary {
-            host: l.host.clone(),
-            connections: 0,
-            allowed: 0,
-            bytes_up: 0,
-            bytes_down: 0,
-            last_seen: Timestamp(0),
-            rule: String::new(),
-        });
-        r.connections += l.count;
-        if l.decision == "allow" {
-            r.allowed += l.count;
-        }
-        r.bytes_up += l.bytes_up;
-        r.bytes_down += l.bytes_down;
-        if l.time >= r.last_seen.as_millis() {
-            r.last_seen = Timestamp(l.time);
-            r.rule = l.rule.clone();
-        }
-    }
-    let mut rows: Vec<HostSummary> = rows.into_values().collect();
-    rows.sort_by(|a, b| b.connections.cmp(&a.connections).then(a.host.cmp(&b.host)));
-    print_summary_rows(out, rows, json)
 }
 
 /// One row per host: connections (blocked packets count one each), of which allowed and

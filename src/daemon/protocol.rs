@@ -118,6 +118,10 @@ pub enum Request {
         #[serde(default)]
         sandbox: Option<String>,
     },
+    /// Commits what the daemon has recorded so far (sandbox rows, then queued events) to the
+    /// store; the reply comes after the commit, so a reader of the store (`sandgate log`) then
+    /// sees every connection that had closed before it asked.
+    Flush,
     /// Stops the daemon (launchers are told, and wait for a new daemon instead of starting one).
     Stop,
     /// An agent hook decided (or declined to decide) a tool call; recorded and shown by
@@ -409,6 +413,9 @@ mod tests {
         for claim in ["telegram", "hook", "Terminal", ""] {
             assert!(answer(&format!(r#","channel":"{claim}""#)).is_err(), "{claim}");
         }
+        let flush: Envelope = serde_json::from_str(r#"{"id":4,"op":"flush"}"#).unwrap();
+        assert!(matches!(flush.request, Request::Flush) && flush.id == Some(4));
+        assert!(serde_json::from_str::<Envelope>(r#"{"op":"flush","all":true}"#).is_err());
         let status: Envelope = serde_json::from_str(r#"{"op":"status"}"#).unwrap();
         assert!(matches!(status.request, Request::Status) && status.id.is_none());
     }

@@ -164,3 +164,41 @@ fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
     // Nothing was asked of a person and nothing got through (deny-and-record).
     assert!(t.json(&["ls", "--all", "--json"]).as_array().is_none_or(|a| a.is_empty()));
 }
+
+/// `flush` answers only once every event the daemon took before it is in the store: 2,000 hook
+/// events sent back to back (queued for the batched writer), then `flush`, then the store is read
+/// at once. (With `list` in its place, the request the log used to send, the store held 1,784 of
+/// the 2,000 in one of three runs: the writer usually, not always, keeps up.)
+#[test]
+fn flush_commits_every_event_taken_before_it() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    const N: usize = 2000;
+    let t = T::new("");
+    start_daemon(&t);
+    let mut stream = std::os::unix::net::UnixStream::connect(t.socket()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let hook = r#"{"op":"hook_decision","agent":"claude","tool":"Bash","decision":"none","reason":"flush test"}"#;
+    let mut lines = format!("{hook}\n").repeat(N);
+    lines.push_str(&format!("{{\"id\":{N},\"op\":\"flush\"}}\n"));
+    stream.write_all(lines.as_bytes()).unwrap();
+    let mut last = String::new();
+    for _ in 0..=N {
+        last.clear();
+        reader.read_line(&mut last).unwrap();
+    }
+    let reply: Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(reply["id"], N, "{reply}");
+    assert_eq!(reply["ok"], true, "{reply}");
+    let store = sandgate_store::Store::open(t.store_path()).unwrap();
+    let stored = store
+        .recent_events(&sandgate_store::EventQuery {
+            kind: Some(sandgate_store::EventKind::Decision),
+            limit: 10 * N as u32,
+            ..Default::default()
+        })
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event.details["reason"] == "flush test")
+        .count();
+    assert_eq!(stored, N);
+}

@@ -166,6 +166,13 @@ impl Line {
     }
 }
 
+/// A live traffic event as `sandgate log` prints it (stamped now), and whether it was allowed;
+/// `None` for other events. `sandgate watch` shows its traffic tail with it.
+pub(crate) fn traffic_text(ev: &Event) -> Option<(String, bool)> {
+    let l = Line::of(Timestamp::now().as_millis(), ev)?;
+    Some((l.text(), l.decision == "allow"))
+}
+
 /// `HH:MM:SS.mmm` UTC of epoch milliseconds (the date is in `--json`).
 fn clock(ms: i64) -> String {
     let day = ms.rem_euclid(86_400_000);

@@ -202,3 +202,65 @@ fn flush_commits_every_event_taken_before_it() {
         .count();
     assert_eq!(stored, N);
 }
+
+/// `sandgate watch`'s traffic tail: off by default (a connection closes, nothing is printed
+/// before its sandbox's end), `t` turns it on (the next connection is printed as `sandgate log`
+/// prints it, with its bytes), `t` again turns it off.
+#[test]
+fn the_t_key_in_watch_tails_the_traffic() {
+    use std::io::Write as _;
+    use std::time::Duration;
+    if skip_unless(
+        can_sandbox() && sandgate_tests::has_script(),
+        "root, curl, python3 and script (util-linux)",
+    ) {
+        return;
+    }
+    let t = T::new("");
+    let port = origin("tailed\n");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let url = format!("http://127.0.0.1:{port}/");
+    let cmd = curl(&url);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    start_daemon(&t);
+    let mut watch = t.on_terminal(&["watch"]);
+    let mut keys = watch.stdin.take().unwrap();
+    let screen = lines_of(watch.stdout.take().unwrap());
+    expect_line(&screen, Duration::from_secs(10), |l| l.contains("[t]raffic"));
+    let target = format!("127.0.0.1:{port}");
+    let run = |want_traffic: bool| {
+        let (code, stdout, stderr) = finish(t.spawn_net(&[&allow], &cmd));
+        assert_eq!((code, stdout.as_str()), (0, "200\n"), "{stderr}");
+        // The request event is published when the connection closes, before the sandbox ends.
+        let mut seen = Vec::new();
+        loop {
+            let l = screen.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| {
+                panic!("no end of the sandbox ({e}); saw:\n{}", seen.join("\n"))
+            });
+            if l.contains(" ended (exit") {
+                break;
+            }
+            seen.push(l);
+        }
+        let tail: Vec<_> = seen.iter().filter(|l| l.contains("sandgate: traffic")).collect();
+        if want_traffic {
+            assert_eq!(tail.len(), 1, "{seen:#?}");
+            assert!(tail[0].contains(" allow ") && tail[0].contains(&target), "{}", tail[0]);
+            assert!(tail[0].contains(" ↑") && tail[0].contains(" ↓"), "bytes: {}", tail[0]);
+        } else {
+            assert!(tail.is_empty(), "{seen:#?}");
+        }
+    };
+    run(false);
+    let mut press = |k: &[u8], said: &str| {
+        keys.write_all(k).unwrap();
+        keys.flush().unwrap();
+        expect_line(&screen, Duration::from_secs(10), |l| l.contains(said));
+    };
+    press(b"t", "traffic tail on");
+    run(true);
+    press(b"t", "traffic tail off");
+    run(false);
+    let _ = watch.kill();
+    let _ = watch.wait();
+}

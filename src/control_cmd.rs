@@ -695,7 +695,7 @@ fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyh
         let c = if allowed { "36" } else { "31" };
         write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
     } else {
-        write!(out, "{text}\n")?;
+        writeln!(out, "{text}")?;
     }
     out.flush()?;
     Ok(())

@@ -155,8 +155,10 @@ fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
     assert!(stdout.contains("  \"other.example\",  # other.example:80\n"), "{stdout}");
     assert!(stdout.contains("# added 2 to "), "{stdout}");
     // Written into this directory's file: it loads, and now decides.
-    let check = t.sg(&["config", "check"]);
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for args in [&["config", "check"][..], &["config", "list-paths"]] {
+        let out = t.sg(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     for host in ["z.learn.test", "other.example"] {
         assert_eq!(t.sg(&["check", host, "--tier", "net"]).status.code(), Some(0), "{host}");
     }
@@ -263,4 +265,45 @@ fn the_t_key_in_watch_tails_the_traffic() {
     run(false);
     let _ = watch.kill();
     let _ = watch.wait();
+}
+
+/// `[daemon] event_retention`: the daemon prunes older traffic when it starts (and hourly), from
+/// the lines and from the summary alike.
+#[test]
+fn retention_prunes_old_traffic_from_the_log_and_the_summary() {
+    use sandgate_store::{EventKind, NewEvent, Store, Timestamp};
+    let t = T::new("[daemon]\nevent_retention = \"1d\"\n");
+    let store = Store::open(t.store_path()).unwrap();
+    let now = Timestamp::now().as_millis();
+    let line = |age_ms: i64, host: &str| NewEvent {
+        time: Timestamp(now - age_ms),
+        sandbox: Some("sg-old".into()),
+        kind: EventKind::Decision,
+        details: serde_json::json!({ "event": "request", "sandbox": "sg-old", "method": "CONNECT",
+            "host": host, "port": 443, "decision": "allow", "rule": "allow: old.example",
+            "bytes_up": 10, "bytes_down": 20, "ms": 1.0 }),
+    };
+    let day = 86_400_000;
+    store
+        .append_events(&[
+            line(3 * day, "gone.example"),
+            line(day + 60_000, "gone.example"),
+            line(day - 3_600_000, "kept.example"),
+            line(60_000, "kept.example"),
+        ])
+        .unwrap();
+    let hosts = |args: &[&str]| -> Vec<String> {
+        t.json_lines(args).iter().map(|l| l["host"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(hosts(&["log", "--json"]).len(), 4, "before the daemon ran");
+    drop(store);
+    start_daemon(&t);
+    assert_eq!(hosts(&["log", "--json"]), ["kept.example", "kept.example"]);
+    let summary = t.json_lines(&["log", "--summary", "--json"]);
+    assert_eq!(summary.len(), 1, "{summary:#?}");
+    assert_eq!(
+        (summary[0]["host"].as_str(), summary[0]["connections"].as_u64()),
+        (Some("kept.example"), Some(2))
+    );
+    assert_eq!(summary[0]["bytes_down"], 40);
 }

@@ -2,6 +2,7 @@
 //! refused) and per burst of blocked packets, from the store; `--follow` tails the daemon's
 //! live events (no polling); `--summary` groups by host.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
@@ -77,6 +78,10 @@ struct Line {
     method: String,
     host: String,
     port: Option<u16>,
+    /// Path and query of a plain-HTTP request.
+    path: Option<String>,
+    /// The sandbox's command line, when the store knows the sandbox.
+    command: Option<Vec<String>>,
     rule: String,
     bytes_up: u64,
     bytes_down: u64,
@@ -93,6 +98,7 @@ impl Line {
                 method,
                 host,
                 port,
+                path,
                 decision,
                 rule,
                 bytes_up,
@@ -106,6 +112,8 @@ impl Line {
                 method: method.clone(),
                 host: host.clone(),
                 port: Some(*port),
+                path: path.clone(),
+                command: None,
                 rule: match error {
                     Some(e) => format!("{rule} ({e})"),
                     None => rule.clone(),
@@ -122,6 +130,8 @@ impl Line {
                 method: protocol.clone(),
                 host: dst.clone(),
                 port: *port,
+                path: None,
+                command: None,
                 rule: "firewall: direct connection".into(),
                 bytes_up: 0,
                 bytes_down: 0,
@@ -135,7 +145,8 @@ impl Line {
     fn json(&self) -> Value {
         json!({
             "time": self.time, "sandbox": self.sandbox, "decision": self.decision,
-            "method": self.method, "host": self.host, "port": self.port, "rule": self.rule,
+            "method": self.method, "host": self.host, "port": self.port, "path": self.path,
+            "command": self.command, "rule": self.rule,
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "ms": self.ms,
             "count": self.count,
         })
@@ -148,13 +159,26 @@ impl Line {
             (false, Some(p)) => format!("{}:{p}", self.host),
             (_, None) => self.host.clone(),
         };
+        let host = host + self.path.as_deref().unwrap_or("");
         let what = if self.decision == "blocked" {
             format!("x{}", self.count)
         } else {
             format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)
         };
+        // The command line is the sandbox's own text: last and quoted, so it cannot pose as
+        // the host or the decision (as in the approval prompts).
+        let command = match &self.command {
+            Some(argv) => {
+                let mut c: String = argv.join(" ").chars().take(80).collect();
+                if c.len() < argv.join(" ").len() {
+                    c.push('…');
+                }
+                format!(" {:?}", sanitize(&c))
+            }
+            None => String::new(),
+        };
         format!(
-            "{} {} {:<7} {:<7} {} {} [{}]",
+            "{} {} {:<7} {:<7} {} {} [{}]{command}",
             clock(self.time),
             sanitize(&self.sandbox),
             self.decision,
@@ -163,6 +187,25 @@ impl Line {
             what,
             sanitize(&self.rule)
         )
+    }
+}
+
+/// Sandbox id → command line, from the store's sandbox rows (the events name only the id).
+struct Commands {
+    store: Option<Store>,
+    known: HashMap<String, Vec<String>>,
+}
+
+impl Commands {
+    /// Fills in `l.command`. A sandbox not (yet) in the store is asked again next time: its row
+    /// may still be on its way to the disk.
+    fn fill(&mut self, l: &mut Line) {
+        if !self.known.contains_key(&l.sandbox)
+            && let Some(Ok(Some(r))) = self.store.as_ref().map(|s| s.sandbox(&l.sandbox))
+        {
+            self.known.insert(l.sandbox.clone(), r.sandbox.command);
+        }
+        l.command = self.known.get(&l.sandbox).cloned();
     }
 }
 
@@ -281,17 +324,24 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         None => Vec::new(),
     };
     lines.retain(|l| filter.keeps(l));
-    for l in &lines {
+    let mut commands = Commands { store: store.clone(), known: HashMap::new() };
+    for l in &mut lines {
+        commands.fill(l);
         print_line(&mut out, l, args.json)?;
     }
     let Some(mut c) = client.filter(|_| args.follow) else { return Ok(0) };
     c.set_read_timeout(None)?;
     c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
+    if commands.store.is_none() {
+        // The daemon has created the store by now.
+        commands.store = Store::open(&path).ok();
+    }
     loop {
         match c.next()? {
             Incoming::Event(ev) => {
                 let now = Timestamp::now().as_millis();
-                if let Some(l) = Line::of(now, &ev).filter(|l| filter.keeps(l)) {
+                if let Some(mut l) = Line::of(now, &ev).filter(|l| filter.keeps(l)) {
+                    commands.fill(&mut l);
                     print_line(&mut out, &l, args.json)?;
                 }
             }
@@ -404,6 +454,8 @@ mod tests {
             method: "CONNECT".into(),
             host: host.into(),
             port: Some(443),
+            path: None,
+            command: None,
             rule: String::new(),
             bytes_up: 0,
             bytes_down: 0,

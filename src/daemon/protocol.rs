@@ -297,6 +297,9 @@ pub enum Event {
         host: String,
         /// Port.
         port: u16,
+        /// Path and query of a plain-HTTP request (none for tunnels).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
         /// `allow`, `deny`, `reject`.
         decision: String,
         /// The rule.

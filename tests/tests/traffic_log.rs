@@ -51,6 +51,8 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
         assert_eq!(l["bytes_down"], response_len(body), "{l}");
         assert_eq!((l["host"].as_str(), l["port"].as_u64()), (Some("127.0.0.1"), Some(ok.into())));
         assert_eq!(l["sandbox"], sandbox.as_str());
+        assert_eq!((&l["command"][0], &l["command"][1]), (&"sh".into(), &"-c".into()), "{l}");
+        assert!(l["path"].is_null(), "a tunnel has no path the proxy sees: {l}");
     }
     assert!(of("deny").iter().all(|l| l["port"] == no && l["bytes_down"] == 0), "{lines:#?}");
     assert_eq!(of("blocked")[0]["host"], HOST4);
@@ -61,6 +63,7 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
     assert_eq!(text.lines().count(), 6, "{text}");
     assert_eq!(text.lines().filter(|l| l.contains(" allow ")).count(), 3, "{text}");
     assert!(text.contains(&format!("{HOST4}:8080 x1")), "{text}");
+    assert!(text.lines().all(|l| l.contains("] \"sh -c curl")), "command last, quoted: {text}");
 
     // Filters.
     assert_eq!(t.json_lines(&["log", "--json", "--decision", "deny"]).len(), 2);
@@ -115,7 +118,7 @@ fn follow_prints_a_connection_when_it_closes() {
     });
     // The live part starts after the stored lines; until it has subscribed a connection can be
     // missed, so launch again until one is seen (each launch is one allowed request).
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("http://127.0.0.1:{port}/followed?x=1");
     let cmd = curl(&url);
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let mut line = None;
@@ -132,6 +135,9 @@ fn follow_prints_a_connection_when_it_closes() {
     let _ = follow.wait();
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!((v["decision"].as_str(), v["port"].as_u64()), (Some("allow"), Some(port.into())));
+    // A plain-HTTP request: its path is in the line, and the sandbox's command.
+    assert_eq!(v["path"], "/followed?x=1", "{v}");
+    assert_eq!(v["command"][0], "curl", "{v}");
 }
 
 #[test]

@@ -102,18 +102,20 @@ CREATE INDEX events_sandbox_time ON events (sandbox, time);
 "#;
 
 /// The traffic log's summary (`sandgate log --summary`) read every event's JSON: ~2 s for a
-/// million events, O(events). Now a per-minute aggregate answers it, kept by triggers.
+/// million events, O(events). Now two aggregates answer it, kept by triggers: traffic per UTC day
+/// and per minute, each row one (bucket, host, sandbox, decision).
 ///
-/// Why an aggregate table rather than real columns with a covering index: a covering index still
-/// makes the summary read every event in range (~0.4 s per million here, growing with the
-/// retention); the aggregate holds one row per host, sandbox, minute and decision, never more
-/// rows than events and usually far fewer (an agent talks to a few hosts many times), so the
-/// summary is a scan of a small table. Why triggers rather than the writer: every way a row
-/// enters or leaves `events` (the batched writer, retention pruning, a migration, a hand edit)
-/// keeps the aggregate exact, and the JSON stays the one source of truth. Why minutes: `--since`
-/// is exact by adding the raw events of at most one partial minute (see `traffic_summary`);
-/// coarser buckets make that tail larger, finer ones the table. Insert cost: one upsert into a
-/// small table per traffic event (bench/log.sh measures the writer before and after).
+/// Why aggregates rather than real columns with a covering index: a covering index still makes
+/// the summary read every event in range (~0.4 s per million here, growing with the retention).
+/// The day table has at most hosts × days rows (a 30-day retention and 2,000 hosts: 60,000),
+/// whatever the number of events. `--since` stays exact: whole days from the day table, whole
+/// minutes of the partial day from the minute table, and the raw events of the partial minute
+/// (see `traffic_summary`); each table's key starts with its bucket, so those are range reads,
+/// and new events land at the right edge of both B-trees (cheap inserts). Why triggers rather
+/// than the writer: every way a row enters or leaves `events` (the batched writer, retention
+/// pruning, a migration, a hand edit) keeps the aggregates exact, and the JSON stays the one
+/// source of truth. Insert cost: two upserts per traffic event (bench/log.sh measures the writer
+/// before and after).
 ///
 /// Numbers and names are CAST: the columns are STRICT, and a trigger that failed on an odd value
 /// would lose the whole batch of events with it.
@@ -141,10 +143,10 @@ FROM events
 WHERE (kind = 'decision' AND json_extract(details, '$.event') = 'request')
    OR (kind = 'blocked_packet' AND json_extract(details, '$.event') = 'blocked');
 
-CREATE TABLE traffic (
+CREATE TABLE traffic_days (
+    day         INTEGER NOT NULL,
     host        TEXT NOT NULL,
     sandbox     TEXT NOT NULL,
-    minute      INTEGER NOT NULL,
     decision    TEXT NOT NULL CHECK (decision IN ('allow', 'deny', 'blocked')),
     connections INTEGER NOT NULL,
     events      INTEGER NOT NULL,
@@ -152,22 +154,52 @@ CREATE TABLE traffic (
     bytes_down  INTEGER NOT NULL,
     last_seen   INTEGER NOT NULL,
     rule        TEXT NOT NULL,
-    PRIMARY KEY (host, sandbox, minute, decision)
+    PRIMARY KEY (day, host, sandbox, decision)
 ) STRICT, WITHOUT ROWID;
 
-INSERT INTO traffic
-    SELECT host, sandbox, time / 60000, decision, sum(connections), count(*), sum(bytes_up),
+INSERT INTO traffic_days
+    SELECT time / 86400000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
            sum(bytes_down), max(time), rule
-    FROM traffic_events GROUP BY host, sandbox, time / 60000, decision;
+    FROM traffic_events GROUP BY time / 86400000, host, sandbox, decision;
+
+CREATE TABLE traffic_minutes (
+    minute      INTEGER NOT NULL,
+    host        TEXT NOT NULL,
+    sandbox     TEXT NOT NULL,
+    decision    TEXT NOT NULL CHECK (decision IN ('allow', 'deny', 'blocked')),
+    connections INTEGER NOT NULL,
+    events      INTEGER NOT NULL,
+    bytes_up    INTEGER NOT NULL,
+    bytes_down  INTEGER NOT NULL,
+    last_seen   INTEGER NOT NULL,
+    rule        TEXT NOT NULL,
+    PRIMARY KEY (minute, host, sandbox, decision)
+) STRICT, WITHOUT ROWID;
+
+INSERT INTO traffic_minutes
+    SELECT time / 60000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
+           sum(bytes_down), max(time), rule
+    FROM traffic_events GROUP BY time / 60000, host, sandbox, decision;
 
 CREATE TRIGGER traffic_insert AFTER INSERT ON events
 WHEN NEW.kind IN ('decision', 'blocked_packet')
 BEGIN
-    INSERT INTO traffic
-        SELECT host, sandbox, time / 60000, decision, connections, 1, bytes_up, bytes_down, time,
+    INSERT INTO traffic_days
+        SELECT time / 86400000, host, sandbox, decision, connections, 1, bytes_up, bytes_down, time,
                rule
         FROM traffic_events WHERE id = NEW.id
-    ON CONFLICT (host, sandbox, minute, decision) DO UPDATE SET
+    ON CONFLICT (day, host, sandbox, decision) DO UPDATE SET
+        connections = connections + excluded.connections,
+        events = events + 1,
+        bytes_up = bytes_up + excluded.bytes_up,
+        bytes_down = bytes_down + excluded.bytes_down,
+        rule = CASE WHEN excluded.last_seen >= last_seen THEN excluded.rule ELSE rule END,
+        last_seen = max(last_seen, excluded.last_seen);
+    INSERT INTO traffic_minutes
+        SELECT time / 60000, host, sandbox, decision, connections, 1, bytes_up, bytes_down, time,
+               rule
+        FROM traffic_events WHERE id = NEW.id
+    ON CONFLICT (minute, host, sandbox, decision) DO UPDATE SET
         connections = connections + excluded.connections,
         events = events + 1,
         bytes_up = bytes_up + excluded.bytes_up,
@@ -179,16 +211,26 @@ END;
 CREATE TRIGGER traffic_delete BEFORE DELETE ON events
 WHEN OLD.kind IN ('decision', 'blocked_packet')
 BEGIN
-    UPDATE traffic SET
-        connections = traffic.connections - e.connections,
-        events = traffic.events - 1,
-        bytes_up = traffic.bytes_up - e.bytes_up,
-        bytes_down = traffic.bytes_down - e.bytes_down
+    UPDATE traffic_days SET
+        connections = traffic_days.connections - e.connections,
+        events = traffic_days.events - 1,
+        bytes_up = traffic_days.bytes_up - e.bytes_up,
+        bytes_down = traffic_days.bytes_down - e.bytes_down
     FROM (SELECT * FROM traffic_events WHERE id = OLD.id) AS e
-    WHERE traffic.host = e.host AND traffic.sandbox = e.sandbox
-      AND traffic.minute = e.time / 60000 AND traffic.decision = e.decision;
-    DELETE FROM traffic WHERE events <= 0 AND (host, sandbox, minute, decision) IN
-        (SELECT host, sandbox, time / 60000, decision FROM traffic_events WHERE id = OLD.id);
+    WHERE traffic_days.day = e.time / 86400000 AND traffic_days.host = e.host
+      AND traffic_days.sandbox = e.sandbox AND traffic_days.decision = e.decision;
+    DELETE FROM traffic_days WHERE events <= 0 AND (day, host, sandbox, decision) IN
+        (SELECT time / 86400000, host, sandbox, decision FROM traffic_events WHERE id = OLD.id);
+    UPDATE traffic_minutes SET
+        connections = traffic_minutes.connections - e.connections,
+        events = traffic_minutes.events - 1,
+        bytes_up = traffic_minutes.bytes_up - e.bytes_up,
+        bytes_down = traffic_minutes.bytes_down - e.bytes_down
+    FROM (SELECT * FROM traffic_events WHERE id = OLD.id) AS e
+    WHERE traffic_minutes.minute = e.time / 60000 AND traffic_minutes.host = e.host
+      AND traffic_minutes.sandbox = e.sandbox AND traffic_minutes.decision = e.decision;
+    DELETE FROM traffic_minutes WHERE events <= 0 AND (minute, host, sandbox, decision) IN
+        (SELECT time / 60000, host, sandbox, decision FROM traffic_events WHERE id = OLD.id);
 END;
 "#;
 

@@ -84,20 +84,23 @@ const GRANT_COLUMNS: &str = "id, pattern, port, effect, scope, target, sandbox_i
 const SANDBOX_COLUMNS: &str =
     "id, tier, command, cwd, project, uid, pid, started, ended, exit_status, state";
 
-/// [`Store::traffic_summary`]: ?1 sandbox, ?2 since (ms), ?3 the first whole minute at or after
-/// it, ?4 decision. `rule` is a bare column beside the single max(): SQLite takes it from the row
-/// with the newest `last_seen`.
+/// [`Store::traffic_summary`]: ?1 sandbox, ?2 decision; whole days from ?3; whole minutes from
+/// ?4 up to ?5; raw events from ?6 (NULL: none) up to ?7. `rule` is a bare column beside the
+/// single max(): SQLite takes it from the row with the newest `last_seen`.
 const TRAFFIC_SUMMARY: &str = "SELECT host, sum(connections), \
             sum(CASE decision WHEN 'allow' THEN connections ELSE 0 END), \
             sum(bytes_up), sum(bytes_down), max(last_seen), rule \
      FROM (SELECT host, decision, connections, bytes_up, bytes_down, last_seen, rule \
-           FROM traffic WHERE minute >= ?3 \
-           AND (?1 IS NULL OR sandbox = ?1) AND (?4 IS NULL OR decision = ?4) \
+           FROM traffic_days WHERE day >= ?3 \
+           AND (?1 IS NULL OR sandbox = ?1) AND (?2 IS NULL OR decision = ?2) \
+           UNION ALL \
+           SELECT host, decision, connections, bytes_up, bytes_down, last_seen, rule \
+           FROM traffic_minutes WHERE minute >= ?4 AND minute < ?5 \
+           AND (?1 IS NULL OR sandbox = ?1) AND (?2 IS NULL OR decision = ?2) \
            UNION ALL \
            SELECT host, decision, connections, bytes_up, bytes_down, time, rule \
-           FROM traffic_events WHERE ?2 IS NOT NULL AND time >= ?2 \
-           AND time < ?3 * 60000 \
-           AND (?1 IS NULL OR sandbox = ?1) AND (?4 IS NULL OR decision = ?4)) \
+           FROM traffic_events WHERE ?6 IS NOT NULL AND time >= ?6 AND time < ?7 \
+           AND (?1 IS NULL OR sandbox = ?1) AND (?2 IS NULL OR decision = ?2)) \
      GROUP BY host ORDER BY 2 DESC, host";
 
 impl Store {
@@ -535,23 +538,36 @@ impl Store {
     /// events) and blocked-packet bursts (`blocked_packet`, counted by their packets), filtered
     /// by `q`.
     ///
-    /// Read from the per-minute `traffic` aggregate the schema's triggers keep (see the V4
-    /// migration for why), so the cost follows the number of hosts and minutes, not of events.
-    /// `since` stays exact: whole minutes come from the aggregate and the events of the partial
-    /// minute before them from `events` (at most one minute of them, through `events_time`).
+    /// Read from the per-day and per-minute aggregates the schema's triggers keep (see the V4
+    /// migration for why), so the cost follows hosts and days, not events. `since` stays exact:
+    /// whole days from the day table, the whole minutes before them from the minute table, and
+    /// the raw events of the partial minute before those (through `events_time`).
     pub fn traffic_summary(&self, q: &TrafficQuery) -> Result<Vec<HostSummary>, StoreError> {
         const OP: &str = "summarising traffic";
         const MINUTE: i64 = 60_000;
-        // The first whole minute at or after `since`; the raw tail is [since, that minute).
-        let (since, first_minute) = match q.since {
-            Some(t) => (Some(t.0), t.0.div_euclid(MINUTE) + i64::from(t.0.rem_euclid(MINUTE) != 0)),
-            None => (None, i64::MIN),
+        const DAY: i64 = 86_400_000;
+        // The first bucket starting at or after `t`.
+        let ceil = |t: i64, size: i64| t.div_euclid(size) + i64::from(t.rem_euclid(size) != 0);
+        // All time: every day, no minutes, no raw tail.
+        let (first_day, first_minute, since) = match q.since {
+            Some(t) => (ceil(t.0, DAY), ceil(t.0, MINUTE), Some(t.0)),
+            None => (i64::MIN, 0, None),
         };
+        let minutes_end = first_day.saturating_mul(DAY / MINUTE);
+        let tail_end = first_minute.saturating_mul(MINUTE);
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(TRAFFIC_SUMMARY).map_err(sql(OP))?;
         let rows = stmt
             .query_map(
-                params![q.sandbox, since, first_minute, q.decision.map(TrafficDecision::as_str)],
+                params![
+                    q.sandbox,
+                    q.decision.map(TrafficDecision::as_str),
+                    first_day,
+                    first_minute,
+                    minutes_end,
+                    since,
+                    tail_end
+                ],
                 |r| {
                     Ok(HostSummary {
                         host: r.get(0)?,
@@ -854,7 +870,9 @@ mod tests {
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {TRAFFIC_SUMMARY}"))
             .unwrap()
-            .query_map(params![None::<String>, 0, 0, None::<String>], |r| r.get::<_, String>(3))
+            .query_map(params![None::<String>, None::<String>, 0, 0, 0, 0, 0], |r| {
+                r.get::<_, String>(3)
+            })
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
@@ -863,7 +881,12 @@ mod tests {
             plan.iter().any(|p| p.contains("SEARCH events USING INDEX events_time")),
             "{plan:#?}"
         );
-        assert!(plan.iter().any(|p| p.contains("traffic")), "{plan:#?}");
+        for range in [
+            "traffic_days USING PRIMARY KEY (day>?)",
+            "traffic_minutes USING PRIMARY KEY (minute>? AND minute<?)",
+        ] {
+            assert!(plan.iter().any(|p| p.contains(range)), "{range}: {plan:#?}");
+        }
     }
 
     #[test]

@@ -11,8 +11,9 @@ use sandgate_store::{
 };
 use serde_json::{Value, json};
 
-/// Not on a minute boundary, so `since` values fall inside minutes.
+/// Not on a minute or day boundary, so `since` values fall inside minutes and days.
 const T0: i64 = 1_700_000_012_345;
+const DAY: i64 = 86_400_000;
 
 fn tmp_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -20,7 +21,7 @@ fn tmp_store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-/// A deterministic mix over ~4 minutes: allowed, denied, rejected, blocked bursts, and events
+/// A deterministic mix, half of it within 4 minutes, half over 3 days: allowed, denied, rejected, blocked bursts, and events
 /// that are not traffic (a hook decision, a sandbox starting, an approval).
 fn events(n: u64) -> Vec<NewEvent> {
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
@@ -29,7 +30,8 @@ fn events(n: u64) -> Vec<NewEvent> {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            let time = Timestamp(T0 + (seed % 240_000) as i64);
+            let span = if (seed >> 50).is_multiple_of(2) { 240_000 } else { 3 * DAY as u64 };
+            let time = Timestamp(T0 + (seed % span) as i64);
             let sandbox = ["sg-a", "sg-b"][(seed >> 20) as usize % 2];
             let host = format!("h{}.example", (seed >> 24) % 5);
             let (kind, details) = match (seed >> 32) % 8 {
@@ -152,13 +154,22 @@ fn stored(store: &Store, evs: Vec<NewEvent>) -> Vec<(i64, NewEvent)> {
 #[test]
 fn the_summary_equals_a_recount_for_every_since_decision_and_sandbox() {
     let (_d, store) = tmp_store();
-    let evs = stored(&store, events(3000));
+    let evs = stored(&store, events(4000));
     let mut sinces: Vec<Option<Timestamp>> = vec![None, Some(Timestamp(T0 + 1_000_000))];
     // Every minute boundary and the instants beside it, plus instants inside minutes.
     let first = T0 / 60_000 * 60_000;
     for m in 0..6 {
         for off in [-1, 0, 1, 12_345, 59_999] {
             sinces.push(Some(Timestamp(first + m * 60_000 + off)));
+        }
+    }
+    // The instants of events themselves (`since` includes them).
+    sinces.extend(evs.iter().step_by(97).map(|(_, e)| Some(e.time)));
+    // Every day boundary and the instants beside it, and inside days.
+    let first = T0 / DAY * DAY;
+    for d in 0..4 {
+        for off in [-60_001, -60_000, -1, 0, 1, 60_000, 3_600_000 + 7, DAY / 2] {
+            sinces.push(Some(Timestamp(first + d * DAY + off)));
         }
     }
     for since in sinces {
@@ -183,7 +194,7 @@ fn the_summary_equals_a_recount_for_every_since_decision_and_sandbox() {
 fn pruning_keeps_the_summary_exact_and_drops_empty_buckets() {
     let (d, store) = tmp_store();
     let mut evs = stored(&store, events(2000));
-    for cut in [T0 + 30_000, T0 + 61_000, T0 + 150_000, T0 + 240_000] {
+    for cut in [T0 + 30_000, T0 + 61_000, T0 + 150_000, T0 + DAY + 5, T0 + 2 * DAY, T0 + 3 * DAY] {
         store.prune_events(Timestamp(cut)).unwrap();
         evs.retain(|(_, e)| e.time.0 >= cut);
         let q = TrafficQuery::default();
@@ -192,8 +203,11 @@ fn pruning_keeps_the_summary_exact_and_drops_empty_buckets() {
     assert!(evs.is_empty());
     assert!(store.traffic_summary(&TrafficQuery::default()).unwrap().is_empty());
     let conn = Connection::open(d.path().join("s.db")).unwrap();
-    let left: i64 = conn.query_row("SELECT count(*) FROM traffic", [], |r| r.get(0)).unwrap();
-    assert_eq!(left, 0, "buckets of pruned events are deleted");
+    for table in ["traffic_days", "traffic_minutes"] {
+        let left: i64 =
+            conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0, "{table}: buckets of pruned events are deleted");
+    }
 }
 
 #[test]
@@ -261,6 +275,6 @@ fn version_4_builds_the_summary_from_the_events_of_an_older_file() {
     // Events kept, and new ones join the same sums.
     assert_eq!(store.counts(Timestamp(T0)).unwrap().events, 500);
     old.extend(stored(&store, events(700).split_off(500)));
-    let q = TrafficQuery { since: Some(Timestamp(T0 + 90_000)), ..TrafficQuery::default() };
+    let q = TrafficQuery { since: Some(Timestamp(T0 + DAY + 90_000)), ..TrafficQuery::default() };
     assert_same(&store.traffic_summary(&q).unwrap(), &recount(&old, &q), &old, "after new events");
 }

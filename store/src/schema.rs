@@ -157,10 +157,6 @@ CREATE TABLE traffic_days (
     PRIMARY KEY (day, host, sandbox, decision)
 ) STRICT, WITHOUT ROWID;
 
-INSERT INTO traffic_days
-    SELECT time / 86400000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
-           sum(bytes_down), max(time), rule
-    FROM traffic_events GROUP BY time / 86400000, host, sandbox, decision;
 
 CREATE TABLE traffic_minutes (
     minute      INTEGER NOT NULL,
@@ -180,6 +176,12 @@ INSERT INTO traffic_minutes
     SELECT time / 60000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
            sum(bytes_down), max(time), rule
     FROM traffic_events GROUP BY time / 60000, host, sandbox, decision;
+
+-- Days from minutes: the events' JSON is read once (a million events: ~8 s of CPU, not ~12).
+INSERT INTO traffic_days
+    SELECT minute / 1440, host, sandbox, decision, sum(connections), sum(events), sum(bytes_up),
+           sum(bytes_down), max(last_seen), rule
+    FROM traffic_minutes GROUP BY minute / 1440, host, sandbox, decision;
 
 CREATE TRIGGER traffic_insert AFTER INSERT ON events
 WHEN NEW.kind IN ('decision', 'blocked_packet')
@@ -268,6 +270,9 @@ pub(crate) fn migrate_to(conn: &mut Connection, target: u32) -> Result<u32, Stor
             continue;
         }
         let step = MIGRATIONS[from as usize];
+        // Said before, not only after: a step over a large file can take seconds (v4 reads
+        // every event once), and a client waiting for the daemon shows the tail of its log.
+        tracing::info!(from, to = from + 1, "migrating the store schema");
         tx.execute_batch(step).map_err(|e| step_error(from, e))?;
         tx.pragma_update(None, "user_version", from + 1).map_err(|e| step_error(from, e))?;
         tx.commit().map_err(|e| step_error(from, e))?;

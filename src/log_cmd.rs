@@ -7,10 +7,7 @@ use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{DomainPattern, PatternUse};
-use sandgate_store::{
-    EventKind, EventQuery, HostSummary, Store, StoredEvent, Timestamp, TrafficDecision,
-    TrafficQuery,
-};
+use sandgate_store::{HostSummary, Store, Timestamp, TrafficDecision, TrafficQuery};
 use serde_json::{Value, json};
 
 use crate::client::{Client, Incoming};
@@ -320,10 +317,9 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let mut lines = match &store {
-        Some(s) => stored_lines(s, &args, since)?,
+        Some(s) => stored_lines(s, &args, since, &filter)?,
         None => Vec::new(),
     };
-    lines.retain(|l| filter.keeps(l));
     let mut commands = Commands { store: store.clone(), known: HashMap::new() };
     for l in &mut lines {
         commands.fill(l);
@@ -355,32 +351,38 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The stored traffic lines matching the store-side filters, oldest first.
+/// The newest `--limit` stored traffic lines that pass every filter, oldest first. Pages back
+/// through the store so the filters apply before the limit (a denial older than the last
+/// thousand allowed connections is still found by `--decision deny`).
 fn stored_lines(
     store: &Store,
     args: &LogArgs,
     since: Option<std::time::Duration>,
+    filter: &Filter,
 ) -> anyhow::Result<Vec<Line>> {
+    const PAGE: u32 = 2000;
     let since = since.map(|d| Timestamp::now().minus(d));
-    let mut events: Vec<StoredEvent> = Vec::new();
-    for kind in [EventKind::Decision, EventKind::BlockedPacket] {
-        events.extend(store.recent_events(&EventQuery {
-            sandbox: args.sandbox.clone(),
-            kind: Some(kind),
-            since,
-            limit: args.limit,
-        })?);
+    let mut lines = Vec::new();
+    let mut before = None;
+    'pages: while lines.len() < args.limit as usize {
+        let page = store.traffic_events_page(args.sandbox.as_deref(), since, before, PAGE)?;
+        let last_page = page.len() < PAGE as usize;
+        for e in page {
+            before = Some(e.id);
+            let Ok(ev) = serde_json::from_value::<Event>(e.event.details) else { continue };
+            if let Some(l) = Line::of(e.event.time.as_millis(), &ev).filter(|l| filter.keeps(l)) {
+                lines.push(l);
+                if lines.len() >= args.limit as usize {
+                    break 'pages;
+                }
+            }
+        }
+        if last_page {
+            break;
+        }
     }
-    events.sort_by_key(|e| e.id);
-    let skip = events.len().saturating_sub(args.limit as usize);
-    Ok(events
-        .into_iter()
-        .skip(skip)
-        .filter_map(|e| {
-            let ev: Event = serde_json::from_value(e.event.details).ok()?;
-            Line::of(e.event.time.as_millis(), &ev)
-        })
-        .collect())
+    lines.reverse();
+    Ok(lines)
 }
 
 fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::Result<()> {

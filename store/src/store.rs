@@ -534,6 +534,35 @@ impl Store {
             .collect()
     }
 
+    /// One page of traffic events (`decision` and `blocked_packet`), newest first: those with an
+    /// id below `before` (all when `None`), of one sandbox if given, at or after `since`. The
+    /// log pages through them with the last id it got, filtering as it goes, so its filters
+    /// apply before its line limit.
+    pub fn traffic_events_page(
+        &self,
+        sandbox: Option<&str>,
+        since: Option<Timestamp>,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        const OP: &str = "reading traffic events";
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, time, sandbox, kind, details FROM events \
+                 WHERE kind IN ('decision', 'blocked_packet') AND (?1 IS NULL OR sandbox = ?1) \
+                 AND (?2 IS NULL OR time >= ?2) AND (?3 IS NULL OR id < ?3) \
+                 ORDER BY id DESC LIMIT ?4",
+            )
+            .map_err(sql(OP))?;
+        let rows = stmt
+            .query_map(params![sandbox, since.map(|t| t.0), before, limit], EventColumns::read)
+            .map_err(sql(OP))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql(OP))?;
+        rows.into_iter().map(EventColumns::decode).collect()
+    }
+
     /// The traffic log grouped by host, most connections first: proxied connections (`decision`
     /// events) and blocked-packet bursts (`blocked_packet`, counted by their packets), filtered
     /// by `q`.
@@ -786,6 +815,30 @@ fn read_grant(r: &rusqlite::Row<'_>) -> rusqlite::Result<GrantColumns> {
         used: r.get(12)?,
         revoked: r.get(13)?,
     })
+}
+
+/// An events row before decoding.
+struct EventColumns(i64, i64, Option<String>, String, String);
+
+impl EventColumns {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(EventColumns(r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+    }
+
+    fn decode(self) -> Result<StoredEvent, StoreError> {
+        let EventColumns(id, time, sandbox, kind, details) = self;
+        let details = serde_json::from_str(&details)
+            .map_err(|_| StoreError::Decode { what: "event details", value: details })?;
+        Ok(StoredEvent {
+            id,
+            event: NewEvent {
+                time: Timestamp(time),
+                sandbox,
+                kind: EventKind::parse(&kind)?,
+                details,
+            },
+        })
+    }
 }
 
 struct SandboxColumns {

@@ -313,3 +313,44 @@ fn retention_prunes_old_traffic_from_the_log_and_the_summary() {
     );
     assert_eq!(summary[0]["bytes_down"], 40);
 }
+
+/// `--decision` and `--host` choose among every stored line, not among the newest `--limit`: one
+/// denial older than 2,500 allowed connections (and hook decisions, which are not traffic) is
+/// still found, across the store's pages.
+#[test]
+fn filters_apply_before_the_line_limit() {
+    use sandgate_store::{EventKind, NewEvent, Store, Timestamp};
+    let t = T::new("");
+    let store = Store::open(t.store_path()).unwrap();
+    let now = Timestamp::now().as_millis();
+    let line = |i: i64, host: &str, decision: &str| NewEvent {
+        time: Timestamp(now - 100_000 + i),
+        sandbox: Some("sg-many".into()),
+        kind: EventKind::Decision,
+        details: serde_json::json!({ "event": "request", "sandbox": "sg-many", "method": "CONNECT",
+            "host": host, "port": 443, "decision": decision, "rule": "r", "bytes_up": 1,
+            "bytes_down": 2, "ms": 1.0 }),
+    };
+    let mut evs = vec![line(0, "old.example", "deny")];
+    for i in 1..=2500 {
+        evs.push(line(i, "new.example", "allow"));
+        if i % 100 == 0 {
+            evs.push(NewEvent {
+                details: serde_json::json!({ "event": "hook", "agent": "claude", "tool": null,
+                                             "decision": "none", "reason": "x" }),
+                ..line(i, "", "")
+            });
+        }
+    }
+    store.append_events(&evs).unwrap();
+    drop(store);
+    let denied = t.json_lines(&["log", "--json", "--decision", "deny"]);
+    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!(denied[0]["host"], "old.example");
+    assert_eq!(t.json_lines(&["log", "--json", "--host", "old.example"]).len(), 1);
+    let newest = t.json_lines(&["log", "--json", "--limit", "3"]);
+    let times: Vec<i64> = newest.iter().map(|l| l["time"].as_i64().unwrap()).collect();
+    assert_eq!(times, [now - 100_000 + 2498, now - 100_000 + 2499, now - 100_000 + 2500]);
+    assert_eq!(t.json_lines(&["log", "--json"]).len(), 1000, "the default limit");
+    assert!(t.json_lines(&["log", "--json", "--limit", "0"]).is_empty());
+}

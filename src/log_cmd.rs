@@ -365,7 +365,13 @@ fn stored_lines(
     let mut lines = Vec::new();
     let mut before = None;
     'pages: while lines.len() < args.limit as usize {
-        let page = store.traffic_events_page(args.sandbox.as_deref(), since, before, PAGE)?;
+        let page = store.traffic_events_page(
+            args.sandbox.as_deref(),
+            since,
+            args.decision.map(DecisionArg::traffic),
+            before,
+            PAGE,
+        )?;
         let last_page = page.len() < PAGE as usize;
         for e in page {
             before = Some(e.id);

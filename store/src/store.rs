@@ -535,13 +535,15 @@ impl Store {
     }
 
     /// One page of traffic events (`decision` and `blocked_packet`), newest first: those with an
-    /// id below `before` (all when `None`), of one sandbox if given, at or after `since`. The
-    /// log pages through them with the last id it got, filtering as it goes, so its filters
-    /// apply before its line limit.
+    /// id below `before` (all when `None`), of one sandbox if given, at or after `since`, with
+    /// `decision` if given (decided here, in SQL, through the `traffic_events` view: a rare
+    /// decision is found without decoding every event). The log pages through them with the
+    /// last id it got, filtering as it goes, so its filters apply before its line limit.
     pub fn traffic_events_page(
         &self,
         sandbox: Option<&str>,
         since: Option<Timestamp>,
+        decision: Option<TrafficDecision>,
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError> {
@@ -549,14 +551,25 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT id, time, sandbox, kind, details FROM events \
+                "SELECT id, time, sandbox, kind, details FROM events AS e \
                  WHERE kind IN ('decision', 'blocked_packet') AND (?1 IS NULL OR sandbox = ?1) \
                  AND (?2 IS NULL OR time >= ?2) AND (?3 IS NULL OR id < ?3) \
+                 AND (?5 IS NULL OR EXISTS (SELECT 1 FROM traffic_events AS t \
+                                            WHERE t.id = e.id AND t.decision = ?5)) \
                  ORDER BY id DESC LIMIT ?4",
             )
             .map_err(sql(OP))?;
         let rows = stmt
-            .query_map(params![sandbox, since.map(|t| t.0), before, limit], EventColumns::read)
+            .query_map(
+                params![
+                    sandbox,
+                    since.map(|t| t.0),
+                    before,
+                    limit,
+                    decision.map(TrafficDecision::as_str)
+                ],
+                EventColumns::read,
+            )
             .map_err(sql(OP))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql(OP))?;

@@ -100,7 +100,8 @@ pub struct WatchArgs {
     /// Only this sandbox's events.
     #[arg(long, value_name = "ID")]
     pub sandbox: Option<String>,
-    /// Also show every proxied request (not only questions and blocked traffic).
+    /// Also show every proxied connection, allowed and refused, as `sandgate log` prints it
+    /// (not only questions and blocked traffic); the `t` key turns this tail on and off.
     #[arg(long, short)]
     pub verbose: bool,
 }
@@ -541,12 +542,18 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && !args.json;
     let colour = tty && std::env::var_os("NO_COLOR").is_none();
     let open = std::sync::Arc::new(std::sync::Mutex::new(pending.clone()));
-    let _keys = if tty { Some(KeyReader::start(paths.clone(), open.clone())?) } else { None };
+    // The traffic tail (allowed and refused connections as they close): `-v`, or the `t` key.
+    let traffic = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(args.verbose));
+    let _keys = if tty {
+        Some(KeyReader::start(paths.clone(), open.clone(), traffic.clone())?)
+    } else {
+        None
+    };
     let mut out = std::io::stdout().lock();
     if tty {
         writeln!(
             out,
-            "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny, [q]uit\r"
+            "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny; [t]raffic tail on/off, [q]uit\r"
         )?;
     }
     for q in &pending {
@@ -573,7 +580,12 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
                 _ => {}
             }
         }
-        if !args.verbose && !args.json && matches!(ev, Event::Request { .. }) {
+        if let Event::Request { .. } = &ev
+            && !args.json
+        {
+            if traffic.load(std::sync::atomic::Ordering::Relaxed) {
+                show_traffic(&mut out, &ev, colour)?;
+            }
             continue;
         }
         show(&mut out, &ev, args.json, colour)?;
@@ -679,6 +691,47 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
     Ok(())
 }
 
+/// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
+fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
+    let Some((text, allowed)) = crate::log_cmd::traffic_text(ev) else { return Ok(()) };
+    let text = format!("sandgate: traffic {text}");
+    if colour {
+        let c = if allowed { "36" } else { "31" };
+        write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
+    } else {
+        writeln!(out, "{text}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// What a key pressed in `watch` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchKey {
+    /// `q`, Ctrl-C, Ctrl-\.
+    Quit,
+    /// `t`: the traffic tail on or off.
+    ToggleTraffic,
+    /// An answer to the oldest question.
+    Answer(sandgate_approvals::Answer),
+    /// Anything else: ignored.
+    Ignore,
+}
+
+impl WatchKey {
+    fn of(byte: u8) -> WatchKey {
+        // Ctrl-C and Ctrl-\ arrive as bytes (ISIG is off): quit as with q, terminal restored.
+        match byte {
+            b'q' | 0x03 | 0x1c => WatchKey::Quit,
+            b't' => WatchKey::ToggleTraffic,
+            _ => match sandgate_approvals::terminal::parse_reply(&(byte as char).to_string()) {
+                Ok(answer) => WatchKey::Answer(answer),
+                Err(_) => WatchKey::Ignore,
+            },
+        }
+    }
+}
+
 /// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
 /// answers the oldest open question.
 struct KeyReader {
@@ -689,6 +742,7 @@ impl KeyReader {
     fn start(
         paths: Paths,
         open: std::sync::Arc<std::sync::Mutex<Vec<PendingQuestion>>>,
+        traffic: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> anyhow::Result<KeyReader> {
         use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
         let stdin = std::io::stdin();
@@ -700,12 +754,19 @@ impl KeyReader {
             use std::io::Read as _;
             let mut byte = [0u8; 1];
             while std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1) {
-                let key = (byte[0] as char).to_string();
-                // Ctrl-C and Ctrl-\ arrive as bytes (ISIG is off): quit as with q, terminal restored.
-                if key == "q" || byte[0] == 0x03 || byte[0] == 0x1c {
-                    restore_and_exit();
-                }
-                let Ok(answer) = sandgate_approvals::terminal::parse_reply(&key) else { continue };
+                let answer = match WatchKey::of(byte[0]) {
+                    WatchKey::Quit => restore_and_exit(),
+                    WatchKey::Ignore => continue,
+                    WatchKey::ToggleTraffic => {
+                        let was = traffic.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
+                        eprint!(
+                            "sandgate: traffic tail {}\r\n",
+                            if was { "off" } else { "on (every connection as it closes)" }
+                        );
+                        continue;
+                    }
+                    WatchKey::Answer(answer) => answer,
+                };
                 let oldest = open.lock().unwrap_or_else(|e| e.into_inner()).first().cloned();
                 let Some(q) = oldest else {
                     eprint!("sandgate: nothing pending\r\n");
@@ -756,5 +817,28 @@ impl Drop for KeyReader {
             nix::sys::termios::SetArg::TCSANOW,
             &self.saved,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandgate_approvals::{Answer, Scope};
+
+    use super::*;
+
+    #[test]
+    fn watch_keys() {
+        for (byte, want) in [
+            (b'q', WatchKey::Quit),
+            (0x03, WatchKey::Quit),
+            (0x1c, WatchKey::Quit),
+            (b't', WatchKey::ToggleTraffic),
+            (b'o', WatchKey::Answer(Answer::Allow(Scope::Once))),
+            (b'd', WatchKey::Answer(Answer::Deny(Scope::Session))),
+            (b'x', WatchKey::Ignore),
+            (b'\n', WatchKey::Ignore),
+        ] {
+            assert_eq!(WatchKey::of(byte), want, "{byte:#x}");
+        }
     }
 }

@@ -2,12 +2,12 @@
 //! refused) and per burst of blocked packets, from the store; `--follow` tails the daemon's
 //! live events (no polling); `--summary` groups by host.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::io::Write as _;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{DomainPattern, PatternUse};
-use sandgate_store::{EventKind, EventQuery, HostSummary, Store, StoredEvent, Timestamp};
+use sandgate_store::{HostSummary, Store, Timestamp, TrafficDecision, TrafficQuery};
 use serde_json::{Value, json};
 
 use crate::client::{Client, Incoming};
@@ -56,6 +56,16 @@ pub enum DecisionArg {
     Blocked,
 }
 
+impl DecisionArg {
+    fn traffic(self) -> TrafficDecision {
+        match self {
+            DecisionArg::Allow => TrafficDecision::Allow,
+            DecisionArg::Deny => TrafficDecision::Deny,
+            DecisionArg::Blocked => TrafficDecision::Blocked,
+        }
+    }
+}
+
 /// One line of the log, whatever it came from.
 #[derive(Debug, Clone, PartialEq)]
 struct Line {
@@ -65,6 +75,10 @@ struct Line {
     method: String,
     host: String,
     port: Option<u16>,
+    /// Path and query of a plain-HTTP request.
+    path: Option<String>,
+    /// The sandbox's command line, when the store knows the sandbox.
+    command: Option<Vec<String>>,
     rule: String,
     bytes_up: u64,
     bytes_down: u64,
@@ -81,6 +95,7 @@ impl Line {
                 method,
                 host,
                 port,
+                path,
                 decision,
                 rule,
                 bytes_up,
@@ -95,6 +110,8 @@ impl Line {
                 host: host.clone(),
                 // A name lookup (the DNS stub) has no port.
                 port: (method != "DNS").then_some(*port),
+                path: path.clone(),
+                command: None,
                 rule: match error {
                     Some(e) => format!("{rule} ({e})"),
                     None => rule.clone(),
@@ -111,6 +128,8 @@ impl Line {
                 method: protocol.clone(),
                 host: dst.clone(),
                 port: *port,
+                path: None,
+                command: None,
                 rule: "firewall: direct connection".into(),
                 bytes_up: 0,
                 bytes_down: 0,
@@ -124,7 +143,8 @@ impl Line {
     fn json(&self) -> Value {
         json!({
             "time": self.time, "sandbox": self.sandbox, "decision": self.decision,
-            "method": self.method, "host": self.host, "port": self.port, "rule": self.rule,
+            "method": self.method, "host": self.host, "port": self.port, "path": self.path,
+            "command": self.command, "rule": self.rule,
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "ms": self.ms,
             "count": self.count,
         })
@@ -137,13 +157,26 @@ impl Line {
             (false, Some(p)) => format!("{}:{p}", self.host),
             (_, None) => self.host.clone(),
         };
+        let host = host + self.path.as_deref().unwrap_or("");
         let what = if self.decision == "blocked" {
             format!("x{}", self.count)
         } else {
             format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)
         };
+        // The command line is the sandbox's own text: last and quoted, so it cannot pose as
+        // the host or the decision (as in the approval prompts).
+        let command = match &self.command {
+            Some(argv) => {
+                let mut c: String = argv.join(" ").chars().take(80).collect();
+                if c.len() < argv.join(" ").len() {
+                    c.push('…');
+                }
+                format!(" {:?}", sanitize(&c))
+            }
+            None => String::new(),
+        };
         format!(
-            "{} {} {:<7} {:<7} {} {} [{}]",
+            "{} {} {:<7} {:<7} {} {} [{}]{command}",
             clock(self.time),
             sanitize(&self.sandbox),
             self.decision,
@@ -153,6 +186,32 @@ impl Line {
             sanitize(&self.rule)
         )
     }
+}
+
+/// Sandbox id → command line, from the store's sandbox rows (the events name only the id).
+struct Commands {
+    store: Option<Store>,
+    known: HashMap<String, Vec<String>>,
+}
+
+impl Commands {
+    /// Fills in `l.command`. A sandbox not (yet) in the store is asked again next time: its row
+    /// may still be on its way to the disk.
+    fn fill(&mut self, l: &mut Line) {
+        if !self.known.contains_key(&l.sandbox)
+            && let Some(Ok(Some(r))) = self.store.as_ref().map(|s| s.sandbox(&l.sandbox))
+        {
+            self.known.insert(l.sandbox.clone(), r.sandbox.command);
+        }
+        l.command = self.known.get(&l.sandbox).cloned();
+    }
+}
+
+/// A live traffic event as `sandgate log` prints it (stamped now), and whether it was allowed;
+/// `None` for other events. `sandgate watch` shows its traffic tail with it.
+pub(crate) fn traffic_text(ev: &Event) -> Option<(String, bool)> {
+    let l = Line::of(Timestamp::now().as_millis(), ev)?;
+    Some((l.text(), l.decision == "allow"))
 }
 
 /// `HH:MM:SS.mmm` UTC of epoch milliseconds (the date is in `--json`).
@@ -218,8 +277,13 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
     }
     let mut client = running;
     if let Some(c) = client.as_mut() {
-        // Listing sandboxes makes the daemon commit its queued events first.
-        let _ = c.request(Request::List { all: false });
+        // The daemon writes events in batches: have it commit what it has seen before the
+        // store is read. Without it the log is still right, only perhaps a batch behind.
+        if let Err(e) = c.request(Request::Flush) {
+            eprintln!(
+                "sandgate: the daemon did not flush its events ({e:#}); the newest may be missing"
+            );
+        }
     }
     let path = Store::default_path()?;
     let store = if path.exists() {
@@ -235,11 +299,16 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         )));
     }
     let mut out = std::io::stdout().lock();
-    if args.summary && args.decision.is_none() {
-        // Grouped in the store: every event in range, not only the newest `--limit`.
-        let since = since.map(|d| Timestamp::now().minus(d));
+    if args.summary {
+        // Grouped in the store (its per-minute aggregate): every event in range, not only the
+        // newest `--limit`.
+        let q = TrafficQuery {
+            sandbox: args.sandbox.clone(),
+            since: since.map(|d| Timestamp::now().minus(d)),
+            decision: args.decision.map(DecisionArg::traffic),
+        };
         let mut rows = match &store {
-            Some(s) => s.traffic_summary(args.sandbox.as_deref(), since)?,
+            Some(s) => s.traffic_summary(&q)?,
             None => Vec::new(),
         };
         if let Some(p) = &filter.host {
@@ -249,25 +318,27 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let mut lines = match &store {
-        Some(s) => stored_lines(s, &args, since)?,
+        Some(s) => stored_lines(s, &args, since, &filter)?,
         None => Vec::new(),
     };
-    lines.retain(|l| filter.keeps(l));
-    if args.summary {
-        print_summary(&mut out, &lines, args.json)?;
-        return Ok(0);
-    }
-    for l in &lines {
+    let mut commands = Commands { store: store.clone(), known: HashMap::new() };
+    for l in &mut lines {
+        commands.fill(l);
         print_line(&mut out, l, args.json)?;
     }
     let Some(mut c) = client.filter(|_| args.follow) else { return Ok(0) };
     c.set_read_timeout(None)?;
     c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
+    if commands.store.is_none() {
+        // The daemon has created the store by now.
+        commands.store = Store::open(&path).ok();
+    }
     loop {
         match c.next()? {
             Incoming::Event(ev) => {
                 let now = Timestamp::now().as_millis();
-                if let Some(l) = Line::of(now, &ev).filter(|l| filter.keeps(l)) {
+                if let Some(mut l) = Line::of(now, &ev).filter(|l| filter.keeps(l)) {
+                    commands.fill(&mut l);
                     print_line(&mut out, &l, args.json)?;
                 }
             }
@@ -281,32 +352,44 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The stored traffic lines matching the store-side filters, oldest first.
+/// The newest `--limit` stored traffic lines that pass every filter, oldest first. Pages back
+/// through the store so the filters apply before the limit (a denial older than the last
+/// thousand allowed connections is still found by `--decision deny`).
 fn stored_lines(
     store: &Store,
     args: &LogArgs,
     since: Option<std::time::Duration>,
+    filter: &Filter,
 ) -> anyhow::Result<Vec<Line>> {
+    const PAGE: u32 = 2000;
     let since = since.map(|d| Timestamp::now().minus(d));
-    let mut events: Vec<StoredEvent> = Vec::new();
-    for kind in [EventKind::Decision, EventKind::BlockedPacket] {
-        events.extend(store.recent_events(&EventQuery {
-            sandbox: args.sandbox.clone(),
-            kind: Some(kind),
+    let mut lines = Vec::new();
+    let mut before = None;
+    'pages: while lines.len() < args.limit as usize {
+        let page = store.traffic_events_page(
+            args.sandbox.as_deref(),
             since,
-            limit: args.limit,
-        })?);
+            args.decision.map(DecisionArg::traffic),
+            before,
+            PAGE,
+        )?;
+        let last_page = page.len() < PAGE as usize;
+        for e in page {
+            before = Some(e.id);
+            let Ok(ev) = serde_json::from_value::<Event>(e.event.details) else { continue };
+            if let Some(l) = Line::of(e.event.time.as_millis(), &ev).filter(|l| filter.keeps(l)) {
+                lines.push(l);
+                if lines.len() >= args.limit as usize {
+                    break 'pages;
+                }
+            }
+        }
+        if last_page {
+            break;
+        }
     }
-    events.sort_by_key(|e| e.id);
-    let skip = events.len().saturating_sub(args.limit as usize);
-    Ok(events
-        .into_iter()
-        .skip(skip)
-        .filter_map(|e| {
-            let ev: Event = serde_json::from_value(e.event.details).ok()?;
-            Line::of(e.event.time.as_millis(), &ev)
-        })
-        .collect())
+    lines.reverse();
+    Ok(lines)
 }
 
 fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::Result<()> {
@@ -316,36 +399,6 @@ fn print_line(out: &mut impl std::io::Write, l: &Line, json: bool) -> std::io::R
         writeln!(out, "{}", l.text())?;
     }
     out.flush()
-}
-
-/// One row per host from lines already read (used with `--decision`): see
-/// [`Store::traffic_summary`] for the grouping the store does otherwise.
-fn print_summary(out: &mut impl std::io::Write, lines: &[Line], json: bool) -> std::io::Result<()> {
-    let mut rows: BTreeMap<String, HostSummary> = BTreeMap::new();
-    for l in lines {
-        let r = rows.entry(l.host.clone()).or_insert_with(|| HostSummary {
-            host: l.host.clone(),
-            connections: 0,
-            allowed: 0,
-            bytes_up: 0,
-            bytes_down: 0,
-            last_seen: Timestamp(0),
-            rule: String::new(),
-        });
-        r.connections += l.count;
-        if l.decision == "allow" {
-            r.allowed += l.count;
-        }
-        r.bytes_up += l.bytes_up;
-        r.bytes_down += l.bytes_down;
-        if l.time >= r.last_seen.as_millis() {
-            r.last_seen = Timestamp(l.time);
-            r.rule = l.rule.clone();
-        }
-    }
-    let mut rows: Vec<HostSummary> = rows.into_values().collect();
-    rows.sort_by(|a, b| b.connections.cmp(&a.connections).then(a.host.cmp(&b.host)));
-    print_summary_rows(out, rows, json)
 }
 
 /// One row per host: connections (blocked packets count one each), of which allowed and
@@ -410,6 +463,8 @@ mod tests {
             method: "CONNECT".into(),
             host: host.into(),
             port: Some(443),
+            path: None,
+            command: None,
             rule: String::new(),
             bytes_up: 0,
             bytes_down: 0,

@@ -50,6 +50,7 @@ impl Draft {
                 method: method.to_owned(),
                 host: String::new(),
                 port: 0,
+                path: None,
                 decision: "reject",
                 rule: String::new(),
                 bytes_up: 0,

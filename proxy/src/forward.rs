@@ -259,6 +259,9 @@ impl Inner {
         };
         draft.target(&target);
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        // For the traffic log; bounded (the head limit bounds it too, but the log should not
+        // carry a 64 KiB query string per line).
+        draft.event.path = Some(path.chars().take(1000).collect());
         let admitted =
             match self.admit(sandbox, policy, &target, req.method().as_str(), Some(path)).await {
                 Ok(a) => a,

@@ -135,6 +135,9 @@ pub struct ProxyEvent {
     pub host: String,
     /// The port (0 when unknown).
     pub port: u16,
+    /// Path and query of a plain-HTTP request once its target was parsed (at most 1,000 bytes;
+    /// `None` for tunnels, whose paths the proxy never sees).
+    pub path: Option<String>,
     /// `allow`, `deny`, or `reject` (malformed request or missing token).
     pub decision: &'static str,
     /// The rule that decided, as text (or why the request was rejected).

@@ -361,6 +361,7 @@ impl EventSink for Sink {
             method: e.method,
             host: e.host,
             port: e.port,
+            path: e.path,
             decision: e.decision.to_owned(),
             rule: e.rule,
             bytes_up: e.bytes_up,

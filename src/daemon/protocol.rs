@@ -118,6 +118,10 @@ pub enum Request {
         #[serde(default)]
         sandbox: Option<String>,
     },
+    /// Commits what the daemon has recorded so far (sandbox rows, then queued events) to the
+    /// store; the reply comes after the commit, so a reader of the store (`sandgate log`) then
+    /// sees every connection that had closed before it asked.
+    Flush,
     /// Stops the daemon (launchers are told, and wait for a new daemon instead of starting one).
     Stop,
     /// An agent hook decided (or declined to decide) a tool call; recorded and shown by
@@ -297,6 +301,9 @@ pub enum Event {
         host: String,
         /// Port.
         port: u16,
+        /// Path and query of a plain-HTTP request (none for tunnels).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
         /// `allow`, `deny`, `reject`.
         decision: String,
         /// The rule.
@@ -413,6 +420,8 @@ mod tests {
         for claim in ["telegram", "hook", "Terminal", ""] {
             assert!(answer(&format!(r#","channel":"{claim}""#)).is_err(), "{claim}");
         }
+        let flush: Envelope = serde_json::from_str(r#"{"id":4,"op":"flush"}"#).unwrap();
+        assert!(matches!(flush.request, Request::Flush) && flush.id == Some(4));
         let status: Envelope = serde_json::from_str(r#"{"op":"status"}"#).unwrap();
         assert!(matches!(status.request, Request::Status) && status.id.is_none());
     }

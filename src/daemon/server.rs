@@ -100,6 +100,9 @@ impl Daemon {
 /// A request that failed: a code for scripts and a message for people.
 struct Failure(&'static str, String);
 
+/// How long `flush` waits for the event writer (which retries a busy store for a few seconds).
+const FLUSH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
         Failure("store", e.to_string())
@@ -498,6 +501,25 @@ impl Conn {
                         })
                         .collect(),
                 ))
+            }
+            Request::Flush => {
+                // Sandbox rows first: `log --sandbox ID` looks the id up before the events.
+                s.records.flush().await;
+                let events = s.events.clone();
+                let done = tokio::task::spawn_blocking(move || events.flush(FLUSH_PATIENCE))
+                    .await
+                    .unwrap_or(false);
+                if !done {
+                    return Err(Failure(
+                        "store",
+                        format!(
+                            "the event writer did not commit within {} s (a busy or full store: \
+                             see `sandgate status`)",
+                            FLUSH_PATIENCE.as_secs()
+                        ),
+                    ));
+                }
+                Ok(json!({ "flushed": true }))
             }
             Request::Subscribe { .. } => Err(Failure("internal", "subscribe handled above".into())),
             Request::HookDecision { agent, tool, decision, reason } => {

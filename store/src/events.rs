@@ -89,6 +89,19 @@ impl EventSender {
             }
         }
     }
+
+    /// Blocks until every event queued before this call is committed (or failed), or until
+    /// `timeout`; `false` on the time-out or when the writer has stopped. For readers of the
+    /// store that must see what was recorded so far (`sandgate log`), never for the hot path.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let (done_tx, done_rx) = mpsc::channel();
+        // A blocking send: the marker must queue behind what is already there, so a full
+        // queue is waited for (within the caller's patience, as the writer drains it).
+        if self.tx.send(Msg::Flush(done_tx)).is_err() {
+            return false;
+        }
+        done_rx.recv_timeout(timeout).is_ok()
+    }
 }
 
 /// A background writer of events into a [`Store`]'s file. Dropping it flushes what is queued and

@@ -30,7 +30,7 @@ pub use events::{EventSender, EventWriter, EventWriterConfig, EventWriterStats};
 pub use model::{
     Effect, EventKind, EventQuery, Grant, GrantId, GrantList, GrantScope, GrantTarget, HostSummary,
     NewEvent, NewGrant, NewSandbox, Registration, SandboxRecord, SandboxState, StoreCounts,
-    StoredEvent,
+    StoredEvent, TrafficDecision, TrafficQuery,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{OpenOptions, Store};

@@ -481,6 +481,41 @@ impl Default for EventQuery {
     }
 }
 
+/// A filter for [`Store::traffic_summary`](crate::Store::traffic_summary); `Default` = all
+/// traffic ever kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrafficQuery {
+    /// Only this sandbox's traffic.
+    pub sandbox: Option<String>,
+    /// Only traffic at or after this instant (exact to the millisecond).
+    pub since: Option<Timestamp>,
+    /// Only lines with this decision.
+    pub decision: Option<TrafficDecision>,
+}
+
+/// The decision of a traffic line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrafficDecision {
+    /// The proxy let it through.
+    Allow,
+    /// The proxy refused it (a rule, an answer, a time-out, a malformed request).
+    Deny,
+    /// The firewall refused a direct connection.
+    Blocked,
+}
+
+impl TrafficDecision {
+    /// The name stored in the `traffic` table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficDecision::Allow => "allow",
+            TrafficDecision::Deny => "deny",
+            TrafficDecision::Blocked => "blocked",
+        }
+    }
+}
+
 /// One host of [`Store::traffic_summary`](crate::Store::traffic_summary).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSummary {

@@ -497,9 +497,16 @@ async fn event_writer_batches_publishes_and_flushes() {
     assert_eq!((stats.written, stats.dropped, stats.failed), (1000, 0, 0));
     assert!(stats.batches >= 2, "batched in at most max_batch per transaction: {stats:?}");
     assert_eq!(store.counts(T0).unwrap().events, 1000);
+    // A sender (what the daemon holds) flushes too: what it queued before is then committed.
+    for i in 1000..1600 {
+        assert!(sender.send(event(i, EventKind::Decision, Some("sb"))));
+    }
+    assert!(sender.flush(Duration::from_secs(10)));
+    assert_eq!(store.counts(T0).unwrap().events, 1600);
     let stats = writer.shutdown();
-    assert_eq!(stats.written, 1000);
+    assert_eq!(stats.written, 1600);
     assert!(!sender.send(event(1, EventKind::Decision, None)), "a stopped writer drops");
+    assert!(!sender.flush(Duration::from_secs(1)), "and has nothing to flush into");
 }
 
 #[test]

@@ -1029,6 +1029,7 @@ mod tests {
             net: NetMode::None,
             allowed_unix_sockets: Vec::new(),
             require_full: false,
+            report_read_only: false,
         }
     }
 

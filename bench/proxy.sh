@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # Benchmarks the sandgate proxy on 127.0.0.1 only, side by side with a direct connection and, when
-# installed, tinyproxy and squid (Debian packages `tinyproxy`, `squid`):
+# installed, tinyproxy and squid (Debian packages `tinyproxy`, `squid`), and for (d) nginx as a
+# fixed keep-alive relay to the origin (Debian `nginx-light`, installed here when missing):
 #   (a) one 1 GiB transfer through a CONNECT tunnel      (target >= 0.9x direct)
 #   (b) new connection + CONNECT + small GET, p50/p99     (target <= 60 us added p50)
 #   (c) new tunnels per second, 64 concurrent clients     (target >= 0.5x direct)
-#   (d) keep-alive requests/s of plain-HTTP forwarding (wrk, 64 connections)
+#   (d) keep-alive requests/s of plain-HTTP forwarding (wrk, 64 connections, 100-byte bodies;
+#       target >= 0.9x the nginx relay)
 # (a)-(c) come from examples/proxy_bench.rs: every target measured in turn, round after round, so
 # load from elsewhere weighs on all alike; (a) median of 5, (b) 3,000 samples from a
 # single-threaded client, (c) median of 3 runs of 2 s.
 # Usage: bench/proxy.sh            (release build; takes about two minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# wrk drives (d); nginx is its reference. Installed here, never by CI: a benchmark-only need.
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || need+=(nginx-light)
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+        echo "could not install ${need[*]}: their rows are skipped" >&2
+fi
 
 cargo build --release -q -p sandgate --bin sandgate
 cargo build --release -q -p sandgate-proxy --example proxy_bench
@@ -101,22 +112,67 @@ else
     echo "squid not installed: skipped" >&2
 fi
 
+# (d)'s reference: nginx as a fixed keep-alive relay to the origin (`proxy_pass` to an upstream
+# with a keep-alive pool of 64), no checks. What any HTTP relay costs here; not a CONNECT proxy.
+RELAYS=()
+if command -v nginx >/dev/null; then
+    port=$(free_port)
+    mkdir -p "$T/nginx"
+    cat >"$T/nginx.conf" <<CONF
+daemon off;
+worker_processes auto;
+pid $T/nginx.pid;
+error_log $T/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $T/nginx/body;
+    proxy_temp_path $T/nginx/proxy;
+    fastcgi_temp_path $T/nginx/fastcgi;
+    uwsgi_temp_path $T/nginx/uwsgi;
+    scgi_temp_path $T/nginx/scgi;
+    upstream origin { server 127.0.0.1:$ORIGIN; keepalive 64; }
+    server {
+        listen 127.0.0.1:$port;
+        keepalive_requests 1000000;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+CONF
+    nginx -c "$T/nginx.conf" -e "$T/nginx/error.log" >"$T/nginx.log" 2>&1 & PIDS+=($!)
+    wait_port "$port" && RELAYS+=("nginx-relay=127.0.0.1:$port")
+else
+    echo "nginx not installed: (d) has no reference" >&2
+fi
+
 echo "== (a)-(c): origin 127.0.0.1:$ORIGIN; 1 GiB transfer, ${#PROXIES[@]} proxies"
 "$BIN/examples/proxy_bench" client "127.0.0.1:$ORIGIN" "${PROXIES[@]}"
 
 echo
 echo "== (d) keep-alive plain-HTTP forwarding, wrk -t2 -c64 -d5s"
 cat >"$T/proxy.lua" <<LUA
-wrk.path = "http://127.0.0.1:$ORIGIN/"
+wrk.path = "http://127.0.0.1:$ORIGIN/bytes/100"
 wrk.headers["Host"] = "127.0.0.1:$ORIGIN"
 LUA
 rps() { wrk -t2 -c64 -d5s "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
-direct=$(rps "http://127.0.0.1:$ORIGIN/")
+direct=$(rps "http://127.0.0.1:$ORIGIN/bytes/100")
 printf '%-16s %12s req/s\n' direct "$direct"
+nginx_rps=
+for p in "${RELAYS[@]}"; do
+    name=${p%%=*}; addr=${p#*=}
+    nginx_rps=$(rps -s "$T/proxy.lua" "http://$addr/")
+    printf '%-16s %12s req/s %6.2fx\n' "$name" "$nginx_rps" "$(echo "$nginx_rps / $direct" | bc -l)"
+done
 for p in "${PROXIES[@]}"; do
     name=${p%%=*}; addr=${p#*=}
     [ "$name" = sandgate-copy ] && continue # same forwarding path as `sandgate`
     [ "${name%floor}" != "$name" ] && continue # the floors relay CONNECT only
     r=$(rps -s "$T/proxy.lua" "http://$addr/")
-    printf '%-16s %12s req/s %6.2fx\n' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
+    printf '%-16s %12s req/s %6.2fx' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
+    [ -n "$nginx_rps" ] && printf '  %5.2fx nginx-relay' "$(echo "$r / $nginx_rps" | bc -l)"
+    echo
 done

@@ -1,6 +1,7 @@
 //! Plain HTTP: hyper's HTTP/1.1 server reads the requests of a connection, each goes through the
 //! decision stages and is forwarded over a pooled keep-alive connection to a checked address.
-//! CONNECT requests that arrive on such a connection are served through hyper's upgrade.
+//! CONNECT requests that arrive on such a connection are upgraded and handed, as raw client
+//! streams, to the one tunnel path (`pipeline.rs`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,11 +22,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use sandgate_config::{NetworkPolicy, Target};
 use tokio::time::Instant;
 
-use crate::conn::{Draft, authorized};
-use crate::denial::{Refusal, quote, render_refusal};
+use crate::denial::{Refusal, render_refusal};
 use crate::io::{ClientStream, Rewind};
+use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{Inner, Sandbox};
-use crate::tunnel::{self, Activity};
 
 /// Body type of forwarded requests and of every response.
 pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
@@ -93,18 +93,18 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// The event of one forwarded request, recorded when both bodies are done with.
 struct Pending {
     inner: Arc<Inner>,
-    draft: Mutex<Option<Draft>>,
+    ctx: Mutex<Option<Ctx>>,
     up: AtomicU64,
     down: AtomicU64,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let draft = self.draft.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(mut d) = draft {
-            d.event.bytes_up = *self.up.get_mut();
-            d.event.bytes_down = *self.down.get_mut();
-            d.finish(&self.inner);
+        let ctx = self.ctx.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut ctx) = ctx {
+            ctx.event.bytes_up = *self.up.get_mut();
+            ctx.event.bytes_down = *self.down.get_mut();
+            self.inner.logging(ctx);
         }
     }
 }
@@ -198,99 +198,98 @@ impl Inner {
         }
     }
 
+    /// One request of a keep-alive connection: `request_filter`, then `forward` (absolute form)
+    /// or the tunnel stages (CONNECT); `logging` when its response body is done with.
     async fn request(
         self: Arc<Self>,
         sandbox: Arc<Sandbox>,
         req: Request<Incoming>,
     ) -> Response<Body> {
-        let policy = sandbox.policy();
-        let mut draft = Draft::new(&sandbox.id, req.method().as_str(), Instant::now());
-        let auth = req.headers().get(header::PROXY_AUTHORIZATION).map(|v| v.as_bytes());
-        if !authorized(sandbox.token.as_ref(), auth) {
-            let r = Refusal::Unauthenticated;
-            draft.refused(&r);
-            draft.finish(&self);
-            return refusal_response(&r, &policy);
-        }
-        let result = if req.method() == Method::CONNECT {
-            self.clone().upgrade(&sandbox, &policy, req, draft).await
-        } else {
-            self.clone().forward(&sandbox, &policy, req, draft).await
+        let mut ctx = Ctx::new(sandbox, req.method().as_str(), Instant::now());
+        let connect = req.method() == Method::CONNECT;
+        let filtered = {
+            let auth = req.headers().get(header::PROXY_AUTHORIZATION).map(|v| v.as_bytes());
+            let target = if connect {
+                RequestTarget::Authority(req.uri().authority().map_or("", |a| a.as_str()))
+            } else {
+                RequestTarget::Absolute(req.uri())
+            };
+            self.request_filter(&mut ctx, target, auth)
+        };
+        let result = match filtered {
+            Err(r) => Err((r, ctx)),
+            Ok(()) if connect => self.clone().upgrade(ctx, req).await,
+            Ok(()) => self.clone().forward(ctx, req).await,
         };
         match result {
             Ok(resp) => resp,
-            Err((r, mut draft)) => {
-                draft.refused(&r);
-                draft.finish(&self);
-                refusal_response(&r, &policy)
+            Err((r, mut ctx)) => {
+                ctx.refused(&r);
+                let resp = refusal_response(&r, &ctx.policy);
+                self.logging(ctx);
+                resp
             }
         }
     }
 
-    /// Stages `decide` → `upstream_peer` → `forward` for an absolute-form request.
+    /// Stages `decide` → `ask` → `upstream_peer` → `connect` → `forward` for an absolute-form
+    /// request whose target `request_filter` has parsed.
     async fn forward(
         self: Arc<Self>,
-        sandbox: &Sandbox,
-        policy: &NetworkPolicy,
+        mut ctx: Ctx,
         req: Request<Incoming>,
-        mut draft: Draft,
-    ) -> Result<Response<Body>, (Refusal, Draft)> {
-        let uri = req.uri().clone();
-        let malformed =
-            |why: String| Refusal::Malformed { input: quote(uri.to_string().as_bytes()), why };
-        match uri.scheme_str() {
-            None => return Err((Refusal::OriginForm, draft)),
-            Some(s) if s.eq_ignore_ascii_case("http") => {}
-            Some(s) if s.eq_ignore_ascii_case("https") => {
-                let target = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                return Err((Refusal::HttpsWithoutConnect { target }, draft));
-            }
-            Some(s) => {
-                let why = format!("unsupported scheme {s:?}; only http:// URLs are forwarded");
-                return Err((malformed(why), draft));
-            }
+    ) -> Result<Response<Body>, (Refusal, Ctx)> {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        if let Err(r) = self.admit(&mut ctx, Some(path)).await {
+            return Err((r, ctx));
         }
-        let Some(authority) = uri.authority() else {
-            return Err((malformed("the URL has no host".into()), draft));
+        let host = match ctx.target() {
+            Ok(target) => HeaderValue::from_str(&host_header(target)),
+            Err(r) => return Err((r, ctx)),
         };
-        let target = match Target::parse_authority(authority.as_str(), Some(80)) {
-            Ok(t) => t,
-            Err(e) => return Err((malformed(e.to_string()), draft)),
+        let host = match host {
+            Ok(h) => h,
+            // A normalised host is made of header-safe bytes; refuse rather than trust that.
+            Err(e) => {
+                let r = Refusal::Malformed { input: ctx.event.host.clone(), why: e.to_string() };
+                return Err((r, ctx));
+            }
         };
-        draft.target(&target);
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let admitted =
-            match self.admit(sandbox, policy, &target, req.method().as_str(), Some(path)).await {
-                Ok(a) => a,
-                Err(r) => return Err((r, draft)),
-            };
-        draft.event.decision = "allow";
-        draft.event.rule = admitted.rule.to_string();
-
         let (mut parts, body) = req.into_parts();
-        parts.uri = match Uri::try_from(path) {
+        // Origin form upstream: the path and query as they came (no reparse).
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.scheme = None;
+        uri.authority = None;
+        if uri.path_and_query.is_none() {
+            uri.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+        }
+        parts.uri = match Uri::from_parts(uri) {
             Ok(u) => u,
-            Err(e) => return Err((malformed(e.to_string()), draft)),
+            Err(e) => {
+                let r = Refusal::Malformed { input: ctx.event.host.clone(), why: e.to_string() };
+                return Err((r, ctx));
+            }
         };
         strip_hop_by_hop(&mut parts.headers);
-        match HeaderValue::from_str(authority.as_str()) {
-            Ok(host) => parts.headers.insert(header::HOST, host),
-            Err(e) => return Err((malformed(e.to_string()), draft)),
-        };
+        // The Host header names the decided target, whatever the client wrote in it.
+        parts.headers.insert(header::HOST, host);
         parts.version = Version::HTTP_11;
         let pending = Arc::new(Pending {
             inner: self.clone(),
-            draft: Mutex::new(None),
+            ctx: Mutex::new(None),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
         });
         let body = Counted { inner: body, pending: pending.clone(), down: false }.boxed();
-        let resp = match self.send(&target, &admitted.addrs, Request::from_parts(parts, body)).await
-        {
-            Ok(r) => r,
-            Err(r) => return Err((r, draft)),
+        let sent = match ctx.target() {
+            Ok(target) => self.send(target, &ctx.addrs, Request::from_parts(parts, body)).await,
+            Err(r) => Err(r),
         };
-        *pending.draft.lock().unwrap_or_else(|e| e.into_inner()) = Some(draft);
+        let resp = match sent {
+            Ok(r) => r,
+            Err(r) => return Err((r, ctx)),
+        };
+        *pending.ctx.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, Counted { inner: body, pending, down: true }.boxed()))
@@ -341,83 +340,36 @@ impl Inner {
         Ok(resp)
     }
 
-    /// A CONNECT on a plain-HTTP keep-alive connection: the same stages, then hyper's upgrade.
+    /// A CONNECT on a plain-HTTP keep-alive connection: the stages up to `connect`, hyper's
+    /// upgrade, then the raw client stream back out of hyper into the same tunnel stages as a
+    /// CONNECT on a fresh connection (splice included).
     async fn upgrade(
         self: Arc<Self>,
-        sandbox: &Arc<Sandbox>,
-        policy: &Arc<NetworkPolicy>,
+        mut ctx: Ctx,
         req: Request<Incoming>,
-        mut draft: Draft,
-    ) -> Result<Response<Body>, (Refusal, Draft)> {
-        let authority = req.uri().authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
-        let target = match Target::parse_authority(&authority, None) {
-            Ok(t) => t,
-            Err(e) => {
-                let r =
-                    Refusal::Malformed { input: quote(authority.as_bytes()), why: e.to_string() };
-                return Err((r, draft));
-            }
-        };
-        draft.target(&target);
-        let admitted = match self.admit(sandbox, policy, &target, "CONNECT", None).await {
-            Ok(a) => a,
-            Err(r) => return Err((r, draft)),
-        };
-        draft.event.decision = "allow";
-        draft.event.rule = admitted.rule.to_string();
-        let mut upstream = match self.connect(&target, &admitted.addrs).await {
+    ) -> Result<Response<Body>, (Refusal, Ctx)> {
+        let upstream = match self.open_tunnel(&mut ctx).await {
             Ok(s) => s,
-            Err(r) => return Err((r, draft)),
+            Err(r) => return Err((r, ctx)),
         };
-        let (this, sandbox, policy) = (self.clone(), sandbox.clone(), policy.clone());
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
-                Ok(upgraded) => {
-                    let mut client = TokioIo::new(upgraded);
-                    let sni = this
-                        .sni_filter(
-                            &sandbox,
-                            &policy,
-                            &target,
-                            &mut client,
-                            &upstream,
-                            BytesMut::new(),
-                        )
-                        .await;
-                    match sni {
-                        Ok(first) => {
-                            let activity = Activity::new();
-                            activity.up.fetch_add(first.len() as u64, Ordering::Relaxed);
-                            let idle = this.config.idle_timeout;
-                            let buf = this.config.tunnel_buffer;
-                            let r = match tokio::io::AsyncWriteExt::write_all(&mut upstream, &first)
-                                .await
-                            {
-                                Ok(()) => {
-                                    tunnel::copy(&mut client, &mut upstream, buf, &activity, idle)
-                                        .await
-                                        .map_err(|e| e.to_string())
-                                }
-                                Err(e) => Err(e.to_string()),
-                            };
-                            (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
-                            draft.event.error = r.err();
-                        }
-                        Err(refusal) => {
-                            draft.event.decision = "deny";
-                            draft.event.rule = refusal.why.clone();
-                            draft.event.error = Some(refusal.why);
-                            let _ = tokio::io::AsyncWriteExt::write_all(
-                                &mut client,
-                                &crate::conn::TLS_ACCESS_DENIED,
-                            )
-                            .await;
-                        }
+                Ok(upgraded) => match upgraded.downcast::<TokioIo<Rewind<ClientStream>>>() {
+                    Ok(parts) => {
+                        let (unread, client) = parts.io.into_inner().into_parts();
+                        // What hyper read past the CONNECT head comes first, then what it had
+                        // not read yet of the bytes replayed in front of the socket.
+                        let mut pending = BytesMut::from(&parts.read_buf[..]);
+                        pending.extend_from_slice(&unread);
+                        self.tunnel_stages(&mut ctx, client, upstream, pending).await;
                     }
-                }
-                Err(e) => draft.event.error = Some(e.to_string()),
+                    Err(_) => {
+                        ctx.event.error = Some("the upgraded connection is not a client's".into());
+                    }
+                },
+                Err(e) => ctx.event.error = Some(e.to_string()),
             }
-            draft.finish(&this);
+            self.logging(ctx);
         });
         Ok(Response::new(full(Bytes::new())))
     }

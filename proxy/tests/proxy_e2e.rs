@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
-    Answer, Approver, BoxFuture, DenyReason, Proxy, ProxyConfig, ProxyToken, Question,
+    Answer, Approver, BoxFuture, DenyReason, Outcome, Proxy, ProxyConfig, ProxyToken, Question,
     SandboxContext, SandboxId,
 };
 use tokio::sync::Notify;
@@ -46,7 +46,7 @@ async fn allowed_http_passes_and_proxy_authorization_is_not_forwarded() {
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(
         (ev[0].method.as_str(), ev[0].decision, ev[0].host.as_str()),
-        ("GET", "allow", "allowed.test")
+        ("GET", Outcome::Allow, "allowed.test")
     );
     assert_eq!(ev[0].rule, "allowed.test (command line)");
     assert!(ev[0].bytes_down > 50, "{ev:?}");
@@ -70,7 +70,7 @@ async fn allowed_https_passes_through_a_tunnel() {
     assert!(out.stdout.starts_with("origin says hello to /secure"), "{out:?}");
     // The event is recorded when the tunnel closes, just after curl exits.
     let ev = wait_for(|| events.all().into_iter().find(|e| e.method == "CONNECT")).await;
-    assert_eq!(ev.decision, "allow");
+    assert_eq!(ev.decision, Outcome::Allow);
     assert!(ev.bytes_up > 100 && ev.bytes_down > 500, "{ev:?}");
 }
 
@@ -177,7 +177,7 @@ async fn an_sni_that_differs_from_the_connect_host_must_itself_be_allowed() {
     let args = via("forbidden.test");
     let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
     assert_ne!(out.code, 0, "{out:?}");
-    let ev = wait_for(|| events.all().into_iter().find(|e| e.decision == "deny")).await;
+    let ev = wait_for(|| events.all().into_iter().find(|e| e.decision == Outcome::Deny)).await;
     assert_eq!(ev.host, "allowed.test");
     assert!(ev.rule.contains("TLS server name forbidden.test differs"), "{ev:?}");
 

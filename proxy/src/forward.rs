@@ -15,11 +15,12 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use sandgate_config::{NetworkPolicy, Target};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::denial::{Refusal, render_refusal};
@@ -33,28 +34,80 @@ pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
 /// Most pooled connections kept per upstream address.
 const POOL_PER_ADDR: usize = 64;
 
-/// Keep-alive connections to upstream addresses (each one an address that passed the guard).
+/// hyper's connection future of one upstream connection.
+type Driver = http1::Connection<TokioIo<TcpStream>, Body>;
+
+/// One upstream keep-alive connection: hyper's request handle and its connection future.
+///
+/// The future is polled by the request that uses the connection, in the client connection's
+/// own task (while waiting for the response head, then by the response body), not by a task of
+/// its own: a forwarded request then costs no hand-over between tasks (each one a wake-up and,
+/// on the multi-thread runtime, often a worker woken by futex). An idle pooled connection is not
+/// polled at all; one the upstream closed meanwhile is found out when it is next taken.
+pub(crate) struct UpConn {
+    tx: SendRequest<Body>,
+    driver: Driver,
+    /// Whether the connection future has ended (closed, or failed).
+    ended: bool,
+    /// The address it is keyed by in the pool; `None` for a connection that is never pooled
+    /// (through the upstream proxy, whose peer says nothing of the destination).
+    addr: Option<SocketAddr>,
+}
+
+impl UpConn {
+    /// Polls the connection future (moving bytes both ways); `true` once it has ended.
+    fn poll_driver(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
+            self.ended = true;
+        }
+        self.ended
+    }
+
+    /// Runs `fut` while driving the connection; `None` when the connection ended first.
+    async fn drive<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| {
+            let ended = self.poll_driver(cx);
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            if ended { Poll::Ready(None) } else { Poll::Pending }
+        })
+        .await
+    }
+
+    /// Whether the connection takes a request now (one poll: an idle connection is ready at
+    /// once; one that is not, or has ended, is not worth waiting for).
+    fn ready_now(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        !self.poll_driver(&mut cx) && matches!(self.tx.poll_ready(&mut cx), Poll::Ready(Ok(())))
+    }
+}
+
+/// Idle keep-alive connections to upstream addresses (each one an address that passed the guard).
 #[derive(Default)]
 pub(crate) struct Pool {
-    conns: Mutex<HashMap<SocketAddr, Vec<SendRequest<Body>>>>,
+    conns: Mutex<HashMap<SocketAddr, Vec<UpConn>>>,
 }
 
 impl Pool {
     /// An idle connection to one of `addrs`, in their order.
-    fn take(&self, addrs: &[SocketAddr]) -> Option<(SocketAddr, SendRequest<Body>)> {
+    fn take(&self, addrs: &[SocketAddr]) -> Option<UpConn> {
         let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for addr in addrs {
             let Some(list) = map.get_mut(addr) else { continue };
-            list.retain(|c| !c.is_closed());
-            if let Some(i) = list.iter().position(|c| c.is_ready()) {
-                return Some((*addr, list.swap_remove(i)));
+            while let Some(mut conn) = list.pop() {
+                if conn.ready_now() {
+                    return Some(conn);
+                }
             }
         }
         None
     }
 
-    /// Keeps a connection for later (it becomes ready again once its response is read).
-    fn put(&self, addr: SocketAddr, conn: SendRequest<Body>) {
+    /// Keeps an idle connection (its last response read to the end) for later.
+    fn put(&self, conn: UpConn) {
+        let Some(addr) = conn.addr else { return };
         let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.entry(addr).or_default();
         if list.len() < POOL_PER_ADDR {
@@ -77,6 +130,17 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// Removes hop-by-hop headers, including those named in `Connection`, and `Upgrade`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        strip_named(headers);
+    }
+    for name in HOP_BY_HOP.iter() {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Removes the headers `Connection` names.
+fn strip_named(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -84,10 +148,9 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in &named {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
 /// The event of one forwarded request, recorded when both bodies are done with.
@@ -110,10 +173,32 @@ impl Drop for Pending {
 }
 
 /// A body that counts its data bytes and keeps the request's event alive until it is dropped.
+/// The response body also drives its upstream connection, and gives it back to the pool once
+/// the response has been read to its end.
 struct Counted<B> {
     inner: B,
     pending: Arc<Pending>,
     down: bool,
+    up: Option<UpConn>,
+    done: bool,
+}
+
+impl<B> Counted<B> {
+    fn new(inner: B, pending: Arc<Pending>, down: bool, up: Option<UpConn>) -> Self {
+        Counted { inner, pending, down, up, done: false }
+    }
+}
+
+impl<B> Drop for Counted<B> {
+    fn drop(&mut self) {
+        // A response not read to its end leaves bytes on the connection: close it instead.
+        if let Some(up) = self.up.take()
+            && self.done
+            && !up.ended
+        {
+            self.pending.inner.pool.put(up);
+        }
+    }
 }
 
 impl<B> hyper::body::Body for Counted<B>
@@ -128,12 +213,20 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
+        if let Some(up) = &mut this.up {
+            up.poll_driver(cx);
+        }
         let r = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &r
-            && let Some(data) = frame.data_ref()
-        {
-            let counter = if this.down { &this.pending.down } else { &this.pending.up };
-            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        match &r {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let counter = if this.down { &this.pending.down } else { &this.pending.up };
+                    counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+                this.done = this.inner.is_end_stream();
+            }
+            Poll::Ready(None) => this.done = true,
+            Poll::Ready(Some(Err(_))) | Poll::Pending => {}
         }
         r
     }
@@ -280,64 +373,70 @@ impl Inner {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
         });
-        let body = Counted { inner: body, pending: pending.clone(), down: false }.boxed();
+        let body = Counted::new(body, pending.clone(), false, None).boxed();
         let sent = match ctx.target() {
             Ok(target) => self.send(target, &ctx.addrs, Request::from_parts(parts, body)).await,
             Err(r) => Err(r),
         };
-        let resp = match sent {
+        let (resp, up) = match sent {
             Ok(r) => r,
             Err(r) => return Err((r, ctx)),
         };
         *pending.ctx.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Ok(Response::from_parts(parts, Counted { inner: body, pending, down: true }.boxed()))
+        let mut body = Counted::new(body, pending, true, Some(up));
+        // A response without a body may never be polled: it is complete already.
+        body.done = hyper::body::Body::is_end_stream(&body.inner);
+        Ok(Response::from_parts(parts, body.boxed()))
     }
 
-    /// Sends over a pooled connection, or a new one to the first checked address that answers.
+    /// Sends over a pooled connection, or a new one to the first checked address that answers;
+    /// returns the response head and the connection, which its body goes on driving.
     async fn send(
         &self,
         target: &Target,
         addrs: &[SocketAddr],
         mut req: Request<Body>,
-    ) -> Result<Response<Incoming>, Refusal> {
+    ) -> Result<(Response<Incoming>, UpConn), Refusal> {
         let unreachable = |e: &dyn std::fmt::Display| Refusal::Unreachable {
             target: target.to_string(),
             error: e.to_string(),
         };
-        if let Some((addr, mut conn)) = self.pool.take(addrs) {
-            match conn.try_send_request(req).await {
-                Ok(resp) => {
-                    self.pool.put(addr, conn);
-                    return Ok(resp);
-                }
+        if let Some(mut conn) = self.pool.take(addrs) {
+            // hyper's future owns what it needs (a channel): the handle is not borrowed by it.
+            let fut = conn.tx.try_send_request(req);
+            let sent = conn.drive(fut).await;
+            match sent {
+                Some(Ok(resp)) => return Ok((resp, conn)),
                 // The pooled connection was closed under us before the request went out: retry
                 // once on a fresh connection.
-                Err(mut e) => match e.take_message() {
+                Some(Err(mut e)) => match e.take_message() {
                     Some(r) => req = r,
                     None => return Err(unreachable(&e.into_error())),
                 },
+                None => {
+                    return Err(unreachable(&"the upstream closed the connection"));
+                }
             }
         }
         let stream = self.connect(target, addrs).await?;
-        let addr = stream.peer_addr().map_err(|e| unreachable(&e))?;
-        let (mut conn, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable(&e))?;
-        tokio::spawn(async move {
-            if let Err(e) = driver.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
-        conn.ready().await.map_err(|e| unreachable(&e))?;
-        let resp = conn.send_request(req).await.map_err(|e| unreachable(&e))?;
         // A tunnel through the upstream proxy is keyed by nothing of its destination (its peer
         // is the upstream): never pooled, so it cannot be handed to a request for another host.
-        if !self.via_upstream(target) {
-            self.pool.put(addr, conn);
+        let addr = match self.via_upstream(target) {
+            true => None,
+            false => Some(stream.peer_addr().map_err(|e| unreachable(&e))?),
+        };
+        let (tx, driver) =
+            http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(&e))?;
+        let mut conn = UpConn { tx, driver, ended: false, addr };
+        let fut = conn.tx.send_request(req);
+        let sent = conn.drive(fut).await;
+        match sent {
+            Some(Ok(resp)) => Ok((resp, conn)),
+            Some(Err(e)) => Err(unreachable(&e)),
+            None => Err(unreachable(&"the upstream closed the connection")),
         }
-        Ok(resp)
     }
 
     /// A CONNECT on a plain-HTTP keep-alive connection: the stages up to `connect`, hyper's

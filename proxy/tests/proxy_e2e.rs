@@ -473,3 +473,47 @@ async fn a_connect_on_a_keep_alive_connection_keeps_the_bytes_sent_behind_it() {
     assert_eq!(connect.decision, Outcome::Allow, "{ev:?}");
     assert!(connect.bytes_up > 40 && connect.bytes_down > 40, "{ev:?}");
 }
+
+/// Forwarded requests reuse upstream keep-alive connections (the request that holds one drives
+/// it, then gives it back), and a large response streams through whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_reuses_upstream_connections_and_streams_large_bodies() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: hyper::Request<_>| async move {
+                    let n: usize = req.uri().path().trim_start_matches('/').parse().unwrap_or(5);
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from(vec![b'x'; n])),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let proxy = format!("http://{addr}");
+    for n in [5, 3_000_000, 0, 7] {
+        let out = curl(&["-x", &proxy, &url("allowed.test", port, &format!("/{n}"))]).await;
+        assert_eq!(out.code, 0, "{n}: {}", out.stderr);
+        assert_eq!(out.stdout.len(), n, "{n}");
+    }
+    // Sequential requests from four client connections: one upstream connection served them all.
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 4).then_some(all)
+    })
+    .await;
+    assert!(ev.iter().any(|e| e.bytes_down == 3_000_000), "{ev:?}");
+}

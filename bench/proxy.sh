@@ -6,11 +6,12 @@
 #   (b) new connection + CONNECT + small GET, p50/p99     (target <= 60 us added p50)
 #   (c) new tunnels per second, 64 concurrent clients     (target >= 0.5x direct)
 #   (d) keep-alive requests/s of plain-HTTP forwarding (wrk, 64 connections, 100-byte bodies;
-#       target >= 0.9x the nginx relay)
+#       median of 5 interleaved rounds of 3 s; target >= 0.9x the nginx relay)
 # (a)-(c) come from examples/proxy_bench.rs: every target measured in turn, round after round, so
 # load from elsewhere weighs on all alike; (a) median of 5, (b) 3,000 samples from a
 # single-threaded client, (c) median of 3 runs of 2 s.
-# Usage: bench/proxy.sh            (release build; takes about two minutes)
+# Usage: bench/proxy.sh            (release build; takes about three minutes)
+#        SANDGATE_BASELINE=old/sandgate bench/proxy.sh   (adds an older build as `baseline`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +51,9 @@ for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
 ORIGIN=$(cat "$T/origin.port")
 PROXIES=()
 
-start_sandgate() { # name mode
+start_sandgate() { # name mode [binary]
     local port; port=$(free_port)
-    XDG_CONFIG_HOME="$T/xdg" RUST_LOG=warn "$BIN/sandgate" proxy --listen "127.0.0.1:$port" \
+    XDG_CONFIG_HOME="$T/xdg" RUST_LOG=warn "${3:-$BIN/sandgate}" proxy --listen "127.0.0.1:$port" \
         --allow 127.0.0.1 --tunnel "$2" 2>"$T/$1.log" & PIDS+=($!)
     wait_port "$port"
     PROXIES+=("$1=127.0.0.1:$port")
@@ -60,6 +61,11 @@ start_sandgate() { # name mode
 mkdir -p "$T/xdg"
 start_sandgate sandgate splice
 start_sandgate sandgate-copy copy
+# SANDGATE_BASELINE=path/to/an/older/release/sandgate adds it as `baseline`, for before/after
+# figures from one run.
+if [ -n "${SANDGATE_BASELINE:-}" ]; then
+    start_sandgate baseline splice "$SANDGATE_BASELINE"
+fi
 
 # The floor: the least any CONNECT proxy costs on this machine (blocking, one connection at a time,
 # no checks). A reference for (b) only; serial, so its (c) means nothing.
@@ -153,26 +159,44 @@ echo "== (a)-(c): origin 127.0.0.1:$ORIGIN; 1 GiB transfer, ${#PROXIES[@]} proxi
 "$BIN/examples/proxy_bench" client "127.0.0.1:$ORIGIN" "${PROXIES[@]}"
 
 echo
-echo "== (d) keep-alive plain-HTTP forwarding, wrk -t2 -c64 -d5s"
+echo "== (d) keep-alive plain-HTTP forwarding, wrk -t2 -c64 -d3s, median of 5 interleaved rounds"
 cat >"$T/proxy.lua" <<LUA
 wrk.path = "http://127.0.0.1:$ORIGIN/bytes/100"
 wrk.headers["Host"] = "127.0.0.1:$ORIGIN"
 LUA
-rps() { wrk -t2 -c64 -d5s "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
-direct=$(rps "http://127.0.0.1:$ORIGIN/bytes/100")
-printf '%-16s %12s req/s\n' direct "$direct"
-nginx_rps=
-for p in "${RELAYS[@]}"; do
-    name=${p%%=*}; addr=${p#*=}
-    nginx_rps=$(rps -s "$T/proxy.lua" "http://$addr/")
-    printf '%-16s %12s req/s %6.2fx\n' "$name" "$nginx_rps" "$(echo "$nginx_rps / $direct" | bc -l)"
-done
+rps() { wrk -t2 -c64 -d3s "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+# Every target in turn, round after round (load from elsewhere weighs on all alike); medians.
+ROUNDS=5
+TARGETS=("direct=" "${RELAYS[@]}")
 for p in "${PROXIES[@]}"; do
-    name=${p%%=*}; addr=${p#*=}
+    name=${p%%=*}
     [ "$name" = sandgate-copy ] && continue # same forwarding path as `sandgate`
     [ "${name%floor}" != "$name" ] && continue # the floors relay CONNECT only
-    r=$(rps -s "$T/proxy.lua" "http://$addr/")
+    TARGETS+=("$p")
+done
+declare -A RUNS
+for _ in $(seq 1 $ROUNDS); do
+    for p in "${TARGETS[@]}"; do
+        name=${p%%=*}; addr=${p#*=}
+        if [ -z "$addr" ]; then
+            r=$(rps "http://127.0.0.1:$ORIGIN/bytes/100")
+        else
+            r=$(rps -s "$T/proxy.lua" "http://$addr/")
+        fi
+        RUNS[$name]="${RUNS[$name]:-} ${r:-0}"
+    done
+done
+# shellcheck disable=SC2086 # word splitting of the runs is the point
+direct=$(median ${RUNS[direct]})
+nginx_rps=
+[ ${#RELAYS[@]} -gt 0 ] && nginx_rps=$(median ${RUNS[nginx-relay]})
+for p in "${TARGETS[@]}"; do
+    name=${p%%=*}
+    # shellcheck disable=SC2086
+    r=$(median ${RUNS[$name]})
     printf '%-16s %12s req/s %6.2fx' "$name" "$r" "$(echo "$r / $direct" | bc -l)"
-    [ -n "$nginx_rps" ] && printf '  %5.2fx nginx-relay' "$(echo "$r / $nginx_rps" | bc -l)"
-    echo
+    [ -n "$nginx_rps" ] && [ "$name" != nginx-relay ] && [ "$name" != direct ] &&
+        printf '  %5.2fx nginx-relay' "$(echo "$r / $nginx_rps" | bc -l)"
+    printf '   (runs:%s)\n' "${RUNS[$name]}"
 done

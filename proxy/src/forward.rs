@@ -337,7 +337,8 @@ impl Inner {
             return Err((r, ctx));
         }
         let host = match ctx.target() {
-            Ok(target) => HeaderValue::from_str(&host_header(target)),
+            // The String's buffer becomes the header's (no copy).
+            Ok(target) => HeaderValue::from_maybe_shared(Bytes::from(host_header(target))),
             Err(r) => return Err((r, ctx)),
         };
         let host = match host {

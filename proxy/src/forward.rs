@@ -406,19 +406,27 @@ impl Inner {
         };
         if let Some(mut conn) = self.pool.take(addrs) {
             // hyper's future owns what it needs (a channel): the handle is not borrowed by it.
-            let fut = conn.tx.try_send_request(req);
-            let sent = conn.drive(fut).await;
-            match sent {
-                Some(Ok(resp)) => return Ok((resp, conn)),
+            let mut fut = std::pin::pin!(conn.tx.try_send_request(req));
+            let (sent, conn) = match conn.drive(fut.as_mut()).await {
+                Some(sent) => (sent, Some(conn)),
+                // The connection ended with the request still queued: dropping it cancels the
+                // queue, which hands the request back.
+                None => {
+                    drop(conn);
+                    (fut.await, None)
+                }
+            };
+            match (sent, conn) {
+                (Ok(resp), Some(conn)) => return Ok((resp, conn)),
+                (Ok(_), None) => {
+                    return Err(unreachable(&"the upstream closed the connection"));
+                }
                 // The pooled connection was closed under us before the request went out: retry
                 // once on a fresh connection.
-                Some(Err(mut e)) => match e.take_message() {
+                (Err(mut e), _) => match e.take_message() {
                     Some(r) => req = r,
                     None => return Err(unreachable(&e.into_error())),
                 },
-                None => {
-                    return Err(unreachable(&"the upstream closed the connection"));
-                }
             }
         }
         let stream = self.connect(target, addrs).await?;

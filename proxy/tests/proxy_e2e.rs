@@ -517,3 +517,35 @@ async fn forwarding_reuses_upstream_connections_and_streams_large_bodies() {
     .await;
     assert!(ev.iter().any(|e| e.bytes_down == 3_000_000), "{ev:?}");
 }
+
+/// An upstream that closes its keep-alive connections after every response (without saying
+/// so): the pooled connection is found dead and the request goes out on a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_upstream_closed_is_replaced() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+                // Closed here, though the response promised keep-alive.
+            });
+        }
+    });
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let proxy = format!("http://{addr}");
+    for i in 0..5 {
+        let out = curl(&["-x", &proxy, &url("allowed.test", port, "/")]).await;
+        assert_eq!((out.code, out.stdout.as_str()), (0, "ok"), "request {i}: {}", out.stderr);
+    }
+}

@@ -2,6 +2,9 @@
 //!
 //! `proxy_bench origin PORT_FILE` serves HTTP/1.1 on 127.0.0.1: `GET /bytes/N` answers N bytes,
 //! anything else a short body; keep-alive.
+//! `proxy_bench sandgate PORT_FILE` serves the proxy library in process, allowing 127.0.0.1 only
+//! (what `sandgate proxy --allow 127.0.0.1` serves, without building the whole binary: for
+//! profiling the proxy alone).
 //! `proxy_bench client ORIGIN [NAME=PROXY]...` measures, for a direct connection and through each
 //! proxy: (a) one 1 GiB transfer through a CONNECT tunnel, (b) latency of new connection +
 //! CONNECT + small GET (p50/p99), (c) new tunnels per second with 64 concurrent clients.
@@ -37,11 +40,12 @@ fn main() {
         Some("origin") => rt.block_on(origin(&args[1])),
         Some("floor") => floor(&args[1]),
         Some("splice-floor") => splice_floor(&args[1]),
+        Some("sandgate") => rt.block_on(serve_sandgate(&args[1])),
         Some("client") => rt.block_on(client(&args[1..])),
         Some("latency") => rt.block_on(latency_only(&args[1..])),
         Some(what @ ("throughput" | "rate")) => rt.block_on(one_only(what, &args[1..])),
         _ => eprintln!(
-            "usage: proxy_bench origin|floor|splice-floor PORT_FILE | client ORIGIN [NAME=PROXY]... \
+            "usage: proxy_bench origin|floor|splice-floor|sandgate PORT_FILE | client ORIGIN [NAME=PROXY]... \
              | latency|throughput|rate ORIGIN [NAME=PROXY]..."
         ),
     }
@@ -163,6 +167,21 @@ fn floor(port_file: &str) {
     for mut c in l.incoming().flatten() {
         let _ = relay(&mut c);
     }
+}
+
+async fn serve_sandgate(port_file: &str) {
+    use sandgate_config::{DomainPattern, NetMode, NetworkPolicy, PatternUse, Rule, RuleSource};
+    use sandgate_proxy::{Proxy, SandboxContext, SandboxId};
+
+    let rule = Rule {
+        pattern: Some(DomainPattern::parse("127.0.0.1", PatternUse::Allow).expect("pattern")),
+        source: RuleSource::CommandLine,
+    };
+    let policy = NetworkPolicy::new("net", NetMode::Proxy, vec![rule], Vec::new());
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    std::fs::write(port_file, l.local_addr().expect("addr").port().to_string()).expect("write");
+    let ctx = SandboxContext { id: SandboxId::new("bench"), policy: Arc::new(policy), token: None };
+    Proxy::builder().build().serve(l, ctx).await.expect("serve");
 }
 
 async fn origin(port_file: &str) {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sandgate_config::{NetworkPolicy, Rule, RuleSource};
 
 use crate::guard::Forbidden;
+use crate::traits::Outcome;
 
 /// How many allowed destinations a 403 body lists.
 const LISTED_ALLOWED: usize = 12;
@@ -116,13 +117,13 @@ impl Refusal {
         }
     }
 
-    /// The event verb: `deny` for policy refusals, `reject` for bad requests, `allow` for an
+    /// The event's outcome: deny for policy refusals, reject for bad requests, allow for an
     /// allowed request whose upstream failed.
-    pub fn verb(&self) -> &'static str {
+    pub fn outcome(&self) -> Outcome {
         match self.status() {
-            403 => "deny",
-            502 => "allow",
-            _ => "reject",
+            403 => Outcome::Deny,
+            502 => Outcome::Allow,
+            _ => Outcome::Reject,
         }
     }
 
@@ -248,7 +249,7 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
     let reason = refusal.reason_phrase();
     let mut headers = vec![(
         "X-Sandgate-Decision",
-        format!("{}; rule={}", refusal.verb(), header_safe(&refusal.rule_text())),
+        format!("{}; rule={}", refusal.outcome(), header_safe(&refusal.rule_text())),
     )];
     if status == 407 {
         headers.push(("Proxy-Authenticate", "Basic realm=\"sandgate\"".into()));

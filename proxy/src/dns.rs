@@ -33,9 +33,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::time::Instant;
 
-use crate::conn::Draft;
 use crate::denial::quote;
 use crate::proxy::{Inner, Proxy, Sandbox, SandboxContext};
+use crate::traits::{Outcome as EventOutcome, ProxyEvent};
 
 /// Largest query taken, in bytes (UDP datagram or TCP message): a question is at most ~270 bytes
 /// plus EDNS options; anything longer is refused unread.
@@ -348,6 +348,38 @@ impl Proxy {
     }
 }
 
+/// The event of one DNS message, filled in as it is answered (a DNS question goes through the
+/// `decide` and `upstream_peer` stages only, so it needs none of the pipeline's context).
+struct Draft {
+    event: ProxyEvent,
+    start: Instant,
+}
+
+impl Draft {
+    fn new(sandbox: &crate::traits::SandboxId, method: &str, start: Instant) -> Draft {
+        let event = ProxyEvent {
+            sandbox: sandbox.clone(),
+            method: method.to_owned(),
+            host: String::new(),
+            port: 0,
+            path: None,
+            decision: EventOutcome::Reject,
+            rule: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: Duration::ZERO,
+            error: None,
+        };
+        Draft { event, start }
+    }
+
+    /// Stage `logging`.
+    fn finish(mut self, inner: &Inner) {
+        self.event.duration = self.start.elapsed();
+        inner.events.record(self.event);
+    }
+}
+
 impl Inner {
     /// One TCP connection: length-prefixed queries, answered in order, until the client closes,
     /// is idle for the header timeout, or sends a length no query has.
@@ -398,7 +430,7 @@ impl Inner {
         };
         draft.event.host = q.name_text.clone();
         let (outcome, record) = self.decide_dns(sandbox, &q, &mut draft).await;
-        let quiet = draft.event.decision != "allow"
+        let quiet = draft.event.decision != EventOutcome::Allow
             && !self.dns_cache.first_refusal(&sandbox.id, &q.name_text);
         if record && !quiet {
             draft.finish(self);
@@ -410,35 +442,35 @@ impl Inner {
     /// Returns the outcome and whether it is worth an event (refusals and host lookups are;
     /// answers from the cache are not).
     async fn decide_dns(&self, sandbox: &Sandbox, q: &Question, d: &mut Draft) -> (Outcome, bool) {
-        let refuse = |d: &mut Draft, verb: &'static str, rule: String| {
+        let refuse = |d: &mut Draft, verb: EventOutcome, rule: String| {
             d.event.decision = verb;
             d.event.rule = rule;
             (Outcome::NxDomain, true)
         };
         let name = match &q.host {
-            Err(why) => return refuse(d, "reject", format!("not a host name: {why}")),
+            Err(why) => return refuse(d, EventOutcome::Reject, format!("not a host name: {why}")),
             // A number is not a name to look up; its owner needs no DNS.
-            Ok(Host::Ip(_)) => return refuse(d, "reject", "an address, not a name".into()),
+            Ok(Host::Ip(_)) => return refuse(d, EventOutcome::Reject, "an address, not a name".into()),
             Ok(Host::Name(n)) => n.clone(),
         };
         let host = Host::Name(name.clone());
         let policy = sandbox.policy();
         let rule = match policy.decide_name(&host) {
             Decision::Allow(rule) => rule,
-            Decision::Deny(rule) => return refuse(d, "deny", format!("deny {rule}")),
+            Decision::Deny(rule) => return refuse(d, EventOutcome::Deny, format!("deny {rule}")),
             Decision::Ask => match self.name_grant(sandbox, &host).await {
                 Some(rule) => rule,
                 None => {
                     return refuse(
                         d,
-                        "deny",
+                        EventOutcome::Deny,
                         "no rule allows this name; it is not resolved until a person allows it"
                             .into(),
                     );
                 }
             },
         };
-        d.event.decision = "allow";
+        d.event.decision = EventOutcome::Allow;
         d.event.rule = format!("allow {rule}");
         let qtype = q.query.query_type();
         if !matches!(qtype, RecordType::A | RecordType::AAAA) {
@@ -485,7 +517,7 @@ impl Inner {
         if passed.is_empty()
             && let Some((ip, why)) = first_refused
         {
-            d.event.decision = "deny";
+            d.event.decision = EventOutcome::Deny;
             d.event.rule = format!("resolves to {ip}, {why}, and that address is not allowed");
             return (Outcome::NxDomain, true);
         }

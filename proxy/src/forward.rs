@@ -1,6 +1,7 @@
 //! Plain HTTP: hyper's HTTP/1.1 server reads the requests of a connection, each goes through the
 //! decision stages and is forwarded over a pooled keep-alive connection to a checked address.
-//! CONNECT requests that arrive on such a connection are served through hyper's upgrade.
+//! CONNECT requests that arrive on such a connection are upgraded and handed, as raw client
+//! streams, to the one tunnel path (`pipeline.rs`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -14,18 +15,18 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use sandgate_config::{NetworkPolicy, Target};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::conn::{Draft, SniEnd, authorized};
-use crate::denial::{Refusal, quote, render_refusal};
+use crate::denial::{Refusal, render_refusal};
 use crate::io::{ClientStream, Rewind};
+use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{Inner, Sandbox};
-use crate::tunnel::{self, Activity};
 
 /// Body type of forwarded requests and of every response.
 pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
@@ -33,28 +34,80 @@ pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
 /// Most pooled connections kept per upstream address.
 const POOL_PER_ADDR: usize = 64;
 
-/// Keep-alive connections to upstream addresses (each one an address that passed the guard).
+/// hyper's connection future of one upstream connection.
+type Driver = http1::Connection<TokioIo<TcpStream>, Body>;
+
+/// One upstream keep-alive connection: hyper's request handle and its connection future.
+///
+/// The future is polled by the request that uses the connection, in the client connection's
+/// own task (while waiting for the response head, then by the response body), not by a task of
+/// its own: a forwarded request then costs no hand-over between tasks (each one a wake-up and,
+/// on the multi-thread runtime, often a worker woken by futex). An idle pooled connection is not
+/// polled at all; one the upstream closed meanwhile is found out when it is next taken.
+pub(crate) struct UpConn {
+    tx: SendRequest<Body>,
+    driver: Driver,
+    /// Whether the connection future has ended (closed, or failed).
+    ended: bool,
+    /// The address it is keyed by in the pool; `None` for a connection that is never pooled
+    /// (through the upstream proxy, whose peer says nothing of the destination).
+    addr: Option<SocketAddr>,
+}
+
+impl UpConn {
+    /// Polls the connection future (moving bytes both ways); `true` once it has ended.
+    fn poll_driver(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
+            self.ended = true;
+        }
+        self.ended
+    }
+
+    /// Runs `fut` while driving the connection; `None` when the connection ended first.
+    async fn drive<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| {
+            let ended = self.poll_driver(cx);
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            if ended { Poll::Ready(None) } else { Poll::Pending }
+        })
+        .await
+    }
+
+    /// Whether the connection takes a request now (one poll: an idle connection is ready at
+    /// once; one that is not, or has ended, is not worth waiting for).
+    fn ready_now(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        !self.poll_driver(&mut cx) && matches!(self.tx.poll_ready(&mut cx), Poll::Ready(Ok(())))
+    }
+}
+
+/// Idle keep-alive connections to upstream addresses (each one an address that passed the guard).
 #[derive(Default)]
 pub(crate) struct Pool {
-    conns: Mutex<HashMap<SocketAddr, Vec<SendRequest<Body>>>>,
+    conns: Mutex<HashMap<SocketAddr, Vec<UpConn>>>,
 }
 
 impl Pool {
     /// An idle connection to one of `addrs`, in their order.
-    fn take(&self, addrs: &[SocketAddr]) -> Option<(SocketAddr, SendRequest<Body>)> {
+    fn take(&self, addrs: &[SocketAddr]) -> Option<UpConn> {
         let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for addr in addrs {
             let Some(list) = map.get_mut(addr) else { continue };
-            list.retain(|c| !c.is_closed());
-            if let Some(i) = list.iter().position(|c| c.is_ready()) {
-                return Some((*addr, list.swap_remove(i)));
+            while let Some(mut conn) = list.pop() {
+                if conn.ready_now() {
+                    return Some(conn);
+                }
             }
         }
         None
     }
 
-    /// Keeps a connection for later (it becomes ready again once its response is read).
-    fn put(&self, addr: SocketAddr, conn: SendRequest<Body>) {
+    /// Keeps an idle connection (its last response read to the end) for later.
+    fn put(&self, conn: UpConn) {
+        let Some(addr) = conn.addr else { return };
         let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let list = map.entry(addr).or_default();
         if list.len() < POOL_PER_ADDR {
@@ -77,6 +130,17 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// Removes hop-by-hop headers, including those named in `Connection`, and `Upgrade`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        strip_named(headers);
+    }
+    for name in HOP_BY_HOP.iter() {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Removes the headers `Connection` names.
+fn strip_named(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -84,36 +148,57 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in &named {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
 /// The event of one forwarded request, recorded when both bodies are done with.
 struct Pending {
     inner: Arc<Inner>,
-    draft: Mutex<Option<Draft>>,
+    ctx: Mutex<Option<Ctx>>,
     up: AtomicU64,
     down: AtomicU64,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let draft = self.draft.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(mut d) = draft {
-            d.event.bytes_up = *self.up.get_mut();
-            d.event.bytes_down = *self.down.get_mut();
-            d.finish(&self.inner);
+        let ctx = self.ctx.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut ctx) = ctx {
+            ctx.event.bytes_up = *self.up.get_mut();
+            ctx.event.bytes_down = *self.down.get_mut();
+            self.inner.logging(ctx);
         }
     }
 }
 
 /// A body that counts its data bytes and keeps the request's event alive until it is dropped.
+/// The response body also drives its upstream connection, and gives it back to the pool once
+/// the response has been read to its end.
 struct Counted<B> {
     inner: B,
     pending: Arc<Pending>,
     down: bool,
+    up: Option<UpConn>,
+    done: bool,
+}
+
+impl<B> Counted<B> {
+    fn new(inner: B, pending: Arc<Pending>, down: bool, up: Option<UpConn>) -> Self {
+        Counted { inner, pending, down, up, done: false }
+    }
+}
+
+impl<B> Drop for Counted<B> {
+    fn drop(&mut self) {
+        // A response not read to its end leaves bytes on the connection: close it instead.
+        if let Some(up) = self.up.take()
+            && self.done
+            && !up.ended
+        {
+            self.pending.inner.pool.put(up);
+        }
+    }
 }
 
 impl<B> hyper::body::Body for Counted<B>
@@ -128,12 +213,20 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.get_mut();
+        if let Some(up) = &mut this.up {
+            up.poll_driver(cx);
+        }
         let r = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &r
-            && let Some(data) = frame.data_ref()
-        {
-            let counter = if this.down { &this.pending.down } else { &this.pending.up };
-            counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+        match &r {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let counter = if this.down { &this.pending.down } else { &this.pending.up };
+                    counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+                this.done = this.inner.is_end_stream();
+            }
+            Poll::Ready(None) => this.done = true,
+            Poll::Ready(Some(Err(_))) | Poll::Pending => {}
         }
         r
     }
@@ -198,223 +291,196 @@ impl Inner {
         }
     }
 
+    /// One request of a keep-alive connection: `request_filter`, then `forward` (absolute form)
+    /// or the tunnel stages (CONNECT); `logging` when its response body is done with.
     async fn request(
         self: Arc<Self>,
         sandbox: Arc<Sandbox>,
         req: Request<Incoming>,
     ) -> Response<Body> {
-        let policy = sandbox.policy();
-        let mut draft = Draft::new(&sandbox.id, req.method().as_str(), Instant::now());
-        let auth = req.headers().get(header::PROXY_AUTHORIZATION).map(|v| v.as_bytes());
-        if !authorized(sandbox.token.as_ref(), auth) {
-            let r = Refusal::Unauthenticated;
-            draft.refused(&r);
-            draft.finish(&self);
-            return refusal_response(&r, &policy);
-        }
-        let result = if req.method() == Method::CONNECT {
-            self.clone().upgrade(&sandbox, &policy, req, draft).await
-        } else {
-            self.clone().forward(&sandbox, &policy, req, draft).await
+        let mut ctx = Ctx::new(sandbox, req.method().as_str(), Instant::now());
+        let connect = req.method() == Method::CONNECT;
+        let filtered = {
+            let auth = req.headers().get(header::PROXY_AUTHORIZATION).map(|v| v.as_bytes());
+            let target = if connect {
+                RequestTarget::Authority(req.uri().authority().map_or("", |a| a.as_str()))
+            } else {
+                RequestTarget::Absolute(req.uri())
+            };
+            self.request_filter(&mut ctx, target, auth)
+        };
+        let result = match filtered {
+            Err(r) => Err((r, ctx)),
+            Ok(()) if connect => self.clone().upgrade(ctx, req).await,
+            Ok(()) => self.clone().forward(ctx, req).await,
         };
         match result {
             Ok(resp) => resp,
-            Err((r, mut draft)) => {
-                draft.refused(&r);
-                draft.finish(&self);
-                refusal_response(&r, &policy)
+            Err((r, mut ctx)) => {
+                ctx.refused(&r);
+                let resp = refusal_response(&r, &ctx.policy);
+                self.logging(ctx);
+                resp
             }
         }
     }
 
-    /// Stages `decide` → `upstream_peer` → `forward` for an absolute-form request.
+    /// Stages `decide` → `ask` → `upstream_peer` → `connect` → `forward` for an absolute-form
+    /// request whose target `request_filter` has parsed.
     async fn forward(
         self: Arc<Self>,
-        sandbox: &Sandbox,
-        policy: &NetworkPolicy,
+        mut ctx: Ctx,
         req: Request<Incoming>,
-        mut draft: Draft,
-    ) -> Result<Response<Body>, (Refusal, Draft)> {
-        let uri = req.uri().clone();
-        let malformed =
-            |why: String| Refusal::Malformed { input: quote(uri.to_string().as_bytes()), why };
-        match uri.scheme_str() {
-            None => return Err((Refusal::OriginForm, draft)),
-            Some(s) if s.eq_ignore_ascii_case("http") => {}
-            Some(s) if s.eq_ignore_ascii_case("https") => {
-                let target = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                return Err((Refusal::HttpsWithoutConnect { target }, draft));
-            }
-            Some(s) => {
-                let why = format!("unsupported scheme {s:?}; only http:// URLs are forwarded");
-                return Err((malformed(why), draft));
-            }
-        }
-        let Some(authority) = uri.authority() else {
-            return Err((malformed("the URL has no host".into()), draft));
-        };
-        let target = match Target::parse_authority(authority.as_str(), Some(80)) {
-            Ok(t) => t,
-            Err(e) => return Err((malformed(e.to_string()), draft)),
-        };
-        draft.target(&target);
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    ) -> Result<Response<Body>, (Refusal, Ctx)> {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
         // For the traffic log; bounded (the head limit bounds it too, but the log should not
         // carry a 64 KiB query string per line).
-        draft.event.path = Some(path.chars().take(1000).collect());
-        let admitted =
-            match self.admit(sandbox, policy, &target, req.method().as_str(), Some(path)).await {
-                Ok(a) => a,
-                Err(r) => return Err((r, draft)),
-            };
-        draft.event.decision = "allow";
-        draft.event.rule = admitted.rule.to_string();
-
+        ctx.event.path = Some(path.chars().take(1000).collect());
+        if let Err(r) = self.admit(&mut ctx, Some(path)).await {
+            return Err((r, ctx));
+        }
+        let host = match ctx.target() {
+            // The String's buffer becomes the header's (no copy).
+            Ok(target) => HeaderValue::from_maybe_shared(Bytes::from(host_header(target))),
+            Err(r) => return Err((r, ctx)),
+        };
+        let host = match host {
+            Ok(h) => h,
+            // A normalised host is made of header-safe bytes; refuse rather than trust that.
+            Err(e) => {
+                let r = Refusal::Malformed { input: ctx.event.host.clone(), why: e.to_string() };
+                return Err((r, ctx));
+            }
+        };
         let (mut parts, body) = req.into_parts();
-        parts.uri = match Uri::try_from(path) {
+        // Origin form upstream: the path and query as they came (no reparse).
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.scheme = None;
+        uri.authority = None;
+        if uri.path_and_query.is_none() {
+            uri.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+        }
+        parts.uri = match Uri::from_parts(uri) {
             Ok(u) => u,
-            Err(e) => return Err((malformed(e.to_string()), draft)),
+            Err(e) => {
+                let r = Refusal::Malformed { input: ctx.event.host.clone(), why: e.to_string() };
+                return Err((r, ctx));
+            }
         };
         strip_hop_by_hop(&mut parts.headers);
-        match HeaderValue::from_str(authority.as_str()) {
-            Ok(host) => parts.headers.insert(header::HOST, host),
-            Err(e) => return Err((malformed(e.to_string()), draft)),
-        };
+        // The Host header names the decided target, whatever the client wrote in it.
+        parts.headers.insert(header::HOST, host);
         parts.version = Version::HTTP_11;
         let pending = Arc::new(Pending {
             inner: self.clone(),
-            draft: Mutex::new(None),
+            ctx: Mutex::new(None),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
         });
-        let body = Counted { inner: body, pending: pending.clone(), down: false }.boxed();
-        let resp = match self.send(&target, &admitted.addrs, Request::from_parts(parts, body)).await
-        {
-            Ok(r) => r,
-            Err(r) => return Err((r, draft)),
+        let body = Counted::new(body, pending.clone(), false, None).boxed();
+        let sent = match ctx.target() {
+            Ok(target) => self.send(target, &ctx.addrs, Request::from_parts(parts, body)).await,
+            Err(r) => Err(r),
         };
-        *pending.draft.lock().unwrap_or_else(|e| e.into_inner()) = Some(draft);
+        let (resp, up) = match sent {
+            Ok(r) => r,
+            Err(r) => return Err((r, ctx)),
+        };
+        *pending.ctx.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctx);
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Ok(Response::from_parts(parts, Counted { inner: body, pending, down: true }.boxed()))
+        let mut body = Counted::new(body, pending, true, Some(up));
+        // A response without a body may never be polled: it is complete already.
+        body.done = hyper::body::Body::is_end_stream(&body.inner);
+        Ok(Response::from_parts(parts, body.boxed()))
     }
 
-    /// Sends over a pooled connection, or a new one to the first checked address that answers.
+    /// Sends over a pooled connection, or a new one to the first checked address that answers;
+    /// returns the response head and the connection, which its body goes on driving.
     async fn send(
         &self,
         target: &Target,
         addrs: &[SocketAddr],
         mut req: Request<Body>,
-    ) -> Result<Response<Incoming>, Refusal> {
+    ) -> Result<(Response<Incoming>, UpConn), Refusal> {
         let unreachable = |e: &dyn std::fmt::Display| Refusal::Unreachable {
             target: target.to_string(),
             error: e.to_string(),
         };
-        if let Some((addr, mut conn)) = self.pool.take(addrs) {
-            match conn.try_send_request(req).await {
-                Ok(resp) => {
-                    self.pool.put(addr, conn);
-                    return Ok(resp);
+        if let Some(mut conn) = self.pool.take(addrs) {
+            // hyper's future owns what it needs (a channel): the handle is not borrowed by it.
+            let mut fut = std::pin::pin!(conn.tx.try_send_request(req));
+            let (sent, conn) = match conn.drive(fut.as_mut()).await {
+                Some(sent) => (sent, Some(conn)),
+                // The connection ended with the request still queued: dropping it cancels the
+                // queue, which hands the request back.
+                None => {
+                    drop(conn);
+                    (fut.await, None)
+                }
+            };
+            match (sent, conn) {
+                (Ok(resp), Some(conn)) => return Ok((resp, conn)),
+                (Ok(_), None) => {
+                    return Err(unreachable(&"the upstream closed the connection"));
                 }
                 // The pooled connection was closed under us before the request went out: retry
                 // once on a fresh connection.
-                Err(mut e) => match e.take_message() {
+                (Err(mut e), _) => match e.take_message() {
                     Some(r) => req = r,
                     None => return Err(unreachable(&e.into_error())),
                 },
             }
         }
         let stream = self.connect(target, addrs).await?;
-        let addr = stream.peer_addr().map_err(|e| unreachable(&e))?;
-        let (mut conn, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable(&e))?;
-        tokio::spawn(async move {
-            if let Err(e) = driver.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
-        conn.ready().await.map_err(|e| unreachable(&e))?;
-        let resp = conn.send_request(req).await.map_err(|e| unreachable(&e))?;
         // A tunnel through the upstream proxy is keyed by nothing of its destination (its peer
         // is the upstream): never pooled, so it cannot be handed to a request for another host.
-        if !self.via_upstream(target) {
-            self.pool.put(addr, conn);
+        let addr = match self.via_upstream(target) {
+            true => None,
+            false => Some(stream.peer_addr().map_err(|e| unreachable(&e))?),
+        };
+        let (tx, driver) =
+            http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(&e))?;
+        let mut conn = UpConn { tx, driver, ended: false, addr };
+        let fut = conn.tx.send_request(req);
+        let sent = conn.drive(fut).await;
+        match sent {
+            Some(Ok(resp)) => Ok((resp, conn)),
+            Some(Err(e)) => Err(unreachable(&e)),
+            None => Err(unreachable(&"the upstream closed the connection")),
         }
-        Ok(resp)
     }
 
-    /// A CONNECT on a plain-HTTP keep-alive connection: the same stages, then hyper's upgrade.
+    /// A CONNECT on a plain-HTTP keep-alive connection: the stages up to `connect`, hyper's
+    /// upgrade, then the raw client stream back out of hyper into the same tunnel stages as a
+    /// CONNECT on a fresh connection (splice included).
     async fn upgrade(
         self: Arc<Self>,
-        sandbox: &Arc<Sandbox>,
-        policy: &Arc<NetworkPolicy>,
+        mut ctx: Ctx,
         req: Request<Incoming>,
-        mut draft: Draft,
-    ) -> Result<Response<Body>, (Refusal, Draft)> {
-        let authority = req.uri().authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
-        let target = match Target::parse_authority(&authority, None) {
-            Ok(t) => t,
-            Err(e) => {
-                let r =
-                    Refusal::Malformed { input: quote(authority.as_bytes()), why: e.to_string() };
-                return Err((r, draft));
-            }
-        };
-        draft.target(&target);
-        let admitted = match self.admit(sandbox, policy, &target, "CONNECT", None).await {
-            Ok(a) => a,
-            Err(r) => return Err((r, draft)),
-        };
-        draft.event.decision = "allow";
-        draft.event.rule = admitted.rule.to_string();
-        let mut upstream = match self.connect(&target, &admitted.addrs).await {
+    ) -> Result<Response<Body>, (Refusal, Ctx)> {
+        let upstream = match self.open_tunnel(&mut ctx).await {
             Ok(s) => s,
-            Err(r) => return Err((r, draft)),
+            Err(r) => return Err((r, ctx)),
         };
-        let (this, sandbox, policy) = (self.clone(), sandbox.clone(), policy.clone());
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
-                Ok(upgraded) => {
-                    let mut client = TokioIo::new(upgraded);
-                    let activity = Activity::new();
-                    let sni = this
-                        .sni_filter(
-                            &sandbox,
-                            &policy,
-                            &target,
-                            &mut client,
-                            &mut upstream,
-                            BytesMut::new(),
-                            &activity,
-                        )
-                        .await;
-                    match sni {
-                        Ok(()) => {
-                            let idle = this.config.idle_timeout;
-                            let buf = this.config.tunnel_buffer;
-                            let r = tunnel::copy(&mut client, &mut upstream, buf, &activity, idle)
-                                .await
-                                .map_err(|e| e.to_string());
-                            draft.event.error = r.err();
-                        }
-                        Err(SniEnd::Refuse(refusal)) => {
-                            draft.event.decision = "deny";
-                            draft.event.rule = refusal.why.clone();
-                            draft.event.error = Some(refusal.why);
-                            let _ = tokio::io::AsyncWriteExt::write_all(
-                                &mut client,
-                                &crate::conn::TLS_ACCESS_DENIED,
-                            )
-                            .await;
-                        }
-                        Err(SniEnd::Io(e)) => draft.event.error = Some(e.to_string()),
+                Ok(upgraded) => match upgraded.downcast::<TokioIo<Rewind<ClientStream>>>() {
+                    Ok(parts) => {
+                        let (unread, client) = parts.io.into_inner().into_parts();
+                        // What hyper read past the CONNECT head comes first, then what it had
+                        // not read yet of the bytes replayed in front of the socket.
+                        let mut pending = BytesMut::from(&parts.read_buf[..]);
+                        pending.extend_from_slice(&unread);
+                        self.tunnel_stages(&mut ctx, client, upstream, pending).await;
                     }
-                    (draft.event.bytes_up, draft.event.bytes_down) = activity.totals();
-                }
-                Err(e) => draft.event.error = Some(e.to_string()),
+                    Err(_) => {
+                        ctx.event.error = Some("the upgraded connection is not a client's".into());
+                    }
+                },
+                Err(e) => ctx.event.error = Some(e.to_string()),
             }
-            draft.finish(&this);
+            self.logging(ctx);
         });
         Ok(Response::new(full(Bytes::new())))
     }

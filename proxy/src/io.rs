@@ -217,6 +217,11 @@ impl<S> Rewind<S> {
     pub(crate) fn new(prefix: Bytes, inner: S) -> Self {
         Rewind { prefix, inner }
     }
+
+    /// The bytes not read yet, and the stream.
+    pub(crate) fn into_parts(self) -> (Bytes, S) {
+        (self.prefix, self.inner)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {

@@ -18,10 +18,16 @@
 //!    the server name must be the CONNECT host or itself allowed (no domain fronting); no name
 //!    passes only for an IP-literal CONNECT; implicit-TLS ports carry nothing but TLS; after a
 //!    HelloRetryRequest the second ClientHello must name the same server.
-//! 7. `tunnel` / `forward` — splice(2) or a large-buffer copy; plain HTTP through a keep-alive
-//!    connection pool with hop-by-hop and `Proxy-Authorization` headers removed.
-//! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP) to an
-//!    [`EventSink`].
+//! 7. `intercept` | `tunnel` | `forward` — a hook where TLS interception will take over tunnels to
+//!    hosts that need it (today it always chooses the tunnel); splice(2) or a large-buffer copy,
+//!    one path for HTTP CONNECT on any connection and SOCKS5; plain HTTP through a keep-alive
+//!    connection pool with hop-by-hop and `Proxy-Authorization` headers removed and the `Host`
+//!    header made from the decided target.
+//! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP), with its
+//!    [`Outcome`], to an [`EventSink`].
+//!
+//! Each stage is a function over one per-request context (`pipeline.rs`), shared by every front
+//! end: HTTP CONNECT, plain HTTP on keep-alive connections, and SOCKS5 ([`socks`]).
 //!
 //! The same `decide` stage answers the sandbox's DNS stub ([`dns`]): allowed names resolve on the
 //! host, every other name is NXDOMAIN without leaving it.
@@ -38,6 +44,7 @@ mod forward;
 pub mod guard;
 pub mod head;
 mod io;
+mod pipeline;
 mod proxy;
 pub mod sni;
 pub mod socks;
@@ -50,7 +57,7 @@ pub use dns::UdpResolver;
 pub use io::{Listener, raise_nofile_limit};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{
-    Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, ProxyToken,
-    Question, Resolver, SandboxId, SystemResolver, TracingSink,
+    Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
+    ProxyToken, Question, Resolver, SandboxId, SystemResolver, TracingSink,
 };
 pub use upstream::Upstream;

@@ -350,8 +350,9 @@ impl Drop for ActiveGuard {
 }
 
 impl Inner {
-    /// Stages `decide` → `ask` → `upstream_peer` for one request.
-    pub(crate) async fn admit(
+    /// Stages `decide` → `ask` → `upstream_peer` for one target (see [`Inner::admit`], which
+    /// runs them over a request's context).
+    pub(crate) async fn admit_target(
         &self,
         sandbox: &Sandbox,
         policy: &NetworkPolicy,

@@ -14,9 +14,9 @@ use sandgate_config::{Host, Target};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::conn::Draft;
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
+use crate::pipeline::{Ctx, Presented, token_matches};
 use crate::proxy::{Inner, Sandbox};
 
 /// The SOCKS protocol version this module speaks (and the first byte that selects it).
@@ -337,25 +337,23 @@ impl Inner {
         mut buf: BytesMut,
         start: Instant,
     ) {
-        let mut draft = Draft::new(&sandbox.id, "SOCKS5", start);
+        let mut ctx = Ctx::new(sandbox.clone(), "SOCKS5", start);
         let deadline = start + self.config.header_timeout;
-        let policy = sandbox.policy();
-        let ended = |draft: &mut Draft, end: FrameEnd, what: &str| match end {
+        let ended = |ctx: &mut Ctx, end: FrameEnd, what: &str| match end {
             FrameEnd::Closed => {
-                draft.event.rule = "malformed request".into();
-                draft.event.error =
-                    Some(format!("SOCKS5 client closed or overflowed in the {what}"));
+                ctx.event.rule = "malformed request".into();
+                ctx.event.error = Some(format!("SOCKS5 client closed or overflowed in the {what}"));
             }
             FrameEnd::TimedOut => {
-                draft.event.rule = "request head timeout".into();
-                draft.event.error = Some(format!(
+                ctx.event.rule = "request head timeout".into();
+                ctx.event.error = Some(format!(
                     "no complete SOCKS5 {what} within {}s",
                     self.config.header_timeout.as_secs()
                 ));
             }
             FrameEnd::Bad(e) => {
-                draft.event.rule = "malformed request".into();
-                draft.event.error = Some(format!("SOCKS5 {what}: {e}"));
+                ctx.event.rule = "malformed request".into();
+                ctx.event.error = Some(format!("SOCKS5 {what}: {e}"));
             }
         };
 
@@ -367,8 +365,8 @@ impl Inner {
                 if matches!(end, FrameEnd::Bad(_)) {
                     let _ = client.write_all(&[VERSION, METHOD_UNACCEPTABLE]).await;
                 }
-                ended(&mut draft, end, "greeting");
-                return draft.finish(&self);
+                ended(&mut ctx, end, "greeting");
+                return self.logging(ctx);
             }
         };
         let method = match (&sandbox.token, greeting.methods.as_slice()) {
@@ -383,14 +381,14 @@ impl Inner {
             return;
         }
         if method == METHOD_UNACCEPTABLE {
-            draft.refused(&Refusal::Unauthenticated);
-            draft.event.error = Some(if sandbox.token.is_some() {
+            ctx.refused(&Refusal::Unauthenticated);
+            ctx.event.error = Some(if sandbox.token.is_some() {
                 "SOCKS5 client offered no username/password method; the proxy token is required"
                     .into()
             } else {
                 "SOCKS5 client offered neither no-authentication nor username/password".into()
             });
-            return draft.finish(&self);
+            return self.logging(ctx);
         }
         if method == METHOD_USERPASS {
             let creds = match read_frame(&mut client, &mut buf, deadline, parse_credentials).await {
@@ -399,19 +397,16 @@ impl Inner {
                     if matches!(end, FrameEnd::Bad(_)) {
                         let _ = client.write_all(&[0x01, 0x01]).await;
                     }
-                    ended(&mut draft, end, "authentication");
-                    return draft.finish(&self);
+                    ended(&mut ctx, end, "authentication");
+                    return self.logging(ctx);
                 }
             };
-            let ok = match &sandbox.token {
-                None => true,
-                Some(token) => constant_time_eq(&creds.password, token.as_str().as_bytes()),
-            };
+            let ok = token_matches(sandbox.token.as_ref(), Presented::Password(&creds.password));
             let _ = client.write_all(&[0x01, if ok { 0x00 } else { 0x01 }]).await;
             if !ok {
-                draft.refused(&Refusal::Unauthenticated);
-                draft.event.error = Some("SOCKS5 password is not the proxy token".into());
-                return draft.finish(&self);
+                ctx.refused(&Refusal::Unauthenticated);
+                ctx.event.error = Some("SOCKS5 password is not the proxy token".into());
+                return self.logging(ctx);
             }
         }
 
@@ -421,71 +416,56 @@ impl Inner {
                 if let FrameEnd::Bad(e) = &end {
                     let _ = client.write_all(&reply_frame(e.reply(), None)).await;
                 }
-                ended(&mut draft, end, "request");
-                return draft.finish(&self);
+                ended(&mut ctx, end, "request");
+                return self.logging(ctx);
             }
         };
         let target = match request.target() {
             Ok(t) => t,
             Err(e) => {
                 if let Destination::Name(name, port) = &request.destination {
-                    draft.event.host = quote(name);
-                    draft.event.port = *port;
+                    ctx.event.host = quote(name);
+                    ctx.event.port = *port;
                 }
                 let _ = client.write_all(&reply_frame(e.reply(), None)).await;
-                draft.event.rule = "malformed request".into();
-                draft.event.error = Some(format!("SOCKS5 request: {e}"));
-                return draft.finish(&self);
+                ctx.event.rule = "malformed request".into();
+                ctx.event.error = Some(format!("SOCKS5 request: {e}"));
+                return self.logging(ctx);
             }
         };
-        draft.target(&target);
-        let admitted = match self.admit(&sandbox, &policy, &target, "SOCKS5", None).await {
-            Ok(a) => a,
-            Err(r) => {
-                self.refuse_socks(&mut client, &r, &mut draft).await;
-                return draft.finish(&self);
-            }
-        };
-        draft.event.decision = "allow";
-        draft.event.rule = admitted.rule.to_string();
-        let upstream = match self.connect(&target, &admitted.addrs).await {
+        ctx.set_target(target);
+        let upstream = match self.open_tunnel(&mut ctx).await {
             Ok(s) => s,
             Err(r) => {
-                self.refuse_socks(&mut client, &r, &mut draft).await;
-                return draft.finish(&self);
+                refuse_socks(&mut client, &r, &mut ctx).await;
+                return self.logging(ctx);
             }
         };
         // The bound address of our upstream socket is not the client's business; RFC 1928
         // clients of CONNECT ignore it, so the unspecified address says nothing.
         if client.write_all(&reply_frame(Reply::Succeeded, None)).await.is_err() {
-            return draft.finish(&self);
+            return self.logging(ctx);
         }
-        self.relay(&sandbox, &policy, &target, client, upstream, buf, &mut draft).await;
-        draft.finish(&self);
-    }
-
-    async fn refuse_socks(&self, client: &mut ClientStream, r: &Refusal, draft: &mut Draft) {
-        draft.refused(r);
-        let code = refusal_reply(r);
-        // SOCKS has no body to explain a refusal in: the event carries the readable reason.
-        if draft.event.error.is_none() {
-            draft.event.error = Some(format!(
-                "SOCKS5 reply {:#04x}: {} ({})",
-                code as u8,
-                r.rule_text(),
-                r.target().unwrap_or("?")
-            ));
-        }
-        let _ = client.write_all(&reply_frame(code, None)).await;
-        let _ = client.shutdown().await;
+        self.tunnel_stages(&mut ctx, client, upstream, buf).await;
+        self.logging(ctx);
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Answers a pipeline refusal with its SOCKS reply code, then closes.
+async fn refuse_socks(client: &mut ClientStream, r: &Refusal, ctx: &mut Ctx) {
+    ctx.refused(r);
+    let code = refusal_reply(r);
+    // SOCKS has no body to explain a refusal in: the event carries the readable reason.
+    if ctx.event.error.is_none() {
+        ctx.event.error = Some(format!(
+            "SOCKS5 reply {:#04x}: {} ({})",
+            code as u8,
+            r.rule_text(),
+            r.target().unwrap_or("?")
+        ));
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let _ = client.write_all(&reply_frame(code, None)).await;
+    let _ = client.shutdown().await;
 }
 
 #[cfg(test)]

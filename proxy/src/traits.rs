@@ -124,6 +124,35 @@ pub trait Approver: Send + Sync + 'static {
     fn ask(&self, question: Question) -> BoxFuture<'_, Answer>;
 }
 
+/// What became of a request, as its event records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Let through (the upstream may still have failed: see [`ProxyEvent::error`]).
+    Allow,
+    /// Refused by policy: a deny rule, a person, an unanswered question, a guarded address, a
+    /// refused TLS server name.
+    Deny,
+    /// Refused before any policy applied: a malformed request, a missing token, a slow client.
+    Reject,
+}
+
+impl Outcome {
+    /// The word events, logs and the store use: `allow`, `deny`, `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::Reject => "reject",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One connection (one request for plain HTTP) and what became of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyEvent {
@@ -138,8 +167,8 @@ pub struct ProxyEvent {
     /// Path and query of a plain-HTTP request once its target was parsed (at most 1,000 bytes;
     /// `None` for tunnels, whose paths the proxy never sees).
     pub path: Option<String>,
-    /// `allow`, `deny`, or `reject` (malformed request or missing token).
-    pub decision: &'static str,
+    /// What became of it.
+    pub decision: Outcome,
     /// The rule that decided, as text (or why the request was rejected).
     pub rule: String,
     /// Bytes from the client to the upstream.
@@ -170,7 +199,7 @@ impl EventSink for TracingSink {
             method = %e.method,
             host = %e.host,
             port = e.port,
-            decision = e.decision,
+            decision = e.decision.as_str(),
             rule = %e.rule,
             bytes_up = e.bytes_up,
             bytes_down = e.bytes_down,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
-    Answer, Approver, BoxFuture, DenyReason, Proxy, ProxyConfig, ProxyToken, Question,
+    Answer, Approver, BoxFuture, DenyReason, Outcome, Proxy, ProxyConfig, ProxyToken, Question,
     SandboxContext, SandboxId,
 };
 use tokio::sync::Notify;
@@ -46,7 +46,7 @@ async fn allowed_http_passes_and_proxy_authorization_is_not_forwarded() {
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(
         (ev[0].method.as_str(), ev[0].decision, ev[0].host.as_str()),
-        ("GET", "allow", "allowed.test")
+        ("GET", Outcome::Allow, "allowed.test")
     );
     assert_eq!(ev[0].rule, "allowed.test (command line)");
     assert!(ev[0].bytes_down > 50, "{ev:?}");
@@ -70,7 +70,7 @@ async fn allowed_https_passes_through_a_tunnel() {
     assert!(out.stdout.starts_with("origin says hello to /secure"), "{out:?}");
     // The event is recorded when the tunnel closes, just after curl exits.
     let ev = wait_for(|| events.all().into_iter().find(|e| e.method == "CONNECT")).await;
-    assert_eq!(ev.decision, "allow");
+    assert_eq!(ev.decision, Outcome::Allow);
     assert!(ev.bytes_up > 100 && ev.bytes_down > 500, "{ev:?}");
 }
 
@@ -177,7 +177,7 @@ async fn an_sni_that_differs_from_the_connect_host_must_itself_be_allowed() {
     let args = via("forbidden.test");
     let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
     assert_ne!(out.code, 0, "{out:?}");
-    let ev = wait_for(|| events.all().into_iter().find(|e| e.decision == "deny")).await;
+    let ev = wait_for(|| events.all().into_iter().find(|e| e.decision == Outcome::Deny)).await;
     assert_eq!(ev.host, "allowed.test");
     assert!(ev.rule.contains("TLS server name forbidden.test differs"), "{ev:?}");
 
@@ -406,4 +406,146 @@ async fn curl_shows_that_sandgate_blocked_a_connect() {
         "{}",
         out.stdout
     );
+}
+
+/// The `Host` header sent upstream is made from the decided target: however the client spells
+/// the URL's host (case, trailing dot) and whatever its own `Host` header says, the origin sees
+/// the normalised name that was decided, never another host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_header_sent_upstream_names_the_decided_host() {
+    let origin = http_origin().await;
+    let port = origin.port();
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    for (url_host, host_header) in [
+        ("allowed.test", "evil.test"),
+        ("allowed.test.", "allowed.test."),
+        ("ALLOWED.Test", "ALLOWED.Test"),
+        ("Allowed.TEST.", "evil.test:80"),
+        ("allowed.test", "allowed.test\r\nHost: evil.test"),
+    ] {
+        let req = format!(
+            "GET http://{url_host}:{port}/h HTTP/1.1\r\nHost: {host_header}\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let out = raw(addr, req.as_bytes()).await;
+        let seen = out.split_once(" at ").map(|(_, r)| r.split(' ').next().unwrap_or(""));
+        // hyper answers a request with two Host headers itself (400): nothing goes upstream.
+        if out.starts_with("HTTP/1.1 400") {
+            assert!(!out.contains("origin says"), "{out}");
+            continue;
+        }
+        assert_eq!(seen, Some(format!("allowed.test:{port}").as_str()), "{url_host}: {out}");
+    }
+}
+
+/// A CONNECT that follows a plain request on the same keep-alive connection gets the one tunnel
+/// path, and bytes the client sent right behind the CONNECT head (in the same write) reach the
+/// upstream first, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_on_a_keep_alive_connection_keeps_the_bytes_sent_behind_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = http_origin().await;
+    let port = origin.port();
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let first = format!(
+        "GET http://allowed.test:{port}/one HTTP/1.1\r\nHost: allowed.test\r\n\r\n\
+         CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n\
+         GET /two HTTP/1.1\r\nHost: inner.test\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(first.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("origin says hello to /one at allowed.test"), "{out}");
+    assert_eq!(out.matches("HTTP/1.1 200 OK\r\n").count(), 3, "{out}");
+    assert!(out.contains("origin says hello to /two at inner.test"), "{out}");
+    drop(s); // the tunnel ends (and is logged) when both sides are done
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    let connect = ev.iter().find(|e| e.method == "CONNECT").expect("a CONNECT event");
+    assert_eq!(connect.decision, Outcome::Allow, "{ev:?}");
+    assert!(connect.bytes_up > 40 && connect.bytes_down > 40, "{ev:?}");
+}
+
+/// Forwarded requests reuse upstream keep-alive connections (the request that holds one drives
+/// it, then gives it back), and a large response streams through whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_reuses_upstream_connections_and_streams_large_bodies() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: hyper::Request<_>| async move {
+                    let n: usize = req.uri().path().trim_start_matches('/').parse().unwrap_or(5);
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from(vec![b'x'; n])),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let proxy = format!("http://{addr}");
+    for n in [5, 3_000_000, 0, 7] {
+        let out = curl(&["-x", &proxy, &url("allowed.test", port, &format!("/{n}"))]).await;
+        assert_eq!(out.code, 0, "{n}: {}", out.stderr);
+        assert_eq!(out.stdout.len(), n, "{n}");
+    }
+    // Sequential requests from four client connections: one upstream connection served them all.
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 4).then_some(all)
+    })
+    .await;
+    assert!(ev.iter().any(|e| e.bytes_down == 3_000_000), "{ev:?}");
+}
+
+/// An upstream that closes its keep-alive connections after every response (without saying
+/// so): the pooled connection is found dead and the request goes out on a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_upstream_closed_is_replaced() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+                // Closed here, though the response promised keep-alive.
+            });
+        }
+    });
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).build();
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let proxy = format!("http://{addr}");
+    for i in 0..5 {
+        let out = curl(&["-x", &proxy, &url("allowed.test", port, "/")]).await;
+        assert_eq!((out.code, out.stdout.as_str()), (0, "ok"), "request {i}: {}", out.stderr);
+    }
 }

@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sandgate_config::DomainName;
-use sandgate_proxy::{BoxFuture, Proxy, ProxyEvent, Resolver};
+use sandgate_proxy::{BoxFuture, Outcome, Proxy, ProxyEvent, Resolver};
 use tokio::net::TcpListener;
 
 /// Names under `.test` resolve to the origin's own loopback address (the proxy connects to the
@@ -315,7 +315,7 @@ impl Setup {
                 .events
                 .all()
                 .into_iter()
-                .find(|e| e.decision == "deny" && e.rule.contains(why));
+                .find(|e| e.decision == Outcome::Deny && e.rule.contains(why));
             if let Some(e) = found {
                 return e;
             }

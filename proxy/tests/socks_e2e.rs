@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
-    Answer, Approver, BoxFuture, Proxy, ProxyConfig, ProxyToken, Question, SandboxContext,
+    Answer, Approver, BoxFuture, Outcome, Proxy, ProxyConfig, ProxyToken, Question, SandboxContext,
     SandboxId,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -82,7 +82,7 @@ async fn curl_socks5_hostname_reaches_an_allowed_origin() {
     assert_eq!(ev.len(), 2, "{ev:?}");
     assert_eq!(
         (ev[0].method.as_str(), ev[0].decision, ev[0].host.as_str(), ev[0].port),
-        ("SOCKS5", "allow", "allowed.test", origin.port())
+        ("SOCKS5", Outcome::Allow, "allowed.test", origin.port())
     );
     assert_eq!(ev[0].rule, "allowed.test (command line)");
     assert!(ev[0].bytes_down > 50 && ev[0].bytes_up > 20, "{ev:?}");
@@ -140,7 +140,7 @@ async fn a_denied_destination_gets_the_ruleset_reply_and_an_event() {
     assert_eq!(got[2..4], [5, 2]);
     let ev = settled(&events, 4).await;
     assert_eq!(ev.len(), 4, "{ev:?}");
-    assert!(ev.iter().all(|e| e.method == "SOCKS5" && e.decision == "deny"), "{ev:?}");
+    assert!(ev.iter().all(|e| e.method == "SOCKS5" && e.decision == Outcome::Deny), "{ev:?}");
     assert_eq!(ev[1].rule, "deny evil.test (command line)");
     assert_eq!(ev[2].rule, "no approver running");
     assert_eq!((ev[2].host.as_str(), ev[2].port), ("unknown.test", 22));
@@ -173,7 +173,10 @@ async fn a_nul_in_the_name_is_refused_before_any_resolution() {
     assert_eq!(resolver.0.load(Ordering::SeqCst), 0, "a refused name was resolved");
     let ev = settled(&events, 3).await;
     assert_eq!(ev.len(), 3, "{ev:?}");
-    assert!(ev.iter().all(|e| e.decision == "reject" && e.rule == "malformed request"), "{ev:?}");
+    assert!(
+        ev.iter().all(|e| e.decision == Outcome::Reject && e.rule == "malformed request"),
+        "{ev:?}"
+    );
     assert_eq!(ev[0].host, r#""evil\0.allowed.com""#);
     assert!(ev[0].error.as_deref().unwrap().contains("invalid domain name"), "{ev:?}");
 }
@@ -230,7 +233,10 @@ async fn malformed_and_truncated_frames_are_refused_without_harm() {
     .await;
     assert_eq!(out.code, 0, "{out:?}");
     let ev = settled(&events, cases.len() + 1).await;
-    assert!(ev.iter().filter(|e| e.decision == "reject").count() >= cases.len() - 1, "{ev:?}");
+    assert!(
+        ev.iter().filter(|e| e.decision == Outcome::Reject).count() >= cases.len() - 1,
+        "{ev:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -362,7 +362,7 @@ impl EventSink for Sink {
             host: e.host,
             port: e.port,
             path: e.path,
-            decision: e.decision.to_owned(),
+            decision: e.decision.as_str().to_owned(),
             rule: e.rule,
             bytes_up: e.bytes_up,
             bytes_down: e.bytes_down,

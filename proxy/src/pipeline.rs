@@ -1,0 +1,426 @@
+//! The pipeline: one per-request context ([`Ctx`]) and one function per named stage, shared by
+//! every front end — an HTTP CONNECT on a fresh connection (`conn.rs`), plain HTTP and a CONNECT on
+//! a keep-alive connection (`forward.rs`), and SOCKS5 (`socks.rs`):
+//!
+//! ```text
+//! request_filter → decide → ask → upstream_peer → connect → sni_filter → (intercept | tunnel | forward) → logging
+//! ```
+//!
+//! A front end owns only what its protocol does differently: how a request is read, and how a
+//! refusal or an open tunnel is told to the client. Everything that decides is here (or in
+//! `proxy.rs`, `decide` → `ask` → `upstream_peer` → `connect`), written once: there is one token
+//! check, one target parser per request form, one tunnel path (splice or copy, whichever front end
+//! opened it), and one place an event is recorded.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use hyper::Uri;
+use sandgate_config::{NetworkPolicy, Target};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::conn::{Opened, SniEnd, SniRefusal, send_up};
+use crate::denial::{Refusal, quote};
+use crate::io::ClientStream;
+use crate::proxy::{Inner, Sandbox, TunnelMode};
+use crate::traits::{Outcome, ProxyEvent, ProxyToken};
+use crate::tunnel::{self, Activity};
+
+/// A TLS fatal alert, access_denied: what a client whose server name is refused receives.
+pub(crate) const TLS_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
+
+/// One request as it moves through the stages: who asks, under which policy, where to, where it
+/// may connect, and the event being filled in. Each stage takes it and leaves its result in it;
+/// `logging` consumes it.
+pub(crate) struct Ctx {
+    /// The sandbox the request came from.
+    pub(crate) sandbox: Arc<Sandbox>,
+    /// Its policy when the request arrived (a policy replaced later applies to later requests).
+    pub(crate) policy: Arc<NetworkPolicy>,
+    /// The normalised destination, once `request_filter` has parsed it.
+    pub(crate) target: Option<Target>,
+    /// The addresses `upstream_peer` checked (empty through an upstream proxy).
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// The event `logging` records.
+    pub(crate) event: ProxyEvent,
+    start: Instant,
+}
+
+/// A request target as the client wrote it, by form.
+pub(crate) enum RequestTarget<'a> {
+    /// `CONNECT host:port` (authority form; the port is required).
+    Authority(&'a str),
+    /// `GET http://host[:port]/path` (absolute form; port 80 when none is given).
+    Absolute(&'a Uri),
+}
+
+/// What the `intercept` stage chose for an admitted, connected tunnel.
+pub(crate) enum Route {
+    /// Move bytes untouched (splice or copy); the client's TLS, if any, ends at the origin.
+    Tunnel {
+        /// The client, told the tunnel is open.
+        client: ClientStream,
+        /// The connected upstream.
+        upstream: TcpStream,
+        /// Bytes the client sent already (its ClientHello, when it speaks TLS), for the upstream,
+        /// and where that hello ends.
+        opened: Opened,
+    },
+    /// The interceptor served the connection to its end (and filled in the event).
+    #[allow(dead_code)] // what the TLS interceptor will return; nothing intercepts yet
+    Intercepted,
+}
+
+impl Ctx {
+    /// A context for a request of `sandbox` that started at `start` (its first byte).
+    pub(crate) fn new(sandbox: Arc<Sandbox>, method: &str, start: Instant) -> Ctx {
+        let policy = sandbox.policy();
+        let event = ProxyEvent {
+            sandbox: sandbox.id.clone(),
+            method: method.to_owned(),
+            host: String::new(),
+            port: 0,
+            path: None,
+            decision: Outcome::Reject,
+            rule: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: Duration::ZERO,
+            error: None,
+        };
+        Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start }
+    }
+
+    /// Sets the destination (the event names it from now on).
+    pub(crate) fn set_target(&mut self, target: Target) {
+        self.event.host = target.host.to_string();
+        self.event.port = target.port;
+        self.target = Some(target);
+    }
+
+    /// Records a refusal in the event.
+    pub(crate) fn refused(&mut self, r: &Refusal) {
+        self.event.decision = r.outcome();
+        self.event.rule = r.rule_text();
+        if r.status() == 502 {
+            self.event.error = Some(r.rule_text());
+        }
+    }
+
+    /// The destination; a stage that runs before `request_filter` set one is a bug in a front
+    /// end, refused as a malformed request rather than a panic.
+    pub(crate) fn target(&self) -> Result<&Target, Refusal> {
+        self.target.as_ref().ok_or_else(|| Refusal::Malformed {
+            input: String::new(),
+            why: "no target was parsed before the request was decided".into(),
+        })
+    }
+}
+
+/// Whether `presented` (a `Proxy-Authorization` value, or a SOCKS5 password) carries the
+/// sandbox's token. The only token check: every front end calls it, once per request.
+pub(crate) fn token_matches(token: Option<&ProxyToken>, presented: Presented<'_>) -> bool {
+    let Some(token) = token else { return true };
+    let secret = match presented {
+        Presented::Nothing => return false,
+        Presented::Password(p) => p.to_vec(),
+        Presented::Header(header) => match header_secret(header) {
+            Some(s) => s,
+            None => return false,
+        },
+    };
+    constant_time_eq(&secret, token.as_str().as_bytes())
+}
+
+/// How a client presented the token.
+#[derive(Clone, Copy)]
+pub(crate) enum Presented<'a> {
+    /// Not at all.
+    Nothing,
+    /// A `Proxy-Authorization` header: `Basic base64(user:TOKEN)` or `Bearer TOKEN`.
+    Header(&'a [u8]),
+    /// A SOCKS5 (RFC 1929) password.
+    Password(&'a [u8]),
+}
+
+impl<'a> Presented<'a> {
+    /// From an optional `Proxy-Authorization` header value.
+    pub(crate) fn header(value: Option<&'a [u8]>) -> Presented<'a> {
+        value.map_or(Presented::Nothing, Presented::Header)
+    }
+}
+
+fn header_secret(header: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+
+    let text = std::str::from_utf8(header).ok()?;
+    let (scheme, value) = text.trim().split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("basic") {
+        let creds = base64::engine::general_purpose::STANDARD.decode(value.trim()).ok()?;
+        let i = creds.iter().position(|&b| b == b':')?;
+        Some(creds[i + 1..].to_vec())
+    } else if scheme.eq_ignore_ascii_case("bearer") {
+        Some(value.trim().as_bytes().to_vec())
+    } else {
+        None
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The `Host` header a forwarded request carries upstream: made from the decided target, never
+/// copied from what the client wrote, so it names the host that was decided (normalised: lower
+/// case, no trailing dot, punycode) and nothing else. The port is left out when it is 80.
+pub(crate) fn host_header(target: &Target) -> String {
+    if target.port == 80 { target.host.to_string() } else { target.to_string() }
+}
+
+impl Inner {
+    /// Stage `request_filter` of an HTTP request (CONNECT or absolute form): the sandbox token
+    /// (407), then the target, parsed and normalised into `ctx` (400 when malformed; an HTTPS URL
+    /// or an origin-form request gets a 400 that says how to use the proxy).
+    pub(crate) fn request_filter(
+        &self,
+        ctx: &mut Ctx,
+        target: RequestTarget<'_>,
+        proxy_authorization: Option<&[u8]>,
+    ) -> Result<(), Refusal> {
+        if !token_matches(ctx.sandbox.token.as_ref(), Presented::header(proxy_authorization)) {
+            return Err(Refusal::Unauthenticated);
+        }
+        let parsed = match target {
+            RequestTarget::Authority(authority) => Target::parse_authority(authority, None)
+                .map_err(|e| {
+                    ctx.event.host = authority.chars().take(300).collect();
+                    Refusal::Malformed { input: quote(authority.as_bytes()), why: e.to_string() }
+                })?,
+            RequestTarget::Absolute(uri) => {
+                let malformed = |why: String| Refusal::Malformed {
+                    input: quote(uri.to_string().as_bytes()),
+                    why,
+                };
+                match uri.scheme_str() {
+                    None => return Err(Refusal::OriginForm),
+                    Some(s) if s.eq_ignore_ascii_case("http") => {}
+                    Some(s) if s.eq_ignore_ascii_case("https") => {
+                        let target = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                        return Err(Refusal::HttpsWithoutConnect { target });
+                    }
+                    Some(s) => {
+                        return Err(malformed(format!(
+                            "unsupported scheme {s:?}; only http:// URLs are forwarded"
+                        )));
+                    }
+                }
+                let Some(authority) = uri.authority() else {
+                    return Err(malformed("the URL has no host".into()));
+                };
+                Target::parse_authority(authority.as_str(), Some(80))
+                    .map_err(|e| malformed(e.to_string()))?
+            }
+        };
+        ctx.set_target(parsed);
+        Ok(())
+    }
+
+    /// Stages `decide` → `ask` → `upstream_peer`: the rule that lets the request through goes
+    /// into the event, the checked addresses into `ctx.addrs`.
+    pub(crate) async fn admit(&self, ctx: &mut Ctx, path: Option<&str>) -> Result<(), Refusal> {
+        let target = ctx.target()?;
+        let admitted =
+            self.admit_target(&ctx.sandbox, &ctx.policy, target, &ctx.event.method, path);
+        let admitted = admitted.await?;
+        ctx.event.decision = Outcome::Allow;
+        ctx.event.rule = admitted.rule.to_string();
+        ctx.addrs = admitted.addrs;
+        Ok(())
+    }
+
+    /// Stage `connect` of a tunnel: the checked addresses in order (or the upstream proxy).
+    pub(crate) async fn connect_upstream(&self, ctx: &Ctx) -> Result<TcpStream, Refusal> {
+        self.connect(ctx.target()?, &ctx.addrs).await
+    }
+
+    /// Stages `request_filter`'s successors for a tunnel, up to the point where the client must
+    /// be told it is open: `decide` → `ask` → `upstream_peer` → `connect`.
+    pub(crate) async fn open_tunnel(&self, ctx: &mut Ctx) -> Result<TcpStream, Refusal> {
+        self.admit(ctx, None).await?;
+        self.connect_upstream(ctx).await
+    }
+
+    /// The one tunnel path, after the client was told the tunnel is open (HTTP CONNECT on a fresh
+    /// or a keep-alive connection, SOCKS5): `sni_filter` → `intercept` | `tunnel`. `pending`
+    /// holds bytes the client sent already.
+    pub(crate) async fn tunnel_stages(
+        &self,
+        ctx: &mut Ctx,
+        mut client: ClientStream,
+        upstream: TcpStream,
+        pending: BytesMut,
+    ) {
+        let opened = match self.sni_filter(ctx, &mut client, &upstream, pending).await {
+            Ok(opened) => opened,
+            Err(refusal) => {
+                refuse_tls(ctx, &mut client, refusal).await;
+                return;
+            }
+        };
+        match self.intercept(ctx, client, upstream, opened).await {
+            Route::Tunnel { client, upstream, opened } => {
+                self.tunnel(ctx, client, upstream, opened).await;
+            }
+            Route::Intercepted => {}
+        }
+    }
+
+    /// Stage `intercept`: the hook where TLS interception (for hosts with secrets or HTTP rules)
+    /// takes over a tunnel. It runs after `sni_filter` has checked the ClientHello (in `first`)
+    /// and `connect` has opened `upstream` to a checked address, with `ctx` naming the sandbox,
+    /// its policy, the target and the deciding rule. An interceptor that claims the connection
+    /// terminates the client's TLS with a leaf of the local CA, speaks TLS to `upstream`, records
+    /// what it did in `ctx.event`, and returns [`Route::Intercepted`]; otherwise it hands
+    /// everything back untouched as [`Route::Tunnel`], so the client sees the origin's own
+    /// certificate.
+    ///
+    /// Today nothing is intercepted: every tunnel is a tunnel.
+    async fn intercept(
+        &self,
+        _ctx: &mut Ctx,
+        client: ClientStream,
+        upstream: TcpStream,
+        opened: Opened,
+    ) -> Route {
+        Route::Tunnel { client, upstream, opened }
+    }
+
+    /// Stage `tunnel`: the client's first bytes to the upstream — for a TLS opening, what follows
+    /// its ClientHello only once the server's first message is not a HelloRetryRequest or the
+    /// second hello names the same server ([`Inner::second_hello`]) — then bytes both ways
+    /// (splice(2) or a copy) until both sides are done or the tunnel sits idle.
+    async fn tunnel(
+        &self,
+        ctx: &mut Ctx,
+        mut client: ClientStream,
+        mut upstream: TcpStream,
+        opened: Opened,
+    ) {
+        let activity = Activity::new();
+        let Opened { mut first, hello } = opened;
+        let sent = match hello {
+            None => send_up(&mut upstream, &first, &activity).await,
+            Some((end, name)) => {
+                let held = first.split_off(end);
+                match send_up(&mut upstream, &first, &activity).await {
+                    Ok(()) => {
+                        self.second_hello(&mut client, &mut upstream, held, name, &activity).await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match sent {
+            Ok(()) => {}
+            Err(SniEnd::Refuse(refusal)) => {
+                refuse_tls(ctx, &mut client, refusal).await;
+                (ctx.event.bytes_up, ctx.event.bytes_down) = activity.totals();
+                return;
+            }
+            Err(SniEnd::Io(e)) => {
+                ctx.event.error = Some(e.to_string());
+                (ctx.event.bytes_up, ctx.event.bytes_down) = activity.totals();
+                return;
+            }
+        }
+        let idle = self.config.idle_timeout;
+        let result = match self.config.tunnel_mode {
+            #[cfg(target_os = "linux")]
+            TunnelMode::Splice => {
+                tunnel::splice(&client, &upstream, &self.pipes, &activity, idle).await
+            }
+            #[cfg(not(target_os = "linux"))]
+            TunnelMode::Splice => {
+                let buf = self.config.tunnel_buffer;
+                tunnel::copy(&mut client, &mut upstream, buf, &activity, idle).await
+            }
+            TunnelMode::Copy => {
+                let buf = self.config.tunnel_buffer;
+                tunnel::copy(&mut client, &mut upstream, buf, &activity, idle).await
+            }
+        };
+        (ctx.event.bytes_up, ctx.event.bytes_down) = activity.totals();
+        if let Err(e) = result {
+            ctx.event.error = Some(e.to_string());
+        }
+    }
+
+    /// Stage `logging`: the request's one event, with its duration.
+    pub(crate) fn logging(&self, ctx: Ctx) {
+        let mut event = ctx.event;
+        event.duration = ctx.start.elapsed();
+        self.events.record(event);
+    }
+}
+
+/// Ends a tunnel whose TLS opening was refused: the event says why, the client gets a TLS
+/// access_denied alert, then a reset.
+async fn refuse_tls(ctx: &mut Ctx, client: &mut ClientStream, refusal: SniRefusal) {
+    ctx.event.decision = Outcome::Deny;
+    ctx.event.rule = refusal.why.clone();
+    ctx.event.error = Some(refusal.why);
+    // Server bytes may still be unacknowledged (a HelloRetryRequest went down): send the alert
+    // at once, or Nagle holds it and the reset below discards it.
+    if let ClientStream::Tcp(s) = client {
+        let _ = s.set_nodelay(true);
+    }
+    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
+    if let ClientStream::Tcp(s) = client {
+        let _ = s.set_zero_linger();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked() {
+        let t = ProxyToken::new("s3cret");
+        let h = |v: &'static [u8]| Presented::Header(v);
+        assert!(token_matches(None, Presented::Nothing));
+        assert!(!token_matches(Some(&t), Presented::Nothing));
+        assert!(token_matches(Some(&t), h(b"Basic dXNlcjpzM2NyZXQ=")));
+        assert!(token_matches(Some(&t), h(b"bearer s3cret")));
+        assert!(token_matches(Some(&t), Presented::Password(b"s3cret")));
+        assert!(!token_matches(Some(&t), Presented::Password(b"s3cre")));
+        assert!(!token_matches(Some(&t), h(b"Bearer s3cre")));
+        assert!(!token_matches(Some(&t), h(b"Basic eDp5")));
+        assert!(!token_matches(Some(&t), h(b"Basic eDp")));
+        assert!(!token_matches(Some(&t), h(b"Digest s3cret")));
+        assert!(!token_matches(Some(&t), h(b"Basic czNjcmV0"))); // no colon
+    }
+
+    #[test]
+    fn the_host_header_is_the_decided_target() {
+        for (authority, header) in [
+            ("Example.COM", "example.com"),
+            ("example.com.:80", "example.com"),
+            ("EXAMPLE.com.:8080", "example.com:8080"),
+            ("bücher.example", "xn--bcher-kva.example"),
+            ("127.0.0.1:81", "127.0.0.1:81"),
+            ("[::1]", "[::1]"),
+            ("[::1]:81", "[::1]:81"),
+        ] {
+            let t = Target::parse_authority(authority, Some(80)).unwrap();
+            assert_eq!(host_header(&t), header, "{authority}");
+        }
+    }
+}

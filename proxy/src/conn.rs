@@ -201,7 +201,7 @@ impl Inner {
         }
         let mut draft = Draft::new(&sandbox.id, "CONNECT", start);
         let pending = buf.split_off(head.len);
-        self.tunnel_request(&sandbox, client, &head, pending, &mut draft).await;
+        self.clone().tunnel_request(&sandbox, client, &head, pending, &mut draft).await;
         draft.finish(&self);
     }
 
@@ -219,8 +219,8 @@ impl Inner {
     }
 
     async fn tunnel_request(
-        &self,
-        sandbox: &Sandbox,
+        self: Arc<Self>,
+        sandbox: &Arc<Sandbox>,
         mut client: ClientStream,
         head: &Head,
         pending: BytesMut,
@@ -252,6 +252,14 @@ impl Inner {
         };
         if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
             return;
+        }
+        // Stage `intercept` (hosts named by secrets or HTTP rules) instead of `sni_filter` and
+        // `tunnel`.
+        if self.intercepts(&policy, &target) {
+            let client = Rewind::new(pending.freeze(), client);
+            let (sandbox, addrs) = (sandbox.clone(), admitted.addrs);
+            return crate::intercept::serve(self, sandbox, policy, target, client, upstream, addrs, draft)
+                .await;
         }
         self.relay(sandbox, &policy, &target, client, upstream, pending, draft).await;
     }

@@ -147,11 +147,11 @@ where
     }
 }
 
-fn full(body: impl Into<Bytes>) -> Body {
+pub(crate) fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).map_err(|never: Infallible| match never {}).boxed()
 }
 
-fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
+pub(crate) fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
     let rendered = render_refusal(r, policy);
     let mut resp = Response::new(full(rendered.body));
     // The reason phrase is made of header-safe bytes, so this cannot fail; hyper's canonical phrase
@@ -266,8 +266,19 @@ impl Inner {
             };
         draft.event.decision = "allow";
         draft.event.rule = admitted.rule.to_string();
+        // Stage `intercept` for plain HTTP: the host's `[[http_rules]]` apply here too (secrets
+        // are never sent without TLS; a placeholder is noted).
+        if let Err(r) =
+            self.http_rules(sandbox, policy, &target, req.method().as_str(), uri.path(), &mut draft).await
+        {
+            return Err((r, draft));
+        }
 
         let (mut parts, body) = req.into_parts();
+        let seen = crate::intercept::placeholders_seen(&parts);
+        if !seen.is_empty() {
+            draft.event.rule.push_str(&crate::intercept::placeholder_note(&seen));
+        }
         parts.uri = match Uri::try_from(path) {
             Ok(u) => u,
             Err(e) => return Err((malformed(e.to_string()), draft)),
@@ -372,6 +383,14 @@ impl Inner {
         let (this, sandbox, policy) = (self.clone(), sandbox.clone(), policy.clone());
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
+                // Stage `intercept`, as for a CONNECT that opens a connection.
+                Ok(upgraded) if this.intercepts(&policy, &target) => {
+                    let client = TokioIo::new(upgraded);
+                    let addrs = admitted.addrs;
+                    let (inner, sb, pol) = (this.clone(), sandbox.clone(), policy.clone());
+                    crate::intercept::serve(inner, sb, pol, target, client, upstream, addrs, &mut draft)
+                        .await;
+                }
                 Ok(upgraded) => {
                     let mut client = TokioIo::new(upgraded);
                     let sni = this

@@ -21,18 +21,24 @@
 //! 8. `logging` — one [`ProxyEvent`] per connection (per request for plain HTTP) to an
 //!    [`EventSink`].
 //!
-//! The proxy does not terminate TLS, does not cache, and speaks HTTP/1.1 only.
+//! `intercept` replaces `sni_filter` and `tunnel` for the hosts a sandbox's `[[secrets]]` or
+//! `[[http_rules]]` name: TLS is terminated with a leaf of the local CA ([`ca`]), requests are
+//! checked and get their secrets ([`intercept`]). Every other tunnel is spliced untouched. The
+//! proxy does not cache, and speaks HTTP/1.1 only.
 
 #![forbid(unsafe_code)]
 
 mod ask;
+pub mod ca;
 mod conn;
 mod denial;
 mod forward;
 pub mod guard;
 pub mod head;
+pub mod intercept;
 mod io;
 mod proxy;
+pub mod secret;
 pub mod sni;
 pub mod socks;
 mod traits;
@@ -46,4 +52,5 @@ pub use traits::{
     Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, ProxyToken,
     Question, Resolver, SandboxId, SystemResolver, TracingSink,
 };
+pub use intercept::Interceptor;
 pub use upstream::Upstream;

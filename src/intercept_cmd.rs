@@ -166,12 +166,15 @@ pub fn secrets(args: SecretsArgs) -> anyhow::Result<u8> {
             let reader = sandgate_proxy::secret::SecretReader::default();
             let result = rt.block_on(reader.read(secret));
             match (&result, json) {
-                (Ok(v), true) => println!(
-                    "{}",
-                    json!({ "name": name, "ok": true, "length": v.expose().len() })
-                ),
+                (Ok(v), true) => {
+                    println!("{}", json!({ "name": name, "ok": true, "length": v.expose().len() }))
+                }
                 (Ok(v), false) => {
-                    println!("{name}: ok ({} source, {} characters)", secret.source.kind(), v.expose().len());
+                    println!(
+                        "{name}: ok ({} source, {} characters)",
+                        secret.source.kind(),
+                        v.expose().len()
+                    );
                 }
                 (Err(e), true) => {
                     println!("{}", json!({ "name": name, "ok": false, "error": e.to_string() }));

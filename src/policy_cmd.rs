@@ -154,7 +154,11 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
         println!(
             "  intercepted: TLS is terminated by sandgate's CA (secrets: {}; http_rules: {})",
             if secrets.is_empty() { "none".into() } else { secrets.join(", ") },
-            policy.net.intercept().rules_for(&target).map_or("none".into(), |r| r.origin.to_string())
+            policy
+                .net
+                .intercept()
+                .rules_for(&target)
+                .map_or("none".into(), |r| r.origin.to_string())
         );
     }
     match &decision {

@@ -180,9 +180,12 @@ impl HttpRule {
         Ok(HttpRule { method, path: path.to_owned() })
     }
 
-    /// Whether a request matches (`path` without its query string).
+    /// Whether a request matches (`path` without its query string). Methods compare exactly
+    /// (HTTP methods are case-sensitive; `get` is not `GET` to a server). A path the upstream
+    /// could read as another one (see [`ambiguous_path`]) matches nothing.
     pub fn matches(&self, method: &str, path: &str) -> bool {
-        self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
+        self.method.as_deref().is_none_or(|m| m == method)
+            && !ambiguous_path(path)
             && glob_path(self.path.as_bytes(), path.as_bytes())
     }
 }
@@ -191,6 +194,20 @@ impl fmt::Display for HttpRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.method.as_deref().unwrap_or("*"), self.path)
     }
+}
+
+/// Whether a server may resolve `path` to another path than the one the rules see: dot segments
+/// (`/allowed/../admin`), encoded dots, slashes or backslashes (`%2e`, `%2f`, `%5c`),
+/// backslashes, or anything but a path starting with `/`. Such requests match no rule.
+pub fn ambiguous_path(path: &str) -> bool {
+    if !path.starts_with('/') || path.contains('\\') {
+        return true;
+    }
+    let lower = path.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+        return true;
+    }
+    path.split('/').any(|seg| seg == "." || seg == "..")
 }
 
 /// `*` matches within one path segment, `**` across segments.
@@ -309,8 +326,9 @@ pub(crate) fn check(
         out.secrets.push(s);
     }
     for raw in rules {
-        let host = DomainPattern::parse(raw.host.get_ref(), PatternUse::Allow)
-            .map_err(|e| cx.err(raw.host.span(), e.to_string(), "write a host like \"api.github.com\""))?;
+        let host = DomainPattern::parse(raw.host.get_ref(), PatternUse::Allow).map_err(|e| {
+            cx.err(raw.host.span(), e.to_string(), "write a host like \"api.github.com\"")
+        })?;
         let mut allow = Vec::new();
         for a in &raw.allow {
             allow.push(HttpRule::parse(a.get_ref()).map_err(|why| {
@@ -334,10 +352,9 @@ pub(crate) fn check(
         out.extra_roots.push(p);
     }
     for h in &tls.no_intercept {
-        out.no_intercept.push(
-            DomainPattern::parse(h.get_ref(), PatternUse::Allow)
-                .map_err(|e| cx.err(h.span(), e.to_string(), "write a host like \"pinned.example.com\""))?,
-        );
+        out.no_intercept.push(DomainPattern::parse(h.get_ref(), PatternUse::Allow).map_err(
+            |e| cx.err(h.span(), e.to_string(), "write a host like \"pinned.example.com\""),
+        )?);
     }
     Ok(out)
 }
@@ -510,7 +527,23 @@ mod tests {
         }
         let r = HttpRule::parse("GET /x").unwrap();
         assert!(!r.matches("DELETE", "/x"));
-        assert!(r.matches("get", "/x"));
+        assert!(!r.matches("get", "/x"), "methods are case-sensitive");
+        // Paths a server could resolve elsewhere match nothing, even a catch-all.
+        let all = HttpRule::parse("* /**").unwrap();
+        for p in [
+            "/a/../admin",
+            "/a/./b",
+            "/a/%2e%2e/admin",
+            "/a/%2E%2E/admin",
+            "/a%2fb",
+            "/a%5cb",
+            "/a\\b",
+            "/..",
+            "*",
+        ] {
+            assert!(!all.matches("GET", p), "{p}");
+        }
+        assert!(all.matches("GET", "/a/b..c/.d"));
         for bad in ["GET x", "G-T /x", "GET /a b"] {
             assert!(HttpRule::parse(bad).is_err(), "{bad}");
         }

@@ -105,7 +105,8 @@ fn this_year() -> i32 {
 /// subject and key identifier of the certificate on disk.
 fn ca_params(key: &KeyPair) -> CertificateParams {
     let mut params = CertificateParams::default();
-    let id: String = key.public_key_raw().iter().skip(1).take(6).map(|b| format!("{b:02x}")).collect();
+    let id: String =
+        key.public_key_raw().iter().skip(1).take(6).map(|b| format!("{b:02x}")).collect();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, "sandgate");
     dn.push(DnType::CommonName, format!("sandgate local interception CA {id}"));
@@ -257,11 +258,7 @@ mod tests {
             )
             .unwrap();
         // A key readable by others is refused.
-        std::fs::set_permissions(d.join(KEY_FILE), std::fs::Permissions::from_mode(0o644))
-            .unwrap();
-        assert!(matches!(
-            CertificateAuthority::load_or_create(&d),
-            Err(CaError::KeyMode { .. })
-        ));
+        std::fs::set_permissions(d.join(KEY_FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(CertificateAuthority::load_or_create(&d), Err(CaError::KeyMode { .. })));
     }
 }

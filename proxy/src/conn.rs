@@ -258,8 +258,10 @@ impl Inner {
         if self.intercepts(&policy, &target) {
             let client = Rewind::new(pending.freeze(), client);
             let (sandbox, addrs) = (sandbox.clone(), admitted.addrs);
-            return crate::intercept::serve(self, sandbox, policy, target, client, upstream, addrs, draft)
-                .await;
+            return crate::intercept::serve(
+                self, sandbox, policy, target, client, upstream, addrs, draft,
+            )
+            .await;
         }
         self.relay(sandbox, &policy, &target, client, upstream, pending, draft).await;
     }

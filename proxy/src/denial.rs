@@ -201,7 +201,8 @@ impl Refusal {
                 return "Bad Gateway (allowed by sandgate): upstream unreachable".into();
             }
             Refusal::UpstreamCertificate { .. } => {
-                return "Bad Gateway (allowed by sandgate): upstream certificate not trusted".into();
+                return "Bad Gateway (allowed by sandgate): upstream certificate not trusted"
+                    .into();
             }
             Refusal::SecretUnavailable { .. } => {
                 return "Bad Gateway (allowed by sandgate): secret could not be read".into();

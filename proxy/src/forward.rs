@@ -268,8 +268,9 @@ impl Inner {
         draft.event.rule = admitted.rule.to_string();
         // Stage `intercept` for plain HTTP: the host's `[[http_rules]]` apply here too (secrets
         // are never sent without TLS; a placeholder is noted).
-        if let Err(r) =
-            self.http_rules(sandbox, policy, &target, req.method().as_str(), uri.path(), &mut draft).await
+        if let Err(r) = self
+            .http_rules(sandbox, policy, &target, req.method().as_str(), uri.path(), &mut draft)
+            .await
         {
             return Err((r, draft));
         }
@@ -388,8 +389,10 @@ impl Inner {
                     let client = TokioIo::new(upgraded);
                     let addrs = admitted.addrs;
                     let (inner, sb, pol) = (this.clone(), sandbox.clone(), policy.clone());
-                    crate::intercept::serve(inner, sb, pol, target, client, upstream, addrs, &mut draft)
-                        .await;
+                    crate::intercept::serve(
+                        inner, sb, pol, target, client, upstream, addrs, &mut draft,
+                    )
+                    .await;
                 }
                 Ok(upgraded) => {
                     let mut client = TokioIo::new(upgraded);

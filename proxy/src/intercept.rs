@@ -191,9 +191,7 @@ impl Interceptor {
                 return Err(format!("[tls] extra_roots: {} holds no certificate", path.display()));
             }
             for c in certs {
-                roots.add(c).map_err(|e| {
-                    format!("[tls] extra_roots: {}: {e}", path.display())
-                })?;
+                roots.add(c).map_err(|e| format!("[tls] extra_roots: {}: {e}", path.display()))?;
             }
         }
         let mut config = ClientConfig::builder_with_provider(provider())
@@ -212,20 +210,30 @@ impl Interceptor {
         settings: &InterceptSettings,
         target: &Target,
         tcp: TcpStream,
+        timeout: std::time::Duration,
     ) -> Result<TlsStream<TcpStream>, Refusal> {
         let refuse = |why: String| Refusal::UpstreamCertificate { target: target.to_string(), why };
         let config = self.client_config(&settings.extra_roots).map_err(refuse)?;
         let name = match &target.host {
             Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
-            Host::Name(n) => ServerName::try_from(n.as_str().to_owned()).map_err(|e| refuse(e.to_string()))?,
+            Host::Name(n) => {
+                ServerName::try_from(n.as_str().to_owned()).map_err(|e| refuse(e.to_string()))?
+            }
         };
-        TlsConnector::from(config).connect(name, tcp).await.map_err(|e| {
-            let why = match e.get_ref().and_then(|r| r.downcast_ref::<rustls::Error>()) {
-                Some(tls) => tls.to_string(),
-                None => e.to_string(),
-            };
-            refuse(why)
-        })
+        let handshake = TlsConnector::from(config).connect(name, tcp);
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(e)) => {
+                Err(refuse(match e.get_ref().and_then(|r| r.downcast_ref::<rustls::Error>()) {
+                    Some(tls) => tls.to_string(),
+                    None => e.to_string(),
+                }))
+            }
+            Err(_) => Err(Refusal::Unreachable {
+                target: target.to_string(),
+                error: format!("no TLS handshake within {}s", timeout.as_secs()),
+            }),
+        }
     }
 }
 
@@ -330,7 +338,7 @@ struct Conn {
 
 enum Upstream {
     /// TLS done, HTTP not started.
-    Fresh(TlsStream<TcpStream>),
+    Fresh(Box<TlsStream<TcpStream>>),
     /// In use.
     Ready(SendRequest<Body>),
     /// The handshake failed: every request gets this.
@@ -355,7 +363,8 @@ impl Conn {
                 draft.finish(&self.inner);
                 let mut resp = refusal_response(&r, &self.policy);
                 if r.status() == 502 {
-                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
                 resp
             }
@@ -377,16 +386,18 @@ impl Conn {
             req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let upgrade_headers = client_upgrade.as_ref().map(|_| {
-            (parts.headers.get(header::CONNECTION).cloned(), parts.headers.get(header::UPGRADE).cloned())
+            (
+                parts.headers.get(header::CONNECTION).cloned(),
+                parts.headers.get(header::UPGRADE).cloned(),
+            )
         });
         let icpt = self.inner.interceptor.as_ref().ok_or_else(|| Refusal::Unreachable {
             target: self.target.to_string(),
             error: "interception has no CA".into(),
         })?;
         for secret in settings.secrets_for(&self.target) {
-            let value = icpt.secrets().read(secret).await.map_err(|e| Refusal::SecretUnavailable {
-                target: self.target.to_string(),
-                why: e.to_string(),
+            let value = icpt.secrets().read(secret).await.map_err(|e| {
+                Refusal::SecretUnavailable { target: self.target.to_string(), why: e.to_string() }
             })?;
             inject(&mut parts, secret, &value);
         }
@@ -436,18 +447,29 @@ impl Conn {
                 Upstream::Failed(r) => {
                     let again = match &r {
                         Refusal::UpstreamCertificate { target, why } => {
-                            Refusal::UpstreamCertificate { target: target.clone(), why: why.clone() }
+                            Refusal::UpstreamCertificate {
+                                target: target.clone(),
+                                why: why.clone(),
+                            }
                         }
                         other => unreachable(&other.rule_text()),
                     };
                     *up = Upstream::Failed(r);
                     return Err(again);
                 }
-                Upstream::Fresh(tls) => handshake(tls).await.map_err(|e| unreachable(&e))?,
+                Upstream::Fresh(tls) => handshake(*tls).await.map_err(|e| unreachable(&e))?,
                 Upstream::Ready(_) | Upstream::None => {
-                    let icpt = self.inner.interceptor.as_ref().ok_or_else(|| unreachable(&"no CA"))?;
+                    let icpt =
+                        self.inner.interceptor.as_ref().ok_or_else(|| unreachable(&"no CA"))?;
                     let tcp = self.inner.connect(&self.target, &self.addrs).await?;
-                    let tls = icpt.upstream_tls(self.policy.intercept(), &self.target, tcp).await?;
+                    let tls = icpt
+                        .upstream_tls(
+                            self.policy.intercept(),
+                            &self.target,
+                            tcp,
+                            self.inner.config.connect_timeout,
+                        )
+                        .await?;
                     handshake(tls).await.map_err(|e| unreachable(&e))?
                 }
             };
@@ -533,8 +555,9 @@ pub(crate) async fn serve<C>(
             Some("interception is configured for this host, but the proxy has no CA".into());
         return;
     };
-    let first = match icpt.upstream_tls(policy.intercept(), &target, upstream).await {
-        Ok(tls) => Upstream::Fresh(tls),
+    let timeout = inner.config.connect_timeout;
+    let first = match icpt.upstream_tls(policy.intercept(), &target, upstream, timeout).await {
+        Ok(tls) => Upstream::Fresh(Box::new(tls)),
         Err(r) => {
             draft.event.error = Some(r.rule_text() + ": " + &refusal_detail(&r));
             Upstream::Failed(r)
@@ -547,9 +570,14 @@ pub(crate) async fn serve<C>(
             return;
         }
     };
-    let tls = match TlsAcceptor::from(config).accept(client).await {
-        Ok(s) => s,
-        Err(e) => {
+    let accept = TlsAcceptor::from(config).accept(client);
+    let tls = match tokio::time::timeout(inner.config.header_timeout, accept).await {
+        Ok(Ok(s)) => s,
+        Err(_) => {
+            draft.event.error = Some("the client's TLS handshake did not complete in time".into());
+            return;
+        }
+        Ok(Err(e)) => {
             draft.event.error = Some(format!(
                 "the client's TLS handshake failed (does it trust sandgate's CA bundle?): {e}"
             ));

@@ -46,11 +46,11 @@ mod tunnel;
 mod upstream;
 
 pub use denial::{Refusal, render_refusal};
+pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{
     Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, ProxyToken,
     Question, Resolver, SandboxId, SystemResolver, TracingSink,
 };
-pub use intercept::Interceptor;
 pub use upstream::Upstream;

@@ -73,7 +73,10 @@ impl SecretReader {
                     .await
                     .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
                 if bytes.len() > MAX_VALUE {
-                    return Err(fail(format!("{} is larger than {MAX_VALUE} bytes", path.display())));
+                    return Err(fail(format!(
+                        "{} is larger than {MAX_VALUE} bytes",
+                        path.display()
+                    )));
                 }
                 String::from_utf8(bytes)
                     .map_err(|_| fail(format!("{} is not UTF-8 text", path.display())))?
@@ -200,10 +203,7 @@ mod tests {
         let e = r.read(&secret(SecretSource::File(f))).await.unwrap_err();
         assert!(!e.to_string().contains("sk-live"), "{e}");
         assert!(e.to_string().contains("/c.toml:3"), "{e}");
-        let e = r
-            .read(&secret(SecretSource::File(dir.path().join("missing"))))
-            .await
-            .unwrap_err();
+        let e = r.read(&secret(SecretSource::File(dir.path().join("missing")))).await.unwrap_err();
         assert!(e.to_string().contains("cannot read"), "{e}");
         let cmd = |argv: &[&str], timeout| SecretSource::Command {
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -215,10 +215,7 @@ mod tests {
         // Cached for its ttl: the same secret with a failing command still reads the old output.
         let failing = secret(cmd(&["sh", "-c", "echo sk-live-x; exit 3"], Duration::from_secs(5)));
         assert_eq!(r.read(&failing).await.unwrap().expose(), "from-cmd");
-        let e = SecretReader::default()
-            .read(&failing)
-            .await
-            .unwrap_err();
+        let e = SecretReader::default().read(&failing).await.unwrap_err();
         assert!(e.why.contains("failed") && !e.to_string().contains("sk-live"), "{e}");
     }
 

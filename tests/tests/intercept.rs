@@ -3,6 +3,7 @@
 //! handshake when python3 is present) inside `sandgate net`, against HTTPS origins on loopback
 //! allowed by IP, each with a certificate authority made by the test.
 
+#[allow(unused_imports)] // the support module re-exports what other suites use
 mod daemon_support;
 mod intercept_support;
 
@@ -22,7 +23,10 @@ fn section<'a>(out: &'a str, name: &str) -> &'a str {
 }
 
 fn has_python() -> bool {
-    std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn files_under(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -60,12 +64,13 @@ fn secrets_reach_only_their_hosts_rules_hold_and_the_value_never_leaks() {
     }
     let o3_ca = root.join("ca2.pem");
     let (p1, p2, p3, p4, p5) = (o1.port, o2.port, o3.port, o4.port, o5.port);
+    let p6 = sandgate_tests::origin_at("127.0.0.3", "plain origin\n"); // plain HTTP with rules
     let config = format!(
         r#"[daemon]
 ask_timeout = "1s"
 
 [network]
-allow = ["127.0.0.1:{p1}", "127.0.0.2:{p2}", "127.0.0.1:{p3}", "127.0.0.1:{p4}", "127.0.0.1:{p5}"]
+allow = ["127.0.0.1:{p1}", "127.0.0.2:{p2}", "127.0.0.1:{p3}", "127.0.0.1:{p4}", "127.0.0.1:{p5}", "127.0.0.3:{p6}"]
 
 [[secrets]]
 name = "testkey"
@@ -94,6 +99,10 @@ allow = ["* /**"]
 [[http_rules]]
 host = "127.0.0.1:{p4}"
 allow = ["* /**"]
+
+[[http_rules]]
+host = "127.0.0.3:{p6}"
+allow = ["GET /ok"]
 
 [tls]
 extra_roots = [{roots}]
@@ -143,6 +152,8 @@ echo ==without-header==; {curl} https://127.0.0.1:{p1}/echo/b
 echo ==keep-alive==; {curl} https://127.0.0.1:{p1}/echo/c https://127.0.0.1:{p1}/echo/d
 echo ==other-host==; {curl} -H "Authorization: Bearer $TEST_API_KEY" https://127.0.0.2:{p2}/echo/e
 echo ==path-refused==; {curl} -i https://127.0.0.1:{p1}/admin/delete
+echo ==dot-segments==; {curl} --path-as-is -o /dev/null -w '%{{http_code}}\n' https://127.0.0.1:{p1}/echo/../admin
+echo ==plain-http==; {curl} -H "Authorization: Bearer $TEST_API_KEY" -w '%{{http_code}}\n' http://127.0.0.3:{p6}/ok; {curl} -o /dev/null -w '%{{http_code}}\n' http://127.0.0.3:{p6}/no
 echo ==not-intercepted==; {curl} --cacert {o3_ca} -o /dev/null -w '%{{certs}}' https://127.0.0.1:{p3}/
 echo ==bad-upstream==; {curl} -i https://127.0.0.1:{p4}/x
 echo ==hanging-secret==; {curl} -i https://127.0.0.1:{p5}/x
@@ -163,7 +174,8 @@ echo ==end==
     assert!(env.starts_with(&format!("{ph}\n")), "{all}");
     let environ = section(&stdout, "environ");
     assert!(environ.contains(&format!("TEST_API_KEY={ph}")), "{all}");
-    for var in ["SSL_CERT_FILE=", "CURL_CA_BUNDLE=", "REQUESTS_CA_BUNDLE=", "NODE_EXTRA_CA_CERTS="] {
+    for var in ["SSL_CERT_FILE=", "CURL_CA_BUNDLE=", "REQUESTS_CA_BUNDLE=", "NODE_EXTRA_CA_CERTS="]
+    {
         assert!(environ.contains(var), "{var} missing: {all}");
     }
     // The injected header arrives upstream (the origin shows it redacted), the placeholder never.
@@ -184,9 +196,14 @@ echo ==end==
     let refused = section(&stdout, "path-refused");
     assert!(refused.contains("\r\n\r\nHTTP/1.1 403 Blocked by sandgate"), "{all}");
     assert!(refused.contains("GET /echo/**") && refused.contains("http_rules"), "{all}");
+    // A path the upstream would resolve elsewhere matches no rule, even one under an allowed one.
+    assert_eq!(section(&stdout, "dot-segments"), "403\n", "{all}");
+    // Plain HTTP gets the same rules.
+    assert_eq!(section(&stdout, "plain-http"), "plain origin\n200\n403\n", "{all}");
     // A host nobody intercepts shows its own certificate.
     let certs = section(&stdout, "not-intercepted");
-    let seen: String = certs.lines().filter(|l| !l.starts_with("-----") && !l.contains(':')).collect();
+    let seen: String =
+        certs.lines().filter(|l| !l.starts_with("-----") && !l.contains(':')).collect();
     assert!(seen.contains(&o3.leaf_b64), "not the origin's own certificate: {all}");
     // An untrusted upstream: a 502 that says why.
     let bad = section(&stdout, "bad-upstream");
@@ -198,7 +215,10 @@ echo ==end==
     assert!(slow.contains("could not be read") && slow.contains("killed"), "{all}");
     if has_python() {
         let py = section(&stdout, "python-urllib");
-        assert!(py.to_ascii_lowercase().contains("authorization: bearer [[redacted secret]]"), "{all}");
+        assert!(
+            py.to_ascii_lowercase().contains("authorization: bearer [[redacted secret]]"),
+            "{all}"
+        );
         let ws = section(&stdout, "websocket");
         assert!(ws.starts_with("HTTP/1.1 101"), "{all}");
         assert!(ws.contains("echo: hello"), "{all}");
@@ -219,7 +239,8 @@ echo ==end==
     assert!(log_text.contains("placeholder of secret testkey seen"), "{log_text}");
 
     // The value is nowhere: outputs, the daemon's log, the store's files, every listing.
-    let mut texts: Vec<(String, Vec<u8>)> = vec![("sandbox output".into(), all.clone().into_bytes())];
+    let mut texts: Vec<(String, Vec<u8>)> =
+        vec![("sandbox output".into(), all.clone().into_bytes())];
     texts.push(("log --json".into(), log.stdout.clone()));
     for args in [
         &["secrets", "list", "--json"][..],
@@ -267,13 +288,28 @@ fn bad_secrets_configuration_names_file_and_line() {
             "[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_env = \"A\"\nfrom_file = \"/k\"\n",
             "has 2 sources (from_env, from_file)",
         ),
-        ("[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_vault = \"A\"\n", "unknown field `from_vault`"),
+        (
+            "[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_vault = \"A\"\n",
+            "unknown field `from_vault`",
+        ),
         ("[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\n", "has no source"),
-        ("[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_file = \"rel/k\"\n", "is not absolute"),
-        ("[[secrets]]\nname = \"A b\"\nhosts = [\"x.example\"]\nfrom_env = \"A\"\n", "outside [a-z0-9_-]"),
+        (
+            "[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_file = \"rel/k\"\n",
+            "is not absolute",
+        ),
+        (
+            "[[secrets]]\nname = \"A b\"\nhosts = [\"x.example\"]\nfrom_env = \"A\"\n",
+            "outside [a-z0-9_-]",
+        ),
         ("[[secrets]]\nname = \"a\"\nhosts = []\nfrom_env = \"A\"\n", "names no hosts"),
-        ("[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nformat = \"Bearer\"\nfrom_env = \"A\"\n", "exactly once"),
-        ("[[http_rules]]\nhost = \"x.example\"\nallow = [\"GET nope\"]\n", "does not start with '/'"),
+        (
+            "[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nformat = \"Bearer\"\nfrom_env = \"A\"\n",
+            "exactly once",
+        ),
+        (
+            "[[http_rules]]\nhost = \"x.example\"\nallow = [\"GET nope\"]\n",
+            "does not start with '/'",
+        ),
     ] {
         let text = format!("# line 1\n{body}");
         std::fs::write(&file, &text).unwrap();
@@ -282,7 +318,13 @@ fn bad_secrets_configuration_names_file_and_line() {
         assert_eq!(out.status.code(), Some(2), "{body}: {err}");
         assert!(err.contains(want), "{body}: {err}");
         assert!(err.contains(&format!("{}:", file.display())), "no file in: {err}");
-        assert!(err.contains(":2:") || err.contains(":3:") || err.contains(":4:") || err.contains(":5:"), "no line in: {err}");
+        assert!(
+            err.contains(":2:")
+                || err.contains(":3:")
+                || err.contains(":4:")
+                || err.contains(":5:"),
+            "no line in: {err}"
+        );
     }
     // Sources that fail are reported by `secrets test`, with the entry's file and line.
     let text = format!(

@@ -122,7 +122,11 @@ fn serve<S: Read + Write>(s: S, redact: &str) -> std::io::Result<()> {
             r.get_mut().flush()?;
             continue;
         }
-        let echo = if redact.is_empty() { head.clone() } else { head.replace(redact, "[[redacted secret]]") };
+        let echo = if redact.is_empty() {
+            head.clone()
+        } else {
+            head.replace(redact, "[[redacted secret]]")
+        };
         write!(r.get_mut(), "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{echo}", echo.len())?;
         r.get_mut().flush()?;
     }

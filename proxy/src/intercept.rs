@@ -7,7 +7,10 @@
 //! What it keeps from a plain tunnel: the upstream is the one `connect` reached at checked
 //! addresses, and the upstream's server name is the CONNECT host (the client's SNI plays no part,
 //! so there is nothing to front). HTTP/1.1 only (keep-alive, chunked and streamed bodies, upgrades
-//! such as WebSocket); ALPN offers `http/1.1` to both sides. HTTP/2 is not spoken here yet.
+//! such as WebSocket); HTTP/2 end to end when both sides speak it: the
+//! client's hello is read first, `h2` is offered to the upstream only when the client offers it,
+//! and to the client only when the upstream chose it (so the two sides always speak the same
+//! version and no request is translated between them).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,7 +22,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Version};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -30,7 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use crate::ca::{CaError, CertificateAuthority};
 use crate::conn::Draft;
@@ -110,12 +113,15 @@ pub const CA_BUNDLE_VARS: [&str; 9] = [
     "AWS_CA_BUNDLE",
 ];
 
+/// An upstream TLS configuration's key: its extra roots, and whether it offers `h2`.
+type ClientKey = (Vec<PathBuf>, bool);
+
 /// The CA, the secret reader and the upstream TLS configurations of interception.
 pub struct Interceptor {
     ca: CertificateAuthority,
     secrets: SecretReader,
     system_roots: OnceLock<Vec<CertificateDer<'static>>>,
-    clients: Mutex<HashMap<Vec<PathBuf>, Arc<ClientConfig>>>,
+    clients: Mutex<HashMap<ClientKey, Arc<ClientConfig>>>,
 }
 
 impl std::fmt::Debug for Interceptor {
@@ -159,20 +165,29 @@ impl Interceptor {
         &self.secrets
     }
 
-    fn server_config(&self, host: &Host) -> Result<Arc<ServerConfig>, String> {
+    /// The client side: ALPN offers `h2` only when the upstream agreed to it.
+    fn server_config(&self, host: &Host, h2: bool) -> Result<Arc<ServerConfig>, String> {
         let leaf = self.ca.leaf(host).map_err(|e| e.to_string())?;
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Leaf(leaf)));
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         Ok(Arc::new(config))
     }
 
     /// The upstream configuration for `extra_roots` (built once per list of files).
-    fn client_config(&self, extra_roots: &[PathBuf]) -> Result<Arc<ClientConfig>, String> {
-        let key = extra_roots.to_vec();
+    fn client_config(
+        &self,
+        extra_roots: &[PathBuf],
+        h2: bool,
+    ) -> Result<Arc<ClientConfig>, String> {
+        let key = (extra_roots.to_vec(), h2);
         if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(c.clone());
         }
@@ -199,7 +214,11 @@ impl Interceptor {
             .map_err(|e| e.to_string())?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let config = Arc::new(config);
         self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(key, config.clone());
         Ok(config)
@@ -211,9 +230,10 @@ impl Interceptor {
         target: &Target,
         tcp: TcpStream,
         timeout: std::time::Duration,
+        h2: bool,
     ) -> Result<TlsStream<TcpStream>, Refusal> {
         let refuse = |why: String| Refusal::UpstreamCertificate { target: target.to_string(), why };
-        let config = self.client_config(&settings.extra_roots).map_err(refuse)?;
+        let config = self.client_config(&settings.extra_roots, h2).map_err(refuse)?;
         let name = match &target.host {
             Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
             Host::Name(n) => {
@@ -332,6 +352,8 @@ struct Conn {
     target: Target,
     addrs: Vec<SocketAddr>,
     rule: String,
+    /// Whether both sides speak HTTP/2 (the client was offered `h2` because the upstream chose it).
+    h2: bool,
     /// The first upstream connection (made before the client's handshake), then later ones.
     upstream: tokio::sync::Mutex<Upstream>,
 }
@@ -339,8 +361,10 @@ struct Conn {
 enum Upstream {
     /// TLS done, HTTP not started.
     Fresh(Box<TlsStream<TcpStream>>),
-    /// In use.
+    /// In use, HTTP/1.1: one request at a time.
     Ready(SendRequest<Body>),
+    /// In use, HTTP/2: requests share it.
+    Ready2(hyper::client::conn::http2::SendRequest<Body>),
     /// The handshake failed: every request gets this.
     Failed(Refusal),
     /// Closed: a new one is made for the next request.
@@ -414,7 +438,27 @@ impl Conn {
                 parts.headers.insert(header::UPGRADE, u);
             }
         }
-        parts.version = Version::HTTP_11;
+        if self.h2 {
+            // HTTP/2 names the site in :authority, from the URI (absolute already when the client
+            // spoke HTTP/2).
+            if parts.uri.authority().is_none() {
+                let authority = parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map_or_else(|| self.target.to_string(), str::to_owned);
+                let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                parts.uri =
+                    format!("https://{authority}{pq}").parse().map_err(|e| Refusal::Malformed {
+                        input: crate::denial::quote(authority.as_bytes()),
+                        why: format!("{e}"),
+                    })?;
+            }
+            parts.headers.remove(header::HOST);
+            parts.version = Version::HTTP_2;
+        } else {
+            parts.version = Version::HTTP_11;
+        }
         let req = Request::from_parts(parts, http_body_util::BodyExt::boxed(body));
         let mut resp = self.send(req).await?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
@@ -444,6 +488,14 @@ impl Conn {
         for _attempt in 0..2 {
             let mut sender = match std::mem::replace(&mut *up, Upstream::None) {
                 Upstream::Ready(s) if !s.is_closed() => s,
+                Upstream::Ready2(s) if !s.is_closed() => {
+                    // Shared: the lock is not held while this request runs.
+                    *up = Upstream::Ready2(s.clone());
+                    drop(up);
+                    let mut s = s;
+                    s.ready().await.map_err(|e| unreachable(&e))?;
+                    return s.send_request(req).await.map_err(|e| unreachable(&e));
+                }
                 Upstream::Failed(r) => {
                     let again = match &r {
                         Refusal::UpstreamCertificate { target, why } => {
@@ -457,8 +509,12 @@ impl Conn {
                     *up = Upstream::Failed(r);
                     return Err(again);
                 }
+                Upstream::Fresh(tls) if self.h2 => {
+                    *up = Upstream::Ready2(handshake2(*tls).await.map_err(|e| unreachable(&e))?);
+                    continue;
+                }
                 Upstream::Fresh(tls) => handshake(*tls).await.map_err(|e| unreachable(&e))?,
-                Upstream::Ready(_) | Upstream::None => {
+                Upstream::Ready(_) | Upstream::Ready2(_) | Upstream::None => {
                     let icpt =
                         self.inner.interceptor.as_ref().ok_or_else(|| unreachable(&"no CA"))?;
                     let tcp = self.inner.connect(&self.target, &self.addrs).await?;
@@ -468,8 +524,13 @@ impl Conn {
                             &self.target,
                             tcp,
                             self.inner.config.connect_timeout,
+                            self.h2,
                         )
                         .await?;
+                    if self.h2 {
+                        *up = Upstream::Ready2(handshake2(tls).await.map_err(|e| unreachable(&e))?);
+                        continue;
+                    }
                     handshake(tls).await.map_err(|e| unreachable(&e))?
                 }
             };
@@ -490,6 +551,21 @@ impl Conn {
         }
         Err(unreachable(&"the upstream closed the connection"))
     }
+}
+
+async fn handshake2(
+    tls: TlsStream<TcpStream>,
+) -> Result<hyper::client::conn::http2::SendRequest<Body>, hyper::Error> {
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake(TokioIo::new(tls))
+        .await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "intercepted upstream HTTP/2 connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 async fn handshake(tls: TlsStream<TcpStream>) -> Result<SendRequest<Body>, hyper::Error> {
@@ -555,22 +631,41 @@ pub(crate) async fn serve<C>(
             Some("interception is configured for this host, but the proxy has no CA".into());
         return;
     };
-    let timeout = inner.config.connect_timeout;
-    let first = match icpt.upstream_tls(policy.intercept(), &target, upstream, timeout).await {
-        Ok(tls) => Upstream::Fresh(Box::new(tls)),
-        Err(r) => {
-            draft.event.error = Some(r.rule_text() + ": " + &refusal_detail(&r));
-            Upstream::Failed(r)
+    // The client's hello first: `h2` is offered upstream only when the client offers it, and to
+    // the client only when the upstream chose it.
+    let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let start = match tokio::time::timeout(inner.config.header_timeout, hello).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => {
+            draft.event.error = Some(format!("the client did not open TLS: {e}"));
+            return;
+        }
+        Err(_) => {
+            draft.event.error = Some("the client's TLS hello did not come in time".into());
+            return;
         }
     };
-    let config = match icpt.server_config(&target.host) {
+    let client_h2 = start.client_hello().alpn().is_some_and(|mut a| a.any(|p| p == b"h2"));
+    let timeout = inner.config.connect_timeout;
+    let (first, h2) =
+        match icpt.upstream_tls(policy.intercept(), &target, upstream, timeout, client_h2).await {
+            Ok(tls) => {
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                (Upstream::Fresh(Box::new(tls)), h2)
+            }
+            Err(r) => {
+                draft.event.error = Some(r.rule_text() + ": " + &refusal_detail(&r));
+                (Upstream::Failed(r), false)
+            }
+        };
+    let config = match icpt.server_config(&target.host, h2) {
         Ok(c) => c,
         Err(e) => {
             draft.event.error = Some(format!("no leaf certificate for {}: {e}", target.host));
             return;
         }
     };
-    let accept = TlsAcceptor::from(config).accept(client);
+    let accept = start.into_stream(config);
     let tls = match tokio::time::timeout(inner.config.header_timeout, accept).await {
         Ok(Ok(s)) => s,
         Err(_) => {
@@ -591,18 +686,26 @@ pub(crate) async fn serve<C>(
         target,
         addrs,
         rule: draft.event.rule.clone(),
+        h2,
         upstream: tokio::sync::Mutex::new(first),
     });
     let svc = hyper::service::service_fn(move |req| {
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(conn.request(req).await) }
     });
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(inner.config.idle_timeout)
-        .serve_connection(TokioIo::new(tls), svc)
-        .with_upgrades()
-        .await;
+    let served = if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(tls), svc)
+            .await
+    } else {
+        hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(inner.config.idle_timeout)
+            .serve_connection(TokioIo::new(tls), svc)
+            .with_upgrades()
+            .await
+    };
     if let Err(e) = served {
         tracing::debug!(error = %e, "intercepted client connection ended");
     }

@@ -429,7 +429,16 @@ impl Conn {
         if !seen.is_empty() {
             draft.event.rule.push_str(&placeholder_note(&seen));
         }
+        // gRPC over HTTP/2 needs `te: trailers`, the one TE value HTTP/2 allows.
+        let te_trailers = self.h2
+            && parts
+                .headers
+                .get(header::TE)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
         strip_hop_by_hop(&mut parts.headers);
+        if te_trailers {
+            parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         if let Some((conn, up)) = upgrade_headers {
             if let Some(c) = conn {
                 parts.headers.insert(header::CONNECTION, c);
@@ -721,6 +730,58 @@ fn refusal_detail(r: &Refusal) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn secret(header: &str, anywhere: bool) -> Secret {
+        Secret {
+            name: "k".into(),
+            hosts: Vec::new(),
+            header: header.into(),
+            format: "Bearer {}".into(),
+            env: None,
+            anywhere,
+            source: sandgate_config::SecretSource::Env("X".into()),
+            origin: sandgate_config::Origin { path: "/c".into(), line: 1 },
+        }
+    }
+
+    fn parts(headers: &[(&str, &str)], uri: &str) -> hyper::http::request::Parts {
+        let mut b = Request::get(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn injection_replaces_the_placeholder_where_configured() {
+        let value = SecretValue::for_test("REAL");
+        let ph = "sandgate-placeholder-k";
+        // In the named header, the placeholder becomes the value.
+        let mut p = parts(
+            &[("authorization", &format!("Bearer {ph}")), ("x-other", ph)],
+            &format!("/x?key={ph}"),
+        );
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer REAL");
+        assert_eq!(p.headers["x-other"], ph, "elsewhere only with anywhere");
+        assert_eq!(p.uri.query(), Some(&*format!("key={ph}")));
+        assert_eq!(placeholders_seen(&p), ["k"]);
+        // Without the header, it is added in its format; another value is left alone.
+        let mut p = parts(&[], "/x");
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer REAL");
+        let mut p = parts(&[("authorization", "Bearer mine")], "/x");
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer mine");
+        // anywhere: every header and the query string.
+        let mut p =
+            parts(&[("x-key", ph), ("x-other", &format!("a {ph} b"))], &format!("/x?key={ph}&y=1"));
+        inject(&mut p, &secret("x-key", true), &value);
+        assert_eq!(p.headers["x-key"], "REAL");
+        assert_eq!(p.headers["x-other"], "a REAL b");
+        assert_eq!(p.uri.query(), Some("key=REAL&y=1"));
+        assert!(placeholders_seen(&p).is_empty());
+    }
 
     #[test]
     fn placeholders_are_found_by_name() {

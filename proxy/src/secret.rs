@@ -25,6 +25,11 @@ impl SecretValue {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    #[cfg(test)]
+    pub(crate) fn for_test(v: &str) -> SecretValue {
+        SecretValue(v.into())
+    }
 }
 
 impl std::fmt::Debug for SecretValue {

@@ -341,3 +341,60 @@ fn bad_secrets_configuration_names_file_and_line() {
     assert_eq!(out.status.code(), Some(1), "{s}");
     assert!(s.contains(&format!("{}:8", file.display())) && s.contains("failed"), "{s}");
 }
+
+/// The launcher's own proxy (no daemon) intercepts too; a request outside the rules is refused at
+/// once, since nobody can be asked.
+#[test]
+fn the_launchers_own_proxy_intercepts_without_a_daemon() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let secret = format!("sk-nodaemon-{}", std::process::id());
+    let o = tls_origin("127.0.0.1", &secret);
+    let t = T::new("");
+    let root = t.env.root.path();
+    std::fs::write(root.join("ca.pem"), &o.ca_pem).unwrap();
+    let config = format!(
+        r#"[network]
+allow = ["127.0.0.1:{p}"]
+
+[[secrets]]
+name = "nd"
+hosts = ["127.0.0.1:{p}"]
+header = "x-api-key"
+env = "ND_KEY"
+from_env = "ND_SECRET_FOR_TEST"
+
+[[http_rules]]
+host = "127.0.0.1:{p}"
+allow = ["GET /echo/*"]
+
+[tls]
+extra_roots = ["{ca}"]
+"#,
+        p = o.port,
+        ca = root.join("ca.pem").display()
+    );
+    std::fs::write(t.env.config_home().join("sandgate/config.toml"), config).unwrap();
+    let curl = "curl -sS --max-time 10 --noproxy '' -x http://127.0.0.1:3128";
+    let script = format!(
+        "echo ==env==; echo \"$ND_KEY\"; env | grep -c ND_SECRET_FOR_TEST; \
+         echo ==echo==; {curl} -H \"x-api-key: $ND_KEY\" https://127.0.0.1:{p}/echo/a; \
+         echo ==refused==; {curl} -o /dev/null -w '%{{http_code}}\\n' https://127.0.0.1:{p}/other; echo ==end==",
+        p = o.port
+    );
+    let out = t
+        .cmd()
+        .env("SANDGATE_NO_DAEMON", "1")
+        .env("ND_SECRET_FOR_TEST", &secret)
+        .args(["net", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The variable the secret comes from is the launcher's, and secret-looking: not inside.
+    assert_eq!(section(&stdout, "env"), "sandgate-placeholder-nd\n0\n", "{all}");
+    assert!(section(&stdout, "echo").contains("x-api-key: [[redacted secret]]"), "{all}");
+    assert_eq!(section(&stdout, "refused"), "403\n", "{all}");
+    assert!(!all.contains(&secret), "{all}");
+}

@@ -511,6 +511,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn what_is_intercepted() {
+        let text = r#"
+[[secrets]]
+name = "gh"
+hosts = ["api.github.com"]
+from_env = "GH_TOKEN"
+
+[[secrets]]
+name = "pinned"
+hosts = ["pinned.example.com"]
+header = "x-key"
+from_command = ["pass", "show", "x"]
+
+[[http_rules]]
+host = "*.example.org"
+allow = ["GET /**"]
+
+[tls]
+no_intercept = ["pinned.example.com"]
+"#;
+        let f = crate::file::parse(std::path::Path::new("/c.toml"), text, None).unwrap();
+        let i = f.intercept;
+        let t = |s: &str| Target::parse(s).unwrap();
+        assert!(i.in_use());
+        assert!(i.intercepts(&t("api.github.com:443")));
+        assert!(i.intercepts(&t("a.example.org:443")));
+        assert!(!i.intercepts(&t("example.org:443")), "wildcards do not cover the apex");
+        assert!(!i.intercepts(&t("pinned.example.com:443")), "no_intercept wins");
+        assert!(!i.intercepts(&t("github.com:443")));
+        let gh = &i.secrets[0];
+        assert_eq!((gh.header.as_str(), gh.format.as_str()), ("Authorization", "Bearer {}"));
+        assert_eq!(i.secrets[1].format, "{}");
+        assert_eq!(gh.origin.line, 3);
+        assert_eq!(gh.placeholder(), "sandgate-placeholder-gh");
+        assert!(matches!(
+            i.secrets[1].source,
+            SecretSource::Command { timeout: DEFAULT_COMMAND_TIMEOUT, ttl: DEFAULT_SECRET_TTL, .. }
+        ));
+        assert_eq!(i.rules_for(&t("a.example.org:443")).unwrap().origin.line, 14);
+        // timeout and ttl belong to commands.
+        let bad =
+            "[[secrets]]\nname = \"a\"\nhosts = [\"x.example\"]\nfrom_env = \"A\"\nttl = \"5m\"\n";
+        let e = crate::file::parse(std::path::Path::new("/c.toml"), bad, None).unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+    }
+
+    #[test]
     fn path_globs() {
         for (pat, path, want) in [
             ("GET /repos/myorg/*", "/repos/myorg/x", true),

@@ -111,6 +111,15 @@ extra_roots = [{roots}]
         roots = roots.join(", "),
     );
     std::fs::write(t.env.config_home().join("sandgate/config.toml"), &config).unwrap();
+    // `watch` sees every event of the run (-v: every proxied request too).
+    daemon_support::start_daemon(&t);
+    let mut watch = t
+        .cmd()
+        .args(["watch", "--json", "-v"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watched = daemon_support::lines_of(watch.stdout.take().unwrap());
     let curl = "curl -sS --max-time 10 --noproxy '' -x http://127.0.0.1:3128";
     let py_ws = format!(
         r#"

@@ -91,11 +91,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The event of one forwarded request, recorded when both bodies are done with.
-struct Pending {
-    inner: Arc<Inner>,
-    draft: Mutex<Option<Draft>>,
-    up: AtomicU64,
-    down: AtomicU64,
+pub(crate) struct Pending {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) draft: Mutex<Option<Draft>>,
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
 }
 
 impl Drop for Pending {
@@ -110,10 +110,10 @@ impl Drop for Pending {
 }
 
 /// A body that counts its data bytes and keeps the request's event alive until it is dropped.
-struct Counted<B> {
-    inner: B,
-    pending: Arc<Pending>,
-    down: bool,
+pub(crate) struct Counted<B> {
+    pub(crate) inner: B,
+    pub(crate) pending: Arc<Pending>,
+    pub(crate) down: bool,
 }
 
 impl<B> hyper::body::Body for Counted<B>

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hyper::body::Incoming;
@@ -38,7 +39,7 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 use crate::ca::{CaError, CertificateAuthority};
 use crate::conn::Draft;
 use crate::denial::Refusal;
-use crate::forward::{Body, refusal_response, strip_hop_by_hop};
+use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
 use crate::proxy::{Inner, Sandbox};
 use crate::secret::{SecretReader, SecretValue};
 
@@ -377,10 +378,20 @@ impl Conn {
         draft.target(&self.target);
         draft.event.decision = "allow";
         draft.event.rule = self.rule.clone();
-        match self.exchange(req, &mut draft).await {
+        // The event is recorded when both bodies are done with, with their byte counts (as for
+        // plain HTTP).
+        let pending = Arc::new(Pending {
+            inner: self.inner.clone(),
+            draft: Mutex::new(None),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        });
+        match self.exchange(req, &mut draft, &pending).await {
             Ok(resp) => {
-                draft.finish(&self.inner);
-                resp
+                *pending.draft.lock().unwrap_or_else(|e| e.into_inner()) = Some(draft);
+                let (parts, body) = resp.into_parts();
+                let body = Counted { inner: body, pending, down: true };
+                Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
             }
             Err(r) => {
                 draft.refused(&r);
@@ -399,6 +410,7 @@ impl Conn {
         &self,
         mut req: Request<Incoming>,
         draft: &mut Draft,
+        pending: &Arc<Pending>,
     ) -> Result<Response<Body>, Refusal> {
         let settings = self.policy.intercept().clone();
         let method = req.method().as_str().to_owned();
@@ -468,6 +480,7 @@ impl Conn {
         } else {
             parts.version = Version::HTTP_11;
         }
+        let body = Counted { inner: body, pending: pending.clone(), down: false };
         let req = Request::from_parts(parts, http_body_util::BodyExt::boxed(body));
         let mut resp = self.send(req).await?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS

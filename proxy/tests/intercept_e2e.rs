@@ -137,5 +137,7 @@ async fn http2_end_to_end_only_when_the_upstream_speaks_it() {
     assert_eq!(c.stdout, "HTTP/1.1 auth=Bearer sk-h2-test-value\ncurl=1.1\n", "{c:?}");
     let all = events.all();
     assert!(all.iter().any(|e| e.method == "GET" && e.rule.contains("intercepted")), "{all:?}");
+    // Intercepted requests count their bytes like forwarded ones.
+    assert!(all.iter().any(|e| e.method == "GET" && e.bytes_down > 0), "{all:?}");
     assert!(!format!("{all:?}").contains("sk-h2-test-value"), "{all:?}");
 }

@@ -247,9 +247,25 @@ echo ==end==
     let log_text = String::from_utf8_lossy(&log.stdout).into_owned();
     assert!(log_text.contains("placeholder of secret testkey seen"), "{log_text}");
 
+    // What `watch` showed, until the sandbox ended.
+    let mut watch_lines = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !watch_lines.contains("sandbox_ended") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match watched.recv_timeout(left) {
+            Ok(l) => watch_lines.push_str(&l),
+            Err(e) => panic!("watch: {e}; saw {watch_lines}"),
+        }
+        watch_lines.push('\n');
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(watch_lines.contains("placeholder of secret testkey seen"), "{watch_lines}");
+
     // The value is nowhere: outputs, the daemon's log, the store's files, every listing.
     let mut texts: Vec<(String, Vec<u8>)> =
         vec![("sandbox output".into(), all.clone().into_bytes())];
+    texts.push(("watch --json -v".into(), watch_lines.into_bytes()));
     texts.push(("log --json".into(), log.stdout.clone()));
     for args in [
         &["secrets", "list", "--json"][..],

@@ -23,8 +23,9 @@
 //!
 //! `intercept` replaces `sni_filter` and `tunnel` for the hosts a sandbox's `[[secrets]]` or
 //! `[[http_rules]]` name: TLS is terminated with a leaf of the local CA ([`ca`]), requests are
-//! checked and get their secrets ([`intercept`]). Every other tunnel is spliced untouched. The
-//! proxy does not cache, and speaks HTTP/1.1 only.
+//! checked and get their secrets ([`intercept`]), one event each. Every other tunnel is spliced
+//! untouched. The proxy does not cache; clients speak HTTP/1.1 to it (HTTP/2 only inside an
+//! intercepted tunnel whose upstream speaks it).
 
 #![forbid(unsafe_code)]
 

@@ -405,8 +405,10 @@ extra_roots = ["{ca}"]
     let script = format!(
         "echo ==env==; echo \"$ND_KEY\"; env | grep -c ND_SECRET_FOR_TEST; \
          echo ==echo==; {curl} -H \"x-api-key: $ND_KEY\" https://127.0.0.1:{p}/echo/a; \
-         echo ==refused==; {curl} -o /dev/null -w '%{{http_code}}\\n' https://127.0.0.1:{p}/other; echo ==end==",
-        p = o.port
+         echo ==refused==; {curl} -o /dev/null -w '%{{http_code}}\\n' https://127.0.0.1:{p}/other; \
+         echo ==ca-key==; cat {key} 2>/dev/null || echo hidden; echo ==end==",
+        p = o.port,
+        key = root.join("data/sandgate/ca/ca-key.pem").display()
     );
     let out = t
         .cmd()
@@ -421,5 +423,8 @@ extra_roots = ["{ca}"]
     assert_eq!(section(&stdout, "env"), "sandgate-placeholder-nd\n0\n", "{all}");
     assert!(section(&stdout, "echo").contains("x-api-key: [[redacted secret]]"), "{all}");
     assert_eq!(section(&stdout, "refused"), "403\n", "{all}");
+    // The CA's key exists outside and is hidden inside.
+    assert!(root.join("data/sandgate/ca/ca-key.pem").exists());
+    assert_eq!(section(&stdout, "ca-key"), "hidden\n", "{all}");
     assert!(!all.contains(&secret), "{all}");
 }

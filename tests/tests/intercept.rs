@@ -150,6 +150,25 @@ req = urllib.request.Request("https://127.0.0.1:{p1}/echo/py", headers={{"Author
 print(urllib.request.urlopen(req, timeout=10).read().decode())
 "#
     );
+    // Node: CONNECT by hand, then TLS trusting only the default store (NODE_EXTRA_CA_CERTS adds
+    // the bundle to it at startup).
+    let node = format!(
+        r#"
+const http = require("http"), tls = require("tls");
+http.request({{ host: "127.0.0.1", port: 3128, method: "CONNECT", path: "127.0.0.1:{p1}" }})
+  .on("connect", (res, socket) => {{
+    const t = tls.connect({{ socket, servername: "", host: "127.0.0.1" }}, () => {{
+      t.write("GET /echo/node HTTP/1.1\r\nHost: 127.0.0.1:{p1}\r\nConnection: close\r\n\r\n");
+    }});
+    let out = "";
+    t.on("data", (d) => (out += d));
+    t.on("end", () => console.log(out.split("\r\n\r\n").slice(1).join("")));
+    t.on("error", (e) => console.log("error: " + e.message));
+  }})
+  .end();
+"#
+    );
+    std::fs::write(t.proj.join("n.js"), node).unwrap();
     std::fs::write(t.proj.join("ws.py"), py_ws).unwrap();
     std::fs::write(t.proj.join("ul.py"), py_urllib).unwrap();
     let script = format!(
@@ -168,6 +187,7 @@ echo ==bad-upstream==; {curl} -i https://127.0.0.1:{p4}/x
 echo ==hanging-secret==; {curl} -i https://127.0.0.1:{p5}/x
 echo ==python-urllib==; env -u NO_PROXY -u no_proxy python3 ul.py 2>&1
 echo ==websocket==; python3 ws.py 2>&1
+echo ==node==; node n.js 2>&1
 echo ==end==
 "#,
         o3_ca = o3_ca.display()
@@ -233,6 +253,19 @@ echo ==end==
         assert!(ws.contains("echo: hello"), "{all}");
     } else {
         eprintln!("SKIPPED python clients: python3 is not installed");
+    }
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let n = section(&stdout, "node");
+        assert!(
+            n.to_ascii_lowercase().contains("authorization: bearer [[redacted secret]]"),
+            "{all}"
+        );
+    } else {
+        eprintln!("SKIPPED node client: node is not installed");
     }
 
     // `check --json` says what is intercepted.

@@ -461,3 +461,57 @@ extra_roots = ["{ca}"]
     assert_eq!(section(&stdout, "ca-key"), "hidden\n", "{all}");
     assert!(!all.contains(&secret), "{all}");
 }
+
+/// A request outside the host's rules is held like an unknown host, and a person's answer lets
+/// that request through.
+#[test]
+fn a_request_outside_the_rules_is_held_and_a_person_may_let_it_through() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let o = tls_origin("127.0.0.1", "");
+    let t = T::new("");
+    let root = t.env.root.path();
+    std::fs::write(root.join("ca.pem"), &o.ca_pem).unwrap();
+    let config = format!(
+        r#"[daemon]
+ask_timeout = "30s"
+
+[network]
+allow = ["127.0.0.1:{p}"]
+
+[[http_rules]]
+host = "127.0.0.1:{p}"
+allow = ["GET /echo/*"]
+
+[tls]
+extra_roots = ["{ca}"]
+"#,
+        p = o.port,
+        ca = root.join("ca.pem").display()
+    );
+    std::fs::write(t.env.config_home().join("sandgate/config.toml"), config).unwrap();
+    daemon_support::start_daemon(&t);
+    let url = format!("https://127.0.0.1:{}/admin/x", o.port);
+    let child = t.spawn_net(
+        &[],
+        &["curl", "-sS", "--max-time", "25", "--noproxy", "", "-x", "http://127.0.0.1:3128", &url],
+    );
+    let mut question = Value::Null;
+    daemon_support::wait_until("a pending question", std::time::Duration::from_secs(20), || {
+        let p = t.json(&["pending", "--json"]);
+        match p.as_array().and_then(|a| a.first()) {
+            Some(q) => {
+                question = q.clone();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(question.to_string().contains("/admin/x"), "the question names the path: {question}");
+    let out = t.sg(&["allow", &format!("127.0.0.1:{}", o.port), "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, stdout, stderr) = daemon_support::finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("GET /admin/x HTTP/1.1"), "{stdout}\n{stderr}");
+}

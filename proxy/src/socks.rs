@@ -460,6 +460,15 @@ impl Inner {
         if client.write_all(&reply_frame(Reply::Succeeded, None)).await.is_err() {
             return draft.finish(&self);
         }
+        // Stage `intercept`, as for CONNECT: a SOCKS tunnel is no way around a host's rules.
+        if self.intercepts(&policy, &target) {
+            let client = crate::io::Rewind::new(buf.freeze(), client);
+            let (inner, sb, pol) = (self.clone(), sandbox.clone(), policy.clone());
+            let addrs = admitted.addrs;
+            crate::intercept::serve(inner, sb, pol, target, client, upstream, addrs, &mut draft)
+                .await;
+            return draft.finish(&self);
+        }
         self.relay(&sandbox, &policy, &target, client, upstream, buf, &mut draft).await;
         draft.finish(&self);
     }

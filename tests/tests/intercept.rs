@@ -180,6 +180,7 @@ echo ==without-header==; {curl} https://127.0.0.1:{p1}/echo/b
 echo ==keep-alive==; {curl} https://127.0.0.1:{p1}/echo/c https://127.0.0.1:{p1}/echo/d
 echo ==other-host==; {curl} -H "Authorization: Bearer $TEST_API_KEY" https://127.0.0.2:{p2}/echo/e
 echo ==path-refused==; {curl} -i https://127.0.0.1:{p1}/admin/delete
+echo ==socks==; curl -sS --max-time 10 --noproxy '' --socks5-hostname 127.0.0.1:3128 https://127.0.0.1:{p1}/echo/s; curl -sS --max-time 10 --noproxy '' --socks5-hostname 127.0.0.1:3128 -o /dev/null -w '%{{http_code}}\n' https://127.0.0.1:{p1}/admin
 echo ==dot-segments==; {curl} --path-as-is -o /dev/null -w '%{{http_code}}\n' https://127.0.0.1:{p1}/echo/../admin
 echo ==plain-http==; {curl} -H "Authorization: Bearer $TEST_API_KEY" -w '%{{http_code}}\n' http://127.0.0.3:{p6}/ok; {curl} -o /dev/null -w '%{{http_code}}\n' http://127.0.0.3:{p6}/no
 echo ==not-intercepted==; {curl} --cacert {o3_ca} -o /dev/null -w '%{{certs}}' https://127.0.0.1:{p3}/
@@ -225,6 +226,13 @@ echo ==end==
     let refused = section(&stdout, "path-refused");
     assert!(refused.contains("\r\n\r\nHTTP/1.1 403 Blocked by sandgate"), "{all}");
     assert!(refused.contains("GET /echo/**") && refused.contains("http_rules"), "{all}");
+    // SOCKS5 is intercepted like CONNECT: secret injected, rules applied.
+    let socks = section(&stdout, "socks");
+    assert!(
+        socks.to_ascii_lowercase().contains("authorization: bearer [[redacted secret]]"),
+        "{all}"
+    );
+    assert!(socks.ends_with("403\n"), "{all}");
     // A path the upstream would resolve elsewhere matches no rule, even one under an allowed one.
     assert_eq!(section(&stdout, "dot-segments"), "403\n", "{all}");
     // Plain HTTP gets the same rules.

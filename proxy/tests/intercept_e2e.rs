@@ -11,10 +11,12 @@ use common::{Events, curl, policy, serve};
 use http_body_util::Full;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject as _;
 use sandgate_config::{
     DomainPattern, InterceptSettings, NetworkPolicy, Origin, PatternUse, Secret, SecretSource,
 };
 use sandgate_proxy::{Interceptor, Proxy};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
 async fn echo(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -71,6 +73,16 @@ async fn origin(alpn: &[&[u8]]) -> (u16, String) {
     (port, ca.pem())
 }
 
+async fn read_head(s: &mut tokio::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).await.unwrap(), 1, "closed: {}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
 #[tokio::test]
 async fn http2_end_to_end_only_when_the_upstream_speaks_it() {
     if std::process::Command::new("curl").arg("--version").output().is_err() {
@@ -102,6 +114,7 @@ async fn http2_end_to_end_only_when_the_upstream_speaks_it() {
     let base: NetworkPolicy = (*policy(&["127.0.0.1"], &[])).clone();
     let pol = Arc::new(base.with_intercept(Arc::new(settings)));
     let icpt = Arc::new(Interceptor::new(&dir.path().join("ca")).unwrap());
+    let icpt_pem = icpt.ca_pem().to_owned();
     let ca_file = dir.path().join("sandgate-ca.pem");
     std::fs::write(&ca_file, icpt.ca_pem()).unwrap();
     let events = Arc::new(Events::default());
@@ -135,6 +148,57 @@ async fn http2_end_to_end_only_when_the_upstream_speaks_it() {
     // The upstream speaks HTTP/1.1 only: the client is not offered h2.
     let c = run(h1_port, "--http2").await;
     assert_eq!(c.stdout, "HTTP/1.1 auth=Bearer sk-h2-test-value\ncurl=1.1\n", "{c:?}");
+    // A CONNECT after a plain request on one keep-alive connection (the forwarding path's
+    // upgrade) is intercepted the same way.
+    let plain = common::http_origin().await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET http://{plain}/ HTTP/1.1\r\nHost: {plain}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).await.unwrap();
+    s.write_all(
+        format!("CONNECT 127.0.0.1:{h1_port} HTTP/1.1\r\nHost: 127.0.0.1:{h1_port}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(icpt_pem.as_bytes()).unwrap())
+        .unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let mut tls =
+        tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, s).await.unwrap();
+    tls.write_all(
+        format!("GET /x HTTP/1.1\r\nHost: 127.0.0.1:{h1_port}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    let _ = tls.read_to_string(&mut out).await;
+    assert!(out.ends_with("HTTP/1.1 auth=Bearer sk-h2-test-value\n"), "{out}");
+
     let all = events.all();
     assert!(all.iter().any(|e| e.method == "GET" && e.rule.contains("intercepted")), "{all:?}");
     // Intercepted requests count their bytes like forwarded ones.

@@ -203,7 +203,7 @@ pub fn spec_from_policy(
     keep.extend([Some(ctx.cwd.clone()), ctx.exe.clone(), config_dir.clone()].into_iter().flatten());
     let homes: Vec<PathBuf> = ctx.home.iter().chain(&ctx.passwd_home).cloned().collect();
     hidden.extend(crate::secrets::hidden_for_launch(&homes, &policy.fs.readable_home, &keep));
-    let provided: Vec<sandgate_sandbox::ProvidedDir> = match &config_dir {
+    let mut provided: Vec<sandgate_sandbox::ProvidedDir> = match &config_dir {
         // Seatbelt has no mounts: there the directory is hidden.
         Some(dir) if cfg!(not(target_os = "linux")) => {
             hidden.push(dir.clone());
@@ -291,6 +291,17 @@ pub fn spec_from_policy(
     env.push(("SANDGATE_TIER".into(), policy.tier.clone().into()));
     // git's background index refresh would write .git/index (read-only in every tier) and fail.
     env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+    // Secrets' placeholders and the CA bundle, when the proxy intercepts for this sandbox.
+    if proxy_port.is_some()
+        && let Some(dir) = provided.iter_mut().find(|d| Some(&d.path) == config_dir.as_ref())
+    {
+        crate::intercept_cmd::sandbox_env(
+            policy.net.intercept(),
+            Some(&dir.path),
+            &mut env,
+            &mut dir.files,
+        )?;
+    }
     let interactive =
         args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
     // (The configuration is read again only for an interactive shell.)
@@ -769,11 +780,16 @@ impl InProcessProxy {
                 crate::daemon::dns::sockets(udp, tcp).context("cannot serve the DNS stub")?,
             )
         };
-        let builder = Proxy::builder().resolver(crate::daemon::dns::resolver()?);
-        let proxy = match approver {
-            Some(a) => builder.approver(a).build(),
-            None => builder.build(),
-        };
+        let mut builder = Proxy::builder().resolver(crate::daemon::dns::resolver()?);
+        if let Some(a) = approver {
+            builder = builder.approver(a);
+        }
+        if net.intercept().in_use()
+            && let Some(i) = crate::intercept_cmd::interceptor()
+        {
+            builder = builder.interceptor(i);
+        }
+        let proxy = builder.build();
         let ctx = SandboxContext {
             id: SandboxId::new(id.to_owned()),
             policy: std::sync::Arc::new(net),

@@ -17,6 +17,7 @@ mod daemon;
 mod docs_cmd;
 mod firewall_cmd;
 mod hook_cmd;
+mod intercept_cmd;
 mod launch_cmd;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
@@ -64,6 +65,8 @@ enum Command {
     ///
     /// Exit status: 0 allow, 1 deny, 3 ask, 2 usage or configuration error.
     Check(policy_cmd::CheckArgs),
+    /// List the secrets the proxy injects, or test one's source (values are never shown).
+    Secrets(intercept_cmd::SecretsArgs),
     /// Show or change the configuration (this directory's file, or --global).
     Config(policy_cmd::ConfigArgs),
     /// List the tiers and what each allows.
@@ -169,6 +172,7 @@ fn main() -> ExitCode {
         Command::Firewall(a) => firewall_cmd::run(a),
         Command::Check(a) => policy_cmd::check(a),
         Command::Config(a) => policy_cmd::config(a),
+        Command::Secrets(a) => intercept_cmd::secrets(a),
         Command::Tiers(a) => policy_cmd::tiers(a),
         Command::Daemon(a) => control_cmd::daemon(a),
         Command::Allow(a) => control_cmd::answer(a, true),

@@ -138,11 +138,29 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
                 "default_ports": policy.net.default_ports(),
                 "narrowed_by_default_ports": policy.net.narrowed_by_default_ports(&target)
                     .map(|r| r.to_string()),
+                "intercepted": policy.net.intercept().intercepts(&target),
+                "secrets": policy.net.intercept().secrets_for(&target)
+                    .map(|s| s.name.clone()).collect::<Vec<_>>(),
+                "http_rules": policy.net.intercept().rules_for(&target)
+                    .map(|r| r.allow.iter().map(ToString::to_string).collect::<Vec<_>>()),
             })
         );
         return Ok(code);
     }
     println!("{} {target}", decision.verb());
+    if policy.net.intercept().intercepts(&target) {
+        let secrets: Vec<String> =
+            policy.net.intercept().secrets_for(&target).map(|s| s.name.clone()).collect();
+        println!(
+            "  intercepted: TLS is terminated by sandgate's CA (secrets: {}; http_rules: {})",
+            if secrets.is_empty() { "none".into() } else { secrets.join(", ") },
+            policy
+                .net
+                .intercept()
+                .rules_for(&target)
+                .map_or("none".into(), |r| r.origin.to_string())
+        );
+    }
     match &decision {
         Decision::Allow(r) | Decision::Deny(r) => println!("  rule: {r}"),
         Decision::Ask => println!(

@@ -86,14 +86,20 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let proxy = Proxy::builder()
-            .config(ProxyConfig {
-                ask_timeout: args.ask_timeout,
-                tunnel_mode: args.tunnel,
-                upstream,
-                ..ProxyConfig::default()
-            })
-            .build();
+        let proxy = Proxy::builder().config(ProxyConfig {
+            ask_timeout: args.ask_timeout,
+            tunnel_mode: args.tunnel,
+            upstream,
+            ..ProxyConfig::default()
+        });
+        let proxy = match policy.net.intercept().in_use() {
+            true => match crate::intercept_cmd::interceptor() {
+                Some(i) => proxy.interceptor(i),
+                None => proxy,
+            },
+            false => proxy,
+        }
+        .build();
         let ctx = SandboxContext {
             id: SandboxId::new("proxy"),
             policy: Arc::new(policy.net),

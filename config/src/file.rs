@@ -142,6 +142,9 @@ struct RawFile {
     env: RawEnv,
     daemon: RawDaemon,
     telegram: Option<RawTelegram>,
+    secrets: Vec<crate::intercept::RawSecret>,
+    http_rules: Vec<crate::intercept::RawHttpRules>,
+    tls: crate::intercept::RawTls,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -279,6 +282,8 @@ pub struct CheckedFile {
     pub telegram: Option<TelegramSettings>,
     /// `[proxy] upstream`, when set.
     pub upstream: Option<crate::upstream::UpstreamSettings>,
+    /// `[[secrets]]`, `[[http_rules]]` and `[tls]`.
+    pub intercept: crate::intercept::InterceptSettings,
 }
 
 /// The `[daemon]` section.
@@ -402,8 +407,10 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         },
         telegram: None,
         upstream: None,
+        intercept: Default::default(),
     };
     out.upstream = crate::upstream::check(&cx, &raw.proxy)?;
+    out.intercept = crate::intercept::check(&cx, &raw.secrets, &raw.http_rules, &raw.tls)?;
     if let Some(t) = raw.telegram {
         out.telegram = Some(TelegramSettings {
             alert_window: cx.duration(t.alert_window.as_ref())?,
@@ -567,6 +574,10 @@ impl Cx<'_> {
         help: impl Into<String>,
     ) -> ConfigError {
         ConfigError::at(self.path, self.text, Some(span), message, help)
+    }
+
+    pub(crate) fn origin(&self, span: &Range<usize>) -> crate::intercept::Origin {
+        crate::intercept::Origin { path: self.path.to_owned(), line: self.line(span) }
     }
 
     fn line(&self, span: &Range<usize>) -> usize {

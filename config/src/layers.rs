@@ -120,6 +120,9 @@ pub enum PolicyError {
         /// What is wrong.
         why: &'static str,
     },
+    /// The layers' interception settings contradict each other.
+    #[error(transparent)]
+    Intercept(#[from] ConfigError),
     /// A flag's pattern is invalid.
     #[error("{flag}: {error}")]
     Flag {
@@ -161,6 +164,16 @@ impl Config {
     /// `[proxy] upstream` of the global file (the daemon serves every directory).
     pub fn upstream_settings(&self) -> Option<crate::UpstreamSettings> {
         self.global.as_ref().and_then(|f| f.content.upstream.clone())
+    }
+
+    /// `[[secrets]]`, `[[http_rules]]` and `[tls]` of both files (lists add up; a secret name
+    /// defined in both is an error).
+    pub fn intercept_settings(&self) -> Result<crate::InterceptSettings, ConfigError> {
+        let mut out = crate::InterceptSettings::default();
+        for f in self.files() {
+            out.extend(f.content.intercept.clone())?;
+        }
+        Ok(out)
     }
 
     /// The `[telegram]` section of the global file.
@@ -349,7 +362,9 @@ impl Config {
                 readable_home,
                 writable_dotfiles,
             },
-            net: NetworkPolicy::new(name, mode, allow, deny).with_default_ports(default_ports),
+            net: NetworkPolicy::new(name, mode, allow, deny)
+                .with_default_ports(default_ports)
+                .with_intercept(std::sync::Arc::new(self.intercept_settings()?)),
             env_pass,
         })
     }

@@ -16,6 +16,7 @@ mod decision;
 mod dotfiles;
 mod file;
 mod host;
+mod intercept;
 mod layers;
 mod matcher;
 mod pattern;
@@ -33,6 +34,10 @@ pub use file::{
     parse as parse_config, parse_duration, remove_path,
 };
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
+pub use intercept::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_SECRET_TTL, HttpRule, HttpRules, InterceptSettings, Origin,
+    Secret, SecretSource, placeholder,
+};
 pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError, project_key};
 pub use matcher::PatternSet;
 pub use pattern::{

@@ -99,6 +99,7 @@ pub struct NetworkPolicy {
     deny: PatternSet,
     no_network: Arc<Rule>,
     default_ports: Option<Arc<[u16]>>,
+    intercept: Arc<crate::InterceptSettings>,
 }
 
 impl NetworkPolicy {
@@ -119,7 +120,19 @@ impl NetworkPolicy {
                 source: RuleSource::NoNetwork(tier.into()),
             }),
             default_ports: None,
+            intercept: Arc::default(),
         }
+    }
+
+    /// Sets what the proxy intercepts for this sandbox (secrets, HTTP rules, upstream roots).
+    pub fn with_intercept(mut self, intercept: Arc<crate::InterceptSettings>) -> NetworkPolicy {
+        self.intercept = intercept;
+        self
+    }
+
+    /// What the proxy intercepts for this sandbox.
+    pub fn intercept(&self) -> &Arc<crate::InterceptSettings> {
+        &self.intercept
     }
 
     /// Narrows allow patterns written without a port to `ports` (`[network] default_ports`);

@@ -118,7 +118,7 @@ impl Inner {
     /// The CONNECT front end on a fresh connection: `request_filter`, the stages up to
     /// `connect`, "200 Connection established", then the tunnel stages.
     async fn connect_request(
-        &self,
+        self: &Arc<Self>,
         ctx: &mut Ctx,
         mut client: ClientStream,
         head: &Head,

@@ -96,6 +96,33 @@ pub enum Refusal {
         /// The last error.
         error: String,
     },
+    /// An intercepted request matches none of its host's `[[http_rules]]` (403).
+    PathNotAllowed {
+        /// `host:port`.
+        target: String,
+        /// The request's method.
+        method: String,
+        /// The request's path (without the query string).
+        path: String,
+        /// Where the rules are written (`file:line`).
+        rules_at: String,
+        /// The rules, as written.
+        allowed: Vec<String>,
+    },
+    /// The upstream's TLS certificate (or handshake) failed verification (502).
+    UpstreamCertificate {
+        /// `host:port`.
+        target: String,
+        /// Why, in rustls' words.
+        why: String,
+    },
+    /// A secret to inject could not be read (502). The message never holds the value.
+    SecretUnavailable {
+        /// `host:port`.
+        target: String,
+        /// What went wrong (names the secret and its `file:line`).
+        why: String,
+    },
 }
 
 impl Refusal {
@@ -112,8 +139,12 @@ impl Refusal {
             | Refusal::TooManyQuestions { .. }
             | Refusal::OverBudget { .. }
             | Refusal::NoApprover { .. }
-            | Refusal::ForbiddenAddress { .. } => 403,
-            Refusal::Unresolvable { .. } | Refusal::Unreachable { .. } => 502,
+            | Refusal::ForbiddenAddress { .. }
+            | Refusal::PathNotAllowed { .. } => 403,
+            Refusal::Unresolvable { .. }
+            | Refusal::Unreachable { .. }
+            | Refusal::UpstreamCertificate { .. }
+            | Refusal::SecretUnavailable { .. } => 502,
         }
     }
 
@@ -143,6 +174,9 @@ impl Refusal {
             Refusal::ForbiddenAddress { ip, why, .. } => format!("{ip} is {why}"),
             Refusal::Unresolvable { .. } => "name does not resolve".into(),
             Refusal::Unreachable { .. } => "upstream unreachable".into(),
+            Refusal::PathNotAllowed { rules_at, .. } => format!("http_rules ({rules_at})"),
+            Refusal::UpstreamCertificate { .. } => "upstream certificate not trusted".into(),
+            Refusal::SecretUnavailable { .. } => "secret unavailable".into(),
         }
     }
 
@@ -167,6 +201,14 @@ impl Refusal {
             Refusal::Unreachable { .. } => {
                 return "Bad Gateway (allowed by sandgate): upstream unreachable".into();
             }
+            Refusal::UpstreamCertificate { .. } => {
+                return "Bad Gateway (allowed by sandgate): upstream certificate not trusted"
+                    .into();
+            }
+            Refusal::SecretUnavailable { .. } => {
+                return "Bad Gateway (allowed by sandgate): secret could not be read".into();
+            }
+            Refusal::PathNotAllowed { .. } => "method or path not in http_rules".into(),
             Refusal::Deny { rule, .. } => match &rule.source {
                 RuleSource::Grant(_) => "denied by a person".into(),
                 RuleSource::NoNetwork(_) => "this tier has no network".into(),
@@ -201,7 +243,10 @@ impl Refusal {
             | Refusal::NoApprover { target }
             | Refusal::ForbiddenAddress { target, .. }
             | Refusal::Unresolvable { target, .. }
-            | Refusal::Unreachable { target, .. } => Some(target),
+            | Refusal::Unreachable { target, .. }
+            | Refusal::PathNotAllowed { target, .. }
+            | Refusal::UpstreamCertificate { target, .. }
+            | Refusal::SecretUnavailable { target, .. } => Some(target),
         }
     }
 }
@@ -389,6 +434,36 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
                 body,
                 "sandgate allowed {t}, but the server could not be reached: {error}. The server \
                  may be down; this is not a policy decision."
+            );
+        }
+        Refusal::PathNotAllowed { method, path, rules_at, allowed, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked {method} {path} on {t}: the host is allowed, but only for the \
+                 requests its http_rules list ({rules_at}), and this one matches none."
+            );
+            let _ = writeln!(body, "Allowed requests on {host}: {}.", allowed.join(", "));
+            body.push_str(
+                "Use one of the allowed requests. If you need this one, ask the person you are \
+                 working for to add it to the http_rules of this host in sandgate's \
+                 configuration (outside the sandbox).\n",
+            );
+        }
+        Refusal::UpstreamCertificate { why, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate allowed {t}, but the server's TLS certificate is not trusted: {why}. \
+                 sandgate checks the certificates of the hosts it intercepts against the \
+                 system's roots and [tls] extra_roots; this is not a policy decision and \
+                 retrying will not help."
+            );
+        }
+        Refusal::SecretUnavailable { why, .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate allowed {t}, but the secret it adds to requests to this host could not \
+                 be read: {why}. The request was not sent. Tell the person you are working for \
+                 (`sandgate secrets test NAME` shows the problem)."
             );
         }
     }

@@ -153,12 +153,12 @@ fn strip_named(headers: &mut HeaderMap) {
     }
 }
 
-/// The event of one forwarded request, recorded when both bodies are done with.
-struct Pending {
-    inner: Arc<Inner>,
-    ctx: Mutex<Option<Ctx>>,
-    up: AtomicU64,
-    down: AtomicU64,
+/// The event of one forwarded (or intercepted) request, recorded when both bodies are done with.
+pub(crate) struct Pending {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) ctx: Mutex<Option<Ctx>>,
+    pub(crate) up: AtomicU64,
+    pub(crate) down: AtomicU64,
 }
 
 impl Drop for Pending {
@@ -175,7 +175,7 @@ impl Drop for Pending {
 /// A body that counts its data bytes and keeps the request's event alive until it is dropped.
 /// The response body also drives its upstream connection, and gives it back to the pool once
 /// the response has been read to its end.
-struct Counted<B> {
+pub(crate) struct Counted<B> {
     inner: B,
     pending: Arc<Pending>,
     down: bool,
@@ -184,7 +184,7 @@ struct Counted<B> {
 }
 
 impl<B> Counted<B> {
-    fn new(inner: B, pending: Arc<Pending>, down: bool, up: Option<UpConn>) -> Self {
+    pub(crate) fn new(inner: B, pending: Arc<Pending>, down: bool, up: Option<UpConn>) -> Self {
         Counted { inner, pending, down, up, done: false }
     }
 }
@@ -240,11 +240,11 @@ where
     }
 }
 
-fn full(body: impl Into<Bytes>) -> Body {
+pub(crate) fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).map_err(|never: Infallible| match never {}).boxed()
 }
 
-fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
+pub(crate) fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
     let rendered = render_refusal(r, policy);
     let mut resp = Response::new(full(rendered.body));
     // The reason phrase is made of header-safe bytes, so this cannot fail; hyper's canonical phrase
@@ -339,6 +339,21 @@ impl Inner {
         if let Err(r) = self.admit(&mut ctx, Some(path)).await {
             return Err((r, ctx));
         }
+        // Stage `intercept` for plain HTTP: the host's `[[http_rules]]` apply here too (secrets
+        // are never sent without TLS; a placeholder is noted below).
+        if ctx.policy.intercept().in_use() {
+            let target = match ctx.target() {
+                Ok(t) => t.clone(),
+                Err(r) => return Err((r, ctx)),
+            };
+            let (sandbox, policy) = (ctx.sandbox.clone(), ctx.policy.clone());
+            let (method, path) = (req.method().as_str(), req.uri().path());
+            if let Err(r) =
+                self.http_rules(&sandbox, &policy, &target, method, path, &mut ctx.event).await
+            {
+                return Err((r, ctx));
+            }
+        }
         let host = match ctx.target() {
             // The String's buffer becomes the header's (no copy).
             Ok(target) => HeaderValue::from_maybe_shared(Bytes::from(host_header(target))),
@@ -353,6 +368,12 @@ impl Inner {
             }
         };
         let (mut parts, body) = req.into_parts();
+        if !ctx.policy.intercept().secrets.is_empty() {
+            let seen = crate::intercept::placeholders_seen(&parts);
+            if !seen.is_empty() {
+                ctx.event.rule.push_str(&crate::intercept::placeholder_note(&seen));
+            }
+        }
         // Origin form upstream: the path and query as they came (no reparse).
         let mut uri = std::mem::take(&mut parts.uri).into_parts();
         uri.scheme = None;

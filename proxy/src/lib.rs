@@ -18,8 +18,8 @@
 //!    the server name must be the CONNECT host or itself allowed (no domain fronting); no name
 //!    passes only for an IP-literal CONNECT; implicit-TLS ports carry nothing but TLS; after a
 //!    HelloRetryRequest the second ClientHello must name the same server.
-//! 7. `intercept` | `tunnel` | `forward` — a hook where TLS interception will take over tunnels to
-//!    hosts that need it (today it always chooses the tunnel); splice(2) or a large-buffer copy,
+//! 7. `intercept` | `tunnel` | `forward` — TLS interception for the hosts that need it (below);
+//!    splice(2) or a large-buffer copy,
 //!    one path for HTTP CONNECT on any connection and SOCKS5; plain HTTP through a keep-alive
 //!    connection pool with hop-by-hop and `Proxy-Authorization` headers removed and the `Host`
 //!    header made from the decided target.
@@ -32,20 +32,27 @@
 //! The same `decide` stage answers the sandbox's DNS stub ([`dns`]): allowed names resolve on the
 //! host, every other name is NXDOMAIN without leaving it.
 //!
-//! The proxy does not terminate TLS, does not cache, and speaks HTTP/1.1 only.
+//! `intercept` replaces `sni_filter` and `tunnel` for the hosts a sandbox's `[[secrets]]` or
+//! `[[http_rules]]` name: TLS is terminated with a leaf of the local CA ([`ca`]), requests are
+//! checked and get their secrets ([`intercept`]), one event each. Every other tunnel is spliced
+//! untouched. The proxy does not cache; clients speak HTTP/1.1 to it (HTTP/2 only inside an
+//! intercepted tunnel whose upstream speaks it).
 
 #![forbid(unsafe_code)]
 
 mod ask;
+pub mod ca;
 mod conn;
 mod denial;
 pub mod dns;
 mod forward;
 pub mod guard;
 pub mod head;
+pub mod intercept;
 mod io;
 mod pipeline;
 mod proxy;
+pub mod secret;
 pub mod sni;
 pub mod socks;
 mod traits;
@@ -54,6 +61,7 @@ mod upstream;
 
 pub use denial::{Refusal, render_refusal};
 pub use dns::UdpResolver;
+pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{

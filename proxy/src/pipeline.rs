@@ -71,7 +71,6 @@ pub(crate) enum Route {
         opened: Opened,
     },
     /// The interceptor served the connection to its end (and filled in the event).
-    #[allow(dead_code)] // what the TLS interceptor will return; nothing intercepts yet
     Intercepted,
 }
 
@@ -261,7 +260,7 @@ impl Inner {
     /// or a keep-alive connection, SOCKS5): `sni_filter` → `intercept` | `tunnel`. `pending`
     /// holds bytes the client sent already.
     pub(crate) async fn tunnel_stages(
-        &self,
+        self: &Arc<Self>,
         ctx: &mut Ctx,
         mut client: ClientStream,
         upstream: TcpStream,
@@ -291,15 +290,34 @@ impl Inner {
     /// everything back untouched as [`Route::Tunnel`], so the client sees the origin's own
     /// certificate.
     ///
-    /// Today nothing is intercepted: every tunnel is a tunnel.
+    /// Only hosts that a `[[secrets]]` or `[[http_rules]]` entry names are intercepted
+    /// ([`crate::intercept::serve`]); every other tunnel is a tunnel.
     async fn intercept(
-        &self,
-        _ctx: &mut Ctx,
+        self: &Arc<Self>,
+        ctx: &mut Ctx,
         client: ClientStream,
         upstream: TcpStream,
         opened: Opened,
     ) -> Route {
-        Route::Tunnel { client, upstream, opened }
+        let target = match &ctx.target {
+            Some(t) if self.intercepts(&ctx.policy, t) => t.clone(),
+            _ => return Route::Tunnel { client, upstream, opened },
+        };
+        // The ClientHello `sni_filter` read (and checked) goes to the interceptor's TLS server.
+        let client = crate::io::Rewind::new(opened.first.freeze(), client);
+        let (sandbox, policy, addrs) = (ctx.sandbox.clone(), ctx.policy.clone(), ctx.addrs.clone());
+        crate::intercept::serve(
+            self.clone(),
+            sandbox,
+            policy,
+            target,
+            client,
+            upstream,
+            addrs,
+            &mut ctx.event,
+        )
+        .await;
+        Route::Intercepted
     }
 
     /// Stage `tunnel`: the client's first bytes to the upstream — for a TLS opening, what follows

@@ -103,9 +103,17 @@ pub struct ProxyBuilder {
     grants: Option<Arc<dyn GrantSource>>,
     events: Arc<dyn EventSink>,
     resolver: Arc<dyn Resolver>,
+    interceptor: Option<Arc<crate::intercept::Interceptor>>,
 }
 
 impl ProxyBuilder {
+    /// Enables the `intercept` stage (hosts named by a sandbox's secrets or HTTP rules). Without
+    /// it, a tunnel to such a host is closed rather than spliced.
+    pub fn interceptor(mut self, interceptor: Arc<crate::intercept::Interceptor>) -> Self {
+        self.interceptor = Some(interceptor);
+        self
+    }
+
     /// Sets limits and timeouts.
     pub fn config(mut self, config: ProxyConfig) -> Self {
         self.config = config;
@@ -146,6 +154,7 @@ impl ProxyBuilder {
                 grants: self.grants,
                 events: self.events,
                 resolver: self.resolver,
+                interceptor: self.interceptor,
                 asks: Asks::default(),
                 dns_cache: Default::default(),
                 own: OwnAddresses::default(),
@@ -173,6 +182,7 @@ pub(crate) struct Inner {
     grants: Option<Arc<dyn GrantSource>>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) resolver: Arc<dyn Resolver>,
+    pub(crate) interceptor: Option<Arc<crate::intercept::Interceptor>>,
     asks: Asks,
     /// Addresses the DNS stub resolved, per name.
     pub(crate) dns_cache: crate::dns::DnsCache,
@@ -204,6 +214,7 @@ impl Proxy {
             grants: None,
             events: Arc::new(TracingSink),
             resolver: Arc::new(SystemResolver),
+            interceptor: None,
         }
     }
 
@@ -423,6 +434,38 @@ impl Inner {
             Answer::Deny(DenyReason::OverBudget { limit, window }) => {
                 Err(Refusal::OverBudget { target: target.to_string(), limit, window })
             }
+        }
+    }
+
+    /// Stage `ask` for a request its host's `[[http_rules]]` do not allow: a person may let this
+    /// one request through (their answer covers it only; the rules stay as written); without an
+    /// approver, or on any other answer, it is refused with the rules in the body.
+    pub(crate) async fn ask_request(
+        &self,
+        sandbox: &Sandbox,
+        _policy: &NetworkPolicy,
+        target: &Target,
+        method: &str,
+        path: &str,
+        rules: &sandgate_config::HttpRules,
+    ) -> Result<(), Refusal> {
+        let refusal = || Refusal::PathNotAllowed {
+            target: target.to_string(),
+            method: method.to_owned(),
+            path: path.chars().take(200).collect(),
+            rules_at: rules.origin.to_string(),
+            allowed: rules.allow.iter().map(ToString::to_string).collect(),
+        };
+        let Some(approver) = &self.approver else { return Err(refusal()) };
+        let question = Question {
+            sandbox: sandbox.id.clone(),
+            target: target.clone(),
+            method: method.to_owned(),
+            path: Some(path.to_owned()),
+        };
+        match self.asks.ask(approver, question, self.config.ask_timeout).await {
+            Answer::Allow(_) => Ok(()),
+            Answer::Deny(_) => Err(refusal()),
         }
     }
 

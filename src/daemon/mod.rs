@@ -311,8 +311,12 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         .approver(Arc::new(adapters::Asker(shared.clone())))
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
-        .resolver(dns::resolver()?)
-        .build();
+        .resolver(dns::resolver()?);
+    let proxy = match crate::intercept_cmd::interceptor() {
+        Some(i) => proxy.interceptor(i),
+        None => proxy,
+    }
+    .build();
     // A bad bot setting must not take approvals down: the daemon runs without the bot, logs why,
     // and `sandgate status` says so.
     let (telegram, telegram_error) = match start_telegram(&config, &shared) {

@@ -1,0 +1,807 @@
+//! Stage `intercept`: for a host a secret or an HTTP rule names, the proxy terminates the
+//! client's TLS with a leaf of the local CA ([`crate::ca`]), checks each request against the
+//! host's `[[http_rules]]`, puts secrets in place of their placeholders, and sends the request
+//! over its own TLS connection to the upstream, whose certificate it verifies against the
+//! system's roots and `[tls] extra_roots`.
+//!
+//! What it keeps from a plain tunnel: the upstream is the one `connect` reached at checked
+//! addresses, and the upstream's server name is the CONNECT host (the client's SNI plays no part,
+//! so there is nothing to front). HTTP/1.1 only (keep-alive, chunked and streamed bodies, upgrades
+//! such as WebSocket); HTTP/2 end to end when both sides speak it: the
+//! client's hello is read first, `h2` is offered to the upstream only when the client offers it,
+//! and to the client only when the upstream chose it (so the two sides always speak the same
+//! version and no request is translated between them).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use sandgate_config::{Host, InterceptSettings, NetworkPolicy, Secret, Target};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
+
+use crate::ca::{CaError, CertificateAuthority};
+use crate::pipeline::Ctx;
+use crate::traits::{Outcome, ProxyEvent};
+use crate::denial::Refusal;
+use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
+use crate::proxy::{Inner, Sandbox};
+use crate::secret::{SecretReader, SecretValue};
+
+/// What every placeholder starts with (see [`sandgate_config::placeholder`]).
+const PLACEHOLDER_PREFIX: &str = "sandgate-placeholder-";
+
+/// Files that hold the system's roots, in the order OpenSSL-based systems keep them (what
+/// `openssl-probe`, and so `rustls-native-certs`, looks for).
+const SYSTEM_BUNDLES: [&str; 8] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/usr/local/share/certs/ca-root-nss.crt",
+    "/usr/local/etc/openssl/cert.pem",
+];
+
+/// The system's root certificates as PEM text, with `rustls-native-certs`' rules: when
+/// `SSL_CERT_FILE` or `SSL_CERT_DIR` is set, those and nothing else; otherwise the first system
+/// bundle that exists. (The crate itself is not used: on Linux it is these few lines plus
+/// `openssl-probe`, and the sandbox's bundle needs the PEM text anyway.)
+pub fn system_roots_pem() -> String {
+    let mut out = String::new();
+    let file = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
+    let dir = std::env::var_os("SSL_CERT_DIR").map(PathBuf::from);
+    if file.is_none() && dir.is_none() {
+        if let Some(text) = SYSTEM_BUNDLES.iter().find_map(|p| std::fs::read_to_string(p).ok()) {
+            out.push_str(&text);
+        }
+        return out;
+    }
+    if let Some(text) = file.and_then(|f| std::fs::read_to_string(f).ok()) {
+        out.push_str(&text);
+    }
+    if let Some(entries) = dir.and_then(|d| std::fs::read_dir(d).ok()) {
+        for e in entries.flatten() {
+            if let Ok(text) = std::fs::read_to_string(e.path())
+                && text.contains("-----BEGIN CERTIFICATE-----")
+            {
+                out.push_str(&text);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The bundle a sandbox trusts when interception is in use: the system's roots and the CA.
+pub fn sandbox_bundle(ca_pem: &str) -> String {
+    let mut out = system_roots_pem();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str("# sandgate local interception CA\n");
+    out.push_str(ca_pem);
+    out
+}
+
+/// Variables that make common clients trust a bundle file (curl, OpenSSL, Python requests, Node,
+/// git, pip, cargo, Deno, the AWS SDKs).
+pub const CA_BUNDLE_VARS: [&str; 9] = [
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "CARGO_HTTP_CAINFO",
+    "DENO_CERT",
+    "AWS_CA_BUNDLE",
+];
+
+/// An upstream TLS configuration's key: its extra roots, and whether it offers `h2`.
+type ClientKey = (Vec<PathBuf>, bool);
+
+/// The CA, the secret reader and the upstream TLS configurations of interception.
+pub struct Interceptor {
+    ca: CertificateAuthority,
+    secrets: SecretReader,
+    system_roots: OnceLock<Vec<CertificateDer<'static>>>,
+    clients: Mutex<HashMap<ClientKey, Arc<ClientConfig>>>,
+}
+
+impl std::fmt::Debug for Interceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interceptor(..)")
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Always the same leaf (the connection's host), whatever name the client sends.
+#[derive(Debug)]
+struct Leaf(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Leaf {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+impl Interceptor {
+    /// Interception with the CA of `ca_dir` (made there on first use).
+    pub fn new(ca_dir: &Path) -> Result<Interceptor, CaError> {
+        Ok(Interceptor {
+            ca: CertificateAuthority::load_or_create(ca_dir)?,
+            secrets: SecretReader::default(),
+            system_roots: OnceLock::new(),
+            clients: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// The reader of secret values (shared, so command output is cached once).
+    pub fn secrets(&self) -> &SecretReader {
+        &self.secrets
+    }
+
+    /// The client side: ALPN offers `h2` only when the upstream agreed to it.
+    fn server_config(&self, host: &Host, h2: bool) -> Result<Arc<ServerConfig>, String> {
+        let leaf = self.ca.leaf(host).map_err(|e| e.to_string())?;
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Leaf(leaf)));
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
+        Ok(Arc::new(config))
+    }
+
+    /// The upstream configuration for `extra_roots` (built once per list of files).
+    fn client_config(
+        &self,
+        extra_roots: &[PathBuf],
+        h2: bool,
+    ) -> Result<Arc<ClientConfig>, String> {
+        let key = (extra_roots.to_vec(), h2);
+        if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(c.clone());
+        }
+        let system = self.system_roots.get_or_init(|| {
+            CertificateDer::pem_slice_iter(system_roots_pem().as_bytes()).flatten().collect()
+        });
+        let mut roots = RootCertStore::empty();
+        // A system bundle may hold certificates webpki cannot use; the rest still count.
+        let _ = roots.add_parsable_certificates(system.iter().cloned());
+        for path in extra_roots {
+            let text = std::fs::read(path)
+                .map_err(|e| format!("[tls] extra_roots: cannot read {}: {e}", path.display()))?;
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(&text).flatten().collect();
+            if certs.is_empty() {
+                return Err(format!("[tls] extra_roots: {} holds no certificate", path.display()));
+            }
+            for c in certs {
+                roots.add(c).map_err(|e| format!("[tls] extra_roots: {}: {e}", path.display()))?;
+            }
+        }
+        let mut config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
+        let config = Arc::new(config);
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(key, config.clone());
+        Ok(config)
+    }
+
+    async fn upstream_tls(
+        &self,
+        settings: &InterceptSettings,
+        target: &Target,
+        tcp: TcpStream,
+        timeout: std::time::Duration,
+        h2: bool,
+    ) -> Result<TlsStream<TcpStream>, Refusal> {
+        let refuse = |why: String| Refusal::UpstreamCertificate { target: target.to_string(), why };
+        let config = self.client_config(&settings.extra_roots, h2).map_err(refuse)?;
+        let name = match &target.host {
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+            Host::Name(n) => {
+                ServerName::try_from(n.as_str().to_owned()).map_err(|e| refuse(e.to_string()))?
+            }
+        };
+        let handshake = TlsConnector::from(config).connect(name, tcp);
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(e)) => {
+                Err(refuse(match e.get_ref().and_then(|r| r.downcast_ref::<rustls::Error>()) {
+                    Some(tls) => tls.to_string(),
+                    None => e.to_string(),
+                }))
+            }
+            Err(_) => Err(Refusal::Unreachable {
+                target: target.to_string(),
+                error: format!("no TLS handshake within {}s", timeout.as_secs()),
+            }),
+        }
+    }
+}
+
+/// Whether `name` is a placeholder's secret among `secrets` (for the event note).
+fn placeholders_in(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices(PLACEHOLDER_PREFIX).map(move |(i, _)| {
+        let rest = &text[i + PLACEHOLDER_PREFIX.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    })
+}
+
+/// The names of placeholders a request carries (headers, target), sorted, once each.
+pub(crate) fn placeholders_seen(req: &hyper::http::request::Parts) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let uri = req.uri.to_string();
+    let texts = req.headers.values().filter_map(|v| v.to_str().ok()).chain([uri.as_str()]);
+    for t in texts {
+        for name in placeholders_in(t) {
+            if !seen.iter().any(|s| s == name) {
+                seen.push(name.to_owned());
+            }
+        }
+    }
+    seen.sort();
+    seen
+}
+
+/// The note an event gets when placeholders went out as they are.
+pub(crate) fn placeholder_note(names: &[String]) -> String {
+    format!(" [placeholder of secret {} seen, sent as is]", names.join(", "))
+}
+
+/// Puts `value` in place of `secret`'s placeholder: in its header (or adds the header, written
+/// with `format`), and with `anywhere` in every header and the query string.
+fn inject(parts: &mut hyper::http::request::Parts, secret: &Secret, value: &SecretValue) {
+    let ph = secret.placeholder();
+    let Ok(name) = HeaderName::from_bytes(secret.header.as_bytes()) else { return };
+    let swap = |v: &HeaderValue| -> Option<HeaderValue> {
+        let text = v.to_str().ok()?;
+        if !text.contains(&ph) {
+            return None;
+        }
+        let mut hv = HeaderValue::from_str(&text.replace(&ph, value.expose())).ok()?;
+        hv.set_sensitive(true);
+        Some(hv)
+    };
+    match parts.headers.get(&name) {
+        Some(v) => {
+            if let Some(new) = swap(v) {
+                parts.headers.insert(name.clone(), new);
+            }
+        }
+        None => {
+            if let Ok(mut hv) = HeaderValue::from_str(&secret.format.replace("{}", value.expose()))
+            {
+                hv.set_sensitive(true);
+                parts.headers.insert(name.clone(), hv);
+            }
+        }
+    }
+    if !secret.anywhere {
+        return;
+    }
+    let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
+    for n in names {
+        let values: Vec<HeaderValue> = parts.headers.get_all(&n).iter().cloned().collect();
+        if values.iter().any(|v| v.to_str().is_ok_and(|t| t.contains(&ph))) {
+            parts.headers.remove(&n);
+            for v in values {
+                parts.headers.append(n.clone(), swap(&v).unwrap_or(v));
+            }
+        }
+    }
+    if let Some(q) = parts.uri.query()
+        && q.contains(&ph)
+    {
+        let pq = parts.uri.path_and_query().map_or("", |p| p.as_str()).replace(&ph, value.expose());
+        let mut uri = parts.uri.clone().into_parts();
+        if let Ok(p) = pq.parse() {
+            uri.path_and_query = Some(p);
+            if let Ok(u) = hyper::Uri::from_parts(uri) {
+                parts.uri = u;
+            }
+        }
+    }
+}
+
+/// One intercepted client connection.
+struct Conn {
+    inner: Arc<Inner>,
+    sandbox: Arc<Sandbox>,
+    policy: Arc<NetworkPolicy>,
+    target: Target,
+    addrs: Vec<SocketAddr>,
+    rule: String,
+    /// Whether both sides speak HTTP/2 (the client was offered `h2` because the upstream chose it).
+    h2: bool,
+    /// The first upstream connection (made before the client's handshake), then later ones.
+    upstream: tokio::sync::Mutex<Upstream>,
+}
+
+enum Upstream {
+    /// TLS done, HTTP not started.
+    Fresh(Box<TlsStream<TcpStream>>),
+    /// In use, HTTP/1.1: one request at a time.
+    Ready(SendRequest<Body>),
+    /// In use, HTTP/2: requests share it.
+    Ready2(hyper::client::conn::http2::SendRequest<Body>),
+    /// The handshake failed: every request gets this.
+    Failed(Refusal),
+    /// Closed: a new one is made for the next request.
+    None,
+}
+
+impl Conn {
+    async fn request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let mut draft = Ctx::new(self.sandbox.clone(), req.method().as_str(), Instant::now());
+        draft.set_target(self.target.clone());
+        draft.event.decision = Outcome::Allow;
+        draft.event.rule = self.rule.clone();
+        // The event is recorded when both bodies are done with, with their byte counts (as for
+        // plain HTTP).
+        let pending = Arc::new(Pending {
+            inner: self.inner.clone(),
+            ctx: Mutex::new(None),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        });
+        match self.exchange(req, &mut draft, &pending).await {
+            Ok(resp) => {
+                *pending.ctx.lock().unwrap_or_else(|e| e.into_inner()) = Some(draft);
+                let (parts, body) = resp.into_parts();
+                let body = Counted::new(body, pending, true, None);
+                Response::from_parts(parts, http_body_util::BodyExt::boxed(body))
+            }
+            Err(r) => {
+                draft.refused(&r);
+                self.inner.logging(draft);
+                let mut resp = refusal_response(&r, &self.policy);
+                if r.status() == 502 {
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                resp
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        mut req: Request<Incoming>,
+        draft: &mut Ctx,
+        pending: &Arc<Pending>,
+    ) -> Result<Response<Body>, Refusal> {
+        let settings = self.policy.intercept().clone();
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        self.inner
+            .http_rules(&self.sandbox, &self.policy, &self.target, &method, &path, &mut draft.event)
+            .await?;
+        let client_upgrade =
+            req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let upgrade_headers = client_upgrade.as_ref().map(|_| {
+            (
+                parts.headers.get(header::CONNECTION).cloned(),
+                parts.headers.get(header::UPGRADE).cloned(),
+            )
+        });
+        let icpt = self.inner.interceptor.as_ref().ok_or_else(|| Refusal::Unreachable {
+            target: self.target.to_string(),
+            error: "interception has no CA".into(),
+        })?;
+        for secret in settings.secrets_for(&self.target) {
+            let value = icpt.secrets().read(secret).await.map_err(|e| {
+                Refusal::SecretUnavailable { target: self.target.to_string(), why: e.to_string() }
+            })?;
+            inject(&mut parts, secret, &value);
+        }
+        let seen = placeholders_seen(&parts);
+        if !seen.is_empty() {
+            draft.event.rule.push_str(&placeholder_note(&seen));
+        }
+        // gRPC over HTTP/2 needs `te: trailers`, the one TE value HTTP/2 allows.
+        let te_trailers = self.h2
+            && parts
+                .headers
+                .get(header::TE)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+        strip_hop_by_hop(&mut parts.headers);
+        if te_trailers {
+            parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        if let Some((conn, up)) = upgrade_headers {
+            if let Some(c) = conn {
+                parts.headers.insert(header::CONNECTION, c);
+            }
+            if let Some(u) = up {
+                parts.headers.insert(header::UPGRADE, u);
+            }
+        }
+        if self.h2 {
+            // HTTP/2 names the site in :authority, from the URI (absolute already when the client
+            // spoke HTTP/2).
+            if parts.uri.authority().is_none() {
+                let authority = parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map_or_else(|| self.target.to_string(), str::to_owned);
+                let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                parts.uri =
+                    format!("https://{authority}{pq}").parse().map_err(|e| Refusal::Malformed {
+                        input: crate::denial::quote(authority.as_bytes()),
+                        why: format!("{e}"),
+                    })?;
+            }
+            parts.headers.remove(header::HOST);
+            parts.version = Version::HTTP_2;
+        } else {
+            parts.version = Version::HTTP_11;
+        }
+        let body = Counted::new(body, pending.clone(), false, None);
+        let req = Request::from_parts(parts, http_body_util::BodyExt::boxed(body));
+        let mut resp = self.send(req).await?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+            && let Some(client_upgrade) = client_upgrade
+        {
+            let upstream_upgrade = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
+                    let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                }
+            });
+            let (parts, _) = resp.into_parts();
+            return Ok(Response::from_parts(parts, crate::forward::full(bytes::Bytes::new())));
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, http_body_util::BodyExt::boxed(body)))
+    }
+
+    async fn send(&self, mut req: Request<Body>) -> Result<Response<Incoming>, Refusal> {
+        let unreachable = |e: &dyn std::fmt::Display| Refusal::Unreachable {
+            target: self.target.to_string(),
+            error: e.to_string(),
+        };
+        let mut up = self.upstream.lock().await;
+        for _attempt in 0..2 {
+            let mut sender = match std::mem::replace(&mut *up, Upstream::None) {
+                Upstream::Ready(s) if !s.is_closed() => s,
+                Upstream::Ready2(s) if !s.is_closed() => {
+                    // Shared: the lock is not held while this request runs.
+                    *up = Upstream::Ready2(s.clone());
+                    drop(up);
+                    let mut s = s;
+                    s.ready().await.map_err(|e| unreachable(&e))?;
+                    return s.send_request(req).await.map_err(|e| unreachable(&e));
+                }
+                Upstream::Failed(r) => {
+                    let again = match &r {
+                        Refusal::UpstreamCertificate { target, why } => {
+                            Refusal::UpstreamCertificate {
+                                target: target.clone(),
+                                why: why.clone(),
+                            }
+                        }
+                        other => unreachable(&other.rule_text()),
+                    };
+                    *up = Upstream::Failed(r);
+                    return Err(again);
+                }
+                Upstream::Fresh(tls) if self.h2 => {
+                    *up = Upstream::Ready2(handshake2(*tls).await.map_err(|e| unreachable(&e))?);
+                    continue;
+                }
+                Upstream::Fresh(tls) => handshake(*tls).await.map_err(|e| unreachable(&e))?,
+                Upstream::Ready(_) | Upstream::Ready2(_) | Upstream::None => {
+                    let icpt =
+                        self.inner.interceptor.as_ref().ok_or_else(|| unreachable(&"no CA"))?;
+                    let tcp = self.inner.connect(&self.target, &self.addrs).await?;
+                    let tls = icpt
+                        .upstream_tls(
+                            self.policy.intercept(),
+                            &self.target,
+                            tcp,
+                            self.inner.config.connect_timeout,
+                            self.h2,
+                        )
+                        .await?;
+                    if self.h2 {
+                        *up = Upstream::Ready2(handshake2(tls).await.map_err(|e| unreachable(&e))?);
+                        continue;
+                    }
+                    handshake(tls).await.map_err(|e| unreachable(&e))?
+                }
+            };
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    *up = Upstream::Ready(sender);
+                    return Ok(resp);
+                }
+                // Closed before the request went out: once more on a new connection.
+                Err(mut e) => match e.take_message() {
+                    Some(r) => req = r,
+                    None => return Err(unreachable(&e.into_error())),
+                },
+            }
+        }
+        Err(unreachable(&"the upstream closed the connection"))
+    }
+}
+
+async fn handshake2(
+    tls: TlsStream<TcpStream>,
+) -> Result<hyper::client::conn::http2::SendRequest<Body>, hyper::Error> {
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake(TokioIo::new(tls))
+        .await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "intercepted upstream HTTP/2 connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+async fn handshake(tls: TlsStream<TcpStream>) -> Result<SendRequest<Body>, hyper::Error> {
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "intercepted upstream connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+impl Inner {
+    /// Whether a tunnel to `target` goes through [`serve`] instead of a splice.
+    pub(crate) fn intercepts(&self, policy: &NetworkPolicy, target: &Target) -> bool {
+        policy.intercept().intercepts(target)
+    }
+
+    /// The host's `[[http_rules]]` for one request (intercepted or plain HTTP): the matching
+    /// rule is added to the event; no match asks a person or refuses.
+    pub(crate) async fn http_rules(
+        &self,
+        sandbox: &Sandbox,
+        policy: &NetworkPolicy,
+        target: &Target,
+        method: &str,
+        path: &str,
+        event: &mut ProxyEvent,
+    ) -> Result<(), Refusal> {
+        let settings = policy.intercept();
+        let Some(rules) = settings.rules_for(target) else { return Ok(()) };
+        match rules.allow.iter().find(|r| r.matches(method, path)) {
+            Some(rule) => {
+                event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
+                Ok(())
+            }
+            None => self.ask_request(sandbox, policy, target, method, path, rules).await,
+        }
+    }
+}
+
+/// Stage `intercept` of an admitted, connected CONNECT tunnel, once the client has been told it
+/// is open: TLS with the client (leaf of the CA) and with the upstream (verified), then HTTP/1.1
+/// requests through the rules and the secrets. Replaces `sni_filter` and `tunnel` for the host.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve<C>(
+    inner: Arc<Inner>,
+    sandbox: Arc<Sandbox>,
+    policy: Arc<NetworkPolicy>,
+    target: Target,
+    client: C,
+    upstream: TcpStream,
+    addrs: Vec<SocketAddr>,
+    event: &mut ProxyEvent,
+) where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    event.rule.push_str(" (intercepted)");
+    let Some(icpt) = inner.interceptor.clone() else {
+        // Rules or secrets name the host but no CA is loaded: closed, never a plain tunnel
+        // (that would skip the rules).
+        event.error =
+            Some("interception is configured for this host, but the proxy has no CA".into());
+        return;
+    };
+    // The client's hello first: `h2` is offered upstream only when the client offers it, and to
+    // the client only when the upstream chose it.
+    let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let start = match tokio::time::timeout(inner.config.header_timeout, hello).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => {
+            event.error = Some(format!("the client did not open TLS: {e}"));
+            return;
+        }
+        Err(_) => {
+            event.error = Some("the client's TLS hello did not come in time".into());
+            return;
+        }
+    };
+    let client_h2 = start.client_hello().alpn().is_some_and(|mut a| a.any(|p| p == b"h2"));
+    let timeout = inner.config.connect_timeout;
+    let (first, h2) =
+        match icpt.upstream_tls(policy.intercept(), &target, upstream, timeout, client_h2).await {
+            Ok(tls) => {
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                (Upstream::Fresh(Box::new(tls)), h2)
+            }
+            Err(r) => {
+                event.error = Some(r.rule_text() + ": " + &refusal_detail(&r));
+                (Upstream::Failed(r), false)
+            }
+        };
+    let config = match icpt.server_config(&target.host, h2) {
+        Ok(c) => c,
+        Err(e) => {
+            event.error = Some(format!("no leaf certificate for {}: {e}", target.host));
+            return;
+        }
+    };
+    let accept = start.into_stream(config);
+    let tls = match tokio::time::timeout(inner.config.header_timeout, accept).await {
+        Ok(Ok(s)) => s,
+        Err(_) => {
+            event.error = Some("the client's TLS handshake did not complete in time".into());
+            return;
+        }
+        Ok(Err(e)) => {
+            event.error = Some(format!(
+                "the client's TLS handshake failed (does it trust sandgate's CA bundle?): {e}"
+            ));
+            return;
+        }
+    };
+    let conn = Arc::new(Conn {
+        inner: inner.clone(),
+        sandbox,
+        policy,
+        target,
+        addrs,
+        rule: event.rule.clone(),
+        h2,
+        upstream: tokio::sync::Mutex::new(first),
+    });
+    let svc = hyper::service::service_fn(move |req| {
+        let conn = conn.clone();
+        async move { Ok::<_, Infallible>(conn.request(req).await) }
+    });
+    let served = if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(tls), svc)
+            .await
+    } else {
+        hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(inner.config.idle_timeout)
+            .serve_connection(TokioIo::new(tls), svc)
+            .with_upgrades()
+            .await
+    };
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "intercepted client connection ended");
+    }
+}
+
+fn refusal_detail(r: &Refusal) -> String {
+    match r {
+        Refusal::UpstreamCertificate { why, .. } => why.clone(),
+        other => other.rule_text(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(header: &str, anywhere: bool) -> Secret {
+        Secret {
+            name: "k".into(),
+            hosts: Vec::new(),
+            header: header.into(),
+            format: "Bearer {}".into(),
+            env: None,
+            anywhere,
+            source: sandgate_config::SecretSource::Env("X".into()),
+            origin: sandgate_config::Origin { path: "/c".into(), line: 1 },
+        }
+    }
+
+    fn parts(headers: &[(&str, &str)], uri: &str) -> hyper::http::request::Parts {
+        let mut b = Request::get(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn injection_replaces_the_placeholder_where_configured() {
+        let value = SecretValue::for_test("REAL");
+        let ph = "sandgate-placeholder-k";
+        // In the named header, the placeholder becomes the value.
+        let mut p = parts(
+            &[("authorization", &format!("Bearer {ph}")), ("x-other", ph)],
+            &format!("/x?key={ph}"),
+        );
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer REAL");
+        assert_eq!(p.headers["x-other"], ph, "elsewhere only with anywhere");
+        assert_eq!(p.uri.query(), Some(&*format!("key={ph}")));
+        assert_eq!(placeholders_seen(&p), ["k"]);
+        // Without the header, it is added in its format; another value is left alone.
+        let mut p = parts(&[], "/x");
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer REAL");
+        let mut p = parts(&[("authorization", "Bearer mine")], "/x");
+        inject(&mut p, &secret("Authorization", false), &value);
+        assert_eq!(p.headers["authorization"], "Bearer mine");
+        // anywhere: every header and the query string.
+        let mut p =
+            parts(&[("x-key", ph), ("x-other", &format!("a {ph} b"))], &format!("/x?key={ph}&y=1"));
+        inject(&mut p, &secret("x-key", true), &value);
+        assert_eq!(p.headers["x-key"], "REAL");
+        assert_eq!(p.headers["x-other"], "a REAL b");
+        assert_eq!(p.uri.query(), Some("key=REAL&y=1"));
+        assert!(placeholders_seen(&p).is_empty());
+    }
+
+    #[test]
+    fn placeholders_are_found_by_name() {
+        let names: Vec<&str> =
+            placeholders_in("Bearer sandgate-placeholder-openai, x=sandgate-placeholder-gh_1&y")
+                .collect();
+        assert_eq!(names, ["openai", "gh_1"]);
+    }
+}

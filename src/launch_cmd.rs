@@ -780,7 +780,19 @@ impl InProcessProxy {
                 crate::daemon::dns::sockets(udp, tcp).context("cannot serve the DNS stub")?,
             )
         };
-        let mut builder = Proxy::builder().resolver(crate::daemon::dns::resolver()?);
+        // The corporate upstream proxy applies here as in the daemon (the fallback is no way
+        // around it); read again, as this path is taken only without a daemon.
+        let config = std::env::current_dir()
+            .map_err(anyhow::Error::from)
+            .and_then(|cwd| Ok(sandgate_config::ConfigPaths::discover(&cwd)?))
+            .and_then(|paths| Ok(sandgate_config::Config::load(paths)?))
+            .context("cannot read the configuration for the upstream proxy")?;
+        let mut builder = Proxy::builder()
+            .config(sandgate_proxy::ProxyConfig {
+                upstream: crate::proxy_cmd::upstream(&config)?,
+                ..sandgate_proxy::ProxyConfig::default()
+            })
+            .resolver(crate::daemon::dns::resolver()?);
         if let Some(a) = approver {
             builder = builder.approver(a);
         }

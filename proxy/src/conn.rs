@@ -318,7 +318,6 @@ impl Inner {
             }
         }
     }
-
 }
 
 /// Writes `bytes` to the upstream and counts them.

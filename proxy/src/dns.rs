@@ -450,7 +450,9 @@ impl Inner {
         let name = match &q.host {
             Err(why) => return refuse(d, EventOutcome::Reject, format!("not a host name: {why}")),
             // A number is not a name to look up; its owner needs no DNS.
-            Ok(Host::Ip(_)) => return refuse(d, EventOutcome::Reject, "an address, not a name".into()),
+            Ok(Host::Ip(_)) => {
+                return refuse(d, EventOutcome::Reject, "an address, not a name".into());
+            }
             Ok(Host::Name(n)) => n.clone(),
         };
         let host = Host::Name(name.clone());

@@ -37,12 +37,12 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use crate::ca::{CaError, CertificateAuthority};
-use crate::pipeline::Ctx;
-use crate::traits::{Outcome, ProxyEvent};
 use crate::denial::Refusal;
 use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
+use crate::pipeline::Ctx;
 use crate::proxy::{Inner, Sandbox};
 use crate::secret::{SecretReader, SecretValue};
+use crate::traits::{Outcome, ProxyEvent};
 
 /// What every placeholder starts with (see [`sandgate_config::placeholder`]).
 const PLACEHOLDER_PREFIX: &str = "sandgate-placeholder-";

@@ -233,3 +233,46 @@ fn sandgate_proxy_leaves_through_the_configured_upstream_with_its_credentials() 
     assert!(a[0].starts_with(&format!("CONNECT {target} HTTP/1.1\r\n")), "{a:?}");
     assert!(a[0].contains("Proxy-Authorization: Basic Y29ycDpwdw==\r\n"), "{a:?}");
 }
+
+/// Without a daemon the launcher serves the sandbox's proxy itself; the corporate upstream
+/// applies there too (the fallback is no way around it). Control: the relay hears of the
+/// allowed target only, once, with the configured credentials.
+#[test]
+fn the_launchers_own_proxy_leaves_through_the_configured_upstream_too() {
+    let root = sandgate_tests::is_root();
+    if sandgate_tests::skip_unless(root, "root (the net tier)") {
+        return;
+    }
+    let env = Env::outside_tmp();
+    let echo_port = echo();
+    let (relay, asked) = corporate_relay();
+    let dir = env.config_home().join("sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        format!(
+            "[proxy]\nupstream = \"http://127.0.0.1:{relay}\"\n\
+             upstream_credentials = \"env:TEST_CORP_AUTH\"\n"
+        ),
+    )
+    .unwrap();
+    let target = format!("inside.corp.example:{echo_port}");
+    let bin = sandgate_tests::sandgate_bin();
+    let script =
+        format!("printf 'via corp' | '{}' connect inside.corp.example {echo_port}", bin.display());
+    let out = env
+        .cmd()
+        .env("SANDGATE_NO_DAEMON", "1")
+        .env("TEST_CORP_AUTH", "corp:pw")
+        .current_dir(env.root.path())
+        .args(["net", "-q", "--allow", &target, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout, "via corp", "{stderr}");
+    let a = asked.lock().unwrap().clone();
+    assert_eq!(a.len(), 1, "the relay hears of the one allowed connection: {a:?}");
+    assert!(a[0].starts_with(&format!("CONNECT {target} HTTP/1.1\r\n")), "{a:?}");
+    assert!(a[0].contains("Proxy-Authorization: Basic Y29ycDpwdw==\r\n"), "{a:?}");
+}

@@ -8,7 +8,7 @@
 //! secret-looking variable names) and decides entries against it.
 //!
 //! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
-//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-pf`).
+//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
 
 #![forbid(unsafe_code)]
 

@@ -7,7 +7,7 @@
 //! ([`pflog`]), plus Seatbelt's own denials read from `log stream` ([`seatbelt_log`]). The
 //! decoders are pure functions over bytes, tested with fixtures and fuzzed; only
 //! the socket / capture glue touches the kernel. This crate does not install rules (that is
-//! `sandgate-pf`) and does not store events (sinks do).
+//! `sandgate-firewall`) and does not store events (sinks do).
 
 // `unsafe` only in `nflog::socket::reactor` (tokio registration); nowhere else.
 #![deny(unsafe_code)]

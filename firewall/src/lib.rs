@@ -7,7 +7,7 @@
 //!
 //! - *namespace*: inside a sandbox's own network namespace (Linux), what the launcher applies;
 //! - *guest user*: host-wide rules for one uid ([`Scope`]), behind the [`Firewall`] trait with an
-//!   nftables backend ([`nft::NftFirewall`]) and a pf-anchor backend ([`pf::PfFirewall`]).
+//!   nftables backend ([`nft::GuestTables`]) and a pf-anchor backend ([`pf::GuestAnchors`]).
 //!
 //! This crate does not read blocked packets (that is `sandgate-monitor`) and does not persist
 //! anything itself: the pf enable token goes through a [`pf::TokenStore`] the caller provides.
@@ -15,14 +15,14 @@
 #![forbid(unsafe_code)]
 
 mod error;
-mod firewall;
+mod guest;
 pub mod nft;
 pub mod pf;
 mod runner;
 pub mod subid;
 
 pub use error::FirewallError;
-pub use firewall::{
+pub use guest::{
     DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope,
     SystemOwnerCheck, running_as_root,
 };

@@ -13,10 +13,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{NetNs, TestUser, nflog_group, run_with_stdin, sh, subnet, veth};
+use sandgate_firewall::nft::{GuestTables, guest_table};
+use sandgate_firewall::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
 use sandgate_monitor::nflog::NflogSocket;
 use sandgate_monitor::{BlockedPacket, Protocol};
-use sandgate_pf::nft::{NftFirewall, guest_table};
-use sandgate_pf::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
 
 fn ruleset() -> String {
     String::from_utf8_lossy(&sh(&["nft", "list", "ruleset"]).stdout).into_owned()
@@ -67,7 +67,7 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
 
     let group = nflog_group();
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let scope = Scope::user(user.uid);
     let plan = fw
         .plan(
@@ -172,7 +172,7 @@ fn gc_removes_tables_whose_owner_is_gone() {
     }
     let user = TestUser::new();
     let mut gone = TestUser::new();
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
@@ -257,7 +257,7 @@ struct RemoveOnDrop(Scope);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = NftFirewall::system().remove(&self.0);
+        let _ = GuestTables::system().remove(&self.0);
     }
 }
 
@@ -310,7 +310,7 @@ fn subordinate_uids_are_fenced_and_reported() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
 
     // `root` inside a user namespace mapped from the subordinate ranges (uid and gid).
     let in_userns = |script: String| {
@@ -324,7 +324,8 @@ fn subordinate_uids_are_fenced_and_reported() {
     let t6 = format!("{}/{p6}", th.v6);
 
     // Control: the fence as it was lets the namespace's root straight out.
-    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    sandgate_firewall::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group))
+        .expect("apply old");
     let out = in_userns(reach(t4.clone()));
     assert!(
         out.status.success(),
@@ -425,7 +426,7 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
 
     // Sockets of the user on the host's end of the link (created with its fsuid/fsgid).
     let (tcp4, tcp6, udp) = user.as_socket_owner(|| {
@@ -489,7 +490,8 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     };
 
     // Control: the fence as it was serves the outside host.
-    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    sandgate_firewall::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group))
+        .expect("apply old");
     let seen = attempt(true);
     assert_eq!(seen.len(), 4, "control: the old fence should have let all in: {seen:?}");
     assert!(seen.iter().all(|s| s.contains("secret")), "{seen:?}");
@@ -597,7 +599,7 @@ fn syn_cookie_connections_to_the_users_listener_are_dropped() {
     let group = nflog_group();
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let burst = |allow_syncookies: bool| -> Vec<(SocketAddr, usize, usize)> {
         let policy = GuestPolicy {
             proxies: vec!["127.0.0.1:3128".parse().unwrap()],
@@ -693,7 +695,7 @@ fn multicast_join_reports_do_not_carry_data_out() {
     let idx = ifindex_of(host.v4);
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let secret = *b"SECRET-EXFIL!!";
     let pid = std::process::id().to_be_bytes();
     let mut g6 = [0u8; 16];

@@ -11,6 +11,16 @@
 //!
 //! This crate does not read blocked packets (that is `sandgate-monitor`) and does not persist
 //! anything itself: the pf enable token goes through a [`pf::TokenStore`] the caller provides.
+//!
+//! # Why these choices
+//!
+//! - Guest-user rules go through the `nft` and `pfctl` commands with text rules, not netlink:
+//!   they are host-wide tables/anchors people inspect and edit with those same tools, applied once
+//!   per `sandgate firewall apply` (not per launch), and the text is golden-tested. (A sandbox's
+//!   own namespace rules are sent over netlink by `sandgate-sandbox` and checked against
+//!   [`nft::namespace_ruleset`] by a kernel test.)
+//! - pf anchors live under `com.apple/`, which the stock `/etc/pf.conf` already evaluates, so
+//!   sandgate never edits the system's pf.conf.
 
 #![forbid(unsafe_code)]
 

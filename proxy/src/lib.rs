@@ -25,6 +25,20 @@
 //! host, every other name is NXDOMAIN without leaving it.
 //!
 //! The proxy does not terminate TLS, does not cache, and speaks HTTP/1.1 only.
+//!
+//! # Why these choices
+//!
+//! - Not `hudsucker` (or another MITM proxy framework): those terminate TLS with a local CA to
+//!   inspect requests; sandgate never decrypts. It decides on the CONNECT target and the
+//!   ClientHello's server name *before* contacting the upstream, holds the request while a person
+//!   is asked, and keeps the raw client socket for splice(2) — a framework that hands CONNECT to
+//!   hyper's upgrade loses the socket and the chance to refuse early.
+//! - Own request-head reader (`head.rs`, `httparse`) in front of hyper: a CONNECT keeps the raw
+//!   socket; any other request is replayed into hyper's HTTP/1.1 server, which does the rest.
+//! - Own TLS record / ClientHello parser ([`sni`]), strict where servers are lenient, so the name
+//!   checked is the name the server reads (its module doc says why no parser crate).
+//! - `hickory-proto` for the DNS stub's wire format only; names are resolved by the host's own
+//!   resolver ([`Resolver`]), so a sandbox sees the answers the host would.
 
 #![forbid(unsafe_code)]
 

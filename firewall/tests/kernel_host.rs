@@ -43,11 +43,7 @@ fn tools_present() -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let have = |p: &str| std::env::split_paths(&path).any(|d| d.join(p).is_file());
     let ok = have("setpriv") && have("socat") && have("useradd") && have("bash");
-    if !ok {
-        assert!(!common::in_ci(), "setpriv, socat, useradd and bash are required in CI");
-        eprintln!("SKIP: setpriv/socat/useradd/bash missing");
-    }
-    ok
+    !common::skip_unless(ok, "setpriv, socat, useradd and bash")
 }
 
 #[test]
@@ -281,11 +277,7 @@ fn have_newuidmap() -> bool {
         std::fs::metadata(p)
             .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0)
     });
-    if !ok {
-        assert!(!common::in_ci(), "setuid newuidmap/newgidmap (package uidmap) are required in CI");
-        eprintln!("SKIP: setuid newuidmap/newgidmap (package uidmap) missing");
-    }
-    ok
+    !common::skip_unless(ok, "setuid newuidmap/newgidmap (package uidmap)")
 }
 
 /// Issue 14.2: as a fresh user with a subuid range, `unshare --user --map-auto --setuid 0`

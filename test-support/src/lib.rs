@@ -1,5 +1,6 @@
 //! Dev-only helpers shared by sandgate's tests (a `dev-dependency` of the library crates, a
-//! dependency of the end-to-end test crate `sandgate-tests`; never of shipped code).
+//! dependency of the end-to-end test crate `sandgate-tests`; never of shipped code): the skip
+//! helpers below and the fake Telegram Bot API server ([`telegram`]).
 //!
 //! # Skips
 //!
@@ -22,6 +23,8 @@
 //! returned early as `ok`; only a count kept beside the run can say how much of it ran.
 
 #![forbid(unsafe_code)]
+
+pub mod telegram;
 
 use std::fs::OpenOptions;
 use std::io::Write as _;

@@ -494,3 +494,60 @@ fn get_updates(st: &State, body: &Value) -> Value {
         inner = st.changed.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One HTTP/1.1 POST with a JSON body; returns the status line and the body.
+    fn post(url: &str, path: &str, body: &Value) -> (String, Value) {
+        let addr = url.strip_prefix("http://").unwrap();
+        let mut s = TcpStream::connect(addr).unwrap();
+        let body = body.to_string();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_owned(), serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    #[test]
+    fn a_wrong_token_is_a_404_and_counted_and_records_no_call() {
+        let fake = FakeTelegram::start();
+        let (status, _) = post(&fake.url, "/bot123456:other/sendMessage", &json!({}));
+        assert_eq!(status, "HTTP/1.1 404 Not Found");
+        assert_eq!(fake.bad_token(), 1);
+        assert!(fake.calls("sendMessage").is_empty());
+    }
+
+    #[test]
+    fn method_names_are_case_insensitive_and_messages_get_ids() {
+        let fake = FakeTelegram::start();
+        let body = json!({ "chat_id": 42, "text": "hi" });
+        let (status, reply) = post(&fake.url, &format!("/bot{TOKEN}/SendMessage"), &body);
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(reply["result"]["message_id"], 1);
+        let call = fake.wait_call("sendMessage", |b| text(b) == "hi");
+        assert_eq!(call.message_id, Some(1));
+    }
+
+    #[test]
+    fn scripted_failures_come_in_order_then_calls_succeed() {
+        let fake = FakeTelegram::start();
+        fake.fail_next("getMe", Failure::TooManyRequests { retry_after: 3 });
+        fake.fail_next("getMe", Failure::Garbage);
+        let path = format!("/bot{TOKEN}/getMe");
+        let (status, reply) = post(&fake.url, &path, &json!({}));
+        assert_eq!(
+            (status.as_str(), &reply["parameters"]["retry_after"]),
+            ("HTTP/1.1 429 Too Many Requests", &json!(3))
+        );
+        assert_eq!(post(&fake.url, &path, &json!({})).1, Value::Null, "garbage is not JSON");
+        assert_eq!(post(&fake.url, &path, &json!({})).1["ok"], true);
+    }
+}

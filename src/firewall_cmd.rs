@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 
 use anyhow::bail;
-use sandgate_pf::{
+use sandgate_firewall::{
     DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, Installed, Scope,
     SubIds, SystemOwnerCheck,
 };
@@ -123,7 +123,7 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                 ("/etc/group", "group", &subids.gids, u32::MAX),
             ] {
                 let text = std::fs::read_to_string(file).unwrap_or_default();
-                for (name, id) in sandgate_pf::subid::accounts_in_ranges(&text, ranges, own) {
+                for (name, id) in sandgate_firewall::subid::accounts_in_ranges(&text, ranges, own) {
                     eprintln!(
                         "sandgate: warning: {what} {name} ({id}) is inside the subordinate id \
                          ranges of {scope} and is fenced too; fix /etc/sub{}id",
@@ -133,7 +133,7 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             }
             // The proxy runs as the user who started the daemon (the one sudo ran this for).
             #[cfg(target_os = "macos")]
-            sandgate_pf::pf::refuse_own_uid(scope.uid, &own_uids())?;
+            sandgate_firewall::pf::refuse_own_uid(scope.uid, &own_uids())?;
             fw.apply(&plan).map_err(|e| explain(e, "apply"))?;
             eprintln!(
                 "sandgate: {scope} fenced in with {subids} ({}); blocked traffic is logged; \
@@ -247,7 +247,7 @@ fn identity_warning(installed: &Installed) -> Option<String> {
     {
         let uid = installed.scope.uid;
         let again = format!("run `sandgate firewall apply --uid {uid}` again");
-        let recorded = sandgate_pf::nft::recorded_identity(&installed.rules);
+        let recorded = sandgate_firewall::nft::recorded_identity(&installed.rules);
         let now = match subids_of(uid) {
             Ok(now) => now,
             Err(e) => return Some(format!("{}: {e:#}", installed.scope)),
@@ -270,8 +270,8 @@ fn identity_warning(installed: &Installed) -> Option<String> {
 
 #[cfg(target_os = "macos")]
 fn backend() -> Box<dyn Firewall> {
-    use sandgate_pf::pf::{FileTokenStore, PfFirewall};
-    Box::new(PfFirewall::system(FileTokenStore::new("/var/run/sandgate/pf-tokens")))
+    use sandgate_firewall::pf::{FileTokenStore, GuestAnchors};
+    Box::new(GuestAnchors::system(FileTokenStore::new("/var/run/sandgate/pf-tokens")))
 }
 
 /// The uids whose traffic the daemon's proxy is: this process's and the `sudo` caller's.
@@ -284,11 +284,11 @@ fn own_uids() -> Vec<u32> {
 
 #[cfg(not(target_os = "macos"))]
 fn backend() -> Box<dyn Firewall> {
-    Box::new(sandgate_pf::nft::NftFirewall::system())
+    Box::new(sandgate_firewall::nft::GuestTables::system())
 }
 
 fn require_root(what: &str) -> anyhow::Result<()> {
-    if !sandgate_pf::running_as_root() {
+    if !sandgate_firewall::running_as_root() {
         bail!(
             "`sandgate firewall {what}` changes or reads the host firewall and must run as root \
              (try `sudo sandgate firewall {what} ...`; `--dry-run` prints the rules without root)"

@@ -7,24 +7,67 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// Path of the `sandgate` binary built by this workspace.
+/// Path of the `sandgate` binary built by this workspace; panics when it is missing or older than
+/// the sources it is built from.
+///
+/// Why not `CARGO_BIN_EXE_sandgate`: cargo sets it only for the integration tests of the package
+/// that owns the binary, and these tests are their own package (`sandgate-tests`); depending on
+/// another package's binary needs the unstable artifact dependencies (`-Z bindeps`). Why not build
+/// it from the test: `cargo test` holds the target directory's lock while the tests run, so a
+/// nested `cargo build` waits for ever. `cargo test --workspace` builds the binary (the root
+/// package's own `tests/cli.rs` needs it); `cargo test -p sandgate-tests` does not, and an old
+/// binary would then be tested in silence — hence the freshness check, which uses the rule cargo
+/// itself uses (a source newer than the artifact means a rebuild).
 pub fn sandgate_bin() -> PathBuf {
-    // tests/ is a member crate; the binary lives in the shared target directory.
-    let mut dir = std::env::current_exe().expect("current_exe");
-    dir.pop(); // deps/
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let bin = dir.join("sandgate");
-    assert!(
-        bin.exists(),
-        "{} not found: run `cargo build` (or `cargo test --workspace`) first",
-        bin.display()
-    );
-    bin
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        // tests/ is a member crate; the binary lives in the shared target directory.
+        let mut dir = std::env::current_exe().expect("current_exe");
+        dir.pop(); // deps/
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        let bin = dir.join("sandgate");
+        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).unwrap_or_else(|_| {
+            panic!("{} not found: run `cargo build` (or `cargo test --workspace`) first", bin.display())
+        });
+        if let Some((newer, when)) = newest_source(&bin).filter(|(_, when)| *when > built) {
+            panic!(
+                "{} is older than {} (built {:?}, source changed {:?}): run `cargo build -p sandgate` \\
+                 (`cargo test -p sandgate-tests` does not rebuild the binary)",
+                bin.display(),
+                newer.display(),
+                built,
+                when
+            );
+        }
+        bin
+    })
+    .clone()
+}
+
+/// The most recently modified of the files `bin` was built from, as cargo's dep-info file
+/// (`<bin>.d`, written by every build: the binary, a colon, the source paths) lists them: the
+/// same files and the same mtime rule cargo uses to decide on a rebuild, so a touched file that is
+/// not part of the build never makes a fresh binary look stale. A listed file that is gone
+/// (renamed, deleted) counts as changed now.
+fn newest_source(bin: &Path) -> Option<(PathBuf, std::time::SystemTime)> {
+    let dep_info = std::fs::read_to_string(bin.with_extension("d")).ok()?;
+    let (_, deps) = dep_info.lines().next()?.split_once(": ")?;
+    // Paths with spaces are written with `\ `.
+    let deps = deps.replace("\\ ", "\0");
+    deps.split_whitespace()
+        .map(|p| PathBuf::from(p.replace('\0', " ")))
+        .map(|p| {
+            let when = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|_| std::time::SystemTime::now());
+            (p, when)
+        })
+        .max_by_key(|(_, when)| *when)
 }
 
 /// An isolated environment for one test: its own config, data and runtime directories.
@@ -104,24 +147,12 @@ impl Default for Env {
     }
 }
 
-/// Whether the test runs in CI, where a missing capability must fail the test instead of skipping.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+// The skip helpers live in the dev-only support crate shared with the library crates' tests.
+pub use sandgate_test_support::{in_ci, skip, skip_unless};
 
 /// Whether the tests run as root (namespaces, nft and Landlock then run for real).
 pub fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-}
-
-/// Skips (returns `true`) when a capability is missing outside CI; panics in CI.
-pub fn skip_unless(available: bool, what: &str) -> bool {
-    if available {
-        return false;
-    }
-    assert!(!in_ci(), "required capability missing in CI: {what}");
-    eprintln!("SKIP: {what} is not available here");
-    true
 }
 
 /// An HTTP origin on 127.0.0.1 answering every request with `body` (a thread per connection);

@@ -12,6 +12,16 @@
 //!   failing). The CLI channel is the daemon's control socket calling [`Broker::answer`].
 //!
 //! This crate does not decide policy, match allowlists or touch the store itself.
+//!
+//! # Why these choices
+//!
+//! - `teloxide-core`, not `teloxide`: the bot makes four Bot API calls (`getUpdates`,
+//!   `sendMessage`, `editMessageText`, `answerCallbackQuery`) from its own three tasks (so one
+//!   hung call holds up only its own question); `teloxide`'s dispatcher, `dptree` and macros were
+//!   unused. Trimming it removed 9 crates from Cargo.lock (10 from the binary's tree).
+//! - Not hand-written HTTP either: `teloxide-core` gives the typed `Update`/`Message`/
+//!   `CallbackQuery` replies and tells API errors (another poller on the token, message not
+//!   modified) from network ones, the parts most likely to be wrong when done by hand.
 
 #![forbid(unsafe_code)]
 

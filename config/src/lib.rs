@@ -8,7 +8,17 @@
 //! secret-looking variable names) and decides entries against it.
 //!
 //! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
-//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-pf`).
+//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
+//!
+//! # Why these choices
+//!
+//! - Own pattern matcher ([`PatternSet`]), not `globset`: patterns have two name shapes (exact and
+//!   `*.` suffix), answered by hashing the host and each label-aligned suffix — a few probes for
+//!   10,000 patterns, and no glob metacharacter in a host name can widen a match (`matcher.rs`).
+//! - `toml_edit` beside `toml`: commands that add patterns to a person's config file edit it in
+//!   place and keep their comments and layout; `toml` only reads.
+//! - `idna`: names are compared in one normal form (lowercase A-labels), so `ÉXAMPLE.com` and
+//!   `xn--xample-9ua.com` are one host to every wall.
 
 #![forbid(unsafe_code)]
 

@@ -17,6 +17,12 @@
 //!    otherwise no decision;
 //! 3. file tools: the resolved path allowed by [`check_path`] → allow; refused → no decision
 //!    (or deny with the refusal's message, when the hook is configured to deny).
+//!
+//! # Why these choices
+//!
+//! - A conservative tokenizer of a small shell subset, not a shell parser crate: an allow may
+//!   come only from a line understood completely, and a parser that understands more of the shell
+//!   would accept more (see the `shell` module).
 
 #![forbid(unsafe_code)]
 

@@ -37,6 +37,21 @@
 //! checked and get their secrets ([`intercept`]), one event each. Every other tunnel is spliced
 //! untouched. The proxy does not cache; clients speak HTTP/1.1 to it (HTTP/2 only inside an
 //! intercepted tunnel whose upstream speaks it).
+//!
+//! # Why these choices
+//!
+//! - Not `hudsucker` (or another MITM proxy framework) for the pipeline: those terminate TLS for
+//!   every tunnel; sandgate decrypts only the hosts a secret or an HTTP rule names. It decides on
+//!   the CONNECT target and the ClientHello's server name *before* contacting the upstream, holds
+//!   the request while a person is asked, and keeps the raw client socket for splice(2) — a
+//!   framework that hands CONNECT to hyper's upgrade loses the socket and the chance to refuse
+//!   early. For interception itself, see [`ca`] (why its CA is not hudsucker's either).
+//! - Own request-head reader (`head.rs`, `httparse`) in front of hyper: a CONNECT keeps the raw
+//!   socket; any other request is replayed into hyper's HTTP/1.1 server, which does the rest.
+//! - Own TLS record / ClientHello parser ([`sni`]), strict where servers are lenient, so the name
+//!   checked is the name the server reads (its module doc says why no parser crate).
+//! - `hickory-proto` for the DNS stub's wire format only; names are resolved by the host's own
+//!   resolver ([`Resolver`]), so a sandbox sees the answers the host would.
 
 #![forbid(unsafe_code)]
 

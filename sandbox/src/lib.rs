@@ -15,6 +15,17 @@
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
 //! caller serves it on [`Launched::listener`], and the DNS stub on [`Launched::dns`]).
+//!
+//! # Why these choices
+//!
+//! - Own namespace setup, not `bubblewrap` (kept as a benchmark reference): the launcher hands the
+//!   proxy listener, DNS sockets and NFLOG socket made *inside* the new network namespace back to
+//!   its caller, applies the firewall before the command starts, and stacks nested tiers; around
+//!   a separate `bwrap` process each of these needs a second protocol.
+//! - Namespace firewall rules as one nf_tables netlink batch, not an `nft` process: no `nft` or
+//!   `PATH` lookup at each launch (the `nftables` package is not needed at run time).
+//! - `landlock` (the reference binding, with best-effort ABI levels) and `seccompiler` (pure Rust
+//!   BPF, no C `libseccomp`).
 
 #![deny(unsafe_code)]
 

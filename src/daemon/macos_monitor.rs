@@ -65,7 +65,7 @@ fn seatbelt_log(s: &Shared) {
 
 fn pflog(s: &Shared) {
     use sandgate_monitor::pflog::{capture::PflogCapture, scope_name};
-    let mut capture = match PflogCapture::open(sandgate_pf::pf::PFLOG_IF) {
+    let mut capture = match PflogCapture::open(sandgate_firewall::pf::PFLOG_IF) {
         Ok(c) => c,
         Err(e) => {
             tracing::info!(

@@ -15,6 +15,15 @@
 //!
 //! Errors are [`StoreError`], which tells a busy or locked database, a full disk (or the configured
 //! size cap), a corrupt file and an I/O failure apart, so the daemon can report them plainly.
+//!
+//! # Why these choices
+//!
+//! - SQLite (`rusqlite`, bundled), not files: `sandgate log` reads while the daemon writes, a
+//!   crash must not corrupt what was committed (WAL), and grants need indexed lookups. Bundled so
+//!   the build does not depend on the host's libsqlite3 version.
+//! - Synchronous `rusqlite`, not `sqlx`: every call is short, the one hot path is already off the
+//!   async threads ([`EventWriter`]), and `sqlx` would bring its macro and driver stack for none
+//!   of its features.
 
 #![forbid(unsafe_code)]
 

@@ -80,10 +80,11 @@ fn the_kernel_holds_the_same_table_as_nft_makes_of_the_text_ruleset() {
     assert!(prefix.starts_with("sg-"), "{prefix}");
 
     // The reference: the text ruleset through nft in a fresh namespace of the test's own.
-    let rules = sandgate_pf::nft::namespace_ruleset(&sandgate_pf::nft::NamespaceRules {
-        prefix: prefix.clone(),
-        nflog_group: 7,
-    });
+    let rules =
+        sandgate_firewall::nft::namespace_ruleset(&sandgate_firewall::nft::NamespaceRules {
+            prefix: prefix.clone(),
+            nflog_group: 7,
+        });
     let file = s.root.join("ns.nft");
     std::fs::write(&file, rules).unwrap();
     let out = Command::new("unshare")

@@ -13,17 +13,15 @@
 //! Both clocks are the wall clock (`SystemTime` here, `time.time()` in the sandboxed Python
 //! client).
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 mod daemon_support;
 
 use daemon_support::{T, can_sandbox, curl_within, finish, has_script, lines_of, wait_until};
+use sandgate_test_support::telegram::{Call, Failure, text};
 use sandgate_tests::skip_unless;
 use serde_json::{Value, json};
 
@@ -44,209 +42,27 @@ const STRANGER: i64 = 666;
 const LONG_POLL: Duration = Duration::from_secs(1);
 
 // ---------------------------------------------------------------------------------------------
-// The fake Bot API server
+// The fake Bot API server: sandgate-test-support's, shared with the bot's own tests
 // ---------------------------------------------------------------------------------------------
 
-/// One call the bot made.
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    body: Value,
-    /// When the request was read completely.
-    wall: SystemTime,
-    /// The id of the message a successful `sendMessage` created.
-    message_id: Option<i64>,
-}
+/// The shared fake with this file's token and long poll; its methods are reached through `Deref`.
+struct FakeTelegram(sandgate_test_support::telegram::FakeTelegram);
 
-/// A scripted failure for the next call of a method.
-#[derive(Debug, Clone, Copy)]
-enum Failure {
-    /// HTTP 429 with `parameters.retry_after`.
-    TooManyRequests { retry_after: u32 },
-    /// HTTP 500 with an HTML body.
-    ServerError,
-}
-
-#[derive(Default)]
-struct Inner {
-    updates: Vec<Value>,
-    next_update_id: u64,
-    next_message_id: i64,
-    calls: Vec<Call>,
-    /// Requests whose path did not carry the right token.
-    bad_token: usize,
-    failures: VecDeque<(String, Failure)>,
-    /// When each update was written into a `getUpdates` response.
-    delivered: Vec<(u64, SystemTime)>,
-    /// Methods whose calls are not answered while they are here: until released (`None`) or
-    /// until the instant passes.
-    holds: Vec<(String, Option<Instant>)>,
-    /// Calls being held now, by method.
-    held: Vec<String>,
-}
-
-#[derive(Default)]
-struct State {
-    inner: Mutex<Inner>,
-    changed: Condvar,
-}
-
-impl State {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+impl std::ops::Deref for FakeTelegram {
+    type Target = sandgate_test_support::telegram::FakeTelegram;
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
-}
-
-struct FakeTelegram {
-    /// `http://127.0.0.1:PORT`, for `[telegram] api_url`.
-    url: String,
-    state: Arc<State>,
-}
-
-fn user(id: i64, username: &str) -> Value {
-    json!({ "id": id, "is_bot": false, "first_name": username, "username": username })
-}
-
-fn message_json(id: i64, chat: i64, text: &str) -> Value {
-    json!({
-        "message_id": id,
-        "date": 1_700_000_000,
-        "chat": { "id": chat, "type": "private", "first_name": "chat" },
-        "text": text,
-    })
 }
 
 impl FakeTelegram {
-    /// Listens on 127.0.0.1:0; a thread per connection (HTTP/1.1 with keep-alive).
+    /// Listens on 127.0.0.1:0, accepts [`TOKEN`], holds a `getUpdates` at most [`LONG_POLL`].
     fn start() -> FakeTelegram {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let state = Arc::new(State::default());
-        let st = state.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let st = st.clone();
-                std::thread::spawn(move || connection(&st, stream));
-            }
-        });
-        FakeTelegram { url, state }
-    }
-
-    fn push_update(&self, mut update: Value) -> u64 {
-        let id = {
-            let mut inner = self.state.lock();
-            inner.next_update_id += 1;
-            let id = inner.next_update_id;
-            update["update_id"] = json!(id);
-            inner.updates.push(update);
-            id
-        };
-        self.state.changed.notify_all();
-        id
-    }
-
-    /// A text message from `from` in `chat`.
-    fn push_message(&self, chat: i64, from: &str, text: &str) -> u64 {
-        let mut m = message_json(9000, chat, text);
-        m["from"] = user(chat, from);
-        self.push_update(json!({ "message": m }))
-    }
-
-    /// A press of the button with `data` under message `message_id` in `chat`.
-    fn push_callback(&self, chat: i64, from: &str, message_id: i64, data: &str) -> u64 {
-        self.push_update(json!({
-            "callback_query": {
-                "id": format!("cb{message_id}-{data}"),
-                "from": user(chat, from),
-                "chat_instance": "1",
-                "message": message_json(message_id, chat, "question"),
-                "data": data,
-            }
-        }))
-    }
-
-    fn fail_next(&self, method: &str, failure: Failure) {
-        self.state.lock().failures.push_back((method.to_owned(), failure));
-    }
-
-    /// Holds back the answers to `method`'s calls (each arriving one waits) until
-    /// [`FakeTelegram::release`] or, with `for_at_most`, until that much time has passed.
-    fn hold(&self, method: &str, for_at_most: Option<Duration>) {
-        let until = for_at_most.map(|d| Instant::now() + d);
-        self.state.lock().holds.push((method.to_owned(), until));
-    }
-
-    /// Answers the held calls of `method`, and the later ones at once.
-    fn release(&self, method: &str) {
-        self.state.lock().holds.retain(|(m, _)| m != method);
-        self.state.changed.notify_all();
-    }
-
-    /// How many calls of `method` are being held now.
-    fn held(&self, method: &str) -> usize {
-        self.state.lock().held.iter().filter(|m| *m == method).count()
-    }
-
-    fn calls(&self, method: &str) -> Vec<Call> {
-        self.state.lock().calls.iter().filter(|c| c.method == method).cloned().collect()
-    }
-
-    fn delivered_at(&self, update: u64) -> Option<SystemTime> {
-        self.state.lock().delivered.iter().find(|(id, _)| *id == update).map(|(_, at)| *at)
-    }
-
-    /// Waits for the `n`-th call (1-based) of `method` whose body matches `pred`.
-    #[track_caller]
-    fn wait_nth(
-        &self,
-        method: &str,
-        n: usize,
-        timeout: Duration,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Call {
-        let deadline = Instant::now() + timeout;
-        let mut inner = self.state.lock();
-        loop {
-            let hits: Vec<&Call> =
-                inner.calls.iter().filter(|c| c.method == method && pred(&c.body)).collect();
-            if hits.len() >= n {
-                return hits[n - 1].clone();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let seen: Vec<String> = inner
-                    .calls
-                    .iter()
-                    .filter(|c| c.method != "getUpdates")
-                    .map(|c| format!("{} {}", c.method, c.body))
-                    .collect();
-                panic!("no {method} call #{n} matching within {timeout:?}; calls: {seen:#?}");
-            }
-            inner =
-                self.state.changed.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-
-    #[track_caller]
-    fn wait_call(&self, method: &str, pred: impl Fn(&Value) -> bool) -> Call {
-        self.wait_nth(method, 1, Duration::from_secs(20), pred)
-    }
-
-    /// The `sendMessage` bodies that went to `chat` and contain `needle`.
-    fn sent_containing(&self, needle: &str) -> Vec<Value> {
-        self.calls("sendMessage")
-            .into_iter()
-            .map(|c| c.body)
-            .filter(|b| text(b).contains(needle))
-            .collect()
+        FakeTelegram(sandgate_test_support::telegram::FakeTelegram::start_with(TOKEN, LONG_POLL))
     }
 }
 
-fn text(body: &Value) -> &str {
-    body["text"].as_str().unwrap_or("")
-}
-
+/// A predicate: the body's text contains `needle`.
 fn text_has(needle: &str) -> impl Fn(&Value) -> bool + '_ {
     move |b| text(b).contains(needle)
 }
@@ -260,161 +76,6 @@ fn button(body: &Value, label: &str) -> String {
         .and_then(|b| b["callback_data"].as_str())
         .unwrap_or_else(|| panic!("no button {label:?} in {body}"))
         .to_owned()
-}
-
-/// Serves one connection: requests with a Content-Length body, answered in order.
-fn connection(st: &State, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let Ok(mut out) = stream.try_clone() else { return };
-    let mut r = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut len = 0usize;
-        let mut close = false;
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-                if k == "content-length" {
-                    len = v.parse().unwrap_or(0);
-                } else if k == "connection" && v.eq_ignore_ascii_case("close") {
-                    close = true;
-                }
-            }
-        }
-        let mut body = vec![0u8; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let (status, reply) = handle(st, &path, body);
-        // One write: a head and a body in two segments would meet Nagle and delayed ACKs.
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply}",
-            reply.len()
-        );
-        if out.write_all(response.as_bytes()).is_err() {
-            return;
-        }
-        if close {
-            return;
-        }
-    }
-}
-
-fn handle(st: &State, path: &str, body: Value) -> (&'static str, String) {
-    // `/bot<TOKEN>/SendMessage`: method names are case-insensitive.
-    let Some(method) = path.strip_prefix(&format!("/bot{TOKEN}/")) else {
-        st.lock().bad_token += 1;
-        st.changed.notify_all();
-        let reply = json!({ "ok": false, "error_code": 404, "description": "Not Found" });
-        return ("404 Not Found", reply.to_string());
-    };
-    let mut m: String = method.chars().take(1).flat_map(char::to_lowercase).collect();
-    m.push_str(method.get(1..).unwrap_or(""));
-    let (failure, new_id) = {
-        let mut inner = st.lock();
-        let pos = inner.failures.iter().position(|(f, _)| *f == m);
-        let failure = pos.and_then(|p| inner.failures.remove(p)).map(|(_, f)| f);
-        let new_id = (failure.is_none() && m == "sendMessage").then(|| {
-            inner.next_message_id += 1;
-            inner.next_message_id
-        });
-        let wall = SystemTime::now();
-        inner.calls.push(Call { method: m.clone(), body: body.clone(), wall, message_id: new_id });
-        (failure, new_id)
-    };
-    st.changed.notify_all();
-    hold(st, &m);
-    match failure {
-        Some(Failure::TooManyRequests { retry_after }) => {
-            let reply = json!({
-                "ok": false, "error_code": 429,
-                "description": format!("Too Many Requests: retry after {retry_after}"),
-                "parameters": { "retry_after": retry_after },
-            });
-            return ("429 Too Many Requests", reply.to_string());
-        }
-        Some(Failure::ServerError) => {
-            return ("500 Internal Server Error", "<html>500 Internal Server Error</html>".into());
-        }
-        None => {}
-    }
-    let result = match m.as_str() {
-        "getUpdates" => get_updates(st, &body),
-        "sendMessage" | "editMessageText" => {
-            let id = new_id.or(body["message_id"].as_i64()).unwrap_or(0);
-            message_json(id, body["chat_id"].as_i64().unwrap_or(0), text(&body))
-        }
-        "getMe" => user(123_456, "sandgate_test_bot"),
-        _ => json!(true),
-    };
-    ("200 OK", json!({ "ok": true, "result": result }).to_string())
-}
-
-/// Waits while `method` is held (see [`FakeTelegram::hold`]).
-fn hold(st: &State, method: &str) {
-    let mut inner = st.lock();
-    let mut counted = false;
-    loop {
-        let now = Instant::now();
-        let held =
-            inner.holds.iter().any(|(m, until)| m == method && until.is_none_or(|u| u > now));
-        if !held {
-            break;
-        }
-        if !counted {
-            inner.held.push(method.to_owned());
-            counted = true;
-            st.changed.notify_all();
-        }
-        // Woken by a release; the timeout catches an `until` passing.
-        let tick = Duration::from_millis(50);
-        inner = st.changed.wait_timeout(inner, tick).unwrap_or_else(|e| e.into_inner()).0;
-    }
-    if counted {
-        let at = inner.held.iter().position(|m| m == method).expect("counted");
-        inner.held.remove(at);
-    }
-}
-
-/// Returns the queued updates from `offset` on at once, or waits for one (up to [`LONG_POLL`]
-/// or the bot's own timeout, whichever is shorter).
-fn get_updates(st: &State, body: &Value) -> Value {
-    let offset = body["offset"].as_u64().unwrap_or(0);
-    let asked = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0));
-    let deadline = Instant::now() + asked.min(LONG_POLL);
-    let mut inner = st.lock();
-    loop {
-        inner.updates.retain(|u| u["update_id"].as_u64().unwrap_or(0) >= offset);
-        if !inner.updates.is_empty() {
-            let now = SystemTime::now();
-            let ids: Vec<u64> =
-                inner.updates.iter().filter_map(|u| u["update_id"].as_u64()).collect();
-            for id in ids {
-                if !inner.delivered.iter().any(|(d, _)| *d == id) {
-                    inner.delivered.push((id, now));
-                }
-            }
-            return Value::Array(inner.updates.clone());
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return json!([]);
-        }
-        inner = st.changed.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -614,7 +275,7 @@ fn a_button_releases_a_held_request_and_the_latencies_are_printed() {
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!((f[0], f[1], f[5]), ("round", i.to_string().as_str(), "200"), "{line}");
         let (sent, got) = (wall(f[3].parse().unwrap()), wall(f[4].parse().unwrap()));
-        let delivered = fake.delivered_at(update).expect("the update was delivered");
+        let delivered = fake.delivered_wall(update).expect("the update was delivered");
         post.push(ms(q.wall, sent));
         release.push(ms(got, delivered));
         eprintln!(
@@ -744,7 +405,7 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     let edit = fake.wait_call("editMessageText", |_| true);
     assert!(text(&edit.body).contains("nobody answered in time"), "{}", edit.body);
     assert_eq!(t.json(&["rules", "--json"]), json!([]));
-    assert_eq!(fake.state.lock().bad_token, 0, "the file's token was not used");
+    assert_eq!(fake.bad_token(), 0, "the file's token was not used");
     let log = t.log();
     assert!(log.contains("ignoring a Telegram message from a chat not configured"), "{log}");
     assert!(log.contains("ignoring a Telegram button press from a chat not configured"), "{log}");

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use teloxide::prelude::*;
-use teloxide::types::{AllowedUpdate, CallbackQueryId, UpdateKind, User};
-use teloxide::{ApiError, RequestError};
+use teloxide_core::prelude::*;
+use teloxide_core::types::{AllowedUpdate, CallbackQueryId, UpdateKind, User};
+use teloxide_core::{ApiError, RequestError};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -120,7 +120,7 @@ pub(crate) fn spawn(
     }
     // The client's own limit only backs up the per-call one (`Shared::call`) and must let a
     // long poll run its course.
-    let client = teloxide::net::default_reqwest_settings()
+    let client = teloxide_core::net::default_reqwest_settings()
         .timeout(config.poll_timeout + config.request_timeout)
         .build()
         .map_err(|e| TelegramError::HttpClient(redact(&e.to_string(), config.token.expose())))?;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use teloxide::types::{InlineKeyboardButton, InlineKeyboardMarkup};
+use teloxide_core::types::{InlineKeyboardButton, InlineKeyboardMarkup};
 
 use crate::broker::{BrokerEvent, PendingQuestion, QuestionId};
 use crate::scope::{Answer, DurationError, Scope, format_duration, parse_duration};

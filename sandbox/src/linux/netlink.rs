@@ -7,7 +7,7 @@
 //! messages; the nf_tables batch needs a builder either way. This module is pure (bytes in a
 //! `Vec`): the batch is golden-tested byte for byte, and a kernel test has `nft list table` decode
 //! what the kernel holds after a launch and compares it with what `nft -f` makes of the
-//! [`sandgate_pf`-style text ruleset](crate) (`tests/netlink_kernel.rs`). The socket calls are
+//! [`sandgate_firewall`-style text ruleset](crate) (`tests/netlink_kernel.rs`). The socket calls are
 //! in `sys::netlink_transact`.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -339,7 +339,7 @@ fn rule(b: &mut Batch, exprs: impl FnOnce(&mut Batch)) {
 /// on 127.0.0.1 inside); [`QUIET_ICMPV6`] dropped quietly; everything else logged to NFLOG
 /// `group` with the sandbox's `prefix` and rejected at once — TCP with a reset, the rest with
 /// ICMP admin-prohibited — so a direct connect fails immediately and is reported. The same rules
-/// as `sandgate_pf::nft::namespace_ruleset` (a kernel test compares the two).
+/// as `sandgate_firewall::nft::namespace_ruleset` (a kernel test compares the two).
 pub fn namespace_firewall(prefix: &str, group: u16) -> Batch {
     let mut b = Batch::default();
     let batch_marker = |b: &mut Batch, kind: u16| {

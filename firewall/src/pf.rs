@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use crate::FirewallError;
-use crate::firewall::{Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope};
+use crate::guest::{Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope};
 use crate::runner::{CommandRunner, SystemRunner};
 
 /// Parent anchor evaluated by the stock macOS pf.conf.
@@ -242,22 +242,22 @@ pub fn parse_anchors(output: &str) -> Vec<String> {
 
 /// The pf [`Firewall`] backend.
 #[derive(Debug)]
-pub struct PfFirewall<T, R = SystemRunner> {
+pub struct GuestAnchors<T, R = SystemRunner> {
     runner: R,
     tokens: T,
 }
 
-impl<T: TokenStore> PfFirewall<T, SystemRunner> {
+impl<T: TokenStore> GuestAnchors<T, SystemRunner> {
     /// A backend that runs the real `pfctl`.
     pub fn system(tokens: T) -> Self {
-        PfFirewall { runner: SystemRunner, tokens }
+        GuestAnchors { runner: SystemRunner, tokens }
     }
 }
 
-impl<T: TokenStore, R: CommandRunner> PfFirewall<T, R> {
+impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     /// A backend that runs commands through `runner` and keeps tokens in `tokens`.
     pub fn new(runner: R, tokens: T) -> Self {
-        PfFirewall { runner, tokens }
+        GuestAnchors { runner, tokens }
     }
 
     /// The runner (tests inspect a recording runner through this).
@@ -311,7 +311,7 @@ fn is_unknown_token(stderr: &str) -> bool {
     s.contains("invalid token") || s.contains("no such") || s.contains("not found")
 }
 
-impl<T: TokenStore, R: CommandRunner> Firewall for PfFirewall<T, R> {
+impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
     fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
         Ok(Plan { scope: *scope, name: anchor(scope), text: guest_anchor_rules(scope, policy) })
     }

@@ -13,10 +13,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{NetNs, TestUser, nflog_group, run_with_stdin, sh, subnet, veth};
+use sandgate_firewall::nft::{GuestTables, guest_table};
+use sandgate_firewall::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
 use sandgate_monitor::nflog::NflogSocket;
 use sandgate_monitor::{BlockedPacket, Protocol};
-use sandgate_pf::nft::{NftFirewall, guest_table};
-use sandgate_pf::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
 
 fn ruleset() -> String {
     String::from_utf8_lossy(&sh(&["nft", "list", "ruleset"]).stdout).into_owned()
@@ -43,11 +43,7 @@ fn tools_present() -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let have = |p: &str| std::env::split_paths(&path).any(|d| d.join(p).is_file());
     let ok = have("setpriv") && have("socat") && have("useradd") && have("bash");
-    if !ok {
-        assert!(!common::in_ci(), "setpriv, socat, useradd and bash are required in CI");
-        eprintln!("SKIP: setpriv/socat/useradd/bash missing");
-    }
-    ok
+    !common::skip_unless(ok, "setpriv, socat, useradd and bash")
 }
 
 #[test]
@@ -67,7 +63,7 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
 
     let group = nflog_group();
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let scope = Scope::user(user.uid);
     let plan = fw
         .plan(
@@ -172,7 +168,7 @@ fn gc_removes_tables_whose_owner_is_gone() {
     }
     let user = TestUser::new();
     let mut gone = TestUser::new();
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let policy = GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
         nflog_group: nflog_group(),
@@ -257,7 +253,7 @@ struct RemoveOnDrop(Scope);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = NftFirewall::system().remove(&self.0);
+        let _ = GuestTables::system().remove(&self.0);
     }
 }
 
@@ -281,11 +277,7 @@ fn have_newuidmap() -> bool {
         std::fs::metadata(p)
             .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o4000 != 0)
     });
-    if !ok {
-        assert!(!common::in_ci(), "setuid newuidmap/newgidmap (package uidmap) are required in CI");
-        eprintln!("SKIP: setuid newuidmap/newgidmap (package uidmap) missing");
-    }
-    ok
+    !common::skip_unless(ok, "setuid newuidmap/newgidmap (package uidmap)")
 }
 
 /// Issue 14.2: as a fresh user with a subuid range, `unshare --user --map-auto --setuid 0`
@@ -310,7 +302,7 @@ fn subordinate_uids_are_fenced_and_reported() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
 
     // `root` inside a user namespace mapped from the subordinate ranges (uid and gid).
     let in_userns = |script: String| {
@@ -324,7 +316,8 @@ fn subordinate_uids_are_fenced_and_reported() {
     let t6 = format!("{}/{p6}", th.v6);
 
     // Control: the fence as it was lets the namespace's root straight out.
-    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    sandgate_firewall::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group))
+        .expect("apply old");
     let out = in_userns(reach(t4.clone()));
     assert!(
         out.status.success(),
@@ -425,7 +418,7 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
 
     // Sockets of the user on the host's end of the link (created with its fsuid/fsgid).
     let (tcp4, tcp6, udp) = user.as_socket_owner(|| {
@@ -489,7 +482,8 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     };
 
     // Control: the fence as it was serves the outside host.
-    sandgate_pf::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group)).expect("apply old");
+    sandgate_firewall::nft::apply(&ruleset_before_fix(&scope, proxy_addr, group))
+        .expect("apply old");
     let seen = attempt(true);
     assert_eq!(seen.len(), 4, "control: the old fence should have let all in: {seen:?}");
     assert!(seen.iter().all(|s| s.contains("secret")), "{seen:?}");
@@ -597,7 +591,7 @@ fn syn_cookie_connections_to_the_users_listener_are_dropped() {
     let group = nflog_group();
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let burst = |allow_syncookies: bool| -> Vec<(SocketAddr, usize, usize)> {
         let policy = GuestPolicy {
             proxies: vec!["127.0.0.1:3128".parse().unwrap()],
@@ -693,7 +687,7 @@ fn multicast_join_reports_do_not_carry_data_out() {
     let idx = ifindex_of(host.v4);
     let scope = Scope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
-    let fw = NftFirewall::system();
+    let fw = GuestTables::system();
     let secret = *b"SECRET-EXFIL!!";
     let pid = std::process::id().to_be_bytes();
     let mut g6 = [0u8; 16];

@@ -1,9 +1,9 @@
 //! The apply / remove / list / gc command sequences of both backends, recorded with a fake runner
 //! (runs on every OS; nothing is executed).
 
-use sandgate_pf::nft::NftFirewall;
-use sandgate_pf::pf::{MemoryTokenStore, PfFirewall, TokenStore};
-use sandgate_pf::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
+use sandgate_firewall::nft::GuestTables;
+use sandgate_firewall::pf::{GuestAnchors, MemoryTokenStore, TokenStore};
+use sandgate_firewall::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
 
 const PFCTL: &str = "/sbin/pfctl";
 const IFCONFIG: &str = "/sbin/ifconfig";
@@ -40,7 +40,7 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
         "No ALTQ support in kernel\npf enabled\nToken : 18446744073\n",
     );
     runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
-    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     let scope = Scope::user(501);
     let plan = fw.plan(&scope, &policy()).unwrap();
     fw.apply(&plan).unwrap();
@@ -68,7 +68,7 @@ fn pf_apply_creates_pflog0_when_missing() {
     runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
     runner.reply(&format!("{IFCONFIG} pflog0 create"), "", "");
     runner.fail(&format!("{IFCONFIG} pflog0"), "ifconfig: interface pflog0 does not exist");
-    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap();
     let cmds = fw.runner().commands();
     assert_eq!(cmds[1..3], [format!("{IFCONFIG} pflog0"), format!("{IFCONFIG} pflog0 create")]);
@@ -84,7 +84,7 @@ fn pf_apply_refuses_loudly_when_the_main_ruleset_skips_the_anchor() {
         "block drop out quick on utun0 all\npass out all\n",
         "",
     );
-    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("fails open") && msg.contains("NOT fenced in"), "{msg}");
@@ -95,7 +95,7 @@ fn pf_apply_refuses_loudly_when_the_main_ruleset_skips_the_anchor() {
 fn pf_apply_without_a_token_fails_before_loading() {
     let runner = RecordingRunner::new();
     runner.reply(&format!("{PFCTL} -E"), "", "pf already enabled\n");
-    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
     assert!(err.to_string().contains("Token"), "{err}");
     assert_eq!(fw.runner().commands(), [format!("{PFCTL} -E")]);
@@ -111,7 +111,7 @@ fn pf_remove_flushes_then_releases_the_token() {
     );
     let tokens = MemoryTokenStore::default();
     tokens.save(&Scope::user(501), "42").unwrap();
-    let fw = PfFirewall::new(runner, tokens);
+    let fw = GuestAnchors::new(runner, tokens);
     assert!(fw.remove(&Scope::user(501)).unwrap());
     assert_eq!(
         fw.runner().commands(),
@@ -130,7 +130,7 @@ fn pf_remove_of_a_token_pf_forgot_still_forgets_it() {
     runner.fail(&format!("{PFCTL} -X"), "pfctl: Invalid token");
     let tokens = MemoryTokenStore::default();
     tokens.save(&Scope::user(7), "5").unwrap();
-    let fw = PfFirewall::new(runner, tokens);
+    let fw = GuestAnchors::new(runner, tokens);
     assert!(fw.remove(&Scope::user(7)).unwrap());
     assert!(fw.tokens().scopes().unwrap().is_empty());
 }
@@ -147,7 +147,7 @@ fn pf_gc_removes_stale_anchors_and_tokens_only() {
     tokens.save(&Scope::owned_by(501, 999), "1").unwrap();
     tokens.save(&Scope::owned_by(501, 1), "2").unwrap();
     tokens.save(&Scope::owned_by(502, 999), "3").unwrap(); // anchor already gone
-    let fw = PfFirewall::new(runner, tokens);
+    let fw = GuestAnchors::new(runner, tokens);
     let removed = fw.gc(&Owners).unwrap();
     assert_eq!(removed, [Scope::owned_by(501, 999), Scope::user(666), Scope::owned_by(502, 999)]);
     let cmds = fw.runner().commands();
@@ -179,7 +179,7 @@ fn pf_list_reads_rules_of_sandgate_anchors() {
         "block return out ...\n",
         "",
     );
-    let fw = PfFirewall::new(runner, MemoryTokenStore::default());
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     let listed = fw.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(
@@ -192,7 +192,7 @@ fn pf_list_reads_rules_of_sandgate_anchors() {
 fn nft_sequences() {
     let runner = RecordingRunner::new();
     runner.reply("nft list tables inet", "table inet filter\ntable inet sandgate_u1001\ntable inet sandgate_u666\ntable inet sandgate_u5_p999\n", "");
-    let fw = NftFirewall::new(runner);
+    let fw = GuestTables::new(runner);
     let scope = Scope::user(1001);
     let plan = fw.plan(&scope, &policy()).unwrap();
     fw.apply(&plan).unwrap();
@@ -230,7 +230,7 @@ fn nft_sequences() {
 fn nft_errors_carry_the_command_and_stderr() {
     let runner = RecordingRunner::new();
     runner.fail("nft -f -", "Error: Could not process rule: Operation not permitted");
-    let fw = NftFirewall::new(runner);
+    let fw = GuestTables::new(runner);
     let err = fw.apply(&fw.plan(&Scope::user(1), &policy()).unwrap()).unwrap_err();
     assert!(err.is_permission_denied());
     assert!(err.to_string().contains("nft -f -"), "{err}");
@@ -244,7 +244,7 @@ fn nft_list_skips_a_table_removed_meanwhile() {
         "nft list table inet sandgate_u1",
         "Error: No such file or directory\nlist table inet sandgate_u1",
     );
-    let fw = NftFirewall::new(runner);
+    let fw = GuestTables::new(runner);
     let listed: Vec<Scope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
     assert_eq!(listed, [Scope::user(2)]);
 }

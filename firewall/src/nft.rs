@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::FirewallError;
-use crate::firewall::{Firewall, GuestPolicy, Installed, Plan, Scope};
+use crate::guest::{Firewall, GuestPolicy, Installed, Plan, Scope};
 use crate::runner::{CommandRunner, SystemRunner};
 use crate::subid::{self, IdRange};
 
@@ -246,21 +246,21 @@ pub fn parse_tables(output: &str) -> Vec<String> {
 
 /// The nftables [`Firewall`] backend for host-wide guest-user scopes.
 #[derive(Debug, Default)]
-pub struct NftFirewall<R = SystemRunner> {
+pub struct GuestTables<R = SystemRunner> {
     runner: R,
 }
 
-impl NftFirewall<SystemRunner> {
+impl GuestTables<SystemRunner> {
     /// A backend that runs the real `nft`.
     pub fn system() -> Self {
-        NftFirewall { runner: SystemRunner }
+        GuestTables { runner: SystemRunner }
     }
 }
 
-impl<R: CommandRunner> NftFirewall<R> {
+impl<R: CommandRunner> GuestTables<R> {
     /// A backend that runs commands through `runner`.
     pub fn new(runner: R) -> Self {
-        NftFirewall { runner }
+        GuestTables { runner }
     }
 
     /// The runner (tests inspect a recording runner through this).
@@ -277,7 +277,7 @@ impl<R: CommandRunner> NftFirewall<R> {
     }
 }
 
-impl<R: CommandRunner> Firewall for NftFirewall<R> {
+impl<R: CommandRunner> Firewall for GuestTables<R> {
     fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
         Ok(Plan { scope: *scope, name: guest_table(scope), text: guest_ruleset(scope, policy) })
     }

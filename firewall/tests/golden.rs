@@ -1,10 +1,10 @@
-//! Golden-file tests of the generated rule text. `UPDATE_GOLDEN=1 cargo test -p sandgate-pf`
+//! Golden-file tests of the generated rule text. `UPDATE_GOLDEN=1 cargo test -p sandgate-firewall`
 //! rewrites the files; review the diff before committing.
 
 use std::path::PathBuf;
 
-use sandgate_pf::nft::{self, NamespaceRules};
-use sandgate_pf::{GuestPolicy, IdRange, Scope, SubIds};
+use sandgate_firewall::nft::{self, NamespaceRules};
+use sandgate_firewall::{GuestPolicy, IdRange, Scope, SubIds};
 
 fn check(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
@@ -103,7 +103,7 @@ fn pf_anchor_rules_loopback_proxies() {
         allow_syncookies: false,
         allow_multicast_reports: false,
     };
-    check("guest_u501.pf", &sandgate_pf::pf::guest_anchor_rules(&Scope::user(501), &policy));
+    check("guest_u501.pf", &sandgate_firewall::pf::guest_anchor_rules(&Scope::user(501), &policy));
 }
 
 #[test]
@@ -117,6 +117,6 @@ fn pf_anchor_rules_owned_remote_proxy() {
     };
     check(
         "guest_u501_p4242.pf",
-        &sandgate_pf::pf::guest_anchor_rules(&Scope::owned_by(501, 4242), &policy),
+        &sandgate_firewall::pf::guest_anchor_rules(&Scope::owned_by(501, 4242), &policy),
     );
 }

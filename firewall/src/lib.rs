@@ -7,22 +7,32 @@
 //!
 //! - *namespace*: inside a sandbox's own network namespace (Linux), what the launcher applies;
 //! - *guest user*: host-wide rules for one uid ([`Scope`]), behind the [`Firewall`] trait with an
-//!   nftables backend ([`nft::NftFirewall`]) and a pf-anchor backend ([`pf::PfFirewall`]).
+//!   nftables backend ([`nft::GuestTables`]) and a pf-anchor backend ([`pf::GuestAnchors`]).
 //!
 //! This crate does not read blocked packets (that is `sandgate-monitor`) and does not persist
 //! anything itself: the pf enable token goes through a [`pf::TokenStore`] the caller provides.
+//!
+//! # Why these choices
+//!
+//! - Guest-user rules go through the `nft` and `pfctl` commands with text rules, not netlink:
+//!   they are host-wide tables/anchors people inspect and edit with those same tools, applied once
+//!   per `sandgate firewall apply` (not per launch), and the text is golden-tested. (A sandbox's
+//!   own namespace rules are sent over netlink by `sandgate-sandbox` and checked against
+//!   [`nft::namespace_ruleset`] by a kernel test.)
+//! - pf anchors live under `com.apple/`, which the stock `/etc/pf.conf` already evaluates, so
+//!   sandgate never edits the system's pf.conf.
 
 #![forbid(unsafe_code)]
 
 mod error;
-mod firewall;
+mod guest;
 pub mod nft;
 pub mod pf;
 mod runner;
 pub mod subid;
 
 pub use error::FirewallError;
-pub use firewall::{
+pub use guest::{
     DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope,
     SystemOwnerCheck, running_as_root,
 };

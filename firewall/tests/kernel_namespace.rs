@@ -10,10 +10,10 @@ use common::{NetNs, nflog_group, subnet, veth};
 use nix::sys::socket::{
     AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrStorage,
 };
+use sandgate_firewall::nft::{self, NamespaceRules};
+use sandgate_firewall::{CommandOutput, CommandRunner, FirewallError, SystemRunner};
 use sandgate_monitor::nflog::NflogSocket;
 use sandgate_monitor::{BlockedPacket, Protocol};
-use sandgate_pf::nft::{self, NamespaceRules};
-use sandgate_pf::{CommandOutput, CommandRunner, FirewallError, SystemRunner};
 
 /// Runs commands inside a named network namespace (`ip netns exec`).
 struct InNetns(String);

@@ -913,7 +913,7 @@ fn launch(
     };
     let launched = sandgate_sandbox::launch_with_proxy_port(spec, port)?;
     let served = match listener {
-        Some(l) => serve(spec, args, net, l.into(), None, None)?,
+        Some(l) => serve(spec, args, net, l.into(), None, None, None)?,
         None => Served::None,
     };
     let code = launched.wait()?;

@@ -14,7 +14,7 @@
 //! dot-entries inside writable directories, the home directory's configuration, system
 //! directories) gets a sentence saying so, never a way to make it writable.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use sandgate_config::{FS_PRESETS, sanitize};
 
@@ -169,17 +169,7 @@ fn resolve(cx: &Context<'_>, raw: &str) -> PathBuf {
         _ if raw.starts_with('/') => PathBuf::from(raw),
         _ => cx.cwd.join(raw),
     };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
+    sandgate_sandbox::canon::lexical(&joined)
 }
 
 fn advise(cx: &Context<'_>, path: &Path) -> Advice {

@@ -504,34 +504,12 @@ impl Store {
         let rows = stmt
             .query_map(
                 params![q.sandbox, q.kind.map(EventKind::as_str), q.since.map(|t| t.0), q.limit],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                    ))
-                },
+                EventColumns::read,
             )
             .map_err(sql(OP))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql(OP))?;
-        rows.into_iter()
-            .map(|(id, time, sandbox, kind, details)| {
-                let details = serde_json::from_str(&details)
-                    .map_err(|_| StoreError::Decode { what: "event details", value: details })?;
-                Ok(StoredEvent {
-                    id,
-                    event: NewEvent {
-                        time: Timestamp(time),
-                        sandbox,
-                        kind: EventKind::parse(&kind)?,
-                        details,
-                    },
-                })
-            })
-            .collect()
+        rows.into_iter().map(EventColumns::decode).collect()
     }
 
     /// One page of traffic events (`decision` and `blocked_packet`), newest first: those with an

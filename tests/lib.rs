@@ -55,12 +55,17 @@ pub fn sandgate_bin() -> PathBuf {
 /// not part of the build never makes a fresh binary look stale. A listed file that is gone
 /// (renamed, deleted) counts as changed now.
 fn newest_source(bin: &Path) -> Option<(PathBuf, std::time::SystemTime)> {
-    let dep_info = std::fs::read_to_string(bin.with_extension("d")).ok()?;
+    let dep_info = std::fs::read_to_string(dep_info_of(bin)?).ok()?;
     let (_, deps) = dep_info.lines().next()?.split_once(": ")?;
     // Paths with spaces are written with `\ `.
     let deps = deps.replace("\\ ", "\0");
     deps.split_whitespace()
         .map(|p| PathBuf::from(p.replace('\0', " ")))
+        // cargo writes workspace files relative to the workspace root.
+        .map(|p| match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+            Some(root) if p.is_relative() => root.join(p),
+            _ => p,
+        })
         .map(|p| {
             let when = std::fs::metadata(&p)
                 .and_then(|m| m.modified())
@@ -68,6 +73,32 @@ fn newest_source(bin: &Path) -> Option<(PathBuf, std::time::SystemTime)> {
             (p, when)
         })
         .max_by_key(|(_, when)| *when)
+}
+
+/// The dep-info written by the build that made `bin`. `target/debug/sandgate` is a hard link to
+/// `deps/sandgate-HASH`, and `deps/sandgate-HASH.d` is that build's list; the uplifted
+/// `target/debug/sandgate.d` is not rewritten when `cargo test` rebuilds the binary, so it is
+/// trusted only when it is not older than the binary. `None`: no list to trust (no check).
+fn dep_info_of(bin: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(bin).ok()?;
+    let deps = bin.parent()?.join("deps");
+    for entry in std::fs::read_dir(&deps).ok()?.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if !name.starts_with("sandgate-") || name.contains('.') {
+            continue;
+        }
+        if let Ok(m) = std::fs::metadata(&path)
+            && m.ino() == meta.ino()
+            && m.dev() == meta.dev()
+        {
+            return Some(path.with_extension("d"));
+        }
+    }
+    let uplifted = bin.with_extension("d");
+    let written = std::fs::metadata(&uplifted).and_then(|m| m.modified()).ok()?;
+    (written >= meta.modified().ok()?).then_some(uplifted)
 }
 
 /// An isolated environment for one test: its own config, data and runtime directories.

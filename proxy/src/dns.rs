@@ -34,8 +34,9 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::time::Instant;
 
 use crate::denial::quote;
+use crate::pipeline::Ctx;
 use crate::proxy::{Inner, Proxy, Sandbox, SandboxContext};
-use crate::traits::{Outcome as EventOutcome, ProxyEvent};
+use crate::traits::Outcome as EventOutcome;
 
 /// Largest query taken, in bytes (UDP datagram or TCP message): a question is at most ~270 bytes
 /// plus EDNS options; anything longer is refused unread.
@@ -348,38 +349,6 @@ impl Proxy {
     }
 }
 
-/// The event of one DNS message, filled in as it is answered (a DNS question goes through the
-/// `decide` and `upstream_peer` stages only, so it needs none of the pipeline's context).
-struct Draft {
-    event: ProxyEvent,
-    start: Instant,
-}
-
-impl Draft {
-    fn new(sandbox: &crate::traits::SandboxId, method: &str, start: Instant) -> Draft {
-        let event = ProxyEvent {
-            sandbox: sandbox.clone(),
-            method: method.to_owned(),
-            host: String::new(),
-            port: 0,
-            path: None,
-            decision: EventOutcome::Reject,
-            rule: String::new(),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration: Duration::ZERO,
-            error: None,
-        };
-        Draft { event, start }
-    }
-
-    /// Stage `logging`.
-    fn finish(mut self, inner: &Inner) {
-        self.event.duration = self.start.elapsed();
-        inner.events.record(self.event);
-    }
-}
-
 impl Inner {
     /// One TCP connection: length-prefixed queries, answered in order, until the client closes,
     /// is idle for the header timeout, or sends a length no query has.
@@ -393,10 +362,10 @@ impl Inner {
             }
             let len = u16::from_be_bytes(len) as usize;
             if len > MAX_QUERY || len == 0 {
-                let mut d = Draft::new(&sandbox.id, EVENT_METHOD, Instant::now());
+                let mut d = Ctx::new(sandbox.clone(), EVENT_METHOD, Instant::now());
                 d.event.rule = "malformed request".into();
                 d.event.error = Some(format!("DNS over TCP: {len}-byte message refused unread"));
-                d.finish(&self);
+                self.logging(d);
                 return;
             }
             let mut msg = vec![0u8; len];
@@ -416,15 +385,15 @@ impl Inner {
     }
 
     /// Answers one message (`None`: no answer at all) and records what became of it.
-    pub(crate) async fn answer_dns(&self, sandbox: &Sandbox, bytes: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) async fn answer_dns(&self, sandbox: &Arc<Sandbox>, bytes: &[u8]) -> Option<Vec<u8>> {
         let start = Instant::now();
-        let mut draft = Draft::new(&sandbox.id, EVENT_METHOD, start);
+        let mut draft = Ctx::new(sandbox.clone(), EVENT_METHOD, start);
         let q = match read_query(bytes) {
             Ok(q) => q,
             Err(m) => {
                 draft.event.rule = "malformed request".into();
                 draft.event.error = Some(format!("DNS query: {}", m.error));
-                draft.finish(self);
+                self.logging(draft);
                 return m.id.map(|id| error_response(id, m.error.rcode()));
             }
         };
@@ -433,7 +402,7 @@ impl Inner {
         let quiet = draft.event.decision != EventOutcome::Allow
             && !self.dns_cache.first_refusal(&sandbox.id, &q.name_text);
         if record && !quiet {
-            draft.finish(self);
+            self.logging(draft);
         }
         Some(response(&q, &outcome))
     }
@@ -441,8 +410,8 @@ impl Inner {
     /// Stages `decide` (without a port) and `upstream_peer` (resolve, guard) for one question.
     /// Returns the outcome and whether it is worth an event (refusals and host lookups are;
     /// answers from the cache are not).
-    async fn decide_dns(&self, sandbox: &Sandbox, q: &Question, d: &mut Draft) -> (Outcome, bool) {
-        let refuse = |d: &mut Draft, verb: EventOutcome, rule: String| {
+    async fn decide_dns(&self, sandbox: &Sandbox, q: &Question, d: &mut Ctx) -> (Outcome, bool) {
+        let refuse = |d: &mut Ctx, verb: EventOutcome, rule: String| {
             d.event.decision = verb;
             d.event.rule = rule;
             (Outcome::NxDomain, true)
@@ -456,7 +425,7 @@ impl Inner {
             Ok(Host::Name(n)) => n.clone(),
         };
         let host = Host::Name(name.clone());
-        let policy = sandbox.policy();
+        let policy = d.policy.clone();
         let rule = match policy.decide_name(&host) {
             Decision::Allow(rule) => rule,
             Decision::Deny(rule) => return refuse(d, EventOutcome::Deny, format!("deny {rule}")),

@@ -34,6 +34,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+// A grant's words are the config crate's, the very types the store keeps (no conversion between
+// twins in the daemon).
+pub use sandgate_config::{Effect, GrantTarget};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
@@ -331,28 +334,6 @@ pub struct Answered {
     pub grants: Vec<String>,
     /// Grants that could not be recorded (the answer still released the waiters).
     pub grant_errors: Vec<String>,
-}
-
-/// Allow or deny, for a grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// Allow.
-    Allow,
-    /// Deny.
-    Deny,
-}
-
-/// Whom a grant covers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GrantTarget {
-    /// One sandbox.
-    Sandbox(String),
-    /// One project.
-    Project(String),
-    /// Everyone.
-    Global,
 }
 
 /// A grant for the daemon to persist, derived from an answer:

@@ -25,6 +25,7 @@
 mod decision;
 mod dotfiles;
 mod file;
+mod grant;
 mod host;
 mod intercept;
 mod layers;
@@ -43,6 +44,7 @@ pub use file::{
     CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
     parse as parse_config, parse_duration, remove_path,
 };
+pub use grant::{Effect, GrantTarget};
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
 pub use intercept::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_SECRET_TTL, HttpRule, HttpRules, InterceptSettings, Origin,

@@ -400,16 +400,9 @@ impl approvals::GrantWriter for Writer {
         let new = NewGrant {
             pattern: g.pattern.clone(),
             port: g.port,
-            effect: match g.effect {
-                approvals::Effect::Allow => Effect::Allow,
-                approvals::Effect::Deny => Effect::Deny,
-            },
+            effect: g.effect,
             scope,
-            target: match &g.target {
-                approvals::GrantTarget::Sandbox(id) => GrantTarget::Sandbox(id.clone()),
-                approvals::GrantTarget::Project(p) => GrantTarget::Project(p.clone()),
-                approvals::GrantTarget::Global => GrantTarget::Global,
-            },
+            target: g.target.clone(),
             approved_by: g.by.who.clone(),
             channel: g.by.channel.as_str().to_owned(),
             created,
@@ -426,10 +419,7 @@ impl approvals::GrantWriter for Writer {
 pub fn format_grant(g: &Grant) -> String {
     // An explicit "any port": a grant without one opens every port of the host.
     let port = g.grant.port.map_or_else(|| " (any port)".to_owned(), |p| format!(":{p}"));
-    let effect = match g.grant.effect {
-        Effect::Allow => "allow",
-        Effect::Deny => "deny",
-    };
+    let effect = g.grant.effect.as_str();
     let scope = match g.grant.scope {
         GrantScope::Once => "once".to_owned(),
         GrantScope::Session => "session".to_owned(),

@@ -75,9 +75,10 @@ pub trait GrantSource: Send + Sync + 'static {
     ) -> BoxFuture<'a, Option<Arc<Rule>>>;
 }
 
-/// A request for a person's decision.
+/// A held request put to the [`Approver`] for a person's decision. (The approvals broker's
+/// `Question` is what a person is shown: this plus the sandbox's command, directory and project.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Question {
+pub struct ApprovalRequest {
     /// The sandbox asking.
     pub sandbox: SandboxId,
     /// Where it wants to go.
@@ -108,9 +109,10 @@ pub enum DenyReason {
     },
 }
 
-/// A person's answer.
+/// What the [`Approver`] rules on an [`ApprovalRequest`]: let it through under a rule, or refuse it
+/// and say why. (The approvals broker's `Answer` is the person's reply a ruling is made from.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum Ruling {
     /// Let it through, under this rule (usually a grant).
     Allow(Arc<Rule>),
     /// Refuse it.
@@ -121,7 +123,7 @@ pub enum Answer {
 /// (sandbox, host, port) however many requests are waiting.
 pub trait Approver: Send + Sync + 'static {
     /// Puts the question and waits for an answer (the proxy applies its own timeout).
-    fn ask(&self, question: Question) -> BoxFuture<'_, Answer>;
+    fn ask(&self, question: ApprovalRequest) -> BoxFuture<'_, Ruling>;
 }
 
 /// What became of a request, as its event records it.

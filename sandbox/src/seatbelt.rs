@@ -96,7 +96,7 @@ impl Trustd {
 
 /// What the profile needs from the host besides the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Host {
+pub struct HostFacts {
     /// The sandbox's private temporary directory (its `TMPDIR`).
     pub tmp: PathBuf,
     /// Port of the proxy on the host's loopback (proxy mode).
@@ -110,10 +110,10 @@ pub struct Host {
     pub trustd: Trustd,
 }
 
-impl Host {
+impl HostFacts {
     /// A host with only the private temporary directory and the proxy port.
-    pub fn new(tmp: impl Into<PathBuf>, proxy_port: u16) -> Host {
-        Host {
+    pub fn new(tmp: impl Into<PathBuf>, proxy_port: u16) -> HostFacts {
+        HostFacts {
             tmp: tmp.into(),
             proxy_port,
             user_temp_dir: None,
@@ -206,7 +206,7 @@ impl Params {
 }
 
 /// The profile for `spec` on `host`, with paths resolved through `links`.
-pub fn profile(spec: &SandboxSpec, host: &Host, links: &dyn Links) -> Profile {
+pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profile {
     let mut params = Params(Vec::new());
     let mut t = String::new();
     let tag = format!("sandgate:{}", spec.id);
@@ -399,7 +399,7 @@ pub fn sysctl_rules() -> String {
 }
 
 /// The complete profile text: [`profile`] with the sysctl rules appended.
-pub fn render(spec: &SandboxSpec, host: &Host, links: &dyn Links) -> Profile {
+pub fn render(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profile {
     let mut p = profile(spec, host, links);
     p.text.push_str("\n; sysctls (read; `ps` lists processes with kern.proc.all, but other\n");
     p.text.push_str("; processes' arguments and environment (kern.procargs2) stay closed)\n");

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use sandgate_sandbox::canon::MapLinks;
-use sandgate_sandbox::seatbelt::{self, Host, Nested, Trustd};
+use sandgate_sandbox::seatbelt::{self, HostFacts, Nested, Trustd};
 use sandgate_sandbox::{NetMode, SandboxId, SandboxSpec};
 
 fn fs() -> MapLinks {
@@ -50,8 +50,8 @@ fn spec(tier: &str) -> SandboxSpec {
     }
 }
 
-fn host() -> Host {
-    Host {
+fn host() -> HostFacts {
+    HostFacts {
         tmp: PathBuf::from("/var/folders/xx/T/sandgate-golden"),
         proxy_port: 3128,
         user_temp_dir: Some(PathBuf::from("/var/folders/xx/T")),

@@ -33,6 +33,7 @@ mod matcher;
 mod pattern;
 mod policy;
 mod project;
+mod sandbox_id;
 mod secrets;
 mod text;
 mod tiers;
@@ -59,6 +60,7 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use project::project_root;
+pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

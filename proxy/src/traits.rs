@@ -8,38 +8,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The sandbox id is the config crate's, shared with the launcher and the daemon.
+pub use sandgate_config::SandboxId;
 use sandgate_config::{DomainName, Rule, Target};
 
 /// A boxed future, so the traits below can be used as `Arc<dyn Trait>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The id of a sandbox, as the daemon and the store name it.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SandboxId(Arc<str>);
-
-impl SandboxId {
-    /// Wraps an id.
-    pub fn new(id: impl Into<Arc<str>>) -> SandboxId {
-        SandboxId(id.into())
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", &*self.0)
-    }
-}
 
 /// A secret a sandbox's clients must present in `Proxy-Authorization` (as the password of
 /// `Basic` credentials, with any user name, or as a `Bearer` token).

@@ -31,7 +31,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::canon::{self, Links};
-use crate::spec::{NetMode, SandboxSpec};
+use crate::spec::{NetSetup, SandboxSpec};
 
 /// A generated profile and the `-D` parameters it refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +212,7 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
     let tag = format!("sandgate:{}", spec.id);
     let msg = format!("(with message \"{tag}\")");
     let real = |p: &Path| canon::canonical(links, p);
-    let network = matches!(spec.net, NetMode::Proxy { .. });
+    let network = matches!(spec.net, NetSetup::Proxy { .. });
 
     t.push_str("(version 1)\n");
     let _ = writeln!(t, "; sandgate tier {}", tier_label(&spec.tier_name));
@@ -256,8 +256,8 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
     t.push_str("(allow system-socket (socket-domain AF_INET) (socket-domain AF_INET6))\n");
     t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
     match &spec.net {
-        NetMode::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
-        NetMode::Proxy { .. } => {
+        NetSetup::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
+        NetSetup::Proxy { .. } => {
             let _ = writeln!(
                 t,
                 "; out only to the proxy\n(allow network-outbound (remote tcp \"localhost:{}\"))",
@@ -415,10 +415,10 @@ pub const JVM_IPV4: &str = "-Djava.net.preferIPv4Stack=true";
 /// in tiers with network (after the caller's flags and the proxy's, so it is not overridden).
 pub fn environment(
     env: &[(std::ffi::OsString, std::ffi::OsString)],
-    net: &NetMode,
+    net: &NetSetup,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env = env.to_vec();
-    if matches!(net, NetMode::None) {
+    if matches!(net, NetSetup::None) {
         return env;
     }
     match env.iter_mut().rev().find(|(k, _)| k == "JAVA_TOOL_OPTIONS") {

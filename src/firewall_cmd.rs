@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 
 use anyhow::bail;
 use sandgate_firewall::{
-    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, Installed, Scope,
-    SubIds, SystemOwnerCheck,
+    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, GuestScope,
+    Installed, SubIds, SystemOwnerCheck,
 };
 
 /// Options of `sandgate firewall`.
@@ -84,8 +84,8 @@ struct ScopeArgs {
 }
 
 impl ScopeArgs {
-    fn scope(&self) -> Scope {
-        Scope { uid: self.uid, owner_pid: self.owner_pid }
+    fn scope(&self) -> GuestScope {
+        GuestScope { uid: self.uid, owner_pid: self.owner_pid }
     }
 }
 
@@ -372,7 +372,7 @@ mod tests {
         // A uid nobody has subordinate ids for.
         let uid = 4_000_000_000;
         let installed =
-            |rules: String| Installed { scope: Scope::user(uid), name: "t".into(), rules };
+            |rules: String| Installed { scope: GuestScope::user(uid), name: "t".into(), rules };
         let fp = SubIds::default().fingerprint(uid);
         let current = format!("table inet t {{\n\tcomment \"sandgate identity {fp}\"\n}}\n");
         assert_eq!(identity_warning(&installed(current)), None);

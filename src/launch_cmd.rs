@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{Overrides, Policy};
-use sandgate_sandbox::{NetMode, SandboxId, SandboxSpec};
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 
 /// Options shared by the tier commands.
 #[derive(Debug, clap::Args)]
@@ -254,8 +254,8 @@ pub fn spec_from_policy(
     }
     read_only.extend(git.read_only);
     let net = match policy.net.mode {
-        sandgate_config::NetMode::None => NetMode::None,
-        sandgate_config::NetMode::Proxy => NetMode::Proxy { nflog_group: defaults::NFLOG_GROUP },
+        sandgate_config::NetMode::None => NetSetup::None,
+        sandgate_config::NetMode::Proxy => NetSetup::Proxy { nflog_group: defaults::NFLOG_GROUP },
     };
     // The caller's own proxy variables must not leak in: inside, they point at the sandbox's proxy
     // (git's and the JVM's are added to the caller's settings). Nor the Telegram bot's token
@@ -275,8 +275,8 @@ pub fn spec_from_policy(
         .cloned()
         .collect();
     let proxy_port = match net {
-        NetMode::None => None,
-        NetMode::Proxy { .. } => Some(ctx.proxy_port),
+        NetSetup::None => None,
+        NetSetup::Proxy { .. } => Some(ctx.proxy_port),
     };
     let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
     if proxy_port.is_some()
@@ -477,7 +477,7 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
 fn failure_hint(spec: &SandboxSpec, args: &LaunchArgs, code: u8) -> Option<String> {
     // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
     let failed = code != 0 && code < 126;
-    (failed && !args.quiet && !args.command.is_empty() && spec.net == NetMode::None).then(|| {
+    (failed && !args.quiet && !args.command.is_empty() && spec.net == NetSetup::None).then(|| {
         format!(
             "note: the `{}` tier has no network; if the command needed it, run it with \
              sandbox-net (or `sandgate net --`), where the allowlist proxy decides",
@@ -504,7 +504,7 @@ fn run_nested(
     let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
     let (caller, _) = crate::secrets::scrub_env(&ctx.env, &filter);
     spec.env = nested_env(&caller, &spec.net, &spec.id, &policy.tier);
-    if spec.net != NetMode::None && !outer.network {
+    if spec.net != NetSetup::None && !outer.network {
         let name = outer.tier.as_deref().unwrap_or("run");
         eprintln!("sandgate: nested in a `{name}` sandbox: no network");
     }
@@ -516,7 +516,7 @@ fn run_nested(
         }
         Err(e) => return Err(e.into()),
     };
-    if spec.net != NetMode::None {
+    if spec.net != NetSetup::None {
         for d in &args.deny {
             nested.enforcement.missing.push(format!(
                 "--deny {d}: a nested sandbox shares the outer sandbox's proxy, which decides alone"
@@ -583,13 +583,13 @@ fn run_nested_seatbelt(tier: &str, args: &LaunchArgs) -> anyhow::Result<u8> {
 #[cfg(target_os = "linux")]
 fn nested_env(
     caller: &[(OsString, OsString)],
-    net: &NetMode,
+    net: &NetSetup,
     id: &SandboxId,
     tier: &str,
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = match net {
-        NetMode::None => sandgate_sandbox::with_proxy_env(caller, None),
-        NetMode::Proxy { .. } => caller.to_vec(),
+        NetSetup::None => sandgate_sandbox::with_proxy_env(caller, None),
+        NetSetup::Proxy { .. } => caller.to_vec(),
     };
     env.retain(|(k, _)| k != "SANDGATE_TIER");
     if !env.iter().any(|(k, _)| k == "SANDGATE_SANDBOX") {
@@ -608,7 +608,7 @@ fn launch(
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
-        greet: !no_daemon(args) && matches!(spec.net, NetMode::Proxy { .. }),
+        greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
         greeting: std::cell::RefCell::new(None),
     };
     let launched = match sandgate_sandbox::launch(spec, &hooks) {
@@ -1052,8 +1052,8 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
     let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
     let kernel = kernel_report(&spec);
     let net = match &spec.net {
-        NetMode::None => "none: loopback only".to_owned(),
-        NetMode::Proxy { .. } => format!(
+        NetSetup::None => "none: loopback only".to_owned(),
+        NetSetup::Proxy { .. } => format!(
             "proxy: only http://127.0.0.1:{} inside; direct connections are refused and logged",
             sandgate_sandbox::PROXY_PORT
         ),
@@ -1086,7 +1086,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
             println!("              {}", w.display());
         }
         println!("  network:    {net}");
-        if spec.net != NetMode::None {
+        if spec.net != NetSetup::None {
             let none =
                 |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
             println!("  allow:      {}", none(rules(policy.net.allow_rules())));
@@ -1224,7 +1224,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(run.writable, vec![PathBuf::from("/work/p/out")]);
-        assert_eq!(run.net, NetMode::None);
+        assert_eq!(run.net, NetSetup::None);
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.ssh")));
         assert!(run.hidden.contains(&PathBuf::from("/secret/b")));
         assert!(run.hidden.contains(&PathBuf::from("/home/u/.local/share/sandgate")));
@@ -1261,7 +1261,7 @@ mod tests {
         assert!(build.read_only.contains(&PathBuf::from("/home/u/Library/LaunchAgents")));
         assert!(!build.read_only.contains(&PathBuf::from("/work/p/.gitconfig")));
         assert!(!build.read_only.contains(&PathBuf::from("/work/p/.bashrc")));
-        assert!(matches!(build.net, NetMode::Proxy { .. }));
+        assert!(matches!(build.net, NetSetup::Proxy { .. }));
         assert!(build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://127.0.0.1:3128"));
         assert!(!build.env.iter().any(|(k, v)| k == "HTTP_PROXY" && v == "http://evil:1"));
         // git's proxy comes after the caller's own git settings.

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use sandgate_config::{DomainPattern, Host, PatternUse, Rule, RuleSource, is_public_suffix};
-use sandgate_proxy::{Answer, Approver, BoxFuture, DenyReason, Question};
+use sandgate_proxy::{ApprovalRequest, Approver, BoxFuture, DenyReason, Ruling};
 
 /// Options of `sandgate learn`.
 #[derive(Debug, clap::Args)]
@@ -62,16 +62,16 @@ impl Learner {
 }
 
 impl Approver for Learner {
-    fn ask(&self, q: Question) -> BoxFuture<'_, Answer> {
+    fn ask(&self, q: ApprovalRequest) -> BoxFuture<'_, Ruling> {
         let host = q.target.host.to_string();
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert((host.clone(), q.target.port));
         let answer = if self.allow {
-            Answer::Allow(Arc::new(Rule {
+            Ruling::Allow(Arc::new(Rule {
                 pattern: DomainPattern::parse(&host, PatternUse::Allow).ok(),
                 source: RuleSource::CommandLine,
             }))
         } else {
-            Answer::Deny(DenyReason::Denied)
+            Ruling::Deny(DenyReason::Denied)
         };
         Box::pin(async move { answer })
     }

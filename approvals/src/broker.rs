@@ -6,12 +6,12 @@
 //! 2. It ends exactly once, by whichever comes first:
 //!    - an answer ([`Broker::answer`]) from any channel: it is *claimed* (a second answer now
 //!      gets [`AnswerError::AlreadyAnswered`]), the grants are persisted through the
-//!      [`GrantWriter`], then every waiter is released with the same [`Outcome`] and
+//!      [`GrantWriter`], then every waiter is released with the same [`Resolution`] and
 //!      [`BrokerEvent::Answered`] is published;
-//!    - its deadline (first ask + timeout): every waiter gets [`Outcome::TimedOut`] (a denial)
+//!    - its deadline (first ask + timeout): every waiter gets [`Resolution::TimedOut`] (a denial)
 //!      and [`BrokerEvent::TimedOut`] is published.
 //!
-//!    - its sandbox ending ([`Broker::withdraw_sandbox`]): every waiter gets [`Outcome::Closed`]
+//!    - its sandbox ending ([`Broker::withdraw_sandbox`]): every waiter gets [`Resolution::Closed`]
 //!      and [`BrokerEvent::Withdrawn`] is published, so it leaves `pending` at once.
 //!
 //! A waiter that goes away (the client hung up) does not end the question: it stays answerable
@@ -19,7 +19,7 @@
 //!
 //! Budgets: a sandbox may open at most [`BrokerConfig::questions_per_minute`] new questions per
 //! [`BrokerConfig::budget_window`]; past it a new question is not asked but denied at once
-//! ([`Outcome::OverBudget`], whose reason tells the model why), and once the window ends one
+//! ([`Resolution::OverBudget`], whose reason tells the model why), and once the window ends one
 //! [`BrokerEvent::OverBudget`] says how many were refused (one chat message, not eighty).
 //!
 //! Ports: an answer grants the port that was asked (a pattern answer: each released question's
@@ -34,10 +34,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+// A grant's words are the config crate's, the very types the store keeps (no conversion between
+// twins in the daemon).
+pub use sandgate_config::{Effect, GrantTarget};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
-use crate::pattern::{HostPattern, PatternError};
+use crate::pattern::{AnswerPattern, PatternError};
 use crate::scope::{Answer, Responder, Scope, format_duration};
 
 /// Broker settings.
@@ -48,10 +51,10 @@ pub struct BrokerConfig {
     /// Events buffered per subscriber.
     pub event_capacity: usize,
     /// Most questions one sandbox may have open at once; a new one past it is refused at once
-    /// ([`Outcome::TooManyQuestions`]). Requests for a question already open still join it.
+    /// ([`Resolution::TooManyQuestions`]). Requests for a question already open still join it.
     pub max_open_per_sandbox: usize,
     /// Most new questions one sandbox may open per [`budget_window`](Self::budget_window);
-    /// past it a new question is denied without asking ([`Outcome::OverBudget`]).
+    /// past it a new question is denied without asking ([`Resolution::OverBudget`]).
     pub questions_per_minute: u32,
     /// The budget's window (a minute; shorter in tests).
     pub budget_window: Duration,
@@ -169,7 +172,7 @@ pub struct PendingQuestion {
 
 /// What a waiting request learns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
+pub enum Resolution {
     /// A person answered.
     Answered {
         /// The answer.
@@ -200,15 +203,15 @@ pub enum Outcome {
     },
 }
 
-impl Outcome {
+impl Resolution {
     /// Whether the request may proceed.
     pub fn allows(&self) -> bool {
         match self {
-            Outcome::Answered { answer, .. } => answer.allows(),
-            Outcome::TimedOut { .. }
-            | Outcome::Closed
-            | Outcome::TooManyQuestions { .. }
-            | Outcome::OverBudget { .. } => false,
+            Resolution::Answered { answer, .. } => answer.allows(),
+            Resolution::TimedOut { .. }
+            | Resolution::Closed
+            | Resolution::TooManyQuestions { .. }
+            | Resolution::OverBudget { .. } => false,
         }
     }
 
@@ -216,29 +219,29 @@ impl Outcome {
     /// the outcome allows.
     pub fn denial_reason(&self, host: &str, port: u16) -> Option<String> {
         match self {
-            Outcome::Answered { answer: Answer::Allow(_), .. } => None,
-            Outcome::Answered { answer: Answer::Deny(scope), by, pattern } => Some(format!(
+            Resolution::Answered { answer: Answer::Allow(_), .. } => None,
+            Resolution::Answered { answer: Answer::Deny(scope), by, pattern } => Some(format!(
                 "Access to {host}:{port} was denied {scope} {by} (rule {pattern}). Do not retry; \
                  ask the user if this destination is needed."
             )),
-            Outcome::TimedOut { after } => Some(format!(
+            Resolution::TimedOut { after } => Some(format!(
                 "Access to {host}:{port} needs approval and nobody answered within {}. A retry \
                  asks the user again (and waits as long); better, ask the user to run \
                  `sandgate allow {host}:{port}` (or answer in Telegram) first.",
                 format_duration(*after)
             )),
-            Outcome::OverBudget { limit, window } => Some(format!(
+            Resolution::OverBudget { limit, window } => Some(format!(
                 "Access to {host}:{port} needs approval, but this sandbox (or all sandboxes of \
                  this user together) already asked {limit} questions in the last {}, the \
                  budget, so this one was denied without asking the user. Do not try other hosts; tell the user which destinations you need.",
                 format_duration(*window)
             )),
-            Outcome::TooManyQuestions { open } => Some(format!(
+            Resolution::TooManyQuestions { open } => Some(format!(
                 "Access to {host}:{port} needs approval, and this sandbox already has {open} \
                  questions waiting for the user, so none was asked. Wait for them to be \
                  answered, then retry once."
             )),
-            Outcome::Closed => Some(format!(
+            Resolution::Closed => Some(format!(
                 "Access to {host}:{port} needs approval but the sandgate daemon stopped before \
                  an answer. Retry once it is running again."
             )),
@@ -331,28 +334,6 @@ pub struct Answered {
     pub grants: Vec<String>,
     /// Grants that could not be recorded (the answer still released the waiters).
     pub grant_errors: Vec<String>,
-}
-
-/// Allow or deny, for a grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// Allow.
-    Allow,
-    /// Deny.
-    Deny,
-}
-
-/// Whom a grant covers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GrantTarget {
-    /// One sandbox.
-    Sandbox(String),
-    /// One project.
-    Project(String),
-    /// Everyone.
-    Global,
 }
 
 /// A grant for the daemon to persist, derived from an answer:
@@ -462,7 +443,7 @@ struct Open {
     info: PendingQuestion,
     deadline: Instant,
     claimed: Option<Responder>,
-    tx: watch::Sender<Option<Outcome>>,
+    tx: watch::Sender<Option<Resolution>>,
 }
 
 /// How a closed question ended, remembered for `AlreadyAnswered`.
@@ -554,7 +535,7 @@ impl Broker {
     }
 
     /// Ends every open question of `sandbox` (it ended: nobody waits for the answer) with
-    /// [`Outcome::Closed`] and [`BrokerEvent::Withdrawn`], and forgets its budget. Returns how
+    /// [`Resolution::Closed`] and [`BrokerEvent::Withdrawn`], and forgets its budget. Returns how
     /// many questions it ended.
     pub fn withdraw_sandbox(&self, sandbox: &str) -> usize {
         let closed: Vec<Open> = {
@@ -571,7 +552,7 @@ impl Broker {
                 .collect()
         };
         for open in &closed {
-            open.tx.send_replace(Some(Outcome::Closed));
+            open.tx.send_replace(Some(Resolution::Closed));
             let _ = self.inner.events.send(BrokerEvent::Withdrawn(open.info.clone()));
         }
         closed.len()
@@ -606,7 +587,7 @@ impl Broker {
         self.state().open.get(&id).map(|o| o.info.clone())
     }
 
-    /// Ends every open question with [`Outcome::Closed`] (a denial), for a daemon that stops.
+    /// Ends every open question with [`Resolution::Closed`] (a denial), for a daemon that stops.
     /// Questions asked afterwards are handled normally.
     pub fn shutdown(&self) -> usize {
         let closed: Vec<Open> = {
@@ -617,14 +598,14 @@ impl Broker {
                 .collect()
         };
         for open in &closed {
-            open.tx.send_replace(Some(Outcome::Closed));
+            open.tx.send_replace(Some(Resolution::Closed));
         }
         closed.len()
     }
 
     /// Holds the caller until the question for (sandbox, host, port) is answered or times out.
     /// Must run inside a tokio runtime (the deadline is a tokio timer).
-    pub async fn ask(&self, question: Question) -> Outcome {
+    pub async fn ask(&self, question: Question) -> Resolution {
         let key = Key {
             sandbox: question.sandbox.clone(),
             host: question.host.to_ascii_lowercase(),
@@ -644,7 +625,7 @@ impl Broker {
                     let open =
                         st.open.values().filter(|o| o.info.question.sandbox == key.sandbox).count();
                     if open >= self.inner.config.max_open_per_sandbox {
-                        return Outcome::TooManyQuestions { open };
+                        return Resolution::TooManyQuestions { open };
                     }
                     if let Some(over) = self.spend_budget(&mut st, &key.sandbox) {
                         return over;
@@ -674,8 +655,8 @@ impl Broker {
         };
         let _waiting = Waiter { broker: self, id };
         match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.clone().unwrap_or(Outcome::Closed),
-            Err(_) => Outcome::Closed,
+            Ok(v) => v.clone().unwrap_or(Resolution::Closed),
+            Err(_) => Resolution::Closed,
         }
     }
 
@@ -714,7 +695,7 @@ impl Broker {
                     (vec![*id], q.host.clone(), Ports::Asked, None)
                 }
                 AnswerTarget::Host { pattern, sandbox, any_port } => {
-                    let (pat, typed) = HostPattern::parse_with_port(pattern)?;
+                    let (pat, typed) = AnswerPattern::parse_with_port(pattern)?;
                     let mut ids: Vec<QuestionId> = st
                         .open
                         .values()
@@ -769,7 +750,7 @@ impl Broker {
 
         // 3. Release.
         let mut released = Vec::new();
-        let outcome = Outcome::Answered { answer, by: by.clone(), pattern: pattern.clone() };
+        let outcome = Resolution::Answered { answer, by: by.clone(), pattern: pattern.clone() };
         {
             let mut st = self.state();
             for id in claimed {
@@ -805,7 +786,7 @@ impl Broker {
         };
         if let Some(open) = expired {
             let after = self.inner.config.timeout;
-            open.tx.send_replace(Some(Outcome::TimedOut { after }));
+            open.tx.send_replace(Some(Resolution::TimedOut { after }));
             tracing::info!(question = %id, host = %open.info.question.host, "approval timed out");
             let _ = self.inner.events.send(BrokerEvent::TimedOut(open.info));
         }
@@ -813,7 +794,7 @@ impl Broker {
 
     /// Counts a new question against its sandbox's budget; `Some(outcome)` when it is over.
     /// The first refusal of a window schedules the window's one summary event.
-    fn spend_budget(&self, st: &mut State, sandbox: &str) -> Option<Outcome> {
+    fn spend_budget(&self, st: &mut State, sandbox: &str) -> Option<Resolution> {
         let cfg = self.inner.config;
         let now = Instant::now();
         let fresh = || Budget {
@@ -853,7 +834,7 @@ impl Broker {
             let at = b.window_start + cfg.budget_window;
             tokio::spawn(budget_summary_at(weak, sandbox.to_owned(), at));
         }
-        Some(Outcome::OverBudget { limit, window: cfg.budget_window })
+        Some(Resolution::OverBudget { limit, window: cfg.budget_window })
     }
 
     fn budget_summary(&self, sandbox: String) {

@@ -2,8 +2,8 @@
 //! on every channel at once, and the first answer releases them.
 //!
 //! - [`Broker`]: one open question per (sandbox, host, port) however many requests wait on it;
-//!   every waiter gets the same [`Outcome`]; no answer within the timeout (60 s by default) is a
-//!   denial whose [`Outcome::denial_reason`] the proxy puts in its 403 body. Answers
+//!   every waiter gets the same [`Resolution`]; no answer within the timeout (60 s by default) is a
+//!   denial whose [`Resolution::denial_reason`] the proxy puts in its 403 body. Answers
 //!   ([`Answer`] = allow/deny × [`Scope`]) may name a question or a host pattern, including a
 //!   wildcard that releases every open question it covers. Grants are persisted through the
 //!   [`GrantWriter`] the daemon implements over the store.
@@ -35,10 +35,10 @@ pub mod terminal;
 pub use broker::{
     AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, BudgetStats,
     DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, DEFAULT_QUESTIONS_PER_MINUTE_TOTAL, Effect,
-    GrantRequest, GrantTarget, GrantWriter, ONCE_WINDOW, Outcome, PendingQuestion, Question,
-    QuestionId, SandboxRef,
+    GrantRequest, GrantTarget, GrantWriter, ONCE_WINDOW, PendingQuestion, Question, QuestionId,
+    Resolution, SandboxRef,
 };
-pub use pattern::{HostPattern, PatternError};
+pub use pattern::{AnswerPattern, PatternError};
 pub use scope::{
     Answer, Channel, DurationError, MAX_DURATION, Responder, Scope, format_duration, parse_duration,
 };

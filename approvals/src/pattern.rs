@@ -5,7 +5,7 @@
 //! grants use, so an answer releases exactly the questions its grant will cover. On top, the
 //! broker's own guard: the allow list's breadth limits apply to every answer (`*`, `*.com`,
 //! `*.github.io` are refused, for deny answers too). A port, when given, is returned apart
-//! ([`HostPattern::parse_with_port`]): the broker puts it on the grant.
+//! ([`AnswerPattern::parse_with_port`]): the broker puts it on the grant.
 
 use std::fmt;
 
@@ -13,7 +13,7 @@ use sandgate_config::{DomainPattern, Host, PatternUse};
 
 /// A checked host pattern, normalised (lower case, punycode, no trailing dot).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HostPattern {
+pub struct AnswerPattern {
     pattern: DomainPattern,
     text: String,
 }
@@ -28,7 +28,7 @@ pub struct PatternError {
     pub reason: String,
 }
 
-impl HostPattern {
+impl AnswerPattern {
     /// Parses `host`, `*.domain.tld`, an IP literal (IPv6 bare or bracketed) or a CIDR block.
     pub fn parse(input: &str) -> Result<Self, PatternError> {
         match Self::parse_with_port(input)? {
@@ -48,7 +48,7 @@ impl HostPattern {
             .map_err(|e| err(e.kind.to_string()))?;
         let port = pattern.port.take();
         let text = pattern.to_string();
-        Ok((HostPattern { pattern, text }, port))
+        Ok((AnswerPattern { pattern, text }, port))
     }
 
     /// Whether `host` (a name in any case, with or without a trailing dot, or an IP literal)
@@ -69,7 +69,7 @@ impl HostPattern {
     }
 }
 
-impl fmt::Display for HostPattern {
+impl fmt::Display for AnswerPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
     }
@@ -100,7 +100,7 @@ mod tests {
             ("*.example.com", "10.0.0.1", false),
         ];
         for (p, host, want) in rows {
-            let pat = HostPattern::parse(p).unwrap();
+            let pat = AnswerPattern::parse(p).unwrap();
             assert_eq!(pat.matches(host), want, "{p} vs {host}");
         }
     }
@@ -114,10 +114,10 @@ mod tests {
             ("*.example.com:443", "*.example.com", Some(443)),
         ];
         for (input, text, port) in rows {
-            let (p, got) = HostPattern::parse_with_port(input).unwrap();
+            let (p, got) = AnswerPattern::parse_with_port(input).unwrap();
             assert_eq!((p.as_str().trim_matches(['[', ']']), got), (text, port), "{input}");
         }
-        assert!(HostPattern::parse_with_port("example.com:99999").is_err());
+        assert!(AnswerPattern::parse_with_port("example.com:99999").is_err());
     }
 
     #[test]
@@ -137,7 +137,7 @@ mod tests {
             "example.com:0",
             "0.0.0.0/0",
         ] {
-            let e = HostPattern::parse(p).unwrap_err();
+            let e = AnswerPattern::parse(p).unwrap_err();
             assert_eq!(e.pattern, p);
         }
     }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use sandgate_approvals::{
     Answer, AnswerError, AnswerTarget, Broker, BrokerConfig, BrokerEvent, Channel, Effect,
-    GrantRequest, GrantTarget, GrantWriter, Outcome, Question, QuestionId, Responder, SandboxRef,
-    Scope,
+    GrantRequest, GrantTarget, GrantWriter, Question, QuestionId, Resolution, Responder,
+    SandboxRef, Scope,
 };
 
 fn q(sandbox: &str, host: &str, port: u16) -> Question {
@@ -89,7 +89,7 @@ async fn hundred_concurrent_asks_for_one_key_are_one_question() {
     let done = done.unwrap();
     assert_eq!(done.released.len(), 1);
     assert_eq!(done.grants, vec!["1"]);
-    let want = Outcome::Answered {
+    let want = Resolution::Answered {
         answer: Answer::Allow(Scope::Session),
         by: alice(),
         pattern: "crates.io".into(),
@@ -155,7 +155,7 @@ async fn a_question_times_out_as_a_denial_with_a_reason() {
     let (o1, o2) =
         tokio::join!(b.ask(q("sb", "slow.example", 443)), b.ask(q("sb", "slow.example", 443)));
     let waited = started.elapsed();
-    assert_eq!(o1, Outcome::TimedOut { after: Duration::from_millis(150) });
+    assert_eq!(o1, Resolution::TimedOut { after: Duration::from_millis(150) });
     assert_eq!(o1, o2);
     assert!(!o1.allows());
     assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(5), "{waited:?}");
@@ -437,7 +437,7 @@ async fn shutdown_denies_waiters_as_closed() {
     until_pending(&b, 1, 1).await;
     assert_eq!(b.shutdown(), 1);
     let out = h.await.unwrap();
-    assert_eq!(out, Outcome::Closed);
+    assert_eq!(out, Resolution::Closed);
     assert!(out.denial_reason("x.example", 443).unwrap().contains("daemon stopped"));
     assert!(b.pending().is_empty());
 }
@@ -482,18 +482,18 @@ async fn a_sandbox_cannot_open_more_questions_than_its_limit_even_all_at_once() 
     let mut refused = 0;
     for a in asks {
         match a.await.unwrap() {
-            Outcome::TooManyQuestions { open } => {
+            Resolution::TooManyQuestions { open } => {
                 assert_eq!(open, 4);
                 refused += 1;
             }
-            Outcome::Closed => {}
+            Resolution::Closed => {}
             other => panic!("{other:?}"),
         }
     }
     assert_eq!(refused, 46);
-    assert_eq!(other.await.unwrap(), Outcome::Closed);
-    assert_eq!(join.await.unwrap(), Outcome::Closed);
-    let reason = Outcome::TooManyQuestions { open: 4 }.denial_reason("x.example", 443).unwrap();
+    assert_eq!(other.await.unwrap(), Resolution::Closed);
+    assert_eq!(join.await.unwrap(), Resolution::Closed);
+    let reason = Resolution::TooManyQuestions { open: 4 }.denial_reason("x.example", 443).unwrap();
     assert!(reason.contains("4 questions waiting"), "{reason}");
 }
 
@@ -614,7 +614,7 @@ async fn a_sandbox_past_its_question_budget_is_denied_without_asking() {
             until_pending(&b, i + 1, i + 1).await;
         } else {
             let out = h.await.unwrap();
-            let Outcome::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
+            let Resolution::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
             assert_eq!(*limit, 20);
             let why = out.denial_reason("h.example", 443).unwrap();
             assert!(why.contains("denied without asking"), "{why}");
@@ -681,7 +681,7 @@ async fn many_sandboxes_share_one_budget() {
             until_pending(&b, i + 1, i + 1).await;
         } else {
             let out = h.await.unwrap();
-            let Outcome::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
+            let Resolution::OverBudget { limit, .. } = &out else { panic!("{i}: {out:?}") };
             assert_eq!(*limit, 12, "the shared budget refused it");
             over += 1;
         }
@@ -709,7 +709,7 @@ async fn a_sandbox_that_ends_withdraws_its_questions_at_once() {
     });
     until_pending(&b, 2, 2).await;
     assert_eq!(b.withdraw_sandbox("sb1"), 1);
-    assert_eq!(mine.await.unwrap(), Outcome::Closed);
+    assert_eq!(mine.await.unwrap(), Resolution::Closed);
     let left: Vec<_> = b.pending().into_iter().map(|p| p.question.sandbox).collect();
     assert_eq!(left, vec!["sb2"]);
     let withdrawn = loop {

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use fake_telegram::{Failure, FakeTelegram};
 use sandgate_approvals::telegram::{
-    self, Alert, BotControl, BotToken, TelegramConfig, TelegramHandle,
+    self, AlertMessage, BotControl, BotToken, TelegramConfig, TelegramHandle,
 };
 use sandgate_approvals::{
-    Answer, AnswerTarget, Broker, BrokerConfig, Channel, Outcome, Question, Responder, Scope,
+    Answer, AnswerTarget, Broker, BrokerConfig, Channel, Question, Resolution, Responder, Scope,
 };
 use serde_json::Value;
 
@@ -126,7 +126,7 @@ async fn a_button_releases_the_held_request_and_latencies_are_printed() {
         let (out, released) = waiter.await.unwrap();
         assert_eq!(
             out,
-            Outcome::Answered {
+            Resolution::Answered {
                 answer: Answer::Allow(Scope::Session),
                 by: Responder::new(Channel::Telegram, "@alice"),
                 pattern: format!("h{round}.example"),
@@ -170,7 +170,7 @@ async fn allow_command_releases_the_held_request() {
     let out = waiter.await.unwrap();
     assert_eq!(
         out,
-        Outcome::Answered {
+        Resolution::Answered {
             answer: Answer::Allow(Scope::For(Duration::from_secs(3600))),
             by: Responder::new(Channel::Telegram, "@bob"),
             pattern: "*.example.com".into(),
@@ -319,7 +319,7 @@ async fn an_alert_burst_becomes_a_handful_of_messages_with_counts() {
     let b = broker();
     let (bot, _) = start(&fake, &b, |c| c.alert_window = Duration::from_millis(300));
     for _ in 0..1000 {
-        assert!(bot.alert(Alert {
+        assert!(bot.alert(AlertMessage {
             sandbox: "sb1".into(),
             key: "sb1 10.200.0.9:443/tcp".into(),
             text: "sb1 tried 10.200.0.9:443/tcp directly (blocked)".into(),
@@ -395,7 +395,7 @@ async fn three_hundred_blocked_destinations_make_the_budget_and_one_summary() {
         c.alerts_per_window = 10;
     });
     for i in 0..300 {
-        assert!(bot.alert(Alert {
+        assert!(bot.alert(AlertMessage {
             sandbox: "sb1".into(),
             key: format!("sb1 → 10.9.{}.{}:443/tcp", i / 256, i % 256),
             text: format!("sb1: blocked direct connection to 10.9.{}.{}:443/tcp", i / 256, i % 256),
@@ -446,7 +446,7 @@ async fn eighty_questions_post_the_budget_and_one_summary() {
                 assert!(since.elapsed() < Duration::from_secs(10), "question {i} not asked");
                 tokio::task::yield_now().await;
             }
-        } else if let Outcome::OverBudget { .. } = h.await.unwrap() {
+        } else if let Resolution::OverBudget { .. } = h.await.unwrap() {
             refused += 1;
         }
     }

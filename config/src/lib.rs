@@ -25,6 +25,7 @@
 mod decision;
 mod dotfiles;
 mod file;
+mod grant;
 mod host;
 mod intercept;
 mod layers;
@@ -32,6 +33,7 @@ mod matcher;
 mod pattern;
 mod policy;
 mod project;
+mod sandbox_id;
 mod secrets;
 mod text;
 mod tiers;
@@ -43,6 +45,7 @@ pub use file::{
     CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
     parse as parse_config, parse_duration, remove_path,
 };
+pub use grant::{Effect, GrantTarget};
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
 pub use intercept::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_SECRET_TTL, HttpRule, HttpRules, InterceptSettings, Origin,
@@ -57,6 +60,7 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use project::project_root;
+pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

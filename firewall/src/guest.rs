@@ -15,7 +15,7 @@ use crate::subid::SubIds;
 /// without any other state: rules are stale when the user no longer exists, or when an owner
 /// process was named and has exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct Scope {
+pub struct GuestScope {
     /// The guest user whose outgoing traffic is filtered.
     pub uid: u32,
     /// The process that owns the rules (e.g. the daemon); `None` = kept until removed or the
@@ -23,15 +23,15 @@ pub struct Scope {
     pub owner_pid: Option<u32>,
 }
 
-impl Scope {
+impl GuestScope {
     /// Rules for `uid` that stay until removed (what `sandgate firewall apply` installs).
     pub fn user(uid: u32) -> Self {
-        Scope { uid, owner_pid: None }
+        GuestScope { uid, owner_pid: None }
     }
 
     /// Rules for `uid` that `gc` removes once process `pid` has exited.
     pub fn owned_by(uid: u32, pid: u32) -> Self {
-        Scope { uid, owner_pid: Some(pid) }
+        GuestScope { uid, owner_pid: Some(pid) }
     }
 
     /// The scope's label with `sep` between parts: `u1001`, `u1001<sep>p4242`.
@@ -42,8 +42,8 @@ impl Scope {
         }
     }
 
-    /// Parses a label made by [`Scope::label`] with the same separator.
-    pub(crate) fn parse_label(label: &str, sep: char) -> Option<Scope> {
+    /// Parses a label made by [`GuestScope::label`] with the same separator.
+    pub(crate) fn parse_label(label: &str, sep: char) -> Option<GuestScope> {
         let rest = label.strip_prefix('u')?;
         let (uid, pid) = match rest.split_once(sep) {
             Some((uid, pid)) => (uid, Some(pid.strip_prefix('p')?)),
@@ -59,7 +59,7 @@ impl Scope {
             }
             s.parse().ok()
         };
-        Some(Scope {
+        Some(GuestScope {
             uid: number(uid)?,
             owner_pid: match pid {
                 Some(p) => Some(number(p)?),
@@ -81,7 +81,7 @@ impl Scope {
     }
 }
 
-impl fmt::Display for Scope {
+impl fmt::Display for GuestScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.owner_pid {
             Some(pid) => write!(f, "uid {} (owner pid {pid})", self.uid),
@@ -117,7 +117,7 @@ pub struct GuestPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     /// Whose rules these are.
-    pub scope: Scope,
+    pub scope: GuestScope,
     /// Table (nftables) or anchor (pf) the rules go into.
     pub name: String,
     /// The exact text handed to `nft -f -` / `pfctl -a ANCHOR -f -`.
@@ -128,7 +128,7 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Installed {
     /// Whose rules these are (decoded from the name).
-    pub scope: Scope,
+    pub scope: GuestScope,
     /// Table or anchor name.
     pub name: String,
     /// The rules as the kernel reports them.
@@ -144,21 +144,21 @@ pub struct Installed {
 /// owner is gone.
 pub trait Firewall {
     /// Generates the rules for `scope` under `policy`. Pure: no command is run.
-    fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError>;
+    fn plan(&self, scope: &GuestScope, policy: &GuestPolicy) -> Result<Plan, FirewallError>;
     /// Installs the plan, replacing the scope's previous rules in one transaction.
     fn apply(&self, plan: &Plan) -> Result<(), FirewallError>;
     /// Adds an allowed proxy endpoint to an applied scope.
-    fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError>;
+    fn allow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError>;
     /// Removes an allowed proxy endpoint from an applied scope.
-    fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError>;
+    fn disallow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError>;
     /// What [`remove`](Firewall::remove) would run for `scope`, as text (for `--dry-run`). Pure.
-    fn remove_plan(&self, scope: &Scope) -> String;
+    fn remove_plan(&self, scope: &GuestScope) -> String;
     /// Removes the scope's rules; `Ok(false)` when there were none.
-    fn remove(&self, scope: &Scope) -> Result<bool, FirewallError>;
+    fn remove(&self, scope: &GuestScope) -> Result<bool, FirewallError>;
     /// Lists the sandgate scopes currently installed.
     fn list(&self) -> Result<Vec<Installed>, FirewallError>;
     /// Removes every installed scope whose owner is gone; returns the scopes removed.
-    fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<Scope>, FirewallError> {
+    fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<GuestScope>, FirewallError> {
         let mut removed = Vec::new();
         for installed in self.list()? {
             if installed.scope.is_stale(owners) && self.remove(&installed.scope)? {
@@ -180,7 +180,7 @@ pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Answers whether the owners named in a [`Scope`] still exist.
+/// Answers whether the owners named in a [`GuestScope`] still exist.
 pub trait OwnerCheck {
     /// Whether a user with this uid exists.
     fn user_exists(&self, uid: u32) -> bool;
@@ -219,12 +219,12 @@ mod tests {
     #[test]
     fn labels_round_trip() {
         for (scope, label) in [
-            (Scope::user(1001), "u1001"),
-            (Scope::owned_by(0, 4242), "u0_p4242"),
-            (Scope::owned_by(u32::MAX, 1), "u4294967295_p1"),
+            (GuestScope::user(1001), "u1001"),
+            (GuestScope::owned_by(0, 4242), "u0_p4242"),
+            (GuestScope::owned_by(u32::MAX, 1), "u4294967295_p1"),
         ] {
             assert_eq!(scope.label('_'), label);
-            assert_eq!(Scope::parse_label(label, '_'), Some(scope));
+            assert_eq!(GuestScope::parse_label(label, '_'), Some(scope));
         }
     }
 
@@ -243,7 +243,7 @@ mod tests {
             "u1_p2_p3",
             "u99999999999",
         ] {
-            assert_eq!(Scope::parse_label(label, '_'), None, "{label}");
+            assert_eq!(GuestScope::parse_label(label, '_'), None, "{label}");
         }
     }
 
@@ -259,10 +259,10 @@ mod tests {
 
     #[test]
     fn staleness() {
-        assert!(!Scope::user(1).is_stale(&Fake));
-        assert!(Scope::user(7).is_stale(&Fake));
-        assert!(Scope::owned_by(1, 9).is_stale(&Fake));
-        assert!(!Scope::owned_by(1, 8).is_stale(&Fake));
+        assert!(!GuestScope::user(1).is_stale(&Fake));
+        assert!(GuestScope::user(7).is_stale(&Fake));
+        assert!(GuestScope::owned_by(1, 9).is_stale(&Fake));
+        assert!(!GuestScope::owned_by(1, 8).is_stale(&Fake));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! sequencing is tested with a recording fake. Two scopes exist:
 //!
 //! - *namespace*: inside a sandbox's own network namespace (Linux), what the launcher applies;
-//! - *guest user*: host-wide rules for one uid ([`Scope`]), behind the [`Firewall`] trait with an
+//! - *guest user*: host-wide rules for one uid ([`GuestScope`]), behind the [`Firewall`] trait with an
 //!   nftables backend ([`nft::GuestTables`]) and a pf-anchor backend ([`pf::GuestAnchors`]).
 //!
 //! This crate does not read blocked packets (that is `sandgate-monitor`) and does not persist
@@ -33,8 +33,8 @@ pub mod subid;
 
 pub use error::FirewallError;
 pub use guest::{
-    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope,
-    SystemOwnerCheck, running_as_root,
+    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, GuestPolicy, GuestScope, Installed, OwnerCheck,
+    Plan, SystemOwnerCheck, running_as_root,
 };
 pub use runner::{
     CommandOutput, CommandRunner, RecordedCall, RecordingRunner, SystemRunner, locate, locate_with,

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::FirewallError;
-use crate::guest::{Firewall, GuestPolicy, Installed, Plan, Scope};
+use crate::guest::{Firewall, GuestPolicy, GuestScope, Installed, Plan};
 use crate::runner::{CommandRunner, SystemRunner};
 use crate::subid::{self, IdRange};
 
@@ -97,13 +97,13 @@ pub fn apply_with(runner: &dyn CommandRunner, text: &str) -> Result<(), Firewall
 }
 
 /// The table name of a guest-user scope: `sandgate_u1001` or `sandgate_u1001_p4242`.
-pub fn guest_table(scope: &Scope) -> String {
+pub fn guest_table(scope: &GuestScope) -> String {
     format!("{GUEST_TABLE_PREFIX}{}", scope.label('_'))
 }
 
 /// The scope a table name belongs to, if it is a guest-user table made by [`guest_table`].
-pub fn scope_of_table(name: &str) -> Option<Scope> {
-    Scope::parse_label(name.strip_prefix(GUEST_TABLE_PREFIX)?, '_')
+pub fn scope_of_table(name: &str) -> Option<GuestScope> {
+    GuestScope::parse_label(name.strip_prefix(GUEST_TABLE_PREFIX)?, '_')
 }
 
 /// The nft text of a host-wide guest-user scope.
@@ -115,10 +115,10 @@ pub fn scope_of_table(name: &str) -> Option<Scope> {
 /// are in set `allow4`/`allow6`; replies on flows someone else opened (an inbound connection to
 /// a listener of the user, a datagram answered) are not accepted. Everything else — IPv4 and
 /// IPv6, TCP, UDP, ICMP — is logged to NFLOG group `policy.nflog_group` with prefix
-/// [`Scope::log_prefix`] and rejected. Other users' traffic is not touched (the base chain's
+/// [`GuestScope::log_prefix`] and rejected. Other users' traffic is not touched (the base chain's
 /// policy is accept). The table's comment records [`identity_comment`], so a later change of the
 /// subordinate ranges can be noticed ([`recorded_identity`]).
-pub fn guest_ruleset(scope: &Scope, policy: &GuestPolicy) -> String {
+pub fn guest_ruleset(scope: &GuestScope, policy: &GuestPolicy) -> String {
     let t = guest_table(scope);
     let uid = scope.uid;
     let prefix = log_prefix(&scope.log_prefix());
@@ -212,7 +212,7 @@ fn element(addr: &SocketAddr) -> String {
 }
 
 /// nft text that adds (`add`) or deletes (`delete`) one proxy endpoint of an applied scope.
-pub fn element_command(verb: ElementVerb, scope: &Scope, addr: SocketAddr) -> String {
+pub fn element_command(verb: ElementVerb, scope: &GuestScope, addr: SocketAddr) -> String {
     let set = if addr.is_ipv6() { "allow6" } else { "allow4" };
     let verb = match verb {
         ElementVerb::Add => "add",
@@ -268,7 +268,7 @@ impl<R: CommandRunner> GuestTables<R> {
         &self.runner
     }
 
-    fn installed_tables(&self) -> Result<Vec<(Scope, String)>, FirewallError> {
+    fn installed_tables(&self) -> Result<Vec<(GuestScope, String)>, FirewallError> {
         let out = self.runner.run("nft", &["list", "tables", "inet"], None)?;
         Ok(parse_tables(&out.stdout)
             .into_iter()
@@ -278,7 +278,7 @@ impl<R: CommandRunner> GuestTables<R> {
 }
 
 impl<R: CommandRunner> Firewall for GuestTables<R> {
-    fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
+    fn plan(&self, scope: &GuestScope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
         Ok(Plan { scope: *scope, name: guest_table(scope), text: guest_ruleset(scope, policy) })
     }
 
@@ -286,21 +286,21 @@ impl<R: CommandRunner> Firewall for GuestTables<R> {
         apply_with(&self.runner, &plan.text)
     }
 
-    fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+    fn allow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError> {
         apply_with(&self.runner, &element_command(ElementVerb::Add, scope, addr))
     }
 
-    fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+    fn disallow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError> {
         apply_with(&self.runner, &element_command(ElementVerb::Delete, scope, addr))
     }
 
-    fn remove_plan(&self, scope: &Scope) -> String {
+    fn remove_plan(&self, scope: &GuestScope) -> String {
         // `add` first so a table deleted by someone else in between is not an error.
         let name = guest_table(scope);
         format!("add table inet {name}\ndelete table inet {name}\n")
     }
 
-    fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
+    fn remove(&self, scope: &GuestScope) -> Result<bool, FirewallError> {
         let name = guest_table(scope);
         if !self.installed_tables()?.iter().any(|(_, n)| *n == name) {
             return Ok(false);
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn table_names_round_trip() {
-        for scope in [Scope::user(1001), Scope::owned_by(5, 77)] {
+        for scope in [GuestScope::user(1001), GuestScope::owned_by(5, 77)] {
             assert_eq!(scope_of_table(&guest_table(&scope)), Some(scope));
         }
         for foreign in ["sandgate", "sandgate_", "filter", "sandgate_x", "sandgate_u1_q2"] {
@@ -362,7 +362,7 @@ mod tests {
             allow_syncookies: false,
             allow_multicast_reports: false,
         };
-        let text = guest_ruleset(&Scope::user(5), &policy);
+        let text = guest_ruleset(&GuestScope::user(5), &policy);
         let fp = policy.subids.fingerprint(5);
         assert_eq!(recorded_identity(&text).as_deref(), Some(fp.as_str()));
         // As `nft list table` prints it.
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn element_commands() {
-        let s = Scope::user(9);
+        let s = GuestScope::user(9);
         assert_eq!(
             element_command(ElementVerb::Add, &s, "127.0.0.1:3128".parse().unwrap()),
             "add element inet sandgate_u9 allow4 { 127.0.0.1 . 3128 }\n"

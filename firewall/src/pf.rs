@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 
 use crate::FirewallError;
-use crate::guest::{Firewall, GuestPolicy, Installed, OwnerCheck, Plan, Scope};
+use crate::guest::{Firewall, GuestPolicy, GuestScope, Installed, OwnerCheck, Plan};
 use crate::runner::{CommandRunner, SystemRunner};
 
 /// Parent anchor evaluated by the stock macOS pf.conf.
@@ -42,14 +42,14 @@ pub const PFLOG_IF: &str = "pflog0";
 ///
 /// pflog records the anchor's last component in a 16-byte field, so `sandgate.u501` is seen whole
 /// and longer names are cut; the monitor attributes by uid as well.
-pub fn anchor(scope: &Scope) -> String {
+pub fn anchor(scope: &GuestScope) -> String {
     format!("{PARENT_ANCHOR}/{ANCHOR_PREFIX}{}", scope.label('.'))
 }
 
 /// The scope of an anchor path made by [`anchor`].
-pub fn scope_of_anchor(path: &str) -> Option<Scope> {
+pub fn scope_of_anchor(path: &str) -> Option<GuestScope> {
     let rest = path.strip_prefix(PARENT_ANCHOR)?.strip_prefix('/')?.strip_prefix(ANCHOR_PREFIX)?;
-    Scope::parse_label(rest, '.')
+    GuestScope::parse_label(rest, '.')
 }
 
 /// The anchor's rules for a guest-user scope.
@@ -58,7 +58,7 @@ pub fn scope_of_anchor(path: &str) -> Option<Scope> {
 /// blocked with `return` (RST / ICMP unreachable, so connects fail at once) and logged to `pflog0`
 /// with the socket's uid (`log (user)`; XNU never fills the pid field, so the monitor attributes
 /// by uid and anchor name).
-pub fn guest_anchor_rules(scope: &Scope, policy: &GuestPolicy) -> String {
+pub fn guest_anchor_rules(scope: &GuestScope, policy: &GuestPolicy) -> String {
     let uid = scope.uid;
     let mut s = format!("# sandgate guest-user firewall: {scope}, anchor {}\n", anchor(scope));
     for proxy in &policy.proxies {
@@ -85,40 +85,40 @@ pub fn guest_anchor_rules(scope: &Scope, policy: &GuestPolicy) -> String {
 /// implements this on SQLite; [`MemoryTokenStore`] is for tests and one-shot use).
 pub trait TokenStore: Send + Sync {
     /// The token held for `scope`, if any.
-    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError>;
+    fn load(&self, scope: &GuestScope) -> Result<Option<String>, FirewallError>;
     /// Keeps `token` for `scope`, replacing an older one.
-    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError>;
+    fn save(&self, scope: &GuestScope, token: &str) -> Result<(), FirewallError>;
     /// Forgets the token of `scope`.
-    fn forget(&self, scope: &Scope) -> Result<(), FirewallError>;
+    fn forget(&self, scope: &GuestScope) -> Result<(), FirewallError>;
     /// Every scope with a token.
-    fn scopes(&self) -> Result<Vec<Scope>, FirewallError>;
+    fn scopes(&self) -> Result<Vec<GuestScope>, FirewallError>;
 }
 
 /// A [`TokenStore`] in memory.
 #[derive(Debug, Default)]
 pub struct MemoryTokenStore {
-    tokens: Mutex<BTreeMap<Scope, String>>,
+    tokens: Mutex<BTreeMap<GuestScope, String>>,
 }
 
 impl MemoryTokenStore {
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<Scope, String>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<GuestScope, String>> {
         self.tokens.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl TokenStore for MemoryTokenStore {
-    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError> {
+    fn load(&self, scope: &GuestScope) -> Result<Option<String>, FirewallError> {
         Ok(self.map().get(scope).cloned())
     }
-    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError> {
+    fn save(&self, scope: &GuestScope, token: &str) -> Result<(), FirewallError> {
         self.map().insert(*scope, token.to_owned());
         Ok(())
     }
-    fn forget(&self, scope: &Scope) -> Result<(), FirewallError> {
+    fn forget(&self, scope: &GuestScope) -> Result<(), FirewallError> {
         self.map().remove(scope);
         Ok(())
     }
-    fn scopes(&self) -> Result<Vec<Scope>, FirewallError> {
+    fn scopes(&self) -> Result<Vec<GuestScope>, FirewallError> {
         Ok(self.map().keys().copied().collect())
     }
 }
@@ -136,7 +136,7 @@ impl FileTokenStore {
         FileTokenStore { dir: dir.into() }
     }
 
-    fn path(&self, scope: &Scope) -> std::path::PathBuf {
+    fn path(&self, scope: &GuestScope) -> std::path::PathBuf {
         self.dir.join(scope.label('.'))
     }
 }
@@ -146,7 +146,7 @@ fn store_err(what: &str, path: &std::path::Path, e: std::io::Error) -> FirewallE
 }
 
 impl TokenStore for FileTokenStore {
-    fn load(&self, scope: &Scope) -> Result<Option<String>, FirewallError> {
+    fn load(&self, scope: &GuestScope) -> Result<Option<String>, FirewallError> {
         let path = self.path(scope);
         match std::fs::read_to_string(&path) {
             Ok(t) => Ok(Some(t.trim().to_owned()).filter(|t| !t.is_empty())),
@@ -154,12 +154,12 @@ impl TokenStore for FileTokenStore {
             Err(e) => Err(store_err("read", &path, e)),
         }
     }
-    fn save(&self, scope: &Scope, token: &str) -> Result<(), FirewallError> {
+    fn save(&self, scope: &GuestScope, token: &str) -> Result<(), FirewallError> {
         std::fs::create_dir_all(&self.dir).map_err(|e| store_err("create", &self.dir, e))?;
         let path = self.path(scope);
         std::fs::write(&path, token).map_err(|e| store_err("write", &path, e))
     }
-    fn forget(&self, scope: &Scope) -> Result<(), FirewallError> {
+    fn forget(&self, scope: &GuestScope) -> Result<(), FirewallError> {
         let path = self.path(scope);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -167,15 +167,15 @@ impl TokenStore for FileTokenStore {
             Err(e) => Err(store_err("remove", &path, e)),
         }
     }
-    fn scopes(&self) -> Result<Vec<Scope>, FirewallError> {
+    fn scopes(&self) -> Result<Vec<GuestScope>, FirewallError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(store_err("list", &self.dir, e)),
         };
-        let mut scopes: Vec<Scope> = entries
+        let mut scopes: Vec<GuestScope> = entries
             .filter_map(|e| e.ok())
-            .filter_map(|e| Scope::parse_label(e.file_name().to_str()?, '.'))
+            .filter_map(|e| GuestScope::parse_label(e.file_name().to_str()?, '.'))
             .collect();
         scopes.sort();
         Ok(scopes)
@@ -275,7 +275,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
         Ok(format!("{}{}", out.stdout, out.stderr))
     }
 
-    fn installed_anchors(&self) -> Result<Vec<(Scope, String)>, FirewallError> {
+    fn installed_anchors(&self) -> Result<Vec<(GuestScope, String)>, FirewallError> {
         let out = self.runner.run(PFCTL, &["-a", PARENT_ANCHOR, "-s", "Anchors"], None)?;
         Ok(parse_anchors(&out.stdout)
             .into_iter()
@@ -293,7 +293,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     }
 
     /// Releases the scope's pf enable token, if one is held.
-    fn release(&self, scope: &Scope) -> Result<bool, FirewallError> {
+    fn release(&self, scope: &GuestScope) -> Result<bool, FirewallError> {
         let Some(token) = self.tokens.load(scope)? else { return Ok(false) };
         match self.pfctl(&["-X", &token], None) {
             Ok(_) => {}
@@ -312,7 +312,7 @@ fn is_unknown_token(stderr: &str) -> bool {
 }
 
 impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
-    fn plan(&self, scope: &Scope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
+    fn plan(&self, scope: &GuestScope, policy: &GuestPolicy) -> Result<Plan, FirewallError> {
         Ok(Plan { scope: *scope, name: anchor(scope), text: guest_anchor_rules(scope, policy) })
     }
 
@@ -331,7 +331,7 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         check_main_ruleset(&main.stdout)
     }
 
-    fn allow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+    fn allow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError> {
         Err(FirewallError::Invalid {
             what: format!(
                 "pf anchors have no sets here: re-plan {scope} with proxy {addr} and apply \
@@ -340,15 +340,15 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         })
     }
 
-    fn disallow(&self, scope: &Scope, addr: SocketAddr) -> Result<(), FirewallError> {
+    fn disallow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError> {
         self.allow(scope, addr)
     }
 
-    fn remove_plan(&self, scope: &Scope) -> String {
+    fn remove_plan(&self, scope: &GuestScope) -> String {
         format!("{PFCTL} -a {} -F all\n{PFCTL} -X <token of {scope}>\n", anchor(scope))
     }
 
-    fn remove(&self, scope: &Scope) -> Result<bool, FirewallError> {
+    fn remove(&self, scope: &GuestScope) -> Result<bool, FirewallError> {
         let name = anchor(scope);
         let present = self.installed_anchors()?.iter().any(|(_, a)| *a == name);
         if present {
@@ -367,7 +367,7 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         Ok(found)
     }
 
-    fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<Scope>, FirewallError> {
+    fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<GuestScope>, FirewallError> {
         let mut removed = Vec::new();
         for (scope, _) in self.installed_anchors()? {
             if scope.is_stale(owners) && self.remove(&scope)? {
@@ -391,8 +391,8 @@ mod tests {
     #[test]
     fn anchors_round_trip() {
         for (scope, path) in [
-            (Scope::user(501), "com.apple/sandgate.u501"),
-            (Scope::owned_by(501, 42), "com.apple/sandgate.u501.p42"),
+            (GuestScope::user(501), "com.apple/sandgate.u501"),
+            (GuestScope::owned_by(501, 42), "com.apple/sandgate.u501.p42"),
         ] {
             assert_eq!(anchor(&scope), path);
             assert_eq!(scope_of_anchor(path), Some(scope));
@@ -407,14 +407,14 @@ mod tests {
     fn file_token_store_round_trips() {
         let dir = std::env::temp_dir().join(format!("sg-pf-tokens-{}", std::process::id()));
         let store = FileTokenStore::new(&dir);
-        assert_eq!(store.load(&Scope::user(1)).unwrap(), None);
-        store.save(&Scope::user(1), "11").unwrap();
-        store.save(&Scope::owned_by(2, 3), "23").unwrap();
-        assert_eq!(store.load(&Scope::user(1)).unwrap().as_deref(), Some("11"));
-        assert_eq!(store.scopes().unwrap(), [Scope::user(1), Scope::owned_by(2, 3)]);
-        store.forget(&Scope::user(1)).unwrap();
-        store.forget(&Scope::user(1)).unwrap();
-        assert_eq!(store.scopes().unwrap(), [Scope::owned_by(2, 3)]);
+        assert_eq!(store.load(&GuestScope::user(1)).unwrap(), None);
+        store.save(&GuestScope::user(1), "11").unwrap();
+        store.save(&GuestScope::owned_by(2, 3), "23").unwrap();
+        assert_eq!(store.load(&GuestScope::user(1)).unwrap().as_deref(), Some("11"));
+        assert_eq!(store.scopes().unwrap(), [GuestScope::user(1), GuestScope::owned_by(2, 3)]);
+        store.forget(&GuestScope::user(1)).unwrap();
+        store.forget(&GuestScope::user(1)).unwrap();
+        assert_eq!(store.scopes().unwrap(), [GuestScope::owned_by(2, 3)]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use sandgate_firewall::nft::{self, NamespaceRules};
-use sandgate_firewall::{GuestPolicy, IdRange, Scope, SubIds};
+use sandgate_firewall::{GuestPolicy, GuestScope, IdRange, SubIds};
 
 fn check(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
@@ -35,7 +35,7 @@ fn guest_ruleset_v4_and_v6_proxies() {
         allow_syncookies: false,
         allow_multicast_reports: false,
     };
-    check("guest_u1001.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+    check("guest_u1001.nft", &nft::guest_ruleset(&GuestScope::user(1001), &policy));
 }
 
 #[test]
@@ -47,7 +47,7 @@ fn guest_ruleset_owned_no_proxy() {
         allow_syncookies: false,
         allow_multicast_reports: false,
     };
-    check("guest_u1001_p4242.nft", &nft::guest_ruleset(&Scope::owned_by(1001, 4242), &policy));
+    check("guest_u1001_p4242.nft", &nft::guest_ruleset(&GuestScope::owned_by(1001, 4242), &policy));
 }
 
 /// The opt-outs (`--allow-syncookies`, `--allow-multicast-reports`): no host-wide drops of
@@ -61,7 +61,7 @@ fn guest_ruleset_host_wide_drops_opted_out() {
         allow_syncookies: true,
         allow_multicast_reports: true,
     };
-    check("guest_u1001_allow_host.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+    check("guest_u1001_allow_host.nft", &nft::guest_ruleset(&GuestScope::user(1001), &policy));
 }
 
 /// Only SYN cookies kept: unowned multicast reports are still dropped.
@@ -74,7 +74,7 @@ fn guest_ruleset_syncookies_kept() {
         allow_syncookies: true,
         allow_multicast_reports: false,
     };
-    check("guest_u1001_syncookies.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+    check("guest_u1001_syncookies.nft", &nft::guest_ruleset(&GuestScope::user(1001), &policy));
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn guest_ruleset_with_subordinate_ids() {
         allow_syncookies: false,
         allow_multicast_reports: false,
     };
-    check("guest_u1001_subids.nft", &nft::guest_ruleset(&Scope::user(1001), &policy));
+    check("guest_u1001_subids.nft", &nft::guest_ruleset(&GuestScope::user(1001), &policy));
 }
 
 #[test]
@@ -103,7 +103,10 @@ fn pf_anchor_rules_loopback_proxies() {
         allow_syncookies: false,
         allow_multicast_reports: false,
     };
-    check("guest_u501.pf", &sandgate_firewall::pf::guest_anchor_rules(&Scope::user(501), &policy));
+    check(
+        "guest_u501.pf",
+        &sandgate_firewall::pf::guest_anchor_rules(&GuestScope::user(501), &policy),
+    );
 }
 
 #[test]
@@ -117,6 +120,6 @@ fn pf_anchor_rules_owned_remote_proxy() {
     };
     check(
         "guest_u501_p4242.pf",
-        &sandgate_firewall::pf::guest_anchor_rules(&Scope::owned_by(501, 4242), &policy),
+        &sandgate_firewall::pf::guest_anchor_rules(&GuestScope::owned_by(501, 4242), &policy),
     );
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{NetNs, TestUser, nflog_group, run_with_stdin, sh, subnet, veth};
 use sandgate_firewall::nft::{GuestTables, guest_table};
-use sandgate_firewall::{Firewall, GuestPolicy, Scope, SubIds, SystemOwnerCheck};
+use sandgate_firewall::{Firewall, GuestPolicy, GuestScope, SubIds, SystemOwnerCheck};
 use sandgate_monitor::nflog::NflogSocket;
 use sandgate_monitor::{BlockedPacket, Protocol};
 
@@ -64,7 +64,7 @@ fn guest_user_is_fenced_logged_and_removed_without_trace() {
     let group = nflog_group();
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
     let fw = GuestTables::system();
-    let scope = Scope::user(user.uid);
+    let scope = GuestScope::user(user.uid);
     let plan = fw
         .plan(
             &scope,
@@ -177,13 +177,13 @@ fn gc_removes_tables_whose_owner_is_gone() {
         allow_multicast_reports: false,
     };
     let mut child = Command::new("sleep").arg("600").spawn().unwrap();
-    let dead_owner = Scope::owned_by(user.uid, child.id());
-    let live_owner = Scope::owned_by(user.uid, std::process::id());
-    let deleted_user = Scope::user(gone.uid);
+    let dead_owner = GuestScope::owned_by(user.uid, child.id());
+    let live_owner = GuestScope::owned_by(user.uid, std::process::id());
+    let deleted_user = GuestScope::user(gone.uid);
     for s in [dead_owner, live_owner, deleted_user] {
         fw.apply(&fw.plan(&s, &policy).unwrap()).unwrap();
     }
-    let listed: Vec<Scope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
+    let listed: Vec<GuestScope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
     for s in [dead_owner, live_owner, deleted_user] {
         assert!(listed.contains(&s), "{s} not listed in {listed:?}");
     }
@@ -204,7 +204,7 @@ fn gc_removes_tables_whose_owner_is_gone() {
 
 /// The guest ruleset exactly as it was before the whole identity was fenced (uid only, every
 /// reply accepted): the control row showing that the tests below catch both holes.
-fn ruleset_before_fix(scope: &Scope, proxy: SocketAddr, group: u16) -> String {
+fn ruleset_before_fix(scope: &GuestScope, proxy: SocketAddr, group: u16) -> String {
     let t = guest_table(scope);
     let (uid, prefix) = (scope.uid, scope.log_prefix());
     format!(
@@ -249,7 +249,7 @@ fn records(sock: &mut NflogSocket, done: impl Fn(&[BlockedPacket]) -> bool) -> V
 
 /// Removes the scope's table when dropped, so a failed assertion leaves no fence behind for a
 /// later user with the same uid.
-struct RemoveOnDrop(Scope);
+struct RemoveOnDrop(GuestScope);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -300,7 +300,7 @@ fn subordinate_uids_are_fenced_and_reported() {
     let proxy_addr = proxy.local_addr().unwrap();
     let group = nflog_group();
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
-    let scope = Scope::owned_by(user.uid, std::process::id());
+    let scope = GuestScope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
     let fw = GuestTables::system();
 
@@ -416,7 +416,7 @@ fn inbound_connections_to_the_users_sockets_are_refused() {
     let proxy_addr = proxy.local_addr().unwrap();
     let group = nflog_group();
     let mut sock = NflogSocket::open(group).expect("open NFLOG group on the host");
-    let scope = Scope::owned_by(user.uid, std::process::id());
+    let scope = GuestScope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
     let fw = GuestTables::system();
 
@@ -589,7 +589,7 @@ fn syn_cookie_connections_to_the_users_listener_are_dropped() {
     let testhost = NetNs::new("gc");
     let (host, _th) = veth(None, &testhost, subnet());
     let group = nflog_group();
-    let scope = Scope::owned_by(user.uid, std::process::id());
+    let scope = GuestScope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
     let fw = GuestTables::system();
     let burst = |allow_syncookies: bool| -> Vec<(SocketAddr, usize, usize)> {
@@ -685,7 +685,7 @@ fn multicast_join_reports_do_not_carry_data_out() {
     let testhost = NetNs::new("gm");
     let (host, _th) = veth(None, &testhost, subnet());
     let idx = ifindex_of(host.v4);
-    let scope = Scope::owned_by(user.uid, std::process::id());
+    let scope = GuestScope::owned_by(user.uid, std::process::id());
     let _cleanup = RemoveOnDrop(scope);
     let fw = GuestTables::system();
     let secret = *b"SECRET-EXFIL!!";

@@ -3,7 +3,7 @@
 
 use sandgate_firewall::nft::GuestTables;
 use sandgate_firewall::pf::{GuestAnchors, MemoryTokenStore, TokenStore};
-use sandgate_firewall::{Firewall, GuestPolicy, OwnerCheck, RecordingRunner, Scope};
+use sandgate_firewall::{Firewall, GuestPolicy, GuestScope, OwnerCheck, RecordingRunner};
 
 const PFCTL: &str = "/sbin/pfctl";
 const IFCONFIG: &str = "/sbin/ifconfig";
@@ -41,7 +41,7 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
     );
     runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
-    let scope = Scope::user(501);
+    let scope = GuestScope::user(501);
     let plan = fw.plan(&scope, &policy()).unwrap();
     fw.apply(&plan).unwrap();
     fw.apply(&plan).unwrap();
@@ -69,7 +69,7 @@ fn pf_apply_creates_pflog0_when_missing() {
     runner.reply(&format!("{IFCONFIG} pflog0 create"), "", "");
     runner.fail(&format!("{IFCONFIG} pflog0"), "ifconfig: interface pflog0 does not exist");
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
-    fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap();
+    fw.apply(&fw.plan(&GuestScope::user(501), &policy()).unwrap()).unwrap();
     let cmds = fw.runner().commands();
     assert_eq!(cmds[1..3], [format!("{IFCONFIG} pflog0"), format!("{IFCONFIG} pflog0 create")]);
 }
@@ -85,7 +85,7 @@ fn pf_apply_refuses_loudly_when_the_main_ruleset_skips_the_anchor() {
         "",
     );
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
-    let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
+    let err = fw.apply(&fw.plan(&GuestScope::user(501), &policy()).unwrap()).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("fails open") && msg.contains("NOT fenced in"), "{msg}");
     assert!(msg.contains("pass out all"), "the main ruleset is shown: {msg}");
@@ -96,7 +96,7 @@ fn pf_apply_without_a_token_fails_before_loading() {
     let runner = RecordingRunner::new();
     runner.reply(&format!("{PFCTL} -E"), "", "pf already enabled\n");
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
-    let err = fw.apply(&fw.plan(&Scope::user(501), &policy()).unwrap()).unwrap_err();
+    let err = fw.apply(&fw.plan(&GuestScope::user(501), &policy()).unwrap()).unwrap_err();
     assert!(err.to_string().contains("Token"), "{err}");
     assert_eq!(fw.runner().commands(), [format!("{PFCTL} -E")]);
 }
@@ -110,9 +110,9 @@ fn pf_remove_flushes_then_releases_the_token() {
         "",
     );
     let tokens = MemoryTokenStore::default();
-    tokens.save(&Scope::user(501), "42").unwrap();
+    tokens.save(&GuestScope::user(501), "42").unwrap();
     let fw = GuestAnchors::new(runner, tokens);
-    assert!(fw.remove(&Scope::user(501)).unwrap());
+    assert!(fw.remove(&GuestScope::user(501)).unwrap());
     assert_eq!(
         fw.runner().commands(),
         [
@@ -121,7 +121,7 @@ fn pf_remove_flushes_then_releases_the_token() {
             format!("{PFCTL} -X 42"),
         ]
     );
-    assert_eq!(fw.tokens().load(&Scope::user(501)).unwrap(), None);
+    assert_eq!(fw.tokens().load(&GuestScope::user(501)).unwrap(), None);
 }
 
 #[test]
@@ -129,9 +129,9 @@ fn pf_remove_of_a_token_pf_forgot_still_forgets_it() {
     let runner = RecordingRunner::new();
     runner.fail(&format!("{PFCTL} -X"), "pfctl: Invalid token");
     let tokens = MemoryTokenStore::default();
-    tokens.save(&Scope::user(7), "5").unwrap();
+    tokens.save(&GuestScope::user(7), "5").unwrap();
     let fw = GuestAnchors::new(runner, tokens);
-    assert!(fw.remove(&Scope::user(7)).unwrap());
+    assert!(fw.remove(&GuestScope::user(7)).unwrap());
     assert!(fw.tokens().scopes().unwrap().is_empty());
 }
 
@@ -144,12 +144,15 @@ fn pf_gc_removes_stale_anchors_and_tokens_only() {
         "",
     );
     let tokens = MemoryTokenStore::default();
-    tokens.save(&Scope::owned_by(501, 999), "1").unwrap();
-    tokens.save(&Scope::owned_by(501, 1), "2").unwrap();
-    tokens.save(&Scope::owned_by(502, 999), "3").unwrap(); // anchor already gone
+    tokens.save(&GuestScope::owned_by(501, 999), "1").unwrap();
+    tokens.save(&GuestScope::owned_by(501, 1), "2").unwrap();
+    tokens.save(&GuestScope::owned_by(502, 999), "3").unwrap(); // anchor already gone
     let fw = GuestAnchors::new(runner, tokens);
     let removed = fw.gc(&Owners).unwrap();
-    assert_eq!(removed, [Scope::owned_by(501, 999), Scope::user(666), Scope::owned_by(502, 999)]);
+    assert_eq!(
+        removed,
+        [GuestScope::owned_by(501, 999), GuestScope::user(666), GuestScope::owned_by(502, 999)]
+    );
     let cmds = fw.runner().commands();
     for want in [
         format!("{PFCTL} -a com.apple/sandgate.u501.p999 -F all"),
@@ -163,7 +166,7 @@ fn pf_gc_removes_stale_anchors_and_tokens_only() {
         !cmds.iter().any(|c| c.contains("sandgate.u501.p1 ") || c.ends_with("-X 2")),
         "{cmds:#?}"
     );
-    assert_eq!(fw.tokens().scopes().unwrap(), [Scope::owned_by(501, 1)]);
+    assert_eq!(fw.tokens().scopes().unwrap(), [GuestScope::owned_by(501, 1)]);
 }
 
 #[test]
@@ -184,7 +187,7 @@ fn pf_list_reads_rules_of_sandgate_anchors() {
     assert_eq!(listed.len(), 1);
     assert_eq!(
         (listed[0].scope, listed[0].rules.as_str()),
-        (Scope::user(501), "block return out ...\n")
+        (GuestScope::user(501), "block return out ...\n")
     );
 }
 
@@ -193,15 +196,15 @@ fn nft_sequences() {
     let runner = RecordingRunner::new();
     runner.reply("nft list tables inet", "table inet filter\ntable inet sandgate_u1001\ntable inet sandgate_u666\ntable inet sandgate_u5_p999\n", "");
     let fw = GuestTables::new(runner);
-    let scope = Scope::user(1001);
+    let scope = GuestScope::user(1001);
     let plan = fw.plan(&scope, &policy()).unwrap();
     fw.apply(&plan).unwrap();
     fw.allow(&scope, "[::1]:8080".parse().unwrap()).unwrap();
     fw.disallow(&scope, "127.0.0.1:3128".parse().unwrap()).unwrap();
     assert!(fw.remove(&scope).unwrap());
-    assert!(!fw.remove(&Scope::user(4)).unwrap());
+    assert!(!fw.remove(&GuestScope::user(4)).unwrap());
     let removed = fw.gc(&Owners).unwrap();
-    assert_eq!(removed, [Scope::user(666), Scope::owned_by(5, 999)]);
+    assert_eq!(removed, [GuestScope::user(666), GuestScope::owned_by(5, 999)]);
     let calls = fw.runner().calls();
     let text: Vec<(String, String)> =
         calls.iter().map(|c| (c.command.clone(), c.stdin.clone().unwrap_or_default())).collect();
@@ -231,7 +234,7 @@ fn nft_errors_carry_the_command_and_stderr() {
     let runner = RecordingRunner::new();
     runner.fail("nft -f -", "Error: Could not process rule: Operation not permitted");
     let fw = GuestTables::new(runner);
-    let err = fw.apply(&fw.plan(&Scope::user(1), &policy()).unwrap()).unwrap_err();
+    let err = fw.apply(&fw.plan(&GuestScope::user(1), &policy()).unwrap()).unwrap_err();
     assert!(err.is_permission_denied());
     assert!(err.to_string().contains("nft -f -"), "{err}");
 }
@@ -245,6 +248,6 @@ fn nft_list_skips_a_table_removed_meanwhile() {
         "Error: No such file or directory\nlist table inet sandgate_u1",
     );
     let fw = GuestTables::new(runner);
-    let listed: Vec<Scope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
-    assert_eq!(listed, [Scope::user(2)]);
+    let listed: Vec<GuestScope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
+    assert_eq!(listed, [GuestScope::user(2)]);
 }

@@ -34,4 +34,4 @@ mod shell;
 pub use claude::{HookSettings, MAX_INPUT, Verdict, decide_claude, verdict_json};
 pub use fs::{FileInfo, Filesystem, RealFs};
 pub use paths::{Access, PathRefusal, RefusalKind, Walls, check_path, resolve_path};
-pub use shell::{Refusal as CommandRefusal, Stage, WRAPPERS, check_command, split_command};
+pub use shell::{CommandRefusal, Stage, WRAPPERS, check_command, split_command};

@@ -44,7 +44,7 @@ pub struct Stage {
 
 /// Why a command line gets no decision.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum CommandRefusal {
     /// The line uses shell syntax outside the accepted subset.
     #[error("the command line uses shell syntax the hook does not accept: {0}")]
     Syntax(String),
@@ -68,8 +68,8 @@ pub enum Refusal {
 }
 
 /// Splits a command line into pipeline stages, refusing anything outside the accepted subset.
-pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
-    let syntax = |what: &str| Refusal::Syntax(what.to_owned());
+pub fn split_command(line: &str) -> Result<Vec<Stage>, CommandRefusal> {
+    let syntax = |what: &str| CommandRefusal::Syntax(what.to_owned());
     let mut stages = Vec::new();
     let mut stage = Stage { words: Vec::new(), redirections: Vec::new() };
     let mut word = String::new();
@@ -117,7 +117,9 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                         None => return Err(syntax("an unterminated double quote")),
                         Some('"') => break,
                         Some(c @ ('$' | '`' | '\\' | '!')) => {
-                            return Err(Refusal::Syntax(format!("{c:?} inside double quotes")));
+                            return Err(CommandRefusal::Syntax(format!(
+                                "{c:?} inside double quotes"
+                            )));
                         }
                         Some(c) if c.is_control() => {
                             return Err(syntax("a control character (newline, NUL, ...)"));
@@ -155,7 +157,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                     chars.next();
                 }
                 if !SAFE_REDIRECTIONS.contains(&token.as_str()) {
-                    return Err(Refusal::Syntax(format!(
+                    return Err(CommandRefusal::Syntax(format!(
                         "the redirection or operator {token:?} (only {} are accepted)",
                         SAFE_REDIRECTIONS.join(" ")
                     )));
@@ -167,7 +169,7 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
                 stage.redirections.push(token);
             }
             ';' | '(' | ')' | '$' | '`' | '\\' | '#' | '!' => {
-                return Err(Refusal::Syntax(format!("{c:?} outside single quotes")));
+                return Err(CommandRefusal::Syntax(format!("{c:?} outside single quotes")));
             }
             '*' | '?' | '[' | ']' | '{' | '}' | '~' | '^' => {
                 in_word = true;
@@ -200,15 +202,15 @@ pub fn split_command(line: &str) -> Result<Vec<Stage>, Refusal> {
 
 /// Checks that every stage of `line` runs inside a sandgate wrapper with narrowing options only,
 /// and returns the tier of each stage.
-pub fn check_command(line: &str, fs: &dyn Filesystem) -> Result<Vec<String>, Refusal> {
+pub fn check_command(line: &str, fs: &dyn Filesystem) -> Result<Vec<String>, CommandRefusal> {
     split_command(line)?.iter().map(|s| check_stage(s, fs)).collect()
 }
 
-fn check_stage(stage: &Stage, fs: &dyn Filesystem) -> Result<String, Refusal> {
+fn check_stage(stage: &Stage, fs: &dyn Filesystem) -> Result<String, CommandRefusal> {
     let mut words = stage.words.iter();
-    let first = words.next().ok_or(Refusal::NoCommand)?;
+    let first = words.next().ok_or(CommandRefusal::NoCommand)?;
     if first.expands {
-        return Err(Refusal::Expands(first.text.clone()));
+        return Err(CommandRefusal::Expands(first.text.clone()));
     }
     let name = first.text.as_str();
     let base = if name.contains('/') {
@@ -217,19 +219,19 @@ fn check_stage(stage: &Stage, fs: &dyn Filesystem) -> Result<String, Refusal> {
         let path = Path::new(name);
         let base = path.file_name().and_then(|b| b.to_str()).unwrap_or("");
         if !path.is_absolute() || !is_our_name(base) {
-            return Err(Refusal::NotWrapped(name.into()));
+            return Err(CommandRefusal::NotWrapped(name.into()));
         }
         if !fs.is_sandgate(path) {
-            return Err(Refusal::NotOurs(name.into()));
+            return Err(CommandRefusal::NotOurs(name.into()));
         }
         base
     } else {
         if !is_our_name(name) {
-            return Err(Refusal::NotWrapped(name.into()));
+            return Err(CommandRefusal::NotWrapped(name.into()));
         }
         match fs.lookup_command(name) {
             Some(p) if fs.is_sandgate(&p) => {}
-            _ => return Err(Refusal::NotOurs(name.into())),
+            _ => return Err(CommandRefusal::NotOurs(name.into())),
         }
         name
     };
@@ -237,44 +239,44 @@ fn check_stage(stage: &Stage, fs: &dyn Filesystem) -> Result<String, Refusal> {
         Some((_, tier)) => (*tier).to_owned(),
         None => {
             // `sandgate run|net|build ...`
-            let sub = words.next().ok_or(Refusal::NoCommand)?;
+            let sub = words.next().ok_or(CommandRefusal::NoCommand)?;
             if sub.expands || !WRAPPERS.iter().any(|(_, t)| *t == sub.text) {
-                return Err(Refusal::NotWrapped(format!("{name} {}", sub.text)));
+                return Err(CommandRefusal::NotWrapped(format!("{name} {}", sub.text)));
             }
             sub.text.clone()
         }
     };
     // Options before the command: only those that narrow the tier.
     loop {
-        let w = words.next().ok_or(Refusal::NoCommand)?;
+        let w = words.next().ok_or(CommandRefusal::NoCommand)?;
         if w.expands {
-            return Err(Refusal::Expands(w.text.clone()));
+            return Err(CommandRefusal::Expands(w.text.clone()));
         }
         let t = w.text.as_str();
         if !t.starts_with('-') {
-            return if t.is_empty() { Err(Refusal::NoCommand) } else { Ok(tier) };
+            return if t.is_empty() { Err(CommandRefusal::NoCommand) } else { Ok(tier) };
         }
         match t {
             "--" => {
-                let cmd = words.next().ok_or(Refusal::NoCommand)?;
+                let cmd = words.next().ok_or(CommandRefusal::NoCommand)?;
                 if cmd.expands {
-                    return Err(Refusal::Expands(cmd.text.clone()));
+                    return Err(CommandRefusal::Expands(cmd.text.clone()));
                 }
-                return if cmd.text.is_empty() { Err(Refusal::NoCommand) } else { Ok(tier) };
+                return if cmd.text.is_empty() { Err(CommandRefusal::NoCommand) } else { Ok(tier) };
             }
             "--require-full" | "--report-blocked" | "--net=none" => {}
             "--net" | "--deny" => {
-                let v = words.next().ok_or(Refusal::NoCommand)?;
+                let v = words.next().ok_or(CommandRefusal::NoCommand)?;
                 let ok = match t {
                     "--net" => v.text == "none",
                     _ => !v.text.is_empty() && !v.text.starts_with('-'),
                 };
                 if v.expands || !ok {
-                    return Err(Refusal::Widens(format!("{t} {}", v.text)));
+                    return Err(CommandRefusal::Widens(format!("{t} {}", v.text)));
                 }
             }
             _ if t.starts_with("--deny=") && t.len() > "--deny=".len() => {}
-            _ => return Err(Refusal::Widens(t.into())),
+            _ => return Err(CommandRefusal::Widens(t.into())),
         }
     }
 }

@@ -7,14 +7,14 @@ use std::time::Duration;
 use sandgate_config::{Host, Target};
 use tokio::sync::watch;
 
-use crate::traits::{Answer, Approver, DenyReason, Question, SandboxId};
+use crate::traits::{ApprovalRequest, Approver, DenyReason, Ruling, SandboxId};
 
 type Key = (SandboxId, Host, u16);
 
 /// Questions in flight.
 #[derive(Clone, Default)]
 pub(crate) struct Asks {
-    inflight: Arc<Mutex<HashMap<Key, watch::Sender<Option<Answer>>>>>,
+    inflight: Arc<Mutex<HashMap<Key, watch::Sender<Option<Ruling>>>>>,
 }
 
 impl Asks {
@@ -23,9 +23,9 @@ impl Asks {
     pub(crate) async fn ask(
         &self,
         approver: &Arc<dyn Approver>,
-        question: Question,
+        question: ApprovalRequest,
         timeout: Duration,
-    ) -> Answer {
+    ) -> Ruling {
         let mut rx = {
             let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
             let key = key(&question.sandbox, &question.target);
@@ -40,7 +40,7 @@ impl Asks {
                     tokio::spawn(async move {
                         let answer = tokio::time::timeout(timeout, approver.ask(question))
                             .await
-                            .unwrap_or(Answer::Deny(DenyReason::TimedOut));
+                            .unwrap_or(Ruling::Deny(DenyReason::TimedOut));
                         // Forget the question before answering, so a request arriving after the
                         // answer asks afresh (or finds the grant) instead of reusing it.
                         asks.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
@@ -51,9 +51,9 @@ impl Asks {
             }
         };
         match rx.wait_for(Option::is_some).await {
-            Ok(answer) => answer.clone().unwrap_or(Answer::Deny(DenyReason::Denied)),
+            Ok(answer) => answer.clone().unwrap_or(Ruling::Deny(DenyReason::Denied)),
             // The asking task ended without an answer (it can only panic): fail closed.
-            Err(_) => Answer::Deny(DenyReason::Denied),
+            Err(_) => Ruling::Deny(DenyReason::Denied),
         }
     }
 
@@ -90,11 +90,11 @@ mod tests {
     }
 
     impl Approver for Gate {
-        fn ask(&self, q: Question) -> BoxFuture<'_, Answer> {
+        fn ask(&self, q: ApprovalRequest) -> BoxFuture<'_, Ruling> {
             self.asked.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 self.release.notified().await;
-                Answer::Allow(Arc::new(Rule {
+                Ruling::Allow(Arc::new(Rule {
                     pattern: Some(
                         DomainPattern::parse(&q.target.host.to_string(), PatternUse::Allow)
                             .unwrap(),
@@ -110,7 +110,7 @@ mod tests {
         let gate = Arc::new(Gate { asked: AtomicUsize::new(0), release: Notify::new() });
         let approver: Arc<dyn Approver> = gate.clone();
         let asks = Asks::default();
-        let q = Question {
+        let q = ApprovalRequest {
             sandbox: SandboxId::new("s1"),
             target: Target::parse("pypi.org:443").unwrap(),
             method: "CONNECT".into(),
@@ -128,7 +128,7 @@ mod tests {
         }
         gate.release.notify_one();
         for w in waiters {
-            assert!(matches!(w.await.unwrap(), Answer::Allow(_)));
+            assert!(matches!(w.await.unwrap(), Ruling::Allow(_)));
         }
         assert_eq!(gate.asked.load(Ordering::SeqCst), 1);
         assert_eq!(asks.len(), 0);
@@ -139,13 +139,13 @@ mod tests {
         let gate = Arc::new(Gate { asked: AtomicUsize::new(0), release: Notify::new() });
         let approver: Arc<dyn Approver> = gate;
         let asks = Asks::default();
-        let q = Question {
+        let q = ApprovalRequest {
             sandbox: SandboxId::new("s1"),
             target: Target::parse("pypi.org:443").unwrap(),
             method: "CONNECT".into(),
             path: None,
         };
         let answer = asks.ask(&approver, q, Duration::from_millis(50)).await;
-        assert_eq!(answer, Answer::Deny(DenyReason::TimedOut));
+        assert_eq!(answer, Ruling::Deny(DenyReason::TimedOut));
     }
 }

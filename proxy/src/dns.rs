@@ -106,7 +106,7 @@ pub struct Malformed {
 
 /// A standard query, read and checked.
 #[derive(Clone, Debug)]
-pub struct Question {
+pub struct DnsQuery {
     /// The message id.
     pub id: u16,
     /// Whether recursion was desired (echoed).
@@ -123,7 +123,7 @@ pub struct Question {
 }
 
 /// Reads one query. Pure: no I/O, no panics on any input.
-pub fn read_query(bytes: &[u8]) -> Result<Question, Malformed> {
+pub fn read_query(bytes: &[u8]) -> Result<DnsQuery, Malformed> {
     let header_id = (bytes.len() >= 12).then(|| u16::from_be_bytes([bytes[0], bytes[1]]));
     // Bit 7 of byte 2 is QR: never answer a response (no reflection loops).
     let is_response = bytes.get(2).is_some_and(|b| b & 0x80 != 0);
@@ -149,7 +149,7 @@ pub fn read_query(bytes: &[u8]) -> Result<Question, Malformed> {
         return Err(Malformed { id, error: QueryError::Class(query.query_class()) });
     }
     let (host, name_text) = host_of(query.name());
-    Ok(Question {
+    Ok(DnsQuery {
         id: meta.id,
         recursion_desired: meta.recursion_desired,
         query,
@@ -188,7 +188,7 @@ fn host_of(name: &Name) -> (Result<Host, String>, String) {
 
 /// What a question is answered with.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum DnsReply {
     /// These addresses (those of the question's type are put in the answer; none: NODATA).
     Addresses(Vec<IpAddr>),
     /// NXDOMAIN: refused, or no such name.
@@ -198,7 +198,7 @@ pub enum Outcome {
 }
 
 /// The response to `q`. Pure.
-pub fn response(q: &Question, outcome: &Outcome) -> Vec<u8> {
+pub fn response(q: &DnsQuery, outcome: &DnsReply) -> Vec<u8> {
     let mut m = Message::response(q.id, OpCode::Query);
     m.metadata.recursion_desired = q.recursion_desired;
     m.metadata.recursion_available = true;
@@ -209,9 +209,9 @@ pub fn response(q: &Question, outcome: &Outcome) -> Vec<u8> {
         m.set_edns(edns);
     }
     match outcome {
-        Outcome::NxDomain => m.metadata.response_code = ResponseCode::NXDomain,
-        Outcome::ServFail => m.metadata.response_code = ResponseCode::ServFail,
-        Outcome::Addresses(addrs) => {
+        DnsReply::NxDomain => m.metadata.response_code = ResponseCode::NXDomain,
+        DnsReply::ServFail => m.metadata.response_code = ResponseCode::ServFail,
+        DnsReply::Addresses(addrs) => {
             let name = q.query.name().clone();
             let ttl = TTL.as_secs() as u32;
             let data = addrs.iter().filter_map(|ip| match (q.query.query_type(), ip) {
@@ -410,11 +410,11 @@ impl Inner {
     /// Stages `decide` (without a port) and `upstream_peer` (resolve, guard) for one question.
     /// Returns the outcome and whether it is worth an event (refusals and host lookups are;
     /// answers from the cache are not).
-    async fn decide_dns(&self, sandbox: &Sandbox, q: &Question, d: &mut Ctx) -> (Outcome, bool) {
+    async fn decide_dns(&self, sandbox: &Sandbox, q: &DnsQuery, d: &mut Ctx) -> (DnsReply, bool) {
         let refuse = |d: &mut Ctx, verb: EventOutcome, rule: String| {
             d.event.decision = verb;
             d.event.rule = rule;
-            (Outcome::NxDomain, true)
+            (DnsReply::NxDomain, true)
         };
         let name = match &q.host {
             Err(why) => return refuse(d, EventOutcome::Reject, format!("not a host name: {why}")),
@@ -446,7 +446,7 @@ impl Inner {
         let qtype = q.query.query_type();
         if !matches!(qtype, RecordType::A | RecordType::AAAA) {
             // Allowed, but only addresses are looked up on the host (no TXT, MX, SRV...).
-            return (Outcome::Addresses(Vec::new()), false);
+            return (DnsReply::Addresses(Vec::new()), false);
         }
         let (addrs, looked_up) = match self.dns_cache.get(&name) {
             Some(a) => (a, false),
@@ -461,7 +461,7 @@ impl Inner {
                 }
                 Err(e) => {
                     d.event.error = Some(format!("the host could not resolve it: {e}"));
-                    return (Outcome::ServFail, true);
+                    return (DnsReply::ServFail, true);
                 }
             },
         };
@@ -490,9 +490,9 @@ impl Inner {
         {
             d.event.decision = EventOutcome::Deny;
             d.event.rule = format!("resolves to {ip}, {why}, and that address is not allowed");
-            return (Outcome::NxDomain, true);
+            return (DnsReply::NxDomain, true);
         }
-        (Outcome::Addresses(passed), looked_up)
+        (DnsReply::Addresses(passed), looked_up)
     }
 
     /// Resolves `name` on the host, unless [`MAX_LOOKUPS`] lookups are in flight already.
@@ -704,20 +704,20 @@ mod tests {
     fn answers_carry_only_the_asked_type_and_echo_the_question() {
         let q = read_query(&query_bytes(&[b"example", b"com"], 28)).unwrap();
         let addrs: Vec<IpAddr> = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
-        let reply = Message::from_vec(&response(&q, &Outcome::Addresses(addrs))).unwrap();
+        let reply = Message::from_vec(&response(&q, &DnsReply::Addresses(addrs))).unwrap();
         assert_eq!(reply.metadata.id, 0x1234);
         assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
         assert_eq!(reply.queries, vec![q.query.clone()]);
         assert_eq!(reply.answers.len(), 1);
         assert_eq!(reply.answers[0].data, RData::AAAA(AAAA("2001:db8::1".parse().unwrap())));
-        let nx = Message::from_vec(&response(&q, &Outcome::NxDomain)).unwrap();
+        let nx = Message::from_vec(&response(&q, &DnsReply::NxDomain)).unwrap();
         assert_eq!(nx.metadata.response_code, ResponseCode::NXDomain);
         assert!(nx.answers.is_empty());
         // Many addresses: capped, the answer stays under 512 bytes.
         let many: Vec<IpAddr> = (0..100u16)
             .map(|i| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i)))
             .collect();
-        let big = response(&q, &Outcome::Addresses(many));
+        let big = response(&q, &DnsReply::Addresses(many));
         assert!(big.len() < 512, "{}", big.len());
     }
 }

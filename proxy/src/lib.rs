@@ -80,7 +80,7 @@ pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{
-    Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
-    ProxyToken, Question, Resolver, SandboxId, SystemResolver, TracingSink,
+    ApprovalRequest, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
+    ProxyToken, Resolver, Ruling, SandboxId, SystemResolver, TracingSink,
 };
 pub use upstream::Upstream;

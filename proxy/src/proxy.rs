@@ -17,7 +17,7 @@ use crate::forward::Pool;
 use crate::guard::{self, OwnAddresses};
 use crate::io::{Listener, connect_tcp};
 use crate::traits::{
-    Answer, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Question, Resolver,
+    ApprovalRequest, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Resolver, Ruling,
     SandboxId, SystemResolver, TracingSink,
 };
 use crate::tunnel::PipePool;
@@ -412,26 +412,26 @@ impl Inner {
         let Some(approver) = &self.approver else {
             return Err(Refusal::NoApprover { target: target.to_string() });
         };
-        let question = Question {
+        let question = ApprovalRequest {
             sandbox: sandbox.id.clone(),
             target: target.clone(),
             method: method.to_owned(),
             path: path.map(str::to_owned),
         };
         match self.asks.ask(approver, question, self.config.ask_timeout).await {
-            Answer::Allow(rule) => Ok(rule),
-            Answer::Deny(DenyReason::Rule(rule)) => {
+            Ruling::Allow(rule) => Ok(rule),
+            Ruling::Deny(DenyReason::Rule(rule)) => {
                 Err(Refusal::Deny { target: target.to_string(), rule })
             }
-            Answer::Deny(DenyReason::Denied) => Err(Refusal::Denied { target: target.to_string() }),
-            Answer::Deny(DenyReason::TimedOut) => Err(Refusal::AskTimedOut {
+            Ruling::Deny(DenyReason::Denied) => Err(Refusal::Denied { target: target.to_string() }),
+            Ruling::Deny(DenyReason::TimedOut) => Err(Refusal::AskTimedOut {
                 target: target.to_string(),
                 after: self.config.ask_timeout,
             }),
-            Answer::Deny(DenyReason::TooManyQuestions(open)) => {
+            Ruling::Deny(DenyReason::TooManyQuestions(open)) => {
                 Err(Refusal::TooManyQuestions { target: target.to_string(), open })
             }
-            Answer::Deny(DenyReason::OverBudget { limit, window }) => {
+            Ruling::Deny(DenyReason::OverBudget { limit, window }) => {
                 Err(Refusal::OverBudget { target: target.to_string(), limit, window })
             }
         }
@@ -457,15 +457,15 @@ impl Inner {
             allowed: rules.allow.iter().map(ToString::to_string).collect(),
         };
         let Some(approver) = &self.approver else { return Err(refusal()) };
-        let question = Question {
+        let question = ApprovalRequest {
             sandbox: sandbox.id.clone(),
             target: target.clone(),
             method: method.to_owned(),
             path: Some(path.to_owned()),
         };
         match self.asks.ask(approver, question, self.config.ask_timeout).await {
-            Answer::Allow(_) => Ok(()),
-            Answer::Deny(_) => Err(refusal()),
+            Ruling::Allow(_) => Ok(()),
+            Ruling::Deny(_) => Err(refusal()),
         }
     }
 

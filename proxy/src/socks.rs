@@ -33,7 +33,7 @@ pub const CMD_CONNECT: u8 = 0x01;
 /// Reply codes of RFC 1928, section 6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Reply {
+pub enum ReplyCode {
     /// Succeeded.
     Succeeded = 0x00,
     /// General SOCKS server failure (malformed requests).
@@ -86,19 +86,19 @@ pub enum SocksError {
 
 impl SocksError {
     /// The reply code a request refused for this reason gets.
-    pub fn reply(&self) -> Reply {
+    pub fn reply(&self) -> ReplyCode {
         match self {
-            SocksError::Command(_) => Reply::CommandNotSupported,
-            SocksError::AddressType(_) => Reply::AddressTypeNotSupported,
-            SocksError::EmptyName | SocksError::BadName { .. } => Reply::HostUnreachable,
-            _ => Reply::GeneralFailure,
+            SocksError::Command(_) => ReplyCode::CommandNotSupported,
+            SocksError::AddressType(_) => ReplyCode::AddressTypeNotSupported,
+            SocksError::EmptyName | SocksError::BadName { .. } => ReplyCode::HostUnreachable,
+            _ => ReplyCode::GeneralFailure,
         }
     }
 }
 
 /// A client's method-selection message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Greeting {
+pub struct ClientGreeting {
     /// The methods offered, in order.
     pub methods: Vec<u8>,
 }
@@ -130,12 +130,12 @@ pub enum Destination {
 
 /// A parsed request (command already checked to be CONNECT).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct ConnectRequest {
     /// The destination.
     pub destination: Destination,
 }
 
-impl Request {
+impl ConnectRequest {
     /// The destination as a normalised [`Target`], by the same rules as an HTTP CONNECT target.
     pub fn target(&self) -> Result<Target, SocksError> {
         match &self.destination {
@@ -161,7 +161,7 @@ impl Request {
 }
 
 /// Parses a greeting: `VER NMETHODS METHODS...`. `Ok(None)`: incomplete.
-pub fn parse_greeting(buf: &[u8]) -> Result<Option<(Greeting, usize)>, SocksError> {
+pub fn parse_greeting(buf: &[u8]) -> Result<Option<(ClientGreeting, usize)>, SocksError> {
     let Some(&ver) = buf.first() else { return Ok(None) };
     if ver != VERSION {
         return Err(SocksError::Version(ver));
@@ -172,7 +172,7 @@ pub fn parse_greeting(buf: &[u8]) -> Result<Option<(Greeting, usize)>, SocksErro
     }
     let end = 2 + n as usize;
     match buf.get(2..end) {
-        Some(methods) => Ok(Some((Greeting { methods: methods.to_vec() }, end))),
+        Some(methods) => Ok(Some((ClientGreeting { methods: methods.to_vec() }, end))),
         None => Ok(None),
     }
 }
@@ -197,7 +197,7 @@ pub fn parse_credentials(buf: &[u8]) -> Result<Option<(Credentials, usize)>, Soc
 
 /// Parses a request: `VER CMD RSV ATYP DST.ADDR DST.PORT`. `Ok(None)`: incomplete. A command
 /// other than CONNECT or an unknown address type is refused as soon as its byte arrives.
-pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, SocksError> {
+pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, SocksError> {
     let Some(&ver) = buf.first() else { return Ok(None) };
     if ver != VERSION {
         return Err(SocksError::Version(ver));
@@ -239,11 +239,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, SocksError>
         }
         _ => Destination::Name(addr.to_vec(), port),
     };
-    Ok(Some((Request { destination }, end)))
+    Ok(Some((ConnectRequest { destination }, end)))
 }
 
 /// A reply frame with the given code and bound address.
-pub fn reply_frame(code: Reply, bound: Option<SocketAddr>) -> Vec<u8> {
+pub fn reply_frame(code: ReplyCode, bound: Option<SocketAddr>) -> Vec<u8> {
     let bound = bound.unwrap_or_else(|| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
     let mut out = vec![VERSION, code as u8, 0x00];
     match bound.ip() {
@@ -261,14 +261,14 @@ pub fn reply_frame(code: Reply, bound: Option<SocketAddr>) -> Vec<u8> {
 }
 
 /// The reply code for a pipeline refusal.
-pub fn refusal_reply(r: &Refusal) -> Reply {
+pub fn refusal_reply(r: &Refusal) -> ReplyCode {
     match r {
-        Refusal::Malformed { .. } => Reply::GeneralFailure,
-        Refusal::Unresolvable { .. } => Reply::HostUnreachable,
-        Refusal::Unreachable { .. } => Reply::ConnectionRefused,
+        Refusal::Malformed { .. } => ReplyCode::GeneralFailure,
+        Refusal::Unresolvable { .. } => ReplyCode::HostUnreachable,
+        Refusal::Unreachable { .. } => ReplyCode::ConnectionRefused,
         // Every policy refusal (deny rule, a person, timeout, no approver, guarded address,
         // missing token): "connection not allowed by ruleset".
-        _ => Reply::NotAllowed,
+        _ => ReplyCode::NotAllowed,
     }
 }
 
@@ -443,7 +443,7 @@ impl Inner {
         };
         // The bound address of our upstream socket is not the client's business; RFC 1928
         // clients of CONNECT ignore it, so the unspecified address says nothing.
-        if client.write_all(&reply_frame(Reply::Succeeded, None)).await.is_err() {
+        if client.write_all(&reply_frame(ReplyCode::Succeeded, None)).await.is_err() {
             return self.logging(ctx);
         }
         self.tunnel_stages(&mut ctx, client, upstream, buf).await;
@@ -486,7 +486,7 @@ mod tests {
     fn greetings_parse_and_incomplete_ones_wait() {
         assert_eq!(
             parse_greeting(&[5, 2, 0, 2, 9]),
-            Ok(Some((Greeting { methods: vec![0, 2] }, 4)))
+            Ok(Some((ClientGreeting { methods: vec![0, 2] }, 4)))
         );
         for partial in [&[][..], &[5], &[5, 2, 0]] {
             assert_eq!(parse_greeting(partial), Ok(None), "{partial:?}");
@@ -539,7 +539,7 @@ mod tests {
             let (req, _) = parse_request(&request(3, name, 443)).unwrap().unwrap();
             let e = req.target().unwrap_err();
             assert!(matches!(e, SocksError::BadName { .. }), "{name:?}: {e:?}");
-            assert_eq!(e.reply(), Reply::HostUnreachable);
+            assert_eq!(e.reply(), ReplyCode::HostUnreachable);
         }
         assert_eq!(parse_request(&request(3, b"", 443)), Err(SocksError::EmptyName));
         let (req, _) = parse_request(&request(3, b"a.com", 0)).unwrap().unwrap();
@@ -550,9 +550,9 @@ mod tests {
     fn unsupported_commands_and_types_get_their_codes() {
         assert_eq!(parse_request(&[5, 2]), Err(SocksError::Command(2)));
         assert_eq!(parse_request(&[5, 3, 0, 1]), Err(SocksError::Command(3)));
-        assert_eq!(SocksError::Command(2).reply(), Reply::CommandNotSupported);
+        assert_eq!(SocksError::Command(2).reply(), ReplyCode::CommandNotSupported);
         assert_eq!(parse_request(&[5, 1, 0, 9]), Err(SocksError::AddressType(9)));
-        assert_eq!(SocksError::AddressType(9).reply(), Reply::AddressTypeNotSupported);
+        assert_eq!(SocksError::AddressType(9).reply(), ReplyCode::AddressTypeNotSupported);
         assert_eq!(parse_request(&[5, 1, 1, 1]), Err(SocksError::Reserved(1)));
         assert_eq!(parse_request(&[4, 1, 0, 1]), Err(SocksError::Version(4)));
         let full = request(3, b"example.com", 443);
@@ -563,20 +563,20 @@ mod tests {
 
     #[test]
     fn replies_are_well_formed() {
-        assert_eq!(reply_frame(Reply::NotAllowed, None), [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(reply_frame(ReplyCode::NotAllowed, None), [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
         let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 0x1234);
-        let f = reply_frame(Reply::Succeeded, Some(v6));
+        let f = reply_frame(ReplyCode::Succeeded, Some(v6));
         assert_eq!(f.len(), 22);
         assert_eq!((f[3], f[20], f[21]), (4, 0x12, 0x34));
         let t = "x.com:1".to_owned();
-        assert_eq!(refusal_reply(&Refusal::Denied { target: t.clone() }), Reply::NotAllowed);
+        assert_eq!(refusal_reply(&Refusal::Denied { target: t.clone() }), ReplyCode::NotAllowed);
         assert_eq!(
             refusal_reply(&Refusal::Unresolvable { target: t.clone(), error: String::new() }),
-            Reply::HostUnreachable
+            ReplyCode::HostUnreachable
         );
         assert_eq!(
             refusal_reply(&Refusal::Unreachable { target: t, error: String::new() }),
-            Reply::ConnectionRefused
+            ReplyCode::ConnectionRefused
         );
     }
 

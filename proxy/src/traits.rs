@@ -8,38 +8,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+// The sandbox id is the config crate's, shared with the launcher and the daemon.
+pub use sandgate_config::SandboxId;
 use sandgate_config::{DomainName, Rule, Target};
 
 /// A boxed future, so the traits below can be used as `Arc<dyn Trait>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The id of a sandbox, as the daemon and the store name it.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SandboxId(Arc<str>);
-
-impl SandboxId {
-    /// Wraps an id.
-    pub fn new(id: impl Into<Arc<str>>) -> SandboxId {
-        SandboxId(id.into())
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", &*self.0)
-    }
-}
 
 /// A secret a sandbox's clients must present in `Proxy-Authorization` (as the password of
 /// `Basic` credentials, with any user name, or as a `Bearer` token).
@@ -75,9 +49,10 @@ pub trait GrantSource: Send + Sync + 'static {
     ) -> BoxFuture<'a, Option<Arc<Rule>>>;
 }
 
-/// A request for a person's decision.
+/// A held request put to the [`Approver`] for a person's decision. (The approvals broker's
+/// `Question` is what a person is shown: this plus the sandbox's command, directory and project.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Question {
+pub struct ApprovalRequest {
     /// The sandbox asking.
     pub sandbox: SandboxId,
     /// Where it wants to go.
@@ -108,9 +83,10 @@ pub enum DenyReason {
     },
 }
 
-/// A person's answer.
+/// What the [`Approver`] rules on an [`ApprovalRequest`]: let it through under a rule, or refuse it
+/// and say why. (The approvals broker's `Answer` is the person's reply a ruling is made from.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub enum Ruling {
     /// Let it through, under this rule (usually a grant).
     Allow(Arc<Rule>),
     /// Refuse it.
@@ -121,7 +97,7 @@ pub enum Answer {
 /// (sandbox, host, port) however many requests are waiting.
 pub trait Approver: Send + Sync + 'static {
     /// Puts the question and waits for an answer (the proxy applies its own timeout).
-    fn ask(&self, question: Question) -> BoxFuture<'_, Answer>;
+    fn ask(&self, question: ApprovalRequest) -> BoxFuture<'_, Ruling>;
 }
 
 /// What became of a request, as its event records it.

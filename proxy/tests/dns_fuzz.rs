@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use sandgate_config::Host;
-use sandgate_proxy::dns::{Outcome, error_response, read_query, response};
+use sandgate_proxy::dns::{DnsReply, error_response, read_query, response};
 
 struct Rng(u64);
 
@@ -133,7 +133,7 @@ fn check(buf: &[u8]) {
         assert!(n.as_str().chars().all(ok), "accepted {:?}", n.as_str());
     }
     let addrs: Vec<IpAddr> = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
-    for outcome in [Outcome::Addresses(addrs), Outcome::NxDomain, Outcome::ServFail] {
+    for outcome in [DnsReply::Addresses(addrs), DnsReply::NxDomain, DnsReply::ServFail] {
         let bytes = response(&q, &outcome);
         let r = Message::from_vec(&bytes).unwrap_or_else(|e| panic!("own response: {e}"));
         assert_eq!(r.metadata.id, q.id);

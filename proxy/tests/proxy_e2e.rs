@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
-    Answer, Approver, BoxFuture, DenyReason, Outcome, Proxy, ProxyConfig, ProxyToken, Question,
-    SandboxContext, SandboxId,
+    ApprovalRequest, Approver, BoxFuture, DenyReason, Outcome, Proxy, ProxyConfig, ProxyToken,
+    Ruling, SandboxContext, SandboxId,
 };
 use tokio::sync::Notify;
 
@@ -200,12 +200,12 @@ impl Gate {
 }
 
 impl Approver for Gate {
-    fn ask(&self, q: Question) -> BoxFuture<'_, Answer> {
+    fn ask(&self, q: ApprovalRequest) -> BoxFuture<'_, Ruling> {
         self.asked.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             self.release.notified().await;
             let pattern = DomainPattern::parse(&q.target.host.to_string(), PatternUse::Allow);
-            Answer::Allow(Arc::new(Rule {
+            Ruling::Allow(Arc::new(Rule {
                 pattern: pattern.ok(),
                 source: RuleSource::Grant("g-1".into()),
             }))
@@ -264,8 +264,8 @@ async fn a_held_request_is_denied_when_nobody_answers_in_time() {
 async fn a_person_can_deny_a_held_request() {
     struct No;
     impl Approver for No {
-        fn ask(&self, _: Question) -> BoxFuture<'_, Answer> {
-            Box::pin(async { Answer::Deny(DenyReason::Denied) })
+        fn ask(&self, _: ApprovalRequest) -> BoxFuture<'_, Ruling> {
+            Box::pin(async { Ruling::Deny(DenyReason::Denied) })
         }
     }
     let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(Arc::new(No)).build();

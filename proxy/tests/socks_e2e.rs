@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
-    Answer, Approver, BoxFuture, Outcome, Proxy, ProxyConfig, ProxyToken, Question, SandboxContext,
-    SandboxId,
+    ApprovalRequest, Approver, BoxFuture, Outcome, Proxy, ProxyConfig, ProxyToken, Ruling,
+    SandboxContext, SandboxId,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -275,13 +275,13 @@ struct Gate {
 }
 
 impl Approver for Gate {
-    fn ask(&self, q: Question) -> BoxFuture<'_, Answer> {
+    fn ask(&self, q: ApprovalRequest) -> BoxFuture<'_, Ruling> {
         self.asked.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             assert_eq!(q.method, "SOCKS5");
             self.release.notified().await;
             let pattern = DomainPattern::parse(&q.target.host.to_string(), PatternUse::Allow);
-            Answer::Allow(Arc::new(Rule {
+            Ruling::Allow(Arc::new(Rule {
                 pattern: pattern.ok(),
                 source: RuleSource::Grant("g-1".into()),
             }))

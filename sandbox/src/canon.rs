@@ -28,9 +28,9 @@ pub trait Links {
 
 /// The real filesystem.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RealFs;
+pub struct RealLinks;
 
-impl Links for RealFs {
+impl Links for RealLinks {
     fn read_link(&self, path: &Path) -> Option<PathBuf> {
         std::fs::read_link(path).ok()
     }

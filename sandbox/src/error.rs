@@ -6,12 +6,6 @@ use std::path::PathBuf;
 /// What went wrong while building or starting a sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// A sandbox id that is empty, too long or has characters outside `[A-Za-z0-9._-]`.
-    #[error("invalid sandbox id {id:?}: use 1-64 characters from [A-Za-z0-9._-]")]
-    InvalidId {
-        /// The rejected id.
-        id: String,
-    },
     /// A path in the spec that is not absolute or cannot be resolved.
     #[error("{role} path {path:?}: {source}")]
     Path {

@@ -46,8 +46,8 @@ mod macos;
 
 pub use error::SandboxError;
 pub use spec::{
-    DNS_PORT, Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR,
-    SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
+    DNS_PORT, Enforcement, NO_PROXY, NetSetup, PROXY_PORT, PROXY_VARS, ProvidedDir,
+    SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use top_level::{QUARANTINED_PREFIX, TopLevel};

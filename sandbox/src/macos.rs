@@ -8,7 +8,7 @@
 use std::process::{Child, Command};
 
 use crate::SandboxError;
-use crate::canon::RealFs;
+use crate::canon::RealLinks;
 use crate::forward::{self, FORWARDED, Step};
 use crate::seatbelt;
 use crate::spec::{Enforcement, PROXY_PORT, SandboxSpec};
@@ -95,14 +95,14 @@ pub fn launch_with_proxy_port(
     let tmp = std::env::temp_dir().join(format!("sandgate-{}", spec.id));
     std::fs::create_dir_all(&tmp).map_err(SandboxError::io("create private TMPDIR"))?;
     let tmp = tmp.canonicalize().map_err(SandboxError::io("resolve private TMPDIR"))?;
-    let host = seatbelt::Host {
+    let host = seatbelt::HostFacts {
         tmp: tmp.clone(),
         proxy_port,
         user_temp_dir: sys::user_dir(libc::_CS_DARWIN_USER_TEMP_DIR),
         user_cache_dir: sys::user_dir(libc::_CS_DARWIN_USER_CACHE_DIR),
         trustd: seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref()),
     };
-    let profile = seatbelt::render(spec, &host, &RealFs);
+    let profile = seatbelt::render(spec, &host, &RealLinks);
     let env = seatbelt::environment(&spec.env, &spec.net);
     let (program, args) = spec
         .command

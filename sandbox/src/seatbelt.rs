@@ -31,7 +31,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::canon::{self, Links};
-use crate::spec::{NetMode, SandboxSpec};
+use crate::spec::{NetSetup, SandboxSpec};
 
 /// A generated profile and the `-D` parameters it refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl Trustd {
 
 /// What the profile needs from the host besides the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Host {
+pub struct HostFacts {
     /// The sandbox's private temporary directory (its `TMPDIR`).
     pub tmp: PathBuf,
     /// Port of the proxy on the host's loopback (proxy mode).
@@ -110,10 +110,10 @@ pub struct Host {
     pub trustd: Trustd,
 }
 
-impl Host {
+impl HostFacts {
     /// A host with only the private temporary directory and the proxy port.
-    pub fn new(tmp: impl Into<PathBuf>, proxy_port: u16) -> Host {
-        Host {
+    pub fn new(tmp: impl Into<PathBuf>, proxy_port: u16) -> HostFacts {
+        HostFacts {
             tmp: tmp.into(),
             proxy_port,
             user_temp_dir: None,
@@ -206,13 +206,13 @@ impl Params {
 }
 
 /// The profile for `spec` on `host`, with paths resolved through `links`.
-pub fn profile(spec: &SandboxSpec, host: &Host, links: &dyn Links) -> Profile {
+pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profile {
     let mut params = Params(Vec::new());
     let mut t = String::new();
     let tag = format!("sandgate:{}", spec.id);
     let msg = format!("(with message \"{tag}\")");
     let real = |p: &Path| canon::canonical(links, p);
-    let network = matches!(spec.net, NetMode::Proxy { .. });
+    let network = matches!(spec.net, NetSetup::Proxy { .. });
 
     t.push_str("(version 1)\n");
     let _ = writeln!(t, "; sandgate tier {}", tier_label(&spec.tier_name));
@@ -256,8 +256,8 @@ pub fn profile(spec: &SandboxSpec, host: &Host, links: &dyn Links) -> Profile {
     t.push_str("(allow system-socket (socket-domain AF_INET) (socket-domain AF_INET6))\n");
     t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
     match &spec.net {
-        NetMode::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
-        NetMode::Proxy { .. } => {
+        NetSetup::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
+        NetSetup::Proxy { .. } => {
             let _ = writeln!(
                 t,
                 "; out only to the proxy\n(allow network-outbound (remote tcp \"localhost:{}\"))",
@@ -399,7 +399,7 @@ pub fn sysctl_rules() -> String {
 }
 
 /// The complete profile text: [`profile`] with the sysctl rules appended.
-pub fn render(spec: &SandboxSpec, host: &Host, links: &dyn Links) -> Profile {
+pub fn render(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profile {
     let mut p = profile(spec, host, links);
     p.text.push_str("\n; sysctls (read; `ps` lists processes with kern.proc.all, but other\n");
     p.text.push_str("; processes' arguments and environment (kern.procargs2) stay closed)\n");
@@ -415,10 +415,10 @@ pub const JVM_IPV4: &str = "-Djava.net.preferIPv4Stack=true";
 /// in tiers with network (after the caller's flags and the proxy's, so it is not overridden).
 pub fn environment(
     env: &[(std::ffi::OsString, std::ffi::OsString)],
-    net: &NetMode,
+    net: &NetSetup,
 ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let mut env = env.to_vec();
-    if matches!(net, NetMode::None) {
+    if matches!(net, NetSetup::None) {
         return env;
     }
     match env.iter_mut().rev().find(|(k, _)| k == "JAVA_TOOL_OPTIONS") {

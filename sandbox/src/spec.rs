@@ -1,10 +1,7 @@
 //! The plain description of one sandbox: what the launcher is asked to build.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::PathBuf;
-
-use crate::SandboxError;
 
 /// Port of the proxy listener inside a sandbox's network namespace (127.0.0.1 only).
 pub const PROXY_PORT: u16 = 3128;
@@ -13,46 +10,13 @@ pub const PROXY_PORT: u16 = 3128;
 /// by the sandbox's `/etc/resolv.conf`.
 pub const DNS_PORT: u16 = 53;
 
-/// Identifier of one sandbox: 1–64 characters from `[A-Za-z0-9._-]`. Used as the NFLOG prefix and
-/// in the store, so it never needs quoting.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SandboxId(String);
+// The id is the config crate's, the very type the daemon and the proxy key their state by.
+pub use sandgate_config::SandboxId;
 
-impl SandboxId {
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for SandboxId {
-    type Error = SandboxError;
-
-    fn try_from(id: String) -> Result<Self, Self::Error> {
-        let ok = !id.is_empty()
-            && id.len() <= 64
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if ok { Ok(SandboxId(id)) } else { Err(SandboxError::InvalidId { id }) }
-    }
-}
-
-impl TryFrom<&str> for SandboxId {
-    type Error = SandboxError;
-
-    fn try_from(id: &str) -> Result<Self, Self::Error> {
-        SandboxId::try_from(id.to_owned())
-    }
-}
-
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// How the sandbox reaches the network.
+/// The network the launcher builds for the sandbox: the policy's choice
+/// ([`NetMode`](sandgate_config::NetMode)) with what building it takes (the NFLOG group).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetMode {
+pub enum NetSetup {
     /// A network namespace with only `lo`: nothing leaves.
     None,
     /// `lo` plus a veth pair with a default route, both ends inside the namespace; a firewall
@@ -122,7 +86,7 @@ pub struct SandboxSpec {
     /// command runs and at its end (Linux; see [`crate::TopLevel`]).
     pub top_level: Option<crate::TopLevel>,
     /// Network mode.
-    pub net: NetMode,
+    pub net: NetSetup,
     /// Pathname unix sockets the command may connect to. Empty: no unix socket can be created
     /// at all where the kernel cannot check socket paths (see [`crate::explain`]).
     pub allowed_unix_sockets: Vec<PathBuf>,
@@ -299,22 +263,6 @@ impl Enforcement {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_are_checked() {
-        for (id, ok) in [
-            ("sg-1", true),
-            ("a.b_c-9", true),
-            ("", false),
-            ("has space", false),
-            ("quote\"", false),
-            ("x/y", false),
-            (&"a".repeat(64), true),
-            (&"a".repeat(65), false),
-        ] {
-            assert_eq!(SandboxId::try_from(id).is_ok(), ok, "{id:?}");
-        }
-    }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
         pairs.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use sandgate_sandbox::canon::MapLinks;
-use sandgate_sandbox::seatbelt::{self, Host, Nested, Trustd};
-use sandgate_sandbox::{NetMode, SandboxId, SandboxSpec};
+use sandgate_sandbox::seatbelt::{self, HostFacts, Nested, Trustd};
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 
 fn fs() -> MapLinks {
     MapLinks::macos().link("/Users/u/.ssh", "/Users/u/dotfiles/ssh")
@@ -41,7 +41,7 @@ fn spec(tier: &str) -> SandboxSpec {
             }
             r
         },
-        net: if tier == "run" { NetMode::None } else { NetMode::Proxy { nflog_group: 7 } },
+        net: if tier == "run" { NetSetup::None } else { NetSetup::Proxy { nflog_group: 7 } },
         allowed_unix_sockets: vec![],
         provided: vec![],
         visible: vec![],
@@ -50,8 +50,8 @@ fn spec(tier: &str) -> SandboxSpec {
     }
 }
 
-fn host() -> Host {
-    Host {
+fn host() -> HostFacts {
+    HostFacts {
         tmp: PathBuf::from("/var/folders/xx/T/sandgate-golden"),
         proxy_port: 3128,
         user_temp_dir: Some(PathBuf::from("/var/folders/xx/T")),
@@ -115,7 +115,7 @@ fn run_with_allow_write() {
 #[test]
 fn build_with_net_none() {
     let mut s = spec("build");
-    s.net = NetMode::None;
+    s.net = NetSetup::None;
     check("build-net-none", &render(&s));
 }
 
@@ -259,7 +259,7 @@ fn jvm_prefers_ipv4_with_network() {
         "appended last"
     );
     assert_eq!(seatbelt::environment(&[], &proxy)[0].1, "-Djava.net.preferIPv4Stack=true");
-    assert_eq!(seatbelt::environment(&env, &NetMode::None), env);
+    assert_eq!(seatbelt::environment(&env, &NetSetup::None), env);
 }
 
 // Item 9: xcrun shims: dirhelper and the user's temp (xcrun_db) and cache directories.

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use sandgate_approvals as approvals;
 use sandgate_config::{DomainPattern, Host, PatternUse, Rule, RuleSource, Target};
-use sandgate_proxy::{Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent};
+use sandgate_proxy::{Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, Ruling};
 use sandgate_store::{
     Effect, EventKind, EventSender, Grant, GrantList, GrantScope, GrantTarget, NewEvent, NewGrant,
     Store, StoreError, Timestamp,
@@ -286,7 +286,7 @@ impl GrantSource for Grants {
 pub struct Asker(pub Arc<Shared>);
 
 impl Approver for Asker {
-    fn ask(&self, q: sandgate_proxy::Question) -> BoxFuture<'_, Answer> {
+    fn ask(&self, q: sandgate_proxy::ApprovalRequest) -> BoxFuture<'_, Ruling> {
         Box::pin(async move {
             let s = &self.0;
             let live = s.live(q.sandbox.as_str());
@@ -299,7 +299,7 @@ impl Approver for Asker {
                 host,
                 q.target.port,
             ) {
-                return Answer::Deny(DenyReason::Rule(rule));
+                return Ruling::Deny(DenyReason::Rule(rule));
             }
             if let Some(rule) = s.grants.find(
                 Effect::Allow,
@@ -308,7 +308,7 @@ impl Approver for Asker {
                 host,
                 q.target.port,
             ) {
-                return Answer::Allow(rule); // granted while this request was on its way
+                return Ruling::Allow(rule); // granted while this request was on its way
             }
             let host_text = match host {
                 Host::Name(n) => n.as_str().to_owned(),
@@ -329,23 +329,23 @@ impl Approver for Asker {
     }
 }
 
-fn outcome_to_answer(outcome: approvals::Outcome) -> Answer {
+fn outcome_to_answer(outcome: approvals::Resolution) -> Ruling {
     match outcome {
-        approvals::Outcome::Answered { answer, by, pattern } => {
+        approvals::Resolution::Answered { answer, by, pattern } => {
             let usage = if answer.allows() { PatternUse::Allow } else { PatternUse::Deny };
             let rule = Arc::new(Rule {
                 pattern: DomainPattern::parse(&pattern, usage).ok(),
                 source: RuleSource::Grant(format!("{answer} {by}")),
             });
-            if answer.allows() { Answer::Allow(rule) } else { Answer::Deny(DenyReason::Rule(rule)) }
+            if answer.allows() { Ruling::Allow(rule) } else { Ruling::Deny(DenyReason::Rule(rule)) }
         }
-        approvals::Outcome::TimedOut { .. } => Answer::Deny(DenyReason::TimedOut),
-        approvals::Outcome::Closed => Answer::Deny(DenyReason::Denied),
-        approvals::Outcome::TooManyQuestions { open } => {
-            Answer::Deny(DenyReason::TooManyQuestions(open))
+        approvals::Resolution::TimedOut { .. } => Ruling::Deny(DenyReason::TimedOut),
+        approvals::Resolution::Closed => Ruling::Deny(DenyReason::Denied),
+        approvals::Resolution::TooManyQuestions { open } => {
+            Ruling::Deny(DenyReason::TooManyQuestions(open))
         }
-        approvals::Outcome::OverBudget { limit, window } => {
-            Answer::Deny(DenyReason::OverBudget { limit, window })
+        approvals::Resolution::OverBudget { limit, window } => {
+            Ruling::Deny(DenyReason::OverBudget { limit, window })
         }
     }
 }
@@ -400,16 +400,9 @@ impl approvals::GrantWriter for Writer {
         let new = NewGrant {
             pattern: g.pattern.clone(),
             port: g.port,
-            effect: match g.effect {
-                approvals::Effect::Allow => Effect::Allow,
-                approvals::Effect::Deny => Effect::Deny,
-            },
+            effect: g.effect,
             scope,
-            target: match &g.target {
-                approvals::GrantTarget::Sandbox(id) => GrantTarget::Sandbox(id.clone()),
-                approvals::GrantTarget::Project(p) => GrantTarget::Project(p.clone()),
-                approvals::GrantTarget::Global => GrantTarget::Global,
-            },
+            target: g.target.clone(),
             approved_by: g.by.who.clone(),
             channel: g.by.channel.as_str().to_owned(),
             created,
@@ -426,10 +419,7 @@ impl approvals::GrantWriter for Writer {
 pub fn format_grant(g: &Grant) -> String {
     // An explicit "any port": a grant without one opens every port of the host.
     let port = g.grant.port.map_or_else(|| " (any port)".to_owned(), |p| format!(":{p}"));
-    let effect = match g.grant.effect {
-        Effect::Allow => "allow",
-        Effect::Deny => "deny",
-    };
+    let effect = g.grant.effect.as_str();
     let scope = match g.grant.scope {
         GrantScope::Once => "once".to_owned(),
         GrantScope::Session => "session".to_owned(),
@@ -475,10 +465,11 @@ fn project_text(p: &str) -> String {
     }
 }
 
-/// The Telegram bot's `/rules`, `/revoke`, `/status`.
-pub struct BotControl(pub Arc<Shared>, pub SystemTime);
+/// The daemon's answers to the Telegram bot's `/rules`, `/revoke`, `/status` (its
+/// [`BotControl`](approvals::telegram::BotControl)).
+pub struct DaemonBot(pub Arc<Shared>, pub SystemTime);
 
-impl approvals::telegram::BotControl for BotControl {
+impl approvals::telegram::BotControl for DaemonBot {
     fn rules(&self) -> String {
         match self.0.store.list_grants(GrantList::Current(Timestamp::now())) {
             Ok(g) if g.is_empty() => "No grants.".to_owned(),

@@ -458,7 +458,7 @@ fn start_telegram(
     if let Some(n) = settings.alerts_per_minute {
         tc.alerts_per_window = n;
     }
-    let control = Arc::new(adapters::BotControl(shared.clone(), std::time::SystemTime::now()));
+    let control = Arc::new(adapters::DaemonBot(shared.clone(), std::time::SystemTime::now()));
     let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
         .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
     let _ = shared.telegram.set(handle);

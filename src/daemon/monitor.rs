@@ -132,7 +132,7 @@ fn alert(s: &Shared, sandbox: &str, ev: &Event) {
             None => format!("{dst}/{protocol}"),
         };
         let sandbox = sandgate_config::sanitize(sandbox);
-        bot.alert(sandgate_approvals::telegram::Alert {
+        bot.alert(sandgate_approvals::telegram::AlertMessage {
             sandbox: sandbox.clone().into_owned(),
             key: format!("{sandbox} → {dest}"),
             text: format!("{sandbox}: blocked direct connection to {dest}"),

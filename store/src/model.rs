@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{StoreError, Timestamp};
 
+// The grant's words are the config crate's, shared with the approvals broker; re-exported so the
+// store's API names everything a grant holds.
+pub use sandgate_config::{Effect, GrantTarget};
+
 /// A sandbox as the launcher registers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewSandbox {
@@ -83,33 +87,6 @@ pub enum Registration {
     Again,
 }
 
-/// Allow or deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// Let matching requests through.
-    Allow,
-    /// Refuse matching requests without asking.
-    Deny,
-}
-
-impl Effect {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Effect::Allow => "allow",
-            Effect::Deny => "deny",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Result<Self, StoreError> {
-        match s {
-            "allow" => Ok(Effect::Allow),
-            "deny" => Ok(Effect::Deny),
-            other => Err(StoreError::Decode { what: "grant effect", value: other.to_string() }),
-        }
-    }
-}
-
 /// How long a grant lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,28 +115,6 @@ impl GrantScope {
         match self {
             GrantScope::Until(t) => Some(t),
             GrantScope::Once | GrantScope::Session | GrantScope::Always => None,
-        }
-    }
-}
-
-/// Whom a grant applies to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GrantTarget {
-    /// One sandbox (by id).
-    Sandbox(String),
-    /// Every sandbox of one project (by project key).
-    Project(String),
-    /// Every sandbox.
-    Global,
-}
-
-impl GrantTarget {
-    fn as_str(&self) -> &'static str {
-        match self {
-            GrantTarget::Sandbox(_) => "sandbox",
-            GrantTarget::Project(_) => "project",
-            GrantTarget::Global => "global",
         }
     }
 }
@@ -236,7 +191,7 @@ impl NewGrant {
     }
 
     pub(crate) fn target_str(&self) -> &'static str {
-        self.target.as_str()
+        self.target.kind()
     }
 }
 
@@ -355,7 +310,10 @@ impl Grant {
             grant: NewGrant {
                 pattern: c.pattern,
                 port,
-                effect: Effect::parse(&c.effect)?,
+                effect: Effect::parse(&c.effect).ok_or_else(|| StoreError::Decode {
+                    what: "grant effect",
+                    value: c.effect.clone(),
+                })?,
                 scope,
                 target,
                 approved_by: c.approved_by,

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::format_duration;
 
-/// A blocked-traffic alert from the monitor (or the proxy).
+/// A blocked-traffic alert as a chat message: the text to post and what dedupes and budgets it
+/// (the monitor's own `Alert` is the packet count it is written from).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Alert {
+pub struct AlertMessage {
     /// The sandbox it concerns (the budget's key).
     pub sandbox: String,
     /// What makes two alerts "the same": e.g. `sb1 → 1.2.3.4:443/tcp`.
@@ -99,7 +100,7 @@ impl AlertDeduper {
 
     /// Takes an alert; returns the message to post now, or `None` if it is counted for a
     /// summary.
-    pub fn offer(&mut self, alert: Alert, now: Instant) -> Option<String> {
+    pub fn offer(&mut self, alert: AlertMessage, now: Instant) -> Option<String> {
         let count = alert.count.max(1);
         if let Some(e) = self.entries.get_mut(&alert.key)
             && now.duration_since(e.window_start) < self.window
@@ -187,8 +188,13 @@ impl AlertDeduper {
 mod tests {
     use super::*;
 
-    fn alert(key: &str, count: u64) -> Alert {
-        Alert { sandbox: "sb1".into(), key: key.into(), text: format!("sb1 blocked {key}"), count }
+    fn alert(key: &str, count: u64) -> AlertMessage {
+        AlertMessage {
+            sandbox: "sb1".into(),
+            key: key.into(),
+            text: format!("sb1 blocked {key}"),
+            count,
+        }
     }
 
     #[test]
@@ -234,7 +240,7 @@ mod tests {
         }
         // Another sandbox has a budget of its own.
         let other =
-            Alert { sandbox: "sb2".into(), key: "k".into(), text: "sb2 x".into(), count: 1 };
+            AlertMessage { sandbox: "sb2".into(), key: "k".into(), text: "sb2 x".into(), count: 1 };
         assert!(d.offer(other, t0).is_some());
         assert_eq!(sent.len(), 10, "{sent:?}");
         assert_eq!(d.next_deadline(), Some(t0 + Duration::from_secs(60)));

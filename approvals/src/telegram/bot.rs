@@ -19,7 +19,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::alerts::{Alert, AlertDeduper};
+use super::alerts::{AlertDeduper, AlertMessage};
 use super::render::{
     BotCommand, Callback, closed_text, help_text, keyboard, over_budget_text, parse_callback,
     parse_command, pending_text, question_text,
@@ -41,7 +41,7 @@ type AlertCounts = Arc<std::sync::Mutex<HashMap<String, (u64, u64)>>>;
 
 /// The running bot. Dropping it stops the bot.
 pub struct TelegramHandle {
-    alerts: mpsc::Sender<Alert>,
+    alerts: mpsc::Sender<AlertMessage>,
     alerts_dropped: Arc<AtomicU64>,
     alert_counts: AlertCounts,
     alerts_per_window: u32,
@@ -56,7 +56,7 @@ impl std::fmt::Debug for TelegramHandle {
 
 impl TelegramHandle {
     /// Queues a blocked-traffic alert; never blocks (`false`: the queue was full, counted).
-    pub fn alert(&self, alert: Alert) -> bool {
+    pub fn alert(&self, alert: AlertMessage) -> bool {
         let ok = self.alerts.try_send(alert).is_ok();
         if !ok {
             self.alerts_dropped.fetch_add(1, Ordering::Relaxed);
@@ -364,7 +364,7 @@ impl Notices {
     async fn run(
         mut self,
         mut out: mpsc::UnboundedReceiver<Out>,
-        mut alerts: mpsc::Receiver<Alert>,
+        mut alerts: mpsc::Receiver<AlertMessage>,
     ) {
         loop {
             let flush_at = self.dedup.next_deadline();

@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use alerts::{Alert, AlertDeduper};
+pub use alerts::{AlertDeduper, AlertMessage};
 pub use bot::TelegramHandle;
 pub use render::{
     BotCommand, Callback, CommandError, callback_data, parse_callback, parse_command,

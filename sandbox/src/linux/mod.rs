@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use crate::SandboxError;
 use crate::forward::FORWARDED;
-use crate::spec::{Enforcement, NetMode, SandboxSpec};
+use crate::spec::{Enforcement, NetSetup, SandboxSpec};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
@@ -416,8 +416,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             };
             // Then the proxy listener, the DNS stub's two sockets and NFLOG (when opened).
             let (listener, dns, nflog) = match spec.net {
-                NetMode::None => (None, None, None),
-                NetMode::Proxy { .. } => {
+                NetSetup::None => (None, None, None),
+                NetSetup::Proxy { .. } => {
                     let listener = fds.next();
                     let dns = fds.next().zip(fds.next()).map(|(u, t)| [u, t]);
                     (listener, dns, fds.next())
@@ -628,7 +628,7 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
         }
     }
     plan.sockets = resolved_unix_sockets(spec);
-    if matches!(spec.net, NetMode::Proxy { .. }) {
+    if matches!(spec.net, NetSetup::Proxy { .. }) {
         plan.fs.resolv_conf = Some(net::RESOLV_CONF.as_bytes().to_vec());
     }
     plan.fs.cwd = cwd;
@@ -769,7 +769,7 @@ mod init {
             fds.push(master);
             slave = Some((s, outer.on_tty));
         }
-        if let NetMode::Proxy { nflog_group } = &spec.net {
+        if let NetSetup::Proxy { nflog_group } = &spec.net {
             // Netlink from this process: no `ip` or `nft` to find or start.
             net::veth().map_err(err("veth (rtnetlink)"))?;
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
@@ -1026,7 +1026,7 @@ mod tests {
                 protected: vec![".envrc".into()],
                 ..Default::default()
             }),
-            net: NetMode::None,
+            net: NetSetup::None,
             allowed_unix_sockets: Vec::new(),
             require_full: false,
             report_read_only: false,

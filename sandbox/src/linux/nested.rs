@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::{canonical, fence, filter, find_program, resolved_unix_sockets, sys};
 use crate::SandboxError;
-use crate::spec::{Enforcement, NetMode, SandboxSpec};
+use crate::spec::{Enforcement, NetSetup, SandboxSpec};
 
 /// The name the sandbox's init gives itself (`/proc/1/comm` inside).
 pub(super) const INIT_NAME: &CStr = c"sandgate-init";
@@ -108,7 +108,7 @@ pub struct Nested {
 }
 
 /// Resolves `spec` for a launch inside the sandbox this process runs in. `spec.net` decides only
-/// whether the network is cut ([`NetMode::None`]); with a proxy the outer's network and proxy
+/// whether the network is cut ([`NetSetup::None`]); with a proxy the outer's network and proxy
 /// stay as they are.
 pub fn prepare(spec: &SandboxSpec) -> Result<Nested, SandboxError> {
     let cwd = canonical("cwd", &spec.cwd)?;
@@ -168,7 +168,7 @@ pub fn prepare(spec: &SandboxSpec) -> Result<Nested, SandboxError> {
         require_full: spec.require_full,
         writable: always,
         sockets,
-        no_network: spec.net == NetMode::None,
+        no_network: spec.net == NetSetup::None,
         deny_unix_sockets,
         program: cs(path.as_os_str())?,
         argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,

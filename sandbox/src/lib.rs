@@ -44,7 +44,7 @@ mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
 
-pub use error::SandboxError;
+pub use error::{SandboxError, SetupStep};
 pub use spec::{
     DNS_PORT, Enforcement, NO_PROXY, NetMode, PROXY_PORT, PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR,
     SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,

@@ -95,23 +95,6 @@ pub fn fork() -> io::Result<Option<libc::pid_t>> {
     clone_fork(0)
 }
 
-/// `mount(2)`.
-pub fn mount(
-    source: Option<&CStr>,
-    target: &Path,
-    fstype: Option<&CStr>,
-    flags: libc::c_ulong,
-    data: Option<&CStr>,
-) -> io::Result<()> {
-    let target = cpath(target)?;
-    let p = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
-    // SAFETY: all pointers are NUL-terminated strings that outlive the call, or NULL.
-    let ret = unsafe {
-        libc::mount(p(source), target.as_ptr(), p(fstype), flags, p(data).cast::<libc::c_void>())
-    };
-    cvt_i(ret).map(drop)
-}
-
 /// `mount_setattr(2)` on `path` (and every mount below it when `recursive`).
 pub fn mount_setattr(path: &Path, set: u64, clear: u64, recursive: bool) -> io::Result<()> {
     let path = cpath(path)?;

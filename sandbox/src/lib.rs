@@ -31,6 +31,8 @@
 
 pub mod canon;
 mod error;
+#[cfg(unix)]
+pub mod fdpass;
 mod forward;
 pub mod gitwall;
 pub mod readonly;
@@ -38,6 +40,8 @@ pub mod seatbelt;
 mod spec;
 mod timing;
 mod top_level;
+#[cfg(unix)]
+pub mod tty;
 
 #[cfg(target_os = "linux")]
 mod linux;

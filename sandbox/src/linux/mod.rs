@@ -920,8 +920,8 @@ mod init {
             let _ = sys::set_foreground(ctty, cmd);
         }
         loop {
-            match set.wait(None) {
-                Ok(Some(libc::SIGCHLD)) | Ok(None) => {
+            match set.wait() {
+                Ok(libc::SIGCHLD) => {
                     while let Ok(Some((pid, how))) = sys::wait_untraced(-1) {
                         match how {
                             sys::Waited::Ended(how) if pid == cmd => {
@@ -936,7 +936,7 @@ mod init {
                         }
                     }
                 }
-                Ok(Some(sig)) => {
+                Ok(sig) => {
                     if sys::kill(-cmd, sig).is_err() {
                         let _ = sys::kill(cmd, sig);
                     }

@@ -114,6 +114,7 @@ macro_rules! setup_steps {
         impl SetupStep {
             /// A stable name of the step (its variant's name), for the message from the
             /// sandbox's init to the launcher.
+            #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
             pub(crate) fn tag(&self) -> &'static str {
                 match self {
                     $( SetupStep::$unit => stringify!($unit), )*
@@ -130,6 +131,7 @@ macro_rules! setup_steps {
             }
 
             /// The step named `tag` (with `path` for the steps that have one).
+            #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
             pub(crate) fn from_tag(tag: &str, path: PathBuf) -> Option<SetupStep> {
                 match tag {
                     $( stringify!($unit) => Some(SetupStep::$unit), )*

@@ -12,6 +12,10 @@
 //! stack the inner tier's Landlock and socket rules on the outer walls and run the command in
 //! place.
 //!
+//! Two helpers serve the rest of the workspace too: [`fdpass`] (descriptors over a unix socket,
+//! `SCM_RIGHTS`: init to launcher, launcher to daemon) and [`tty`] (terminal modes: the relay's
+//! raw mode, `watch`'s single keys).
+//!
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
 //! caller serves it on [`Launched::listener`], and the DNS stub on [`Launched::dns`]).

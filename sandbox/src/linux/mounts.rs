@@ -7,6 +7,11 @@
 //! the read-only hooks away and leave a fresh, writable `.git/hooks` to be made. So every
 //! directory between a writable path and a path the sandbox must not change is bound onto itself
 //! as well ("pinned"), with the writability it had.
+//!
+//! The sequence is a pure plan ([`plan`]: the resolved [`FsPlan`] and what the [`Host`] offers
+//! become a list of [`MountOp`]s, golden-tested per tier without root) and a thin executor
+//! ([`execute`]) that performs each operation and names a failure by its
+//! [`SetupStep`](crate::SetupStep).
 
 use std::ffi::CStr;
 use std::fmt;

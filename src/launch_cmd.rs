@@ -962,10 +962,10 @@ struct Hooks {
 
 #[cfg(target_os = "linux")]
 impl sandgate_sandbox::NamespaceHooks for Hooks {
-    fn open_nflog(&self, group: u16) -> Result<Option<std::os::fd::OwnedFd>, String> {
+    fn open_nflog(&self, group: u16) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
         sandgate_monitor::nflog::NflogSocket::open(group)
             .map(|s| Some(s.into_fd()))
-            .map_err(|e| format!("NFLOG group {group}: {e}"))
+            .map_err(|e| std::io::Error::other(format!("NFLOG group {group}: {e}")))
     }
 
     fn while_starting(&self) {

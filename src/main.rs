@@ -202,21 +202,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes joined by ": ", like anyhow's `{:#}`, but a cause whose text the
-/// message already carries (error types that quote their source) is not repeated.
+/// The error and its causes joined by ": " (anyhow's `{:#}`). Error types do not quote their
+/// source in their own message (rustls style), so every cause appears once.
 fn error_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
+    format!("{err:#}")
 }
 
 #[cfg(test)]
@@ -241,14 +230,34 @@ mod tests {
     }
 
     #[test]
-    fn a_cause_the_message_already_quotes_is_not_repeated() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("clone: {source}")]
-        struct Quotes {
-            source: std::io::Error,
+    fn every_cause_is_said_once() {
+        #[cfg(target_os = "linux")]
+        {
+            // The user namespace refusal: its message, then the kernel's answer, once.
+            let refused = anyhow::Error::new(sandgate_sandbox::SandboxError::UserNamespaceDenied {
+                source: std::io::Error::from_raw_os_error(1),
+            });
+            let text = error_text(&refused);
+            assert!(text.starts_with("cannot create a user namespace: "), "{text}");
+            assert!(text.ends_with("(or an AppArmor profile allowing `userns`): Operation not permitted (os error 1)"), "{text}");
+            assert_eq!(text.matches("Operation not permitted").count(), 1, "{text}");
+            let setup = anyhow::Error::new(sandgate_sandbox::SandboxError::Setup {
+                step: sandgate_sandbox::SetupStep::Bind("/h/p".into()),
+                source: std::io::Error::from_raw_os_error(13),
+            });
+            assert_eq!(
+                error_text(&setup),
+                "sandbox setup failed at bind /h/p: Permission denied (os error 13)"
+            );
         }
-        let quoting = anyhow::Error::new(Quotes { source: std::io::Error::from_raw_os_error(1) });
-        assert_eq!(error_text(&quoting), "clone: Operation not permitted (os error 1)");
+        let quoting = anyhow::Error::new(sandgate_firewall::FirewallError::Spawn {
+            program: "nft".into(),
+            source: std::io::Error::from_raw_os_error(2),
+        });
+        assert_eq!(
+            error_text(&quoting),
+            "cannot run `nft`: No such file or directory (os error 2)"
+        );
         let layered = anyhow::anyhow!("disk full").context("cannot write the store");
         assert_eq!(error_text(&layered), "cannot write the store: disk full");
     }

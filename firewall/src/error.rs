@@ -6,7 +6,7 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum FirewallError {
     /// The command could not be started at all (not installed, not on `PATH`).
-    #[error("cannot run `{program}`: {source}")]
+    #[error("cannot run `{program}`")]
     Spawn {
         /// Program that was started.
         program: String,

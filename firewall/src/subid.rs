@@ -144,7 +144,7 @@ pub fn accounts_in_ranges(passwd: &str, ranges: &[IdRange], own: u32) -> Vec<(St
 #[derive(Debug, thiserror::Error)]
 pub enum SubIdError {
     /// A file exists but cannot be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,

@@ -1,5 +1,8 @@
-//! Which signals a launcher passes on to its command, and the exit code it reports: pure rules
-//! shared by the Linux init and the macOS launcher (tested on every platform).
+//! Which signals a launcher passes on to its command, and the exit code it reports: pure rules,
+//! tested on every platform. Both launchers forward the signals of `FORWARDED`; `step` and
+//! `exit_code` serve the macOS launcher, whose command shares its process group (on Linux the
+//! command has a session of its own, init forwards every signal, and `sys::Ended::code` gives
+//! the exit code from the wait status).
 
 /// Signals passed on to the command: the ones people send to stop, reload or resize it.
 pub(crate) const FORWARDED: [libc::c_int; 7] = [

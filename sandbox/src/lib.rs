@@ -12,6 +12,10 @@
 //! stack the inner tier's Landlock and socket rules on the outer walls and run the command in
 //! place.
 //!
+//! Two helpers serve the rest of the workspace too: [`fdpass`] (descriptors over a unix socket,
+//! `SCM_RIGHTS`: init to launcher, launcher to daemon) and [`tty`] (terminal modes: the relay's
+//! raw mode, `watch`'s single keys).
+//!
 //! It does not decide policy (the caller fills a [`SandboxSpec`]), write firewall rules (the
 //! caller passes rule text and a [`NamespaceHooks`] that applies it), or serve the proxy (the
 //! caller serves it on [`Launched::listener`], and the DNS stub on [`Launched::dns`]).
@@ -31,6 +35,8 @@
 
 pub mod canon;
 mod error;
+#[cfg(unix)]
+pub mod fdpass;
 mod forward;
 pub mod gitwall;
 pub mod readonly;
@@ -38,13 +44,15 @@ pub mod seatbelt;
 mod spec;
 mod timing;
 mod top_level;
+#[cfg(unix)]
+pub mod tty;
 
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
 
-pub use error::SandboxError;
+pub use error::{SandboxError, SetupStep};
 pub use spec::{
     DNS_PORT, Enforcement, NO_PROXY, NetSetup, PROXY_PORT, PROXY_VARS, ProvidedDir,
     SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,

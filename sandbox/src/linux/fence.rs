@@ -2,6 +2,7 @@
 //! sockets and signals scoped to the sandbox (ABI 6), pathname unix sockets only where allowed
 //! (ABI 9). Applied with best effort; what the kernel lacks is reported by [`gaps`].
 
+use std::io;
 use std::path::PathBuf;
 
 use landlock::{
@@ -10,6 +11,7 @@ use landlock::{
 };
 
 use crate::spec::Enforcement;
+use crate::{SandboxError, SetupStep};
 
 /// The newest ABI whose rights this launcher asks for.
 const TARGET: ABI = ABI::V9;
@@ -35,7 +37,11 @@ pub struct FenceSpec<'a> {
 }
 
 /// Restricts the calling thread (and everything it starts). Returns Landlock's own verdict.
-pub fn restrict(spec: &FenceSpec<'_>) -> Result<RulesetStatus, String> {
+pub fn restrict(spec: &FenceSpec<'_>) -> Result<RulesetStatus, SandboxError> {
+    let landlock = |e: landlock::RulesetError| SandboxError::Setup {
+        step: SetupStep::Landlock,
+        source: io::Error::other(e),
+    };
     let all = AccessFs::from_all(TARGET);
     let read = AccessFs::from_read(TARGET);
     let file_rw: BitFlags<AccessFs> =
@@ -43,11 +49,11 @@ pub fn restrict(spec: &FenceSpec<'_>) -> Result<RulesetStatus, String> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
-        .map_err(|e| e.to_string())?
+        .map_err(landlock)?
         .scope(Scope::from_all(TARGET))
-        .map_err(|e| e.to_string())?
+        .map_err(landlock)?
         .create()
-        .map_err(|e| e.to_string())?;
+        .map_err(landlock)?;
     let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = vec![(PathBuf::from("/"), read)];
     for w in spec.writable {
         rules.push((w.clone(), all));
@@ -62,11 +68,11 @@ pub fn restrict(spec: &FenceSpec<'_>) -> Result<RulesetStatus, String> {
     for (path, access) in rules {
         let Ok(fd) = PathFd::new(&path) else { continue };
         let access = if path.is_dir() { access } else { access & AccessFs::from_file(TARGET) };
-        ruleset = ruleset
-            .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, access)).map_err(|e| {
+            SandboxError::Setup { step: SetupStep::LandlockRule(path), source: io::Error::other(e) }
+        })?;
     }
-    let status = ruleset.restrict_self().map_err(|e| e.to_string())?;
+    let status = ruleset.restrict_self().map_err(landlock)?;
     Ok(status.ruleset)
 }
 
@@ -141,9 +147,9 @@ pub fn assess(abi: u32, gaps: Vec<String>, sockets_allowed: bool) -> Assessment 
 
 /// `--require-full`: refuses to start (with every missing wall named, `; `-separated) when a wall
 /// is missing and the caller asked for all of them; otherwise the launcher warns.
-pub fn require_full(enforcement: &Enforcement, require_full: bool) -> Result<(), String> {
+pub fn require_full(enforcement: &Enforcement, require_full: bool) -> Result<(), SandboxError> {
     if require_full && !enforcement.is_full() {
-        return Err(enforcement.missing.join("; "));
+        return Err(SandboxError::NotFullyEnforced { missing: enforcement.missing.join("; ") });
     }
     Ok(())
 }
@@ -182,7 +188,8 @@ mod tests {
             assert_eq!(a.enforcement.landlock_abi, abi);
             let verdict = require_full(&a.enforcement, require);
             assert_eq!(verdict.is_err(), refused, "{row}: {verdict:?}");
-            if let Err(message) = verdict {
+            if let Err(e) = verdict {
+                let message = e.to_string();
                 for g in &a.enforcement.missing {
                     assert!(message.contains(g.as_str()), "{row}: {message}");
                 }

@@ -30,6 +30,7 @@ mod nested;
 mod net;
 mod netlink;
 mod placeholder;
+mod report;
 mod stderr_tap;
 mod sys;
 mod terminal;
@@ -41,9 +42,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::SandboxError;
 use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetSetup, SandboxSpec};
+use crate::{SandboxError, SetupStep};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
@@ -55,7 +56,7 @@ pub use netlink::{
 /// called in the sandbox's init before the command starts.
 pub trait NamespaceHooks {
     /// Opens an NFLOG socket bound to `group` inside the namespace (`None`: no monitor).
-    fn open_nflog(&self, group: u16) -> Result<Option<OwnedFd>, String>;
+    fn open_nflog(&self, group: u16) -> io::Result<Option<OwnedFd>>;
 
     /// Called in the launcher once the sandbox's init runs, before waiting for it to be ready:
     /// work that would otherwise wait for the sandbox (greeting the daemon) overlaps its setup.
@@ -389,10 +390,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             return fail(cleanup, SandboxError::Io { what: "receive from sandbox", source: e });
         }
     };
-    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-    match text.split_once('\n') {
-        Some(("ok", rest)) => {
-            let enforcement = Enforcement::decode(rest);
+    match report::parse(&buf[..n]) {
+        report::Report::Ready(enforcement) => {
             let mut fds = fds.into_iter();
             // In the order init sends them: the pty master, then the proxy listener and NFLOG.
             let tty = match plan.tty {
@@ -406,8 +405,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                     }
                     None => {
                         let e = SandboxError::Setup {
-                            step: "terminal".into(),
-                            message: "the sandbox sent no pty".into(),
+                            step: SetupStep::Terminal,
+                            source: io::Error::other("the sandbox sent no pty"),
                         };
                         return fail(cleanup, e);
                     }
@@ -439,24 +438,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 read_only,
             })
         }
-        Some(("error", rest)) => {
-            let (step, message) = rest.split_once('\n').unwrap_or((rest, ""));
-            let err = if step == "exec" {
-                SandboxError::CommandNotFound { command: message.to_owned() }
-            } else if step == "enforcement" {
-                SandboxError::NotFullyEnforced { missing: message.to_owned() }
-            } else {
-                SandboxError::Setup { step: step.to_owned(), message: message.to_owned() }
-            };
-            fail(cleanup, err)
-        }
-        _ => fail(
-            cleanup,
-            SandboxError::Setup {
-                step: "start".into(),
-                message: "the sandbox's init exited before it was ready".into(),
-            },
-        ),
+        report::Report::Failed(e) => fail(cleanup, e),
     }
 }
 
@@ -704,10 +686,8 @@ mod init {
 
     use super::*;
 
-    type Step = (String, String);
-
-    fn err(step: &str) -> impl FnOnce(io::Error) -> Step + '_ {
-        move |e| (step.to_owned(), e.to_string())
+    fn err(step: SetupStep) -> impl FnOnce(io::Error) -> SandboxError {
+        SandboxError::setup(step)
     }
 
     /// Never returns: sets up, reports to the launcher, runs the command, exits with its status.
@@ -723,9 +703,8 @@ mod init {
         let _ = sys::set_name(nested::INIT_NAME);
         match setup(spec, plan, uid, gid, &sock, hooks) {
             Ok(prepared) => supervise(prepared, sock),
-            Err((step, message)) => {
-                let _ =
-                    sys::send_with_fds(&sock, format!("error\n{step}\n{message}").as_bytes(), &[]);
+            Err(e) => {
+                let _ = sys::send_with_fds(&sock, &report::failed(&e), &[]);
                 sys::exit_now(1)
             }
         }
@@ -750,44 +729,50 @@ mod init {
         gid: u32,
         sock: &OwnedFd,
         hooks: &dyn NamespaceHooks,
-    ) -> Result<Prepared, Step> {
-        sys::set_parent_death_signal(libc::SIGKILL).map_err(err("parent death signal"))?;
-        write_id_maps(uid, gid).map_err(err("user namespace id maps"))?;
+    ) -> Result<Prepared, SandboxError> {
+        sys::set_parent_death_signal(libc::SIGKILL).map_err(err(SetupStep::ParentDeathSignal))?;
+        write_id_maps(uid, gid).map_err(err(SetupStep::IdMaps))?;
         crate::timing::mark("id maps");
         let _ = sys::sethostname("sandgate");
-        mounts::build(&plan.fs).map_err(|(step, e)| (step, e.to_string()))?;
+        mounts::build(&plan.fs)?;
         crate::timing::mark("mounts");
-        std::env::set_current_dir(&plan.fs.cwd).map_err(err("chdir"))?;
+        std::env::set_current_dir(&plan.fs.cwd)
+            .map_err(err(SetupStep::Chdir(plan.fs.cwd.clone())))?;
 
-        net::loopback_up().map_err(err("bring lo up"))?;
+        net::loopback_up().map_err(err(SetupStep::Loopback))?;
         let mut fds = Vec::new();
         // Allocated in the sandbox's own devpts instance (mounted by `mounts::build`), so that
         // the pty is the only terminal the command can reach.
         let mut slave = None;
         if let Some(outer) = &plan.tty {
-            let (master, s) = terminal::open_inside(outer).map_err(err("pseudo-terminal"))?;
+            let (master, s) =
+                terminal::open_inside(outer).map_err(err(SetupStep::PseudoTerminal))?;
             fds.push(master);
             slave = Some((s, outer.on_tty));
         }
         if let NetSetup::Proxy { nflog_group } = &spec.net {
             // Netlink from this process: no `ip` or `nft` to find or start.
-            net::veth().map_err(err("veth (rtnetlink)"))?;
-            net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
+            net::veth().map_err(err(SetupStep::Veth))?;
+            net::firewall(spec.id.as_str(), *nflog_group).map_err(err(SetupStep::Firewall))?;
             crate::timing::mark("veth and firewall (netlink)");
-            fds.push(net::proxy_listener().map_err(err("proxy listener"))?);
-            fds.extend(net::dns_sockets().map_err(err("DNS stub sockets (127.0.0.1:53)"))?);
-            fds.extend(hooks.open_nflog(*nflog_group).map_err(|m| ("nflog".to_owned(), m))?);
+            fds.push(net::proxy_listener().map_err(err(SetupStep::ProxyListener))?);
+            fds.extend(net::dns_sockets().map_err(err(SetupStep::DnsSockets))?);
+            fds.extend(hooks.open_nflog(*nflog_group).map_err(err(SetupStep::Nflog))?);
         }
 
         crate::timing::mark("network");
-        let program = spec.command.first().ok_or(("exec".to_owned(), "(empty)".to_owned()))?;
-        let path = find_program(program, &spec.env)
-            .ok_or(("exec".to_owned(), program.to_string_lossy().into_owned()))?;
-        let cs = |s: &OsStr| sys::cstr(s).map_err(err("command line"));
+        let program = spec
+            .command
+            .first()
+            .ok_or_else(|| SandboxError::CommandNotFound { command: "(empty)".into() })?;
+        let path = find_program(program, &spec.env).ok_or_else(|| {
+            SandboxError::CommandNotFound { command: program.to_string_lossy().into_owned() }
+        })?;
+        let cs = |s: &OsStr| sys::cstr(s).map_err(err(SetupStep::CommandLine));
         let prepared = Prepared {
             program: cs(path.as_os_str())?,
             argv: spec.command.iter().map(|a| cs(a)).collect::<Result<_, _>>()?,
-            envp: sys::envp(&spec.env).map_err(err("environment"))?,
+            envp: sys::envp(&spec.env).map_err(err(SetupStep::Environment))?,
             slave,
             null_stdin: plan.null_stdin,
             tap: plan.tap,
@@ -795,13 +780,13 @@ mod init {
 
         crate::timing::mark("program found, argv and environment");
         // The walls, in an order where each step still has what it needs.
-        sys::setsid().map_err(err("setsid"))?;
+        sys::setsid().map_err(err(SetupStep::Setsid))?;
         crate::timing::mark("setsid");
-        sys::join_new_session_keyring().map_err(err("session keyring"))?;
+        sys::join_new_session_keyring().map_err(err(SetupStep::SessionKeyring))?;
         crate::timing::mark("session keyring");
-        sys::set_no_new_privs().map_err(err("no_new_privs"))?;
+        sys::set_no_new_privs().map_err(err(SetupStep::NoNewPrivs))?;
         // The command may not open /proc/1/fd/* (init keeps the caller's stdio) or /proc/1/mem.
-        sys::set_dumpable(false).map_err(err("dumpable"))?;
+        sys::set_dumpable(false).map_err(err(SetupStep::Dumpable))?;
         crate::timing::mark("session, keyring, no_new_privs");
         let abi = sys::landlock_abi();
         let fence::Assessment { enforcement, deny_unix_sockets: deny_unix } =
@@ -809,22 +794,21 @@ mod init {
         let mut writable = plan.fs.writable.clone();
         writable.push(PathBuf::from("/tmp"));
         writable.push(PathBuf::from("/dev/shm"));
-        fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })
-            .map_err(|m| ("landlock".to_owned(), m))?;
-        fence::require_full(&enforcement, spec.require_full)
-            .map_err(|m| ("enforcement".to_owned(), m))?;
+        fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })?;
+        fence::require_full(&enforcement, spec.require_full)?;
         crate::timing::mark("landlock");
-        sys::drop_all_capabilities().map_err(err("drop capabilities"))?;
+        sys::drop_all_capabilities().map_err(err(SetupStep::DropCapabilities))?;
         let filters = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix })
-            .map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
+            .map_err(|e| SandboxError::setup(SetupStep::Seccomp)(io::Error::other(e)))?;
         for f in &filters {
-            seccompiler::apply_filter(f).map_err(|e| ("seccomp".to_owned(), e.to_string()))?;
+            seccompiler::apply_filter(f)
+                .map_err(|e| SandboxError::setup(SetupStep::Seccomp)(io::Error::other(e)))?;
         }
 
         crate::timing::mark("capabilities and seccomp");
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-        let msg = format!("ok\n{}", enforcement.encode());
-        sys::send_with_fds(sock, msg.as_bytes(), &raw).map_err(err("hand over"))?;
+        sys::send_with_fds(sock, &report::ready(&enforcement), &raw)
+            .map_err(err(SetupStep::HandOver))?;
         drop(fds);
         Ok(prepared)
     }
@@ -936,8 +920,8 @@ mod init {
             let _ = sys::set_foreground(ctty, cmd);
         }
         loop {
-            match set.wait(None) {
-                Ok(Some(libc::SIGCHLD)) | Ok(None) => {
+            match set.wait() {
+                Ok(libc::SIGCHLD) => {
                     while let Ok(Some((pid, how))) = sys::wait_untraced(-1) {
                         match how {
                             sys::Waited::Ended(how) if pid == cmd => {
@@ -952,7 +936,7 @@ mod init {
                         }
                     }
                 }
-                Ok(Some(sig)) => {
+                Ok(sig) => {
                     if sys::kill(-cmd, sig).is_err() {
                         let _ = sys::kill(cmd, sig);
                     }

@@ -23,8 +23,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::{canonical, fence, filter, find_program, resolved_unix_sockets, sys};
-use crate::SandboxError;
 use crate::spec::{Enforcement, NetSetup, SandboxSpec};
+use crate::{SandboxError, SetupStep};
 
 /// The name the sandbox's init gives itself (`/proc/1/comm` inside).
 pub(super) const INIT_NAME: &CStr = c"sandgate-init";
@@ -181,23 +181,23 @@ impl Nested {
     /// report what is missing, applies the walls and executes the command in this process.
     /// Returns only on failure ([`SandboxError::CommandNotFound`] when the program is gone).
     pub fn exec(self, warn: impl FnOnce(&Enforcement)) -> SandboxError {
-        if let Err(missing) = fence::require_full(&self.enforcement, self.require_full) {
-            return SandboxError::NotFullyEnforced { missing };
+        if let Err(e) = fence::require_full(&self.enforcement, self.require_full) {
+            return e;
         }
         warn(&self.enforcement);
-        if let Err(m) =
+        if let Err(e) =
             fence::restrict(&fence::FenceSpec { writable: &self.writable, sockets: &self.sockets })
         {
-            return SandboxError::Setup { step: "landlock".into(), message: m };
+            return e;
         }
         let sockets = filter::build_sockets(self.no_network, self.deny_unix_sockets)
-            .map_err(|e| e.to_string())
+            .map_err(io::Error::other)
             .and_then(|f| match f {
-                Some(f) => seccompiler::apply_filter(&f).map_err(|e| e.to_string()),
+                Some(f) => seccompiler::apply_filter(&f).map_err(io::Error::other),
                 None => Ok(()),
             });
-        if let Err(m) = sockets {
-            return SandboxError::Setup { step: "seccomp".into(), message: m };
+        if let Err(e) = sockets {
+            return SandboxError::Setup { step: SetupStep::Seccomp, source: e };
         }
         // As a command started from a shell: default SIGPIPE (the Rust runtime ignores it, and
         // an ignored signal stays ignored across exec), nothing blocked.

@@ -17,16 +17,16 @@ pub fn loopback_up() -> io::Result<()> {
 /// Creates the veth pair, its addresses and the default routes (proxy mode) with rtnetlink.
 pub fn veth() -> io::Result<()> {
     let create = netlink::create_veth();
-    sys::netlink_transact(libc::NETLINK_ROUTE, create.bytes(), create.acks)?;
+    sys::netlink_transact(sys::Netlink::Route, create.bytes(), create.acks)?;
     let (a, b) = netlink::VETH;
     let configure = netlink::configure_veth(sys::interface_index(a)?, sys::interface_index(b)?);
-    sys::netlink_transact(libc::NETLINK_ROUTE, configure.bytes(), configure.acks)
+    sys::netlink_transact(sys::Netlink::Route, configure.bytes(), configure.acks)
 }
 
 /// Installs the namespace's firewall (one nf_tables batch: all of it or nothing).
 pub fn firewall(prefix: &str, nflog_group: u16) -> io::Result<()> {
     let batch = netlink::namespace_firewall(prefix, nflog_group);
-    sys::netlink_transact(libc::NETLINK_NETFILTER, batch.bytes(), batch.acks)
+    sys::netlink_transact(sys::Netlink::Netfilter, batch.bytes(), batch.acks)
 }
 
 /// The proxy listener, bound inside the namespace to 127.0.0.1:[`PROXY_PORT`].

@@ -40,7 +40,7 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -63,7 +63,7 @@ pub struct Warden {
     rule: TopLevel,
     id: String,
     roots: Vec<Root>,
-    inotify: Option<OwnedFd>,
+    inotify: Option<nix::sys::inotify::Inotify>,
     taken: usize,
 }
 
@@ -175,14 +175,14 @@ impl Warden {
 
     /// The inotify descriptor (kept open by the warden process).
     pub fn raw_fd(&self) -> Option<RawFd> {
-        self.inotify.as_ref().map(AsRawFd::as_raw_fd)
+        self.inotify.as_ref().map(|i| i.as_fd().as_raw_fd())
     }
 
     /// Reads every pending event (they only say "look again").
     fn drain(&self) {
         let Some(fd) = &self.inotify else { return };
         let mut buf = [0u8; 8192];
-        while matches!(sys::read(fd.as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
+        while matches!(sys::read(fd.as_fd().as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
     }
 
     /// Lists every watched directory and takes away each protected entry that was not there at

@@ -1,0 +1,147 @@
+//! Descriptors passed with a message over a unix socket (`SCM_RIGHTS`): the launcher's init hands
+//! the pty master, proxy listener, DNS and NFLOG sockets to the launcher this way, and the
+//! launcher hands them to the daemon. One implementation for both, on `nix`.
+
+#![allow(unsafe_code)] // wrapping the descriptors the kernel installed (one `unsafe` line)
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+/// Most descriptors accepted with one message.
+pub const MAX_FDS: usize = 8;
+
+/// Most descriptors the kernel passes with one message (`SCM_MAX_FD`).
+const SCM_MAX_FD: usize = 253;
+
+/// Sends `data` with `fds` attached (copies: the caller keeps its own). On a stream socket the
+/// rest of a long message may take more writes; the descriptors go with the first byte. A peer
+/// gone is `EPIPE`, never `SIGPIPE`.
+pub fn send_with_fds(sock: impl AsFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let fd = sock.as_fd().as_raw_fd();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let flags = MsgFlags::MSG_NOSIGNAL;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let flags = MsgFlags::empty();
+    let iov = [IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    let mut sent = retry(|| sendmsg::<()>(fd, &iov, cmsgs, flags, None))?;
+    while sent < data.len() {
+        let iov = [IoSlice::new(&data[sent..])];
+        sent += retry(|| sendmsg::<()>(fd, &iov, &[], flags, None))?;
+    }
+    Ok(())
+}
+
+/// One `recvmsg`: the bytes read (0 at end of stream) and the descriptors that came with them,
+/// close-on-exec. Room is made for every descriptor the kernel can pass in one message, so none
+/// is installed without being wrapped (and closed); a message with more than [`MAX_FDS`] is an
+/// `InvalidData` error. `EINTR` is retried; `EAGAIN` is returned (for non-blocking callers).
+pub fn recv_with_fds(sock: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let fd = sock.as_fd().as_raw_fd();
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let flags = MsgFlags::MSG_CMSG_CLOEXEC;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let flags = MsgFlags::empty();
+    let msg = loop {
+        match recvmsg::<()>(fd, &mut iov, Some(&mut space), flags) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r.map_err(io::Error::from)?,
+        }
+    };
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for r in raw {
+                // SAFETY: the kernel just installed `r` in this process for us; nothing else
+                // owns it, and it is wrapped exactly once.
+                fds.push(unsafe { OwnedFd::from_raw_fd(r) });
+            }
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    for f in &fds {
+        let _ = nix::fcntl::fcntl(
+            f.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > MAX_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("too many descriptors in one message (at most {MAX_FDS})"),
+        ));
+    }
+    Ok((msg.bytes, fds))
+}
+
+fn retry(mut call: impl FnMut() -> nix::Result<usize>) -> io::Result<usize> {
+    loop {
+        match call() {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.map_err(io::Error::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd as _;
+
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+
+    use super::*;
+
+    #[test]
+    fn passes_descriptors_with_the_bytes() {
+        for ty in [SockType::Stream, SockType::SeqPacket] {
+            let (a, b) = socketpair(AddressFamily::Unix, ty, None, SockFlag::empty()).unwrap();
+            let (_r, w) = nix::unistd::pipe().expect("pipe");
+            send_with_fds(&a, b"hi\n", &[w.as_raw_fd(), w.as_raw_fd()]).expect("send");
+            let mut buf = [0u8; 16];
+            let (n, fds) = recv_with_fds(&b, &mut buf).expect("recv");
+            assert_eq!(&buf[..n], b"hi\n");
+            assert_eq!(fds.len(), 2);
+            let flags = nix::fcntl::fcntl(fds[0].as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD)
+                .expect("F_GETFD");
+            assert_ne!(flags & libc::FD_CLOEXEC, 0, "a received descriptor must be close-on-exec");
+            // No descriptors, and the end of the stream.
+            send_with_fds(&a, b"stopped", &[]).expect("send");
+            let (n, fds) = recv_with_fds(&b, &mut buf).expect("recv");
+            assert_eq!((&buf[..n], fds.len()), (&b"stopped"[..], 0));
+            drop(a);
+            assert_eq!(recv_with_fds(&b, &mut buf).expect("eof").0, 0);
+        }
+    }
+
+    #[test]
+    fn too_many_descriptors_are_refused_and_all_closed() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty())
+            .expect("socketpair");
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let many = vec![w.as_raw_fd(); MAX_FDS + 6];
+        send_with_fds(&a, b"x\n", &many).expect("send");
+        drop(w);
+        let mut buf = [0u8; 16];
+        let err = recv_with_fds(&b, &mut buf).expect_err("more than MAX_FDS");
+        assert!(err.to_string().contains("too many descriptors"), "{err}");
+        // Every copy of the pipe's write end is closed again: the read end sees end of file
+        // at once instead of blocking for ever.
+        let mut one = [0u8; 1];
+        assert_eq!(nix::unistd::read(r.as_raw_fd(), &mut one).expect("read"), 0);
+    }
+
+    /// A peer gone is an error, not a SIGPIPE that would kill the sender.
+    #[test]
+    fn a_closed_peer_is_an_error() {
+        let (a, b) =
+            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::empty()).unwrap();
+        drop(b);
+        let err = send_with_fds(&a, b"ok", &[]).expect_err("peer gone");
+        assert_eq!(err.raw_os_error(), Some(libc::EPIPE));
+    }
+}

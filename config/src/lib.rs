@@ -28,6 +28,7 @@ mod file;
 mod host;
 mod intercept;
 mod layers;
+pub mod learn;
 mod matcher;
 mod pattern;
 mod policy;

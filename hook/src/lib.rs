@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 mod claude;
+pub mod claude_settings;
 mod fs;
 mod paths;
 mod shell;

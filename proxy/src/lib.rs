@@ -65,6 +65,7 @@ pub mod guard;
 pub mod head;
 pub mod intercept;
 mod io;
+mod learn;
 mod pipeline;
 mod proxy;
 pub mod secret;
@@ -78,6 +79,7 @@ pub use denial::{Refusal, render_refusal};
 pub use dns::UdpResolver;
 pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
+pub use learn::Learner;
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use traits::{
     Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,

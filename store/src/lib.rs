@@ -33,6 +33,7 @@ mod model;
 mod schema;
 mod store;
 mod time;
+mod traffic;
 
 pub use error::StoreError;
 pub use events::{EventSender, EventWriter, EventWriterConfig, EventWriterStats};
@@ -44,3 +45,4 @@ pub use model::{
 pub use schema::SCHEMA_VERSION;
 pub use store::{OpenOptions, Store};
 pub use time::Timestamp;
+pub use traffic::{HostRow, SandboxCommands, TrafficFilter, TrafficLine, clock};

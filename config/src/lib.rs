@@ -24,6 +24,7 @@
 
 mod decision;
 mod dotfiles;
+pub mod edit;
 mod file;
 mod host;
 mod intercept;
@@ -33,6 +34,7 @@ mod matcher;
 mod pattern;
 mod policy;
 mod project;
+mod report;
 mod secrets;
 mod text;
 mod tiers;
@@ -58,6 +60,7 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use project::project_root;
+pub use report::{HttpRulesInfo, NetCheck, TierSummary, WritablePath};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

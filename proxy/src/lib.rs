@@ -69,8 +69,10 @@ mod learn;
 mod pipeline;
 mod proxy;
 pub mod secret;
+pub mod secret_report;
 pub mod sni;
 pub mod socks;
+mod standalone;
 mod traits;
 mod tunnel;
 mod upstream;
@@ -81,6 +83,7 @@ pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use learn::Learner;
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
+pub use standalone::Standalone;
 pub use traits::{
     Answer, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
     ProxyToken, Question, Resolver, SandboxId, SystemResolver, TracingSink,

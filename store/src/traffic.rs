@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn traffic_lines_apply_the_filter_before_the_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
         // 2500 allowed lines after one denial: the denial is on the second page.
         let mut events = vec![(TrafficDecision::Deny, "old.test".to_string())];
         events.extend((0..2500).map(|i| (TrafficDecision::Allow, format!("h{i}.test"))));

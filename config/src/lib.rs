@@ -7,8 +7,13 @@
 //! sandbox must not see by default (the home directory allowlist, the system's secret files,
 //! secret-looking variable names) and decides entries against it.
 //!
-//! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
-//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
+//! The policy commands' reports are values here ([`NetCheck`] for `sandgate check`,
+//! [`TierSummary`], [`WritablePath`]), as are the `sandgate learn` proposal ([`learn`]) and the
+//! `config edit` transaction ([`edit`]); the binary only prints them.
+//!
+//! It does no I/O beyond reading and editing configuration files (and asking whether configured
+//! paths exist): enforcing a policy is the job of the launcher (`sandgate-sandbox`), the proxy
+//! (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
 //!
 //! # Why these choices
 //!

@@ -3,14 +3,15 @@
 //! Linux: an nftables table `inet sandgate_u<UID>` matching the user's uid and its subordinate
 //! uid/gid ranges (`/etc/subuid`, `/etc/subgid`); macOS: a pf anchor `com.apple/sandgate.u<UID>`.
 //! Both accept the proxy, log the rest (NFLOG group / pflog0) and reject it. `show` and `check`
-//! compare the ranges recorded at apply time with the files now.
+//! compare the ranges recorded at apply time with the files now. The operations are
+//! `sandgate_firewall`'s; this checks for root and prints.
 
 use std::net::SocketAddr;
 
 use anyhow::bail;
 use sandgate_firewall::{
-    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, Firewall, FirewallError, GuestPolicy, GuestScope,
-    Installed, SubIds, SystemOwnerCheck,
+    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, FirewallError, GuestPolicy, GuestScope, SubIds,
+    SystemOwnerCheck, identity_warning,
 };
 
 /// Options of `sandgate firewall`.
@@ -91,7 +92,7 @@ impl ScopeArgs {
 
 /// Applies, removes, shows or garbage-collects firewall rules.
 pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
-    let fw = backend();
+    let fw = sandgate_firewall::system_backend();
     match args.action {
         Action::Apply {
             scope,
@@ -102,7 +103,7 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             dry_run,
         } => {
             let scope = scope.scope();
-            let subids = subids_of(scope.uid)?;
+            let subids = SubIds::of_user(scope.uid)?;
             let plan = fw.plan(
                 &scope,
                 &GuestPolicy {
@@ -118,18 +119,15 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                 return Ok(0);
             }
             require_root("apply")?;
-            for (file, what, ranges, own) in [
-                ("/etc/passwd", "user", &subids.uids, scope.uid),
-                ("/etc/group", "group", &subids.gids, u32::MAX),
-            ] {
-                let text = std::fs::read_to_string(file).unwrap_or_default();
-                for (name, id) in sandgate_firewall::subid::accounts_in_ranges(&text, ranges, own) {
-                    eprintln!(
-                        "sandgate: warning: {what} {name} ({id}) is inside the subordinate id \
-                         ranges of {scope} and is fenced too; fix /etc/sub{}id",
-                        if what == "user" { "u" } else { "g" }
-                    );
-                }
+            for a in sandgate_firewall::fenced_system_accounts(&subids, scope.uid) {
+                eprintln!(
+                    "sandgate: warning: {} {} ({}) is inside the subordinate id ranges of {scope} \
+                     and is fenced too; fix /etc/sub{}id",
+                    a.kind,
+                    a.name,
+                    a.id,
+                    if a.kind == "user" { "u" } else { "g" }
+                );
             }
             // The proxy runs as the user who started the daemon (the one sudo ran this for).
             #[cfg(target_os = "macos")]
@@ -210,11 +208,9 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
         Action::Gc { dry_run } => {
             require_root("gc")?;
             if dry_run {
-                for i in fw.list().map_err(|e| explain(e, "gc"))? {
-                    if i.scope.is_stale(&SystemOwnerCheck) {
-                        print!("{}", fw.remove_plan(&i.scope));
-                    }
-                }
+                let plan = sandgate_firewall::gc_plan(&*fw, &SystemOwnerCheck)
+                    .map_err(|e| explain(e, "gc"))?;
+                print!("{plan}");
                 return Ok(0);
             }
             let removed = fw.gc(&SystemOwnerCheck).map_err(|e| explain(e, "gc"))?;
@@ -227,64 +223,12 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The subordinate ids of `uid` (by its passwd name and by number).
-fn subids_of(uid: u32) -> anyhow::Result<SubIds> {
-    let name =
-        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map(|u| u.name);
-    SubIds::read_system(uid, name.as_deref())
-        .map_err(|e| anyhow::Error::new(e).context(format!("cannot fence all of uid {uid}")))
-}
-
-/// Why an installed fence no longer covers its user's whole identity, if it does not.
-fn identity_warning(installed: &Installed) -> Option<String> {
-    #[cfg(target_os = "macos")]
-    {
-        // macOS has no subordinate ids; the anchor fences the uid, which is all there is.
-        let _ = installed;
-        None
-    }
-    #[cfg(not(target_os = "macos"))]
-    {
-        let uid = installed.scope.uid;
-        let again = format!("run `sandgate firewall apply --uid {uid}` again");
-        let recorded = sandgate_firewall::nft::recorded_identity(&installed.rules);
-        let now = match subids_of(uid) {
-            Ok(now) => now,
-            Err(e) => return Some(format!("{}: {e:#}", installed.scope)),
-        };
-        match recorded {
-            None => Some(format!(
-                "{} was applied by an older sandgate that fenced the uid only (not its {now}); \
-                 {again}",
-                installed.scope
-            )),
-            Some(fp) if fp != now.fingerprint(uid) => Some(format!(
-                "the subordinate ids of {} changed since the fence was applied (now {now}); \
-                 processes in its user namespaces may be outside the fence: {again}",
-                installed.scope
-            )),
-            Some(_) => None,
-        }
-    }
-}
-
-#[cfg(target_os = "macos")]
-fn backend() -> Box<dyn Firewall> {
-    use sandgate_firewall::pf::{FileTokenStore, GuestAnchors};
-    Box::new(GuestAnchors::system(FileTokenStore::new("/var/run/sandgate/pf-tokens")))
-}
-
 /// The uids whose traffic the daemon's proxy is: this process's and the `sudo` caller's.
 #[cfg(target_os = "macos")]
 fn own_uids() -> Vec<u32> {
     let mut own = vec![nix::unistd::getuid().as_raw(), nix::unistd::geteuid().as_raw()];
     own.extend(std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok()));
     own
-}
-
-#[cfg(not(target_os = "macos"))]
-fn backend() -> Box<dyn Firewall> {
-    Box::new(sandgate_firewall::nft::GuestTables::system())
 }
 
 fn require_root(what: &str) -> anyhow::Result<()> {
@@ -298,14 +242,7 @@ fn require_root(what: &str) -> anyhow::Result<()> {
 }
 
 fn explain(err: FirewallError, what: &str) -> anyhow::Error {
-    let hint = if err.is_permission_denied() {
-        "; this needs root (CAP_NET_ADMIN)"
-    } else if matches!(err, FirewallError::Spawn { .. }) {
-        "; is nftables (`nft`) / pfctl installed?"
-    } else {
-        // `Missing` already names the package.
-        ""
-    };
+    let hint = err.hint();
     anyhow::Error::new(err).context(format!("firewall {what} failed{hint}"))
 }
 
@@ -315,15 +252,16 @@ mod tests {
 
     use super::*;
 
+    /// `sandgate firewall`'s options as a command of their own.
     #[derive(Debug, Parser)]
-    struct T {
+    struct FirewallCli {
         #[command(flatten)]
         a: FirewallArgs,
     }
 
     #[test]
     fn parses_apply_with_defaults_and_proxies() {
-        let t = T::try_parse_from(["x", "apply", "--uid", "7", "--dry-run"]).unwrap();
+        let t = FirewallCli::try_parse_from(["x", "apply", "--uid", "7", "--dry-run"]).unwrap();
         let Action::Apply {
             scope,
             proxy,
@@ -342,7 +280,7 @@ mod tests {
         assert_eq!(proxy, [DEFAULT_PROXY.parse::<SocketAddr>().unwrap()]);
         // The host-wide drops are on unless opted out by name.
         assert_eq!((allow_syncookies, allow_multicast_reports), (false, false));
-        let t = T::try_parse_from([
+        let t = FirewallCli::try_parse_from([
             "x",
             "apply",
             "--uid",
@@ -355,31 +293,14 @@ mod tests {
         .unwrap();
         let Action::Apply { proxy, .. } = t.a.action else { panic!() };
         assert_eq!(proxy.len(), 2);
-        assert!(T::try_parse_from(["x", "remove"]).is_err());
-        assert!(T::try_parse_from(["x", "apply", "--uid", "-1"]).is_err());
+        assert!(FirewallCli::try_parse_from(["x", "remove"]).is_err());
+        assert!(FirewallCli::try_parse_from(["x", "apply", "--uid", "-1"]).is_err());
     }
 
     #[test]
     fn parses_check() {
-        let t = T::try_parse_from(["x", "check"]).unwrap();
+        let t = FirewallCli::try_parse_from(["x", "check"]).unwrap();
         assert!(matches!(t.a.action, Action::Check));
-        assert!(T::try_parse_from(["x", "check", "--uid", "1"]).is_err());
-    }
-
-    #[cfg(not(target_os = "macos"))]
-    #[test]
-    fn identity_warnings() {
-        // A uid nobody has subordinate ids for.
-        let uid = 4_000_000_000;
-        let installed =
-            |rules: String| Installed { scope: GuestScope::user(uid), name: "t".into(), rules };
-        let fp = SubIds::default().fingerprint(uid);
-        let current = format!("table inet t {{\n\tcomment \"sandgate identity {fp}\"\n}}\n");
-        assert_eq!(identity_warning(&installed(current)), None);
-        let changed = "table inet t {\n\tcomment \"sandgate identity 0000000000000000\"\n}\n";
-        let w = identity_warning(&installed(changed.into())).unwrap();
-        assert!(w.contains("changed") && w.contains(&format!("apply --uid {uid}")), "{w}");
-        let w = identity_warning(&installed("table inet t {\n}\n".into())).unwrap();
-        assert!(w.contains("older sandgate"), "{w}");
+        assert!(FirewallCli::try_parse_from(["x", "check", "--uid", "1"]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! Interception as the CLI, the daemon and the launcher see it: the CA's place, what a sandbox
-//! gets when interception is in use (placeholders, the CA bundle and the variables naming it),
-//! and `sandgate secrets list|test`.
+//! gets when interception is in use, and `sandgate secrets list|test`. The reports are
+//! `sandgate_proxy::secret_report`'s; this finds the places, logs and prints.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -8,13 +8,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use sandgate_config::{InterceptSettings, SecretSource};
+use sandgate_config::InterceptSettings;
 use sandgate_proxy::Interceptor;
-use sandgate_proxy::intercept::{CA_BUNDLE_VARS, sandbox_bundle};
-use serde_json::json;
-
-/// Name of the bundle file in the sandbox's copy of the configuration directory.
-pub const BUNDLE_FILE: &str = "ca-bundle.pem";
+use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
 
 /// The CA directory under `$XDG_DATA_HOME/sandgate` (hidden in every sandbox with the store).
 pub fn ca_dir() -> anyhow::Result<PathBuf> {
@@ -37,39 +33,29 @@ pub fn interceptor() -> Option<Arc<Interceptor>> {
     }
 }
 
-/// What a sandbox gets when its policy intercepts: each secret's variable holding the
-/// placeholder, and the CA bundle (a file in the sandbox's copy of the configuration directory)
-/// named by [`CA_BUNDLE_VARS`]. Nothing when nothing is intercepted.
+/// Adds what a sandbox gets when its policy intercepts to `env` (replacing variables of the
+/// same name) and `files` ([`sandgate_proxy::secret_report::sandbox_env`]).
 pub fn sandbox_env(
     settings: &InterceptSettings,
     config_dir: Option<&Path>,
     env: &mut Vec<(OsString, OsString)>,
     files: &mut Vec<(PathBuf, Vec<u8>)>,
 ) -> anyhow::Result<()> {
-    if !settings.in_use() {
-        return Ok(());
-    }
-    for s in &settings.secrets {
-        if let Some(var) = &s.env {
-            env.retain(|(k, _)| k != var.as_str());
-            env.push((var.into(), s.placeholder().into()));
-        }
-    }
-    let Some(dir) = config_dir else {
+    let got = sandgate_proxy::secret_report::sandbox_env(settings, config_dir, || {
+        sandgate_proxy::ca::ca_certificate_pem(&ca_dir()?)
+            .context("cannot make or read the interception CA")
+    })?;
+    if got.no_bundle {
         eprintln!(
             "sandgate: interception is configured but there is no configuration directory to \
              hold the CA bundle; clients inside will not trust intercepted hosts"
         );
-        return Ok(());
-    };
-    let ca = sandgate_proxy::ca::ca_certificate_pem(&ca_dir()?)
-        .context("cannot make or read the interception CA")?;
-    files.push((PathBuf::from(BUNDLE_FILE), sandbox_bundle(&ca).into_bytes()));
-    let path = dir.join(BUNDLE_FILE);
-    for var in CA_BUNDLE_VARS {
-        env.retain(|(k, _)| k != var);
-        env.push((var.into(), path.clone().into()));
     }
+    for (k, v) in got.env {
+        env.retain(|(name, _)| *name != k);
+        env.push((k, v));
+    }
+    files.extend(got.files);
     Ok(())
 }
 
@@ -106,82 +92,42 @@ pub fn secrets(args: SecretsArgs) -> anyhow::Result<u8> {
         .map_err(|e| crate::policy_cmd::UsageError(format!("invalid configuration:\n{e}")))?;
     match args.command {
         SecretsCommand::List { json } => {
-            let items: Vec<serde_json::Value> = settings
-                .secrets
-                .iter()
-                .map(|s| {
-                    json!({
-                        "name": s.name,
-                        "hosts": s.hosts.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                        "header": s.header,
-                        "env": s.env,
-                        "source": s.source.kind(),
-                        "defined_at": s.origin.to_string(),
-                    })
-                })
-                .collect();
+            let items: Vec<SecretInfo> = settings.secrets.iter().map(SecretInfo::of).collect();
             if json {
-                println!("{}", serde_json::Value::Array(items));
-            } else if settings.secrets.is_empty() {
+                println!("{}", serde_json::to_value(&items)?);
+            } else if items.is_empty() {
                 println!("no secrets configured ([[secrets]] in the configuration)");
             } else {
-                for s in &settings.secrets {
-                    let hosts: Vec<String> = s.hosts.iter().map(ToString::to_string).collect();
-                    let detail = match &s.source {
-                        SecretSource::Env(v) => format!("env ${v}"),
-                        SecretSource::File(p) => format!("file {}", p.display()),
-                        SecretSource::Command { argv, timeout, ttl } => format!(
-                            "command {} (timeout {}s, ttl {}s)",
-                            argv.first().map_or("", String::as_str),
-                            timeout.as_secs_f64(),
-                            ttl.as_secs()
-                        ),
-                    };
+                for s in &items {
                     println!(
                         "{}  hosts {}  header {}  env {}  source {}  ({})",
                         s.name,
-                        hosts.join(","),
+                        s.hosts.join(","),
                         s.header,
                         s.env.as_deref().unwrap_or("-"),
-                        detail,
-                        s.origin
+                        s.detail,
+                        s.defined_at
                     );
                 }
             }
             Ok(0)
         }
         SecretsCommand::Test { name, json } => {
-            let Some(secret) = settings.secrets.iter().find(|s| s.name == name) else {
-                let known: Vec<&str> = settings.secrets.iter().map(|s| s.name.as_str()).collect();
-                return Err(crate::policy_cmd::UsageError(format!(
-                    "no secret named {name:?}; configured: {}",
-                    if known.is_empty() { "none".into() } else { known.join(", ") }
-                ))
-                .into());
-            };
+            let secret = find_secret(&settings, &name)
+                .map_err(|e| crate::policy_cmd::UsageError(e.to_string()))?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("cannot start a runtime")?;
-            let reader = sandgate_proxy::secret::SecretReader::default();
-            let result = rt.block_on(reader.read(secret));
-            match (&result, json) {
-                (Ok(v), true) => {
-                    println!("{}", json!({ "name": name, "ok": true, "length": v.expose().len() }))
-                }
-                (Ok(v), false) => {
-                    println!(
-                        "{name}: ok ({} source, {} characters)",
-                        secret.source.kind(),
-                        v.expose().len()
-                    );
-                }
-                (Err(e), true) => {
-                    println!("{}", json!({ "name": name, "ok": false, "error": e.to_string() }));
+            let test = rt.block_on(SecretTest::run(secret));
+            match (&test.result, json) {
+                (_, true) => println!("{}", serde_json::to_value(&test)?),
+                (Ok(len), false) => {
+                    println!("{name}: ok ({} source, {len} characters)", secret.source.kind())
                 }
                 (Err(e), false) => println!("{name}: error: {e}"),
             }
-            Ok(if result.is_ok() { 0 } else { 1 })
+            Ok(if test.result.is_ok() { 0 } else { 1 })
         }
     }
 }

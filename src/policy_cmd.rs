@@ -1,11 +1,14 @@
-//! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`.
+//! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`. What they
+//! report is `sandgate_config`'s ([`NetCheck`], `Config::tier_summaries`,
+//! `Config::writable_paths`, `sandgate_config::edit`); this parses the options and prints.
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use sandgate_config::edit::{CheckError, Edit};
 use sandgate_config::{
-    Config, ConfigError, ConfigPaths, Decision, NetMode, Overrides, RuleSource, Target,
+    Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target,
 };
 use serde_json::json;
 
@@ -108,72 +111,39 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
     let flags =
         Overrides { allow: args.allow, deny: args.deny, net: args.net, ..Overrides::default() };
     let policy = config.policy(&args.tier, &flags).map_err(|e| UsageError(e.to_string()))?;
-    let mut decision = policy.net.decide(&target);
     // As the proxy does: what no rule decides, a live grant (global, or this directory's
     // project) may; a deny grant first.
-    if matches!(decision, Decision::Ask) && policy.net.mode == NetMode::Proxy {
-        decision = stored_grant(&config, &target).unwrap_or(Decision::Ask);
-    }
-    let code = match &decision {
+    let r = NetCheck::new(&args.tier, &policy.net, target, |t| stored_grant(&config, t));
+    let code = match &r.decision {
         Decision::Allow(_) => EXIT_ALLOW,
         Decision::Deny(_) => EXIT_DENY,
         Decision::Ask => EXIT_ASK,
     };
     if args.json {
-        let rule = decision.rule().map(|r| {
-            json!({
-                "pattern": r.pattern.as_ref().map(|p| p.to_string()),
-                "source": r.source.to_string(),
-            })
-        });
-        println!(
-            "{}",
-            json!({
-                "target": target.to_string(),
-                "host": target.host.to_string(),
-                "port": target.port,
-                "tier": args.tier,
-                "decision": decision.verb(),
-                "rule": rule,
-                "default_ports": policy.net.default_ports(),
-                "narrowed_by_default_ports": policy.net.narrowed_by_default_ports(&target)
-                    .map(|r| r.to_string()),
-                "intercepted": policy.net.intercept().intercepts(&target),
-                "secrets": policy.net.intercept().secrets_for(&target)
-                    .map(|s| s.name.clone()).collect::<Vec<_>>(),
-                "http_rules": policy.net.intercept().rules_for(&target)
-                    .map(|r| r.allow.iter().map(ToString::to_string).collect::<Vec<_>>()),
-            })
-        );
+        println!("{}", serde_json::to_value(&r)?);
         return Ok(code);
     }
-    println!("{} {target}", decision.verb());
-    if policy.net.intercept().intercepts(&target) {
-        let secrets: Vec<String> =
-            policy.net.intercept().secrets_for(&target).map(|s| s.name.clone()).collect();
+    let target = &r.target;
+    println!("{} {target}", r.decision.verb());
+    if r.intercepted {
         println!(
             "  intercepted: TLS is terminated by sandgate's CA (secrets: {}; http_rules: {})",
-            if secrets.is_empty() { "none".into() } else { secrets.join(", ") },
-            policy
-                .net
-                .intercept()
-                .rules_for(&target)
-                .map_or("none".into(), |r| r.origin.to_string())
+            if r.secrets.is_empty() { "none".into() } else { r.secrets.join(", ") },
+            r.http_rules.as_ref().map_or("none", |h| h.origin.as_str())
         );
     }
-    match &decision {
-        Decision::Allow(r) | Decision::Deny(r) => println!("  rule: {r}"),
+    match &r.decision {
+        Decision::Allow(rule) | Decision::Deny(rule) => println!("  rule: {rule}"),
         Decision::Ask => println!(
             "  no rule matches: the request would be held until a person answers \
              (`sandgate allow {}`)",
             target.host
         ),
     }
-    if let Some(r) = policy.net.narrowed_by_default_ports(&target) {
-        let ports: Vec<String> =
-            policy.net.default_ports().unwrap_or_default().iter().map(u16::to_string).collect();
+    if let Some(rule) = &r.narrowed_by_default_ports {
+        let ports: Vec<String> = r.default_ports.iter().flatten().map(u16::to_string).collect();
         println!(
-            "  not matched: {r} has no port, and [network] default_ports = [{}] narrows such \
+            "  not matched: {rule} has no port, and [network] default_ports = [{}] narrows such \
              patterns to those ports; allow {} to open this one",
             ports.join(", "),
             target
@@ -298,59 +268,22 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
                 let state = if file.exists() { "present" } else { "absent" };
                 println!("{what:14} {state:8} {}", file.display());
             }
-            match Config::load(paths) {
-                Ok(config) => match config.tiers() {
-                    Ok(_) => {
-                        let missing = missing_writable(&config);
-                        for w in &missing {
-                            println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
-                        }
-                        for w in telegram_warnings(&config) {
-                            eprintln!("warning: {w}");
-                        }
-                        println!("ok: configuration is valid");
-                        Ok(0)
+            match sandgate_config::edit::check(paths) {
+                Ok(config) => {
+                    for w in &config.missing_writable() {
+                        println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
                     }
-                    Err(e) => Err(UsageError(e.to_string()).into()),
-                },
-                Err(e) => Err(config_error(e)),
+                    for w in sandgate_approvals::telegram::config_warnings(&config) {
+                        eprintln!("warning: {w}");
+                    }
+                    println!("ok: configuration is valid");
+                    Ok(0)
+                }
+                Err(CheckError::File(e)) => Err(config_error(e)),
+                Err(CheckError::Tiers(e)) => Err(UsageError(e.to_string()).into()),
             }
         }
     }
-}
-
-/// Configured writable paths (of the `build` tier, where they apply) that do not exist.
-fn missing_writable(config: &Config) -> Vec<sandgate_config::PathRule> {
-    let Ok(policy) = config.policy("build", &Overrides::default()) else { return Vec::new() };
-    policy
-        .fs
-        .writable
-        .into_iter()
-        .filter(|w| matches!(w.source, RuleSource::File { .. }))
-        .filter(|w| std::fs::symlink_metadata(&w.path).is_err())
-        .collect()
-}
-
-/// What `config check` says about the Telegram token's source: a token written in the config
-/// file, a token file others can read, chats without any token.
-fn telegram_warnings(config: &Config) -> Vec<String> {
-    use sandgate_approvals::telegram::{BotToken, CONFIG_TOKEN_WARNING, TOKEN_ENV};
-    let Some(t) = config.telegram_settings() else { return Vec::new() };
-    let mut out = Vec::new();
-    if t.token.is_some() {
-        let file =
-            config.global.as_ref().map_or("config.toml".into(), |f| f.path.display().to_string());
-        out.push(format!("{file}: {CONFIG_TOKEN_WARNING}"));
-    }
-    match BotToken::from_sources(t.token_file.as_deref(), t.token.as_deref()) {
-        Err(e) => out.push(e.to_string()),
-        Ok(None) if !t.chats.is_empty() => out.push(format!(
-            "[telegram] chats are configured but there is no token: the bot stays off; set \
-             {TOKEN_ENV} for the daemon or `token_file`"
-        )),
-        Ok(_) => {}
-    }
-    out
 }
 
 /// `p` made absolute against `cwd`, canonical when it exists.
@@ -361,44 +294,18 @@ pub fn absolute(cwd: &Path, p: &Path) -> PathBuf {
 
 fn list_paths(paths: ConfigPaths, extra: Vec<PathBuf>, json: bool) -> anyhow::Result<u8> {
     let config = Config::load(paths).map_err(config_error)?;
-    let flags = Overrides { allow_write: extra, ..Overrides::default() };
-    let policy = config.policy("build", &flags).map_err(|e| UsageError(e.to_string()))?;
-    let group = |rule_source: &RuleSource| -> (String, Option<String>) {
-        match rule_source {
-            RuleSource::CurrentDirectory => ("current directory".into(), None),
-            RuleSource::File { path, .. }
-                if Some(path) == config.global.as_ref().map(|f| &f.path) =>
-            {
-                ("global".into(), Some(path.display().to_string()))
-            }
-            RuleSource::File { path, .. } => {
-                ("per-directory".into(), Some(path.display().to_string()))
-            }
-            RuleSource::CommandLine => ("command line".into(), None),
-            other => (other.to_string(), None),
-        }
-    };
+    let writable = config.writable_paths(extra).map_err(|e| UsageError(e.to_string()))?;
     if json {
-        let items: Vec<_> = policy
-            .fs
-            .writable
-            .iter()
-            .map(|w| {
-                let (source, file) = group(&w.source);
-                json!({ "path": w.path, "source": source, "file": file, "rule": w.source.to_string() })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(items));
+        println!("{}", serde_json::to_value(&writable)?);
         return Ok(0);
     }
     let mut out = std::io::stdout().lock();
     writeln!(out, "Writable paths in tier `build` (and tiers based on it):")?;
     let mut last: Option<String> = None;
-    for w in &policy.fs.writable {
-        let (source, file) = group(&w.source);
-        let heading = match file {
-            Some(f) => format!("{source} ({f})"),
-            None => source,
+    for w in &writable {
+        let heading = match &w.file {
+            Some(f) => format!("{} ({f})", w.source),
+            None => w.source.clone(),
         };
         if last.as_ref() != Some(&heading) {
             writeln!(out, "  {heading}")?;
@@ -410,40 +317,13 @@ fn list_paths(paths: ConfigPaths, extra: Vec<PathBuf>, json: bool) -> anyhow::Re
     Ok(0)
 }
 
-const TEMPLATE: &str = r#"# sandgate configuration. See the README's "Configuration" section for every key.
-#
-# [network]
-# allow = ["crates.io", "*.githubusercontent.com"]
-# deny = []
-# presets = ["registries"]
-#
-# [filesystem]
-# allow_write = ["~/.cargo/registry"]
-# deny_read = []
-# protected = []
-# writable_dotfiles = []   # top-level dot-entries builds may write; "!.venv" takes one away
-"#;
-
 fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
-    // What to put back when the person gives up on a broken edit (None: the file was absent).
-    let before = match std::fs::read(file) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    let header = if global {
+        String::new()
+    } else {
+        format!("# Per-directory configuration for {}\n", paths.project_dir.display())
     };
-    if before.is_none() {
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let header = if global {
-            String::new()
-        } else {
-            format!("# Per-directory configuration for {}\n", paths.project_dir.display())
-        };
-        std::fs::write(file, format!("{header}{TEMPLATE}"))
-            .with_context(|| format!("cannot write {}", file.display()))?;
-    }
+    let session = Edit::begin(file, &header)?;
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
@@ -460,17 +340,10 @@ fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
                 format!("cannot start the editor {editor:?} (set $VISUAL or $EDITOR)")
             })?;
         if !status.success() {
-            restore(file, before.as_deref())?;
+            session.restore()?;
             bail!("the editor {editor:?} failed ({status}); {} is unchanged", file.display());
         }
-        let error = match Config::load(paths.clone()) {
-            Ok(config) => match config.tiers() {
-                Ok(_) => None,
-                Err(e) => Some(e.to_string()),
-            },
-            Err(e) => Some(e.to_string()),
-        };
-        let Some(error) = error else {
+        let Err(error) = sandgate_config::edit::check(paths.clone()) else {
             println!("ok: {} is valid", file.display());
             return Ok(0);
         };
@@ -478,10 +351,7 @@ fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
         if interactive && ask_edit_again()? {
             continue;
         }
-        let rejected = file.with_extension("toml.rejected");
-        std::fs::copy(file, &rejected)
-            .with_context(|| format!("cannot keep the edit in {}", rejected.display()))?;
-        restore(file, before.as_deref())?;
+        let rejected = session.reject()?;
         eprintln!(
             "sandgate: {} is unchanged; your edit is in {}",
             file.display(),
@@ -508,15 +378,6 @@ fn ask_edit_again() -> anyhow::Result<bool> {
     }
 }
 
-/// Puts the file back as it was before `config edit` (removes it if it did not exist).
-fn restore(file: &Path, before: Option<&[u8]>) -> anyhow::Result<()> {
-    match before {
-        Some(bytes) => std::fs::write(file, bytes),
-        None => std::fs::remove_file(file),
-    }
-    .with_context(|| format!("cannot restore {}", file.display()))
-}
-
 /// Options of `sandgate tiers`.
 #[derive(Debug, clap::Args)]
 pub struct TiersArgs {
@@ -528,33 +389,12 @@ pub struct TiersArgs {
 /// `sandgate tiers`: lists the tiers and what each allows.
 pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
     let config = load_config()?;
-    let tiers = config.tiers().map_err(|e| UsageError(e.to_string()))?;
-    // The allow and deny lists in force for each tier here (configuration and presets).
-    let lists = |name: &str| -> (Vec<String>, Vec<String>) {
-        match config.policy(name, &Overrides::default()) {
-            Ok(p) if p.net.mode == NetMode::Proxy => (
-                p.net.allow_rules().iter().map(|r| r.to_string()).collect(),
-                p.net.deny_rules().iter().map(|r| r.to_string()).collect(),
-            ),
-            _ => (Vec::new(), Vec::new()),
-        }
-    };
+    let tiers = config.tier_summaries().map_err(|e| UsageError(e.to_string()))?;
     if args.json {
-        let items: Vec<_> = tiers
-            .iter()
-            .map(|t| {
-                let (allow, deny) = lists(&t.name);
-                json!({
-                    "name": t.name, "description": t.description, "network": t.net.to_string(),
-                    "writable_cwd": t.writable_cwd, "defined_in": t.defined_in,
-                    "allow": allow, "deny": deny,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(items));
+        println!("{}", serde_json::to_value(&tiers)?);
         return Ok(0);
     }
-    for t in &tiers {
+    for t in tiers {
         let fs = if t.writable_cwd { "cwd + configured paths writable" } else { "read-only" };
         let net = match t.net {
             NetMode::None => "no network",
@@ -563,12 +403,11 @@ pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
         println!("{:<14} {fs}; {net}", t.name);
         println!("{:<14} {} [{}]", "", t.description, t.defined_in);
         if t.net == NetMode::Proxy {
-            let (allow, deny) = lists(&t.name);
             let show =
                 |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
-            println!("{:<14} allow: {}", "", show(allow));
-            if !deny.is_empty() {
-                println!("{:<14} deny:  {}", "", show(deny));
+            println!("{:<14} allow: {}", "", show(t.allow));
+            if !t.deny.is_empty() {
+                println!("{:<14} deny:  {}", "", show(t.deny));
             }
         }
     }

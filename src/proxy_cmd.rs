@@ -1,7 +1,8 @@
 //! `sandgate proxy`: the allowlist proxy alone, in the foreground.
 //!
 //! Without the daemon there is nobody to ask, so destinations the policy does not allow are
-//! denied with a body that says so.
+//! denied with a body that says so. The server is [`sandgate_proxy::Standalone`]; this reads
+//! the options and the configuration, and waits for the signal.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{Config, ConfigPaths, Overrides};
-use sandgate_proxy::{Proxy, ProxyConfig, ProxyToken, SandboxContext, SandboxId, TunnelMode};
+use sandgate_proxy::{Standalone, TunnelMode};
 
 /// Options of `sandgate proxy`.
 #[derive(Debug, clap::Args)]
@@ -37,16 +38,8 @@ pub struct ProxyArgs {
     #[arg(long, env = "SANDGATE_PROXY_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// How tunnels move bytes: `splice` (zero-copy) or `copy`.
-    #[arg(long, default_value = "splice", value_parser = parse_mode)]
+    #[arg(long, default_value = "splice", value_parser = str::parse::<TunnelMode>)]
     tunnel: TunnelMode,
-}
-
-fn parse_mode(s: &str) -> Result<TunnelMode, String> {
-    match s {
-        "splice" => Ok(TunnelMode::Splice),
-        "copy" => Ok(TunnelMode::Copy),
-        _ => Err(format!("{s:?}: expected `splice` or `copy`")),
-    }
 }
 
 /// Runs the proxy until SIGINT/SIGTERM.
@@ -86,41 +79,29 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let proxy = Proxy::builder().config(ProxyConfig {
-            ask_timeout: args.ask_timeout,
-            tunnel_mode: args.tunnel,
-            upstream,
-            ..ProxyConfig::default()
-        });
-        let proxy = match policy.net.intercept().in_use() {
-            true => match crate::intercept_cmd::interceptor() {
-                Some(i) => proxy.interceptor(i),
-                None => proxy,
-            },
-            false => proxy,
-        }
-        .build();
-        let ctx = SandboxContext {
-            id: SandboxId::new("proxy"),
-            policy: Arc::new(policy.net),
-            token: args.token.map(ProxyToken::new),
+        let interceptor = match policy.net.intercept().in_use() {
+            true => crate::intercept_cmd::interceptor(),
+            false => None,
         };
         tracing::info!(
             listen = %args.listen,
             tier = %args.tier,
-            allowed = ctx.policy.allow_rules().len(),
-            denied = ctx.policy.deny_rules().len(),
+            allowed = policy.net.allow_rules().len(),
+            denied = policy.net.deny_rules().len(),
             "sandgate proxy listening"
         );
-        let serving = tokio::spawn({
-            let proxy = proxy.clone();
-            async move { proxy.serve(listener, ctx).await }
-        });
-        shutdown_signal().await?;
-        tracing::info!("shutting down");
-        proxy.shutdown();
-        let _ = serving.await;
-        let left = proxy.drain(Duration::from_secs(5)).await;
+        let standalone = Standalone {
+            policy: policy.net,
+            ask_timeout: args.ask_timeout,
+            tunnel_mode: args.tunnel,
+            upstream,
+            interceptor,
+            token: args.token,
+            grace: Duration::from_secs(5),
+        };
+        let mut signalled = Ok(());
+        let left = standalone.serve(listener, async { signalled = shutdown_signal().await }).await;
+        signalled?;
         if left > 0 {
             tracing::warn!(connections = left, "closing connections still open");
         }
@@ -144,7 +125,5 @@ async fn shutdown_signal() -> anyhow::Result<()> {
 /// now, from the environment or the file the configuration names).
 pub(crate) fn upstream(config: &Config) -> anyhow::Result<Option<Arc<sandgate_proxy::Upstream>>> {
     let Some(s) = config.upstream_settings() else { return Ok(None) };
-    let credentials =
-        s.credentials.as_ref().map(|c| c.read()).transpose().map_err(anyhow::Error::msg)?;
-    Ok(Some(Arc::new(sandgate_proxy::Upstream { addr: s.addr, credentials, bypass: s.bypass })))
+    Ok(Some(Arc::new(sandgate_proxy::Upstream::from_settings(s).map_err(anyhow::Error::msg)?)))
 }

@@ -7,8 +7,13 @@
 //! sandbox must not see by default (the home directory allowlist, the system's secret files,
 //! secret-looking variable names) and decides entries against it.
 //!
-//! It does no I/O beyond reading and editing configuration files: enforcing a policy is the job of
-//! the launcher (`sandgate-sandbox`), the proxy (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
+//! The policy commands' reports are values here ([`NetCheck`] for `sandgate check`,
+//! [`TierSummary`], [`WritablePath`]), as are the `sandgate learn` proposal ([`learn`]) and the
+//! `config edit` transaction ([`edit`]); the binary only prints them.
+//!
+//! It does no I/O beyond reading and editing configuration files (and asking whether configured
+//! paths exist): enforcing a policy is the job of the launcher (`sandgate-sandbox`), the proxy
+//! (`sandgate-proxy`) and the firewall (`sandgate-firewall`).
 //!
 //! # Why these choices
 //!
@@ -24,16 +29,19 @@
 
 mod decision;
 mod dotfiles;
+pub mod edit;
 mod file;
 mod grant;
 mod host;
 mod intercept;
 mod layers;
+pub mod learn;
 mod matcher;
 mod pattern;
 mod policy;
 mod project;
 mod sandbox_id;
+mod report;
 mod secrets;
 mod text;
 mod tiers;
@@ -61,6 +69,7 @@ pub use policy::{
 };
 pub use project::project_root;
 pub use sandbox_id::{InvalidSandboxId, SandboxId};
+pub use report::{HttpRulesInfo, NetCheck, TierSummary, WritablePath};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

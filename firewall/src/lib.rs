@@ -30,6 +30,7 @@ pub mod nft;
 pub mod pf;
 mod runner;
 pub mod subid;
+mod system;
 
 pub use error::FirewallError;
 pub use guest::{
@@ -40,3 +41,7 @@ pub use runner::{
     CommandOutput, CommandRunner, RecordedCall, RecordingRunner, SystemRunner, locate, locate_with,
 };
 pub use subid::{IdRange, SubIdError, SubIds};
+pub use system::{
+    FencedAccount, UnfenceableUser, fenced_accounts, fenced_system_accounts, gc_plan,
+    identity_warning, identity_warning_with, system_backend,
+};

@@ -7,9 +7,11 @@
 //! model). Everything else — and every input it does not fully understand — gets no decision, so
 //! the agent's normal prompt appears.
 //!
-//! It is pure: JSON in, [`Verdict`] out, with the filesystem behind the [`Filesystem`] trait
-//! (canonical paths, link metadata, `PATH` lookup). It does no I/O of its own beyond that trait,
-//! prints nothing and never talks to the daemon; the `sandgate hook` command does.
+//! Its decisions are pure: JSON in, [`Verdict`] out, with the filesystem behind the
+//! [`Filesystem`] trait (canonical paths, link metadata, `PATH` lookup). The I/O around them is
+//! kept apart: [`tier`] reads configuration files for a tier's walls and sends the decision line
+//! to the daemon, [`claude_settings`] edits Claude Code's settings file. Nothing here prints;
+//! the `sandgate hook` command does.
 //!
 //! # Precedence
 //! 1. malformed, oversized or unknown input → no decision (never allow, never deny);
@@ -27,9 +29,11 @@
 #![forbid(unsafe_code)]
 
 mod claude;
+pub mod claude_settings;
 mod fs;
 mod paths;
 mod shell;
+pub mod tier;
 
 pub use claude::{HookSettings, MAX_INPUT, Verdict, decide_claude, verdict_json};
 pub use fs::{FileInfo, Filesystem, RealFs};

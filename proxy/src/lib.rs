@@ -65,11 +65,14 @@ pub mod guard;
 pub mod head;
 pub mod intercept;
 mod io;
+mod learn;
 mod pipeline;
 mod proxy;
 pub mod secret;
+pub mod secret_report;
 pub mod sni;
 pub mod socks;
+mod standalone;
 mod traits;
 mod tunnel;
 mod upstream;
@@ -78,7 +81,9 @@ pub use denial::{Refusal, render_refusal};
 pub use dns::UdpResolver;
 pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
+pub use learn::Learner;
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
+pub use standalone::Standalone;
 pub use traits::{
     ApprovalRequest, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
     ProxyToken, Resolver, Ruling, SandboxId, SystemResolver, TracingSink,

@@ -13,6 +13,11 @@
 //! [`EventWriter`], which never blocks: a bounded queue drained by a writer thread that commits one
 //! transaction per batch and counts what it had to drop.
 //!
+//! The traffic log as people read it (`sandgate log`, `sandgate watch`) is shaped here too: its
+//! lines ([`TrafficLine`]), their filters ([`TrafficFilter`], host patterns from
+//! `sandgate-config`), the paged read of the newest lines that pass them
+//! ([`Store::traffic_lines`]) and the per-host summary rows ([`HostRow`]).
+//!
 //! Errors are [`StoreError`], which tells a busy or locked database, a full disk (or the configured
 //! size cap), a corrupt file and an I/O failure apart, so the daemon can report them plainly.
 //!
@@ -33,6 +38,7 @@ mod model;
 mod schema;
 mod store;
 mod time;
+mod traffic;
 
 pub use error::StoreError;
 pub use events::{EventSender, EventWriter, EventWriterConfig, EventWriterStats};
@@ -44,3 +50,4 @@ pub use model::{
 pub use schema::SCHEMA_VERSION;
 pub use store::{OpenOptions, Store};
 pub use time::Timestamp;
+pub use traffic::{HostRow, SandboxCommands, TrafficFilter, TrafficLine, clock};

@@ -20,6 +20,7 @@
 
 mod alerts;
 mod bot;
+mod config_check;
 mod render;
 
 use std::fmt;
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 pub use alerts::{AlertDeduper, AlertMessage};
 pub use bot::TelegramHandle;
+pub use config_check::config_warnings;
 pub use render::{
     BotCommand, Callback, CommandError, callback_data, parse_callback, parse_command,
 };

@@ -45,7 +45,7 @@ fn own_places() -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
             .map(PathBuf::from)
             .or_else(|| home.as_ref().map(|h| h.join(fallback)))
     };
-    let paths = crate::daemon::Paths::discover();
+    let paths = sandgate_daemon::Paths::discover();
     let mut hidden = vec![paths.dir.clone()];
     hidden.extend(paths.others());
     hidden.extend(xdg("XDG_DATA_HOME", ".local/share").map(|d| d.join("sandgate")));
@@ -160,7 +160,7 @@ fn report(v: &Verdict) {
     })
     .to_string();
     line.push('\n');
-    let socket = crate::daemon::Paths::discover().socket;
+    let socket = sandgate_daemon::Paths::discover().socket;
     #[cfg(target_os = "linux")]
     let flags =
         nix::sys::socket::SockFlag::SOCK_NONBLOCK | nix::sys::socket::SockFlag::SOCK_CLOEXEC;

@@ -1,20 +1,14 @@
-//! Interception as the CLI, the daemon and the launcher see it: the CA's place, what a sandbox
-//! gets when interception is in use (placeholders, the CA bundle and the variables naming it),
-//! and `sandgate secrets list|test`.
+//! Interception as the CLI sees it: the CA's place and `sandgate secrets list|test` (what a
+//! sandbox gets when interception is in use is `sandgate_daemon::setup::sandbox_env`).
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use sandgate_config::{InterceptSettings, SecretSource};
+use sandgate_config::SecretSource;
 use sandgate_proxy::Interceptor;
-use sandgate_proxy::intercept::{CA_BUNDLE_VARS, sandbox_bundle};
 use serde_json::json;
-
-/// Name of the bundle file in the sandbox's copy of the configuration directory.
-pub const BUNDLE_FILE: &str = "ca-bundle.pem";
 
 /// The CA directory under `$XDG_DATA_HOME/sandgate` (hidden in every sandbox with the store).
 pub fn ca_dir() -> anyhow::Result<PathBuf> {
@@ -35,42 +29,6 @@ pub fn interceptor() -> Option<Arc<Interceptor>> {
             None
         }
     }
-}
-
-/// What a sandbox gets when its policy intercepts: each secret's variable holding the
-/// placeholder, and the CA bundle (a file in the sandbox's copy of the configuration directory)
-/// named by [`CA_BUNDLE_VARS`]. Nothing when nothing is intercepted.
-pub fn sandbox_env(
-    settings: &InterceptSettings,
-    config_dir: Option<&Path>,
-    env: &mut Vec<(OsString, OsString)>,
-    files: &mut Vec<(PathBuf, Vec<u8>)>,
-) -> anyhow::Result<()> {
-    if !settings.in_use() {
-        return Ok(());
-    }
-    for s in &settings.secrets {
-        if let Some(var) = &s.env {
-            env.retain(|(k, _)| k != var.as_str());
-            env.push((var.into(), s.placeholder().into()));
-        }
-    }
-    let Some(dir) = config_dir else {
-        eprintln!(
-            "sandgate: interception is configured but there is no configuration directory to \
-             hold the CA bundle; clients inside will not trust intercepted hosts"
-        );
-        return Ok(());
-    };
-    let ca = sandgate_proxy::ca::ca_certificate_pem(&ca_dir()?)
-        .context("cannot make or read the interception CA")?;
-    files.push((PathBuf::from(BUNDLE_FILE), sandbox_bundle(&ca).into_bytes()));
-    let path = dir.join(BUNDLE_FILE);
-    for var in CA_BUNDLE_VARS {
-        env.retain(|(k, _)| k != var);
-        env.push((var.into(), path.clone().into()));
-    }
-    Ok(())
 }
 
 /// `sandgate secrets`.

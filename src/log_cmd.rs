@@ -10,10 +10,10 @@ use sandgate_config::{DomainPattern, PatternUse};
 use sandgate_store::{HostSummary, Store, Timestamp, TrafficDecision, TrafficQuery};
 use serde_json::{Value, json};
 
-use crate::client::{Client, Incoming};
-use crate::daemon::Paths;
-use crate::daemon::protocol::{Event, Request};
 use crate::policy_cmd::UsageError;
+use sandgate_daemon::Paths;
+use sandgate_daemon::client::{Client, Incoming};
+use sandgate_daemon::protocol::{Event, Request};
 
 /// Options of `sandgate log`.
 #[derive(Debug, clap::Args)]

@@ -186,7 +186,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
 /// store; `None` when there is no store or no grant covers it. Grants of one sandbox are not
 /// considered: `check` runs outside any sandbox.
 fn stored_grant(config: &Config, target: &Target) -> Option<Decision> {
-    use crate::daemon::adapters::GrantCache;
+    use sandgate_daemon::adapters::GrantCache;
     let path = sandgate_store::Store::default_path().ok()?;
     if !path.exists() {
         return None;
@@ -303,7 +303,10 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
                     Ok(_) => {
                         let missing = missing_writable(&config);
                         for w in &missing {
-                            println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
+                            println!(
+                                "warning: {}",
+                                sandgate_daemon::launch::missing_path_notice(w)
+                            );
                         }
                         for w in telegram_warnings(&config) {
                             eprintln!("warning: {w}");

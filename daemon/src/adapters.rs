@@ -16,13 +16,13 @@ use sandgate_store::{
 };
 use tokio::sync::broadcast;
 
-use super::protocol::Event;
+use crate::protocol::Event;
 
 /// A sandbox the daemon serves.
 #[derive(Debug, Clone)]
 pub struct Live {
     /// What the launcher said.
-    pub info: super::protocol::SandboxInfo,
+    pub info: crate::protocol::SandboxInfo,
     /// Its project key (for project grants).
     pub project: Option<String>,
     /// Which control connection registered it (the latest one).

@@ -1,7 +1,9 @@
-//! Commands that talk to the daemon: `status`, `ls`, `stop`, `watch`, `pending`, `allow`,
-//! `deny`, `rules`, `revoke`, and `daemon` itself.
+//! The daemon-talking half of `status`, `ls`, `stop`, `pending`, `allow`, `deny`, `rules`,
+//! `revoke` and `watch`: each a function that connects (or starts the daemon), sends one
+//! request and returns what the daemon said; and the pure text of a pending question and of a
+//! `watch` event line. Printing is the binary's.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
@@ -9,107 +11,16 @@ use sandgate_approvals::{Answer, BrokerEvent, PendingQuestion, Scope};
 use sandgate_config::sanitize;
 use serde_json::Value;
 
-use crate::client::{Client, DaemonError, Incoming};
-use crate::daemon::Paths;
-use crate::daemon::protocol::{AnswerTargetSpec, Event, LocalChannel, Request};
-
-/// Exit status when the daemon is not running (`status`).
-pub const EXIT_NOT_RUNNING: u8 = 3;
-
-/// `--json`.
-#[derive(Debug, clap::Args)]
-pub struct JsonArg {
-    /// Print JSON (one document) instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `sandgate ls`.
-#[derive(Debug, clap::Args)]
-pub struct LsArgs {
-    /// Also sandboxes that ended.
-    #[arg(long, short)]
-    pub all: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `sandgate rules`.
-#[derive(Debug, clap::Args)]
-pub struct RulesArgs {
-    /// Also revoked, expired and used grants.
-    #[arg(long, short)]
-    pub all: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `sandgate revoke`.
-#[derive(Debug, clap::Args)]
-pub struct RevokeArgs {
-    /// The grant's id, as `sandgate rules` shows it (`#12`, `12`, or `g12` as in JSON).
-    pub id: String,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `sandgate allow` and `sandgate deny`.
-#[derive(Debug, clap::Args)]
-#[command(group = clap::ArgGroup::new("scope").args(["once", "session", "for_", "always"]))]
-pub struct AnswerArgs {
-    /// The host (`example.com`), a wildcard you mean (`*.example.com`), either with a port
-    /// (`example.com:8443`), or a question id from `sandgate pending` (`q3`). The grant opens the
-    /// port that was asked (with nothing pending: the port given, else 443).
-    pub target: String,
-    /// The requests waiting now, and the same sandbox's next requests to the same host and port
-    /// within 10 s (a client's second connection).
-    #[arg(long)]
-    pub once: bool,
-    /// Until the sandbox ends (the default).
-    #[arg(long)]
-    pub session: bool,
-    /// For this long (`15m`, `1h`, `2d`), for the project.
-    #[arg(long = "for", value_name = "DURATION")]
-    pub for_: Option<String>,
-    /// Until revoked, for the project (or everywhere with --global).
-    #[arg(long)]
-    pub always: bool,
-    /// With --always: every project, not just the sandbox's.
-    #[arg(long)]
-    pub global: bool,
-    /// Only this sandbox (needed for --session when nothing is pending).
-    #[arg(long, value_name = "ID")]
-    pub sandbox: Option<String>,
-    /// Every port of the host, not only the one asked (e.g. ssh on 22 as well as 443).
-    #[arg(long)]
-    pub any_port: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `sandgate watch`.
-#[derive(Debug, clap::Args)]
-pub struct WatchArgs {
-    /// One JSON event per line (no keys, no colour).
-    #[arg(long)]
-    pub json: bool,
-    /// Only this sandbox's events.
-    #[arg(long, value_name = "ID")]
-    pub sandbox: Option<String>,
-    /// Also show every proxied connection, allowed and refused, as `sandgate log` prints it
-    /// (not only questions and blocked traffic); the `t` key turns this tail on and off.
-    #[arg(long, short)]
-    pub verbose: bool,
-}
+use crate::Paths;
+use crate::UsageError;
+use crate::client::{Client, Incoming};
+use crate::protocol::{AnswerTargetSpec, Event, LocalChannel, Request};
 
 /// How long a one-shot command waits for the daemon's reply (a wedged daemon must not hang it).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn connect_running() -> anyhow::Result<Option<Client>> {
+/// A client of the running daemon; `None` when none runs (no socket, or nobody serves it).
+pub fn connect_running() -> anyhow::Result<Option<Client>> {
     match Client::connect(&Paths::discover()) {
         Ok(c) => {
             c.set_read_timeout(Some(REPLY_TIMEOUT))?;
@@ -127,124 +38,238 @@ fn connect_running() -> anyhow::Result<Option<Client>> {
     }
 }
 
-fn connect_starting() -> anyhow::Result<Client> {
+/// A client of the daemon, started when none runs.
+pub fn connect_starting() -> anyhow::Result<Client> {
     let c = Client::connect_or_start(&Paths::discover())?;
     c.set_read_timeout(Some(REPLY_TIMEOUT))?;
     Ok(c)
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+/// `status`: the daemon's report; `None` when it is not running.
+pub fn status() -> anyhow::Result<Option<Value>> {
+    let Some(mut c) = connect_running()? else { return Ok(None) };
+    c.request(Request::Status).map(Some)
+}
+
+/// `ls`: the sandboxes (running, or with `all` those that ended too), from the daemon, or read
+/// from the store when no daemon runs (nothing is served then).
+pub fn list(all: bool) -> anyhow::Result<Value> {
+    match connect_running()? {
+        Some(mut c) => c.request(Request::List { all }),
+        None => {
+            let path = sandgate_store::Store::default_path()?;
+            if !path.exists() {
+                return Ok(Value::Array(Vec::new()));
+            }
+            let store = sandgate_store::Store::open(&path)?;
+            Ok(serde_json::to_value(store.list_sandboxes(!all)?)?)
+        }
+    }
+}
+
+/// How `stop` went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// No daemon was running.
+    NotRunning,
+    /// The daemon with this pid exited.
+    Exited {
+        /// Its pid, as it said.
+        pid: Value,
+    },
+    /// Asked to stop, it was still running after 10 s.
+    StillRunning {
+        /// Its pid, as it said.
+        pid: Value,
+    },
+}
+
+/// `stop`: asks the daemon to stop and waits until it is gone (its socket closes when it
+/// exits), at most 10 s.
+pub fn stop() -> anyhow::Result<Stopped> {
+    let Some(mut c) = connect_running()? else { return Ok(Stopped::NotRunning) };
+    let v = c.request(Request::Stop)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    let gone = loop {
+        match c.next() {
+            Ok(Incoming::Closed) => break true,
+            Err(e) if crate::client::timed_out(&e) => {}
+            Err(_) => break true,
+            Ok(_) => {}
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+    };
+    let pid = v["pid"].clone();
+    Ok(if gone { Stopped::Exited { pid } } else { Stopped::StillRunning { pid } })
+}
+
+/// `pending`: the questions waiting for a person (JSON as the daemon sent it); `None` when no
+/// daemon runs.
+pub fn pending() -> anyhow::Result<Option<Value>> {
+    let Some(mut c) = connect_running()? else { return Ok(None) };
+    c.request(Request::Pending).map(Some)
+}
+
+/// The scope of `allow`/`deny` from its flags (`--once`, `--for`, `--always`, `--global`; none:
+/// the session).
+pub fn scope(
+    once: bool,
+    for_: Option<&str>,
+    always: bool,
+    global: bool,
+) -> Result<Scope, UsageError> {
+    if once {
+        Ok(Scope::Once)
+    } else if let Some(d) = for_ {
+        let d =
+            sandgate_approvals::parse_duration(d).map_err(|e| UsageError(format!("--for: {e}")))?;
+        if global {
+            return Err(UsageError(
+                "--global goes with --always (a --for grant covers the sandbox's project, or \
+                 everyone when no sandbox is named)"
+                    .into(),
+            ));
+        }
+        Ok(Scope::For(d))
+    } else if always {
+        Ok(Scope::Always { global })
+    } else {
+        if global {
+            return Err(UsageError("--global goes with --always".into()));
+        }
+        Ok(Scope::Session)
+    }
+}
+
+/// What `allow`/`deny` answers: a question id (`q3`) or a host pattern (of one sandbox, of
+/// any port).
+pub fn answer_target(
+    target: &str,
+    sandbox: Option<String>,
+    any_port: bool,
+) -> Result<AnswerTargetSpec, UsageError> {
+    let t = target.trim();
+    if t.len() > 1 && t.starts_with('q') && t[1..].bytes().all(|b| b.is_ascii_digit()) {
+        if any_port {
+            return Err(UsageError(
+                "--any-port goes with a host (`sandgate allow HOST --any-port`); a question's \
+                 answer opens the port it asked"
+                    .into(),
+            ));
+        }
+        Ok(AnswerTargetSpec::Question(t.to_owned()))
+    } else {
+        Ok(AnswerTargetSpec::Host { pattern: t.to_owned(), sandbox, any_port })
+    }
+}
+
+/// `allow`/`deny`: sends the answer from the command line (the daemon is started when none
+/// runs: the answer may become a grant); returns the daemon's reply (`released`, `grants`,
+/// `grant_errors`).
+pub fn answer(target: AnswerTargetSpec, answer: Answer) -> anyhow::Result<Value> {
+    connect_starting()?.request(Request::Answer {
+        target,
+        answer,
+        by: None,
+        channel: LocalChannel::Cli,
+    })
+}
+
+/// `rules`: the grants (with `all`, also revoked, expired and used ones), one JSON object each
+/// with its `line`.
+pub fn rules(all: bool) -> anyhow::Result<Value> {
+    connect_starting()?.request(Request::Rules { all })
+}
+
+/// `revoke`: removes the grant `id` (`g12`, `#12` or `12`); returns the daemon's reply (`line`).
+pub fn revoke(id: &str) -> anyhow::Result<Value> {
+    let id: sandgate_store::GrantId = id.parse().map_err(|_| {
+        UsageError(format!("{id:?} is not a grant id (g12, #12 or 12); see `sandgate rules`"))
+    })?;
+    connect_starting()?.request(Request::Revoke { grant: id })
+}
+
+/// A `watch` subscription: the daemon's events, with the questions still open kept up to date
+/// (the oldest is the one a key answers).
+pub struct Watch {
+    client: Client,
+    sandbox: Option<String>,
+    open: Arc<Mutex<Vec<PendingQuestion>>>,
+}
+
+impl Watch {
+    /// Subscribes (to one sandbox's events, or everyone's) and reads what is pending now;
+    /// starts the daemon when none runs.
+    pub fn start(sandbox: Option<String>) -> anyhow::Result<Watch> {
+        let mut c = Client::connect_or_start(&Paths::discover())?;
+        // Subscribe first: a question asked between the two requests is then seen twice (and
+        // kept once), never missed.
+        c.request(Request::Subscribe { sandbox: sandbox.clone() })?;
+        let mut pending: Vec<PendingQuestion> =
+            serde_json::from_value(c.request(Request::Pending)?)?;
+        if let Some(only) = &sandbox {
+            pending.retain(|q| &q.question.sandbox == only);
+        }
+        Ok(Watch { client: c, sandbox, open: Arc::new(Mutex::new(pending)) })
+    }
+
+    /// The questions open now, oldest first (shared with whoever answers them).
+    pub fn open(&self) -> Arc<Mutex<Vec<PendingQuestion>>> {
+        self.open.clone()
+    }
+
+    /// Which sandbox's events this watch follows (`None`: everyone's).
+    pub fn sandbox(&self) -> Option<&str> {
+        self.sandbox.as_deref()
+    }
+
+    /// The next event; `None` when the daemon stopped. A question already open is not
+    /// returned again.
+    pub fn next(&mut self) -> anyhow::Result<Option<Event>> {
+        loop {
+            let ev = match self.client.next()? {
+                Incoming::Event(ev) => *ev,
+                Incoming::Closed => return Ok(None),
+            };
+            let mut o = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            match &ev {
+                Event::Asked { question } if o.iter().any(|q| q.id == question.id) => continue,
+                Event::Asked { question } => o.push(question.clone()),
+                Event::Answered { question, .. }
+                | Event::TimedOut { question }
+                | Event::Withdrawn { question } => o.retain(|q| q.id != question.id),
+                _ => {}
+            }
+            return Ok(Some(ev));
+        }
+    }
+}
+
+/// Answers question `q` from a key pressed on this terminal (recorded as the terminal
+/// channel), on a connection of its own with a short timeout: a wedged daemon must not keep
+/// the keys that quit from being read for good.
+pub fn answer_from_terminal(
+    paths: &Paths,
+    q: &PendingQuestion,
+    answer: Answer,
+) -> anyhow::Result<()> {
+    let mut c = Client::connect(paths)?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    c.request(Request::Answer {
+        target: AnswerTargetSpec::Question(q.id.to_string()),
+        answer,
+        by: None,
+        channel: LocalChannel::Terminal,
+    })?;
     Ok(())
 }
 
-/// Maps a daemon error to an exit status: 1 for "no such thing / already answered", 2 otherwise.
-fn fail(e: anyhow::Error, json: bool) -> anyhow::Result<u8> {
-    match e.downcast_ref::<DaemonError>() {
-        Some(d) => {
-            if json {
-                print_json(
-                    &serde_json::json!({ "ok": false, "code": d.code, "message": d.message }),
-                )?;
-            } else {
-                eprintln!("sandgate: {}", d.message);
-            }
-            Ok(if matches!(d.code.as_str(), "not_found" | "conflict") { 1 } else { 2 })
-        }
-        None => Err(e),
-    }
-}
-
-/// `sandgate daemon`.
-pub fn daemon(args: crate::daemon::DaemonArgs) -> anyhow::Result<u8> {
-    crate::daemon::run(args)
-}
-
-/// `sandgate status`.
-pub fn status(args: JsonArg) -> anyhow::Result<u8> {
-    let Some(mut c) = connect_running()? else {
-        if args.json {
-            print_json(&serde_json::json!({ "running": false }))?;
-        } else {
-            println!(
-                "sandgate daemon: not running (launchers start it; `sandgate daemon` runs it in the foreground)"
-            );
-        }
-        return Ok(EXIT_NOT_RUNNING);
-    };
-    let mut v = match c.request(Request::Status) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        v["running"] = Value::Bool(true);
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let d = &v["daemon"];
-    println!(
-        "sandgate daemon: running, pid {}, up {}, {} MiB resident, telegram {}",
-        d["pid"],
-        sandgate_approvals::format_duration(Duration::from_secs(
-            d["uptime_s"].as_u64().unwrap_or(0).max(1)
-        )),
-        d["rss_kib"].as_u64().unwrap_or(0) / 1024,
-        if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
-    );
-    if let Some(e) = d["telegram_error"].as_str() {
-        println!("  telegram bot not running: {}", sanitize(e));
-    }
-    println!("  socket  {}", d["socket"].as_str().unwrap_or("?"));
-    println!("  store   {}", d["store"].as_str().unwrap_or("?"));
-    let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
-    println!("sandboxes running: {}", sandboxes.len());
-    for s in &sandboxes {
-        let line = format!(
-            "  {}  {:<6} {}",
-            s["id"].as_str().unwrap_or("?"),
-            s["tier"].as_str().unwrap_or("?"),
-            command_text(&s["command"])
-        );
-        println!("{}", sanitize(&line));
-    }
-    let pending: Vec<PendingQuestion> =
-        serde_json::from_value(v["pending"].clone()).unwrap_or_default();
-    println!("pending approvals: {}", pending.len());
-    for q in &pending {
-        println!("  {}", pending_line(q));
-    }
-    let counts = &v["counts"];
-    println!(
-        "grants live: {} · events kept: {} · proxied connections open: {}",
-        counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
-    );
-    let b = &v["budgets"];
-    let alerts = b["alerts_per_window"]
-        .as_u64()
-        .map_or(String::new(), |n| format!(", {n} alerts per sandbox per alert window"));
-    println!(
-        "budgets: {} new questions per sandbox per {}s{alerts}",
-        b["questions_per_window"], b["window_s"]
-    );
-    for (id, r) in b["sandboxes"].as_object().into_iter().flatten() {
-        println!(
-            "  {id}  questions {} asked, {} denied over budget · alerts {} sent, {} held back",
-            r["questions_asked"], r["questions_refused"], r["alerts_sent"], r["alerts_suppressed"]
-        );
-    }
-    if let Some(e) = v["events"]["last_error"].as_str() {
-        println!("warning: events could not be stored: {}", sanitize(e));
-    }
-    Ok(0)
-}
-
-fn command_text(v: &Value) -> String {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn pending_line(q: &PendingQuestion) -> String {
+/// One line of `pending` and `status` for a waiting question, sanitised (the method, path and
+/// sandbox name come from the sandbox).
+pub fn pending_line(q: &PendingQuestion) -> String {
     let left = q.deadline.duration_since(SystemTime::now()).unwrap_or_default().as_secs();
     let req = match (&q.question.method, &q.question.path) {
         (Some(m), Some(p)) => format!(" {m} {p}"),
@@ -259,346 +284,12 @@ fn pending_line(q: &PendingQuestion) -> String {
         q.question.port,
         q.waiters
     );
-    // The method, path and sandbox name come from the sandbox: shown only through the sanitiser.
     sanitize(&line).into_owned()
 }
 
-/// `sandgate ls`.
-pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
-    let list = match connect_running()? {
-        Some(mut c) => match c.request(Request::List { all: args.all }) {
-            Ok(v) => v,
-            Err(e) => return fail(e, args.json),
-        },
-        None => {
-            // No daemon: read the store directly (nothing is served then).
-            let path = sandgate_store::Store::default_path()?;
-            if !path.exists() {
-                Value::Array(Vec::new())
-            } else {
-                let store = sandgate_store::Store::open(&path)?;
-                serde_json::to_value(store.list_sandboxes(!args.all)?)?
-            }
-        }
-    };
-    if args.json {
-        print_json(&list)?;
-        return Ok(0);
-    }
-    let rows = list.as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
-        return Ok(0);
-    }
-    // Newest first; the exit status of those that ended (`-N`: killed by signal N).
-    println!(
-        "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} COMMAND",
-        "ID", "TIER", "STATE", "EXIT", "PID", "CWD"
-    );
-    for r in rows {
-        let state = r["state"].as_str().unwrap_or("?");
-        let exit = r["exit_status"].as_i64().map_or_else(|| "-".to_owned(), |c| c.to_string());
-        let line = format!(
-            "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} {}",
-            r["id"].as_str().unwrap_or("?"),
-            r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
-            state,
-            exit,
-            r["sandbox"]["pid"].as_u64().or(r["pid"].as_u64()).unwrap_or(0),
-            r["sandbox"]["cwd"].as_str().or(r["cwd"].as_str()).unwrap_or("?"),
-            command_text(if r["sandbox"]["command"].is_array() {
-                &r["sandbox"]["command"]
-            } else {
-                &r["command"]
-            }),
-        );
-        println!("{}", sanitize(&line));
-    }
-    Ok(0)
-}
-
-/// `sandgate stop`.
-pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
-    let Some(mut c) = connect_running()? else {
-        if args.json {
-            print_json(&serde_json::json!({ "stopped": false, "running": false }))?;
-        } else {
-            println!("sandgate daemon: not running");
-        }
-        return Ok(0);
-    };
-    let v = match c.request(Request::Stop) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    // Wait until it is gone (its socket closes when it exits), at most 10 s.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
-    let gone = loop {
-        match c.next() {
-            Ok(Incoming::Closed) => break true,
-            Err(e) if crate::client::timed_out(&e) => {}
-            Err(_) => break true,
-            Ok(_) => {}
-        }
-        if std::time::Instant::now() > deadline {
-            break false;
-        }
-    };
-    if !gone {
-        eprintln!(
-            "sandgate: the daemon (pid {}) was asked to stop but is still running after 10 s; \
-             `kill {}` ends it",
-            v["pid"], v["pid"]
-        );
-        return Ok(1);
-    }
-    if args.json {
-        print_json(&serde_json::json!({ "stopped": true, "pid": v["pid"] }))?;
-    } else {
-        println!(
-            "sandgate daemon (pid {}) stopped; running sandboxes wait for the next one",
-            v["pid"]
-        );
-    }
-    Ok(0)
-}
-
-/// `sandgate pending`.
-pub fn pending(args: JsonArg) -> anyhow::Result<u8> {
-    let Some(mut c) = connect_running()? else {
-        if args.json {
-            println!("[]");
-        } else {
-            println!("nothing pending (the daemon is not running)");
-        }
-        return Ok(0);
-    };
-    let v = match c.request(Request::Pending) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let list: Vec<PendingQuestion> = serde_json::from_value(v)?;
-    if list.is_empty() {
-        println!("nothing pending");
-    }
-    for q in &list {
-        println!("{}", pending_line(q));
-    }
-    if let Some(q) = list.first() {
-        let host = sanitize(&q.question.host);
-        println!(
-            "answer with `sandgate allow {host}` (--once, --for 1h, --always) or `sandgate deny {host}`"
-        );
-    }
-    Ok(0)
-}
-
-/// `sandgate allow` (`allow = true`) and `sandgate deny`.
-pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
-    let scope = if args.once {
-        Scope::Once
-    } else if let Some(d) = &args.for_ {
-        let d = sandgate_approvals::parse_duration(d)
-            .map_err(|e| crate::policy_cmd::UsageError(format!("--for: {e}")))?;
-        if args.global {
-            return Err(crate::policy_cmd::UsageError(
-                "--global goes with --always (a --for grant covers the sandbox's project, or \
-                 everyone when no sandbox is named)"
-                    .into(),
-            )
-            .into());
-        }
-        Scope::For(d)
-    } else if args.always {
-        Scope::Always { global: args.global }
-    } else {
-        if args.global {
-            return Err(crate::policy_cmd::UsageError("--global goes with --always".into()).into());
-        }
-        Scope::Session
-    };
-    let answer = if allow { Answer::Allow(scope) } else { Answer::Deny(scope) };
-    let t = args.target.trim();
-    let target = if t.len() > 1 && t.starts_with('q') && t[1..].bytes().all(|b| b.is_ascii_digit())
-    {
-        if args.any_port {
-            return Err(crate::policy_cmd::UsageError(
-                "--any-port goes with a host (`sandgate allow HOST --any-port`); a question's \
-                 answer opens the port it asked"
-                    .into(),
-            )
-            .into());
-        }
-        AnswerTargetSpec::Question(t.to_owned())
-    } else {
-        AnswerTargetSpec::Host {
-            pattern: t.to_owned(),
-            sandbox: args.sandbox.clone(),
-            any_port: args.any_port,
-        }
-    };
-    let mut c = connect_starting()?;
-    let v =
-        match c.request(Request::Answer { target, answer, by: None, channel: LocalChannel::Cli }) {
-            Ok(v) => v,
-            Err(e) => return fail(e, args.json),
-        };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let released = v["released"].as_array().map_or(0, Vec::len);
-    let grants: Vec<String> = v["grants"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|g| g.as_str().map(|s| format!("#{}", s.trim_start_matches('g'))))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut msg = format!("{} {t} {}", if allow { "allowed" } else { "denied" }, scope_text(scope));
-    if released > 0 {
-        msg.push_str(&format!("; answered {released} waiting question(s)"));
-    }
-    if !grants.is_empty() && scope != Scope::Once {
-        msg.push_str(&format!("; grant {} (`sandgate revoke ID` removes it)", grants.join(", ")));
-    }
-    println!("{msg}");
-    for e in v["grant_errors"].as_array().into_iter().flatten() {
-        eprintln!("sandgate: warning: the grant was not recorded: {}", e.as_str().unwrap_or("?"));
-    }
-    Ok(0)
-}
-
-fn scope_text(s: Scope) -> String {
-    s.to_string()
-}
-
-/// `sandgate rules`.
-pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
-    let mut c = connect_starting()?;
-    let v = match c.request(Request::Rules { all: args.all }) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let rows = v.as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
-    }
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    for r in rows {
-        // The daemon's line says what and how long (`59m left`); when it was given is added here.
-        let given = r["created"].as_i64().map_or(String::new(), |ms| {
-            let ago = now.as_millis().saturating_sub(u128::try_from(ms).unwrap_or(0));
-            let ago = Duration::from_secs((u64::try_from(ago).unwrap_or(u64::MAX) / 1000).max(1));
-            format!(", given {} ago", sandgate_approvals::format_duration(ago))
-        });
-        println!("{}{given}", sanitize(r["line"].as_str().unwrap_or("?")));
-    }
-    Ok(0)
-}
-
-/// `sandgate revoke`.
-pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
-    let id: sandgate_store::GrantId = args.id.parse().map_err(|_| {
-        crate::policy_cmd::UsageError(format!(
-            "{:?} is not a grant id (g12, #12 or 12); see `sandgate rules`",
-            args.id
-        ))
-    })?;
-    let mut c = connect_starting()?;
-    let v = match c.request(Request::Revoke { grant: id }) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-    } else {
-        println!("revoked {}", sanitize(v["line"].as_str().unwrap_or("?")));
-    }
-    Ok(0)
-}
-
-/// `sandgate watch`.
-pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
-    let paths = Paths::discover();
-    let mut c = Client::connect_or_start(&paths)?;
-    // Subscribe first: a question asked between the two requests is then seen twice (and kept
-    // once), never missed.
-    c.request(Request::Subscribe { sandbox: args.sandbox.clone() })?;
-    let mut pending: Vec<PendingQuestion> = serde_json::from_value(c.request(Request::Pending)?)?;
-    if let Some(only) = &args.sandbox {
-        pending.retain(|q| &q.question.sandbox == only);
-    }
-    let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && !args.json;
-    let colour = tty && std::env::var_os("NO_COLOR").is_none();
-    let open = std::sync::Arc::new(std::sync::Mutex::new(pending.clone()));
-    // The traffic tail (allowed and refused connections as they close): `-v`, or the `t` key.
-    let traffic = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(args.verbose));
-    let _keys = if tty {
-        Some(KeyReader::start(paths.clone(), open.clone(), traffic.clone())?)
-    } else {
-        None
-    };
-    let mut out = std::io::stdout().lock();
-    if tty {
-        writeln!(
-            out,
-            "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny; [t]raffic tail on/off, [q]uit\r"
-        )?;
-    }
-    for q in &pending {
-        show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
-    }
-    loop {
-        let ev = match c.next()? {
-            Incoming::Event(ev) => *ev,
-            Incoming::Closed => {
-                if !args.json {
-                    writeln!(out, "sandgate: the daemon stopped\r")?;
-                }
-                return Ok(0);
-            }
-        };
-        {
-            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
-            match &ev {
-                Event::Asked { question } if o.iter().any(|q| q.id == question.id) => continue,
-                Event::Asked { question } => o.push(question.clone()),
-                Event::Answered { question, .. }
-                | Event::TimedOut { question }
-                | Event::Withdrawn { question } => o.retain(|q| q.id != question.id),
-                _ => {}
-            }
-        }
-        if let Event::Request { .. } = &ev
-            && !args.json
-        {
-            if traffic.load(std::sync::atomic::Ordering::Relaxed) {
-                show_traffic(&mut out, &ev, colour)?;
-            }
-            continue;
-        }
-        show(&mut out, &ev, args.json, colour)?;
-    }
-}
-
-fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> anyhow::Result<()> {
-    if json {
-        writeln!(out, "{}", serde_json::to_string(ev)?)?;
-        out.flush()?;
-        return Ok(());
-    }
-    let now = SystemTime::now();
+/// The text of a `watch` line for `ev` at `now`, sanitised (every line carries text from a
+/// sandbox: names, methods, hosts, command lines), and its ANSI colour code.
+pub fn event_line(ev: &Event, now: SystemTime) -> (String, &'static str) {
     let (text, c) = match ev {
         Event::Asked { question } => (
             format!(
@@ -678,167 +369,45 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
             if decision == "allow" { "32" } else { "2" },
         ),
     };
-    // Every line carries text from a sandbox (names, methods, hosts, command lines): one pass
-    // through the sanitiser covers them all, before the colour codes are added.
-    let text = sanitize(&text);
-    let nl = if colour { "\r\n" } else { "\n" };
-    if colour {
-        write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;
-    } else {
-        write!(out, "{text}{nl}")?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
-fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
-    let Some((text, allowed)) = crate::log_cmd::traffic_text(ev) else { return Ok(()) };
-    let text = format!("sandgate: traffic {text}");
-    if colour {
-        let c = if allowed { "36" } else { "31" };
-        write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
-    } else {
-        writeln!(out, "{text}")?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// What a key pressed in `watch` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WatchKey {
-    /// `q`, Ctrl-C, Ctrl-\.
-    Quit,
-    /// `t`: the traffic tail on or off.
-    ToggleTraffic,
-    /// An answer to the oldest question.
-    Answer(sandgate_approvals::Answer),
-    /// Anything else: ignored.
-    Ignore,
-}
-
-impl WatchKey {
-    fn of(byte: u8) -> WatchKey {
-        // Ctrl-C and Ctrl-\ arrive as bytes (ISIG is off): quit as with q, terminal restored.
-        match byte {
-            b'q' | 0x03 | 0x1c => WatchKey::Quit,
-            b't' => WatchKey::ToggleTraffic,
-            _ => match sandgate_approvals::terminal::parse_reply(&(byte as char).to_string()) {
-                Ok(answer) => WatchKey::Answer(answer),
-                Err(_) => WatchKey::Ignore,
-            },
-        }
-    }
-}
-
-/// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
-/// answers the oldest open question.
-struct KeyReader {
-    saved: nix::sys::termios::Termios,
-}
-
-impl KeyReader {
-    fn start(
-        paths: Paths,
-        open: std::sync::Arc<std::sync::Mutex<Vec<PendingQuestion>>>,
-        traffic: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> anyhow::Result<KeyReader> {
-        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
-        let stdin = std::io::stdin();
-        let saved = tcgetattr(&stdin).context("terminal settings")?;
-        let mut raw = saved.clone();
-        raw.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
-        tcsetattr(&stdin, SetArg::TCSANOW, &raw).context("terminal settings")?;
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            let mut byte = [0u8; 1];
-            while std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1) {
-                let answer = match WatchKey::of(byte[0]) {
-                    WatchKey::Quit => restore_and_exit(),
-                    WatchKey::Ignore => continue,
-                    WatchKey::ToggleTraffic => {
-                        let was = traffic.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
-                        eprint!(
-                            "sandgate: traffic tail {}\r\n",
-                            if was { "off" } else { "on (every connection as it closes)" }
-                        );
-                        continue;
-                    }
-                    WatchKey::Answer(answer) => answer,
-                };
-                let oldest = open.lock().unwrap_or_else(|e| e.into_inner()).first().cloned();
-                let Some(q) = oldest else {
-                    eprint!("sandgate: nothing pending\r\n");
-                    continue;
-                };
-                // Say which question the key answers: the oldest, not necessarily the last shown.
-                eprint!(
-                    "sandgate: answering {} {}:{} ({}): {answer}\r\n",
-                    q.id, q.question.host, q.question.port, q.question.sandbox
-                );
-                let result =
-                    Client::connect(&paths).map_err(anyhow::Error::from).and_then(|mut c| {
-                        // A wedged daemon must not keep q and Ctrl-C from being read for good.
-                        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-                        c.request(Request::Answer {
-                            target: AnswerTargetSpec::Question(q.id.to_string()),
-                            answer,
-                            by: None,
-                            // A key on this terminal: recorded as the terminal channel.
-                            channel: LocalChannel::Terminal,
-                        })
-                    });
-                if let Err(e) = result {
-                    eprint!("sandgate: {e}\r\n");
-                }
-            }
-        });
-        Ok(KeyReader { saved })
-    }
-}
-
-fn restore_and_exit() -> ! {
-    // The saved settings are restored by the process's exit through the drop of KeyReader is not
-    // reached from this thread; restore a sane canonical mode here.
-    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
-    let stdin = std::io::stdin();
-    if let Ok(mut t) = tcgetattr(&stdin) {
-        t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG);
-        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &t);
-    }
-    std::process::exit(0);
-}
-
-impl Drop for KeyReader {
-    fn drop(&mut self) {
-        let _ = nix::sys::termios::tcsetattr(
-            std::io::stdin(),
-            nix::sys::termios::SetArg::TCSANOW,
-            &self.saved,
-        );
-    }
+    (sanitize(&text).into_owned(), c)
 }
 
 #[cfg(test)]
 mod tests {
-    use sandgate_approvals::{Answer, Scope};
-
     use super::*;
 
     #[test]
-    fn watch_keys() {
-        for (byte, want) in [
-            (b'q', WatchKey::Quit),
-            (0x03, WatchKey::Quit),
-            (0x1c, WatchKey::Quit),
-            (b't', WatchKey::ToggleTraffic),
-            (b'o', WatchKey::Answer(Answer::Allow(Scope::Once))),
-            (b'd', WatchKey::Answer(Answer::Deny(Scope::Session))),
-            (b'x', WatchKey::Ignore),
-            (b'\n', WatchKey::Ignore),
-        ] {
-            assert_eq!(WatchKey::of(byte), want, "{byte:#x}");
-        }
+    fn answer_flags_make_a_scope_or_a_usage_error() {
+        assert_eq!(scope(true, None, false, false).unwrap(), Scope::Once);
+        assert_eq!(scope(false, None, false, false).unwrap(), Scope::Session);
+        assert_eq!(scope(false, None, true, true).unwrap(), Scope::Always { global: true });
+        assert_eq!(
+            scope(false, Some("1h"), false, false).unwrap(),
+            Scope::For(Duration::from_secs(3600))
+        );
+        assert!(scope(false, Some("1h"), false, true).is_err());
+        assert!(scope(false, None, false, true).is_err());
+        assert!(scope(false, Some("soon"), false, false).is_err());
+        assert!(matches!(answer_target("q12", None, false), Ok(AnswerTargetSpec::Question(_))));
+        assert!(answer_target("q12", None, true).is_err());
+        assert!(matches!(
+            answer_target(" example.com ", None, true),
+            Ok(AnswerTargetSpec::Host { any_port: true, .. })
+        ));
+    }
+
+    #[test]
+    fn event_lines_are_sanitised() {
+        let ev = Event::Blocked {
+            sandbox: "sg-1\x1b[2J".into(),
+            protocol: "tcp".into(),
+            dst: "203.0.113.7".into(),
+            port: Some(22),
+            count: 3,
+        };
+        let (text, colour) = event_line(&ev, SystemTime::now());
+        assert_eq!(colour, "31");
+        assert!(!text.contains('\x1b'), "{text:?}");
+        assert!(text.contains("blocked tcp 203.0.113.7:22 (×3)"), "{text}");
     }
 }

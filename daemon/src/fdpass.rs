@@ -1,4 +1,11 @@
-//! Descriptors passed over the control socket (`SCM_RIGHTS`).
+//! Descriptors the kernel gives us over a unix socket: those a launcher passes with a control
+//! message (`SCM_RIGHTS`), and a pidfd of the peer (`SO_PEERPIDFD`).
+//!
+//! The one module of this crate with `unsafe`: nix 0.29 sends and receives `SCM_RIGHTS` but
+//! hands the received descriptors back as `RawFd`s, and has no `SO_PEERPIDFD` option, so each
+//! new descriptor the kernel installs is wrapped in an [`OwnedFd`] here, exactly once.
+
+#![allow(unsafe_code)]
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
@@ -67,6 +74,50 @@ pub fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedF
         ));
     }
     Ok((msg.bytes, fds))
+}
+
+/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`); `Ok(None)` where the
+/// kernel (or this architecture's numbering) has no such option.
+#[cfg(target_os = "linux")]
+pub(crate) fn peer_pidfd(stream: &impl std::os::fd::AsRawFd) -> std::io::Result<Option<OwnedFd>> {
+    use std::os::fd::FromRawFd as _;
+    // asm-generic value; the few architectures that number socket options differently fall back
+    // to the /proc comparison.
+    const SO_PEERPIDFD: Option<libc::c_int> = if cfg!(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    )) {
+        Some(77)
+    } else {
+        None
+    };
+    let Some(option) = SO_PEERPIDFD else { return Ok(None) };
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
+    // `len` bytes and installs a new descriptor only on success, which is wrapped exactly once.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&raw mut fd).cast(),
+            &raw mut len,
+        )
+    };
+    if r != 0 || fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOPROTOOPT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 #[cfg(test)]

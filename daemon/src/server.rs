@@ -16,7 +16,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::adapters::{Live, Shared, format_grant, revoke};
-use super::protocol::{
+use crate::protocol::{
     AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, PROTOCOL_VERSION, Reply, Request,
     SandboxInfo,
 };
@@ -167,7 +167,7 @@ fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), Strin
     const INSIDE: &str = "requests from inside a sandbox are refused";
     const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
                            process that stays alive, outside any sandbox)";
-    match peer_pidfd(stream) {
+    match crate::fdpass::peer_pidfd(stream) {
         Ok(Some(pidfd)) => {
             let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
                 .map_err(|_| UNKNOWN.to_string())?;
@@ -206,50 +206,6 @@ fn pidfd_levels(fdinfo: &str) -> Option<usize> {
     }
     // Without CONFIG_PID_NS there is no NSpid line, and only one namespace.
     Some(field("NSpid:").unwrap_or(1))
-}
-
-/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`); `Ok(None)` where the
-/// kernel (or this architecture's numbering) has no such option.
-#[cfg(target_os = "linux")]
-fn peer_pidfd(stream: &UnixStream) -> std::io::Result<Option<OwnedFd>> {
-    use std::os::fd::FromRawFd as _;
-    // asm-generic value; the few architectures that number socket options differently fall back
-    // to the /proc comparison.
-    const SO_PEERPIDFD: Option<libc::c_int> = if cfg!(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "loongarch64"
-    )) {
-        Some(77)
-    } else {
-        None
-    };
-    let Some(option) = SO_PEERPIDFD else { return Ok(None) };
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
-    // `len` bytes and installs a new descriptor only on success, which is wrapped exactly once.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            (&raw mut fd).cast(),
-            &raw mut len,
-        )
-    };
-    if r != 0 || fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOPROTOOPT) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Reads once from the socket, with any descriptors that came along.

@@ -451,7 +451,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
         show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
     }
     loop {
-        let Some(ev) = w.next()? else {
+        let Some(ev) = w.next_event()? else {
             if !args.json {
                 writeln!(out, "sandgate: the daemon stopped\r")?;
             }

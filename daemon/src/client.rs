@@ -141,6 +141,8 @@ impl Client {
     }
 
     /// The next event (blocking), or `Closed`.
+    // Not an `Iterator`: the end of the stream is a value (`Closed`) and a read can fail.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> std::io::Result<Incoming> {
         if let Some(ev) = self.events.pop_front() {
             return Ok(Incoming::Event(Box::new(ev)));

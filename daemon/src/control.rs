@@ -228,7 +228,7 @@ impl Watch {
 
     /// The next event; `None` when the daemon stopped. A question already open is not
     /// returned again.
-    pub fn next(&mut self) -> anyhow::Result<Option<Event>> {
+    pub fn next_event(&mut self) -> anyhow::Result<Option<Event>> {
         loop {
             let ev = match self.client.next()? {
                 Incoming::Event(ev) => *ev,

@@ -97,29 +97,39 @@ impl Daemon {
     }
 }
 
-/// A request that failed: a code for scripts and a message for people.
-struct Failure(&'static str, String);
+/// Why a control request failed: a code for scripts (`not_found`, `conflict`, `bad_request`,
+/// `store`, `internal`) and a message for people; sent as the reply's `error`.
+struct RequestError {
+    code: &'static str,
+    message: String,
+}
+
+impl RequestError {
+    fn new(code: &'static str, message: impl Into<String>) -> RequestError {
+        RequestError { code, message: message.into() }
+    }
+}
 
 /// How long `flush` waits for the event writer (which retries a busy store for a few seconds).
 const FLUSH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure("store", e.to_string())
+impl From<StoreError> for RequestError {
+    fn from(e: StoreError) -> RequestError {
+        RequestError::new("store", e.to_string())
     }
 }
 
-fn bad(msg: impl Into<String>) -> Failure {
-    Failure("bad_request", msg.into())
+fn bad(msg: impl Into<String>) -> RequestError {
+    RequestError::new("bad_request", msg)
 }
 
 /// Runs a blocking store call off the async threads.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
-) -> Result<T, Failure> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(Failure("internal", format!("the store call failed: {e}"))))
+    f: impl FnOnce() -> Result<T, RequestError> + Send + 'static,
+) -> Result<T, RequestError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(RequestError::new("internal", format!("the store call failed: {e}")))
+    })
 }
 
 /// Who is on the other end.
@@ -371,12 +381,12 @@ impl Conn {
         }
         let reply = match self.handle(env.request).await {
             Ok(v) => Reply::ok(id, v),
-            Err(Failure(code, msg)) => Reply::err(id, code, msg),
+            Err(RequestError { code, message }) => Reply::err(id, code, message),
         };
         let _ = self.tx.send(line(&reply)).await;
     }
 
-    async fn handle(&mut self, req: Request) -> Result<Value, Failure> {
+    async fn handle(&mut self, req: Request) -> Result<Value, RequestError> {
         let d = self.d.clone();
         let s = d.shared.clone();
         match req {
@@ -433,9 +443,9 @@ impl Conn {
                 let g = blocking(move || {
                     revoke(&s2, id).map_err(|e| {
                         if e.starts_with("no grant") {
-                            Failure("not_found", e)
+                            RequestError::new("not_found", e)
                         } else {
-                            Failure("store", e)
+                            RequestError::new("store", e)
                         }
                     })
                 })
@@ -466,7 +476,7 @@ impl Conn {
                     .await
                     .unwrap_or(false);
                 if !done {
-                    return Err(Failure(
+                    return Err(RequestError::new(
                         "store",
                         format!(
                             "the event writer did not commit within {} s (a busy or full store: \
@@ -477,7 +487,9 @@ impl Conn {
                 }
                 Ok(json!({ "flushed": true }))
             }
-            Request::Subscribe { .. } => Err(Failure("internal", "subscribe handled above".into())),
+            Request::Subscribe { .. } => {
+                Err(RequestError::new("internal", "subscribe handled above"))
+            }
             Request::HookDecision { agent, tool, decision, reason } => {
                 // Bounded: the line limit already caps it, but the log should stay readable.
                 let reason: String = reason.chars().take(2000).collect();
@@ -492,7 +504,11 @@ impl Conn {
         }
     }
 
-    async fn register(&mut self, info: SandboxInfo, kinds: Vec<FdKind>) -> Result<Value, Failure> {
+    async fn register(
+        &mut self,
+        info: SandboxInfo,
+        kinds: Vec<FdKind>,
+    ) -> Result<Value, RequestError> {
         let d = self.d.clone();
         let s = d.shared.clone();
         if info.id.is_empty() || info.id.len() > 128 || info.id.chars().any(char::is_control) {
@@ -637,7 +653,7 @@ impl Conn {
         answer: approvals::Answer,
         by: Option<String>,
         channel: approvals::Channel,
-    ) -> Result<Value, Failure> {
+    ) -> Result<Value, RequestError> {
         let s = self.d.shared.clone();
         let target = match target {
             AnswerTargetSpec::Question(q) => approvals::AnswerTarget::Question(
@@ -680,7 +696,7 @@ impl Conn {
                                             approvals::Scope::Session | approvals::Scope::Once
                                         ) || r.sandbox.project.is_none() =>
                                     {
-                                        return Err(Failure(
+                                        return Err(RequestError::new(
                                             "not_found",
                                             format!(
                                                 "sandbox {id} is not running; a grant for it \
@@ -691,7 +707,7 @@ impl Conn {
                                     }
                                     Some(r) => r.sandbox.project,
                                     None => {
-                                        return Err(Failure(
+                                        return Err(RequestError::new(
                                             "not_found",
                                             format!("no sandbox {id}; see `sandgate ls`"),
                                         ));
@@ -716,7 +732,7 @@ impl Conn {
         match s.broker.answer(target, answer, by).await {
             Ok(a) => {
                 if !a.grant_errors.is_empty() && a.grants.is_empty() && a.released.is_empty() {
-                    return Err(Failure("store", a.grant_errors.join("; ")));
+                    return Err(RequestError::new("store", a.grant_errors.join("; ")));
                 }
                 Ok(serde_json::to_value(a).unwrap_or(Value::Null))
             }
@@ -726,12 +742,12 @@ impl Conn {
                     approvals::AnswerError::NotFound { .. } => "not_found",
                     _ => "bad_request",
                 };
-                Err(Failure(code, e.to_string()))
+                Err(RequestError::new(code, e.to_string()))
             }
         }
     }
 
-    async fn status(&self) -> Result<Value, Failure> {
+    async fn status(&self) -> Result<Value, RequestError> {
         let d = &self.d;
         let s = &d.shared;
         s.records.flush().await;

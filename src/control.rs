@@ -3,10 +3,10 @@
 //! requests are [`sandgate_daemon::control`]'s).
 
 use std::io::{IsTerminal as _, Write as _};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::Context as _;
-use sandgate_approvals::{Answer, PendingQuestion, Scope};
+use sandgate_approvals::{Answer, PendingQuestion};
 use sandgate_config::sanitize;
 use sandgate_daemon::Paths;
 use sandgate_daemon::client::DaemonError;
@@ -173,67 +173,10 @@ pub fn status(args: JsonArg) -> anyhow::Result<u8> {
         print_json(&v)?;
         return Ok(0);
     }
-    let d = &v["daemon"];
-    println!(
-        "sandgate daemon: running, pid {}, up {}, {} MiB resident, telegram {}",
-        d["pid"],
-        sandgate_approvals::format_duration(Duration::from_secs(
-            d["uptime_s"].as_u64().unwrap_or(0).max(1)
-        )),
-        d["rss_kib"].as_u64().unwrap_or(0) / 1024,
-        if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
-    );
-    if let Some(e) = d["telegram_error"].as_str() {
-        println!("  telegram bot not running: {}", sanitize(e));
-    }
-    println!("  socket  {}", d["socket"].as_str().unwrap_or("?"));
-    println!("  store   {}", d["store"].as_str().unwrap_or("?"));
-    let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
-    println!("sandboxes running: {}", sandboxes.len());
-    for s in &sandboxes {
-        let line = format!(
-            "  {}  {:<6} {}",
-            s["id"].as_str().unwrap_or("?"),
-            s["tier"].as_str().unwrap_or("?"),
-            command_text(&s["command"])
-        );
-        println!("{}", sanitize(&line));
-    }
-    let pending: Vec<PendingQuestion> =
-        serde_json::from_value(v["pending"].clone()).unwrap_or_default();
-    println!("pending approvals: {}", pending.len());
-    for q in &pending {
-        println!("  {}", pending_line(q));
-    }
-    let counts = &v["counts"];
-    println!(
-        "grants live: {} · events kept: {} · proxied connections open: {}",
-        counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
-    );
-    let b = &v["budgets"];
-    let alerts = b["alerts_per_window"]
-        .as_u64()
-        .map_or(String::new(), |n| format!(", {n} alerts per sandbox per alert window"));
-    println!(
-        "budgets: {} new questions per sandbox per {}s{alerts}",
-        b["questions_per_window"], b["window_s"]
-    );
-    for (id, r) in b["sandboxes"].as_object().into_iter().flatten() {
-        println!(
-            "  {id}  questions {} asked, {} denied over budget · alerts {} sent, {} held back",
-            r["questions_asked"], r["questions_refused"], r["alerts_sent"], r["alerts_suppressed"]
-        );
-    }
-    if let Some(e) = v["events"]["last_error"].as_str() {
-        println!("warning: events could not be stored: {}", sanitize(e));
+    for line in control::status_lines(&v) {
+        println!("{line}");
     }
     Ok(0)
-}
-
-fn command_text(v: &Value) -> String {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// `sandgate ls`.
@@ -251,29 +194,8 @@ pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
         println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
         return Ok(0);
     }
-    // Newest first; the exit status of those that ended (`-N`: killed by signal N).
-    println!(
-        "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} COMMAND",
-        "ID", "TIER", "STATE", "EXIT", "PID", "CWD"
-    );
-    for r in rows {
-        let state = r["state"].as_str().unwrap_or("?");
-        let exit = r["exit_status"].as_i64().map_or_else(|| "-".to_owned(), |c| c.to_string());
-        let line = format!(
-            "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} {}",
-            r["id"].as_str().unwrap_or("?"),
-            r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
-            state,
-            exit,
-            r["sandbox"]["pid"].as_u64().or(r["pid"].as_u64()).unwrap_or(0),
-            r["sandbox"]["cwd"].as_str().or(r["cwd"].as_str()).unwrap_or("?"),
-            command_text(if r["sandbox"]["command"].is_array() {
-                &r["sandbox"]["command"]
-            } else {
-                &r["command"]
-            }),
-        );
-        println!("{}", sanitize(&line));
+    for line in control::sandbox_table(&rows) {
+        println!("{line}");
     }
     Ok(0)
 }
@@ -358,31 +280,11 @@ pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
         print_json(&v)?;
         return Ok(0);
     }
-    let released = v["released"].as_array().map_or(0, Vec::len);
-    let grants: Vec<String> = v["grants"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|g| g.as_str().map(|s| format!("#{}", s.trim_start_matches('g'))))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut msg = format!("{} {t} {}", if allow { "allowed" } else { "denied" }, scope_text(scope));
-    if released > 0 {
-        msg.push_str(&format!("; answered {released} waiting question(s)"));
-    }
-    if !grants.is_empty() && scope != Scope::Once {
-        msg.push_str(&format!("; grant {} (`sandgate revoke ID` removes it)", grants.join(", ")));
-    }
-    println!("{msg}");
+    println!("{}", control::answer_summary(answer, t, &v));
     for e in v["grant_errors"].as_array().into_iter().flatten() {
         eprintln!("sandgate: warning: the grant was not recorded: {}", e.as_str().unwrap_or("?"));
     }
     Ok(0)
-}
-
-fn scope_text(s: Scope) -> String {
-    s.to_string()
 }
 
 /// `sandgate rules`.
@@ -399,15 +301,8 @@ pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
     if rows.is_empty() {
         println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
     }
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     for r in rows {
-        // The daemon's line says what and how long (`59m left`); when it was given is added here.
-        let given = r["created"].as_i64().map_or(String::new(), |ms| {
-            let ago = now.as_millis().saturating_sub(u128::try_from(ms).unwrap_or(0));
-            let ago = Duration::from_secs((u64::try_from(ago).unwrap_or(u64::MAX) / 1000).max(1));
-            format!(", given {} ago", sandgate_approvals::format_duration(ago))
-        });
-        println!("{}{given}", sanitize(r["line"].as_str().unwrap_or("?")));
+        println!("{}", control::rule_line(&r, SystemTime::now()));
     }
     Ok(0)
 }

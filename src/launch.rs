@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use sandgate_daemon::launch::{self, LaunchOptions};
-use sandgate_sandbox::NetMode;
 
 /// Options shared by the tier commands.
 #[derive(Debug, clap::Args)]
@@ -137,65 +136,12 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
 
 /// `sandgate explain`: what a tier allows and what this kernel can enforce.
 pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
-    let launch::Explanation { policy, spec, kernel } = launch::explain(&args.tier)?;
-    let net = match &spec.net {
-        NetMode::None => "none: loopback only".to_owned(),
-        NetMode::Proxy { .. } => format!(
-            "proxy: only http://127.0.0.1:{} inside; direct connections are refused and logged",
-            sandgate_sandbox::PROXY_PORT
-        ),
-    };
-    let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
-    let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
-        v.iter().map(|r| r.to_string()).collect::<Vec<_>>()
-    };
+    let explanation = launch::explain(&args.tier)?;
     if args.json {
-        let v = serde_json::json!({
-            "tier": spec.tier_name,
-            "read": "everything except hidden paths",
-            "writable": paths(&spec.writable),
-            "private_tmp": true,
-            "hidden": paths(&spec.hidden),
-            "read_only": paths(&spec.read_only),
-            "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
-            "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
-            "network": net,
-            "allow": rules(policy.net.allow_rules()),
-            "deny": rules(policy.net.deny_rules()),
-            "kernel": kernel,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&explanation.json())?);
     } else {
-        println!("tier {}", spec.tier_name);
-        println!("  read:       everything except hidden paths");
-        println!("  write:      private /tmp and /dev/shm");
-        for w in &spec.writable {
-            println!("              {}", w.display());
-        }
-        println!("  network:    {net}");
-        if spec.net != NetMode::None {
-            let none =
-                |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
-            println!("  allow:      {}", none(rules(policy.net.allow_rules())));
-            println!("  deny:       {}", none(rules(policy.net.deny_rules())));
-            println!("              anything else is asked about (`sandgate check HOST` explains)");
-        }
-        println!("  hidden:     {}", paths(&spec.hidden).join(" "));
-        println!("  read-only:  {}", paths(&spec.read_only).join(" "));
-        for d in &spec.provided {
-            println!("  replaced:   {} (a read-only copy without secrets)", d.path.display());
-        }
-        if let Some(t) = spec.top_level.as_ref().filter(|_| !spec.writable.is_empty()) {
-            println!(
-                "  top of writable paths: every dot-entry and {} read-only, new ones moved to \
-                 the quarantine; writable dot-entries: {}",
-                t.protected.join(" "),
-                t.writable.join(" ")
-            );
-        }
-        println!("kernel");
-        for (k, v) in kernel.as_object().into_iter().flatten() {
-            println!("  {k}: {v}");
+        for line in explanation.lines() {
+            println!("{line}");
         }
     }
     Ok(0)

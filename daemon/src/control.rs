@@ -267,6 +267,138 @@ pub fn answer_from_terminal(
     Ok(())
 }
 
+/// The words of a JSON array of strings joined by spaces (a command line).
+fn command_text(v: &Value) -> String {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The lines of `status` for the daemon's report `v` (text from sandboxes sanitised).
+pub fn status_lines(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let d = &v["daemon"];
+    out.push(format!(
+        "sandgate daemon: running, pid {}, up {}, {} MiB resident, telegram {}",
+        d["pid"],
+        sandgate_approvals::format_duration(Duration::from_secs(
+            d["uptime_s"].as_u64().unwrap_or(0).max(1)
+        )),
+        d["rss_kib"].as_u64().unwrap_or(0) / 1024,
+        if d["telegram"].as_bool() == Some(true) { "on" } else { "off" },
+    ));
+    if let Some(e) = d["telegram_error"].as_str() {
+        out.push(format!("  telegram bot not running: {}", sanitize(e)));
+    }
+    out.push(format!("  socket  {}", d["socket"].as_str().unwrap_or("?")));
+    out.push(format!("  store   {}", d["store"].as_str().unwrap_or("?")));
+    let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
+    out.push(format!("sandboxes running: {}", sandboxes.len()));
+    for s in &sandboxes {
+        let line = format!(
+            "  {}  {:<6} {}",
+            s["id"].as_str().unwrap_or("?"),
+            s["tier"].as_str().unwrap_or("?"),
+            command_text(&s["command"])
+        );
+        out.push(sanitize(&line).into_owned());
+    }
+    let pending: Vec<PendingQuestion> =
+        serde_json::from_value(v["pending"].clone()).unwrap_or_default();
+    out.push(format!("pending approvals: {}", pending.len()));
+    out.extend(pending.iter().map(|q| format!("  {}", pending_line(q))));
+    let counts = &v["counts"];
+    out.push(format!(
+        "grants live: {} · events kept: {} · proxied connections open: {}",
+        counts["grants_live"], counts["events"], v["proxy"]["active_connections"]
+    ));
+    let b = &v["budgets"];
+    let alerts = b["alerts_per_window"]
+        .as_u64()
+        .map_or(String::new(), |n| format!(", {n} alerts per sandbox per alert window"));
+    out.push(format!(
+        "budgets: {} new questions per sandbox per {}s{alerts}",
+        b["questions_per_window"], b["window_s"]
+    ));
+    for (id, r) in b["sandboxes"].as_object().into_iter().flatten() {
+        out.push(format!(
+            "  {id}  questions {} asked, {} denied over budget · alerts {} sent, {} held back",
+            r["questions_asked"], r["questions_refused"], r["alerts_sent"], r["alerts_suppressed"]
+        ));
+    }
+    if let Some(e) = v["events"]["last_error"].as_str() {
+        out.push(format!("warning: events could not be stored: {}", sanitize(e)));
+    }
+    out
+}
+
+/// The table of `ls` for `rows` (newest first; the exit status of those that ended, `-N`:
+/// killed by signal N), header first, each row sanitised.
+pub fn sandbox_table(rows: &[Value]) -> Vec<String> {
+    let mut out = vec![format!(
+        "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} COMMAND",
+        "ID", "TIER", "STATE", "EXIT", "PID", "CWD"
+    )];
+    for r in rows {
+        let state = r["state"].as_str().unwrap_or("?");
+        let exit = r["exit_status"].as_i64().map_or_else(|| "-".to_owned(), |c| c.to_string());
+        let line = format!(
+            "{:<24} {:<6} {:<8} {:>4} {:>7}  {:<30} {}",
+            r["id"].as_str().unwrap_or("?"),
+            r["sandbox"]["tier"].as_str().or(r["tier"].as_str()).unwrap_or("?"),
+            state,
+            exit,
+            r["sandbox"]["pid"].as_u64().or(r["pid"].as_u64()).unwrap_or(0),
+            r["sandbox"]["cwd"].as_str().or(r["cwd"].as_str()).unwrap_or("?"),
+            command_text(if r["sandbox"]["command"].is_array() {
+                &r["sandbox"]["command"]
+            } else {
+                &r["command"]
+            }),
+        );
+        out.push(sanitize(&line).into_owned());
+    }
+    out
+}
+
+/// The line `allow`/`deny` prints for the daemon's reply `v`: what was answered, the questions
+/// released, the grants made.
+pub fn answer_summary(answer: Answer, target: &str, v: &Value) -> String {
+    let (verb, scope) = match answer {
+        Answer::Allow(s) => ("allowed", s),
+        Answer::Deny(s) => ("denied", s),
+    };
+    let released = v["released"].as_array().map_or(0, Vec::len);
+    let grants: Vec<String> = v["grants"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|g| g.as_str().map(|s| format!("#{}", s.trim_start_matches('g'))))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut msg = format!("{verb} {target} {scope}");
+    if released > 0 {
+        msg.push_str(&format!("; answered {released} waiting question(s)"));
+    }
+    if !grants.is_empty() && scope != Scope::Once {
+        msg.push_str(&format!("; grant {} (`sandgate revoke ID` removes it)", grants.join(", ")));
+    }
+    msg
+}
+
+/// One line of `rules`: the daemon's line for grant `r` (what and how long, `59m left`) and when
+/// it was given, relative to `now`; sanitised.
+pub fn rule_line(r: &Value, now: SystemTime) -> String {
+    let now = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let given = r["created"].as_i64().map_or(String::new(), |ms| {
+        let ago = now.as_millis().saturating_sub(u128::try_from(ms).unwrap_or(0));
+        let ago = Duration::from_secs((u64::try_from(ago).unwrap_or(u64::MAX) / 1000).max(1));
+        format!(", given {} ago", sandgate_approvals::format_duration(ago))
+    });
+    format!("{}{given}", sanitize(r["line"].as_str().unwrap_or("?")))
+}
+
 /// One line of `pending` and `status` for a waiting question, sanitised (the method, path and
 /// sandbox name come from the sandbox).
 pub fn pending_line(q: &PendingQuestion) -> String {
@@ -394,6 +526,32 @@ mod tests {
             answer_target(" example.com ", None, true),
             Ok(AnswerTargetSpec::Host { any_port: true, .. })
         ));
+    }
+
+    #[test]
+    fn answers_and_rules_read_as_before() {
+        let v = serde_json::json!({ "released": [1, 2], "grants": ["g7"] });
+        assert_eq!(
+            answer_summary(Answer::Allow(Scope::For(Duration::from_secs(3600))), "x.org", &v),
+            "allowed x.org for 1h; answered 2 waiting question(s); grant #7 (`sandgate revoke ID` \
+             removes it)"
+        );
+        let once = answer_summary(Answer::Deny(Scope::Once), "q3", &v);
+        assert!(
+            once.starts_with("denied q3 once; answered 2") && !once.contains("grant"),
+            "{once}"
+        );
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(7200);
+        let r = serde_json::json!({ "line": "#7 allow x.org\u{1b}[2J", "created": 3_600_000 });
+        let line = rule_line(&r, now);
+        assert!(line.ends_with(", given 1h ago") && !line.contains('\x1b'), "{line}");
+        let rows = [serde_json::json!({
+            "id": "sg-1", "state": "running", "sandbox": { "tier": "net", "pid": 9, "cwd": "/p",
+            "command": ["curl", "x.org"] }
+        })];
+        let table = sandbox_table(&rows);
+        assert!(table[0].starts_with("ID") && table[1].contains("curl x.org"), "{table:?}");
+        assert!(table[1].contains("running") && table[1].contains("   -"), "{table:?}");
     }
 
     #[test]

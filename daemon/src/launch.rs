@@ -987,6 +987,91 @@ pub struct Explanation {
     pub kernel: serde_json::Value,
 }
 
+impl Explanation {
+    /// `explain --json`.
+    pub fn json(&self) -> serde_json::Value {
+        let (spec, policy) = (&self.spec, &self.policy);
+        let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
+            v.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+        };
+        serde_json::json!({
+            "tier": spec.tier_name,
+            "read": "everything except hidden paths",
+            "writable": shown(&spec.writable),
+            "private_tmp": true,
+            "hidden": shown(&spec.hidden),
+            "read_only": shown(&spec.read_only),
+            "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
+            "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
+            "network": self.network(),
+            "allow": rules(policy.net.allow_rules()),
+            "deny": rules(policy.net.deny_rules()),
+            "kernel": self.kernel,
+        })
+    }
+
+    /// `explain` as text, line by line.
+    pub fn lines(&self) -> Vec<String> {
+        let (spec, policy) = (&self.spec, &self.policy);
+        let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
+            let v: Vec<String> = v.iter().map(|r| r.to_string()).collect();
+            if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
+        };
+        let mut out = vec![
+            format!("tier {}", spec.tier_name),
+            "  read:       everything except hidden paths".to_owned(),
+            "  write:      private /tmp and /dev/shm".to_owned(),
+        ];
+        out.extend(spec.writable.iter().map(|w| format!("              {}", w.display())));
+        out.push(format!("  network:    {}", self.network()));
+        if spec.net != NetMode::None {
+            out.push(format!("  allow:      {}", rules(policy.net.allow_rules())));
+            out.push(format!("  deny:       {}", rules(policy.net.deny_rules())));
+            out.push(
+                "              anything else is asked about (`sandgate check HOST` explains)"
+                    .into(),
+            );
+        }
+        out.push(format!("  hidden:     {}", shown(&spec.hidden).join(" ")));
+        out.push(format!("  read-only:  {}", shown(&spec.read_only).join(" ")));
+        for d in &spec.provided {
+            out.push(format!(
+                "  replaced:   {} (a read-only copy without secrets)",
+                d.path.display()
+            ));
+        }
+        if let Some(t) = spec.top_level.as_ref().filter(|_| !spec.writable.is_empty()) {
+            out.push(format!(
+                "  top of writable paths: every dot-entry and {} read-only, new ones moved to \
+                 the quarantine; writable dot-entries: {}",
+                t.protected.join(" "),
+                t.writable.join(" ")
+            ));
+        }
+        out.push("kernel".to_owned());
+        for (k, v) in self.kernel.as_object().into_iter().flatten() {
+            out.push(format!("  {k}: {v}"));
+        }
+        out
+    }
+
+    fn network(&self) -> String {
+        match &self.spec.net {
+            NetMode::None => "none: loopback only".to_owned(),
+            NetMode::Proxy { .. } => format!(
+                "proxy: only http://127.0.0.1:{} inside; direct connections are refused and \
+                 logged",
+                sandgate_sandbox::PROXY_PORT
+            ),
+        }
+    }
+}
+
+/// Paths as text.
+fn shown(v: &[PathBuf]) -> Vec<String> {
+    v.iter().map(|p| p.display().to_string()).collect()
+}
+
 /// Explains `tier`: what it allows here and what this kernel can enforce.
 pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
     let ctx = LaunchEnv::from_process()?;

@@ -42,7 +42,7 @@ mod agent_env;
 pub mod client;
 pub mod connect;
 pub mod control;
-pub mod dns;
+mod dns;
 mod fdpass;
 pub mod launch;
 #[cfg(any(target_os = "linux", target_os = "macos"))]

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use sandgate_hook::tier::{PathCheck, Places};
 use sandgate_hook::{Access, HookSettings, RealFs, Verdict, Walls};
 
-use crate::policy_cmd::UsageError;
+use sandgate_daemon::UsageError;
 
 /// Options of `sandgate hook`.
 #[derive(Debug, clap::Args)]
@@ -37,7 +37,7 @@ enum HookAgent {
 /// keeps read-only (`spec_from_policy`): a link on the way to it is refused by the launcher;
 /// here the link itself stays read-only.
 fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Result<Walls, String> {
-    let paths = crate::daemon::Paths::discover();
+    let paths = sandgate_daemon::Paths::discover();
     let places =
         Places::discover(std::iter::once(paths.dir.clone()).chain(paths.others()).collect());
     let home = places.homes.first().cloned();
@@ -89,7 +89,7 @@ pub fn run(args: HookArgs) -> anyhow::Result<u8> {
         let _ = writeln!(stdout, "{out}");
         let _ = stdout.flush();
     }
-    let socket = crate::daemon::Paths::discover().socket;
+    let socket = sandgate_daemon::Paths::discover().socket;
     sandgate_hook::tier::report_to(&socket, &sandgate_hook::tier::decision_line(&verdict));
     Ok(0)
 }

@@ -1,63 +1,9 @@
-//! Interception as the CLI, the daemon and the launcher see it: the CA's place, what a sandbox
-//! gets when interception is in use, and `sandgate secrets list|test`. The reports are
-//! `sandgate_proxy::secret_report`'s; this finds the places, logs and prints.
-
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+//! Interception as the CLI sees it: the CA's place and `sandgate secrets list|test` (what a
+//! sandbox gets when interception is in use is `sandgate_daemon::setup::sandbox_env`).
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use sandgate_config::InterceptSettings;
-use sandgate_proxy::Interceptor;
 use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
-
-/// The CA directory under `$XDG_DATA_HOME/sandgate` (hidden in every sandbox with the store).
-pub fn ca_dir() -> anyhow::Result<PathBuf> {
-    let db = sandgate_store::Store::default_path().context("where sandgate's data lives")?;
-    let data = db.parent().context("the store path has no directory")?;
-    Ok(sandgate_proxy::ca::ca_dir(data))
-}
-
-/// The interceptor of a proxy (daemon or launcher). Without a CA, hosts that need interception
-/// are closed, never tunnelled (the error is logged once here).
-pub fn interceptor() -> Option<Arc<Interceptor>> {
-    match ca_dir().and_then(|d| Interceptor::new(&d).map_err(anyhow::Error::from)) {
-        Ok(i) => Some(Arc::new(i)),
-        Err(e) => {
-            tracing::error!(
-                "no interception CA: {e:#}; hosts named by [[secrets]] or [[http_rules]] are refused"
-            );
-            None
-        }
-    }
-}
-
-/// Adds what a sandbox gets when its policy intercepts to `env` (replacing variables of the
-/// same name) and `files` ([`sandgate_proxy::secret_report::sandbox_env`]).
-pub fn sandbox_env(
-    settings: &InterceptSettings,
-    config_dir: Option<&Path>,
-    env: &mut Vec<(OsString, OsString)>,
-    files: &mut Vec<(PathBuf, Vec<u8>)>,
-) -> anyhow::Result<()> {
-    let got = sandgate_proxy::secret_report::sandbox_env(settings, config_dir, || {
-        sandgate_proxy::ca::ca_certificate_pem(&ca_dir()?)
-            .context("cannot make or read the interception CA")
-    })?;
-    if got.no_bundle {
-        eprintln!(
-            "sandgate: interception is configured but there is no configuration directory to \
-             hold the CA bundle; clients inside will not trust intercepted hosts"
-        );
-    }
-    for (k, v) in got.env {
-        env.retain(|(name, _)| *name != k);
-        env.push((k, v));
-    }
-    files.extend(got.files);
-    Ok(())
-}
 
 /// `sandgate secrets`.
 #[derive(Debug, Args)]
@@ -86,10 +32,10 @@ enum SecretsCommand {
 
 /// Runs `sandgate secrets`.
 pub fn secrets(args: SecretsArgs) -> anyhow::Result<u8> {
-    let config = crate::policy_cmd::load_config()?;
+    let config = sandgate_daemon::setup::load_config()?;
     let settings = config
         .intercept_settings()
-        .map_err(|e| crate::policy_cmd::UsageError(format!("invalid configuration:\n{e}")))?;
+        .map_err(|e| sandgate_daemon::UsageError(format!("invalid configuration:\n{e}")))?;
     match args.command {
         SecretsCommand::List { json } => {
             let items: Vec<SecretInfo> = settings.secrets.iter().map(SecretInfo::of).collect();
@@ -114,7 +60,7 @@ pub fn secrets(args: SecretsArgs) -> anyhow::Result<u8> {
         }
         SecretsCommand::Test { name, json } => {
             let secret = find_secret(&settings, &name)
-                .map_err(|e| crate::policy_cmd::UsageError(e.to_string()))?;
+                .map_err(|e| sandgate_daemon::UsageError(e.to_string()))?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -52,18 +52,18 @@ pub fn learn(args: LearnArgs) -> anyhow::Result<u8> {
              until the command ends"
         );
     }
-    let launch = crate::launch_cmd::LaunchArgs {
+    let launch = crate::launch::LaunchArgs {
         allow_write: args.allow_write,
         allow: Vec::new(),
         deny: Vec::new(),
-        net: Some(crate::launch_cmd::NetArg::Proxy),
+        net: Some(crate::launch::NetArg::Proxy),
         require_full: false,
         report_blocked: true,
         quiet: true,
         learner: Some(learner.clone()),
         command: args.command,
     };
-    let code = crate::launch_cmd::run(&args.tier, launch)?;
+    let code = crate::launch::run(&args.tier, launch)?;
     let proposals = propose(&learner.seen());
     if proposals.is_empty() {
         println!("# the command asked for no destination beyond what is allowed already");

@@ -13,10 +13,10 @@ use sandgate_store::{
     TrafficQuery,
 };
 
-use crate::client::{Client, Incoming};
-use crate::daemon::Paths;
-use crate::daemon::protocol::{Event, Request};
-use crate::policy_cmd::UsageError;
+use sandgate_daemon::Paths;
+use sandgate_daemon::UsageError;
+use sandgate_daemon::client::{Client, Incoming};
+use sandgate_daemon::protocol::{Event, Request};
 
 /// Options of `sandgate log`.
 #[derive(Debug, clap::Args)]
@@ -69,68 +69,10 @@ impl DecisionArg {
     }
 }
 
-/// The log line an event stands for (`None`: not traffic).
-// The daemon's protocol type is not the store's to know: the mapping lives with the reader.
-fn line_of(time: i64, ev: &Event) -> Option<TrafficLine> {
-    match ev {
-        Event::Request {
-            sandbox,
-            method,
-            host,
-            port,
-            path,
-            decision,
-            rule,
-            bytes_up,
-            bytes_down,
-            ms,
-            error,
-        } => Some(TrafficLine {
-            time,
-            sandbox: sandbox.clone(),
-            decision: if decision == "allow" {
-                TrafficDecision::Allow
-            } else {
-                TrafficDecision::Deny
-            },
-            method: method.clone(),
-            host: host.clone(),
-            // A name lookup (the DNS stub) has no port.
-            port: (method != "DNS").then_some(*port),
-            path: path.clone(),
-            command: None,
-            rule: match error {
-                Some(e) => format!("{rule} ({e})"),
-                None => rule.clone(),
-            },
-            bytes_up: *bytes_up,
-            bytes_down: *bytes_down,
-            ms: *ms,
-            count: 1,
-        }),
-        Event::Blocked { sandbox, protocol, dst, port, count } => Some(TrafficLine {
-            time,
-            sandbox: sandbox.clone(),
-            decision: TrafficDecision::Blocked,
-            method: protocol.clone(),
-            host: dst.clone(),
-            port: *port,
-            path: None,
-            command: None,
-            rule: "firewall: direct connection".into(),
-            bytes_up: 0,
-            bytes_down: 0,
-            ms: 0.0,
-            count: *count,
-        }),
-        _ => None,
-    }
-}
-
 /// A live traffic event as `sandgate log` prints it (stamped now), and whether it was allowed;
 /// `None` for other events. `sandgate watch` shows its traffic tail with it.
 pub(crate) fn traffic_text(ev: &Event) -> Option<(String, bool)> {
-    let l = line_of(Timestamp::now().as_millis(), ev)?;
+    let l = ev.traffic_line(Timestamp::now().as_millis())?;
     Some((l.text(), l.decision == TrafficDecision::Allow))
 }
 
@@ -210,7 +152,7 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
     let lines = match &store {
         Some(s) => s.traffic_lines(&filter, since, args.limit, |e| {
             let ev = serde_json::from_value::<Event>(e.event.details.clone()).ok()?;
-            line_of(e.event.time.as_millis(), &ev)
+            ev.traffic_line(e.event.time.as_millis())
         })?,
         None => Vec::new(),
     };
@@ -230,7 +172,7 @@ pub fn log(args: LogArgs) -> anyhow::Result<u8> {
         match c.next()? {
             Incoming::Event(ev) => {
                 let now = Timestamp::now().as_millis();
-                if let Some(mut l) = line_of(now, &ev).filter(|l| filter.keeps(l)) {
+                if let Some(mut l) = ev.traffic_line(now).filter(|l| filter.keeps(l)) {
                     commands.fill(&mut l);
                     print_line(&mut out, &l, args.json)?;
                 }

@@ -1,7 +1,10 @@
-//! The `sandgate` command line: a thin layer over the workspace crates.
+//! The `sandgate` command line: argument parsing and output over the workspace crates (the
+//! daemon and the launcher are `sandgate-daemon`).
 //!
 //! The binary is also installed as `sandbox-run`, `sandbox-net` and `sandbox-build` (links made by
 //! `sandgate install`); the name it was started under picks the tier, busybox-style.
+
+#![forbid(unsafe_code)]
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -9,25 +12,17 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod agent_cmd;
-mod agent_env;
-mod client;
-mod connect_cmd;
-mod control_cmd;
-mod daemon;
+mod connect;
+mod control;
 mod docs_cmd;
 mod firewall_cmd;
 mod hook_cmd;
 mod intercept_cmd;
-mod launch_cmd;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
-mod launch_daemon;
+mod launch;
 mod learn_cmd;
 mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
-#[cfg(target_os = "linux")]
-mod readonly_hint;
-mod secrets;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the
 /// network is an allowlist proxy.
@@ -41,18 +36,18 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a command read-only with no network (tier `run`).
-    Run(launch_cmd::LaunchArgs),
+    Run(launch::LaunchArgs),
     /// Run a command read-only with network only through the allowlist proxy (tier `net`).
-    Net(launch_cmd::LaunchArgs),
+    Net(launch::LaunchArgs),
     /// Run a command with the current directory writable and network through the proxy (tier `build`).
-    Build(launch_cmd::LaunchArgs),
+    Build(launch::LaunchArgs),
     /// Create the `sandbox-run`, `sandbox-net` and `sandbox-build` links (and, with --claude,
     /// register the Claude Code hook and skill).
-    Install(launch_cmd::InstallArgs),
+    Install(launch::InstallArgs),
     /// Remove the links (and, with --claude, the Claude Code hook and skill).
     Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
-    Explain(launch_cmd::ExplainArgs),
+    Explain(launch::ExplainArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page (or write every page into --dir).
@@ -72,28 +67,28 @@ enum Command {
     /// List the tiers and what each allows.
     Tiers(policy_cmd::TiersArgs),
     /// Run the proxy, approvals, monitor and store (launchers start it when needed).
-    Daemon(daemon::DaemonArgs),
+    Daemon(control::DaemonArgs),
     /// Answer pending requests for a host (or question id) with allow, or add an allow grant.
-    Allow(control_cmd::AnswerArgs),
+    Allow(control::AnswerArgs),
     /// Answer pending requests for a host (or question id) with deny, or add a deny grant.
-    Deny(control_cmd::AnswerArgs),
+    Deny(control::AnswerArgs),
     /// List requests waiting for a person.
-    Pending(control_cmd::JsonArg),
+    Pending(control::JsonArg),
     /// List grants (answers that outlive the request).
-    Rules(control_cmd::RulesArgs),
+    Rules(control::RulesArgs),
     /// Remove a grant.
-    Revoke(control_cmd::RevokeArgs),
+    Revoke(control::RevokeArgs),
     /// Live view of pending approvals and blocked traffic; keys answer.
     ///
     /// One line per event: questions, answers, time-outs, blocked direct connections, sandboxes
     /// starting and ending (-v: every proxied request too). On a terminal a key answers the
     /// oldest open question, and the line it prints says which: o once, s this session, h one
     /// hour, a always (the project), d deny; q or Ctrl-C quits.
-    Watch(control_cmd::WatchArgs),
+    Watch(control::WatchArgs),
     /// Show the daemon, live sandboxes and pending approvals (exit 3 when it is not running).
-    Status(control_cmd::JsonArg),
+    Status(control::JsonArg),
     /// List sandboxes.
-    Ls(control_cmd::LsArgs),
+    Ls(control::LsArgs),
     /// The traffic log: every proxied connection (allowed and refused) and blocked packet.
     ///
     /// One line per connection or request: time (UTC), sandbox, decision, method, host:port,
@@ -109,13 +104,13 @@ enum Command {
     /// Prints the proposal as TOML; --write adds it to this directory's configuration file.
     Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
-    Stop(control_cmd::JsonArg),
+    Stop(control::JsonArg),
     /// Relay standard input and output to HOST PORT through the sandbox's proxy (an ssh
     /// ProxyCommand: `ssh -o ProxyCommand='sandgate connect %h %p'`).
     ///
     /// Exit status: 0 when the connection ran, 1 when the proxy refused it (the rule is printed),
     /// 2 usage error.
-    Connect(connect_cmd::ConnectArgs),
+    Connect(connect::ConnectArgs),
     /// Agent permission hooks: allow tool calls that stay inside a tier (Claude Code).
     Hook(hook_cmd::HookArgs),
 }
@@ -155,17 +150,14 @@ fn main() -> ExitCode {
     ) {
         // Listing commands end quietly when the reader goes away (`sandgate ls | head`), like
         // other command-line tools; launchers and the daemon keep SIGPIPE ignored.
-        // SAFETY: setting a signal disposition to SIG_DFL before any thread exists.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+        sandgate_daemon::restore_default_sigpipe();
     }
     let result = match cli.command {
-        Command::Run(a) => launch_cmd::run("run", a),
-        Command::Net(a) => launch_cmd::run("net", a),
-        Command::Build(a) => launch_cmd::run("build", a),
-        Command::Install(a) => launch_cmd::install(a),
-        Command::Explain(a) => launch_cmd::explain(a),
+        Command::Run(a) => launch::run("run", a),
+        Command::Net(a) => launch::run("net", a),
+        Command::Build(a) => launch::run("build", a),
+        Command::Install(a) => launch::install(a),
+        Command::Explain(a) => launch::explain(a),
         Command::Completions(a) => docs_cmd::completions(a),
         Command::Man(a) => docs_cmd::man(a),
         Command::Proxy(a) => proxy_cmd::run(a),
@@ -174,26 +166,26 @@ fn main() -> ExitCode {
         Command::Config(a) => policy_cmd::config(a),
         Command::Secrets(a) => intercept_cmd::secrets(a),
         Command::Tiers(a) => policy_cmd::tiers(a),
-        Command::Daemon(a) => control_cmd::daemon(a),
-        Command::Allow(a) => control_cmd::answer(a, true),
-        Command::Deny(a) => control_cmd::answer(a, false),
-        Command::Pending(a) => control_cmd::pending(a),
-        Command::Rules(a) => control_cmd::rules(a),
-        Command::Revoke(a) => control_cmd::revoke(a),
-        Command::Watch(a) => control_cmd::watch(a),
-        Command::Status(a) => control_cmd::status(a),
-        Command::Ls(a) => control_cmd::ls(a),
+        Command::Daemon(a) => control::daemon(a),
+        Command::Allow(a) => control::answer(a, true),
+        Command::Deny(a) => control::answer(a, false),
+        Command::Pending(a) => control::pending(a),
+        Command::Rules(a) => control::rules(a),
+        Command::Revoke(a) => control::revoke(a),
+        Command::Watch(a) => control::watch(a),
+        Command::Status(a) => control::status(a),
+        Command::Ls(a) => control::ls(a),
         Command::Log(a) => log_cmd::log(a),
         Command::Learn(a) => learn_cmd::learn(a),
-        Command::Stop(a) => control_cmd::stop(a),
-        Command::Connect(a) => connect_cmd::run(a),
+        Command::Stop(a) => control::stop(a),
+        Command::Connect(a) => connect::run(a),
         Command::Hook(a) => hook_cmd::run(a),
         Command::Uninstall(a) => agent_cmd::uninstall(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            match err.downcast_ref::<policy_cmd::UsageError>() {
+            match err.downcast_ref::<sandgate_daemon::UsageError>() {
                 Some(usage) => eprintln!("sandgate: {usage}"),
                 None => eprintln!("sandgate: error: {}", error_text(&err)),
             }

@@ -10,6 +10,7 @@ use sandgate_config::edit::{CheckError, Edit};
 use sandgate_config::{
     Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target,
 };
+use sandgate_daemon::UsageError;
 use serde_json::json;
 
 /// Exit status of `check`: allowed.
@@ -61,27 +62,8 @@ pub fn parse_net(s: &str) -> Result<NetMode, String> {
     NetMode::parse(s).ok_or_else(|| format!("unknown network mode {s:?}: use `none` or `proxy`"))
 }
 
-/// A configuration problem, already formatted for the person; exits with status 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
 fn config_error(e: ConfigError) -> anyhow::Error {
     UsageError(format!("invalid configuration:\n{e}")).into()
-}
-
-/// Loads the configuration for the current directory.
-pub fn load_config() -> anyhow::Result<Config> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let paths = ConfigPaths::discover(&cwd).map_err(config_error)?;
-    Config::load(paths).map_err(config_error)
 }
 
 /// `sandgate check`: prints the decision and the rule that made it.
@@ -107,7 +89,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_USAGE);
         }
     };
-    let config = load_config()?;
+    let config = sandgate_daemon::setup::load_config()?;
     let flags =
         Overrides { allow: args.allow, deny: args.deny, net: args.net, ..Overrides::default() };
     let policy = config.policy(&args.tier, &flags).map_err(|e| UsageError(e.to_string()))?;
@@ -156,7 +138,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
 /// store; `None` when there is no store or no grant covers it. Grants of one sandbox are not
 /// considered: `check` runs outside any sandbox.
 fn stored_grant(config: &Config, target: &Target) -> Option<Decision> {
-    use crate::daemon::adapters::GrantCache;
+    use sandgate_daemon::adapters::GrantCache;
     let path = sandgate_store::Store::default_path().ok()?;
     if !path.exists() {
         return None;
@@ -271,7 +253,7 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
             match sandgate_config::edit::check(paths) {
                 Ok(config) => {
                     for w in &config.missing_writable() {
-                        println!("warning: {}", crate::launch_cmd::missing_path_notice(w));
+                        println!("warning: {}", sandgate_daemon::launch::missing_path_notice(w));
                     }
                     for w in sandgate_approvals::telegram::config_warnings(&config) {
                         eprintln!("warning: {w}");
@@ -388,7 +370,7 @@ pub struct TiersArgs {
 
 /// `sandgate tiers`: lists the tiers and what each allows.
 pub fn tiers(args: TiersArgs) -> anyhow::Result<u8> {
-    let config = load_config()?;
+    let config = sandgate_daemon::setup::load_config()?;
     let tiers = config.tier_summaries().map_err(|e| UsageError(e.to_string()))?;
     if args.json {
         println!("{}", serde_json::to_value(&tiers)?);

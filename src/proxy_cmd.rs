@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -64,7 +63,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
     let overrides =
         Overrides { allow: args.allow.clone(), deny: args.deny.clone(), ..Overrides::default() };
     let policy = config.policy(&args.tier, &overrides)?;
-    let upstream = upstream(&config)?;
+    let upstream = sandgate_daemon::setup::upstream(&config)?;
 
     match sandgate_proxy::raise_nofile_limit() {
         Ok(n) => tracing::debug!(nofile = n, "open-file limit raised"),
@@ -80,7 +79,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<u8> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let interceptor = match policy.net.intercept().in_use() {
-            true => crate::intercept_cmd::interceptor(),
+            true => sandgate_daemon::setup::interceptor(),
             false => None,
         };
         tracing::info!(
@@ -119,11 +118,4 @@ async fn shutdown_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
-}
-
-/// `[proxy] upstream` of the global configuration, ready for the proxy (its credentials read
-/// now, from the environment or the file the configuration names).
-pub(crate) fn upstream(config: &Config) -> anyhow::Result<Option<Arc<sandgate_proxy::Upstream>>> {
-    let Some(s) = config.upstream_settings() else { return Ok(None) };
-    Ok(Some(Arc::new(sandgate_proxy::Upstream::from_settings(s).map_err(anyhow::Error::msg)?)))
 }

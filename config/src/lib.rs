@@ -40,8 +40,8 @@ mod matcher;
 mod pattern;
 mod policy;
 mod project;
-mod sandbox_id;
 mod report;
+mod sandbox_id;
 mod secrets;
 mod text;
 mod tiers;
@@ -68,8 +68,8 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use project::project_root;
-pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use report::{HttpRulesInfo, NetCheck, TierSummary, WritablePath};
+pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,

@@ -150,7 +150,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{IdRange, RecordingRunner, GuestScope, nft::GuestTables};
+    use crate::{GuestScope, IdRange, RecordingRunner, nft::GuestTables};
 
     fn installed(uid: u32, rules: &str) -> Installed {
         Installed { scope: GuestScope::user(uid), name: "t".into(), rules: rules.into() }

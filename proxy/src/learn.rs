@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource};
 
-use crate::{Ruling, Approver, BoxFuture, DenyReason, ApprovalRequest};
+use crate::{ApprovalRequest, Approver, BoxFuture, DenyReason, Ruling};
 
 /// The learn policy, as the proxy's approver: answers at once and records what was asked.
 #[derive(Debug, Default)]

@@ -1,8 +1,10 @@
 //! Descriptors passed with a message over a unix socket (`SCM_RIGHTS`): the launcher's init hands
 //! the pty master, proxy listener, DNS and NFLOG sockets to the launcher this way, and the
-//! launcher hands them to the daemon. One implementation for both, on `nix`.
+//! launcher hands them to the daemon. One implementation for both, on `nix`; and the peer's
+//! pidfd (`SO_PEERPIDFD`, which nix 0.29 has no option for), with which the daemon refuses
+//! requests from inside a sandbox.
 
-#![allow(unsafe_code)] // wrapping the descriptors the kernel installed (one `unsafe` line)
+#![allow(unsafe_code)] // wrapping the descriptors the kernel installed, once each
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
@@ -85,6 +87,91 @@ fn retry(mut call: impl FnMut() -> nix::Result<usize>) -> io::Result<usize> {
             Err(nix::errno::Errno::EINTR) => continue,
             r => return r.map_err(io::Error::from),
         }
+    }
+}
+
+/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`); `Ok(None)` where the
+/// kernel (or this architecture's numbering) has no such option.
+#[cfg(target_os = "linux")]
+pub fn peer_pidfd(stream: impl AsFd) -> std::io::Result<Option<OwnedFd>> {
+    use std::os::fd::FromRawFd as _;
+    // asm-generic value; the few architectures that number socket options differently fall back
+    // to the /proc comparison.
+    const SO_PEERPIDFD: Option<libc::c_int> = if cfg!(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    )) {
+        Some(77)
+    } else {
+        None
+    };
+    let Some(option) = SO_PEERPIDFD else { return Ok(None) };
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
+    // `len` bytes and installs a new descriptor only on success, which is wrapped exactly once.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&raw mut fd).cast(),
+            &raw mut len,
+        )
+    };
+    if r != 0 || fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOPROTOOPT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd as _;
+
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+
+    use super::*;
+
+    #[test]
+    fn passes_descriptors_with_the_bytes() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty())
+            .expect("socketpair");
+        let (_r, w) = nix::unistd::pipe().expect("pipe");
+        send_with_fds(&a, b"hi\n", &[w.as_raw_fd(), w.as_raw_fd()]).expect("send");
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(b.as_raw_fd(), &mut buf).expect("recv");
+        assert_eq!(&buf[..n], b"hi\n");
+        assert_eq!(fds.len(), 2);
+        let flags =
+            nix::fcntl::fcntl(fds[0].as_raw_fd(), nix::fcntl::FcntlArg::F_GETFD).expect("F_GETFD");
+        assert_ne!(flags & libc::FD_CLOEXEC, 0, "a received descriptor must be close-on-exec");
+    }
+
+    #[test]
+    fn too_many_descriptors_are_refused_and_all_closed() {
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::empty())
+            .expect("socketpair");
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        let many = vec![w.as_raw_fd(); MAX_FDS + 6];
+        send_with_fds(&a, b"x\n", &many).expect("send");
+        drop(w);
+        let mut buf = [0u8; 16];
+        let err = recv_with_fds(b.as_raw_fd(), &mut buf).expect_err("more than MAX_FDS");
+        assert!(err.to_string().contains("too many descriptors"), "{err}");
+        // Every copy of the pipe's write end is closed again: the read end sees end of file
+        // at once instead of blocking for ever.
+        let mut one = [0u8; 1];
+        assert_eq!(nix::unistd::read(r.as_raw_fd(), &mut one).expect("read"), 0);
     }
 }
 

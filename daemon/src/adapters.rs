@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 use sandgate_approvals as approvals;
-use sandgate_config::{DomainPattern, Host, PatternUse, Rule, RuleSource, Target};
+use sandgate_config::{DomainPattern, Host, PatternSet, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{Approver, BoxFuture, DenyReason, EventSink, GrantSource, ProxyEvent, Ruling};
 use sandgate_store::{
     Effect, EventKind, EventSender, Grant, GrantList, GrantScope, GrantTarget, NewEvent, NewGrant,
@@ -16,13 +16,13 @@ use sandgate_store::{
 };
 use tokio::sync::broadcast;
 
-use super::protocol::Event;
+use crate::protocol::Event;
 
 /// A sandbox the daemon serves.
 #[derive(Debug, Clone)]
 pub struct Live {
     /// What the launcher said.
-    pub info: super::protocol::SandboxInfo,
+    pub info: crate::protocol::SandboxInfo,
     /// Its project key (for project grants).
     pub project: Option<String>,
     /// Which control connection registered it (the latest one).
@@ -45,16 +45,79 @@ struct Cached {
 }
 
 /// The live grants, in memory (the daemon is the store's only writer of grants, so reloading
-/// after each of its writes keeps the cache exact; expiry is checked at match time).
+/// after each of its writes keeps the cache exact), compiled into [`PatternSet`]s for lookup.
+///
+/// A [`PatternSet`] answers with the first rule of the best-matching key, so each set may only
+/// hold grants that would all be accepted: one set per effect and target (a sandbox, a
+/// project, everyone), each grant's own port folded into its pattern, and only grants live when
+/// the sets were built. The sets are rebuilt when the grants change (reload) and when the
+/// earliest expiry among them passes, so an expired grant stops matching without a reload.
 pub struct GrantCache {
     store: Store,
-    entries: RwLock<Arc<Vec<Cached>>>,
+    compiled: RwLock<Arc<Compiled>>,
+}
+
+/// The grants and the sets built from them.
+#[derive(Default)]
+struct Compiled {
+    entries: Arc<Vec<Cached>>,
+    /// `[allow, deny]` sets of grants for everyone.
+    global: [PatternSet; 2],
+    /// `[allow, deny]` sets by sandbox id.
+    sandbox: HashMap<String, [PatternSet; 2]>,
+    /// `[allow, deny]` sets by project key.
+    project: HashMap<String, [PatternSet; 2]>,
+    /// The rule to cite for each rule in the sets (by its address): the grant's own, whose
+    /// pattern is shown as given, without the port folded in.
+    cited: HashMap<usize, Arc<Rule>>,
+    /// When the first grant in the sets expires: the sets must be built again then.
+    rebuild_at: Option<Timestamp>,
+}
+
+/// The position of `effect` in a `[allow, deny]` pair.
+fn slot(effect: Effect) -> usize {
+    match effect {
+        Effect::Allow => 0,
+        Effect::Deny => 1,
+    }
+}
+
+impl Compiled {
+    /// Compiles the grants of `entries` that are live at `now`.
+    fn build(entries: Arc<Vec<Cached>>, now: Timestamp) -> Compiled {
+        let mut c = Compiled { entries: Arc::clone(&entries), ..Compiled::default() };
+        for e in entries.iter().filter(|e| e.grant.is_live(now)) {
+            // The grant's port (the port a question asked) narrows its pattern's.
+            let port = match (e.pattern.port, e.grant.grant.port) {
+                (Some(a), Some(b)) if a != b => continue, // matches nothing
+                (a, b) => a.or(b),
+            };
+            let indexed = Rule {
+                pattern: Some(DomainPattern { host: e.pattern.host.clone(), port }),
+                source: e.rule.source.clone(),
+            };
+            let sets = match &e.grant.grant.target {
+                GrantTarget::Global => &mut c.global,
+                GrantTarget::Sandbox(s) => c.sandbox.entry(s.clone()).or_default(),
+                GrantTarget::Project(p) => c.project.entry(p.clone()).or_default(),
+            };
+            let set = &mut sets[slot(e.grant.grant.effect)];
+            set.insert(indexed);
+            if let Some(added) = set.rules().last() {
+                c.cited.insert(Arc::as_ptr(added) as usize, e.rule.clone());
+            }
+            if let GrantScope::Until(t) = e.grant.grant.scope {
+                c.rebuild_at = Some(c.rebuild_at.map_or(t, |r| r.min(t)));
+            }
+        }
+        c
+    }
 }
 
 impl GrantCache {
     /// An empty cache; call [`reload`](Self::reload).
     pub fn new(store: Store) -> GrantCache {
-        GrantCache { store, entries: RwLock::new(Arc::new(Vec::new())) }
+        GrantCache { store, compiled: RwLock::new(Arc::new(Compiled::default())) }
     }
 
     /// Reads the live grants from the store. A grant whose pattern no longer parses is skipped
@@ -82,11 +145,28 @@ impl GrantCache {
             }
         }
         let n = out.len();
-        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(out);
+        let compiled = Compiled::build(Arc::new(out), Timestamp::now());
+        *self.compiled.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(compiled);
         Ok(n)
     }
 
-    /// The first live grant of `effect` covering `host:port` for this sandbox / project.
+    /// The sets as of `now`: built again first when a grant in them has expired since.
+    fn current(&self, now: Timestamp) -> Arc<Compiled> {
+        let compiled = self.compiled.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if compiled.rebuild_at.is_none_or(|t| now < t) {
+            return compiled;
+        }
+        let fresh = Arc::new(Compiled::build(Arc::clone(&compiled.entries), now));
+        let mut slot = self.compiled.write().unwrap_or_else(|e| e.into_inner());
+        // Unless a reload replaced them meanwhile (then those are newer).
+        if Arc::ptr_eq(&slot, &compiled) {
+            *slot = fresh.clone();
+        }
+        fresh
+    }
+
+    /// A live grant of `effect` covering `host:port` for this sandbox / project (the most
+    /// specific pattern first, as in a policy: exact name, longest `*.` suffix, ...).
     pub fn find(
         &self,
         effect: Effect,
@@ -95,19 +175,15 @@ impl GrantCache {
         host: &Host,
         port: u16,
     ) -> Option<Arc<Rule>> {
-        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let now = Timestamp::now();
-        entries
-            .iter()
-            .filter(|c| c.grant.grant.effect == effect && c.grant.is_live(now))
-            .filter(|c| match &c.grant.grant.target {
-                GrantTarget::Sandbox(s) => s == sandbox,
-                GrantTarget::Project(p) => project == Some(p.as_str()),
-                GrantTarget::Global => true,
-            })
-            .filter(|c| c.grant.grant.port.is_none_or(|p| p == port))
-            .find(|c| c.pattern.matches(host, port))
-            .map(|c| c.rule.clone())
+        let compiled = self.current(Timestamp::now());
+        let i = slot(effect);
+        let sets = [
+            compiled.sandbox.get(sandbox).map(|s| &s[i]),
+            project.and_then(|p| compiled.project.get(p)).map(|s| &s[i]),
+            Some(&compiled.global[i]),
+        ];
+        let hit = sets.into_iter().flatten().find_map(|set| set.find(host, port))?;
+        compiled.cited.get(&(Arc::as_ptr(hit) as usize)).cloned()
     }
 }
 
@@ -641,5 +717,113 @@ mod tests {
             assert!(line.contains(part), "{line}");
         }
         assert!(describe(&g).contains("#7 (always, global)"));
+    }
+
+    /// Thousands of grants of every target, effect, port and scope: the sets answer as a scan of
+    /// every grant (the matcher before them) does, for hosts that hit and miss.
+    #[test]
+    fn many_grants_match_as_a_scan_of_every_grant_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let now = Timestamp::now();
+        let hour = std::time::Duration::from_secs(3600);
+        for i in 0..5 {
+            store
+                .register_sandbox(&sandgate_store::NewSandbox {
+                    id: format!("sb{i}"),
+                    tier: "net".into(),
+                    command: vec!["x".into()],
+                    cwd: "/p".into(),
+                    project: Some("p1".into()),
+                    uid: 0,
+                    pid: 1,
+                    started: now,
+                })
+                .unwrap();
+        }
+        let mut n = 0u32;
+        for i in 0..1200u32 {
+            let name = format!("h{}.d{}.example", i % 97, i % 13);
+            let pattern = match i % 4 {
+                0 => format!("*.d{}.example", i % 13),
+                1 => format!("{name}:{}", 8000 + i % 3),
+                _ => name,
+            };
+            let port = [None, Some(443), Some(8001)][(i % 3) as usize];
+            let effect = if i % 7 == 0 { Effect::Deny } else { Effect::Allow };
+            let scope = match i % 5 {
+                0 => GrantScope::Always,
+                1 => GrantScope::Session,
+                2 => GrantScope::Until(now.plus(hour)),
+                3 => GrantScope::Once,
+                _ => GrantScope::Until(now.minus(hour)),
+            };
+            let target = match i % 6 {
+                // (Session and once grants are a sandbox's.)
+                _ if matches!(scope, GrantScope::Session | GrantScope::Once) => {
+                    GrantTarget::Sandbox(format!("sb{}", i % 5))
+                }
+                0 => GrantTarget::Global,
+                1 | 2 => GrantTarget::Sandbox(format!("sb{}", i % 5)),
+                _ => GrantTarget::Project(format!("p{}", i % 4)),
+            };
+            let mut g = grant(&pattern, port, effect, scope, target);
+            g.created = now.minus(2 * hour);
+            store.add_grant(&g).unwrap();
+            n += 1;
+        }
+        let cache = GrantCache::new(store.clone());
+        assert!(cache.reload().unwrap() > 500, "most of the {n} grants are live");
+        // The matcher this cache replaced: every live grant, in order.
+        let live: Vec<Grant> = store
+            .list_grants(GrantList::Live(Timestamp::now()))
+            .unwrap()
+            .into_iter()
+            .filter(|g| g.grant.scope != GrantScope::Once)
+            .collect();
+        let scan = |effect: Effect, sb: &str, project: Option<&str>, h: &Host, port: u16| {
+            live.iter().any(|g| {
+                let usage = match effect {
+                    Effect::Allow => PatternUse::Allow,
+                    Effect::Deny => PatternUse::Deny,
+                };
+                g.grant.effect == effect
+                    && match &g.grant.target {
+                        GrantTarget::Sandbox(s) => s == sb,
+                        GrantTarget::Project(p) => project == Some(p.as_str()),
+                        GrantTarget::Global => true,
+                    }
+                    && g.grant.port.is_none_or(|p| p == port)
+                    && DomainPattern::parse(&g.grant.pattern, usage).unwrap().matches(h, port)
+            })
+        };
+        let (mut hits, mut checked) = (0, 0);
+        for i in 0..130u32 {
+            let h = host(&format!("h{}.d{}.example", i % 101, i % 14));
+            for sb in ["sb0", "sb3", "sb9"] {
+                for project in [None, Some("p1"), Some("p3")] {
+                    for port in [443, 8000, 8001, 8002] {
+                        for effect in [Effect::Allow, Effect::Deny] {
+                            let want = scan(effect, sb, project, &h, port);
+                            let got = cache.find(effect, sb, project, &h, port);
+                            assert_eq!(
+                                got.is_some(),
+                                want,
+                                "{effect:?} {sb} {project:?} {h}:{port}"
+                            );
+                            if let Some(rule) = got {
+                                // The rule cited is a grant's, and covers what was asked.
+                                assert!(matches!(rule.source, RuleSource::Grant(_)), "{rule}");
+                                let pattern = rule.pattern.as_ref().unwrap();
+                                assert!(pattern.matches(&h, port), "{rule} for {h}:{port}");
+                            }
+                            hits += usize::from(want);
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(hits > 100 && hits < checked - 100, "{hits} of {checked}: both answers are tested");
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 
+use crate::Paths;
 use crate::client::Client;
-use crate::daemon::Paths;
-use crate::daemon::protocol::{Envelope, Event, FdKind, Request, SandboxInfo};
+use crate::protocol::{Envelope, Event, FdKind, Request, SandboxInfo};
 
 /// Request id of the final `unregister` (the reader thread stops at its reply).
 const UNREGISTER_ID: u64 = u64::MAX / 2;

@@ -16,7 +16,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use super::adapters::{Live, Shared, format_grant, revoke};
-use super::protocol::{
+use crate::protocol::{
     AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, PROTOCOL_VERSION, Reply, Request,
     SandboxInfo,
 };
@@ -97,29 +97,39 @@ impl Daemon {
     }
 }
 
-/// A request that failed: a code for scripts and a message for people.
-struct Failure(&'static str, String);
+/// Why a control request failed: a code for scripts (`not_found`, `conflict`, `bad_request`,
+/// `store`, `internal`) and a message for people; sent as the reply's `error`.
+struct RequestError {
+    code: &'static str,
+    message: String,
+}
+
+impl RequestError {
+    fn new(code: &'static str, message: impl Into<String>) -> RequestError {
+        RequestError { code, message: message.into() }
+    }
+}
 
 /// How long `flush` waits for the event writer (which retries a busy store for a few seconds).
 const FLUSH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure("store", e.to_string())
+impl From<StoreError> for RequestError {
+    fn from(e: StoreError) -> RequestError {
+        RequestError::new("store", e.to_string())
     }
 }
 
-fn bad(msg: impl Into<String>) -> Failure {
-    Failure("bad_request", msg.into())
+fn bad(msg: impl Into<String>) -> RequestError {
+    RequestError::new("bad_request", msg)
 }
 
 /// Runs a blocking store call off the async threads.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Failure> + Send + 'static,
-) -> Result<T, Failure> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(Failure("internal", format!("the store call failed: {e}"))))
+    f: impl FnOnce() -> Result<T, RequestError> + Send + 'static,
+) -> Result<T, RequestError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(RequestError::new("internal", format!("the store call failed: {e}")))
+    })
 }
 
 /// Who is on the other end.
@@ -167,7 +177,7 @@ fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), Strin
     const INSIDE: &str = "requests from inside a sandbox are refused";
     const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
                            process that stays alive, outside any sandbox)";
-    match peer_pidfd(stream) {
+    match sandgate_sandbox::fdpass::peer_pidfd(stream) {
         Ok(Some(pidfd)) => {
             let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd()))
                 .map_err(|_| UNKNOWN.to_string())?;
@@ -208,56 +218,12 @@ fn pidfd_levels(fdinfo: &str) -> Option<usize> {
     Some(field("NSpid:").unwrap_or(1))
 }
 
-/// A pidfd for the process at the other end of `stream` (`SO_PEERPIDFD`); `Ok(None)` where the
-/// kernel (or this architecture's numbering) has no such option.
-#[cfg(target_os = "linux")]
-fn peer_pidfd(stream: &UnixStream) -> std::io::Result<Option<OwnedFd>> {
-    use std::os::fd::FromRawFd as _;
-    // asm-generic value; the few architectures that number socket options differently fall back
-    // to the /proc comparison.
-    const SO_PEERPIDFD: Option<libc::c_int> = if cfg!(any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "loongarch64"
-    )) {
-        Some(77)
-    } else {
-        None
-    };
-    let Some(option) = SO_PEERPIDFD else { return Ok(None) };
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `fd` and `len` are valid for writes of the sizes given; the kernel writes at most
-    // `len` bytes and installs a new descriptor only on success, which is wrapped exactly once.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            (&raw mut fd).cast(),
-            &raw mut len,
-        )
-    };
-    if r != 0 || fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOPROTOOPT) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    // SAFETY: on success `fd` is a descriptor the kernel just made for us, owned by nobody else.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
 /// Reads once from the socket, with any descriptors that came along.
 async fn read_some(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     loop {
         stream.readable().await?;
         match stream
-            .try_io(Interest::READABLE, || super::fdpass::recv_with_fds(stream.as_raw_fd(), buf))
+            .try_io(Interest::READABLE, || sandgate_sandbox::fdpass::recv_with_fds(stream, buf))
         {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             other => return other,
@@ -415,12 +381,12 @@ impl Conn {
         }
         let reply = match self.handle(env.request).await {
             Ok(v) => Reply::ok(id, v),
-            Err(Failure(code, msg)) => Reply::err(id, code, msg),
+            Err(RequestError { code, message }) => Reply::err(id, code, message),
         };
         let _ = self.tx.send(line(&reply)).await;
     }
 
-    async fn handle(&mut self, req: Request) -> Result<Value, Failure> {
+    async fn handle(&mut self, req: Request) -> Result<Value, RequestError> {
         let d = self.d.clone();
         let s = d.shared.clone();
         match req {
@@ -477,9 +443,9 @@ impl Conn {
                 let g = blocking(move || {
                     revoke(&s2, id).map_err(|e| {
                         if e.starts_with("no grant") {
-                            Failure("not_found", e)
+                            RequestError::new("not_found", e)
                         } else {
-                            Failure("store", e)
+                            RequestError::new("store", e)
                         }
                     })
                 })
@@ -510,7 +476,7 @@ impl Conn {
                     .await
                     .unwrap_or(false);
                 if !done {
-                    return Err(Failure(
+                    return Err(RequestError::new(
                         "store",
                         format!(
                             "the event writer did not commit within {} s (a busy or full store: \
@@ -521,7 +487,9 @@ impl Conn {
                 }
                 Ok(json!({ "flushed": true }))
             }
-            Request::Subscribe { .. } => Err(Failure("internal", "subscribe handled above".into())),
+            Request::Subscribe { .. } => {
+                Err(RequestError::new("internal", "subscribe handled above"))
+            }
             Request::HookDecision { agent, tool, decision, reason } => {
                 // Bounded: the line limit already caps it, but the log should stay readable.
                 let reason: String = reason.chars().take(2000).collect();
@@ -536,7 +504,11 @@ impl Conn {
         }
     }
 
-    async fn register(&mut self, info: SandboxInfo, kinds: Vec<FdKind>) -> Result<Value, Failure> {
+    async fn register(
+        &mut self,
+        info: SandboxInfo,
+        kinds: Vec<FdKind>,
+    ) -> Result<Value, RequestError> {
         let d = self.d.clone();
         let s = d.shared.clone();
         if info.id.is_empty() || info.id.len() > 128 || info.id.chars().any(char::is_control) {
@@ -681,7 +653,7 @@ impl Conn {
         answer: approvals::Answer,
         by: Option<String>,
         channel: approvals::Channel,
-    ) -> Result<Value, Failure> {
+    ) -> Result<Value, RequestError> {
         let s = self.d.shared.clone();
         let target = match target {
             AnswerTargetSpec::Question(q) => approvals::AnswerTarget::Question(
@@ -724,7 +696,7 @@ impl Conn {
                                             approvals::Scope::Session | approvals::Scope::Once
                                         ) || r.sandbox.project.is_none() =>
                                     {
-                                        return Err(Failure(
+                                        return Err(RequestError::new(
                                             "not_found",
                                             format!(
                                                 "sandbox {id} is not running; a grant for it \
@@ -735,7 +707,7 @@ impl Conn {
                                     }
                                     Some(r) => r.sandbox.project,
                                     None => {
-                                        return Err(Failure(
+                                        return Err(RequestError::new(
                                             "not_found",
                                             format!("no sandbox {id}; see `sandgate ls`"),
                                         ));
@@ -760,7 +732,7 @@ impl Conn {
         match s.broker.answer(target, answer, by).await {
             Ok(a) => {
                 if !a.grant_errors.is_empty() && a.grants.is_empty() && a.released.is_empty() {
-                    return Err(Failure("store", a.grant_errors.join("; ")));
+                    return Err(RequestError::new("store", a.grant_errors.join("; ")));
                 }
                 Ok(serde_json::to_value(a).unwrap_or(Value::Null))
             }
@@ -770,12 +742,12 @@ impl Conn {
                     approvals::AnswerError::NotFound { .. } => "not_found",
                     _ => "bad_request",
                 };
-                Err(Failure(code, e.to_string()))
+                Err(RequestError::new(code, e.to_string()))
             }
         }
     }
 
-    async fn status(&self) -> Result<Value, Failure> {
+    async fn status(&self) -> Result<Value, RequestError> {
         let d = &self.d;
         let s = &d.shared;
         s.records.flush().await;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::daemon::Paths;
-use crate::daemon::protocol::{Envelope, Event, PROTOCOL_VERSION, Reply, Request};
+use crate::Paths;
+use crate::protocol::{Envelope, Event, PROTOCOL_VERSION, Reply, Request};
 
 /// An error the daemon replied with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -88,7 +88,7 @@ impl Client {
         self.next_id += 1;
         let mut line = serde_json::to_string(&Envelope { id: Some(id), request })?;
         line.push('\n');
-        crate::daemon::fdpass::send_with_fds(&self.stream, line.as_bytes(), fds)
+        sandgate_sandbox::fdpass::send_with_fds(&self.stream, line.as_bytes(), fds)
             .context("cannot send to the daemon")?;
         Ok(id)
     }
@@ -103,7 +103,7 @@ impl Client {
                     format!(
                         "the sandgate daemon did not answer in time; if it is stuck, \
                          `kill $(cat {})` ends it (the next command starts a new one)",
-                        crate::daemon::Paths::discover().pid_file.display()
+                        crate::Paths::discover().pid_file.display()
                     )
                 } else {
                     format!("cannot read from the daemon: {e}")
@@ -141,6 +141,8 @@ impl Client {
     }
 
     /// The next event (blocking), or `Closed`.
+    // Not an `Iterator`: the end of the stream is a value (`Closed`) and a read can fail.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> std::io::Result<Incoming> {
         if let Some(ev) = self.events.pop_front() {
             return Ok(Incoming::Event(Box::new(ev)));

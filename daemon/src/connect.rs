@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use sandgate_config::{Host, Target};
 
-use crate::policy_cmd::UsageError;
+use crate::UsageError;
 
 /// Variables read for the proxy address, first set wins (what curl reads for an https URL,
 /// then the generic ones).
@@ -22,17 +22,18 @@ const PROXY_ENV: &[&str] =
 /// Longest proxy response head read before giving up.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// Options of `sandgate connect`.
-#[derive(Debug, clap::Args)]
-pub struct ConnectArgs {
-    /// Host name or IP address to reach (ssh's `%h`).
-    host: String,
-    /// Port (ssh's `%p`).
-    port: u16,
-    /// Proxy URL (`http://[user:token@]host:port` or `socks5h://...`); default: the first of
-    /// HTTPS_PROXY, https_proxy, HTTP_PROXY, http_proxy, ALL_PROXY, all_proxy.
-    #[arg(long, value_name = "URL")]
-    proxy: Option<String>,
+/// How a `connect` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relayed {
+    /// The proxy opened the tunnel and the relay ran until both sides closed.
+    Done,
+    /// The proxy refused the destination.
+    Refused {
+        /// The destination as the proxy was asked (normalised host, port).
+        target: String,
+        /// Why, with the rule that made it.
+        why: String,
+    },
 }
 
 /// A proxy URL, parsed.
@@ -88,17 +89,17 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Runs `sandgate connect`.
-pub fn run(args: ConnectArgs) -> anyhow::Result<u8> {
+/// Relays standard input and output to `host`:`port` through the proxy at `proxy` (default: the
+/// first of the proxy variables set); returns once the relay ended or the proxy refused.
+pub fn run(host: &str, port: u16, proxy: Option<String>) -> anyhow::Result<Relayed> {
     // The same normalisation as the proxy's: a host with a space, CR or LF cannot smuggle a
     // header into the CONNECT request.
-    let host =
-        Host::parse(&args.host).map_err(|e| UsageError(format!("host {:?}: {e}", args.host)))?;
-    if args.port == 0 {
+    let host = Host::parse(host).map_err(|e| UsageError(format!("host {host:?}: {e}")))?;
+    if port == 0 {
         return Err(UsageError("port 0 is not a destination".into()).into());
     }
-    let target = Target { host, port: args.port };
-    let url = match args.proxy {
+    let target = Target { host, port };
+    let url = match proxy {
         Some(u) => u,
         None => PROXY_ENV
             .iter()
@@ -118,23 +119,17 @@ pub fn run(args: ConnectArgs) -> anyhow::Result<u8> {
     let leftover = if proxy.socks {
         match socks_handshake(&mut stream, &proxy, &target)? {
             Ok(()) => Vec::new(),
-            Err(why) => {
-                eprintln!("sandgate connect: {target} refused by the proxy: {why}");
-                return Ok(1);
-            }
+            Err(why) => return Ok(Relayed::Refused { target: target.to_string(), why }),
         }
     } else {
         match http_connect(&mut stream, &proxy, &target)? {
             Ok(leftover) => leftover,
-            Err(why) => {
-                eprintln!("sandgate connect: {target} refused by the proxy: {why}");
-                return Ok(1);
-            }
+            Err(why) => return Ok(Relayed::Refused { target: target.to_string(), why }),
         }
     };
     stream.set_read_timeout(None)?;
     relay(stream, &leftover)?;
-    Ok(0)
+    Ok(Relayed::Done)
 }
 
 /// Sends CONNECT and reads the answer: `Ok(leftover bytes)` on 200, `Err(explanation)` else.

@@ -369,6 +369,69 @@ impl Event {
     }
 }
 
+impl Event {
+    /// The traffic-log line this event stands for, stamped `time` (epoch ms); `None` when it is
+    /// not traffic. `sandgate log --follow` and `watch`'s traffic tail print it.
+    // The daemon's protocol type is not the store's to know: the mapping lives with the protocol.
+    pub fn traffic_line(&self, time: i64) -> Option<sandgate_store::TrafficLine> {
+        match self {
+            Event::Request {
+                sandbox,
+                method,
+                host,
+                port,
+                path,
+                decision,
+                rule,
+                bytes_up,
+                bytes_down,
+                ms,
+                error,
+            } => Some(sandgate_store::TrafficLine {
+                time,
+                sandbox: sandbox.clone(),
+                decision: if decision == "allow" {
+                    sandgate_store::TrafficDecision::Allow
+                } else {
+                    sandgate_store::TrafficDecision::Deny
+                },
+                method: method.clone(),
+                host: host.clone(),
+                // A name lookup (the DNS stub) has no port.
+                port: (method != "DNS").then_some(*port),
+                path: path.clone(),
+                command: None,
+                rule: match error {
+                    Some(e) => format!("{rule} ({e})"),
+                    None => rule.clone(),
+                },
+                bytes_up: *bytes_up,
+                bytes_down: *bytes_down,
+                ms: *ms,
+                count: 1,
+            }),
+            Event::Blocked { sandbox, protocol, dst, port, count } => {
+                Some(sandgate_store::TrafficLine {
+                    time,
+                    sandbox: sandbox.clone(),
+                    decision: sandgate_store::TrafficDecision::Blocked,
+                    method: protocol.clone(),
+                    host: dst.clone(),
+                    port: *port,
+                    path: None,
+                    command: None,
+                    rule: "firewall: direct connection".into(),
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    ms: 0.0,
+                    count: *count,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

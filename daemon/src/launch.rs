@@ -1,4 +1,7 @@
-//! Launcher subcommands: `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`.
+//! The launcher: a tier's policy resolved from the configuration and the flags, turned into a
+//! sandbox spec (hidden and read-only paths, the environment without secrets, git metadata
+//! protected), started, its proxy served by the daemon or by this process; and what `install`
+//! and `explain` need.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -7,74 +10,44 @@ use anyhow::{Context as _, bail};
 use sandgate_config::{Overrides, Policy};
 use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 
-/// Options shared by the tier commands.
-#[derive(Debug, clap::Args)]
-pub struct LaunchArgs {
-    /// Make this path writable inside the sandbox (repeatable).
-    #[arg(long = "allow-write", value_name = "PATH")]
+/// What a launch asks for beyond the tier: the command-line flags of `run`, `net` and `build`.
+#[derive(Clone, Default)]
+pub struct LaunchOptions {
+    /// Paths made writable inside the sandbox.
     pub allow_write: Vec<PathBuf>,
-    /// Allow this domain through the proxy for this run (repeatable).
-    #[arg(long = "allow", value_name = "DOMAIN")]
+    /// Domain patterns allowed through the proxy for this run.
     pub allow: Vec<String>,
-    /// Deny this domain at the proxy for this run (repeatable).
-    #[arg(long = "deny", value_name = "DOMAIN")]
+    /// Domain patterns denied at the proxy for this run.
     pub deny: Vec<String>,
-    /// Network mode: `none` (only loopback) or `proxy` (only through the allowlist proxy).
-    #[arg(long, value_name = "MODE")]
-    pub net: Option<NetArg>,
+    /// The network mode, when the flags choose one over the tier's.
+    pub net: Option<sandgate_config::NetMode>,
     /// Fail instead of warning when the kernel cannot enforce every restriction.
-    #[arg(long)]
     pub require_full: bool,
-    /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
-    #[arg(long)]
+    /// Print one line per blocked direct connection attempt to stderr.
     pub report_blocked: bool,
-    /// No notices on stderr (held and denied requests, hints after a failure); warnings and
-    /// errors still print. Also `SANDGATE_QUIET=1`.
-    #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
+    /// No notices on stderr (held and denied requests, hints after a failure).
     pub quiet: bool,
-    /// `sandgate learn`'s policy: it answers unknown destinations instead of a person (the
-    /// proxy is then served by this process).
-    #[arg(skip)]
-    pub learner: Option<std::sync::Arc<crate::learn_cmd::Learner>>,
-    /// The command to run and its arguments (default: an interactive `$SHELL`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    /// Who answers unknown destinations instead of a person (`sandgate learn`); the proxy is
+    /// then served by this process, not the daemon.
+    pub approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
+    /// The command and its arguments (empty: an interactive `$SHELL`).
     pub command: Vec<OsString>,
 }
 
-/// `--net` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum NetArg {
-    /// Only loopback.
-    None,
-    /// Only through the allowlist proxy.
-    Proxy,
-}
-
-/// Options of `sandgate install`.
-#[derive(Debug, clap::Args)]
-pub struct InstallArgs {
-    /// Directory for the `sandbox-run`, `sandbox-net`, `sandbox-build` links (default
-    /// `~/.local/bin`).
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Also register the Claude Code PermissionRequest hook (`~/.claude/settings.json`) and
-    /// write the sandgate skill (`~/.claude/skills/sandgate/SKILL.md`).
-    #[arg(long)]
-    pub claude: bool,
-    /// The tier the hook checks file-tool paths against.
-    #[arg(long, default_value = "build", requires = "claude")]
-    pub hook_tier: String,
-}
-
-/// Options of `sandgate explain`.
-#[derive(Debug, clap::Args)]
-pub struct ExplainArgs {
-    /// The tier to explain.
-    #[arg(long, default_value = "run")]
-    pub tier: String,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub json: bool,
+impl std::fmt::Debug for LaunchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchOptions")
+            .field("allow_write", &self.allow_write)
+            .field("allow", &self.allow)
+            .field("deny", &self.deny)
+            .field("net", &self.net)
+            .field("require_full", &self.require_full)
+            .field("report_blocked", &self.report_blocked)
+            .field("quiet", &self.quiet)
+            .field("approver", &self.approver.is_some())
+            .field("command", &self.command)
+            .finish()
+    }
 }
 
 /// Launcher constants that are not policy (policy lists live in `sandgate_config`).
@@ -125,7 +98,7 @@ impl LaunchEnv {
                 .or_else(|| home.as_ref().map(|h| h.join(fallback)))
         };
         let data_home = xdg("XDG_DATA_HOME", ".local/share");
-        let paths = crate::daemon::Paths::discover();
+        let paths = crate::Paths::discover();
         // (`/run/user/UID/sandgate` is made before the launch if missing; a missing other one
         // needs no hiding: a missing hidden path would become a placeholder.)
         let mut other_runtime_dirs: Vec<PathBuf> = paths
@@ -163,24 +136,21 @@ impl LaunchEnv {
 }
 
 /// Resolves the policy of `tier` from the configuration layers and the command-line flags.
-pub fn resolve_policy(tier: &str, args: &LaunchArgs) -> anyhow::Result<Policy> {
-    let config = crate::policy_cmd::load_config()?;
+pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy> {
+    let config = crate::setup::load_config()?;
     let flags = Overrides {
         allow_write: args.allow_write.clone(),
         allow: args.allow.clone(),
         deny: args.deny.clone(),
-        net: args.net.map(|n| match n {
-            NetArg::None => sandgate_config::NetMode::None,
-            NetArg::Proxy => sandgate_config::NetMode::Proxy,
-        }),
+        net: args.net,
     };
-    config.policy(tier, &flags).map_err(|e| crate::policy_cmd::UsageError(e.to_string()).into())
+    config.policy(tier, &flags).map_err(|e| crate::UsageError(e.to_string()).into())
 }
 
 /// Builds the sandbox spec from a resolved policy and the launch environment.
 pub fn spec_from_policy(
     policy: &Policy,
-    args: &LaunchArgs,
+    args: &LaunchOptions,
     ctx: &LaunchEnv,
     id: SandboxId,
 ) -> anyhow::Result<SandboxSpec> {
@@ -295,7 +265,7 @@ pub fn spec_from_policy(
     if proxy_port.is_some()
         && let Some(dir) = provided.iter_mut().find(|d| Some(&d.path) == config_dir.as_ref())
     {
-        crate::intercept_cmd::sandbox_env(
+        crate::setup::sandbox_env(
             policy.net.intercept(),
             Some(&dir.path),
             &mut env,
@@ -305,7 +275,7 @@ pub fn spec_from_policy(
     let interactive =
         args.command.is_empty() || std::io::IsTerminal::is_terminal(&std::io::stdin());
     // (The configuration is read again only for an interactive shell.)
-    if interactive && crate::policy_cmd::load_config().map_or(true, |c| c.prompt_marker()) {
+    if interactive && crate::setup::load_config().map_or(true, |c| c.prompt_marker()) {
         crate::agent_env::prompt_marker(&mut env, &policy.tier);
     }
     let command = if args.command.is_empty() {
@@ -438,7 +408,7 @@ fn new_id() -> anyhow::Result<SandboxId> {
 }
 
 /// Runs a command in the named tier; returns its exit status.
-pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
+pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     // Inside one of our own sandboxes no namespace can be made (by design): narrow it instead.
     #[cfg(target_os = "linux")]
     if let Some(outer) = sandgate_sandbox::inside_sandbox() {
@@ -454,11 +424,11 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
     removal_notice(&ctx.env, &policy);
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
-    crate::daemon::Paths::discover().ensure_dir()?;
+    crate::Paths::discover().ensure_dir()?;
     // So is the login session's one when this shell uses another (a daemon started there later
     // must not be reachable from inside either); /tmp is private inside anyway.
     for other in ctx.other_runtime_dirs.iter().filter(|d| d.starts_with("/run/user")) {
-        let _ = crate::daemon::Paths::in_dir(other.clone()).ensure_dir();
+        let _ = crate::Paths::in_dir(other.clone()).ensure_dir();
     }
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
@@ -474,7 +444,7 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
 
 /// One line after a failed command in a tier without network: "Could not resolve host" says
 /// nothing about the sandbox, and an agent reading it would otherwise retry in vain.
-fn failure_hint(spec: &SandboxSpec, args: &LaunchArgs, code: u8) -> Option<String> {
+fn failure_hint(spec: &SandboxSpec, args: &LaunchOptions, code: u8) -> Option<String> {
     // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
     let failed = code != 0 && code < 126;
     (failed && !args.quiet && !args.command.is_empty() && spec.net == NetSetup::None).then(|| {
@@ -493,7 +463,7 @@ fn failure_hint(spec: &SandboxSpec, args: &LaunchArgs, code: u8) -> Option<Strin
 #[cfg(target_os = "linux")]
 fn run_nested(
     tier: &str,
-    args: &LaunchArgs,
+    args: &LaunchOptions,
     outer: &sandgate_sandbox::OuterSandbox,
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
@@ -550,7 +520,7 @@ fn run_nested(
 /// A launch inside a Seatbelt sandbox (macOS cannot stack profiles): in place under the outer
 /// walls when they are the ones asked for, else a clear refusal ([`sandgate_sandbox::seatbelt::nested`]).
 #[cfg(target_os = "macos")]
-fn run_nested_seatbelt(tier: &str, args: &LaunchArgs) -> anyhow::Result<u8> {
+fn run_nested_seatbelt(tier: &str, args: &LaunchOptions) -> anyhow::Result<u8> {
     use sandgate_sandbox::seatbelt::{Nested, nested};
     use std::os::unix::process::CommandExt as _;
     // Only a sandgate sandbox names its tier (a variable the command could change, but only to
@@ -559,7 +529,7 @@ fn run_nested_seatbelt(tier: &str, args: &LaunchArgs) -> anyhow::Result<u8> {
         .ok()
         .filter(|_| std::env::var_os("SANDGATE_SANDBOX").is_some());
     match nested(outer.as_deref(), tier, !args.allow_write.is_empty()) {
-        Nested::Refuse { message } => Err(crate::policy_cmd::UsageError(message).into()),
+        Nested::Refuse { message } => Err(crate::UsageError(message).into()),
         Nested::RunInPlace { note } => {
             if !args.quiet {
                 eprintln!("{note}");
@@ -602,7 +572,7 @@ fn nested_env(
 #[cfg(target_os = "linux")]
 fn launch(
     spec: &SandboxSpec,
-    args: &LaunchArgs,
+    args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
 ) -> anyhow::Result<u8> {
@@ -691,15 +661,15 @@ impl Served {
 
 /// Whether this launch serves its proxy itself (`--learn`, or `SANDGATE_NO_DAEMON=1`).
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-fn no_daemon(args: &LaunchArgs) -> bool {
-    args.learner.is_some()
+fn no_daemon(args: &LaunchOptions) -> bool {
+    args.approver.is_some()
         || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 fn serve(
     spec: &SandboxSpec,
-    args: &LaunchArgs,
+    args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     listener: std::os::fd::OwnedFd,
     nflog: Option<std::os::fd::OwnedFd>,
@@ -708,7 +678,7 @@ fn serve(
 ) -> anyhow::Result<Served> {
     use std::io::IsTerminal as _;
     if !no_daemon(args) {
-        let info = crate::daemon::protocol::SandboxInfo {
+        let info = crate::protocol::SandboxInfo {
             id: spec.id.to_string(),
             tier: spec.tier_name.clone(),
             command: spec.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
@@ -738,8 +708,7 @@ fn serve(
             ),
         }
     }
-    let approver =
-        args.learner.clone().map(|l| -> std::sync::Arc<dyn sandgate_proxy::Approver> { l });
+    let approver = args.approver.clone();
     let proxy = InProcessProxy::start(listener, dns, spec.id.as_str(), net, approver)?;
     let reporter = match (args.report_blocked, nflog) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
@@ -777,7 +746,7 @@ impl InProcessProxy {
             let [udp, tcp] = dns.map_or([None, None], |[u, t]| [Some(u), Some(t)]);
             (
                 Listener::from_fd(fd).context("cannot serve the sandbox's proxy listener")?,
-                crate::daemon::dns::sockets(udp, tcp).context("cannot serve the DNS stub")?,
+                crate::dns::sockets(udp, tcp).context("cannot serve the DNS stub")?,
             )
         };
         // The corporate upstream proxy applies here as in the daemon (the fallback is no way
@@ -789,15 +758,15 @@ impl InProcessProxy {
             .context("cannot read the configuration for the upstream proxy")?;
         let mut builder = Proxy::builder()
             .config(sandgate_proxy::ProxyConfig {
-                upstream: crate::proxy_cmd::upstream(&config)?,
+                upstream: crate::setup::upstream(&config)?,
                 ..sandgate_proxy::ProxyConfig::default()
             })
-            .resolver(crate::daemon::dns::resolver()?);
+            .resolver(crate::dns::resolver()?);
         if let Some(a) = approver {
             builder = builder.approver(a);
         }
         if net.intercept().in_use()
-            && let Some(i) = crate::intercept_cmd::interceptor()
+            && let Some(i) = crate::setup::interceptor()
         {
             builder = builder.interceptor(i);
         }
@@ -903,7 +872,7 @@ impl BlockedReporter {
 #[cfg(target_os = "macos")]
 fn launch(
     spec: &SandboxSpec,
-    args: &LaunchArgs,
+    args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
 ) -> anyhow::Result<u8> {
@@ -944,7 +913,7 @@ fn host_proxy_listener(_policy: &Policy, _ctx: &mut LaunchEnv) -> anyhow::Result
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 fn launch(
     _spec: &SandboxSpec,
-    _args: &LaunchArgs,
+    _args: &LaunchOptions,
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
 ) -> anyhow::Result<u8> {
@@ -975,12 +944,12 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
     }
 }
 
-/// Creates the busybox-style links. Running it again replaces existing links (pointing them at
-/// this binary); a file of the same name that is not a link is never replaced, and then no link is
-/// made at all.
-pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
+/// Creates the busybox-style links in `dir` (default `~/.local/bin`), pointing at this binary;
+/// returns the directory and each (link, target). Running it again replaces existing links; a
+/// file of the same name that is not a link is never replaced, and then no link is made at all.
+pub fn install_links(dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, Vec<(PathBuf, PathBuf)>)> {
     const NAMES: [&str; 3] = ["sandbox-run", "sandbox-net", "sandbox-build"];
-    let dir = match args.dir {
+    let dir = match dir {
         Some(d) => d,
         None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set; pass --dir")?)
             .join(".local/bin"),
@@ -993,6 +962,7 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
             bail!("{} exists and is not a link; remove it first", link.display());
         }
     }
+    let mut made = Vec::new();
     for name in NAMES {
         let link = dir.join(name);
         if std::fs::symlink_metadata(&link).is_ok() {
@@ -1000,125 +970,123 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
         }
         std::os::unix::fs::symlink(&exe, &link)
             .with_context(|| format!("link {} -> {}", link.display(), exe.display()))?;
-        println!("{} -> {}", link.display(), exe.display());
+        made.push((link, exe.clone()));
     }
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) {
-        let xdg = |var: &str, fallback: &str| {
-            std::env::var_os(var)
-                .filter(|v| !v.is_empty())
-                .map_or_else(|| home.join(fallback), PathBuf::from)
-        };
-        let docs = crate::docs_cmd::install_docs(
-            &xdg("XDG_DATA_HOME", ".local/share"),
-            &xdg("XDG_CONFIG_HOME", ".config"),
-        )?;
-        println!(
-            "completions and man pages: {} files (see `sandgate completions --help`)",
-            docs.len()
-        );
-    }
-    // Debian's default PATH for users has no ~/.local/bin until a login shell finds it there.
-    let on_path =
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == dir));
-    if !on_path {
-        println!(
-            "note: {} is not on your PATH; add `export PATH=\"{}:$PATH\"` to ~/.profile (Debian \
-             adds ~/.local/bin at the next login when it exists)",
-            dir.display(),
-            dir.display()
-        );
-    }
-    if args.claude {
-        crate::agent_cmd::install_claude(&args.hook_tier)?;
-    }
-    Ok(0)
+    Ok((dir, made))
 }
 
-/// Explains a tier: what it allows and what this kernel can enforce.
-pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
-    let ctx = LaunchEnv::from_process()?;
-    let la = LaunchArgs {
-        allow_write: Vec::new(),
-        allow: Vec::new(),
-        deny: Vec::new(),
-        net: None,
-        require_full: false,
-        report_blocked: false,
-        quiet: true,
-        learner: None,
-        command: vec!["true".into()],
-    };
-    let policy = resolve_policy(&args.tier, &la)?;
-    let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
-    let kernel = kernel_report(&spec);
-    let net = match &spec.net {
-        NetSetup::None => "none: loopback only".to_owned(),
-        NetSetup::Proxy { .. } => format!(
-            "proxy: only http://127.0.0.1:{} inside; direct connections are refused and logged",
-            sandgate_sandbox::PROXY_PORT
-        ),
-    };
-    let paths = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
-    let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
-        v.iter().map(|r| r.to_string()).collect::<Vec<_>>()
-    };
-    if args.json {
-        let v = serde_json::json!({
+/// What `sandgate explain` shows: the tier's policy, the spec a launch here would get, and what
+/// this kernel enforces of it.
+#[derive(Debug)]
+pub struct Explanation {
+    /// The resolved policy (allow and deny rules).
+    pub policy: Policy,
+    /// The spec of a launch in this directory.
+    pub spec: SandboxSpec,
+    /// [`kernel_report`] of the spec.
+    pub kernel: serde_json::Value,
+}
+
+impl Explanation {
+    /// `explain --json`.
+    pub fn json(&self) -> serde_json::Value {
+        let (spec, policy) = (&self.spec, &self.policy);
+        let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
+            v.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+        };
+        serde_json::json!({
             "tier": spec.tier_name,
             "read": "everything except hidden paths",
-            "writable": paths(&spec.writable),
+            "writable": shown(&spec.writable),
             "private_tmp": true,
-            "hidden": paths(&spec.hidden),
-            "read_only": paths(&spec.read_only),
+            "hidden": shown(&spec.hidden),
+            "read_only": shown(&spec.read_only),
             "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
             "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
-            "network": net,
+            "network": self.network(),
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
-            "kernel": kernel,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!("tier {}", spec.tier_name);
-        println!("  read:       everything except hidden paths");
-        println!("  write:      private /tmp and /dev/shm");
-        for w in &spec.writable {
-            println!("              {}", w.display());
-        }
-        println!("  network:    {net}");
+            "kernel": self.kernel,
+        })
+    }
+
+    /// `explain` as text, line by line.
+    pub fn lines(&self) -> Vec<String> {
+        let (spec, policy) = (&self.spec, &self.policy);
+        let rules = |v: &[std::sync::Arc<sandgate_config::Rule>]| {
+            let v: Vec<String> = v.iter().map(|r| r.to_string()).collect();
+            if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
+        };
+        let mut out = vec![
+            format!("tier {}", spec.tier_name),
+            "  read:       everything except hidden paths".to_owned(),
+            "  write:      private /tmp and /dev/shm".to_owned(),
+        ];
+        out.extend(spec.writable.iter().map(|w| format!("              {}", w.display())));
+        out.push(format!("  network:    {}", self.network()));
         if spec.net != NetSetup::None {
-            let none =
-                |v: Vec<String>| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
-            println!("  allow:      {}", none(rules(policy.net.allow_rules())));
-            println!("  deny:       {}", none(rules(policy.net.deny_rules())));
-            println!("              anything else is asked about (`sandgate check HOST` explains)");
+            out.push(format!("  allow:      {}", rules(policy.net.allow_rules())));
+            out.push(format!("  deny:       {}", rules(policy.net.deny_rules())));
+            out.push(
+                "              anything else is asked about (`sandgate check HOST` explains)"
+                    .into(),
+            );
         }
-        println!("  hidden:     {}", paths(&spec.hidden).join(" "));
-        println!("  read-only:  {}", paths(&spec.read_only).join(" "));
+        out.push(format!("  hidden:     {}", shown(&spec.hidden).join(" ")));
+        out.push(format!("  read-only:  {}", shown(&spec.read_only).join(" ")));
         for d in &spec.provided {
-            println!("  replaced:   {} (a read-only copy without secrets)", d.path.display());
+            out.push(format!(
+                "  replaced:   {} (a read-only copy without secrets)",
+                d.path.display()
+            ));
         }
         if let Some(t) = spec.top_level.as_ref().filter(|_| !spec.writable.is_empty()) {
-            println!(
+            out.push(format!(
                 "  top of writable paths: every dot-entry and {} read-only, new ones moved to \
                  the quarantine; writable dot-entries: {}",
                 t.protected.join(" "),
                 t.writable.join(" ")
-            );
+            ));
         }
-        println!("kernel");
-        for (k, v) in kernel.as_object().into_iter().flatten() {
-            println!("  {k}: {v}");
+        out.push("kernel".to_owned());
+        for (k, v) in self.kernel.as_object().into_iter().flatten() {
+            out.push(format!("  {k}: {v}"));
+        }
+        out
+    }
+
+    fn network(&self) -> String {
+        match &self.spec.net {
+            NetSetup::None => "none: loopback only".to_owned(),
+            NetSetup::Proxy { .. } => format!(
+                "proxy: only http://127.0.0.1:{} inside; direct connections are refused and \
+                 logged",
+                sandgate_sandbox::PROXY_PORT
+            ),
         }
     }
-    Ok(0)
 }
 
+/// Paths as text.
+fn shown(v: &[PathBuf]) -> Vec<String> {
+    v.iter().map(|p| p.display().to_string()).collect()
+}
+
+/// Explains `tier`: what it allows here and what this kernel can enforce.
+pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
+    let ctx = LaunchEnv::from_process()?;
+    let la =
+        LaunchOptions { quiet: true, command: vec!["true".into()], ..LaunchOptions::default() };
+    let policy = resolve_policy(tier, &la)?;
+    let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
+    let kernel = kernel_report(&spec);
+    Ok(Explanation { policy, spec, kernel })
+}
 /// What this kernel enforces of `spec`: Landlock's ABI and gaps, and every wall missing for this
 /// spec (Landlock's gaps, and unchecked unix socket paths when the configuration allows a socket
 /// and Landlock cannot check paths), the same verdict `--require-full` acts on.
 #[cfg(target_os = "linux")]
-fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
+pub fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
     let k = sandgate_sandbox::kernel_support();
     let gaps = sandgate_sandbox::landlock_gaps(k.landlock_abi);
     let sockets = !sandgate_sandbox::resolved_unix_sockets(spec).is_empty();
@@ -1143,8 +1111,9 @@ fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
     })
 }
 
+/// Outside Linux: the backend used.
 #[cfg(not(target_os = "linux"))]
-fn kernel_report(_spec: &SandboxSpec) -> serde_json::Value {
+pub fn kernel_report(_spec: &SandboxSpec) -> serde_json::Value {
     serde_json::json!({ "backend": "seatbelt (sandbox-exec)" })
 }
 
@@ -1176,8 +1145,8 @@ mod tests {
         }
     }
 
-    fn args(cmd: &[&str]) -> LaunchArgs {
-        LaunchArgs {
+    fn args(cmd: &[&str]) -> LaunchOptions {
+        LaunchOptions {
             allow_write: vec!["out".into()],
             allow: vec![],
             deny: vec![],
@@ -1185,7 +1154,7 @@ mod tests {
             require_full: false,
             report_blocked: false,
             quiet: false,
-            learner: None,
+            approver: None,
             command: cmd.iter().map(OsString::from).collect(),
         }
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sandgate_store::EventKind;
 
 use super::adapters::Shared;
-use super::protocol::Event;
+use crate::protocol::Event;
 
 /// Starts both readers.
 pub fn start(s: Arc<Shared>) {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::adapters::Shared;
-use super::protocol::Event;
+use crate::protocol::Event;
 
 /// Reads `fd` until `stop`; then drains what is queued and hands it to `done` (so that the
 /// launcher's `unregister` reply carries the last packets of the run).

@@ -13,16 +13,6 @@
 //! served by a daemon) but running; each launcher keeps its descriptors and registers them again
 //! with the next daemon, which it starts itself when the old one died without `stop`.
 
-pub mod adapters;
-pub mod dns;
-pub mod fdpass;
-#[cfg(target_os = "macos")]
-pub mod macos_monitor;
-pub mod monitor;
-pub mod paths;
-pub mod protocol;
-pub mod server;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,29 +20,21 @@ use anyhow::{Context as _, bail};
 use sandgate_approvals as approvals;
 use sandgate_store::{EventWriter, EventWriterConfig, Store, Timestamp};
 
-pub use paths::Paths;
-
-/// Options of `sandgate daemon`.
-#[derive(Debug, clap::Args)]
-pub struct DaemonArgs {
-    /// Exit after this long with no sandbox, no connection and nothing pending (e.g. `10m`);
-    /// daemons that launchers start use 10m. Default: run until stopped.
-    #[arg(long, value_name = "DURATION")]
-    pub idle_exit: Option<String>,
-    /// Start a new session (detach from the terminal); used when a launcher starts the daemon.
-    #[arg(long, hide = true)]
-    pub detach: bool,
-}
+#[cfg(target_os = "macos")]
+use crate::macos_monitor;
+use crate::{Paths, adapters, dns, protocol, server};
 
 const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
-/// Runs the daemon until it is stopped; returns the exit code.
-pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
+/// Runs the daemon until it is stopped; returns the exit code. `idle_exit`: exit after this
+/// long with no sandbox, no connection and nothing pending; `detach`: start a new session first
+/// (a daemon a launcher starts).
+pub fn run(idle_exit: Option<Duration>, detach: bool) -> anyhow::Result<u8> {
     // A daemon started by a launcher inherits the launcher's blocked signals (it forwards
     // INT/TERM/HUP/... to its sandbox): unblock them before any thread exists, or SIGTERM would
     // never reach the handler below.
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
-    if args.detach {
+    if detach {
         let _ = nix::unistd::setsid();
     }
     tracing_subscriber::fmt()
@@ -63,12 +45,6 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<u8> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let idle_exit = args
-        .idle_exit
-        .as_deref()
-        .map(sandgate_config::parse_duration)
-        .transpose()
-        .map_err(|e| crate::policy_cmd::UsageError(format!("--idle-exit: {e}")))?;
     let paths = Paths::discover();
     paths.ensure_dir()?;
     let _lock = match lock_pid_file_or_wait(&paths)? {
@@ -209,8 +185,7 @@ const START_SLACK: Duration = Duration::from_secs(2);
 fn process_start(pid: u32) -> Option<Timestamp> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let boot = std::fs::read_to_string("/proc/stat").ok()?;
-    // SAFETY: sysconf has no preconditions; it only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten()?;
     start_from_proc(&stat, &boot, ticks)
 }
 
@@ -257,7 +232,7 @@ async fn housekeeping(store: Store, retention: Duration, startup: bool) {
 }
 
 async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> {
-    let config = crate::policy_cmd::load_config()?;
+    let config = crate::setup::load_config()?;
     let settings = config.daemon_settings();
     let store_path = Store::default_path().context("where the store lives")?;
     let store = {
@@ -305,14 +280,14 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
         .config(sandgate_proxy::ProxyConfig {
             // The broker's timeout denies first, with its own message; this is the backstop.
             ask_timeout,
-            upstream: crate::proxy_cmd::upstream(&config)?,
+            upstream: crate::setup::upstream(&config)?,
             ..sandgate_proxy::ProxyConfig::default()
         })
         .approver(Arc::new(adapters::Asker(shared.clone())))
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
         .resolver(dns::resolver()?);
-    let proxy = match crate::intercept_cmd::interceptor() {
+    let proxy = match crate::setup::interceptor() {
         Some(i) => proxy.interceptor(i),
         None => proxy,
     }

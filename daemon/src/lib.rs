@@ -1,0 +1,64 @@
+//! sandgate's daemon and launcher: everything between the command line and the library crates
+//! that has state or talks to another process.
+//!
+//! - The daemon ([`service::run`]): one process per user hosting the proxy for every sandbox's
+//!   listener, the approvals broker (and Telegram bot), the monitor and the store, behind a unix
+//!   control socket ([`server`] side, [`client`] side, one [`protocol`] both speak).
+//! - The launcher ([`launch`]): resolves a tier's policy, turns it into a
+//!   [`SandboxSpec`](sandgate_sandbox::SandboxSpec) (hidden and read-only paths, environment
+//!   scrubbing, git metadata), starts the sandbox and hands its proxy listener and NFLOG socket
+//!   to the daemon (or serves them itself when there is none).
+//! - Control ([`control`]): the daemon-talking half of `status`, `ls`, `stop`, `pending`,
+//!   `allow`/`deny`, `rules`, `revoke` and `watch`, as functions returning what the daemon said;
+//!   and [`connect`], the ssh `ProxyCommand` relay.
+//!
+//! It does not parse arguments or format output for a terminal: that is the `sandgate` binary.
+//! Launch notices (held and refused requests, warnings about what the kernel cannot enforce)
+//! are written to stderr here, because they interleave with the sandboxed command's own output
+//! while it runs.
+//!
+//! # Why these choices
+//!
+//! - One process per user, not one proxy per launch: grants, pending questions and the Telegram
+//!   bot are shared by every sandbox, and a question asked by two sandboxes is one question.
+//!   A launch without a daemon still works: the launcher serves its own proxy and refuses what
+//!   nobody can approve (fail closed).
+//! - The sandbox's listener is made inside its network namespace and passed (SCM_RIGHTS) to the
+//!   daemon: no host port, no relay process, and a dead daemon leaves the sandbox with no
+//!   network rather than an open one.
+//! - JSON lines over a unix socket (0600, peer uid checked): `socat` and tests can speak it, and
+//!   serde gives both sides the same types ([`protocol`]).
+//! - Grants are matched through [`sandgate_config::PatternSet`] (the policy's hash matcher),
+//!   rebuilt whenever the grants change: a lookup costs a few probes however many grants exist.
+//! - `nix` for the kernel calls (sysconf, peer credentials, locks); descriptors passed over the
+//!   socket and the peer's pidfd through `sandgate_sandbox::fdpass` (one implementation for the
+//!   launcher and the daemon). The only `unsafe` left is in `sigpipe` (nix's `signal` is
+//!   `unsafe` even for `SIG_DFL`); the binary has none.
+
+#![deny(unsafe_code)] // allowed in `sigpipe` only, which says why
+
+pub mod adapters;
+mod agent_env;
+pub mod client;
+pub mod connect;
+pub mod control;
+mod dns;
+pub mod launch;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod launch_daemon;
+#[cfg(target_os = "macos")]
+mod macos_monitor;
+mod monitor;
+mod paths;
+pub mod protocol;
+#[cfg(target_os = "linux")]
+mod readonly_hint;
+mod secrets;
+mod server;
+pub mod service;
+pub mod setup;
+mod sigpipe;
+
+pub use paths::Paths;
+pub use setup::UsageError;
+pub use sigpipe::restore_default_sigpipe;

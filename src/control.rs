@@ -1,0 +1,511 @@
+//! Commands that talk to the daemon: `status`, `ls`, `stop`, `watch`, `pending`, `allow`,
+//! `deny`, `rules`, `revoke`, and `daemon` itself: their flags and what they print (the
+//! requests are [`sandgate_daemon::control`]'s).
+
+use std::io::{IsTerminal as _, Write as _};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use sandgate_approvals::{Answer, PendingQuestion};
+use sandgate_config::sanitize;
+use sandgate_daemon::Paths;
+use sandgate_daemon::client::DaemonError;
+use sandgate_daemon::control::{self, Stopped, pending_line};
+use sandgate_daemon::protocol::Event;
+use sandgate_sandbox::tty;
+use serde_json::Value;
+
+/// Exit status when the daemon is not running (`status`).
+pub const EXIT_NOT_RUNNING: u8 = 3;
+
+/// `--json`.
+#[derive(Debug, clap::Args)]
+pub struct JsonArg {
+    /// Print JSON (one document) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate ls`.
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    /// Also sandboxes that ended.
+    #[arg(long, short)]
+    pub all: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate rules`.
+#[derive(Debug, clap::Args)]
+pub struct RulesArgs {
+    /// Also revoked, expired and used grants.
+    #[arg(long, short)]
+    pub all: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate revoke`.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    /// The grant's id, as `sandgate rules` shows it (`#12`, `12`, or `g12` as in JSON).
+    pub id: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate allow` and `sandgate deny`.
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("scope").args(["once", "session", "for_", "always"]))]
+pub struct AnswerArgs {
+    /// The host (`example.com`), a wildcard you mean (`*.example.com`), either with a port
+    /// (`example.com:8443`), or a question id from `sandgate pending` (`q3`). The grant opens the
+    /// port that was asked (with nothing pending: the port given, else 443).
+    pub target: String,
+    /// The requests waiting now, and the same sandbox's next requests to the same host and port
+    /// within 10 s (a client's second connection).
+    #[arg(long)]
+    pub once: bool,
+    /// Until the sandbox ends (the default).
+    #[arg(long)]
+    pub session: bool,
+    /// For this long (`15m`, `1h`, `2d`), for the project.
+    #[arg(long = "for", value_name = "DURATION")]
+    pub for_: Option<String>,
+    /// Until revoked, for the project (or everywhere with --global).
+    #[arg(long)]
+    pub always: bool,
+    /// With --always: every project, not just the sandbox's.
+    #[arg(long)]
+    pub global: bool,
+    /// Only this sandbox (needed for --session when nothing is pending).
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// Every port of the host, not only the one asked (e.g. ssh on 22 as well as 443).
+    #[arg(long)]
+    pub any_port: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `sandgate watch`.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// One JSON event per line (no keys, no colour).
+    #[arg(long)]
+    pub json: bool,
+    /// Only this sandbox's events.
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// Also show every proxied connection, allowed and refused, as `sandgate log` prints it
+    /// (not only questions and blocked traffic); the `t` key turns this tail on and off.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+/// Options of `sandgate daemon`.
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// Exit after this long with no sandbox, no connection and nothing pending (e.g. `10m`);
+    /// daemons that launchers start use 10m. Default: run until stopped.
+    #[arg(long, value_name = "DURATION")]
+    pub idle_exit: Option<String>,
+    /// Start a new session (detach from the terminal); used when a launcher starts the daemon.
+    #[arg(long, hide = true)]
+    pub detach: bool,
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Maps a daemon error to an exit status: 1 for "no such thing / already answered", 2 otherwise.
+fn fail(e: anyhow::Error, json: bool) -> anyhow::Result<u8> {
+    match e.downcast_ref::<DaemonError>() {
+        Some(d) => {
+            if json {
+                print_json(
+                    &serde_json::json!({ "ok": false, "code": d.code, "message": d.message }),
+                )?;
+            } else {
+                eprintln!("sandgate: {}", d.message);
+            }
+            Ok(if matches!(d.code.as_str(), "not_found" | "conflict") { 1 } else { 2 })
+        }
+        None => Err(e),
+    }
+}
+
+/// `sandgate daemon`.
+pub fn daemon(args: DaemonArgs) -> anyhow::Result<u8> {
+    let idle_exit = args
+        .idle_exit
+        .as_deref()
+        .map(sandgate_config::parse_duration)
+        .transpose()
+        .map_err(|e| sandgate_daemon::UsageError(format!("--idle-exit: {e}")))?;
+    sandgate_daemon::service::run(idle_exit, args.detach)
+}
+
+/// `sandgate status`.
+pub fn status(args: JsonArg) -> anyhow::Result<u8> {
+    let mut v = match control::status() {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            if args.json {
+                print_json(&serde_json::json!({ "running": false }))?;
+            } else {
+                println!(
+                    "sandgate daemon: not running (launchers start it; `sandgate daemon` runs it in the foreground)"
+                );
+            }
+            return Ok(EXIT_NOT_RUNNING);
+        }
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        v["running"] = Value::Bool(true);
+        print_json(&v)?;
+        return Ok(0);
+    }
+    for line in control::status_lines(&v) {
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+/// `sandgate ls`.
+pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
+    let list = match control::list(args.all) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&list)?;
+        return Ok(0);
+    }
+    let rows = list.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
+        return Ok(0);
+    }
+    for line in control::sandbox_table(&rows) {
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+/// `sandgate stop`.
+pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
+    match control::stop() {
+        Ok(Stopped::NotRunning) => {
+            if args.json {
+                print_json(&serde_json::json!({ "stopped": false, "running": false }))?;
+            } else {
+                println!("sandgate daemon: not running");
+            }
+            Ok(0)
+        }
+        Ok(Stopped::StillRunning { pid }) => {
+            eprintln!(
+                "sandgate: the daemon (pid {pid}) was asked to stop but is still running after \
+                 10 s; `kill {pid}` ends it"
+            );
+            Ok(1)
+        }
+        Ok(Stopped::Exited { pid }) => {
+            if args.json {
+                print_json(&serde_json::json!({ "stopped": true, "pid": pid }))?;
+            } else {
+                println!(
+                    "sandgate daemon (pid {pid}) stopped; running sandboxes wait for the next one"
+                );
+            }
+            Ok(0)
+        }
+        Err(e) => fail(e, args.json),
+    }
+}
+
+/// `sandgate pending`.
+pub fn pending(args: JsonArg) -> anyhow::Result<u8> {
+    let v = match control::pending() {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            if args.json {
+                println!("[]");
+            } else {
+                println!("nothing pending (the daemon is not running)");
+            }
+            return Ok(0);
+        }
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let list: Vec<PendingQuestion> = serde_json::from_value(v)?;
+    if list.is_empty() {
+        println!("nothing pending");
+    }
+    for q in &list {
+        println!("{}", pending_line(q));
+    }
+    if let Some(q) = list.first() {
+        let host = sanitize(&q.question.host);
+        println!(
+            "answer with `sandgate allow {host}` (--once, --for 1h, --always) or `sandgate deny {host}`"
+        );
+    }
+    Ok(0)
+}
+
+/// `sandgate allow` (`allow = true`) and `sandgate deny`.
+pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
+    let scope = control::scope(args.once, args.for_.as_deref(), args.always, args.global)?;
+    let answer = if allow { Answer::Allow(scope) } else { Answer::Deny(scope) };
+    let t = args.target.trim();
+    let target = control::answer_target(t, args.sandbox.clone(), args.any_port)?;
+    let v = match control::answer(target, answer) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    println!("{}", control::answer_summary(answer, t, &v));
+    for e in v["grant_errors"].as_array().into_iter().flatten() {
+        eprintln!("sandgate: warning: the grant was not recorded: {}", e.as_str().unwrap_or("?"));
+    }
+    Ok(0)
+}
+
+/// `sandgate rules`.
+pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
+    let v = match control::rules(args.all) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let rows = v.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
+    }
+    for r in rows {
+        println!("{}", control::rule_line(&r, SystemTime::now()));
+    }
+    Ok(0)
+}
+
+/// `sandgate revoke`.
+pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
+    let v = match control::revoke(&args.id) {
+        Ok(v) => v,
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&v)?;
+    } else {
+        println!("revoked {}", sanitize(v["line"].as_str().unwrap_or("?")));
+    }
+    Ok(0)
+}
+
+/// `sandgate watch`.
+pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
+    let mut w = control::Watch::start(args.sandbox.clone())?;
+    let open = w.open();
+    let pending = open.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && !args.json;
+    let colour = tty && std::env::var_os("NO_COLOR").is_none();
+    // The traffic tail (allowed and refused connections as they close): `-v`, or the `t` key.
+    let traffic = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(args.verbose));
+    let _keys = if tty {
+        Some(KeyReader::start(Paths::discover(), open.clone(), traffic.clone())?)
+    } else {
+        None
+    };
+    let mut out = std::io::stdout().lock();
+    if tty {
+        writeln!(
+            out,
+            "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny; [t]raffic tail on/off, [q]uit\r"
+        )?;
+    }
+    for q in &pending {
+        show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
+    }
+    loop {
+        let Some(ev) = w.next_event()? else {
+            if !args.json {
+                writeln!(out, "sandgate: the daemon stopped\r")?;
+            }
+            return Ok(0);
+        };
+        if let Event::Request { .. } = &ev
+            && !args.json
+        {
+            if traffic.load(std::sync::atomic::Ordering::Relaxed) {
+                show_traffic(&mut out, &ev, colour)?;
+            }
+            continue;
+        }
+        show(&mut out, &ev, args.json, colour)?;
+    }
+}
+
+fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(ev)?)?;
+        out.flush()?;
+        return Ok(());
+    }
+    let (text, c) = control::event_line(ev, SystemTime::now());
+    let nl = if colour { "\r\n" } else { "\n" };
+    if colour {
+        write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;
+    } else {
+        write!(out, "{text}{nl}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
+fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
+    let Some((text, allowed)) = crate::log_cmd::traffic_text(ev) else { return Ok(()) };
+    let text = format!("sandgate: traffic {text}");
+    if colour {
+        let c = if allowed { "36" } else { "31" };
+        write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
+    } else {
+        writeln!(out, "{text}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// What a key pressed in `watch` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchKey {
+    /// `q`, Ctrl-C, Ctrl-\.
+    Quit,
+    /// `t`: the traffic tail on or off.
+    ToggleTraffic,
+    /// An answer to the oldest question.
+    Answer(sandgate_approvals::Answer),
+    /// Anything else: ignored.
+    Ignore,
+}
+
+impl WatchKey {
+    fn of(byte: u8) -> WatchKey {
+        // Ctrl-C and Ctrl-\ arrive as bytes (ISIG is off): quit as with q, terminal restored.
+        match byte {
+            b'q' | 0x03 | 0x1c => WatchKey::Quit,
+            b't' => WatchKey::ToggleTraffic,
+            _ => match sandgate_approvals::terminal::parse_reply(&(byte as char).to_string()) {
+                Ok(answer) => WatchKey::Answer(answer),
+                Err(_) => WatchKey::Ignore,
+            },
+        }
+    }
+}
+
+/// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
+/// answers the oldest open question.
+struct KeyReader {
+    saved: nix::sys::termios::Termios,
+}
+
+impl KeyReader {
+    fn start(
+        paths: Paths,
+        open: std::sync::Arc<std::sync::Mutex<Vec<PendingQuestion>>>,
+        traffic: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> anyhow::Result<KeyReader> {
+        let saved = tty::enter(std::io::stdin(), tty::Mode::Keys).context("terminal settings")?;
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut byte = [0u8; 1];
+            while std::io::stdin().read(&mut byte).is_ok_and(|n| n == 1) {
+                let answer = match WatchKey::of(byte[0]) {
+                    WatchKey::Quit => restore_and_exit(),
+                    WatchKey::Ignore => continue,
+                    WatchKey::ToggleTraffic => {
+                        let was = traffic.fetch_xor(true, std::sync::atomic::Ordering::Relaxed);
+                        eprint!(
+                            "sandgate: traffic tail {}\r\n",
+                            if was { "off" } else { "on (every connection as it closes)" }
+                        );
+                        continue;
+                    }
+                    WatchKey::Answer(answer) => answer,
+                };
+                let oldest = open.lock().unwrap_or_else(|e| e.into_inner()).first().cloned();
+                let Some(q) = oldest else {
+                    eprint!("sandgate: nothing pending\r\n");
+                    continue;
+                };
+                // Say which question the key answers: the oldest, not necessarily the last shown.
+                eprint!(
+                    "sandgate: answering {} {}:{} ({}): {answer}\r\n",
+                    q.id, q.question.host, q.question.port, q.question.sandbox
+                );
+                if let Err(e) = control::answer_from_terminal(&paths, &q, answer) {
+                    eprint!("sandgate: {e}\r\n");
+                }
+            }
+        });
+        Ok(KeyReader { saved })
+    }
+}
+
+fn restore_and_exit() -> ! {
+    // The saved settings are restored by the process's exit through the drop of KeyReader is not
+    // reached from this thread; restore a sane canonical mode here.
+    if let Ok(t) = tty::settings(std::io::stdin()) {
+        let _ = tty::apply(std::io::stdin(), &tty::with_mode(&t, tty::Mode::Lines));
+    }
+    std::process::exit(0);
+}
+
+impl Drop for KeyReader {
+    fn drop(&mut self) {
+        let _ = tty::apply(std::io::stdin(), &self.saved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandgate_approvals::{Answer, Scope};
+
+    use super::*;
+
+    #[test]
+    fn watch_keys() {
+        for (byte, want) in [
+            (b'q', WatchKey::Quit),
+            (0x03, WatchKey::Quit),
+            (0x1c, WatchKey::Quit),
+            (b't', WatchKey::ToggleTraffic),
+            (b'o', WatchKey::Answer(Answer::Allow(Scope::Once))),
+            (b'd', WatchKey::Answer(Answer::Deny(Scope::Session))),
+            (b'x', WatchKey::Ignore),
+            (b'\n', WatchKey::Ignore),
+        ] {
+            assert_eq!(WatchKey::of(byte), want, "{byte:#x}");
+        }
+    }
+}

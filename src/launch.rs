@@ -1,0 +1,148 @@
+//! `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`: their flags and
+//! what they print; the launcher itself is [`sandgate_daemon::launch`].
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use sandgate_daemon::launch::{self, LaunchOptions};
+
+/// Options shared by the tier commands.
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Make this path writable inside the sandbox (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Allow this domain through the proxy for this run (repeatable).
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    pub allow: Vec<String>,
+    /// Deny this domain at the proxy for this run (repeatable).
+    #[arg(long = "deny", value_name = "DOMAIN")]
+    pub deny: Vec<String>,
+    /// Network mode: `none` (only loopback) or `proxy` (only through the allowlist proxy).
+    #[arg(long, value_name = "MODE")]
+    pub net: Option<NetArg>,
+    /// Fail instead of warning when the kernel cannot enforce every restriction.
+    #[arg(long)]
+    pub require_full: bool,
+    /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
+    #[arg(long)]
+    pub report_blocked: bool,
+    /// No notices on stderr (held and denied requests, hints after a failure); warnings and
+    /// errors still print. Also `SANDGATE_QUIET=1`.
+    #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
+    pub quiet: bool,
+    /// `sandgate learn`'s policy: it answers unknown destinations instead of a person (the
+    /// proxy is then served by this process).
+    #[arg(skip)]
+    pub learner: Option<std::sync::Arc<crate::learn_cmd::Learner>>,
+    /// The command to run and its arguments (default: an interactive `$SHELL`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// `--net` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetArg {
+    /// Only loopback.
+    None,
+    /// Only through the allowlist proxy.
+    Proxy,
+}
+
+/// Options of `sandgate install`.
+#[derive(Debug, clap::Args)]
+pub struct InstallArgs {
+    /// Directory for the `sandbox-run`, `sandbox-net`, `sandbox-build` links (default
+    /// `~/.local/bin`).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Also register the Claude Code PermissionRequest hook (`~/.claude/settings.json`) and
+    /// write the sandgate skill (`~/.claude/skills/sandgate/SKILL.md`).
+    #[arg(long)]
+    pub claude: bool,
+    /// The tier the hook checks file-tool paths against.
+    #[arg(long, default_value = "build", requires = "claude")]
+    pub hook_tier: String,
+}
+
+/// Options of `sandgate explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The tier to explain.
+    #[arg(long, default_value = "run")]
+    pub tier: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a command in the named tier; returns its exit status.
+pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
+    let options = LaunchOptions {
+        allow_write: args.allow_write,
+        allow: args.allow,
+        deny: args.deny,
+        net: args.net.map(|n| match n {
+            NetArg::None => sandgate_config::NetMode::None,
+            NetArg::Proxy => sandgate_config::NetMode::Proxy,
+        }),
+        require_full: args.require_full,
+        report_blocked: args.report_blocked,
+        quiet: args.quiet,
+        approver: args.learner.map(|l| -> std::sync::Arc<dyn sandgate_proxy::Approver> { l }),
+        command: args.command,
+    };
+    launch::run(tier, options)
+}
+
+/// `sandgate install`: the busybox-style links, completions and man pages, and with --claude
+/// the Claude Code hook and skill.
+pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
+    let (dir, links) = launch::install_links(args.dir)?;
+    for (link, exe) in &links {
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) {
+        let xdg = |var: &str, fallback: &str| {
+            std::env::var_os(var)
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| home.join(fallback), PathBuf::from)
+        };
+        let docs = crate::docs_cmd::install_docs(
+            &xdg("XDG_DATA_HOME", ".local/share"),
+            &xdg("XDG_CONFIG_HOME", ".config"),
+        )?;
+        println!(
+            "completions and man pages: {} files (see `sandgate completions --help`)",
+            docs.len()
+        );
+    }
+    // Debian's default PATH for users has no ~/.local/bin until a login shell finds it there.
+    let on_path =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == dir));
+    if !on_path {
+        println!(
+            "note: {} is not on your PATH; add `export PATH=\"{}:$PATH\"` to ~/.profile (Debian \
+             adds ~/.local/bin at the next login when it exists)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if args.claude {
+        crate::agent_cmd::install_claude(&args.hook_tier)?;
+    }
+    Ok(0)
+}
+
+/// `sandgate explain`: what a tier allows and what this kernel can enforce.
+pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
+    let explanation = launch::explain(&args.tier)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explanation.json())?);
+    } else {
+        for line in explanation.lines() {
+            println!("{line}");
+        }
+    }
+    Ok(0)
+}

@@ -10,9 +10,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use sandgate_tests::{origin, skip_unless};
 use serde_json::Value;
 
@@ -46,11 +44,11 @@ fn twice(url: &str, name: &str) -> String {
     format!("{c}; while [ ! -e {name} ]; do sleep 0.02; done; {c}")
 }
 
-fn pending(t: &T) -> Vec<Value> {
+fn pending(t: &DaemonEnv) -> Vec<Value> {
     t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
 }
 
-fn wait_for_question(t: &T) -> Value {
+fn wait_for_question(t: &DaemonEnv) -> Value {
     let mut p = Vec::new();
     wait_until("a pending question", Duration::from_secs(20), || {
         p = pending(t);
@@ -74,8 +72,8 @@ impl Drop for WatchJson {
 
 /// A daemon whose questions wait 30 s, the URL of an origin answering `hello`, and
 /// `sandgate watch --json` started before any sandbox.
-fn watched() -> (T, String, WatchJson) {
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+fn watched() -> (DaemonEnv, String, WatchJson) {
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let url = format!("http://127.0.0.1:{}/", origin("hello"));
     start_daemon(&t);
     let mut child = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
@@ -100,7 +98,7 @@ fn events_until_end(rx: &mpsc::Receiver<String>, sandbox: &str) -> Vec<Value> {
 }
 
 /// The id of the sandbox recorded after `first` (`ls --all`).
-fn other_sandbox(t: &T, first: &str) -> String {
+fn other_sandbox(t: &DaemonEnv, first: &str) -> String {
     let all = t.json(&["ls", "--all", "--json"]);
     let ids: Vec<String> =
         all.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect();
@@ -246,7 +244,7 @@ fn an_unanswered_question_is_a_403_that_says_it_timed_out_and_how_to_ask_again()
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"1s\"\n");
     let url = format!("http://127.0.0.1:{}/", origin("hello"));
     let started = Instant::now();
     let (code, stdout, stderr) = finish(t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]));
@@ -279,7 +277,7 @@ fn a_refused_request_is_said_on_the_commands_stderr_unless_quiet() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let port = origin("hello");
     let url = format!("http://127.0.0.1:{port}/");
     let deny = format!("--deny=127.0.0.1:{port}");
@@ -298,7 +296,7 @@ fn without_ask_timeout_the_daemon_waits_60_s_for_an_answer() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let url = format!("http://127.0.0.1:{}/", origin("hello"));
     let run = t.spawn_net(&[], &["sh", "-c", &curl_body_sh(&url)]);
     let q = wait_for_question(&t);
@@ -369,7 +367,7 @@ fn a_key_pressed_in_watch_is_recorded_as_the_terminal_channel() {
 
 #[test]
 fn conflicting_scope_flags_are_refused_before_anything_is_asked() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let rows: &[&[&str]] = &[
         &["allow", "x.example", "--once", "--always"],
         &["deny", "x.example", "--session", "--for", "1h"],
@@ -391,7 +389,7 @@ fn the_launchers_terminal_shows_the_answer_to_its_question() {
     if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let port = origin("hello");
     let url = format!("http://127.0.0.1:{port}/");
     // The command outlives the answer (it waits for `done`), so the sandbox's event stream is
@@ -454,7 +452,7 @@ fn the_launchers_prompt_goes_to_the_terminal_never_into_the_commands_output() {
     if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let (p1, p2) = (origin("one"), origin("two"));
     // Build tier: the project is writable. One request with stdout and stderr redirected to
     // files, one piped into a file; two questions, each answered once.
@@ -487,8 +485,8 @@ fn the_launchers_prompt_goes_to_the_terminal_never_into_the_commands_output() {
 
 /// A daemon with `config`, started with a stand-in `notify-send` first on its PATH that records
 /// its arguments, one per line, in the returned file; and that PATH, for the launchers.
-fn with_fake_notify_send(config: &str) -> (T, String, std::path::PathBuf) {
-    let t = T::new(config);
+fn with_fake_notify_send(config: &str) -> (DaemonEnv, String, std::path::PathBuf) {
+    let t = DaemonEnv::new(config);
     let bin = t.env.root.path().join("fakebin");
     std::fs::create_dir_all(&bin).unwrap();
     let log = t.env.root.path().join("notified");
@@ -503,7 +501,7 @@ fn with_fake_notify_send(config: &str) -> (T, String, std::path::PathBuf) {
 }
 
 /// A sandboxed curl of `url` held on its question; the question.
-fn held_with_path(t: &T, path: &str, url: &str) -> (Child, Value) {
+fn held_with_path(t: &DaemonEnv, path: &str, url: &str) -> (Child, Value) {
     let run = t
         .cmd()
         .env("PATH", path)
@@ -557,7 +555,7 @@ fn pending_status_and_watch_show_no_raw_control_or_bidi_from_a_sandbox() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let port = origin("hello");
     start_daemon(&t);
     let mut watch = t.cmd().args(["watch"]).stdout(Stdio::piped()).spawn().unwrap();

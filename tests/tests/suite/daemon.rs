@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use sandgate_tests::{echo, origin, origin_at, skip_unless};
 use serde_json::Value;
 
@@ -21,7 +19,7 @@ fn two_sandboxes_through_one_daemon_see_only_their_own_allowlists() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"1s\"\n");
     let (pa, pb) = (origin("A"), origin("B"));
     let (ua, ub) = (format!("http://127.0.0.1:{pa}/"), format!("http://127.0.0.1:{pb}/"));
     let script = |first: &str, second: &str| {
@@ -59,7 +57,7 @@ fn a_failed_net_launch_starts_no_daemon_and_the_next_one_does() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let out = t.sg(&["net", "--", "no-such-command-sandgate"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert_eq!(t.sg(&["status"]).status.code(), Some(3), "a daemon was started: {out:?}");
@@ -76,7 +74,7 @@ fn an_answer_releases_held_requests_and_becomes_a_grant() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let port = origin("hello");
     let url = format!("http://127.0.0.1:{port}/");
     // `watch --json` sees the question and its answer.
@@ -216,7 +214,7 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let port = echo();
     std::fs::write(t.proj.join("tunnels.py"), TUNNELS).unwrap();
     let mut child =
@@ -278,7 +276,7 @@ fn kill_9_during_50_tunnels_loses_nothing_and_sandboxes_get_network_back() {
 
 #[test]
 fn garbage_on_the_control_socket_gets_an_error_and_the_connection_stays_usable() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     use std::os::unix::fs::PermissionsExt as _;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
@@ -319,7 +317,7 @@ fn another_uid_is_refused_on_the_control_socket() {
     ) {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     let client = r#"
 import json, socket, sys
@@ -334,7 +332,7 @@ except OSError:
     pass  # the daemon may have replied and closed already
 print(s.makefile().readline().strip())
 "#;
-    let as_nobody = |t: &T| {
+    let as_nobody = |t: &DaemonEnv| {
         let out = Command::new("setpriv")
             .args([
                 "--reuid",
@@ -378,7 +376,7 @@ fn a_process_in_another_pid_namespace_is_refused_even_with_the_same_uid() {
     ) {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     // `direct`: connect and ask. `forked`: a child connects and exits at once, and the parent
     // asks on the socket it shares, so that the pid the daemon sees may be gone (or reused) by
@@ -432,7 +430,7 @@ for _ in range(rounds):
 
 #[test]
 fn a_second_daemon_for_the_same_store_is_refused_whatever_its_runtime_dir() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     let other = t.env.root.path().join("other-run");
     let out = t.cmd().args(["daemon"]).env("XDG_RUNTIME_DIR", &other).output().unwrap();
@@ -449,7 +447,7 @@ fn one_sandbox_cannot_bury_the_person_under_questions() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"60s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"60s\"\n");
     // 16 hosts asked about at once (the limit); once the test has seen them pending it sends a
     // line, and the same sandbox asks for a 17th. Names under .invalid never resolve (and
     // nothing is resolved before a person answers anyway).
@@ -512,7 +510,7 @@ fn hold_write_lock(store: &Path, secs: u32) -> Child {
 
 #[test]
 fn a_locked_store_is_reported_not_a_crash() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     // Another process holds the write lock.
     let mut holder = hold_write_lock(&t.store_path(), 30);
@@ -529,7 +527,7 @@ fn a_locked_store_is_reported_not_a_crash() {
 
 #[test]
 fn a_daemon_starts_on_a_store_another_process_holds_locked() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     drop(sandgate_store::Store::open(t.store_path()).unwrap());
     let mut holder = hold_write_lock(&t.store_path(), 60);
     // The start-up housekeeping (marking lost sandboxes, pruning events) needs the write lock;
@@ -550,7 +548,7 @@ fn a_full_disk_is_reported_not_a_crash() {
     if skip_unless(root, "root (mounts a small tmpfs for the store)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let data = t.env.root.path().join("data/sandgate");
     std::fs::create_dir_all(&data).unwrap();
     assert!(
@@ -601,7 +599,7 @@ fn status_stop_and_concurrent_launchers_start_one_daemon() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     assert_eq!(t.sg(&["status"]).status.code(), Some(3));
     assert_eq!(t.json(&["status", "--json"])["running"], false);
     let kids: Vec<Child> = (0..4).map(|_| t.spawn_net(&[], &["true"])).collect();
@@ -630,7 +628,7 @@ fn a_key_press_in_watch_answers_the_oldest_question() {
     if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     start_daemon(&t);
     let port = origin("hello");
     let mut watch = t.on_terminal(&["watch"]);
@@ -662,7 +660,7 @@ fn the_launchers_terminal_shows_its_questions_and_their_answers() {
     if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let port = origin("hello");
     let url = format!("http://127.0.0.1:{port}/");
     let mut args = vec!["net", "--"];
@@ -691,7 +689,7 @@ fn nothing_inside_a_sandbox_reaches_the_control_socket() {
     }
     // Even with the socket path allowed to unix sockets by config, the runtime directory is
     // hidden inside (and a peer in another pid namespace would be refused).
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     let sock = t.socket();
     let cfg = format!("[filesystem]\nunix_sockets = [{:?}]\n", sock.display().to_string());
@@ -726,7 +724,7 @@ fn a_daemon_started_by_a_launcher_stops_on_sigterm() {
     }
     // The launcher blocks the signals it forwards to its sandbox; the daemon it starts must not
     // inherit that mask.
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let (code, _, stderr) = finish(t.spawn_net(&[], &["true"]));
     assert_eq!(code, 0, "{stderr}");
     let pid = t.env.daemon_pid().expect("the launch started a daemon");
@@ -750,7 +748,7 @@ fn grants_given_before_a_kill_9_apply_after_the_restart() {
     }
     // No --allow covers these origins and nobody answers: a request passes only through a
     // grant the restarted daemon reloaded (a question would time out, 403, after 1 s).
-    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"1s\"\n");
     let (p2, p3) = (origin_at("127.0.0.2", "session"), origin_at("127.0.0.3", "global"));
     let (u2, u3) = (format!("http://127.0.0.2:{p2}/"), format!("http://127.0.0.3:{p3}/"));
     let script =
@@ -786,7 +784,7 @@ fn a_restarted_daemon_marks_sandboxes_whose_launcher_is_gone_lost() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     let mut launcher = t.spawn_net(&[], &["sleep", "600"]);
     let id = one_sandbox(&t);
@@ -844,7 +842,7 @@ fn while_the_daemon_is_stopped_sandboxes_have_no_network_and_questions_are_denie
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"60s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"60s\"\n");
     let (up, asked) = (origin("up"), origin("asked"));
     std::fs::write(t.proj.join("down.py"), DOWN).unwrap();
     let script =
@@ -905,7 +903,7 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"1s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"1s\"\n");
     start_daemon(&t);
     let mut watch = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
     let seen = lines_of(watch.stdout.take().unwrap());

@@ -7,10 +7,7 @@
 
 use std::time::Duration;
 
-#[allow(unused_imports)] // `has_script` is for the tests that drive a terminal
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use sandgate_tests::{origin, skip_unless};
 use serde_json::Value;
 
@@ -19,11 +16,11 @@ fn ok(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn pending(t: &T) -> Vec<Value> {
+fn pending(t: &DaemonEnv) -> Vec<Value> {
     t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
 }
 
-fn wait_for_question(t: &T) -> Value {
+fn wait_for_question(t: &DaemonEnv) -> Value {
     let mut p = Vec::new();
     wait_until("a pending question", Duration::from_secs(20), || {
         p = pending(t);
@@ -39,7 +36,7 @@ fn an_answer_opens_the_port_asked_and_no_other() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"2s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"2s\"\n");
     let (asked, other) = (origin("asked"), origin("other"));
     let (ua, uo) = (format!("http://127.0.0.1:{asked}/"), format!("http://127.0.0.1:{other}/"));
     let script = format!(
@@ -80,7 +77,7 @@ fn an_always_answer_covers_the_whole_repository_and_rules_name_it() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"2s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"2s\"\n");
     std::fs::create_dir(t.proj.join(".git")).unwrap();
     let sub = t.proj.join("src/deep");
     std::fs::create_dir_all(&sub).unwrap();
@@ -118,7 +115,7 @@ fn an_always_answer_covers_the_whole_repository_and_rules_name_it() {
 /// Issue 17: `check` said `ask` while a live grant allowed the target.
 #[test]
 fn check_shows_a_live_grant_as_the_deciding_rule() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     ok(&t.sg(&["allow", "granted.example:443", "--always", "--global"]));
     ok(&t.sg(&["deny", "refused.example", "--always", "--global"]));
     // (target, exit status, decision, rule text)
@@ -154,7 +151,7 @@ fn a_killed_sandbox_leaves_pending_at_once_and_status_counts_current_grants() {
         return;
     }
     // Ten minutes: only the sandbox's end can take the question out of `pending` in time.
-    let t = T::new("[daemon]\nask_timeout = \"10m\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"10m\"\n");
     let url = format!("http://127.0.0.1:{}/", origin("hello"));
     start_daemon(&t);
     let mut watch =
@@ -192,7 +189,7 @@ fn a_killed_sandbox_leaves_pending_at_once_and_status_counts_current_grants() {
 /// in config.toml is warned about; a token file others can read is refused.
 #[test]
 fn telegram_token_sources_are_explained() {
-    let mut t = T::new("[telegram]\nchats = [42]\n");
+    let mut t = DaemonEnv::new("[telegram]\nchats = [42]\n");
     t.vars.push(("SANDGATE_TELEGRAM_TOKEN".into(), None));
     start_daemon(&t);
     let status = t.status();

@@ -7,38 +7,37 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::support::hook::{HookProject, write};
 use sandgate_tests::{Env, sandgate_bin, skip_unless};
 use serde_json::Value;
 
 const ALLOW: &str = r#"{"hookSpecificOutput":{"decision":{"behavior":"allow"},"hookEventName":"PermissionRequest"}}"#;
 
-/// A home, a project with links and protected names, our links and a fake wrapper.
+/// The shared hook project, plus more credentials, git settings that name programs, links out of
+/// the project, and our binary where a sandboxed command could swap it.
 struct Fixture {
-    env: Env,
-    project: PathBuf,
-    bin: PathBuf,
+    base: HookProject,
     fake: PathBuf,
 }
 
-fn write(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
+impl std::ops::Deref for Fixture {
+    type Target = HookProject;
+    fn deref(&self) -> &HookProject {
+        &self.base
+    }
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let env = Env::outside_tmp();
-        let root = env.root.path().to_owned();
+        let base = HookProject::new();
+        let root = base.root().to_owned();
         let home = root.join("home");
-        let project = root.join("project");
-        write(&home.join(".ssh/id_rsa"), "KEY");
+        let project = base.project.clone();
         write(&home.join(".aws/credentials"), "KEY");
-        write(&home.join(".bashrc"), "# rc");
         write(&home.join(".sometool-token"), "KEY");
         write(&root.join("data/sandgate/store.db"), "");
         write(&root.join("config/sandgate/config.toml"), "");
         write(&root.join("outside/keep"), "");
-        write(&project.join("src/main.rs"), "fn main() {}");
         // Git runs what `core.hooksPath` and `core.fsmonitor` name, on the host: the sandbox
         // keeps them read-only, and so must the file tools.
         write(
@@ -57,11 +56,6 @@ impl Fixture {
         link(&root.join("outside"), "link_out");
         link(&home.join(".bashrc_new"), "dangling");
         std::fs::hard_link(home.join(".bashrc"), project.join("hardlink")).unwrap();
-        // The wrappers as users get them (`sandgate install --dir`), and `sandgate` beside them.
-        let bin = root.join("bin");
-        let out = env.cmd().args(["install", "--dir"]).arg(&bin).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        std::os::unix::fs::symlink(sandgate_bin(), bin.join("sandgate")).unwrap();
         // Our binary where a sandboxed command could swap it between the decision and the run:
         // inside the project (writable in `build`), in a world-writable directory, and through
         // a link whose way passes the project.
@@ -84,7 +78,7 @@ impl Fixture {
         write(&fake.join("sandbox-run"), "#!/bin/sh\nexec \"$@\"\n");
         std::fs::set_permissions(fake.join("sandbox-run"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
-        Fixture { env, project, bin, fake }
+        Fixture { base, fake }
     }
 
     fn fill(&self, text: &str) -> String {
@@ -104,25 +98,7 @@ impl Fixture {
 
     /// Runs the hook on `input`; returns its stdout (panics on a non-zero exit).
     fn hook(&self, input: &[u8], args: &[String], path: &str) -> String {
-        let mut child = self
-            .env
-            .cmd()
-            .args(["hook", "claude"])
-            .args(args)
-            .env("PATH", path)
-            .current_dir(&self.project)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        // The hook may stop reading at its limit: a broken pipe is fine.
-        let _ = stdin.write_all(input);
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "hook failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        self.hook_stdout(input, args, path, &[])
     }
 }
 

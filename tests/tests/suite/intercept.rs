@@ -3,14 +3,10 @@
 //! handshake when python3 is present) inside `sandgate net`, against HTTPS origins on loopback
 //! allowed by IP, each with a certificate authority made by the test.
 
-#[allow(unused_imports)] // the support module re-exports what other suites use
-mod daemon_support;
-mod intercept_support;
-
 use std::path::Path;
 
-use daemon_support::{T, can_sandbox};
-use intercept_support::tls_origin;
+use crate::support::daemon::{self, DaemonEnv, can_sandbox};
+use crate::support::intercept::tls_origin;
 use sandgate_tests::skip_unless;
 use serde_json::Value;
 
@@ -52,7 +48,7 @@ fn secrets_reach_only_their_hosts_rules_hold_and_the_value_never_leaks() {
     let o3 = tls_origin("127.0.0.1", &secret); // not intercepted
     let o4 = tls_origin("127.0.0.1", &secret); // intercepted, its CA not trusted
     let o5 = tls_origin("127.0.0.1", &secret); // secret whose command hangs
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let root = t.env.root.path();
     let key = root.join("key");
     std::fs::write(&key, format!("{secret}\n")).unwrap();
@@ -112,14 +108,14 @@ extra_roots = [{roots}]
     );
     std::fs::write(t.env.config_home().join("sandgate/config.toml"), &config).unwrap();
     // `watch` sees every event of the run (-v: every proxied request too).
-    daemon_support::start_daemon(&t);
+    daemon::start_daemon(&t);
     let mut watch = t
         .cmd()
         .args(["watch", "--json", "-v"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let watched = daemon_support::lines_of(watch.stdout.take().unwrap());
+    let watched = daemon::lines_of(watch.stdout.take().unwrap());
     let curl = "curl -sS --max-time 10 --noproxy '' -x http://127.0.0.1:3128";
     let py_ws = format!(
         r#"
@@ -347,7 +343,7 @@ echo ==end==
 /// Bad `[[secrets]]` input is refused with the file and line.
 #[test]
 fn bad_secrets_configuration_names_file_and_line() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let file = t.env.config_home().join("sandgate/config.toml");
     for (body, want) in [
         (
@@ -417,7 +413,7 @@ fn the_launchers_own_proxy_intercepts_without_a_daemon() {
     }
     let secret = format!("sk-nodaemon-{}", std::process::id());
     let o = tls_origin("127.0.0.1", &secret);
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let root = t.env.root.path();
     std::fs::write(root.join("ca.pem"), &o.ca_pem).unwrap();
     let config = format!(
@@ -478,7 +474,7 @@ fn a_request_outside_the_rules_is_held_and_a_person_may_let_it_through() {
         return;
     }
     let o = tls_origin("127.0.0.1", "");
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let root = t.env.root.path();
     std::fs::write(root.join("ca.pem"), &o.ca_pem).unwrap();
     let config = format!(
@@ -499,14 +495,14 @@ extra_roots = ["{ca}"]
         ca = root.join("ca.pem").display()
     );
     std::fs::write(t.env.config_home().join("sandgate/config.toml"), config).unwrap();
-    daemon_support::start_daemon(&t);
+    daemon::start_daemon(&t);
     let url = format!("https://127.0.0.1:{}/admin/x", o.port);
     let child = t.spawn_net(
         &[],
         &["curl", "-sS", "--max-time", "25", "--noproxy", "", "-x", "http://127.0.0.1:3128", &url],
     );
     let mut question = Value::Null;
-    daemon_support::wait_until("a pending question", std::time::Duration::from_secs(20), || {
+    daemon::wait_until("a pending question", std::time::Duration::from_secs(20), || {
         let p = t.json(&["pending", "--json"]);
         match p.as_array().and_then(|a| a.first()) {
             Some(q) => {
@@ -519,7 +515,7 @@ extra_roots = ["{ca}"]
     assert!(question.to_string().contains("/admin/x"), "the question names the path: {question}");
     let out = t.sg(&["allow", &format!("127.0.0.1:{}", o.port), "--once"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (code, stdout, stderr) = daemon_support::finish(child);
+    let (code, stdout, stderr) = daemon::finish(child);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("GET /admin/x HTTP/1.1"), "{stdout}\n{stderr}");
 }

@@ -6,11 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-// Shared with the daemon tests; not every helper is used here.
-#[allow(unused_imports)]
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use sandgate_tests::{origin, skip_unless};
 use serde_json::{Value, json};
 
@@ -98,7 +94,7 @@ fn every_id_in_every_json_output_is_a_string() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"60s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"60s\"\n");
     let port = origin("ids");
     let url = format!("http://127.0.0.1:{port}/");
     let mut outputs: Vec<(String, Value)> = Vec::new();

@@ -1,11 +1,11 @@
 //! The launcher's command line: the `sandbox-*` names `install` makes, `explain`, `--require-full`
 //! and `--net`, as root and as an unprivileged user.
 
-mod sandbox_support;
-
 use std::path::Path;
 
-use sandbox_support::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, refused, text};
+use crate::support::sandbox::{
+    self, HOST4, Scratch, TestHost, WRITE_REFUSED, Who, both, refused, text,
+};
 use sandgate_tests::sandgate_bin;
 
 fn p(path: &Path) -> &str {
@@ -314,7 +314,7 @@ fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
 
 /// Runs its arguments under a seccomp filter that refuses new user namespaces with `EPERM` (as a
 /// kernel with unprivileged user namespaces disabled answers) and `clone3` with `ENOSYS`.
-/// (After [`sandbox_support::SECCOMP_PY`].)
+/// (After [`sandbox::SECCOMP_PY`].)
 const NO_USERNS: &str = r#"ERRNO, ALLOW = 0x00050000, 0x7fff0000
 prog = [
     (0x20, 0, 0, 0),                   # A = nr
@@ -341,7 +341,7 @@ fn a_refused_user_namespace_names_the_settings(who: &Who) {
     }
     let s = Scratch::new(who);
     let wrapper = s.root.join("no_userns.py");
-    std::fs::write(&wrapper, format!("{}{NO_USERNS}", sandbox_support::SECCOMP_PY)).unwrap();
+    std::fs::write(&wrapper, format!("{}{NO_USERNS}", sandbox::SECCOMP_PY)).unwrap();
     let marker = s.proj.join("ran");
     let out = s
         .program(Path::new("python3"))

@@ -3,12 +3,10 @@
 //! routes are there, and a launch with neither `nft` nor `ip` on the machine (hidden by a mount
 //! namespace, PATH pointing nowhere) still blocks and reports a direct connection.
 
-mod sandbox_support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_support::{HOST4, Scratch, TestHost, Who, root, text};
+use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, root, text};
 use sandgate_tests::skip_unless;
 
 fn have(tool: &str) -> bool {

@@ -3,11 +3,9 @@
 //! the command's own output, and not at all when the write succeeds, when the command succeeds,
 //! or with `--quiet`.
 
-mod sandbox_support;
-
 use std::process::{Command, Stdio};
 
-use sandbox_support::{Scratch, Who, text};
+use crate::support::sandbox::{Scratch, Who, both, text};
 use sandgate_tests::has_script;
 
 /// A write the `run` tier refuses (`touch`) and one from Python, in the project directory.

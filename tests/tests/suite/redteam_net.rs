@@ -2,41 +2,29 @@
 //! so the agent's prompt appears), and shell lines it allows whose extra words stay arguments of
 //! the sandboxed command. Each row is an input a hostile agent could send.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use sandgate_tests::{Env, sandgate_bin};
+use crate::support::hook::{HookProject, write};
 
-struct Fixture {
-    env: Env,
-    project: PathBuf,
-    bin: PathBuf,
-}
+/// The shared hook project, plus links out of the project and a file beside the credentials.
+struct Fixture(HookProject);
 
-fn write(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
+impl std::ops::Deref for Fixture {
+    type Target = HookProject;
+    fn deref(&self) -> &HookProject {
+        &self.0
+    }
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let env = Env::outside_tmp();
-        let root = env.root.path().to_owned();
-        let home = root.join("home");
-        let project = root.join("project");
-        write(&home.join(".ssh/id_rsa"), "KEY");
-        write(&home.join(".bashrc"), "# rc");
+        let base = HookProject::new();
+        let home = base.root().join("home");
         write(&home.join("notes"), "n");
-        write(&project.join("src/main.rs"), "fn main() {}");
-        write(&project.join(".git/config"), "[core]");
-        std::os::unix::fs::symlink(&home, project.join("link_home")).unwrap();
-        std::os::unix::fs::symlink(home.join(".bashrc"), project.join("rc_link")).unwrap();
-        let bin = root.join("bin");
-        let out = env.cmd().args(["install", "--dir"]).arg(&bin).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        std::os::unix::fs::symlink(sandgate_bin(), bin.join("sandgate")).unwrap();
-        Fixture { env, project, bin }
+        write(&base.project.join(".git/config"), "[core]");
+        std::os::unix::fs::symlink(&home, base.project.join("link_home")).unwrap();
+        std::os::unix::fs::symlink(home.join(".bashrc"), base.project.join("rc_link")).unwrap();
+        Fixture(base)
     }
 
     /// The hook's stdout for one tool call (empty: no decision).
@@ -47,22 +35,8 @@ impl Fixture {
             "tool_input": input,
             "cwd": self.project,
         });
-        let mut child = self
-            .env
-            .cmd()
-            .args(["hook", "claude"])
-            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
-            .env("SANDGATE_NO_DAEMON", "1")
-            .current_dir(&self.project)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let _ = child.stdin.take().unwrap().write_all(event.to_string().as_bytes());
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
+        let path = format!("{}:/usr/bin:/bin", self.bin.display());
+        self.hook_stdout(event.to_string().as_bytes(), &[], &path, &[("SANDGATE_NO_DAEMON", "1")])
     }
 }
 

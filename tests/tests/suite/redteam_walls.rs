@@ -6,15 +6,10 @@
 //!
 //! (Holes found OPEN are not here: tests in this tree must pass. See the red-team report.)
 
-mod sandbox_support;
-
 use std::path::{Path, PathBuf};
 
-use sandbox_support::{Scratch, Who, text};
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+use crate::support::git::{cases, p};
+use crate::support::sandbox::{Scratch, text};
 
 /// git on the host, as the sandbox's user, in `proj/`; must succeed.
 fn host_git(s: &Scratch, args: &[&str]) -> String {
@@ -263,43 +258,6 @@ fn existing_repository_below(s: &Scratch) {
     let inside = attack(s, &plant);
     let _ = host_git_any(s, &["-C", "projA", "commit", "-q", "--allow-empty", "-m", "host"]);
     nothing_ran(&marker, &inside);
-}
-
-/// A scratch tree whose `proj/` lives under `base` (HOME and config stay under `/var/tmp`).
-fn scratch(who: &Who, base: &Path) -> (Scratch, tempfile::TempDir) {
-    let mut s = Scratch::new(who);
-    let work = tempfile::Builder::new().prefix("sandgate-red").tempdir_in(base).unwrap();
-    let proj = work.path().join("proj");
-    std::fs::create_dir(&proj).unwrap();
-    std::fs::write(proj.join("file.txt"), "hello\n").unwrap();
-    let _ = std::process::Command::new("chown")
-        .args(["-R", &format!("{}:{}", who.uid, who.gid), p(work.path())])
-        .status();
-    s.proj = proj;
-    (s, work)
-}
-
-/// Root and rootless, with the work tree under `/var/tmp` and under `/tmp`.
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::sandbox_support;
-            fn run(who: Option<super::Who>, base: &str) {
-                if let Some(w) = who {
-                    let (s, _work) = super::scratch(&w, std::path::Path::new(base));
-                    super::$name(&s);
-                }
-            }
-            #[test]
-            fn root_var_tmp() { run(sandbox_support::root(), "/var/tmp") }
-            #[test]
-            fn root_tmp() { run(sandbox_support::root(), "/tmp") }
-            #[test]
-            fn rootless_var_tmp() { run(sandbox_support::rootless(), "/var/tmp") }
-            #[test]
-            fn rootless_tmp() { run(sandbox_support::rootless(), "/tmp") }
-        }
-    )*};
 }
 
 cases!(

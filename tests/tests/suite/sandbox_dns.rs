@@ -6,10 +6,7 @@
 use std::net::UdpSocket;
 use std::sync::{Arc, Mutex};
 
-#[allow(unused_imports)] // the shared fixtures re-export helpers this file does not use
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{RData, Record, RecordType};
@@ -81,7 +78,7 @@ fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_ho
         return;
     }
     let (port, asked) = counting_dns();
-    let mut t = T::new("");
+    let mut t = DaemonEnv::new("");
     t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
     start_daemon(&t);
     let script = "cat /etc/resolv.conf; \
@@ -162,7 +159,7 @@ fn an_unknown_name_resolves_only_after_a_person_allows_it() {
         return;
     }
     let (port, asked) = counting_dns();
-    let mut t = T::new("");
+    let mut t = DaemonEnv::new("");
     t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
     start_daemon(&t);
     let script = "getent hosts granted.sgtest; echo first rc=$?; i=0; \
@@ -185,6 +182,6 @@ fn an_unknown_name_resolves_only_after_a_person_allows_it() {
     assert!(asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"));
 }
 
-fn pending_is_empty(t: &T) -> bool {
+fn pending_is_empty(t: &DaemonEnv) -> bool {
     t.json(&["pending", "--json"]).as_array().is_none_or(|a| a.is_empty())
 }

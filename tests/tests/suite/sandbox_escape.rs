@@ -1,12 +1,10 @@
 //! Escape attempts from inside a sandbox; each must fail. Network targets are a test host in a
 //! network namespace this test creates (reachable from outside, as a control).
 
-mod sandbox_support;
-
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 
-use sandbox_support::{HOST4, HOST6, Scratch, TestHost, Who, refused};
+use crate::support::sandbox::{self, HOST4, HOST6, Scratch, TestHost, Who, both, refused};
 use sandgate_tests::sandgate_bin;
 
 /// A blocked direct attempt must fail at once: refused with an errno (the firewall rejects),
@@ -316,7 +314,7 @@ for name, nr in [("statmount", 457), ("listmount", 458), ("setxattrat", 463), ("
     print(name, "ok" if r >= 0 else errno.errorcode.get(e, str(e)))
 "#;
     let answers = |out: &[u8]| -> Vec<(String, String)> {
-        sandbox_support::text(out)
+        sandbox::text(out)
             .lines()
             .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
             .collect()

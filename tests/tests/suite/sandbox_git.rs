@@ -6,15 +6,10 @@
 //! Each case plants a program that would write a marker file in `outside/` (read-only inside,
 //! so only a run on the host can make it), then runs git on the host and checks the marker.
 
-mod sandbox_support;
-
 use std::path::{Path, PathBuf};
 
-use sandbox_support::{Scratch, Who, text};
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+use crate::support::git::{cases, p};
+use crate::support::sandbox::{Scratch, text};
 
 /// git on the host, as the sandbox's user, in `dir`; returns stdout and stderr.
 fn host_git(s: &Scratch, dir: &Path, args: &[&str]) -> String {
@@ -234,46 +229,6 @@ fn git_still_works_inside(s: &Scratch) {
     );
     let log = host_git(s, &s.proj, &["log", "--format=%s", "-1"]);
     assert_eq!(log.trim(), "inside");
-}
-
-/// A scratch tree whose work tree (`proj/` and the repositories next to it) lives under `base`.
-/// HOME and the configuration stay under `/var/tmp`: sandgate's own config and data under `/tmp`
-/// are a separate known problem (another change fixes it), not what this tests.
-fn scratch(who: &Who, base: &Path) -> (Scratch, tempfile::TempDir) {
-    let mut s = Scratch::new(who);
-    let work = tempfile::Builder::new().prefix("sandgate-git").tempdir_in(base).unwrap();
-    let proj = work.path().join("proj");
-    std::fs::create_dir(&proj).unwrap();
-    std::fs::write(proj.join("file.txt"), "hello\n").unwrap();
-    let _ = std::process::Command::new("chown")
-        .args(["-R", &format!("{}:{}", who.uid, who.gid), p(work.path())])
-        .status();
-    s.proj = proj;
-    (s, work)
-}
-
-/// Generates, for each scenario, runs as root and rootless with the tree under `/var/tmp` and
-/// under `/tmp`.
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::sandbox_support;
-            fn run(who: Option<super::Who>, base: &str) {
-                if let Some(w) = who {
-                    let (s, _work) = super::scratch(&w, std::path::Path::new(base));
-                    super::$name(&s);
-                }
-            }
-            #[test]
-            fn root_var_tmp() { run(sandbox_support::root(), "/var/tmp") }
-            #[test]
-            fn root_tmp() { run(sandbox_support::root(), "/tmp") }
-            #[test]
-            fn rootless_var_tmp() { run(sandbox_support::rootless(), "/var/tmp") }
-            #[test]
-            fn rootless_tmp() { run(sandbox_support::rootless(), "/tmp") }
-        }
-    )*};
 }
 
 cases!(

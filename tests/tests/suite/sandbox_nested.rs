@@ -1,11 +1,11 @@
 //! A launch from inside a sandbox narrows the outer one and never widens it, as root and as an
 //! unprivileged user; the detection of "inside" cannot be forged from outside with variables.
 
-mod sandbox_support;
-
 use std::process::{Command, Output};
 
-use sandbox_support::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, refused, text};
+use crate::support::sandbox::{
+    self, HOST4, Scratch, TestHost, WRITE_REFUSED, Who, both, refused, text,
+};
 use sandgate_tests::{origin, sandgate_bin, skip_unless};
 
 fn p(path: &std::path::Path) -> &str {
@@ -162,7 +162,7 @@ fn forged_variables_outside_do_not_skip_the_namespaces(who: &Who) {
 /// sandbox) named `sandgate-init`, with
 /// no_new_privs and an allow-all seccomp filter: every sign a process can fake. It runs its
 /// arguments and passes on their output and status.
-/// (After [`sandbox_support::SECCOMP_PY`].)
+/// (After [`sandbox::SECCOMP_PY`].)
 const FAKE_OUTER: &str = r#"assert libc.prctl(15, b"sandgate-init", 0, 0, 0) == 0          # PR_SET_NAME
 assert libc.prctl(38, 1, 0, 0, 0) == 0                         # PR_SET_NO_NEW_PRIVS
 insns = (Insn * 1)(Insn(0x06, 0, 0, 0x7fff0000))               # ret SECCOMP_RET_ALLOW
@@ -180,7 +180,7 @@ sys.exit(r.returncode)
 fn a_faked_outer_sandbox_does_not_skip_the_namespaces(who: &Who) {
     let s = Scratch::new(who);
     let fake = s.root.join("fake_outer.py");
-    std::fs::write(&fake, format!("{}{FAKE_OUTER}", sandbox_support::SECCOMP_PY)).unwrap();
+    std::fs::write(&fake, format!("{}{FAKE_OUTER}", sandbox::SECCOMP_PY)).unwrap();
     let key = s.home.join(".ssh/id_rsa");
     let script = format!("echo $$; cat /proc/1/comm; cat {} || echo key-refused", p(&key));
     let bin = sandgate_bin();

@@ -1,11 +1,9 @@
 //! The `net` tier's only way out is the in-process allowlist proxy: an allowed destination is
 //! reached through it, anything else gets the proxy's 403 body, and a direct connection fails.
 
-mod sandbox_support;
-
 use std::process::{Command, Output};
 
-use sandbox_support::{Scratch, Who};
+use crate::support::sandbox::{Scratch, Who, both};
 use sandgate_tests::{Env, origin, skip_unless};
 
 fn can_sandbox() -> bool {

@@ -4,13 +4,11 @@
 //! the secrets replaces it), and secret-looking environment variables. And a home or a launcher
 //! under `/tmp` survives the sandbox's private `/tmp`.
 
-mod sandbox_support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sandbox_support::{Scratch, Who, text};
+use crate::support::sandbox::{Scratch, Who, both, text};
 use sandgate_tests::sandgate_bin;
 
 const TIERS: [&str; 3] = ["run", "net", "build"];

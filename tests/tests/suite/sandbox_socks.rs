@@ -6,14 +6,11 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-#[allow(unused_imports)] // the shared fixtures re-export helpers this file does not use
-mod daemon_support;
-
-use daemon_support::*;
+use crate::support::daemon::*;
 use sandgate_tests::{origin, skip_unless};
 use serde_json::Value;
 
-fn pending(t: &T) -> Vec<Value> {
+fn pending(t: &DaemonEnv) -> Vec<Value> {
     t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
 }
 
@@ -29,7 +26,7 @@ fn a_held_socks_request_is_released_by_sandgate_allow() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let url = format!("http://127.0.0.1:{}/", origin("hello over socks"));
     start_daemon(&t);
     let run = t.spawn_net(&[], &["sh", "-c", &socks_curl(&url)]);
@@ -53,7 +50,7 @@ fn a_denied_socks_request_is_refused_and_recorded() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     start_daemon(&t);
     let (code, stdout, stderr) = finish(t.spawn_net(
         &["--deny", "denied.example"],
@@ -98,7 +95,7 @@ fn ssh_inside_net_goes_through_sandgate_connect() {
     if skip_unless(have_ssh, "an ssh client") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"5s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"5s\"\n");
     start_daemon(&t);
     let port = ssh_banner_server();
     // What git runs: sh -c "$GIT_SSH_COMMAND args". The server is not a real sshd, so ssh
@@ -196,7 +193,7 @@ fn git_clone_over_ssh_goes_through_the_proxy_and_a_denied_host_names_the_rule() 
     if skip_unless(tools, "openssh-server, ssh-keygen and git") {
         return;
     }
-    let t = T::new("[daemon]\nask_timeout = \"5s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"5s\"\n");
     start_daemon(&t);
     let dir = t.env.root.path().join("ssh");
     std::fs::create_dir_all(&dir).unwrap();

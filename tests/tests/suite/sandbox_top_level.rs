@@ -5,11 +5,9 @@
 //! started afterwards. Builds that make ordinary top-level entries are unaffected. As root and as
 //! an unprivileged user.
 
-mod sandbox_support;
-
 use std::path::Path;
 
-use sandbox_support::{Scratch, WRITE_REFUSED, Who, refused, text};
+use crate::support::sandbox::{self, Scratch, WRITE_REFUSED, Who, both, refused, text};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -230,7 +228,7 @@ fn every_writable_path_is_guarded(who: &Who) {
 fn a_killed_launcher_leaves_nothing_planted(who: &Who) {
     use std::io::BufRead as _;
     let s = Scratch::new(who);
-    let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
+    let marker = format!("sleep 1000.{}", sandbox::unique(who));
     let script = format!(
         "echo ready; while :; do mkdir -p .cargo 2>/dev/null; echo x > .cargo/config.toml \
          2>/dev/null; chmod 000 . 2>/dev/null; chmod 700 . 2>/dev/null; {marker} & wait $!; done"

@@ -2,11 +2,9 @@
 //! pseudo-terminal of its own, with job control, window size, raw-mode relay and no way to
 //! inject input into the caller's terminal. As root and as an unprivileged user.
 
-mod sandbox_support;
-
 use std::process::Command;
 
-use sandbox_support::{Scratch, Who};
+use crate::support::sandbox::{Scratch, Who, both, unique};
 
 /// Runs a command on a new pty and plays a script of steps against it. Prints one JSON object:
 /// `ok`, `error`, `step`, `output` (everything the terminal showed), `code` (exit status),
@@ -186,10 +184,6 @@ fn session(
         outer_pending: v["outer_pending"].as_i64().unwrap_or(-1),
         restored: v["restored"].as_bool().unwrap_or(false),
     }
-}
-
-fn unique(who: &Who) -> String {
-    format!("{}{}", std::process::id() % 10_000, who.uid % 1000)
 }
 
 /// `sandgate run` without a command: `$SHELL -i` (here /bin/sh) with working job control.

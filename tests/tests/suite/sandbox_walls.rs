@@ -1,8 +1,6 @@
 //! The filesystem and process walls of each tier, as root and as an unprivileged user.
 
-mod sandbox_support;
-
-use sandbox_support::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, refused};
+use crate::support::sandbox::{self, HOST4, Scratch, TestHost, WRITE_REFUSED, Who, both, refused};
 
 const TIERS: [&str; 3] = ["run", "net", "build"];
 
@@ -179,7 +177,7 @@ fn protected_files_stay_read_only_in_build(who: &Who) {
 /// `git init` in `proj/` as the user who runs the sandbox.
 fn git_repo(s: &Scratch) {
     let out = s.program(std::path::Path::new("git")).args(["init", "-q", "."]).output().unwrap();
-    assert!(out.status.success(), "git init: {}", sandbox_support::text(&out.stderr));
+    assert!(out.status.success(), "git init: {}", sandbox::text(&out.stderr));
 }
 
 /// `[filesystem] git_writable = true` in the user's configuration (`.git` writable but for the
@@ -211,7 +209,7 @@ fn the_git_directory_and_git_pointers_are_read_only(who: &Who) {
     }
     let commit = "git -c user.email=a@b -c user.name=n commit -q --allow-empty -m x";
     let out = s.run("build", &[], &["sh", "-c", commit]);
-    let err = sandbox_support::text(&out.stderr);
+    let err = sandbox::text(&out.stderr);
     assert!(!out.status.success() && err.contains("Read-only file system"), "commit inside: {err}");
     // With git_writable: .git takes writes, the pointer of the submodule still does not.
     git_writable(&s);
@@ -288,7 +286,7 @@ fn moving_the_parent_does_not_free_protected_paths(who: &Who) {
     // .git itself stays writable: a commit from inside lands in the real repository.
     s.sh("build", &[], "git -c user.email=a@b -c user.name=n commit -q --allow-empty -m inside");
     let log = s.program(std::path::Path::new("git")).args(["log", "--format=%s"]).output().unwrap();
-    assert_eq!(sandbox_support::text(&log.stdout), "inside\n", "the commit from inside");
+    assert_eq!(sandbox::text(&log.stdout), "inside\n", "the commit from inside");
 }
 
 /// Regression (red-team review): with HOME writable, `mv ~/.config ~/.config-old` and a new
@@ -322,15 +320,15 @@ fn moving_home_directories_does_not_change_the_policy(who: &Who) {
         ] {
             let cmd = ["python3", probe, "rename", p(from), p(&to)];
             let out = in_home(args, &cmd);
-            let answer = sandbox_support::text(&out.stdout);
+            let answer = sandbox::text(&out.stdout);
             // EROFS: an existing dot-entry at the top of a writable HOME is read-only as a whole.
             let moved = format!("{how}: move {} away", from.display());
             refused(answer.trim(), &["EBUSY", "EROFS"], &moved);
         }
         let out = in_home(args, &["sh", "-c", &attack]);
-        let answers = sandbox_support::text(&out.stdout);
+        let answers = sandbox::text(&out.stdout);
         let lines: Vec<&str> = answers.lines().collect();
-        assert_eq!(lines.len(), 2, "{how}: {answers} {}", sandbox_support::text(&out.stderr));
+        assert_eq!(lines.len(), 2, "{how}: {answers} {}", sandbox::text(&out.stderr));
         // ENOENT: the new ~/.s3 was taken away before it could be renamed.
         let replace = &["EBUSY", "EEXIST", "ENOTEMPTY", "EACCES", "EPERM", "ENOENT"];
         refused(lines[0], replace, &format!("{how}: replace ~/.ssh"));
@@ -347,7 +345,7 @@ fn moving_home_directories_does_not_change_the_policy(who: &Who) {
             .args(["explain", "--tier", "build", "--json"])
             .output()
             .unwrap();
-        let text = sandbox_support::text(&out.stdout);
+        let text = sandbox::text(&out.stdout);
         let json: serde_json::Value = serde_json::from_str(&text).expect(&text);
         json["writable"].as_array().unwrap().iter().any(|w| w == "/")
     };
@@ -407,7 +405,7 @@ fn exit_codes_and_signals_come_back(who: &Who) {
 
 fn nothing_outlives_the_sandbox(who: &Who) {
     let s = Scratch::new(who);
-    let marker = format!("1000.{}{}", std::process::id(), who.uid);
+    let marker = format!("1000.{}", sandbox::unique(who));
     let out = s.run("run", &[], &["sh", "-c", &format!("sleep {marker} & echo started")]);
     assert!(out.status.success());
     let left = std::process::Command::new("pgrep")
@@ -491,7 +489,7 @@ fn placeholders_do_not_outlive_the_sandbox(who: &Who) {
     assert!(text.trim() != "rc=0", "created conf/.envrc from inside: {text}");
     assert!(!envrc.exists(), "conf/.envrc left behind after a normal exit");
 
-    let marker = format!("sleep 1000.{}{}", std::process::id() % 10_000, who.uid % 1000);
+    let marker = format!("sleep 1000.{}", sandbox::unique(who));
     let mut child = started(&s, "build", &format!("echo ready; exec {marker}"));
     assert!(envrc.exists(), "the placeholder is there while the sandbox runs");
     child.kill().unwrap(); // SIGKILL: the launcher cannot clean up itself

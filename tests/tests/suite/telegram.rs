@@ -18,9 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-mod daemon_support;
-
-use daemon_support::{T, can_sandbox, curl_within, finish, has_script, lines_of, wait_until};
+use crate::support::daemon::{
+    DaemonEnv, can_sandbox, curl_within, finish, has_script, lines_of, wait_until,
+};
 use sandgate_test_support::telegram::{Call, Failure, text};
 use sandgate_tests::skip_unless;
 use serde_json::{Value, json};
@@ -82,11 +82,11 @@ fn button(body: &Value, label: &str) -> String {
 // The environment: binary, daemon, sandboxes, origins
 // ---------------------------------------------------------------------------------------------
 
-impl T {
+impl DaemonEnv {
     /// A config; every command without the caller's proxy variables (the bot's HTTP client would
     /// follow them; the fake is on loopback) or bot token.
-    fn telegram(config: &str) -> T {
-        let mut t = T::new(config);
+    fn telegram(config: &str) -> DaemonEnv {
+        let mut t = DaemonEnv::new(config);
         for v in [
             "HTTP_PROXY",
             "http_proxy",
@@ -102,8 +102,8 @@ impl T {
     }
 
     /// A config whose bot talks to `fake` with the token in the file.
-    fn with_bot(fake: &FakeTelegram, extra: &str) -> T {
-        T::telegram(&format!(
+    fn with_bot(fake: &FakeTelegram, extra: &str) -> DaemonEnv {
+        DaemonEnv::telegram(&format!(
             "[daemon]\nask_timeout = \"30s\"\n\n[telegram]\ntoken = \"{TOKEN}\"\nchats = [{CHAT}]\n\
              api_url = \"{}\"\n{extra}",
             fake.url
@@ -152,10 +152,10 @@ fn median(v: &[f64]) -> f64 {
 /// A bot talking to a new fake, and a sandboxed curl of a new origin held on its question.
 struct Held {
     fake: FakeTelegram,
-    t: T,
+    t: DaemonEnv,
     /// The origin's port.
     port: u16,
-    /// The sandboxed curl ([`T::spawn_curl`]).
+    /// The sandboxed curl ([`DaemonEnv::spawn_curl`]).
     curl: Child,
     /// The question's `sendMessage`.
     q: Call,
@@ -163,7 +163,7 @@ struct Held {
 
 fn held_curl() -> Held {
     let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
+    let t = DaemonEnv::with_bot(&fake, "");
     let port = origin();
     let curl = t.spawn_curl(port);
     let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
@@ -363,7 +363,7 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     }
     let fake = FakeTelegram::start();
     // The token comes from the environment, which wins over the file's.
-    let mut t = T::telegram(&format!(
+    let mut t = DaemonEnv::telegram(&format!(
         "[daemon]\nask_timeout = \"4s\"\n\n[telegram]\ntoken = \"999:not-this-one\"\n\
          chats = [{CHAT}]\napi_url = \"{}\"\n",
         fake.url
@@ -431,7 +431,7 @@ fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
     fake.fail_next("sendMessage", Failure::TooManyRequests { retry_after: 1 });
     fake.fail_next("sendMessage", Failure::ServerError);
     fake.fail_next("getUpdates", Failure::ServerError);
-    let t = T::with_bot(&fake, "");
+    let t = DaemonEnv::with_bot(&fake, "");
     let port = origin();
     let launched = SystemTime::now();
     let curl = t.spawn_curl(port);
@@ -481,7 +481,7 @@ fn a_429_and_500s_are_survived_and_the_cli_answers_meanwhile() {
 }
 
 /// Runs `sandgate ARGS`, which must succeed, and returns how long it took.
-fn timed(t: &T, args: &[&str]) -> Duration {
+fn timed(t: &DaemonEnv, args: &[&str]) -> Duration {
     let start = Instant::now();
     let out = t.sg(args);
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -497,7 +497,7 @@ fn a_question_answered_before_its_turn_to_be_posted_is_not_posted() {
     }
     let fake = FakeTelegram::start();
     fake.hold("sendMessage", None);
-    let t = T::with_bot(&fake, "request_timeout = \"30s\"\n");
+    let t = DaemonEnv::with_bot(&fake, "request_timeout = \"30s\"\n");
     let ports: Vec<u16> = (0..4).map(|_| origin()).collect();
     let curls: Vec<Child> = ports.iter().map(|&p| t.spawn_curl(p)).collect();
     wait_until("four posts hanging", Duration::from_secs(20), || fake.held("sendMessage") >= 4);
@@ -540,7 +540,7 @@ fn a_hanging_send_message_holds_up_neither_the_cli_nor_other_questions() {
     let fake = FakeTelegram::start();
     // Every sendMessage hangs until released; the bot abandons a call after 2 s and retries.
     fake.hold("sendMessage", None);
-    let t = T::with_bot(&fake, "request_timeout = \"2s\"\n");
+    let t = DaemonEnv::with_bot(&fake, "request_timeout = \"2s\"\n");
     let port = origin();
     let curl = t.spawn_curl(port);
     let first = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
@@ -649,7 +649,7 @@ fn a_hanging_long_poll_does_not_stop_questions_being_posted() {
         return;
     }
     let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
+    let t = DaemonEnv::with_bot(&fake, "");
     assert!(t.sg(&["rules"]).status.success(), "the daemon starts");
     fake.hold("getUpdates", None);
     wait_until("a held getUpdates", Duration::from_secs(10), || fake.held("getUpdates") == 1);
@@ -722,7 +722,7 @@ fn an_alert_burst_of_1000_blocked_connections_is_a_handful_of_messages_with_coun
         return;
     }
     let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "alert_window = \"2s\"\n");
+    let t = DaemonEnv::with_bot(&fake, "alert_window = \"2s\"\n");
     // 10.203.0.2 is nobody: the sandbox's own firewall rejects the SYN inside its namespace.
     let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", BURST]));
     assert_eq!((code, stdout.as_str()), (0, "refused 1000\n"), "{stderr}");
@@ -765,7 +765,7 @@ fn a_blocked_connection_just_before_the_sandbox_ends_is_alerted() {
         return;
     }
     let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
+    let t = DaemonEnv::with_bot(&fake, "");
     // One refused connection, and the sandbox ends at once: the packet may be in the kernel's
     // last NFLOG batch, which arrives after the launcher unregistered.
     let one = "import socket\n\
@@ -821,7 +821,7 @@ fn the_hour_always_and_deny_buttons_do_what_the_readme_says() {
     ];
     for (label, status, effect, scope, target) in rows {
         let fake = FakeTelegram::start();
-        let t = T::with_bot(&fake, "");
+        let t = DaemonEnv::with_bot(&fake, "");
         let port = origin();
         let run = t.spawn_net(&[], &["sh", "-c", &twice(port)]);
         let q = fake.wait_call("sendMessage", text_has(&format!("127.0.0.1:{port}")));
@@ -891,7 +891,7 @@ fn a_telegram_answer_is_shown_in_watch_and_on_the_launchers_terminal() {
         return;
     }
     let fake = FakeTelegram::start();
-    let t = T::with_bot(&fake, "");
+    let t = DaemonEnv::with_bot(&fake, "");
     assert!(t.sg(&["rules"]).status.success(), "the daemon starts");
     let mut json = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
     let events = lines_of(json.stdout.take().unwrap());

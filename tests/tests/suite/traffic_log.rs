@@ -1,12 +1,8 @@
 //! `sandgate log`: a sandbox's allowed and refused requests and its direct connection, each one
 //! line, in text and JSON, with the bytes the origin sent; filters and bad input.
 
-#[allow(unused_imports)]
-mod daemon_support;
-mod sandbox_support;
-
-use daemon_support::*;
-use sandbox_support::{HOST4, TestHost};
+use crate::support::daemon::*;
+use crate::support::sandbox::{HOST4, TestHost};
 use sandgate_tests::{origin, skip_unless};
 use serde_json::Value;
 
@@ -22,7 +18,7 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
         return;
     }
     let Some(_host) = TestHost::start() else { return };
-    let t = T::new("[daemon]\nask_timeout = \"30s\"\n");
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"30s\"\n");
     let body = "logged body\n";
     let ok = origin(body);
     let no = origin("never\n");
@@ -77,7 +73,7 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     for (args, want) in [
         (&["log", "--since", "yesterday"][..], "--since \"yesterday\""),
         (&["log", "--sandbox", "sg-nope"][..], "no sandbox \"sg-nope\""),
@@ -97,7 +93,7 @@ fn follow_prints_a_connection_when_it_closes() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let port = origin("followed\n");
     let allow = format!("--allow=127.0.0.1:{port}");
     // A first launch starts the daemon; --follow then tails it.
@@ -145,7 +141,7 @@ fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let fetch = |h: &str| format!("curl -s -o /dev/null --max-time 5 http://{h}/ || true");
     let script =
         ["a.learn.test", "b.learn.test", "c.learn.test", "other.example"].map(fetch).join("; ");
@@ -181,7 +177,7 @@ fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
 fn flush_commits_every_event_taken_before_it() {
     use std::io::{BufRead as _, BufReader, Write as _};
     const N: usize = 2000;
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     start_daemon(&t);
     let mut stream = std::os::unix::net::UnixStream::connect(t.socket()).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -224,7 +220,7 @@ fn the_t_key_in_watch_tails_the_traffic() {
     ) {
         return;
     }
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let port = origin("tailed\n");
     let allow = format!("--allow=127.0.0.1:{port}");
     let url = format!("http://127.0.0.1:{port}/");
@@ -278,7 +274,7 @@ fn the_t_key_in_watch_tails_the_traffic() {
 #[test]
 fn retention_prunes_old_traffic_from_the_log_and_the_summary() {
     use sandgate_store::{EventKind, NewEvent, Store, Timestamp};
-    let t = T::new("[daemon]\nevent_retention = \"1d\"\n");
+    let t = DaemonEnv::new("[daemon]\nevent_retention = \"1d\"\n");
     let store = Store::open(t.store_path()).unwrap();
     let now = Timestamp::now().as_millis();
     let line = |age_ms: i64, host: &str| NewEvent {
@@ -320,7 +316,7 @@ fn retention_prunes_old_traffic_from_the_log_and_the_summary() {
 #[test]
 fn filters_apply_before_the_line_limit() {
     use sandgate_store::{EventKind, NewEvent, Store, Timestamp};
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let store = Store::open(t.store_path()).unwrap();
     let now = Timestamp::now().as_millis();
     let line = |i: i64, host: &str, decision: &str| NewEvent {

@@ -21,7 +21,7 @@ pub fn can_sandbox() -> bool {
         && Command::new("python3").arg("--version").output().is_ok()
 }
 
-pub struct T {
+pub struct DaemonEnv {
     pub env: Env,
     pub proj: PathBuf,
     /// Variables set (`Some`) or removed (`None`) for every command after [`Env::cmd`]'s (and so
@@ -29,15 +29,15 @@ pub struct T {
     pub vars: Vec<(String, Option<String>)>,
 }
 
-impl T {
-    pub fn new(config: &str) -> T {
+impl DaemonEnv {
+    pub fn new(config: &str) -> DaemonEnv {
         let env = Env::outside_tmp();
         let proj = env.root.path().join("proj");
         std::fs::create_dir_all(&proj).unwrap();
         let dir = env.config_home().join("sandgate");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.toml"), config).unwrap();
-        T { env, proj, vars: Vec::new() }
+        DaemonEnv { env, proj, vars: Vec::new() }
     }
 
     pub fn cmd(&self) -> Command {
@@ -190,7 +190,7 @@ pub fn finish(child: Child) -> (i32, String, String) {
     )
 }
 
-pub fn start_daemon(t: &T) {
+pub fn start_daemon(t: &DaemonEnv) {
     // Any command that needs the daemon starts it.
     let out = t.sg(&["rules"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -205,9 +205,9 @@ pub fn request(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, line
     serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply:?}"))
 }
 
-impl T {
+impl DaemonEnv {
     /// `script` (util-linux) running `sandgate ARGS` on a new pseudo-terminal, with the
-    /// environment [`T::cmd`] gives; stdin and stdout piped (what is written to stdin is typed on
+    /// environment [`DaemonEnv::cmd`] gives; stdin and stdout piped (what is written to stdin is typed on
     /// the terminal).
     pub fn on_terminal(&self, args: &[&str]) -> Child {
         sandgate_tests::on_terminal(&self.cmd(), args)
@@ -252,7 +252,7 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 }
 
 /// The id of the one sandbox the daemon serves, once it serves exactly one.
-pub fn one_sandbox(t: &T) -> String {
+pub fn one_sandbox(t: &DaemonEnv) -> String {
     let mut id = String::new();
     wait_until("one sandbox registered", Duration::from_secs(20), || {
         let st = t.status_now();

@@ -224,6 +224,16 @@ impl Drop for Scratch {
     }
 }
 
+/// Digits unique to this call within every test process on the machine (pid, uid, a counter),
+/// for markers a test finds processes by (`sleep 1000.<unique>` with `pgrep -f`). All the suite's
+/// tests share one process, so the pid alone no longer tells two tests apart. Fixed widths: one
+/// number cannot be read as another, and `sleep` still takes it as a number.
+pub fn unique(who: &Who) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:04}{:03}{:03}", std::process::id() % 10_000, who.uid % 1000, n % 1000)
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -314,22 +324,22 @@ impl Drop for TestHost {
 }
 
 /// Generates `root` and `rootless` variants of a scenario `fn(&Who)`.
-#[macro_export]
 macro_rules! both {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[test]
             fn root() {
-                if let Some(w) = super::sandbox_support::root() {
+                if let Some(w) = crate::support::sandbox::root() {
                     super::$name(&w);
                 }
             }
             #[test]
             fn rootless() {
-                if let Some(w) = super::sandbox_support::rootless() {
+                if let Some(w) = crate::support::sandbox::rootless() {
                     super::$name(&w);
                 }
             }
         }
     )*};
 }
+pub(crate) use both;

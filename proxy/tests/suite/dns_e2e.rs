@@ -2,13 +2,11 @@
 //! is asked: allowed names get the host's answer (guarded), every other name NXDOMAIN without
 //! a single lookup, bad messages an error or nothing, and each refusal an event.
 
-mod common;
-
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use common::{Events, policy};
+use crate::common::{Events, policy};
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use sandgate_config::DomainName;

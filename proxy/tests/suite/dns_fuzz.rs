@@ -5,8 +5,8 @@
 //! Checks: no panic; an answered query's response decodes with the same id and question; a name
 //! accepted as a host holds no byte a host name may not.
 //!
-//! `cargo test -p sandgate-proxy --test dns_fuzz` runs it for a second;
-//! `DNS_FUZZ_SECS=60 cargo test -p sandgate-proxy --test dns_fuzz -- --nocapture` for longer
+//! `cargo test -p sandgate-proxy --test suite dns_fuzz` runs it for a second;
+//! `DNS_FUZZ_SECS=60 cargo test -p sandgate-proxy --test suite dns_fuzz -- --nocapture` for longer
 //! (`bench/fuzz-parsers.sh` runs every parser's fuzzer for 60 s).
 
 use std::net::IpAddr;

@@ -1,12 +1,10 @@
 //! End-to-end: real `curl` through the proxy to origins on 127.0.0.1.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
     Answer, Approver, BoxFuture, DenyReason, Outcome, Proxy, ProxyConfig, ProxyToken, Question,

@@ -1,11 +1,9 @@
 //! Many tunnels at once, and the other kinds of listener.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sandgate_proxy::{Listener, Proxy, ProxyConfig, SandboxContext, SandboxId, TunnelMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -2,14 +2,12 @@
 //! An origin on 127.0.0.1 records the `Host` of every request it parses; the sandbox may name
 //! only `allowed.test`, so any other host reaching the origin is a bypass.
 
-mod common;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;

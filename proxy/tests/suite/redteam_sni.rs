@@ -3,12 +3,10 @@
 //! a TCP listener on 127.0.0.1 that records every byte it gets: a refused opening must deliver
 //! nothing upstream, and the client must get the TLS `access_denied` alert.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use sandgate_proxy::Proxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

@@ -1,14 +1,12 @@
 //! End-to-end SOCKS5 on the proxy's listener: real `curl --socks5-hostname`, a raw-socket Python
 //! client, and hand-made frames, to origins on 127.0.0.1.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource, Target};
 use sandgate_proxy::{
     Answer, Approver, BoxFuture, Outcome, Proxy, ProxyConfig, ProxyToken, Question, SandboxContext,

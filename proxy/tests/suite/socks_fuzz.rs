@@ -1,8 +1,8 @@
 //! A mutation fuzzer for the SOCKS5 parsers on stable Rust (no cargo-fuzz needed): random and
 //! mutated-valid frames, checked for panics and for claiming more bytes than given.
 //!
-//! `cargo test -p sandgate-proxy --test socks_fuzz` runs it for a second;
-//! `SOCKS_FUZZ_SECS=60 cargo test -p sandgate-proxy --test socks_fuzz -- --nocapture` for longer.
+//! `cargo test -p sandgate-proxy --test suite socks_fuzz` runs it for a second;
+//! `SOCKS_FUZZ_SECS=60 cargo test -p sandgate-proxy --test suite socks_fuzz -- --nocapture` for longer.
 
 use std::time::{Duration, Instant};
 

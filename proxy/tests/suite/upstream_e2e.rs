@@ -2,13 +2,11 @@
 //! was asked: sandgate decides first, then leaves through the relay (with its credentials), but
 //! for bypassed destinations; names sent upstream are not resolved locally.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use sandgate_config::{DomainName, DomainPattern, PatternUse};
 use sandgate_proxy::{BoxFuture, Proxy, ProxyConfig, Resolver, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -44,19 +44,6 @@ fn twice(url: &str, name: &str) -> String {
     format!("{c}; while [ ! -e {name} ]; do sleep 0.02; done; {c}")
 }
 
-fn pending(t: &DaemonEnv) -> Vec<Value> {
-    t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
-}
-
-fn wait_for_question(t: &DaemonEnv) -> Value {
-    let mut p = Vec::new();
-    wait_until("a pending question", Duration::from_secs(20), || {
-        p = pending(t);
-        p.len() == 1
-    });
-    p.remove(0)
-}
-
 /// `sandgate watch --json` and its lines; killed on drop.
 struct WatchJson {
     child: Child,

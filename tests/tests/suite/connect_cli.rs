@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandgate_tests::{Env, echo, origin};
 
@@ -31,12 +31,7 @@ fn proxy(env: &Env, args: &[&str]) -> Proxy {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(&listen).is_err() {
-        assert!(Instant::now() < deadline, "the proxy did not start listening");
-        assert!(child.try_wait().unwrap().is_none(), "the proxy exited early");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::support::until_listening(&listen, &mut child);
     Proxy { child, url: format!("http://{listen}") }
 }
 
@@ -215,12 +210,7 @@ fn sandgate_proxy_leaves_through_the_configured_upstream_with_its_credentials() 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(&listen).is_err() {
-        assert!(Instant::now() < deadline, "the proxy did not start listening");
-        assert!(child.try_wait().unwrap().is_none(), "the proxy exited early");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::support::until_listening(&listen, &mut child);
     let p = Proxy { child, url: format!("http://{listen}") };
     let ep = echo_port.to_string();
     let (code, out, err) =

@@ -16,19 +16,6 @@ fn ok(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn pending(t: &DaemonEnv) -> Vec<Value> {
-    t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
-}
-
-fn wait_for_question(t: &DaemonEnv) -> Value {
-    let mut p = Vec::new();
-    wait_until("a pending question", Duration::from_secs(20), || {
-        p = pending(t);
-        p.len() == 1
-    });
-    p.remove(0)
-}
-
 /// Issue 14: answering a question about host:PORT with `sandgate allow host` opened every port
 /// of the host. The grant now names the port asked; another port asks again.
 #[test]

@@ -1,9 +1,8 @@
 //! `sandgate proxy` in the foreground: curl through it, a denial, and a clean SIGTERM exit.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use sandgate_tests::Env;
 
@@ -47,12 +46,7 @@ fn sandgate_proxy_forwards_denies_and_exits_cleanly_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(&listen).is_err() {
-        assert!(Instant::now() < deadline, "the proxy did not start listening");
-        assert!(child.try_wait().unwrap().is_none(), "the proxy exited early");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::support::until_listening(&listen, &mut child);
     let proxy = format!("http://{listen}");
 
     let (ok, body) = curl(&["-x", &proxy, &format!("http://127.0.0.1:{origin}/")]);

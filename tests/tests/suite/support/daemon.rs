@@ -251,6 +251,21 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The questions `sandgate pending --json` lists.
+pub fn pending(t: &DaemonEnv) -> Vec<Value> {
+    t.json(&["pending", "--json"]).as_array().cloned().unwrap_or_default()
+}
+
+/// The one pending question, once there is exactly one.
+pub fn wait_for_question(t: &DaemonEnv) -> Value {
+    let mut p = Vec::new();
+    wait_until("a pending question", Duration::from_secs(20), || {
+        p = pending(t);
+        p.len() == 1
+    });
+    p.remove(0)
+}
+
 /// The id of the one sandbox the daemon serves, once it serves exactly one.
 pub fn one_sandbox(t: &DaemonEnv) -> String {
     let mut id = String::new();

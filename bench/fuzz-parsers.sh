@@ -10,12 +10,12 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 export CARGO_INCREMENTAL=0
 cargo build -q -p sandgate-proxy --example sni_fuzz
-cargo test -q -p sandgate-proxy --no-run --test socks_fuzz --test dns_fuzz 2>/dev/null
+cargo test -q -p sandgate-proxy --no-run --test suite 2>/dev/null
 echo "== SNI / TLS record layer, ${SECS}s"
 target/debug/examples/sni_fuzz "$SECS" | tail -n 3
 echo "== SOCKS5 greeting, credentials, request, ${SECS}s"
-SOCKS_FUZZ_SECS=$SECS cargo test -q -p sandgate-proxy --test socks_fuzz -- --nocapture 2>&1 \
+SOCKS_FUZZ_SECS=$SECS cargo test -q -p sandgate-proxy --test suite socks_fuzz -- --nocapture 2>&1 \
     | grep -E "socks fuzz|test result"
 echo "== DNS stub request handling, ${SECS}s"
-DNS_FUZZ_SECS=$SECS cargo test -q -p sandgate-proxy --test dns_fuzz -- --nocapture 2>&1 \
+DNS_FUZZ_SECS=$SECS cargo test -q -p sandgate-proxy --test suite dns_fuzz -- --nocapture 2>&1 \
     | grep -E "dns fuzz|test result"

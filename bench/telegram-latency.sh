@@ -11,5 +11,5 @@ cargo test -q -p sandgate-approvals --test telegram a_button_releases_the_held_r
   grep -E "telegram latency" || true
 echo "== end to end (sandgate net, daemon, fake Bot API)"
 cargo build -q
-cargo test -q -p sandgate-tests --test telegram a_button_releases_a_held_request_and_the_latencies_are_printed -- --nocapture 2>&1 |
+cargo test -q -p sandgate-tests --test suite telegram::a_button_releases_a_held_request_and_the_latencies_are_printed -- --nocapture 2>&1 |
   grep -E "telegram e2e latency" || true

@@ -1,5 +1,5 @@
 //! Every command of the binary answers `--help` (this test also makes `cargo test --workspace`
-//! build `target/debug/sandgate`, which the end-to-end tests in `tests/tests/` run).
+//! build `target/debug/sandgate`, which the end-to-end tests in `tests/tests/suite/` run).
 
 use std::process::Command;
 

@@ -1,4 +1,5 @@
-//! Helpers for the end-to-end tests of the `sandgate` binary (the tests live in `tests/tests/`).
+//! Helpers for the end-to-end tests of the `sandgate` binary (the tests live in
+//! `tests/tests/suite/`, one test binary).
 //!
 //! The tests run the binary that `cargo build` produced, with a private `XDG_CONFIG_HOME` and
 //! `XDG_DATA_HOME` per test, so they never read or write the developer's own configuration.

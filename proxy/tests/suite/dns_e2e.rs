@@ -1,0 +1,210 @@
+//! The DNS stub over real UDP and TCP sockets on 127.0.0.1, with a resolver that counts what it
+//! is asked: allowed names get the host's answer (guarded), every other name NXDOMAIN without
+//! a single lookup, bad messages an error or nothing, and each refusal an event.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use crate::common::{Events, policy};
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use sandgate_config::DomainName;
+use sandgate_proxy::{BoxFuture, Proxy, Resolver, SandboxContext, SandboxId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// Answers a fixed table and records every name it is asked about.
+#[derive(Default)]
+struct Counting(Mutex<Vec<String>>);
+
+impl Resolver for Counting {
+    fn resolve<'a>(
+        &'a self,
+        name: &'a DomainName,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move {
+            self.0.lock().unwrap().push(name.as_str().to_owned());
+            let ips: &[&str] = match name.as_str() {
+                "allowed.test" | "www.wild.test" | "git.test" => &["192.0.2.1", "2001:db8::1"],
+                "loop.test" => &["127.0.0.1"],
+                "lan.test" => &["10.1.2.3"],
+                "mixed.test" => &["127.0.0.1", "192.0.2.7"],
+                _ => return Err(io::Error::new(io::ErrorKind::NotFound, "unknown")),
+            };
+            Ok(ips.iter().map(|ip| SocketAddr::new(ip.parse().unwrap(), port)).collect())
+        })
+    }
+}
+
+struct Stub {
+    udp: SocketAddr,
+    tcp: SocketAddr,
+    asked: Arc<Counting>,
+    events: Arc<Events>,
+}
+
+async fn stub() -> Stub {
+    let asked = Arc::new(Counting::default());
+    let events = Arc::new(Events::default());
+    let proxy = Proxy::builder().resolver(asked.clone()).events(events.clone()).build();
+    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (udp_addr, tcp_addr) = (udp.local_addr().unwrap(), tcp.local_addr().unwrap());
+    let ctx = SandboxContext {
+        id: SandboxId::new("sg-dns"),
+        policy: policy(
+            &[
+                "allowed.test",
+                "*.wild.test",
+                "git.test:22",
+                "loop.test",
+                "lan.test",
+                "10.0.0.0/8",
+                "mixed.test",
+                // The test resolver's answers are documentation addresses, which the address
+                // guard refuses like any non-public range unless allowed by IP.
+                "192.0.2.0/24",
+                "2001:db8::/32",
+            ],
+            &["denied.test", "*.wild.test:25", "secret.wild.test"],
+        ),
+        token: None,
+    };
+    tokio::spawn(async move { proxy.serve_dns(Some(udp), Some(tcp), ctx).await });
+    Stub { udp: udp_addr, tcp: tcp_addr, asked, events }
+}
+
+fn query(name: &str, qtype: RecordType, id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    m.to_vec().unwrap()
+}
+
+async fn ask_udp(to: SocketAddr, bytes: &[u8]) -> Option<Message> {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(bytes, to).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    // No answer is an answer for some inputs: give the stub a generous moment.
+    match tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await {
+        Ok(Ok(n)) => Some(Message::from_vec(&buf[..n]).unwrap()),
+        _ => None,
+    }
+}
+
+fn addrs(m: &Message) -> Vec<IpAddr> {
+    m.answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn allowed_names_resolve_and_every_other_name_is_nxdomain_without_a_lookup() {
+    let s = stub().await;
+    let rows: &[(&str, RecordType, ResponseCode, &[&str])] = &[
+        ("allowed.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
+        ("ALLOWED.test.", RecordType::AAAA, ResponseCode::NoError, &["2001:db8::1"]),
+        ("www.wild.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
+        // An allow rule for one port lets the name resolve (the proxy decides the port).
+        ("git.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
+        // Allowed, but only addresses are looked up: NODATA.
+        ("allowed.test.", RecordType::TXT, ResponseCode::NoError, &[]),
+        ("denied.test.", RecordType::A, ResponseCode::NXDomain, &[]),
+        ("secret.wild.test.", RecordType::A, ResponseCode::NXDomain, &[]),
+        ("unknown.test.", RecordType::A, ResponseCode::NXDomain, &[]),
+        ("c2VjcmV0.exfil.example.", RecordType::A, ResponseCode::NXDomain, &[]),
+        ("_dmarc.allowed.test.", RecordType::TXT, ResponseCode::NXDomain, &[]),
+        ("4.3.2.1.in-addr.arpa.", RecordType::PTR, ResponseCode::NXDomain, &[]),
+        // The address guard: a name that resolves only to loopback gets no answer...
+        ("loop.test.", RecordType::A, ResponseCode::NXDomain, &[]),
+        // ...to a private address allowed by IP, it does...
+        ("lan.test.", RecordType::A, ResponseCode::NoError, &["10.1.2.3"]),
+        // ...and of several addresses only the public ones are given.
+        ("mixed.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.7"]),
+    ];
+    for (i, (name, qtype, rcode, want)) in rows.iter().enumerate() {
+        let id = 100 + i as u16;
+        let m = ask_udp(s.udp, &query(name, *qtype, id)).await.unwrap();
+        assert_eq!(m.metadata.id, id, "{name}");
+        assert_eq!(m.metadata.response_code, *rcode, "{name} {qtype:?}");
+        let want: Vec<IpAddr> = want.iter().map(|w| w.parse().unwrap()).collect();
+        assert_eq!(addrs(&m), want, "{name} {qtype:?}");
+        assert_eq!(m.queries.len(), 1, "{name}: the question is echoed");
+    }
+    // The same refused name again (AAAA after A, a retry): answered, but not another event.
+    let again = ask_udp(s.udp, &query("denied.test.", RecordType::AAAA, 99)).await.unwrap();
+    assert_eq!(again.metadata.response_code, ResponseCode::NXDomain);
+    let denied_events = s.events.all().iter().filter(|e| e.host == "denied.test").count();
+    assert_eq!(denied_events, 1);
+    let asked = s.asked.0.lock().unwrap().clone();
+    for refused in ["denied.test", "secret.wild.test", "unknown.test", "c2VjcmV0.exfil.example"] {
+        assert!(!asked.iter().any(|a| a == refused), "{refused} was looked up: {asked:?}");
+    }
+    // Cached: the AAAA after the A did not ask again.
+    assert_eq!(asked.iter().filter(|a| *a == "allowed.test").count(), 1, "{asked:?}");
+    let events = s.events.all();
+    let dns: Vec<_> = events.iter().filter(|e| e.method == "DNS").collect();
+    let denied = dns.iter().find(|e| e.host == "denied.test").expect("an event for denied.test");
+    assert_eq!(denied.decision.as_str(), "deny");
+    assert!(denied.rule.contains("denied.test"), "{denied:?}");
+    let unknown = dns.iter().find(|e| e.host == "c2VjcmV0.exfil.example").unwrap();
+    assert!(unknown.rule.contains("not resolved until a person allows it"), "{unknown:?}");
+    let looped = dns.iter().find(|e| e.host == "loop.test").unwrap();
+    assert!(looped.rule.contains("loopback"), "{looped:?}");
+}
+
+#[tokio::test]
+async fn tcp_queries_are_answered_in_order_and_huge_lengths_close_the_connection() {
+    let s = stub().await;
+    let mut c = TcpStream::connect(s.tcp).await.unwrap();
+    for (id, name, rcode) in
+        [(1, "allowed.test.", ResponseCode::NoError), (2, "denied.test.", ResponseCode::NXDomain)]
+    {
+        let q = query(name, RecordType::A, id);
+        c.write_all(&(q.len() as u16).to_be_bytes()).await.unwrap();
+        c.write_all(&q).await.unwrap();
+        let len = c.read_u16().await.unwrap() as usize;
+        let mut buf = vec![0u8; len];
+        c.read_exact(&mut buf).await.unwrap();
+        let m = Message::from_vec(&buf).unwrap();
+        assert_eq!((m.metadata.id, m.metadata.response_code), (id, rcode), "{name}");
+    }
+    // A 65535-byte message is refused unread: the connection ends.
+    c.write_all(&[0xff, 0xff]).await.unwrap();
+    c.write_all(&[0u8; 1000]).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[tokio::test]
+async fn bad_datagrams_get_an_error_or_nothing_and_the_stub_keeps_serving() {
+    let s = stub().await;
+    let good = query("allowed.test.", RecordType::A, 7);
+    let mut looped = good[..12].to_vec();
+    looped.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+    let mut huge = good.clone();
+    huge.resize(9000, 0xc0);
+    let mut response = good.clone();
+    response[2] |= 0x80;
+    let garbage = vec![0xffu8; 5];
+    for (what, bytes, want) in [
+        ("label loop", &looped, Some(ResponseCode::FormErr)),
+        ("huge", &huge, Some(ResponseCode::FormErr)),
+        ("a response", &response, None),
+        ("five bytes", &garbage, None),
+    ] {
+        let m = ask_udp(s.udp, bytes).await;
+        assert_eq!(m.map(|m| m.metadata.response_code), want, "{what}");
+    }
+    let m = ask_udp(s.udp, &good).await.unwrap();
+    assert_eq!(addrs(&m), vec!["192.0.2.1".parse::<IpAddr>().unwrap()]);
+    assert!(s.events.all().iter().any(|e| e.method == "DNS" && e.decision.as_str() == "reject"));
+}

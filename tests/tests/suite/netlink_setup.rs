@@ -1,0 +1,140 @@
+//! The `net` tier's namespace is set up by the launcher's own netlink messages: the table the
+//! kernel holds after a launch is the one `nft -f` makes of the text ruleset, the veth pair and
+//! routes are there, and a launch with neither `nft` nor `ip` on the machine (hidden by a mount
+//! namespace, PATH pointing nowhere) still blocks and reports a direct connection.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, root, text};
+use sandgate_tests::skip_unless;
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The pid of the sandbox's init (the launcher's only child), once it exists.
+fn init_of(launcher: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
+                .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            return pid.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no sandbox init under {launcher}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn in_netns(pid: u32, cmd: &str) -> String {
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "sh", "-c", cmd])
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn the_kernel_holds_the_same_table_as_nft_makes_of_the_text_ruleset() {
+    let Some(who) = root() else { return };
+    if skip_unless(have("nft") && have("nsenter") && have("ip"), "nft, nsenter and ip") {
+        return;
+    }
+    let s = Scratch::new(&who);
+    // The launch's table, read back from the kernel by nft.
+    let mut launcher = s
+        .command("net", &[], &["sh", "-c", "cat >/dev/null"])
+        .env("SANDGATE_NO_DAEMON", "1")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let init = init_of(launcher.id());
+    // The sandbox id is the NFLOG prefix: read it from the environment of the command.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let listing = loop {
+        let l = in_netns(init, "nft list table inet sandgate 2>/dev/null || true");
+        if l.contains("reject with icmpx") || Instant::now() > deadline {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let links = in_netns(init, "ip -br addr; ip route; ip -6 route");
+    drop(launcher.stdin.take());
+    assert!(launcher.wait().unwrap().success());
+    let prefix = listing
+        .split("log prefix \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no log rule in:\n{listing}"))
+        .to_owned();
+    assert!(prefix.starts_with("sg-"), "{prefix}");
+
+    // The reference: the text ruleset through nft in a fresh namespace of the test's own.
+    let rules =
+        sandgate_firewall::nft::namespace_ruleset(&sandgate_firewall::nft::NamespaceRules {
+            prefix: prefix.clone(),
+            nflog_group: 7,
+        });
+    let file = s.root.join("ns.nft");
+    std::fs::write(&file, rules).unwrap();
+    let out = Command::new("unshare")
+        .args(["-n", "sh", "-c"])
+        .arg(format!("nft -f {} && nft list table inet sandgate", file.display()))
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(listing, text(&out.stdout), "the launcher's batch and nft's text differ");
+
+    // Links, addresses and routes.
+    for want in ["sg0", "192.0.2.1/24", "2001:db8::1/64", "default dev sg0"] {
+        assert!(links.contains(want), "{want} missing:\n{links}");
+    }
+    assert!(links.lines().any(|l| l.starts_with("sg0") && l.contains("UP")), "{links}");
+}
+
+fn blocked_and_reported_without_nft_and_ip(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    // A mount namespace of the test's own hides both tools; the launcher runs as `who` inside it.
+    let hide = "/usr/bin/mount --bind /dev/null /usr/sbin/nft && \
+                /usr/bin/mount --bind /dev/null /usr/sbin/ip && exec /usr/bin/env PATH=/nonexistent \"$@\"";
+    let inner = s.command(
+        "net",
+        &["--report-blocked"],
+        &["/usr/bin/python3", s.probe.to_str().unwrap(), "tcp", HOST4, "8080"],
+    );
+    let program = match inner.get_program().to_str().unwrap() {
+        "setpriv" => "/usr/bin/setpriv".into(),
+        other => other.to_owned(),
+    };
+    let mut cmd = Command::new("/usr/bin/unshare");
+    cmd.args(["-m", "--propagation", "private", "/bin/sh", "-c", hide, "sh", &program]);
+    cmd.args(inner.get_args());
+    cmd.env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd
+        .env("SANDGATE_NO_DAEMON", "1")
+        .current_dir(&s.proj)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ECONNREFUSED"), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("sandgate: blocked tcp {HOST4}:8080")), "{stderr}");
+}
+
+both!(blocked_and_reported_without_nft_and_ip);

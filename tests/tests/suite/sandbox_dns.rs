@@ -1,0 +1,187 @@
+//! The DNS stub inside a `net` sandbox, against its own daemon whose host-side resolver is a
+//! counting DNS server of this test (`SANDGATE_DNS_SERVER`): `getent hosts` and Python's
+//! `getaddrinfo` get the real answer for an allowed name, NXDOMAIN for the rest, DNS over TCP
+//! works, and the counting server proves that no refused name was ever asked about on the host.
+
+use std::net::UdpSocket;
+use std::sync::{Arc, Mutex};
+
+use crate::support::daemon::*;
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
+use sandgate_tests::skip_unless;
+
+/// A DNS server on 127.0.0.1 that answers a small table and records every name it is asked.
+fn counting_dns() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let log = asked.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(q) = Message::from_vec(&buf[..n]) else { continue };
+            let Some(query) = q.queries.first().cloned() else { continue };
+            let name = query.name().to_ascii().trim_end_matches('.').to_lowercase();
+            log.lock().unwrap().push(name.clone());
+            let mut r = Message::response(q.metadata.id, q.metadata.op_code);
+            r.metadata.message_type = MessageType::Response;
+            r.add_query(query.clone());
+            let data: Vec<RData> = match (name.as_str(), query.query_type()) {
+                ("allowed.sgtest", RecordType::A) => {
+                    vec![RData::A(A("192.0.2.10".parse().unwrap()))]
+                }
+                ("allowed.sgtest", RecordType::AAAA) => {
+                    vec![RData::AAAA(AAAA("2001:db8::10".parse().unwrap()))]
+                }
+                ("allowed.sgtest", _) => vec![],
+                ("granted.sgtest", RecordType::A) => {
+                    vec![RData::A(A("192.0.2.20".parse().unwrap()))]
+                }
+                ("granted.sgtest", _) => vec![],
+                ("loop.sgtest", RecordType::A) => vec![RData::A(A("127.0.0.1".parse().unwrap()))],
+                ("loop.sgtest", _) => vec![],
+                _ => {
+                    r.metadata.response_code = ResponseCode::NXDomain;
+                    vec![]
+                }
+            };
+            for d in data {
+                r.add_answer(Record::from_rdata(query.name().clone(), 60, d));
+            }
+            let _ = sock.send_to(&r.to_vec().unwrap(), from);
+        }
+    });
+    (port, asked)
+}
+
+/// A DNS query over TCP to the stub, in Python (no dig here): prints rcode, answer count, and
+/// the first answer's address.
+const TCP_QUERY: &str = r#"
+import socket, struct
+name = b'allowed.sgtest'
+q = struct.pack('>HHHHHH', 0x4242, 0x0100, 1, 0, 0, 0)
+q += b''.join(bytes([len(l)]) + l for l in name.split(b'.')) + b'\0' + struct.pack('>HH', 1, 1)
+s = socket.create_connection(('127.0.0.1', 53), timeout=10)
+s.sendall(struct.pack('>H', len(q)) + q)
+n = struct.unpack('>H', s.recv(2))[0]
+r = b''
+while len(r) < n:
+    r += s.recv(n - len(r))
+print('tcp id=%x rcode=%d answers=%d ip=%s' % (struct.unpack('>H', r[:2])[0], r[3] & 15, struct.unpack('>H', r[6:8])[0], socket.inet_ntoa(r[-4:])))
+"#;
+
+#[test]
+fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_host() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let (port, asked) = counting_dns();
+    let mut t = DaemonEnv::new("");
+    t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
+    start_daemon(&t);
+    let script = "cat /etc/resolv.conf; \
+         for n in allowed.sgtest denied.sgtest c2VjcmV0.unknown.sgtest loop.sgtest; do \
+           getent hosts $n; echo \"$n rc=$?\"; done; \
+         python3 -c 'import socket; print(\"py\", sorted({a[4][0] for a in socket.getaddrinfo(\"allowed.sgtest\", 443)}))'; \
+         python3 -c 'import socket\ntry:\n socket.getaddrinfo(\"denied.sgtest\", 443)\nexcept socket.gaierror as e: print(\"py denied\", e.errno == socket.EAI_NONAME)'; \
+         python3 -c \"$TCPQ\"";
+    let mut run = t.cmd();
+    run.env("TCPQ", TCP_QUERY);
+    let child = run
+        .args([
+            "net",
+            "--allow",
+            "allowed.sgtest",
+            "--allow",
+            "loop.sgtest",
+            "--deny",
+            "denied.sgtest",
+            // The test resolver answers with documentation addresses, which the address guard
+            // refuses like any non-public range unless allowed by IP.
+            "--allow",
+            "192.0.2.0/24",
+            "--allow",
+            "2001:db8::/32",
+        ])
+        .args(["--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("nameserver 127.0.0.1"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("allowed.sgtest rc=0"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("192.0.2.10") || stdout.contains("2001:db8::10"), "{stdout}\n{stderr}");
+    // getent: 2 = not found.
+    for refused in ["denied.sgtest", "c2VjcmV0.unknown.sgtest", "loop.sgtest"] {
+        assert!(stdout.contains(&format!("{refused} rc=2")), "{refused}\n{stdout}\n{stderr}");
+    }
+    assert!(stdout.contains("py ['192.0.2.10', '2001:db8::10']"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("py denied True"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tcp id=4242 rcode=0 answers=1 ip=192.0.2.10"), "{stdout}\n{stderr}");
+
+    // Only allowed names reached the host's resolver.
+    let asked = asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|n| n == "allowed.sgtest"), "{asked:?}");
+    for refused in ["denied.sgtest", "c2VjcmV0.unknown.sgtest"] {
+        assert!(
+            !asked.iter().any(|n| n.contains(refused)),
+            "{refused} reached the host: {asked:?}"
+        );
+    }
+    // Refusals are events: `sandgate log` shows them.
+    let log = t.json_lines(&["log", "--json"]);
+    let dns = |host: &str| {
+        log.iter()
+            .find(|e| e["method"] == "DNS" && e["host"] == host)
+            .unwrap_or_else(|| panic!("no DNS event for {host}: {log:#?}"))
+            .clone()
+    };
+    assert_eq!(dns("denied.sgtest")["decision"], "deny");
+    assert!(dns("denied.sgtest")["rule"].as_str().unwrap().contains("denied.sgtest"));
+    assert_eq!(dns("c2VjcmV0.unknown.sgtest")["decision"], "deny");
+    assert!(dns("loop.sgtest")["rule"].as_str().unwrap().contains("loopback"));
+    let text = String::from_utf8_lossy(&t.sg(&["log"]).stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("denied.sgtest")).unwrap_or_default();
+    assert!(line.contains("DNS") && !line.contains("denied.sgtest:0"), "{text}");
+    assert!(pending_is_empty(&t), "a lookup must not ask a person");
+    // The command's stderr says why, once per name (not once per A and AAAA query).
+    let notice = "sandgate: DNS: no answer for c2VjcmV0.unknown.sgtest";
+    assert_eq!(stderr.matches(notice).count(), 1, "{stderr}");
+}
+
+#[test]
+fn an_unknown_name_resolves_only_after_a_person_allows_it() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let (port, asked) = counting_dns();
+    let mut t = DaemonEnv::new("");
+    t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
+    start_daemon(&t);
+    let script = "getent hosts granted.sgtest; echo first rc=$?; i=0; \
+                  until getent hosts granted.sgtest; do i=$((i+1)); [ $i -gt 200 ] && break; \
+                  sleep 0.1; done; getent hosts granted.sgtest >/dev/null; echo later rc=$?";
+    let mut child = t.spawn_net(&["--allow", "192.0.2.0/24"], &["sh", "-c", script]);
+    let lines = lines_of(child.stdout.take().unwrap());
+    expect_line(&lines, std::time::Duration::from_secs(30), |l| l == "first rc=2");
+    assert!(
+        !asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"),
+        "looked up before anyone allowed it"
+    );
+    let out = t.sg(&["allow", "granted.sgtest", "--for", "1h"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer =
+        expect_line(&lines, std::time::Duration::from_secs(30), |l| l.contains("192.0.2.20"));
+    assert!(answer.contains("granted.sgtest"), "{answer}");
+    expect_line(&lines, std::time::Duration::from_secs(5), |l| l == "later rc=0");
+    let _ = child.wait();
+    assert!(asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"));
+}
+
+fn pending_is_empty(t: &DaemonEnv) -> bool {
+    t.json(&["pending", "--json"]).as_array().is_none_or(|a| a.is_empty())
+}

@@ -1,0 +1,355 @@
+//! Escape attempts from inside a sandbox; each must fail. Network targets are a test host in a
+//! network namespace this test creates (reachable from outside, as a control).
+
+use std::os::unix::net::UnixListener;
+use std::process::{Command, Stdio};
+
+use crate::support::sandbox::{self, HOST4, HOST6, Scratch, TestHost, Who, both, refused};
+use sandgate_tests::sandgate_bin;
+
+/// A blocked direct attempt must fail at once: refused with an errno (the firewall rejects),
+/// never left to time out (a drop). The error's kind says which, whatever the machine's load: a
+/// timing bound would fail on a busy CI host, not on a firewall that drops. The milliseconds the
+/// probe prints are kept in the message for a person reading a failure.
+#[track_caller]
+fn refused_fast(answer: &str, what: &str) {
+    let res = answer.split_whitespace().next().unwrap_or("");
+    assert_ne!(res, "ok", "{what}: escaped ({answer})");
+    assert!(
+        res.starts_with('E') && res.bytes().skip(1).all(|b| b.is_ascii_uppercase()),
+        "{what}: not refused with an errno, so dropped or broken ({answer})"
+    );
+    assert_ne!(res, "ETIMEDOUT", "{what}: dropped, not refused ({answer})");
+}
+
+fn direct_network_is_refused(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    for tier in ["run", "net", "build"] {
+        for (op, host, port) in
+            [("tcp", HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
+        {
+            let answer = s.probe(tier, &[], &[op, host, port]);
+            refused_fast(&answer, &format!("{tier} {op} {host}:{port}"));
+        }
+        // Without any proxy variable (an empty environment, curl told to go direct) nothing
+        // changes: curl's connect is refused at once (exit 7, "couldn't connect"), where the
+        // test host's listener would have accepted it (exit 52/56 from a non-HTTP peer).
+        for url in [format!("http://{HOST4}:8080/"), format!("http://[{HOST6}]:8080/")] {
+            let out = s.run(
+                tier,
+                &[],
+                &[
+                    "env",
+                    "-i",
+                    "PATH=/usr/bin:/bin",
+                    "curl",
+                    "-sS",
+                    "--noproxy",
+                    "*",
+                    "--max-time",
+                    "5",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{time_total}",
+                    &url,
+                ],
+            );
+            let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(99.0);
+            assert_eq!(
+                out.status.code(),
+                Some(7),
+                "{tier}: curl {url} without proxy variables: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // Exit 7 is "couldn't connect" (refused); a drop would be 28 (timed out). The time
+            // is printed, not bounded: a loaded machine is not a dropping firewall.
+            eprintln!("{tier}: curl {url} refused in {secs} s");
+        }
+    }
+}
+
+fn blocked_attempts_are_reported(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let probe = s.probe.to_str().unwrap();
+    let script = format!(
+        "python3 {probe} tcp {HOST4} 8080; python3 {probe} udp {HOST4} 53; python3 {probe} tcp {HOST6} 8443"
+    );
+    for tier in ["net", "build"] {
+        let out = s.run(tier, &["--report-blocked"], &["sh", "-c", &script]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for line in stdout.lines() {
+            refused_fast(line, &format!("{tier}: {line}"));
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for want in [
+            format!("sandgate: blocked tcp {HOST4}:8080"),
+            format!("sandgate: blocked udp {HOST4}:53"),
+            format!("sandgate: blocked tcp [{HOST6}]:8443"),
+        ] {
+            assert!(stderr.contains(&want), "{tier}: no NFLOG record {want:?} in:\n{stderr}");
+        }
+    }
+}
+
+fn raw_sockets_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    for tier in ["run", "net"] {
+        refused(&s.probe(tier, &[], &["raw"]), &["EPERM", "EACCES"], "raw socket");
+    }
+}
+
+/// Socket families beyond unix, IPv4, IPv6 and netlink are refused: AF_VSOCK reaches the
+/// hypervisor host whatever the network namespace, AF_ALG and AF_PACKET are kernel surface no
+/// command here needs. (family, type): AF_VSOCK stream, AF_ALG seqpacket, AF_PACKET dgram.
+fn other_socket_families_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    // The filter is what refuses (seccomp answers before the kernel looks the family up): outside
+    // (as root) the same calls work or meet a kernel without the family, never EPERM.
+    for (family, kind) in [("40", "1"), ("38", "5")] {
+        let out = std::process::Command::new("python3")
+            .args([s.probe.to_str().unwrap(), "family", family, kind])
+            .output()
+            .unwrap();
+        let outside = String::from_utf8_lossy(&out.stdout);
+        assert!(["ok", "EAFNOSUPPORT"].contains(&outside.trim()), "outside {family}: {outside}");
+    }
+    for tier in ["run", "net", "build"] {
+        for (family, kind) in [("40", "1"), ("38", "5"), ("17", "2")] {
+            let answer = s.probe(tier, &[], &["family", family, kind]);
+            refused(&answer, &["EPERM"], &format!("{tier}: socket({family}, {kind})"));
+        }
+        // socketpair: unix pairs only (AF_TIPC would make them, and load its module).
+        refused(&s.probe(tier, &[], &["pair", "30", "5"]), &["EPERM"], "socketpair(AF_TIPC)");
+        assert_eq!(s.probe(tier, &[], &["pair", "1", "1"]), "ok", "{tier}: socketpair(AF_UNIX)");
+        // What commands need still works (unix sockets: see the unix socket test).
+        for (family, kind) in [("2", "1"), ("10", "2"), ("16", "3")] {
+            let answer = s.probe(tier, &[], &["family", family, kind]);
+            assert_eq!(answer, "ok", "{tier}: socket({family}, {kind})");
+        }
+    }
+}
+
+/// Descriptors the caller left open (fd 3 and up) do not reach the command: through them it
+/// would read hidden files and write outside, past every mount of the sandbox.
+fn inherited_descriptors_are_closed(who: &Who) {
+    let s = Scratch::new(who);
+    let out_file = s.outside.join("through-fd.txt");
+    std::fs::write(&out_file, "").unwrap();
+    let _ = std::process::Command::new("chmod").arg("666").arg(&out_file).status();
+    let inner = "echo pwned >&7 && echo fd7-open; cat /proc/self/fd/6/.ssh/id_rsa && echo fd6-open; \
+                 ls /proc/self/fd | tr '\\n' ' '";
+    let script = format!(
+        "exec 6<\"$HOME\" 7>>'{}'; exec '{}' run -- sh -c '{}'",
+        out_file.display(),
+        sandgate_bin().display(),
+        inner.replace('\'', r"'\''")
+    );
+    let out = s.program(std::path::Path::new("sh")).args(["-c", &script]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("fd7-open") && !stdout.contains("fd6-open"), "{stdout}");
+    assert!(!stdout.contains("FAKE KEY"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "", "written through fd 7");
+    // ls itself holds one descriptor (3) for /proc/self/fd while it lists.
+    assert_eq!(stdout.lines().last().unwrap_or("").trim(), "0 1 2 3", "{stdout}");
+}
+
+fn unix_sockets_outside_are_unreachable(who: &Who) {
+    let s = Scratch::new(who);
+    // A pathname socket standing in for docker.sock, made outside, reachable by the user.
+    let path = s.root.join("docker.sock");
+    let _listener = UnixListener::bind(&path).unwrap();
+    let _ = Command::new("chmod").arg("666").arg(&path).status();
+    let answer = s.probe("build", &[], &["unix", path.to_str().unwrap()]);
+    refused(&answer, &["EPERM", "EACCES", "ECONNREFUSED", "ENOENT"], "pathname unix socket");
+    // An abstract socket made outside.
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = format!("sandgate-test-{}-{}", std::process::id(), who.uid);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _abstract = UnixListener::bind_addr(&addr).unwrap();
+    let answer = s.probe("build", &[], &["abstract", &name]);
+    refused(&answer, &["EPERM", "EACCES", "ECONNREFUSED"], "abstract unix socket");
+}
+
+fn outside_processes_are_out_of_reach(who: &Who) {
+    let s = Scratch::new(who);
+    let mut outside = Command::new("setpriv")
+        .args(["--reuid", &who.uid.to_string(), "--regid", &who.gid.to_string(), "--clear-groups"])
+        .args(["sleep", "30"])
+        .spawn()
+        .unwrap();
+    let pid = outside.id().to_string();
+    refused(&s.probe("run", &[], &["kill", &pid]), &["ESRCH", "EPERM"], "kill outside");
+    refused(&s.probe("run", &[], &["ptrace", &pid]), &["ESRCH", "EPERM"], "ptrace outside");
+    let _ = outside.kill();
+    let _ = outside.wait();
+}
+
+fn terminal_injection_is_refused(who: &Who) {
+    let s = Scratch::new(who);
+    // `script` gives the launcher a terminal as stdin and controlling terminal.
+    let inner = s.command("run", &[], &["python3", s.probe.to_str().unwrap(), "tiocsti"]);
+    let mut line = format!("{:?}", inner.get_program());
+    for a in inner.get_args() {
+        line.push(' ');
+        line.push_str(&shell_quote(a.to_str().unwrap()));
+    }
+    let envs: Vec<String> = inner
+        .get_envs()
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, shell_quote(v?.to_str()?))))
+        .collect();
+    let cmd =
+        format!("cd {} && env -i {} {line}", shell_quote(s.proj.to_str().unwrap()), envs.join(" "));
+    let out = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("EPERM") || text.contains("EIO"), "TIOCSTI: {text}");
+    assert!(!text.lines().any(|l| l.trim() == "ok"), "TIOCSTI worked: {text}");
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn setuid_binaries_give_nothing(who: &Who) {
+    let s = Scratch::new(who);
+    let id = s.root.join("suid-id");
+    std::fs::copy("/usr/bin/id", &id).unwrap();
+    // Owned by nobody with the setuid bit: running it must not make us nobody.
+    let _ = Command::new("chown").args(["65534:65534"]).arg(&id).status();
+    let _ = Command::new("chmod").args(["4755"]).arg(&id).status();
+    let out = s.run("run", &[], &[id.to_str().unwrap(), "-u"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), who.uid.to_string());
+}
+
+/// Runs `cmd` in `tier`; asserts it failed and that its stderr says why (`reason`).
+#[track_caller]
+fn fails_for(s: &Scratch, tier: &str, cmd: &[&str], reasons: &[&str]) {
+    let out = s.run(tier, &[], cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{tier}: {cmd:?} worked as {:?}", s.who);
+    assert!(
+        reasons.iter().any(|r| stderr.contains(r)),
+        "{tier}: {cmd:?} failed, but not with one of {reasons:?}: {stderr}"
+    );
+}
+
+fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let probe = s.probe.to_str().unwrap();
+    const EPERM: &str = "Operation not permitted";
+    // util-linux's mount says "permission denied" for the kernel's EPERM, and refuses by itself
+    // when not uid 0 (the syscall probes below check the kernel either way).
+    const MOUNT: &[&str] = &["permission denied", "must be superuser"];
+    for tier in ["run", "net", "build"] {
+        // The tools are there: a failure below is a refusal, not a missing binary.
+        let (which, _) = s.sh(tier, &[], "which unshare nft mount");
+        assert_eq!(which.lines().count(), 3, "{tier}: {which}");
+        fails_for(&s, tier, &["unshare", "-r", "true"], &[EPERM]);
+        fails_for(&s, tier, &["unshare", "-n", "true"], &[EPERM]);
+        fails_for(&s, tier, &["unshare", "-m", "true"], &[EPERM]);
+        fails_for(&s, tier, &["mount", "-t", "tmpfs", "none", "/mnt"], MOUNT);
+        fails_for(&s, tier, &["mount", "-o", "remount,rw", "/"], MOUNT);
+        fails_for(&s, tier, &["nft", "flush", "ruleset"], &[EPERM]);
+        // The kernel's own answers, without the tools' checks in between.
+        for flags in ["0x10000000", "0x40000000", "0x20000"] {
+            // CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS
+            refused(&s.probe(tier, &[], &["unshare", flags]), &["EPERM"], "unshare(2)");
+        }
+        refused(&s.probe(tier, &[], &["mount", "/mnt"]), &["EPERM"], "mount(2)");
+        refused(&s.probe(tier, &[], &["io_uring"]), &["EPERM", "ENOSYS"], "io_uring_setup");
+        // The x32 ABI (syscall numbers with bit 30 set) is refused by the filter itself, not
+        // merely missing from this kernel: outside the same call is ENOSYS or works.
+        if cfg!(target_arch = "x86_64") {
+            let outside = std::process::Command::new("python3")
+                .args([s.probe.to_str().unwrap(), "x32"])
+                .output()
+                .unwrap();
+            let outside = String::from_utf8_lossy(&outside.stdout);
+            assert!(!outside.starts_with("EPERM"), "outside: {outside}");
+            refused(&s.probe(tier, &[], &["x32"]), &["EPERM"], "an x32 system call");
+        }
+        // No capability in any set, and no way to gain one.
+        let (status, _) = s.sh(tier, &[], "cat /proc/self/status");
+        for field in ["CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh"] {
+            let line = status.lines().find(|l| l.starts_with(&format!("{field}:")));
+            let value = line.and_then(|l| l.split_whitespace().nth(1));
+            assert_eq!(value, Some("0000000000000000"), "{tier}: {field} in {status}");
+        }
+        let nnp = status.lines().find(|l| l.starts_with("NoNewPrivs:"));
+        assert_eq!(
+            nnp.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+            Some(vec!["NoNewPrivs:", "1"]),
+            "{tier}"
+        );
+    }
+    // The firewall survives an attempt to flush it from inside.
+    for tier in ["net", "build"] {
+        let script = format!("nft flush ruleset 2>/dev/null; python3 {probe} tcp {HOST4} 8080");
+        let (out, _) = s.sh(tier, &[], &script);
+        refused_fast(out.trim(), &format!("{tier}: tcp after nft flush"));
+    }
+}
+
+/// The newest mount and attribute calls (newer than most libc tables) are refused inside:
+/// `open_tree_attr`, `statmount`, `listmount` with EPERM like the older mount calls, the `*xattrat`
+/// and `file_{get,set}attr` calls with ENOSYS (callers fall back to the older calls). Control:
+/// outside, this kernel answers each with something else (it has them all).
+fn the_newest_mount_and_attribute_calls_are_refused(who: &Who) {
+    let s = Scratch::new(who);
+    let script = r#"
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr in [("statmount", 457), ("listmount", 458), ("setxattrat", 463), ("getxattrat", 464),
+                 ("listxattrat", 465), ("removexattrat", 466), ("open_tree_attr", 467),
+                 ("file_getattr", 468), ("file_setattr", 469)]:
+    r = libc.syscall(nr, -1, 0, 0, 0, 0, 0)
+    e = ctypes.get_errno()
+    print(name, "ok" if r >= 0 else errno.errorcode.get(e, str(e)))
+"#;
+    let answers = |out: &[u8]| -> Vec<(String, String)> {
+        sandbox::text(out)
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
+            .collect()
+    };
+    let outside = std::process::Command::new("python3").args(["-c", script]).output().unwrap();
+    let outside = answers(&outside.stdout);
+    assert_eq!(outside.len(), 9, "{outside:?}");
+    let kernel_has_them = outside.iter().all(|(_, e)| e != "ENOSYS" && e != "EPERM");
+    if !kernel_has_them {
+        eprintln!(
+            "SKIPPED control of the_newest_mount_and_attribute_calls_are_refused: {outside:?}"
+        );
+    }
+    for tier in ["run", "build"] {
+        let (out, _) = s.sh(tier, &[], &format!("python3 -c '{}'", script.replace('\'', "\"")));
+        let inside = answers(out.as_bytes());
+        assert_eq!(inside.len(), 9, "{tier}: {out}");
+        for (name, e) in inside {
+            let want =
+                if name.contains("mount") || name == "open_tree_attr" { "EPERM" } else { "ENOSYS" };
+            assert_eq!(e, want, "{tier}: {name}");
+        }
+    }
+}
+
+both!(
+    direct_network_is_refused,
+    blocked_attempts_are_reported,
+    raw_sockets_are_refused,
+    other_socket_families_are_refused,
+    inherited_descriptors_are_closed,
+    unix_sockets_outside_are_unreachable,
+    outside_processes_are_out_of_reach,
+    terminal_injection_is_refused,
+    setuid_binaries_give_nothing,
+    namespaces_mounts_and_firewall_stay_shut,
+    the_newest_mount_and_attribute_calls_are_refused,
+);

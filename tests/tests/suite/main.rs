@@ -42,3 +42,4 @@ mod sandbox_tty;
 mod sandbox_walls;
 mod telegram;
 mod traffic_log;
+mod type_names;

@@ -8,7 +8,7 @@
 //! directory between a writable path and a path the sandbox must not change is bound onto itself
 //! as well ("pinned"), with the writability it had.
 //!
-//! The sequence is a pure plan ([`plan`]: the resolved [`FsPlan`] and what the [`Host`] offers
+//! The sequence is a pure plan ([`plan`]: the resolved [`FsPlan`] and what the [`HostLayout`] offers
 //! become a list of [`MountOp`]s, golden-tested per tier without root) and a thin executor
 //! ([`execute`]) that performs each operation and names a failure by its
 //! [`SetupStep`](crate::SetupStep).
@@ -103,7 +103,7 @@ pub fn pins(writable: &[PathBuf], targets: &[&Path], hidden_dirs: &[PathBuf]) ->
 
 /// What the host offers that the plan depends on, looked at before the mounts start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Host {
+pub struct HostLayout {
     /// `/dev/shm` is a directory (it gets a private tmpfs).
     pub dev_shm: bool,
     /// `/dev/pts` is a directory (it gets a devpts instance of its own).
@@ -112,10 +112,10 @@ pub struct Host {
     pub resolv_conf: bool,
 }
 
-impl Host {
+impl HostLayout {
     /// Looks at this host (`resolv_conf` only when the plan has one to bind).
-    fn probe(fs: &FsPlan) -> Host {
-        Host {
+    fn probe(fs: &FsPlan) -> HostLayout {
+        HostLayout {
             dev_shm: Path::new(SHM).is_dir(),
             dev_pts: Path::new(PTS).is_dir(),
             resolv_conf: fs.resolv_conf.is_some() && std::fs::metadata(RESOLV_CONF).is_ok(),
@@ -139,7 +139,7 @@ const BIND_FLAGS: MsFlags = MsFlags::MS_BIND.union(MsFlags::MS_REC);
 const READ_ONLY_ATTRS: u64 = sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID;
 
 /// One step of building the mount namespace. [`plan`] makes the list (a pure function of the
-/// resolved [`FsPlan`] and the [`Host`]), [`execute`] performs it in order.
+/// resolved [`FsPlan`] and the [`HostLayout`]), [`execute`] performs it in order.
 ///
 /// Steps marked "if present" look at the path when they run: an earlier step may have covered
 /// it (a path under the private `/tmp` outside the trees put back, a directory below one hidden
@@ -197,7 +197,7 @@ pub enum MountOp {
 ///   writability back after it;
 /// - pins come last, so that each is a copy of what is there by then (with the read-only and
 ///   hidden mounts inside); parents first, so a deeper pin lands in the copy.
-pub fn plan(fs: &FsPlan, host: &Host) -> Vec<MountOp> {
+pub fn plan(fs: &FsPlan, host: &HostLayout) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakePrivate];
     let kept = kept_under_tmp(&fs.cwd, &fs.writable, &fs.visible);
     ops.extend(kept.iter().cloned().map(MountOp::CloneTree));
@@ -344,7 +344,7 @@ fn flag_names(flags: MsFlags) -> String {
 /// Builds the mount namespace's view. Runs inside the new user + mount namespaces, with the
 /// capabilities of the user namespace, before anything else is restricted.
 pub fn build(fs: &FsPlan) -> Result<(), SandboxError> {
-    execute(&plan(fs, &Host::probe(fs)))
+    execute(&plan(fs, &HostLayout::probe(fs)))
 }
 
 /// Performs `ops` in order; the first failure ends it, named by its step.
@@ -495,7 +495,7 @@ fn names(held: &std::fs::File, path: &str) -> bool {
 
 /// Binds a file holding `text` over `/etc/resolv.conf` (the file it names, when it is a
 /// symbolic link, as the resolver reads it). Without one there is nothing to cover (see
-/// [`Host::resolv_conf`]): the C library's default name server is 127.0.0.1, the stub too.
+/// [`HostLayout::resolv_conf`]): the C library's default name server is 127.0.0.1, the stub too.
 fn resolv_conf(text: &[u8]) -> Result<(), SandboxError> {
     let made = std::fs::OpenOptions::new()
         .write(true)
@@ -566,7 +566,7 @@ fn make_mount_point(path: &Path, dir: bool) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    const HOST: Host = Host { dev_shm: true, dev_pts: true, resolv_conf: true };
+    const HOST: HostLayout = HostLayout { dev_shm: true, dev_pts: true, resolv_conf: true };
 
     fn paths(s: &[&str]) -> Vec<PathBuf> {
         s.iter().map(PathBuf::from).collect()
@@ -607,7 +607,7 @@ mod tests {
     }
 
     #[track_caller]
-    fn golden(fs: &FsPlan, host: &Host, want: &[&str]) {
+    fn golden(fs: &FsPlan, host: &HostLayout, want: &[&str]) {
         let got = lines(&plan(fs, host));
         assert_eq!(got, want, "\ngot:\n{}\n", got.join("\n"));
     }
@@ -655,7 +655,7 @@ mod tests {
         without.remove(resolv);
         assert_eq!(without, lines(&plan(&run_tier(), &HOST)));
         // A host without /etc/resolv.conf: nothing to cover.
-        let bare = Host { resolv_conf: false, ..HOST };
+        let bare = HostLayout { resolv_conf: false, ..HOST };
         assert_eq!(lines(&plan(&fs, &bare)), lines(&plan(&run_tier(), &bare)));
     }
 
@@ -711,7 +711,7 @@ mod tests {
         fs.pinned = Vec::new();
         fs.provided = Vec::new();
         fs.resolv_conf = None;
-        let bare = Host { dev_shm: false, dev_pts: false, resolv_conf: false };
+        let bare = HostLayout { dev_shm: false, dev_pts: false, resolv_conf: false };
         golden(
             &fs,
             &bare,

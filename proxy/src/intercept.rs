@@ -259,6 +259,36 @@ impl Interceptor {
     }
 }
 
+/// The authority an intercepted request names upstream: the tunnel's host, with its port unless
+/// it is HTTPS's 443.
+fn tls_authority(target: &Target) -> String {
+    if target.port == 443 { target.host.to_string() } else { target.to_string() }
+}
+
+/// Headers that make common servers run another method than the request's (Google APIs,
+/// ASP.NET, Symfony, Express `method-override`, Rack).
+const METHOD_OVERRIDE_HEADERS: [&str; 3] =
+    ["x-http-method-override", "x-http-method", "x-method-override"];
+
+/// The methods a request asks a server to run instead of its own: the override headers' values
+/// and a `_method` query parameter (Rails, Laravel, Symfony), upper-cased as those servers do. A
+/// value that is not a plain word is kept as it is, so it matches no method rule.
+fn method_overrides(uri: &hyper::Uri, headers: &hyper::HeaderMap) -> Vec<String> {
+    let mut out: Vec<String> = METHOD_OVERRIDE_HEADERS
+        .iter()
+        .flat_map(|h| headers.get_all(*h))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_uppercase())
+        .collect();
+    for pair in uri.query().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = k.to_ascii_lowercase();
+        if k == "_method" || k == "%5fmethod" {
+            out.push(v.trim().to_ascii_uppercase());
+        }
+    }
+    out
+}
+
 /// Whether `name` is a placeholder's secret among `secrets` (for the event note).
 fn placeholders_in(text: &str) -> impl Iterator<Item = &str> {
     text.match_indices(PLACEHOLDER_PREFIX).map(move |(i, _)| {
@@ -415,9 +445,25 @@ impl Conn {
     ) -> Result<Response<Body>, Refusal> {
         let settings = self.policy.intercept().clone();
         let method = req.method().as_str().to_owned();
-        let path = req.uri().path().to_owned();
+        // Only origin-form paths (or absolute form, whose authority is dropped below): a CONNECT
+        // or `OPTIONS *` inside the tunnel has no path the rules could judge.
+        let Some(pq) = req.uri().path_and_query().filter(|pq| pq.as_str().starts_with('/')) else {
+            return Err(Refusal::Malformed {
+                input: crate::denial::quote(req.uri().to_string().as_bytes()),
+                why: "inside an intercepted tunnel a request names a path starting with '/'".into(),
+            });
+        };
+        let pq = pq.clone();
         self.inner
-            .http_rules(&self.sandbox, &self.policy, &self.target, &method, &path, &mut draft.event)
+            .http_rules(
+                &self.sandbox,
+                &self.policy,
+                &self.target,
+                &method,
+                req.uri(),
+                req.headers(),
+                &mut draft.event,
+            )
             .await?;
         let client_upgrade =
             req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
@@ -460,25 +506,27 @@ impl Conn {
                 parts.headers.insert(header::UPGRADE, u);
             }
         }
+        // The request names the tunnel's host, whatever the client wrote (Host, an absolute-form
+        // target, HTTP/2 :authority): a server or CDN in front of several sites routes by that
+        // name, and the secret and the rules were decided for this host alone.
+        let authority = tls_authority(&self.target);
+        let malformed = |e: &dyn std::fmt::Display| Refusal::Malformed {
+            input: crate::denial::quote(authority.as_bytes()),
+            why: e.to_string(),
+        };
         if self.h2 {
-            // HTTP/2 names the site in :authority, from the URI (absolute already when the client
-            // spoke HTTP/2).
-            if parts.uri.authority().is_none() {
-                let authority = parts
-                    .headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map_or_else(|| self.target.to_string(), str::to_owned);
-                let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-                parts.uri =
-                    format!("https://{authority}{pq}").parse().map_err(|e| Refusal::Malformed {
-                        input: crate::denial::quote(authority.as_bytes()),
-                        why: format!("{e}"),
-                    })?;
-            }
+            parts.uri = hyper::Uri::builder()
+                .scheme("https")
+                .authority(authority.as_str())
+                .path_and_query(pq)
+                .build()
+                .map_err(|e| malformed(&e))?;
             parts.headers.remove(header::HOST);
             parts.version = Version::HTTP_2;
         } else {
+            parts.uri = hyper::Uri::from(pq);
+            let host = HeaderValue::from_str(&authority).map_err(|e| malformed(&e))?;
+            parts.headers.insert(header::HOST, host);
             parts.version = Version::HTTP_11;
         }
         let body = Counted::new(body, pending.clone(), false, None);
@@ -609,24 +657,32 @@ impl Inner {
 
     /// The host's `[[http_rules]]` for one request (intercepted or plain HTTP): the matching
     /// rule is added to the event; no match asks a person or refuses.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn http_rules(
         &self,
         sandbox: &Sandbox,
         policy: &NetworkPolicy,
         target: &Target,
         method: &str,
-        path: &str,
+        uri: &hyper::Uri,
+        headers: &hyper::HeaderMap,
         event: &mut ProxyEvent,
     ) -> Result<(), Refusal> {
         let settings = policy.intercept();
         let Some(rules) = settings.rules_for(target) else { return Ok(()) };
-        match rules.allow.iter().find(|r| r.matches(method, path)) {
-            Some(rule) => {
-                event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
-                Ok(())
+        let path = uri.path();
+        // A server that honours a method override runs that method instead of the one sent, one
+        // that does not runs the one sent: both must be allowed.
+        let overrides = method_overrides(uri, headers);
+        for method in std::iter::once(method).chain(overrides.iter().map(String::as_str)) {
+            match rules.allow.iter().find(|r| r.matches(method, path)) {
+                Some(rule) => {
+                    event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
+                }
+                None => self.ask_request(sandbox, policy, target, method, path, rules).await?,
             }
-            None => self.ask_request(sandbox, policy, target, method, path, rules).await,
         }
+        Ok(())
     }
 }
 

@@ -510,6 +510,8 @@ impl Conn {
         // target, HTTP/2 :authority): a server or CDN in front of several sites routes by that
         // name, and the secret and the rules were decided for this host alone.
         let authority = tls_authority(&self.target);
+        // After `inject`, which may have put a value in the query string.
+        let pq = parts.uri.path_and_query().cloned().unwrap_or(pq);
         let malformed = |e: &dyn std::fmt::Display| Refusal::Malformed {
             input: crate::denial::quote(authority.as_bytes()),
             why: e.to_string(),

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use tokio::net::{TcpListener, TcpStream};
 
 const VALUE: &str = "sk-redteam-intercept-value";
+const VALUE_Q: &str = "sk-redteam-query-value";
 
 /// Copies every byte read from the inner stream into `log` (what the origin received, raw).
 struct Tap<S> {
@@ -167,6 +168,8 @@ async fn setup(rules: &[&str]) -> Setup {
     std::fs::write(&roots, &origin.ca_pem).unwrap();
     let key = dir.path().join("key");
     std::fs::write(&key, VALUE).unwrap();
+    let key_q = dir.path().join("key-q");
+    std::fs::write(&key_q, VALUE_Q).unwrap();
     let http_rules = if rules.is_empty() {
         Vec::new()
     } else {
@@ -177,16 +180,28 @@ async fn setup(rules: &[&str]) -> Setup {
         }]
     };
     let settings = InterceptSettings {
-        secrets: vec![Secret {
-            name: "k".into(),
-            hosts: vec![DomainPattern::parse("a.test", PatternUse::Allow).unwrap()],
-            header: "Authorization".into(),
-            format: "Bearer {}".into(),
-            env: None,
-            anywhere: false,
-            source: SecretSource::File(key),
-            origin: Origin { path: "/test.toml".into(), line: 1 },
-        }],
+        secrets: vec![
+            Secret {
+                name: "k".into(),
+                hosts: vec![DomainPattern::parse("a.test", PatternUse::Allow).unwrap()],
+                header: "Authorization".into(),
+                format: "Bearer {}".into(),
+                env: None,
+                anywhere: false,
+                source: SecretSource::File(key),
+                origin: Origin { path: "/test.toml".into(), line: 1 },
+            },
+            Secret {
+                name: "q".into(),
+                hosts: vec![DomainPattern::parse("a.test", PatternUse::Allow).unwrap()],
+                header: "x-q".into(),
+                format: "{}".into(),
+                env: None,
+                anywhere: true,
+                source: SecretSource::File(key_q),
+                origin: Origin { path: "/test.toml".into(), line: 5 },
+            },
+        ],
         http_rules,
         extra_roots: vec![roots],
         ..InterceptSettings::default()
@@ -474,4 +489,29 @@ fn path_spellings_that_leave_the_allowed_tree_match_no_rule() {
         assert!(rule.matches("GET", p), "{p} should match {rule}");
     }
     assert!(one.matches("GET", "/repos/x/issues"));
+}
+
+/// Control for the fixes above, which rebuild the request target: a secret with `anywhere` still
+/// replaces its placeholder in the query string, over HTTP/1.1 and HTTP/2.
+#[tokio::test]
+async fn an_anywhere_secret_still_reaches_the_query_string() {
+    let s = setup(&[]).await;
+    let out = s
+        .raw(b"GET /q?key=sandgate-placeholder-q&y=1 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .await;
+    assert!(out.contains(&format!("GET /q?key={VALUE_Q}&y=1 ")), "{out}");
+    let tls = s.tunnel("a.test", &[b"h2"]).await;
+    let (mut send, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("https://a.test/q2?key=sandgate-placeholder-q")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let body = send.send_request(req).await.unwrap().into_body().collect().await.unwrap();
+    let body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+    assert!(body.contains(&format!("/q2?key={VALUE_Q} ")), "{body}");
 }

@@ -465,6 +465,19 @@ impl Conn {
                 &mut draft.event,
             )
             .await?;
+        // After an upgrade the connection is bytes the rules never read: on a host with rules
+        // only WebSocket (whose frames a server does not take for requests) may be upgraded to,
+        // never `h2c` or anything else that speaks HTTP again.
+        if settings.rules_for(&self.target).is_some()
+            && let Some(up) = req.headers().get(header::UPGRADE)
+            && !(req.headers().get_all(header::UPGRADE).iter().count() == 1
+                && up.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        {
+            return Err(Refusal::Malformed {
+                input: crate::denial::quote(up.as_bytes()),
+                why: "on a host with HTTP rules only an upgrade to websocket is allowed".into(),
+            });
+        }
         let client_upgrade =
             req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();

@@ -111,39 +111,64 @@ async fn origin() -> Origin2 {
                 let Ok(tls) = acceptor.accept(s).await else { return };
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                 let io = TokioIo::new(Tap { inner: tls, log: raw });
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let reqs = reqs.clone();
-                    async move {
-                        let host = req
-                            .headers()
-                            .get_all("host")
-                            .iter()
-                            .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
-                            .collect::<Vec<_>>()
-                            .join(",");
-                        let auth: String = req
-                            .headers()
-                            .get("authorization")
-                            .map_or("-".into(), |h| String::from_utf8_lossy(h.as_bytes()).into());
-                        let line =
-                            format!("{} {} host={host} auth={auth}", req.method(), req.uri());
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
-                        let line = format!(
-                            "{line} body={:?}",
-                            body.map(|b| String::from_utf8_lossy(&b).into_owned())
-                                .unwrap_or_else(|e| format!("ERROR {e}"))
-                        );
-                        reqs.lock().unwrap().push(line.clone());
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(line + "\n"))))
-                    }
-                });
+                let svc =
+                    hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                        let reqs = reqs.clone();
+                        async move {
+                            // Any upgrade is accepted (h2c included, as some servers behind a TLS
+                            // front do); what follows is read and logged raw by the tap.
+                            if let Some(proto) = req.headers().get("upgrade").cloned() {
+                                reqs.lock()
+                                    .unwrap()
+                                    .push(format!("UPGRADE {} {proto:?}", req.uri()));
+                                let up = hyper::upgrade::on(&mut req);
+                                tokio::spawn(async move {
+                                    if let Ok(up) = up.await {
+                                        let mut up = TokioIo::new(up);
+                                        let mut sink = Vec::new();
+                                        let _ = up.read_to_end(&mut sink).await;
+                                    }
+                                });
+                                let resp = Response::builder()
+                                    .status(101)
+                                    .header("connection", "upgrade")
+                                    .header("upgrade", proto)
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap();
+                                return Ok::<_, Infallible>(resp);
+                            }
+                            let host = req
+                                .headers()
+                                .get_all("host")
+                                .iter()
+                                .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+                                .collect::<Vec<_>>()
+                                .join(",");
+                            let auth: String =
+                                req.headers().get("authorization").map_or("-".into(), |h| {
+                                    String::from_utf8_lossy(h.as_bytes()).into()
+                                });
+                            let line =
+                                format!("{} {} host={host} auth={auth}", req.method(), req.uri());
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                            let line = format!(
+                                "{line} body={:?}",
+                                body.map(|b| String::from_utf8_lossy(&b).into_owned())
+                                    .unwrap_or_else(|e| format!("ERROR {e}"))
+                            );
+                            reqs.lock().unwrap().push(line.clone());
+                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(line + "\n"))))
+                        }
+                    });
                 if h2 {
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                         .serve_connection(io, svc)
                         .await;
                 } else {
-                    let _ =
-                        hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, svc)
+                        .with_upgrades()
+                        .await;
                 }
             });
         }
@@ -514,4 +539,47 @@ async fn an_anywhere_secret_still_reaches_the_query_string() {
     let body = send.send_request(req).await.unwrap().into_body().collect().await.unwrap();
     let body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
     assert!(body.contains(&format!("/q2?key={VALUE_Q} ")), "{body}");
+}
+
+/// An upgrade turns the connection into bytes the interceptor no longer reads: `Upgrade: h2c`
+/// (HTTP/2 cleartext, "h2c smuggling") on an allowed path would let every later request on it
+/// pass the HTTP rules unseen. On a host with rules only WebSocket may be upgraded to.
+#[tokio::test]
+async fn an_h2c_upgrade_does_not_open_a_channel_past_the_rules() {
+    let s = setup(&["GET /ok"]).await;
+    for proto in ["h2c", "H2C", "foo", "websocket, h2c", "h2c, websocket"] {
+        let req = format!(
+            "GET /ok HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+             Upgrade: {proto}\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+        );
+        let mut tls = s.tunnel("a.test", &[]).await;
+        tls.write_all(req.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            if tls.read(&mut b).await.unwrap_or(0) == 0 {
+                break;
+            }
+            head.push(b[0]);
+        }
+        // Whatever the answer, what follows must not reach the upstream unread.
+        let _ = tls.write_all(b"GET /admin HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
+        let _ = tls.shutdown().await;
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut rest))
+            .await;
+    }
+    let raw = String::from_utf8_lossy(&s.origin.raw.lock().unwrap()).into_owned();
+    assert!(!raw.contains("/admin"), "a request passed the rules unseen:\n{raw}");
+    // Control: a WebSocket upgrade on an allowed path still works.
+    let mut tls = s.tunnel("a.test", &[]).await;
+    tls.write_all(
+        b"GET /ok HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101", "{:?}", String::from_utf8_lossy(&head));
 }

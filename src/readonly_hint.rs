@@ -308,7 +308,7 @@ mod tests {
                 "../x".to_owned(),
                 format!("{}/other-user", root.path().display()),
             ] {
-                let l = lines(&cx, &[p.clone()], 0).join("\n");
+                let l = lines(&cx, std::slice::from_ref(&p), 0).join("\n");
                 assert!(!l.contains("add-path") && !l.contains("--allow-write"), "{p}: {l}");
                 assert!(l.contains("read-only"), "{p}: {l}");
             }

@@ -199,18 +199,19 @@ impl fmt::Display for HttpRule {
 /// Whether a server may resolve `path` to another path than the one the rules see. Deny by
 /// default: a path is unambiguous only when
 ///
-/// - it starts with `/` and holds only the bytes RFC 3986 allows in a path (letters, digits,
-///   `-._~!$&'()*+,;=:@/` and `%` escapes);
+/// - it starts with `/` and holds only the bytes RFC 3986 allows in a path but `;` (letters,
+///   digits, `-._~!$&'()*+,=:@/` and `%` escapes): `;` starts path parameters, which Tomcat,
+///   Jetty and Spring take off before routing (`/files/x;.json` is `/files/x` to them);
 /// - every escape is `%` and two hex digits, and stands for a byte that a server cannot read as
 ///   structure or as another spelling: printable ASCII other than `/`, `\`, `.`, `%`, `;`, `?`
 ///   and `#` (so no encoded slashes or dots, no double encoding, no control bytes, no overlong or
 ///   other non-ASCII UTF-8 that a decoder may fold into a dot);
-/// - no segment is empty but the last (`//` collapses on many servers), and none is `.` or `..`
-///   once its `;` parameters are taken off (`..;` is `..` to Tomcat and Jetty).
+/// - no segment is empty but the last (`//` collapses on many servers), and none is `.` or
+///   `..`.
 ///
 /// Such requests match no rule.
 pub fn ambiguous_path(path: &str) -> bool {
-    const RAW: &[u8] = b"-._~!$&'()*+,;=:@/%";
+    const RAW: &[u8] = b"-._~!$&'()*+,=:@/%";
     const ESCAPED: &[u8] = b" !\"$&'()*+,:<=>@[]^_`{|}~-";
     let bytes = path.as_bytes();
     if bytes.first() != Some(&b'/') {
@@ -238,10 +239,10 @@ pub fn ambiguous_path(path: &str) -> bool {
     }
     let segments: Vec<&str> = path[1..].split('/').collect();
     let last = segments.len() - 1;
-    segments.iter().enumerate().any(|(n, seg)| {
-        let bare = seg.split(';').next().unwrap_or("");
-        (bare.is_empty() && n != last) || bare == "." || bare == ".."
-    })
+    segments
+        .iter()
+        .enumerate()
+        .any(|(n, seg)| (seg.is_empty() && n != last) || *seg == "." || *seg == "..")
 }
 
 /// `*` matches within one path segment, `**` across segments.

@@ -503,13 +503,16 @@ fn path_spellings_that_leave_the_allowed_tree_match_no_rule() {
         "/repos/myorg/x\u{0}",
         "/repos/myorg/%",
         "/repos/myorg/%zz",
+        "/repos/myorg;/../other/x", // `;` parameters, stripped before routing
+        "/repos/myorg/x;.json",
+        "/repos/myorg/x%3b.json",
     ] {
         assert!(!rule.matches("GET", p), "{p} matches {rule}");
     }
     // `//` collapses on many servers: `/repos//issues` would be `/repos/issues`.
     assert!(!one.matches("GET", "/repos//issues"), "empty segment matched `*`");
     // Control: ordinary paths, and encodings that stay inside a segment, still match.
-    for p in ["/repos/myorg/x", "/repos/myorg/x/pulls/1", "/repos/myorg/a%20b", "/repos/myorg/a;b"]
+    for p in ["/repos/myorg/x", "/repos/myorg/x/pulls/1", "/repos/myorg/a%20b", "/repos/myorg/a,b"]
     {
         assert!(rule.matches("GET", p), "{p} should match {rule}");
     }

@@ -148,6 +148,18 @@ async fn origin() -> Origin2 {
                                 req.headers().get("authorization").map_or("-".into(), |h| {
                                     String::from_utf8_lossy(h.as_bytes()).into()
                                 });
+                            // A redirect that keeps the query string (a canonical URL, a
+                            // trailing slash) and a header that reflects the credential.
+                            if req.uri().path() == "/redirect" {
+                                let q = req.uri().query().unwrap_or("");
+                                let resp = Response::builder()
+                                    .status(301)
+                                    .header("location", format!("https://b.test/landing?{q}"))
+                                    .header("x-seen-authorization", auth.clone())
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap();
+                                return Ok(resp);
+                            }
                             let line =
                                 format!("{} {} host={host} auth={auth}", req.method(), req.uri());
                             let body = req.into_body().collect().await.map(|b| b.to_bytes());
@@ -585,4 +597,21 @@ async fn an_h2c_upgrade_does_not_open_a_channel_past_the_rules() {
     let mut head = [0u8; 12];
     tls.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.1 101", "{:?}", String::from_utf8_lossy(&head));
+}
+
+/// A response header that carries an injected value back (a redirect keeping the query string
+/// with an `anywhere` secret in it, a header reflecting the credential) must not hand the value
+/// to the sandbox: the proxy puts the placeholder back. (A body that echoes it is not read; see
+/// the README's threat model.)
+#[tokio::test]
+async fn an_injected_value_echoed_in_response_headers_goes_back_as_the_placeholder() {
+    let s = setup(&[]).await;
+    let out = s
+        .raw(b"GET /redirect?key=sandgate-placeholder-q HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .await;
+    assert!(out.starts_with("HTTP/1.1 301"), "{out}");
+    assert!(!out.contains(VALUE_Q) && !out.contains(VALUE), "a value came back:\n{out}");
+    // Control: the origin did get both values, and the headers are there with placeholders.
+    assert!(out.contains("location: https://b.test/landing?key=sandgate-placeholder-q"), "{out}");
+    assert!(out.contains("x-seen-authorization: Bearer sandgate-placeholder-k"), "{out}");
 }

@@ -5,7 +5,6 @@
 
 #[allow(unused_imports)] // the support module re-exports what other suites use
 mod daemon_support;
-#[allow(dead_code)]
 mod intercept_support;
 
 use std::os::unix::fs::PermissionsExt as _;

@@ -372,6 +372,11 @@ async fn an_http2_authority_naming_another_site_goes_to_the_tunnel_host() {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert!(!String::from_utf8_lossy(&body).contains("b.test"), "{body:?}");
     }
+    // A CONNECT inside the HTTP/2 connection (no path: a tunnel to wherever :authority says, if
+    // the upstream is itself a proxy) never reaches the upstream.
+    let req = Request::connect("b.test:443").body(Full::new(Bytes::new())).unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 400);
     let port = s.origin.port;
     let reqs = s.requests();
     assert_eq!(reqs.len(), 3, "{reqs:?}");

@@ -5,26 +5,6 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
 
-/// What a sandbox must never read, whatever its tier and whatever the name filters say: the
-/// variables (`from_env`) and files (`from_file`) secrets are read from. Sandgate knows these
-/// hold a secret, so they are hidden by that knowledge, not by how their names look: a variable
-/// called `DEPLOY_VALUE` passes the secret-name filter, a key file in `/srv` or a non-dot home
-/// directory is readable by default.
-pub fn secret_sources(settings: &InterceptSettings) -> (Vec<String>, Vec<PathBuf>) {
-    let mut vars = Vec::new();
-    let mut files = Vec::new();
-    for s in &settings.secrets {
-        match &s.source {
-            SecretSource::Env(v) => vars.push(v.clone()),
-            SecretSource::File(f) => files.push(f.clone()),
-            // Run on the host; what it reads is its own business (a password store is a
-            // home dot-entry, hidden already).
-            SecretSource::Command { .. } => {}
-        }
-    }
-    (vars, files)
-}
-
 /// `sandgate secrets`.
 #[derive(Debug, Args)]
 pub struct SecretsArgs {

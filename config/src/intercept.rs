@@ -296,6 +296,26 @@ pub struct InterceptSettings {
 }
 
 impl InterceptSettings {
+    /// What a sandbox must never read, whatever its tier and whatever the name filters say: the
+    /// variables (`from_env`) and files (`from_file`) secrets are read from. Sandgate knows these
+    /// hold a secret, so they are hidden by that knowledge, not by how their names look: a variable
+    /// called `DEPLOY_VALUE` passes the secret-name filter, a key file in `/srv` or a non-dot home
+    /// directory is readable by default.
+    pub fn secret_sources(&self) -> (Vec<String>, Vec<PathBuf>) {
+        let mut vars = Vec::new();
+        let mut files = Vec::new();
+        for s in &self.secrets {
+            match &s.source {
+                SecretSource::Env(v) => vars.push(v.clone()),
+                SecretSource::File(f) => files.push(f.clone()),
+                // Run on the host; what it reads is its own business (a password store is a
+                // home dot-entry, hidden already).
+                SecretSource::Command { .. } => {}
+            }
+        }
+        (vars, files)
+    }
+
     /// Whether anything is ever intercepted (then the sandbox gets the CA bundle variables).
     pub fn in_use(&self) -> bool {
         !self.secrets.is_empty() || !self.http_rules.is_empty()

@@ -160,7 +160,7 @@ pub fn spec_from_policy(
     // inside).
     let mut hidden: Vec<PathBuf> = policy.fs.hidden.iter().map(|h| h.path.clone()).collect();
     // Secrets' sources: hidden files, and variables removed below, in every tier.
-    let (source_vars, source_files) = crate::intercept_cmd::secret_sources(policy.net.intercept());
+    let (source_vars, source_files) = policy.net.intercept().secret_sources();
     hidden.extend(source_files);
     if let Some(data) = &ctx.data_home {
         hidden.push(data.join("sandgate"));

@@ -3,13 +3,11 @@
 //! and name spellings the stub does not expect, and lookups that must never reach the host's
 //! resolver.
 
-mod common;
-
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use common::{Events, policy};
+use crate::common::{Events, policy};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use sandgate_config::DomainName;

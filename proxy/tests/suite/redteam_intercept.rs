@@ -4,16 +4,14 @@
 //! `:authority`), to smuggle a request the HTTP rules never saw past the interceptor (framing
 //! tricks), and to walk around a path rule. Every test names what it would catch.
 
-mod common;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use crate::common::{Events, TestResolver, policy, serve};
 use bytes::Bytes;
-use common::{Events, TestResolver, policy, serve};
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -1,16 +1,12 @@
 //! Red team, end to end: what the proxy's secret injection promises ("a secret never reaches the
 //! sandbox") attacked from inside real sandboxes of every tier. The other attacks on the proxy
 //! (interception, HTTP rules, the DNS stub, the address guard) are library tests in
-//! `proxy/tests/redteam_*.rs`, where the traffic can be inspected on both sides.
-
-#[allow(unused_imports)] // the support module re-exports what other suites use
-mod daemon_support;
-mod intercept_support;
+//! `proxy/tests/suite/redteam_*.rs`, where the traffic can be inspected on both sides.
 
 use std::os::unix::fs::PermissionsExt as _;
 
-use daemon_support::{T, can_sandbox};
-use intercept_support::tls_origin;
+use crate::support::daemon::{DaemonEnv, can_sandbox};
+use crate::support::intercept::tls_origin;
 use sandgate_tests::skip_unless;
 
 /// A secret's source is a secret wherever it is: a `from_env` variable whose name does not look
@@ -28,7 +24,7 @@ fn secret_sources_and_the_ca_key_are_out_of_reach_in_every_tier() {
     let value_env = format!("rt-env-value-{tag}");
     let value_file = format!("rt-file-value-{tag}");
     let var = format!("RT_PLAIN_VALUE_{}", std::process::id());
-    let mut t = T::new("");
+    let mut t = DaemonEnv::new("");
     let root = t.env.root.path().to_path_buf();
     let plain = root.join("plain");
     std::fs::create_dir_all(&plain).unwrap();
@@ -100,7 +96,7 @@ fn intercepted_requests_cannot_name_another_site_or_walk_around_the_rules() {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     let secret = format!("sk-rt-{}-{}", std::process::id(), nanos.as_nanos());
     let o = tls_origin("127.0.0.1", &secret);
-    let t = T::new("");
+    let t = DaemonEnv::new("");
     let root = t.env.root.path();
     let key = root.join("key");
     std::fs::write(&key, format!("{secret}\n")).unwrap();

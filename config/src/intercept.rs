@@ -196,18 +196,53 @@ impl fmt::Display for HttpRule {
     }
 }
 
-/// Whether a server may resolve `path` to another path than the one the rules see: dot segments
-/// (`/allowed/../admin`), encoded dots, slashes or backslashes (`%2e`, `%2f`, `%5c`),
-/// backslashes, or anything but a path starting with `/`. Such requests match no rule.
+/// Whether a server may resolve `path` to another path than the one the rules see. Deny by
+/// default: a path is unambiguous only when
+///
+/// - it starts with `/` and holds only the bytes RFC 3986 allows in a path but `;` (letters,
+///   digits, `-._~!$&'()*+,=:@/` and `%` escapes): `;` starts path parameters, which Tomcat,
+///   Jetty and Spring take off before routing (`/files/x;.json` is `/files/x` to them);
+/// - every escape is `%` and two hex digits, and stands for a byte that a server cannot read as
+///   structure or as another spelling: printable ASCII other than `/`, `\`, `.`, `%`, `;`, `?`
+///   and `#` (so no encoded slashes or dots, no double encoding, no control bytes, no overlong or
+///   other non-ASCII UTF-8 that a decoder may fold into a dot);
+/// - no segment is empty but the last (`//` collapses on many servers), and none is `.` or
+///   `..`.
+///
+/// Such requests match no rule.
 pub fn ambiguous_path(path: &str) -> bool {
-    if !path.starts_with('/') || path.contains('\\') {
+    const RAW: &[u8] = b"-._~!$&'()*+,=:@/%";
+    const ESCAPED: &[u8] = b" !\"$&'()*+,:<=>@[]^_`{|}~-";
+    let bytes = path.as_bytes();
+    if bytes.first() != Some(&b'/') {
         return true;
     }
-    let lower = path.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
-        return true;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hex = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(16));
+            let (Some(hi), Some(lo)) = (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) else {
+                return true;
+            };
+            let d = (hi * 16 + lo) as u8;
+            if !(d.is_ascii_alphanumeric() || ESCAPED.contains(&d)) {
+                return true;
+            }
+            i += 3;
+            continue;
+        }
+        if !(b.is_ascii_alphanumeric() || RAW.contains(&b)) {
+            return true;
+        }
+        i += 1;
     }
-    path.split('/').any(|seg| seg == "." || seg == "..")
+    let segments: Vec<&str> = path[1..].split('/').collect();
+    let last = segments.len() - 1;
+    segments
+        .iter()
+        .enumerate()
+        .any(|(n, seg)| (seg.is_empty() && n != last) || *seg == "." || *seg == "..")
 }
 
 /// `*` matches within one path segment, `**` across segments.
@@ -261,6 +296,26 @@ pub struct InterceptSettings {
 }
 
 impl InterceptSettings {
+    /// What a sandbox must never read, whatever its tier and whatever the name filters say: the
+    /// variables (`from_env`) and files (`from_file`) secrets are read from. Sandgate knows these
+    /// hold a secret, so they are hidden by that knowledge, not by how their names look: a variable
+    /// called `DEPLOY_VALUE` passes the secret-name filter, a key file in `/srv` or a non-dot home
+    /// directory is readable by default.
+    pub fn secret_sources(&self) -> (Vec<String>, Vec<PathBuf>) {
+        let mut vars = Vec::new();
+        let mut files = Vec::new();
+        for s in &self.secrets {
+            match &s.source {
+                SecretSource::Env(v) => vars.push(v.clone()),
+                SecretSource::File(f) => files.push(f.clone()),
+                // Run on the host; what it reads is its own business (a password store is a
+                // home dot-entry, hidden already).
+                SecretSource::Command { .. } => {}
+            }
+        }
+        (vars, files)
+    }
+
     /// Whether anything is ever intercepted (then the sandbox gets the CA bundle variables).
     pub fn in_use(&self) -> bool {
         !self.secrets.is_empty() || !self.http_rules.is_empty()

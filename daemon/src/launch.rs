@@ -159,6 +159,9 @@ pub fn spec_from_policy(
     // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
     // inside).
     let mut hidden: Vec<PathBuf> = policy.fs.hidden.iter().map(|h| h.path.clone()).collect();
+    // Secrets' sources: hidden files, and variables removed below, in every tier.
+    let (source_vars, source_files) = policy.net.intercept().secret_sources();
+    hidden.extend(source_files);
     if let Some(data) = &ctx.data_home {
         hidden.push(data.join("sandgate"));
     }
@@ -241,6 +244,7 @@ pub fn spec_from_policy(
                 && k != "GIT_OPTIONAL_LOCKS"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
                 && !secrets.removes(k)
+                && !source_vars.iter().any(|v| k == v.as_str())
         })
         .cloned()
         .collect();

@@ -53,6 +53,9 @@ enum Advice {
     BuildOnly,
     /// Under a dot-directory elsewhere: configuration, not offered.
     Dotted,
+    /// A directory that must not be opened whole: it holds the home or the current directory,
+    /// or it is on `PATH`.
+    TooWide(PathBuf),
     /// Anything else: make this directory writable.
     Directory(PathBuf),
 }
@@ -122,6 +125,12 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
         Advice::Dotted => format!(
             "{shown} is read-only: sandgate does not offer to make dot-directories writable \
              (configuration there can make code run later)"
+        ),
+        Advice::TooWide(dir) => format!(
+            "{shown} is read-only in the {tier} tier; sandgate does not offer to make {} \
+             writable: it holds your home or current directory, or is on PATH (what is planted \
+             there runs outside the sandbox)",
+            show(dir)
         ),
         Advice::Directory(dir) if build => {
             let dir = show(dir);
@@ -214,7 +223,22 @@ fn advise(cx: &Context<'_>, path: &Path) -> Advice {
     if dir == Path::new("/") {
         return Advice::System;
     }
+    // The path came from the sandbox: never a directory that holds the home or the current
+    // directory (the home itself, `/home`), nor one on PATH (`~/bin`), whose opening would let
+    // the next sandbox plant what runs outside.
+    let above_cwd = cx.cwd.starts_with(&dir) && dir != cx.cwd;
+    if above_cwd
+        || cx.home.is_some_and(|h| h.starts_with(&dir))
+        || on_path(&dir, std::env::var_os("PATH").as_deref())
+    {
+        return Advice::TooWide(dir);
+    }
     Advice::Directory(dir)
+}
+
+/// Whether `dir` is one of the directories of `path` (a `PATH` value), or holds one.
+fn on_path(dir: &Path, path: Option<&std::ffi::OsStr>) -> bool {
+    path.is_some_and(|p| std::env::split_paths(p).any(|d| d.is_absolute() && d.starts_with(dir)))
 }
 
 #[cfg(test)]
@@ -262,6 +286,43 @@ mod tests {
             assert!(!l.contains("add-path") && !l.contains("--allow-write"), "{p}: {l}");
             assert!(l.contains("read-only"), "{p}: {l}");
         }
+    }
+
+    /// Red team: a sandbox that prints "Read-only file system" for the home directory, a
+    /// directory above it, or one on PATH must not get a ready-made command that opens it (before
+    /// the fix: `sandgate config add-path HOME`).
+    #[test]
+    fn directories_too_wide_to_open_are_not_offered() {
+        // No dot in the temporary directory's name: a dotted path is refused for that alone.
+        let root = tempfile::Builder::new().prefix("hint").tempdir().unwrap();
+        let home = root.path().join("home");
+        let proj = home.join("src/proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::create_dir_all(home.join("bin")).unwrap();
+        let writable = vec![proj.clone()];
+        for tier in ["build", "run"] {
+            let cx = Context { tier, cwd: &proj, home: Some(&home), writable: &writable };
+            for p in [
+                "~/newfile".to_owned(),
+                "~/notes.txt".to_owned(),
+                "../x".to_owned(),
+                format!("{}/other-user", root.path().display()),
+            ] {
+                let l = lines(&cx, std::slice::from_ref(&p), 0).join("\n");
+                assert!(!l.contains("add-path") && !l.contains("--allow-write"), "{p}: {l}");
+                assert!(l.contains("read-only"), "{p}: {l}");
+            }
+        }
+        let bin = home.join("bin");
+        let path = std::env::join_paths([Path::new("/usr/bin"), &bin]).unwrap();
+        assert!(on_path(&bin, Some(&path)));
+        assert!(on_path(&home, Some(&path)), "holds a PATH directory");
+        assert!(!on_path(&proj, Some(&path)));
+        // Control: a directory below the current one is still offered.
+        std::fs::create_dir_all(proj.join("out")).unwrap();
+        let cx = Context { tier: "run", cwd: &proj, home: Some(&home), writable: &[] };
+        let l = lines(&cx, &["out/f".to_owned()], 0).join("\n");
+        assert!(l.contains("--allow-write"), "{l}");
     }
 
     #[test]

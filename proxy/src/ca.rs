@@ -52,6 +52,15 @@ pub enum CaError {
         /// Its mode.
         mode: u32,
     },
+    /// A file or the directory of the CA is not this user's own (another user could have
+    /// planted or could replace the key or the certificate the sandboxes trust).
+    #[error("{path} {why}; the CA must be this user's alone (move it away to make a new one)")]
+    NotOwn {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// rcgen or rustls refused something.
     #[error("certificate authority: {0}")]
     Crypto(String),
@@ -93,6 +102,33 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CaError + '_ {
 
 fn crypto(e: impl std::fmt::Display) -> CaError {
     CaError::Crypto(e.to_string())
+}
+
+/// Deny by default: the CA's directory and files must be this user's own (a key or certificate
+/// another user can write is theirs to choose), the directory writable by nobody else, and the
+/// files plain files (no symbolic link pointing where someone else decides).
+fn own(path: &Path, dir: bool) -> Result<std::fs::Metadata, CaError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(path).map_err(io(path))?;
+    let refuse = |why: String| CaError::NotOwn { path: path.to_owned(), why };
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(refuse(format!("belongs to uid {}, not to uid {me}", meta.uid())));
+    }
+    if dir {
+        if !meta.is_dir() {
+            return Err(refuse("is not a directory".into()));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(refuse(format!(
+                "is writable by other users (mode {:o})",
+                meta.mode() & 0o777
+            )));
+        }
+    } else if !meta.file_type().is_file() {
+        return Err(refuse("is not a plain file".into()));
+    }
+    Ok(meta)
 }
 
 /// The calendar year now (approximately: validity windows have a year of slack either side).
@@ -152,11 +188,17 @@ impl CertificateAuthority {
             }
             let _ = std::fs::remove_file(&tmp);
         }
-        let meta = std::fs::metadata(&key_path).map_err(io(&key_path))?;
+        own(dir, true)?;
+        let meta = own(&key_path, false)?;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             return Err(CaError::KeyMode { path: key_path, mode });
         }
+        own(&cert_path, false).or_else(|e| match e {
+            // Made by a concurrent creator a moment later: waited for below.
+            CaError::Io { .. } => Ok(meta.clone()),
+            other => Err(other),
+        })?;
         let key_pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
         let issuer_key = KeyPair::from_pem(&key_pem).map_err(crypto)?;
         // The certificate may lag its key by a moment when another process just made the pair.

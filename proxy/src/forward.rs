@@ -347,9 +347,10 @@ impl Inner {
                 Err(r) => return Err((r, ctx)),
             };
             let (sandbox, policy) = (ctx.sandbox.clone(), ctx.policy.clone());
-            let (method, path) = (req.method().as_str(), req.uri().path());
-            if let Err(r) =
-                self.http_rules(&sandbox, &policy, &target, method, path, &mut ctx.event).await
+            let (method, uri, headers) = (req.method().as_str(), req.uri(), req.headers());
+            if let Err(r) = self
+                .http_rules(&sandbox, &policy, &target, method, uri, headers, &mut ctx.event)
+                .await
             {
                 return Err((r, ctx));
             }

@@ -259,6 +259,36 @@ impl Interceptor {
     }
 }
 
+/// The authority an intercepted request names upstream: the tunnel's host, with its port unless
+/// it is HTTPS's 443.
+fn tls_authority(target: &Target) -> String {
+    if target.port == 443 { target.host.to_string() } else { target.to_string() }
+}
+
+/// Headers that make common servers run another method than the request's (Google APIs,
+/// ASP.NET, Symfony, Express `method-override`, Rack).
+const METHOD_OVERRIDE_HEADERS: [&str; 3] =
+    ["x-http-method-override", "x-http-method", "x-method-override"];
+
+/// The methods a request asks a server to run instead of its own: the override headers' values
+/// and a `_method` query parameter (Rails, Laravel, Symfony), upper-cased as those servers do. A
+/// value that is not a plain word is kept as it is, so it matches no method rule.
+fn method_overrides(uri: &hyper::Uri, headers: &hyper::HeaderMap) -> Vec<String> {
+    let mut out: Vec<String> = METHOD_OVERRIDE_HEADERS
+        .iter()
+        .flat_map(|h| headers.get_all(*h))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_uppercase())
+        .collect();
+    for pair in uri.query().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = k.to_ascii_lowercase();
+        if k == "_method" || k == "%5fmethod" {
+            out.push(v.trim().to_ascii_uppercase());
+        }
+    }
+    out
+}
+
 /// Whether `name` is a placeholder's secret among `secrets` (for the event note).
 fn placeholders_in(text: &str) -> impl Iterator<Item = &str> {
     text.match_indices(PLACEHOLDER_PREFIX).map(move |(i, _)| {
@@ -346,6 +376,66 @@ fn inject(parts: &mut hyper::http::request::Parts, secret: &Secret, value: &Secr
     }
 }
 
+/// Puts the placeholder back where a response header carries an injected value (as sent, or
+/// percent-encoded): a redirect that keeps the query string, a header that reflects the
+/// credential. Bodies are not read (the README's threat model says so).
+fn redact(headers: &mut hyper::HeaderMap, injected: &[(SecretValue, String)]) {
+    if injected.is_empty() {
+        return;
+    }
+    for value in headers.values_mut() {
+        let mut bytes = value.as_bytes().to_vec();
+        let mut changed = false;
+        for (secret, ph) in injected {
+            let secret = secret.expose().as_bytes();
+            // One pass, left to right: a placeholder put in is never searched again (a value
+            // could be part of its own placeholder).
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                match echoed_at(&bytes[i..], secret) {
+                    Some(len) => {
+                        out.extend_from_slice(ph.as_bytes());
+                        i += len;
+                        changed = true;
+                    }
+                    None => {
+                        out.push(bytes[i]);
+                        i += 1;
+                    }
+                }
+            }
+            bytes = out;
+        }
+        if changed {
+            // The placeholder is header-safe text, so the result is a valid value; if not, the
+            // header goes empty rather than with the value.
+            *value = HeaderValue::from_bytes(&bytes).unwrap_or(HeaderValue::from_static(""));
+        }
+    }
+}
+
+/// The length of `secret` at the start of `text`, each byte as itself or percent-encoded (either
+/// case of hex digits), if it is there.
+fn echoed_at(text: &[u8], secret: &[u8]) -> Option<usize> {
+    if secret.is_empty() {
+        return None;
+    }
+    let mut j = 0;
+    for &b in secret {
+        if text.get(j) == Some(&b) {
+            j += 1;
+            continue;
+        }
+        let hex = |k: usize| text.get(k).and_then(|c| (*c as char).to_digit(16));
+        match (text.get(j), hex(j + 1), hex(j + 2)) {
+            (Some(b'%'), Some(hi), Some(lo)) if hi * 16 + lo == u32::from(b) => j += 3,
+            _ => return None,
+        }
+    }
+    Some(j)
+}
+
 /// One intercepted client connection.
 struct Conn {
     inner: Arc<Inner>,
@@ -415,10 +505,39 @@ impl Conn {
     ) -> Result<Response<Body>, Refusal> {
         let settings = self.policy.intercept().clone();
         let method = req.method().as_str().to_owned();
-        let path = req.uri().path().to_owned();
+        // Only origin-form paths (or absolute form, whose authority is dropped below): a CONNECT
+        // or `OPTIONS *` inside the tunnel has no path the rules could judge.
+        let Some(pq) = req.uri().path_and_query().filter(|pq| pq.as_str().starts_with('/')) else {
+            return Err(Refusal::Malformed {
+                input: crate::denial::quote(req.uri().to_string().as_bytes()),
+                why: "inside an intercepted tunnel a request names a path starting with '/'".into(),
+            });
+        };
+        let pq = pq.clone();
         self.inner
-            .http_rules(&self.sandbox, &self.policy, &self.target, &method, &path, &mut draft.event)
+            .http_rules(
+                &self.sandbox,
+                &self.policy,
+                &self.target,
+                &method,
+                req.uri(),
+                req.headers(),
+                &mut draft.event,
+            )
             .await?;
+        // After an upgrade the connection is bytes the rules never read: on a host with rules
+        // only WebSocket (whose frames a server does not take for requests) may be upgraded to,
+        // never `h2c` or anything else that speaks HTTP again.
+        if settings.rules_for(&self.target).is_some()
+            && let Some(up) = req.headers().get(header::UPGRADE)
+            && !(req.headers().get_all(header::UPGRADE).iter().count() == 1
+                && up.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        {
+            return Err(Refusal::Malformed {
+                input: crate::denial::quote(up.as_bytes()),
+                why: "on a host with HTTP rules only an upgrade to websocket is allowed".into(),
+            });
+        }
         let client_upgrade =
             req.headers().contains_key(header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -432,11 +551,13 @@ impl Conn {
             target: self.target.to_string(),
             error: "interception has no CA".into(),
         })?;
+        let mut injected = Vec::new();
         for secret in settings.secrets_for(&self.target) {
             let value = icpt.secrets().read(secret).await.map_err(|e| {
                 Refusal::SecretUnavailable { target: self.target.to_string(), why: e.to_string() }
             })?;
             inject(&mut parts, secret, &value);
+            injected.push((value, secret.placeholder()));
         }
         let seen = placeholders_seen(&parts);
         if !seen.is_empty() {
@@ -460,25 +581,29 @@ impl Conn {
                 parts.headers.insert(header::UPGRADE, u);
             }
         }
+        // The request names the tunnel's host, whatever the client wrote (Host, an absolute-form
+        // target, HTTP/2 :authority): a server or CDN in front of several sites routes by that
+        // name, and the secret and the rules were decided for this host alone.
+        let authority = tls_authority(&self.target);
+        // After `inject`, which may have put a value in the query string.
+        let pq = parts.uri.path_and_query().cloned().unwrap_or(pq);
+        let malformed = |e: &dyn std::fmt::Display| Refusal::Malformed {
+            input: crate::denial::quote(authority.as_bytes()),
+            why: e.to_string(),
+        };
         if self.h2 {
-            // HTTP/2 names the site in :authority, from the URI (absolute already when the client
-            // spoke HTTP/2).
-            if parts.uri.authority().is_none() {
-                let authority = parts
-                    .headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map_or_else(|| self.target.to_string(), str::to_owned);
-                let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-                parts.uri =
-                    format!("https://{authority}{pq}").parse().map_err(|e| Refusal::Malformed {
-                        input: crate::denial::quote(authority.as_bytes()),
-                        why: format!("{e}"),
-                    })?;
-            }
+            parts.uri = hyper::Uri::builder()
+                .scheme("https")
+                .authority(authority.as_str())
+                .path_and_query(pq)
+                .build()
+                .map_err(|e| malformed(&e))?;
             parts.headers.remove(header::HOST);
             parts.version = Version::HTTP_2;
         } else {
+            parts.uri = hyper::Uri::from(pq);
+            let host = HeaderValue::from_str(&authority).map_err(|e| malformed(&e))?;
+            parts.headers.insert(header::HOST, host);
             parts.version = Version::HTTP_11;
         }
         let body = Counted::new(body, pending.clone(), false, None);
@@ -494,11 +619,13 @@ impl Conn {
                     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
                 }
             });
-            let (parts, _) = resp.into_parts();
+            let (mut parts, _) = resp.into_parts();
+            redact(&mut parts.headers, &injected);
             return Ok(Response::from_parts(parts, crate::forward::full(bytes::Bytes::new())));
         }
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        redact(&mut parts.headers, &injected);
         Ok(Response::from_parts(parts, http_body_util::BodyExt::boxed(body)))
     }
 
@@ -609,24 +736,32 @@ impl Inner {
 
     /// The host's `[[http_rules]]` for one request (intercepted or plain HTTP): the matching
     /// rule is added to the event; no match asks a person or refuses.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn http_rules(
         &self,
         sandbox: &Sandbox,
         policy: &NetworkPolicy,
         target: &Target,
         method: &str,
-        path: &str,
+        uri: &hyper::Uri,
+        headers: &hyper::HeaderMap,
         event: &mut ProxyEvent,
     ) -> Result<(), Refusal> {
         let settings = policy.intercept();
         let Some(rules) = settings.rules_for(target) else { return Ok(()) };
-        match rules.allow.iter().find(|r| r.matches(method, path)) {
-            Some(rule) => {
-                event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
-                Ok(())
+        let path = uri.path();
+        // A server that honours a method override runs that method instead of the one sent, one
+        // that does not runs the one sent: both must be allowed.
+        let overrides = method_overrides(uri, headers);
+        for method in std::iter::once(method).chain(overrides.iter().map(String::as_str)) {
+            match rules.allow.iter().find(|r| r.matches(method, path)) {
+                Some(rule) => {
+                    event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
+                }
+                None => self.ask_request(sandbox, policy, target, method, path, rules).await?,
             }
-            None => self.ask_request(sandbox, policy, target, method, path, rules).await,
         }
+        Ok(())
     }
 }
 
@@ -795,6 +930,24 @@ mod tests {
         assert_eq!(p.headers["x-other"], "a REAL b");
         assert_eq!(p.uri.query(), Some("key=REAL&y=1"));
         assert!(placeholders_seen(&p).is_empty());
+    }
+
+    #[test]
+    fn echoed_values_in_response_headers_become_placeholders() {
+        let mut h = hyper::HeaderMap::new();
+        h.insert("location", HeaderValue::from_static("/x?k=a%2Bb%2fc&j=a+b/c"));
+        h.insert("x-echo", HeaderValue::from_static("placeholder placeholder"));
+        let injected = [
+            (SecretValue::for_test("a+b/c"), "sandgate-placeholder-k".to_owned()),
+            // A value that is part of its own placeholder: replaced once, no loop.
+            (SecretValue::for_test("placeholder"), "sandgate-placeholder-p".to_owned()),
+        ];
+        redact(&mut h, &injected);
+        assert_eq!(
+            h["location"],
+            "/x?k=sandgate-sandgate-placeholder-p-k&j=sandgate-sandgate-placeholder-p-k"
+        );
+        assert_eq!(h["x-echo"], "sandgate-placeholder-p sandgate-placeholder-p");
     }
 
     #[test]

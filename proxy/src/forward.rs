@@ -88,6 +88,8 @@ impl UpConn {
 #[derive(Default)]
 pub(crate) struct Pool {
     conns: Mutex<HashMap<SocketAddr, Vec<UpConn>>>,
+    /// Raw connections of the plain-HTTP relay (`relay.rs`).
+    pub(crate) raw: crate::relay::RawPool,
 }
 
 impl Pool {

@@ -67,6 +67,7 @@ pub mod intercept;
 mod io;
 mod pipeline;
 mod proxy;
+mod relay;
 pub mod secret;
 pub mod sni;
 pub mod socks;

@@ -563,11 +563,8 @@ impl Inner {
         // An unread body, a 400 or a client that asked to close: the connection ends here.
         let alive = rendered.status != 400 && !simple.close && simple.body == 0;
         let mut out = Vec::with_capacity(rendered.body.len() + 512);
-        let reason: String = rendered
-            .reason
-            .chars()
-            .filter(|&c| c == '\t' || (c >= ' ' && c != '\x7f'))
-            .collect();
+        let reason: String =
+            rendered.reason.chars().filter(|&c| c == '\t' || (c >= ' ' && c != '\x7f')).collect();
         let _ = write!(out, "HTTP/1.1 {} {reason}\r\n", rendered.status);
         for (k, v) in &rendered.headers {
             if hyper::header::HeaderValue::from_str(v).is_ok() {
@@ -626,7 +623,8 @@ impl Inner {
                 up.write_all(out).await.map_err(|e| UpError::Nothing(e.to_string()))?;
                 while left > 0 {
                     buf.reserve(BODY_READ);
-                    let n = client.read_buf(buf).await.map_err(|e| UpError::Other(e.to_string()))?;
+                    let n =
+                        client.read_buf(buf).await.map_err(|e| UpError::Other(e.to_string()))?;
                     if n == 0 {
                         return Err(UpError::Other("the client closed during the body".into()));
                     }
@@ -679,13 +677,19 @@ impl Inner {
         let down = relay_body(&mut up, client, upbuf, out, response.framing).await;
         let (down, clean) = match down {
             Ok(r) => r,
-            Err((e, _)) => {
-                // The client has the head (at least): its connection cannot be reused.
-                let _ = client.shutdown().await;
-                return Err((Refusal::Unreachable { target: target.to_string(), error: e }, true));
+            Err((e, sent)) => {
+                // Once the client has the head, its connection cannot be reused.
+                if sent {
+                    let _ = client.shutdown().await;
+                }
+                let r = Refusal::Unreachable { target: target.to_string(), error: e };
+                return Err((r, sent));
             }
         };
-        if response.reusable && clean && let Ok(addr) = up.peer_addr() {
+        if response.reusable
+            && clean
+            && let Ok(addr) = up.peer_addr()
+        {
             self.pool.raw.put(addr, up);
         }
         Ok(Exchange { up: body_up, down, client_alive: !simple.close })
@@ -716,8 +720,12 @@ async fn read_response(
         }
         upbuf.reserve(8192);
         match up.read_buf(upbuf).await {
-            Ok(0) if !any => return Err(UpError::Nothing("the upstream closed the connection".into())),
-            Ok(0) => return Err(UpError::Other("the upstream closed during the response head".into())),
+            Ok(0) if !any => {
+                return Err(UpError::Nothing("the upstream closed the connection".into()));
+            }
+            Ok(0) => {
+                return Err(UpError::Other("the upstream closed during the response head".into()));
+            }
             Ok(_) => any = true,
             Err(e) if !any => return Err(UpError::Nothing(e.to_string())),
             Err(e) => return Err(UpError::Other(e.to_string())),
@@ -762,6 +770,8 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
             Ok((n, upbuf.is_empty()))
         }
         Framing::Chunked => {
+            // Until the first write, a broken body still lets the client have a 502 instead.
+            let mut sent = false;
             let mut total = 0u64;
             let mut data_left = 0u64;
             // After a chunk's data, its CRLF.
@@ -788,12 +798,12 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                             break;
                         }
                         if &upbuf[..2] != b"\r\n" {
-                            return Err(("chunk data not followed by CRLF".into(), true));
+                            return Err(("chunk data not followed by CRLF".into(), sent));
                         }
                         upbuf.advance(2);
                         crlf_due = false;
                     }
-                    match chunk_size(upbuf).map_err(|e| (e, true))? {
+                    match chunk_size(upbuf).map_err(|e| (e, sent))? {
                         Chunk::NeedMore => break,
                         Chunk::Data { skip, n } => {
                             upbuf.advance(skip);
@@ -810,10 +820,12 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 if !out.is_empty() {
                     client.write_all(out).await.map_err(io)?;
                     out.clear();
+                    sent = true;
                 }
                 upbuf.reserve(BODY_READ);
-                if up.read_buf(upbuf).await.map_err(io)? == 0 {
-                    return Err(("the upstream closed during a chunked body".into(), true));
+                let got = up.read_buf(upbuf).await.map_err(|e| (e.to_string(), sent))?;
+                if got == 0 {
+                    return Err(("the upstream closed during a chunked body".into(), sent));
                 }
             }
         }
@@ -940,12 +952,21 @@ mod tests {
             ok("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"),
             (Chunked, true)
         );
-        assert_eq!(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), (Chunked, true));
-        assert_eq!(ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"), (Close, false));
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            (Chunked, true)
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+            (Close, false)
+        );
         assert_eq!(ok("HTTP/1.1 200 OK\r\n\r\n"), (Close, false));
         assert_eq!(ok("HTTP/1.1 204 No Content\r\n\r\n"), (None, true));
         assert_eq!(ok("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n"), (None, true));
-        assert_eq!(ok("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"), (Length(5), false));
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"),
+            (Length(5), false)
+        );
         assert_eq!(ok("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n"), (Length(5), false));
         assert_eq!(
             framing("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true).unwrap().unwrap(),

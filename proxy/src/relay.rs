@@ -343,12 +343,16 @@ fn parse_response(buf: &[u8], head_method: bool) -> Result<Option<Response>, Str
     };
     // A header the relay writes itself, or one for this hop only, is not passed on; a response
     // without a body keeps its Content-Length (it describes the resource, as for HEAD).
-    out.retain(|(n, _)| {
-        let name = &buf[n.clone()];
-        let own = name.eq_ignore_ascii_case(b"content-length") && framing != Framing::None;
-        !(own || (hop_by_hop(name) && !name.eq_ignore_ascii_case(b"content-length")))
-            && !named(&connection, name)
-    });
+    let dropped = |name: &[u8]| {
+        if named(&connection, name) {
+            true
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            framing != Framing::None
+        } else {
+            !name.eq_ignore_ascii_case(b"host") && hop_by_hop(name)
+        }
+    };
+    out.retain(|(n, _)| !dropped(&buf[n.clone()]));
     let reusable = !close && framing != Framing::Close;
     Ok(Some(Response { len, status, reason, framing, reusable, headers: out }))
 }

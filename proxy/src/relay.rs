@@ -70,14 +70,16 @@ pub(crate) struct RawPool {
 impl RawPool {
     /// An idle connection to one of `addrs`, in their order, that has not been closed or sent
     /// anything meanwhile (a readiness check: no system call unless the socket became readable).
-    fn take(&self, addrs: &[SocketAddr]) -> Option<TcpStream> {
+    fn take(&self, addrs: &[SocketAddr]) -> Option<(TcpStream, SocketAddr)> {
         let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for addr in addrs {
             let Some(list) = map.get_mut(addr) else { continue };
             while let Some(conn) = list.pop() {
                 let mut byte = [0u8; 1];
                 match conn.try_read(&mut byte) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        return Some((conn, *addr));
+                    }
                     // Closed (0), or bytes nobody asked for: not reusable.
                     _ => {}
                 }
@@ -616,9 +618,19 @@ impl Inner {
         out.extend_from_slice(&buf[..first]);
         buf.advance(first);
         let mut left = simple.body - first as u64;
-        let (mut up, mut reused) = match self.pool.raw.take(&ctx.addrs) {
-            Some(s) => (s, true),
-            None => (self.connect(target, &ctx.addrs).await.map_err(|r| (r, false))?, false),
+        // The address a connection is pooled under: known for a pooled one, asked of the socket
+        // once for a new one (not per request: a system call).
+        let fresh = || async {
+            let s = self.connect(target, &ctx.addrs).await.map_err(|r| (r, false))?;
+            let addr = s.peer_addr().ok();
+            Ok::<_, (Refusal, bool)>((s, addr))
+        };
+        let (mut up, mut addr, mut reused) = match self.pool.raw.take(&ctx.addrs) {
+            Some((s, addr)) => (s, Some(addr), true),
+            None => {
+                let (s, addr) = fresh().await?;
+                (s, addr, false)
+            }
         };
         let head_method = method == "HEAD";
         upbuf.clear();
@@ -646,7 +658,7 @@ impl Inner {
                 // a request without a body (the request never reached an application).
                 Err(UpError::Nothing(_)) if reused && simple.body == 0 => {
                     reused = false;
-                    up = self.connect(target, &ctx.addrs).await.map_err(|r| (r, false))?;
+                    (up, addr) = fresh().await?;
                     upbuf.clear();
                 }
                 Err(e) => return Err(unreachable(e.text())),
@@ -692,7 +704,7 @@ impl Inner {
         };
         if response.reusable
             && clean
-            && let Ok(addr) = up.peer_addr()
+            && let Some(addr) = addr
         {
             self.pool.raw.put(addr, up);
         }

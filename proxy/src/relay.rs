@@ -1019,6 +1019,7 @@ mod tests {
         assert_eq!(chunk_size(b"0\r\nX: 1\r\n"), Ok(Chunk::NeedMore));
         for bad in [
             &b"5\nhello"[..],
+            b"15\n",
             b"\r\n",
             b"x\r\n",
             b"-5\r\n",

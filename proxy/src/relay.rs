@@ -349,7 +349,8 @@ fn parse_response(buf: &[u8], head_method: bool) -> Result<Option<Response>, Str
         if named(&connection, name) {
             true
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            framing != Framing::None
+            // An invalid one is not passed on, even where it frames nothing.
+            framing != Framing::None || bad_length
         } else {
             !name.eq_ignore_ascii_case(b"host") && hop_by_hop(name)
         }
@@ -988,6 +989,8 @@ mod tests {
             framing("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true).unwrap().unwrap(),
             (None, true)
         );
+        let h = b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n";
+        assert!(parse_response(h, true).unwrap().unwrap().headers.is_empty());
         for bad in [
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n",

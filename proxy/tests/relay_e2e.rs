@@ -108,7 +108,7 @@ async fn setup() -> (SocketAddr, u16, Seen, Arc<Events>) {
     let (origin, seen) = scripted_origin().await;
     let events = Arc::new(Events::default());
     let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
-    let addr = serve(&p, "relay", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let addr = serve(&p, "relay", policy(&["allowed.test", "127.0.0.1"], &["denied.test"])).await;
     // The proxy lives as long as its listener task.
     std::mem::forget(p);
     (addr, origin.port(), seen, events)
@@ -251,6 +251,32 @@ async fn an_origin_cannot_smuggle_a_response() {
     // connection (in step: its request was read whole) goes on.
     assert!(out.starts_with("HTTP/1.1 502"), "{out}");
     assert!(!out.contains("hello") && out.ends_with("echo 0 bytes"), "{out}");
+}
+
+/// A refusal on the relay's path is the same answer as hyper's path gives (status line, decision
+/// header, body), its event says deny, and the keep-alive connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_is_answered_and_the_connection_goes_on() {
+    let (addr, port, seen, events) = setup().await;
+    let req = [
+        format!("GET http://denied.test:{port}/x HTTP/1.1\r\n\r\n"),
+        get(port, "/y", "Connection: close\r\n"),
+    ]
+    .concat();
+    let out = exchange(addr, req.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403 Blocked by sandgate: deny rule\r\n"), "{out}");
+    assert!(out.contains("x-sandgate-decision: deny; rule=deny denied.test"), "{out}");
+    assert!(out.contains("sandgate blocked the connection to denied.test"), "{out}");
+    assert!(out.ends_with("echo 0 bytes"), "{out}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    let denied = ev.iter().find(|e| e.host == "denied.test").expect("an event for denied.test");
+    assert_eq!(denied.decision, Outcome::Deny, "{ev:?}");
+    assert_eq!(denied.path.as_deref(), Some("/x"), "{ev:?}");
 }
 
 async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {

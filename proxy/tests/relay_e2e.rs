@@ -68,8 +68,13 @@ async fn scripted_origin() -> (SocketAddr, Seen) {
                             5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: t\r\n\r\n",
                         "/close" => b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
                         "/head" => b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n",
-                        "/extra" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\
-                            HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled",
+                        "/extra" => {
+                            // A second answer nobody asked for: with the first, and later on.
+                            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\
+                                HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled").await;
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+                        }
                         "/badchunk" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
                             5\nhello\r\n0\r\n\r\n",
                         "/twocl" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!",
@@ -231,8 +236,14 @@ async fn the_connection_is_handed_to_hyper_in_the_middle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_cannot_smuggle_a_response() {
     let (addr, port, seen, _events) = setup().await;
-    let req = [get(port, "/extra", ""), get(port, "/next", "Connection: close\r\n")].concat();
-    let out = exchange(addr, req.as_bytes()).await;
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.write_all(get(port, "/extra", "").as_bytes()).await.unwrap();
+    // The late answer is on the pooled connection before the next request takes it.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    c.write_all(get(port, "/next", "Connection: close\r\n").as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), c.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
     assert!(!out.contains("smuggled"), "{out}");
     assert!(out.contains("\r\n\r\nok") && out.ends_with("echo 0 bytes"), "{out}");
     // `/next` went out on a new upstream connection: the old one had bytes left over.

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::denial::{Refusal, quote, render_refusal};
 use crate::head::{Head, HeadError, parse_head};
-use crate::io::{ClientStream, Rewind};
+use crate::io::ClientStream;
 use crate::pipeline::{Ctx, RequestTarget};
 use crate::proxy::{Inner, Sandbox};
 use crate::sni::{self, Opening, OpeningParser};
@@ -105,8 +105,8 @@ impl Inner {
         };
         if !head.is_connect() {
             // Every request of a keep-alive connection, this first one included, goes through
-            // the pipeline in `forward.rs` (its own `request_filter` included).
-            self.serve_http(sandbox, Rewind::new(buf.freeze(), client)).await;
+            // the relay (`relay.rs`), or hyper's path in `forward.rs` for what the relay hands on.
+            self.relay_http(sandbox, client, buf).await;
             return;
         }
         let mut ctx = Ctx::new(sandbox, "CONNECT", start);

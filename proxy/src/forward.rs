@@ -1,5 +1,6 @@
-//! Plain HTTP: hyper's HTTP/1.1 server reads the requests of a connection, each goes through the
-//! decision stages and is forwarded over a pooled keep-alive connection to a checked address.
+//! Plain HTTP through hyper, for what the relay (`relay.rs`) hands on: hyper's HTTP/1.1 server
+//! reads the requests of a connection from there on, each goes through the decision stages and is
+//! forwarded over a pooled keep-alive connection to a checked address.
 //! CONNECT requests that arrive on such a connection are upgraded and handed, as raw client
 //! streams, to the one tunnel path (`pipeline.rs`).
 
@@ -88,6 +89,8 @@ impl UpConn {
 #[derive(Default)]
 pub(crate) struct Pool {
     conns: Mutex<HashMap<SocketAddr, Vec<UpConn>>>,
+    /// Raw connections of the plain-HTTP relay (`relay.rs`).
+    pub(crate) raw: crate::relay::RawPool,
 }
 
 impl Pool {

@@ -23,6 +23,7 @@ mod redteam_forward;
 mod redteam_guard;
 mod redteam_intercept;
 mod redteam_sni;
+mod relay_e2e;
 mod sni_bypass;
 mod socks_e2e;
 mod socks_fuzz;

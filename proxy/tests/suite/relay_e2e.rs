@@ -2,12 +2,10 @@
 //! the origin sent, request bodies, pipelining, the hand-over to hyper in the middle of a
 //! keep-alive connection, and an origin that tries to smuggle a second response.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use sandgate_proxy::{Outcome, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

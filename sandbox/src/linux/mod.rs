@@ -33,6 +33,7 @@ mod placeholder;
 mod stderr_tap;
 mod sys;
 mod terminal;
+mod tun;
 mod warden;
 
 use std::ffi::{CString, OsStr, OsString};
@@ -374,7 +375,9 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         None => None,
     };
     hooks.while_starting();
-    let mut buf = vec![0u8; 64 * 1024];
+    // "ok" and what the kernel enforced, or a setup error: a few hundred bytes (64 KiB here
+    // were 16 pages to fault in at every launch).
+    let mut buf = vec![0u8; 8 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
     let fail = |mut cleanup: Cleanup, e: SandboxError| {
@@ -771,7 +774,7 @@ mod init {
         }
         if let NetMode::Proxy { nflog_group } = &spec.net {
             // Netlink from this process: no `ip` or `nft` to find or start.
-            net::veth().map_err(err("veth (rtnetlink)"))?;
+            net::route_device().map_err(err("route device (rtnetlink)"))?;
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err("firewall (nf_tables)"))?;
             crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err("proxy listener"))?);

@@ -30,6 +30,7 @@ mod nested;
 mod net;
 mod netlink;
 mod placeholder;
+mod spawn;
 mod stderr_tap;
 mod sys;
 mod terminal;
@@ -899,15 +900,8 @@ mod init {
                 eprintln!("sandgate: no job control: controlling terminal: {e}");
             }
         }
-        let child = match sys::fork() {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("sandgate: fork: {e}");
-                sys::exit_now(126)
-            }
-        };
-        let Some(cmd) = child else {
-            drop(sock);
+        // Without a copy of init's memory (see `spawn`); `sock` is close-on-exec.
+        let child = spawn::vfork_exec(|| {
             let _ = sys::setpgid(0, 0);
             if terminal {
                 // In the foreground of the pty before exec (init does it too; first one wins).
@@ -929,6 +923,13 @@ mod init {
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })
+        });
+        let cmd = match child {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("sandgate: fork: {e}");
+                sys::exit_now(126)
+            }
         };
         // With a terminal the socket stays: it tells the launcher when Ctrl-Z stopped the
         // command itself (no shell inside to take the terminal back), so that it stops too.

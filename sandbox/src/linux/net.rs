@@ -15,10 +15,10 @@ pub fn loopback_up() -> io::Result<()> {
 }
 
 /// The device of the default routes (proxy mode), with its addresses and the routes: a tun
-/// device where `/dev/net/tun` is there (one device instead of two: see `tun`), else the veth
+/// device where one can be made (one device instead of two: see `tun`), else the veth
 /// pair, both set up with rtnetlink.
 pub fn route_device() -> io::Result<()> {
-    if let Some(tun) = super::tun::create(netlink::VETH.0)? {
+    if let Some(tun) = super::tun::create(netlink::VETH.0) {
         let configure = netlink::configure_tun(sys::interface_index(netlink::VETH.0)?);
         sys::netlink_transact(libc::NETLINK_ROUTE, configure.bytes(), configure.acks)?;
         // Held by this process (the sandbox's init, which never execs) until the sandbox ends:

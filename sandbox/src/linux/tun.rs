@@ -41,6 +41,13 @@ pub fn create(name: &str) -> Option<OwnedFd> {
         if libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &req) < 0 {
             return None;
         }
+        // Persistent: closing the descriptor (when init exits) then only detaches it, and the
+        // device goes with the namespace, in the kernel's cleanup worker. A non-persistent one
+        // is unregistered by that close, which waits for RCU grace periods in init's exit:
+        // ~17 ms of wall time per launch, where the veth pair cost nothing there.
+        if libc::ioctl(tun.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong) < 0 {
+            return None;
+        }
     }
     Some(tun)
 }

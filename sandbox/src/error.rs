@@ -163,8 +163,9 @@ setup_steps! {
     MakeReadOnly => "make / read-only",
     /// Bringing the loopback interface up.
     Loopback => "bring lo up",
-    /// The veth pair to the proxy's namespace (rtnetlink).
-    Veth => "veth (rtnetlink)",
+    /// The device the namespace's default routes lead to (one tun device, or a veth pair where
+    /// no tun can be made), over rtnetlink.
+    RouteDevice => "route device (rtnetlink)",
     /// The namespace's nf_tables firewall.
     Firewall => "firewall (nf_tables)",
     /// The proxy listener (127.0.0.1:3128 inside).

@@ -31,9 +31,11 @@ mod net;
 mod netlink;
 mod placeholder;
 mod report;
+mod spawn;
 mod stderr_tap;
 mod sys;
 mod terminal;
+mod tun;
 mod warden;
 
 use std::ffi::{CString, OsStr, OsString};
@@ -375,7 +377,9 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         None => None,
     };
     hooks.while_starting();
-    let mut buf = vec![0u8; 64 * 1024];
+    // "ok" and what the kernel enforced, or a setup error: a few hundred bytes (64 KiB here
+    // were 16 pages to fault in at every launch).
+    let mut buf = vec![0u8; 8 * 1024];
     let received = sys::recv_with_fds(&parent_sock, &mut buf);
     crate::timing::mark("sandbox ready (parent)");
     let fail = |mut cleanup: Cleanup, e: SandboxError| {
@@ -752,7 +756,7 @@ mod init {
         }
         if let NetSetup::Proxy { nflog_group } = &spec.net {
             // Netlink from this process: no `ip` or `nft` to find or start.
-            net::veth().map_err(err(SetupStep::Veth))?;
+            net::route_device().map_err(err(SetupStep::RouteDevice))?;
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err(SetupStep::Firewall))?;
             crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err(SetupStep::ProxyListener))?);
@@ -880,15 +884,8 @@ mod init {
                 eprintln!("sandgate: no job control: controlling terminal: {e}");
             }
         }
-        let child = match sys::fork() {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("sandgate: fork: {e}");
-                sys::exit_now(126)
-            }
-        };
-        let Some(cmd) = child else {
-            drop(sock);
+        // Without a copy of init's memory (see `spawn`); `sock` is close-on-exec.
+        let child = spawn::vfork_exec(|| {
             let _ = sys::setpgid(0, 0);
             if terminal {
                 // In the foreground of the pty before exec (init does it too; first one wins).
@@ -910,6 +907,13 @@ mod init {
             let e = sys::execve(&p.program, &p.argv, &p.envp);
             eprintln!("sandgate: {}: {e}", p.program.to_string_lossy());
             sys::exit_now(if e.kind() == io::ErrorKind::NotFound { 127 } else { 126 })
+        });
+        let cmd = match child {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("sandgate: fork: {e}");
+                sys::exit_now(126)
+            }
         };
         // With a terminal the socket stays: it tells the launcher when Ctrl-Z stopped the
         // command itself (no shell inside to take the terminal back), so that it stops too.

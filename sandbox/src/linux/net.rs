@@ -1,6 +1,6 @@
-//! The network namespace: `lo`, and for the proxy mode a veth pair with a default route so that
-//! direct connections reach the firewall's output hook (logged and refused at once) instead of
-//! failing early with "network unreachable" where nothing would see them.
+//! The network namespace: `lo`, and for the proxy mode a tun device (or a veth pair) with a
+//! default route so that direct connections reach the firewall's output hook (logged and refused
+//! at once) instead of failing early with "network unreachable" where nothing would see them.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
@@ -14,8 +14,24 @@ pub fn loopback_up() -> io::Result<()> {
     sys::interface_up("lo")
 }
 
+/// The device of the default routes (proxy mode), with its addresses and the routes: a tun
+/// device where one can be made (one device instead of two: see `tun`), else the veth
+/// pair, both set up with rtnetlink.
+pub fn route_device() -> io::Result<()> {
+    if let Some(tun) = super::tun::create(netlink::VETH.0) {
+        let configure = netlink::configure_tun(sys::interface_index(netlink::VETH.0)?);
+        sys::netlink_transact(sys::Netlink::Route, configure.bytes(), configure.acks)?;
+        // Held by this process (the sandbox's init, which never execs) until the sandbox ends:
+        // the device and its carrier live as long as the descriptor. Close-on-exec, and closed
+        // for the command before its exec anyway.
+        std::mem::forget(tun);
+        return Ok(());
+    }
+    veth()
+}
+
 /// Creates the veth pair, its addresses and the default routes (proxy mode) with rtnetlink.
-pub fn veth() -> io::Result<()> {
+fn veth() -> io::Result<()> {
     let create = netlink::create_veth();
     sys::netlink_transact(sys::Netlink::Route, create.bytes(), create.acks)?;
     let (a, b) = netlink::VETH;

@@ -24,7 +24,9 @@ const RTM_NEWLINK: u16 = 16;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
 const IFLA_IFNAME: u16 = 3;
+const IFLA_OPERSTATE: u16 = 16;
 const IFLA_LINKINFO: u16 = 18;
+const IF_OPER_UP: u8 = 6;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
@@ -231,6 +233,26 @@ pub fn configure_veth(index0: u32, index1: u32) -> Batch {
         b.raw(&ifinfomsg(index, IFF_UP, IFF_UP));
         b.end(m);
     }
+    addresses_and_routes(&mut b, index0);
+    b
+}
+
+/// rtnetlink: the tun device `index` up (operational state "up": a tun's carrier never changes,
+/// so the kernel would leave it "unknown"), its addresses and the default routes through it, as
+/// [`configure_veth`] does for `sg0` (see `tun`).
+pub fn configure_tun(index: u32) -> Batch {
+    let mut b = Batch::default();
+    let m = b.begin(RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK);
+    b.raw(&ifinfomsg(index, IFF_UP, IFF_UP));
+    b.attr(IFLA_OPERSTATE, &[IF_OPER_UP]);
+    b.end(m);
+    addresses_and_routes(&mut b, index);
+    b
+}
+
+/// `index0`'s addresses (IPv6 without duplicate address detection) and the default routes
+/// through it.
+fn addresses_and_routes(b: &mut Batch, index0: u32) {
     let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
     for (family, prefix, addr, nodad) in [
         (AF_INET, VETH_V4.1, VETH_V4.0.octets().to_vec(), false),
@@ -266,7 +288,6 @@ pub fn configure_veth(index0: u32, index1: u32) -> Batch {
         b.attr(RTA_OIF, &index0.to_ne_bytes());
         b.end(m);
     }
-    b
 }
 
 /// The NFLOG prefix of a sandbox: its id, made safe for `nft list` (which quotes it without
@@ -425,6 +446,7 @@ mod tests {
         for (name, batch) in [
             ("netlink-veth-create.hex", create_veth()),
             ("netlink-veth-configure.hex", configure_veth(2, 3)),
+            ("netlink-tun-configure.hex", configure_tun(2)),
             ("netlink-nft-namespace.hex", namespace_firewall("sg-123-abc", 7)),
         ] {
             let path = dir.join(name);

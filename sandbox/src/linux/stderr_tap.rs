@@ -9,7 +9,7 @@
 //! the launcher's stderr goes away (`EPIPE`), the pipe is closed too, so the command sees
 //! `EPIPE`/`SIGPIPE` as it would have.
 //!
-//! Cost: one read and one write per chunk of stderr (64 KiB) and the scanner's `memmem` over it;
+//! Cost: one read and one write per chunk of stderr (16 KiB) and the scanner's `memmem` over it;
 //! `bench/stderr-tap.sh` measured no difference in wall time against `--quiet` (no relay) for a
 //! launch, and +18 ms of CPU for 64 MiB of stderr lines (debug build). `tee(2)` + `splice(2)`
 //! would save one of the two copies but not the scanner's read of the bytes, and `splice` to an
@@ -50,7 +50,10 @@ impl Tap {
     /// Starts relaying `reader` to the launcher's stderr through `scanner`.
     pub(super) fn start(mut reader: io::PipeReader, scanner: SharedScanner) -> io::Result<Tap> {
         let thread = std::thread::Builder::new().name("stderr-tap".into()).spawn(move || {
-            let mut buf = vec![0u8; 64 * 1024];
+            // On the thread's stack: a heap buffer would be this thread's first allocation, which
+            // makes glibc map a new 64 MiB arena, and a launch whose command writes nothing to
+            // stderr would pay for that and for zeroing 64 KiB (bench/launch-cpu.sh).
+            let mut buf = [0u8; 16 * 1024];
             loop {
                 let n = match reader.read(&mut buf) {
                     Ok(0) => break,

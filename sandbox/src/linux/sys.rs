@@ -1,6 +1,8 @@
 //! The kernel calls of the Linux launcher, behind one seam: every caller in `linux/` goes through
 //! these functions, which return `io::Result` with `errno` preserved, so callers can name the
-//! failing step ([`crate::SetupStep`]).
+//! failing step ([`crate::SetupStep`]). Two modules beside it keep their own `unsafe`, each for
+//! one mechanism that does not split into calls: `tun` (the `TUNSETIFF` ioctl and its request
+//! struct) and `spawn` (a `CLONE_VM | CLONE_VFORK` child on its own stack).
 //!
 //! `nix` makes the calls it wraps (prctl, signals and signalfd, setsid/setpgid, sethostname,
 //! socketpair and netlink sockets, statfs/statvfs, inotify, renameat2, read/write/dup2/close,

@@ -138,3 +138,87 @@ fn blocked_and_reported_without_nft_and_ip(who: &Who) {
 }
 
 both!(blocked_and_reported_without_nft_and_ip);
+
+/// The default routes go through one tun device, not a veth pair (one network device less to
+/// register per `net`/`build` launch); the link is up like the veth was.
+#[test]
+fn the_route_device_is_one_tun_device() {
+    let Some(who) = root() else { return };
+    if skip_unless(
+        have("nsenter") && have("ip") && std::path::Path::new("/dev/net/tun").exists(),
+        "nsenter, ip and /dev/net/tun",
+    ) {
+        return;
+    }
+    let s = Scratch::new(&who);
+    let mut launcher = s
+        .command("net", &[], &["sh", "-c", "cat >/dev/null"])
+        .env("SANDGATE_NO_DAEMON", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let init = init_of(launcher.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let links = loop {
+        let l = in_netns(init, "ip -d -o link show");
+        if l.contains("sg0") || Instant::now() > deadline {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(launcher.stdin.take());
+    assert!(launcher.wait().unwrap().success());
+    let names: Vec<&str> =
+        links.lines().filter_map(|l| l.split(": ").nth(1)).map(|n| n.trim()).collect();
+    assert_eq!(names, ["lo", "sg0"], "{links}");
+    let sg0 = links.lines().find(|l| l.contains(": sg0:")).unwrap();
+    assert!(sg0.contains(" tun ") && sg0.contains("UP"), "{sg0}");
+}
+
+/// Without `/dev/net/tun` (hidden by an empty directory in a mount namespace) the launcher falls
+/// back to the veth pair, and a direct connection is still blocked and reported.
+fn blocked_and_reported_without_dev_net_tun(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let hide = "/usr/bin/mount -t tmpfs none /dev/net && exec \"$@\"";
+    let inner = s.command(
+        "net",
+        &["--report-blocked"],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "cat /proc/net/dev; /usr/bin/python3 {} tcp {HOST4} 8080",
+                s.probe.to_str().unwrap()
+            ),
+        ],
+    );
+    let program = match inner.get_program().to_str().unwrap() {
+        "setpriv" => "/usr/bin/setpriv".into(),
+        other => other.to_owned(),
+    };
+    let mut cmd = Command::new("/usr/bin/unshare");
+    cmd.args(["-m", "--propagation", "private", "/bin/sh", "-c", hide, "sh", &program]);
+    cmd.args(inner.get_args());
+    cmd.env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd
+        .env("SANDGATE_NO_DAEMON", "1")
+        .current_dir(&s.proj)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("sg1:"), "no veth pair:\n{stdout}");
+    assert!(stdout.contains("ECONNREFUSED"), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("sandgate: blocked tcp {HOST4}:8080")), "{stderr}");
+}
+
+both!(blocked_and_reported_without_dev_net_tun);

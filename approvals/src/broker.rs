@@ -483,7 +483,9 @@ impl State {
     }
 }
 
-struct Inner {
+/// What the [`Broker`] handles share: the configuration, the run number, the open questions and
+/// answers (`State`), the event channel and the grant writer.
+struct BrokerShared {
     config: BrokerConfig,
     run: u64,
     state: Mutex<State>,
@@ -494,7 +496,7 @@ struct Inner {
 /// The approvals broker. Cheap to clone; clones share the questions.
 #[derive(Clone)]
 pub struct Broker {
-    inner: Arc<Inner>,
+    inner: Arc<BrokerShared>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -508,7 +510,9 @@ impl Broker {
     pub fn new(config: BrokerConfig, writer: Option<Arc<dyn GrantWriter>>) -> Self {
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
         let run = random_u64();
-        Broker { inner: Arc::new(Inner { config, run, state: Mutex::default(), events, writer }) }
+        Broker {
+            inner: Arc::new(BrokerShared { config, run, state: Mutex::default(), events, writer }),
+        }
     }
 
     /// A random number drawn when this broker was made: question ids restart at `q1` with each
@@ -869,7 +873,7 @@ impl Broker {
     }
 }
 
-async fn budget_summary_at(broker: Weak<Inner>, sandbox: String, at: Instant) {
+async fn budget_summary_at(broker: Weak<BrokerShared>, sandbox: String, at: Instant) {
     tokio::time::sleep_until(at).await;
     if let Some(inner) = broker.upgrade() {
         Broker { inner }.budget_summary(sandbox);
@@ -888,7 +892,7 @@ fn random_u64() -> u64 {
     (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
-async fn expire_at(broker: Weak<Inner>, id: QuestionId, deadline: Instant) {
+async fn expire_at(broker: Weak<BrokerShared>, id: QuestionId, deadline: Instant) {
     tokio::time::sleep_until(deadline).await;
     if let Some(inner) = broker.upgrade() {
         Broker { inner }.expire(id);

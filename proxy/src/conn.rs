@@ -15,7 +15,7 @@ use crate::denial::{Refusal, quote, render_refusal};
 use crate::head::{Head, HeadError, parse_head};
 use crate::io::ClientStream;
 use crate::pipeline::{Ctx, RequestTarget};
-use crate::proxy::{Inner, Sandbox};
+use crate::proxy::{ProxyShared, Sandbox};
 use crate::sni::{self, Opening, OpeningParser};
 use crate::tunnel::Activity;
 
@@ -68,7 +68,7 @@ async fn read_head<S: AsyncRead + Unpin>(
     }
 }
 
-impl Inner {
+impl ProxyShared {
     /// Serves one accepted connection.
     pub(crate) async fn handle(self: Arc<Self>, sandbox: Arc<Sandbox>, mut client: ClientStream) {
         let start = Instant::now();

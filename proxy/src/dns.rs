@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::denial::quote;
 use crate::pipeline::Ctx;
-use crate::proxy::{Inner, Proxy, Sandbox, SandboxContext};
+use crate::proxy::{Proxy, ProxyShared, Sandbox, SandboxContext};
 use crate::traits::Outcome as EventOutcome;
 
 /// Largest query taken, in bytes (UDP datagram or TCP message): a question is at most ~270 bytes
@@ -349,7 +349,7 @@ impl Proxy {
     }
 }
 
-impl Inner {
+impl ProxyShared {
     /// One TCP connection: length-prefixed queries, answered in order, until the client closes,
     /// is idle for the header timeout, or sends a length no query has.
     async fn serve_dns_tcp(self: Arc<Self>, sandbox: Arc<Sandbox>, mut s: TcpStream) {

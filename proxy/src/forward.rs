@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::denial::{Refusal, render_refusal};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
-use crate::proxy::{Inner, Sandbox};
+use crate::proxy::{ProxyShared, Sandbox};
 
 /// Body type of forwarded requests and of every response.
 pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
@@ -158,7 +158,7 @@ fn strip_named(headers: &mut HeaderMap) {
 
 /// The event of one forwarded (or intercepted) request, recorded when both bodies are done with.
 pub(crate) struct Pending {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<ProxyShared>,
     pub(crate) ctx: Mutex<Option<Ctx>>,
     pub(crate) up: AtomicU64,
     pub(crate) down: AtomicU64,
@@ -271,7 +271,7 @@ pub(crate) fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<
     resp
 }
 
-impl Inner {
+impl ProxyShared {
     /// Serves the plain-HTTP requests of one connection (the first one already read, in front).
     pub(crate) async fn serve_http(
         self: Arc<Self>,

@@ -40,7 +40,7 @@ use crate::ca::{CaError, CertificateAuthority};
 use crate::denial::Refusal;
 use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
 use crate::pipeline::Ctx;
-use crate::proxy::{Inner, Sandbox};
+use crate::proxy::{ProxyShared, Sandbox};
 use crate::secret::{SecretReader, SecretValue};
 use crate::traits::{Outcome, ProxyEvent};
 
@@ -438,7 +438,7 @@ fn echoed_at(text: &[u8], secret: &[u8]) -> Option<usize> {
 
 /// One intercepted client connection.
 struct Conn {
-    inner: Arc<Inner>,
+    inner: Arc<ProxyShared>,
     sandbox: Arc<Sandbox>,
     policy: Arc<NetworkPolicy>,
     target: Target,
@@ -728,7 +728,7 @@ async fn handshake(tls: TlsStream<TcpStream>) -> Result<SendRequest<Body>, hyper
     Ok(sender)
 }
 
-impl Inner {
+impl ProxyShared {
     /// Whether a tunnel to `target` goes through [`serve`] instead of a splice.
     pub(crate) fn intercepts(&self, policy: &NetworkPolicy, target: &Target) -> bool {
         policy.intercept().intercepts(target)
@@ -770,7 +770,7 @@ impl Inner {
 /// requests through the rules and the secrets. Replaces `sni_filter` and `tunnel` for the host.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve<C>(
-    inner: Arc<Inner>,
+    inner: Arc<ProxyShared>,
     sandbox: Arc<Sandbox>,
     policy: Arc<NetworkPolicy>,
     target: Target,

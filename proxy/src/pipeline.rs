@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::conn::{Opened, SniEnd, SniRefusal, send_up};
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
-use crate::proxy::{Inner, Sandbox, TunnelMode};
+use crate::proxy::{ProxyShared, Sandbox, TunnelMode};
 use crate::traits::{Outcome, ProxyEvent, ProxyToken};
 use crate::tunnel::{self, Activity};
 
@@ -183,7 +183,7 @@ pub(crate) fn host_header(target: &Target) -> String {
     if target.port == 80 { target.host.to_string() } else { target.to_string() }
 }
 
-impl Inner {
+impl ProxyShared {
     /// Stage `request_filter` of an HTTP request (CONNECT or absolute form): the sandbox token
     /// (407), then the target, parsed and normalised into `ctx` (400 when malformed; an HTTPS URL
     /// or an origin-form request gets a 400 that says how to use the proxy).
@@ -322,7 +322,7 @@ impl Inner {
 
     /// Stage `tunnel`: the client's first bytes to the upstream — for a TLS opening, what follows
     /// its ClientHello only once the server's first message is not a HelloRetryRequest or the
-    /// second hello names the same server ([`Inner::second_hello`]) — then bytes both ways
+    /// second hello names the same server ([`ProxyShared::second_hello`]) — then bytes both ways
     /// (splice(2) or a copy) until both sides are done or the tunnel sits idle.
     async fn tunnel(
         &self,

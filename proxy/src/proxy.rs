@@ -148,7 +148,7 @@ impl ProxyBuilder {
     pub fn build(self) -> Proxy {
         let (shutdown, _) = watch::channel(false);
         Proxy {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ProxyShared {
                 config: self.config,
                 approver: self.approver,
                 grants: self.grants,
@@ -173,10 +173,12 @@ impl ProxyBuilder {
 /// The proxy: one value (cheap to clone) serving any number of listeners and sandboxes.
 #[derive(Clone)]
 pub struct Proxy {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<ProxyShared>,
 }
 
-pub(crate) struct Inner {
+/// What every connection of one [`Proxy`] shares: its configuration, the approver and grant
+/// source, the event sink, the resolver, the interceptor and the registered sandboxes.
+pub(crate) struct ProxyShared {
     pub(crate) config: ProxyConfig,
     approver: Option<Arc<dyn Approver>>,
     grants: Option<Arc<dyn GrantSource>>,
@@ -343,10 +345,10 @@ impl Proxy {
 }
 
 /// Counts a connection as active while it lives.
-struct ActiveGuard(Arc<Inner>);
+struct ActiveGuard(Arc<ProxyShared>);
 
 impl ActiveGuard {
-    fn new(inner: Arc<Inner>) -> ActiveGuard {
+    fn new(inner: Arc<ProxyShared>) -> ActiveGuard {
         inner.active.fetch_add(1, Ordering::SeqCst);
         ActiveGuard(inner)
     }
@@ -360,8 +362,8 @@ impl Drop for ActiveGuard {
     }
 }
 
-impl Inner {
-    /// Stages `decide` → `ask` → `upstream_peer` for one target (see [`Inner::admit`], which
+impl ProxyShared {
+    /// Stages `decide` → `ask` → `upstream_peer` for one target (see [`ProxyShared::admit`], which
     /// runs them over a request's context).
     pub(crate) async fn admit_target(
         &self,

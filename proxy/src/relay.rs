@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::denial::{Refusal, render_refusal};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
-use crate::proxy::{Inner, Sandbox};
+use crate::proxy::{ProxyShared, Sandbox};
 
 /// Most headers in one head (hyper's default, so a head the relay refuses hyper refuses too).
 const MAX_HEADERS: usize = 100;
@@ -429,7 +429,7 @@ struct Exchange {
     client_alive: bool,
 }
 
-impl Inner {
+impl ProxyShared {
     /// Serves the plain-HTTP requests of one connection, the first one's bytes already in `buf`
     /// (see the module doc for which requests the relay takes and which go to hyper).
     pub(crate) async fn relay_http(

@@ -33,7 +33,7 @@
 //!
 //! An SSLv2-format hello is refused outright (it cannot carry a server name; OpenSSL still accepts
 //! it for TLS ≤ 1.2). Which ports must speak TLS, and what a hello without a name gets, is the
-//! caller's policy ([`is_tls_port`], `Inner::sni_filter`).
+//! caller's policy ([`is_tls_port`], `ProxyShared::sni_filter`).
 //!
 //! # Why hand-written
 //!

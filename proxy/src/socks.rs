@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
 use crate::pipeline::{Ctx, Presented, token_matches};
-use crate::proxy::{Inner, Sandbox};
+use crate::proxy::{ProxyShared, Sandbox};
 
 /// The SOCKS protocol version this module speaks (and the first byte that selects it).
 pub const VERSION: u8 = 0x05;
@@ -328,7 +328,7 @@ async fn read_frame<T>(
     }
 }
 
-impl Inner {
+impl ProxyShared {
     /// Serves one SOCKS5 connection (its first byte was 0x05) and records its event.
     pub(crate) async fn serve_socks(
         self: Arc<Self>,

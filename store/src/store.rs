@@ -63,10 +63,12 @@ impl OpenOptions {
 /// consistent; a power cut may lose the last batch of history, never corrupt it).
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    inner: Arc<Database>,
 }
 
-struct Inner {
+/// The open SQLite database behind every clone of a [`Store`]: its path, how it was opened, and
+/// the one connection (writes are serialised through it).
+struct Database {
     path: PathBuf,
     options: OpenOptions,
     conn: Mutex<Connection>,
@@ -124,7 +126,7 @@ impl Store {
         let mut conn = connect(path, &options, "FULL")?;
         schema::migrate(&mut conn)?;
         Ok(Store {
-            inner: Arc::new(Inner { path: path.to_path_buf(), options, conn: Mutex::new(conn) }),
+            inner: Arc::new(Database { path: path.to_path_buf(), options, conn: Mutex::new(conn) }),
         })
     }
 

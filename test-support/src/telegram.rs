@@ -53,8 +53,10 @@ pub enum Failure {
     Hang,
 }
 
+/// What the fake Bot API server has recorded and will answer: queued updates, ids, the calls it
+/// received and the failures it was told to return.
 #[derive(Default)]
-struct Inner {
+struct ServerState {
     updates: Vec<Value>,
     next_update_id: u64,
     next_message_id: i64,
@@ -73,7 +75,7 @@ struct Inner {
 }
 
 struct State {
-    inner: Mutex<Inner>,
+    inner: Mutex<ServerState>,
     /// Wakes the server's own waits and the blocking waits of tests.
     changed: Condvar,
     /// Wakes the async waits of tests.
@@ -83,7 +85,7 @@ struct State {
 }
 
 impl State {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, ServerState> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -313,11 +315,16 @@ impl FakeTelegram {
     }
 }
 
-fn nth(inner: &Inner, method: &str, n: usize, pred: &impl Fn(&Value) -> bool) -> Option<Call> {
+fn nth(
+    inner: &ServerState,
+    method: &str,
+    n: usize,
+    pred: &impl Fn(&Value) -> bool,
+) -> Option<Call> {
     inner.calls.iter().filter(|c| c.method == method && pred(&c.body)).nth(n - 1).cloned()
 }
 
-fn summary(inner: &Inner) -> Vec<String> {
+fn summary(inner: &ServerState) -> Vec<String> {
     let calls: Vec<String> = inner
         .calls
         .iter()

@@ -42,7 +42,10 @@ mod agent_env;
 pub mod client;
 pub mod connect;
 pub mod control;
+pub mod control_report;
 mod dns;
+pub mod firewall_report;
+pub mod hook;
 pub mod launch;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
@@ -50,14 +53,18 @@ mod launch_daemon;
 mod macos_monitor;
 mod monitor;
 mod paths;
+pub mod policy_report;
 pub mod protocol;
 #[cfg(target_os = "linux")]
 mod readonly_hint;
+pub mod report;
 mod secrets;
 mod server;
 pub mod service;
 pub mod setup;
+pub mod standalone;
 mod sigpipe;
+pub mod traffic_log;
 
 pub use paths::Paths;
 pub use setup::UsageError;

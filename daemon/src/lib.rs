@@ -46,9 +46,11 @@ pub mod control_report;
 mod dns;
 pub mod firewall_report;
 pub mod hook;
+pub mod install;
 pub mod launch;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
+pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;
 mod monitor;

@@ -203,7 +203,9 @@ fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> 
 
 /// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
 fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
-    let Some((text, allowed)) = sandgate_daemon::traffic_log::traffic_text(ev) else { return Ok(()) };
+    let Some((text, allowed)) = sandgate_daemon::traffic_log::traffic_text(ev) else {
+        return Ok(());
+    };
     let text = format!("sandgate: traffic {text}");
     if colour {
         let c = if allowed { "36" } else { "31" };
@@ -245,7 +247,7 @@ impl WatchKey {
 /// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
 /// answers the oldest open question.
 struct KeyReader {
-    saved: nix::sys::termios::Termios,
+    saved: tty::Termios,
 }
 
 impl KeyReader {

@@ -22,7 +22,7 @@ pub fn status() -> anyhow::Result<Printed> {
                 "sandgate daemon: not running (launchers start it; `sandgate daemon` runs it in the foreground)\n",
                 pretty(&json!({ "running": false })),
             )
-            .code(EXIT_NOT_RUNNING));
+            .exit(EXIT_NOT_RUNNING));
         }
         Err(e) => return daemon_failure(e),
     };
@@ -58,9 +58,11 @@ pub fn stop() -> anyhow::Result<Printed> {
                 "sandgate: the daemon (pid {pid}) was asked to stop but is still running after \
                  10 s; `kill {pid}` ends it"
             ))
-            .code(1)),
+            .exit(1)),
         Ok(Stopped::Exited { pid }) => Ok(Printed::new(
-            format!("sandgate daemon (pid {pid}) stopped; running sandboxes wait for the next one\n"),
+            format!(
+                "sandgate daemon (pid {pid}) stopped; running sandboxes wait for the next one\n"
+            ),
             pretty(&json!({ "stopped": true, "pid": pid })),
         )),
         Err(e) => daemon_failure(e),

@@ -2,7 +2,9 @@
 //! this checks for root and says what was done.
 
 use anyhow::bail;
-use sandgate_firewall::{FirewallError, GuestPolicy, GuestScope, SubIds, SystemOwnerCheck, identity_warning};
+use sandgate_firewall::{
+    FirewallError, GuestPolicy, GuestScope, SubIds, SystemOwnerCheck, identity_warning,
+};
 
 use crate::report::{Printed, lines};
 
@@ -78,7 +80,9 @@ pub fn show() -> anyhow::Result<Printed> {
     let text = if installed.is_empty() {
         lines(["no sandgate firewall rules installed"])
     } else {
-        lines(installed.iter().map(|i| format!("# {} ({})\n{}", i.name, i.scope, i.rules.trim_end())))
+        lines(
+            installed.iter().map(|i| format!("# {} ({})\n{}", i.name, i.scope, i.rules.trim_end())),
+        )
     };
     let json = format!("{}\n", serde_json::to_string_pretty(&installed)?);
     let mut r = Printed::new(text, json);
@@ -107,7 +111,7 @@ pub fn check() -> anyhow::Result<Printed> {
         }
     }
     let text = lines(out);
-    Ok(Printed::new(text.clone(), text).code(if changed > 0 { 1 } else { 0 }))
+    Ok(Printed::new(text.clone(), text).exit(if changed > 0 { 1 } else { 0 }))
 }
 
 /// `gc`: removes rules whose user or owner process is gone (with `dry_run`, what would be).

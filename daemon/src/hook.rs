@@ -92,6 +92,9 @@ pub fn check_path(
     let walls = walls_for(&cwd, tier, narrowing).map_err(UsageError)?;
     let access = if write { Access::Write } else { Access::Read };
     let r = PathCheck::new(&walls, &real_fs()?, &cwd, path, access);
-    Ok(Printed::new(format!("{}\n", r.text()), compact(&r))
-        .code(if r.result.is_ok() { 0 } else { 1 }))
+    Ok(Printed::new(format!("{}\n", r.text()), compact(&r)).exit(if r.result.is_ok() {
+        0
+    } else {
+        1
+    }))
 }

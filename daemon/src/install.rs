@@ -13,7 +13,8 @@ use crate::report::{Printed, lines};
 /// the lines saying so.
 pub fn links(dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, Printed)> {
     let (dir, links) = crate::launch::install_links(dir)?;
-    let text = lines(links.iter().map(|(link, exe)| format!("{} -> {}", link.display(), exe.display())));
+    let text =
+        lines(links.iter().map(|(link, exe)| format!("{} -> {}", link.display(), exe.display())));
     Ok((dir, Printed::new(text, "")))
 }
 
@@ -35,7 +36,10 @@ pub fn path_note(dir: &Path, path: Option<&std::ffi::OsStr>) -> Printed {
 }
 
 fn claude_dir() -> anyhow::Result<PathBuf> {
-    Ok(claude_settings::claude_dir(std::env::var_os("CLAUDE_CONFIG_DIR"), std::env::var_os("HOME"))?)
+    Ok(claude_settings::claude_dir(
+        std::env::var_os("CLAUDE_CONFIG_DIR"),
+        std::env::var_os("HOME"),
+    )?)
 }
 
 /// Registers the Claude Code hook (checking file-tool paths against `tier`) in settings.json and
@@ -89,7 +93,10 @@ pub fn remove_claude() -> anyhow::Result<Printed> {
     match r.skill {
         SkillRemoval::Remove(skill) => p.text.push_str(&format!("removed {}\n", skill.display())),
         SkillRemoval::Keep(skill) => {
-            p = p.note(format!("sandgate: {} was changed since install; left in place", skill.display()))
+            p = p.note(format!(
+                "sandgate: {} was changed since install; left in place",
+                skill.display()
+            ))
         }
         SkillRemoval::Absent => {}
     }
@@ -103,8 +110,15 @@ mod tests {
     #[test]
     fn the_path_note_only_when_the_links_are_off_path() {
         let dir = Path::new("/home/u/.local/bin");
-        assert_eq!(path_note(dir, Some("/usr/bin:/home/u/.local/bin".as_ref())), Printed::default());
-        assert!(path_note(dir, Some("/usr/bin".as_ref())).text.starts_with("note: /home/u/.local/bin is not on your PATH"));
+        assert_eq!(
+            path_note(dir, Some("/usr/bin:/home/u/.local/bin".as_ref())),
+            Printed::default()
+        );
+        assert!(
+            path_note(dir, Some("/usr/bin".as_ref()))
+                .text
+                .starts_with("note: /home/u/.local/bin is not on your PATH")
+        );
         assert!(!path_note(dir, None).text.is_empty());
     }
 }

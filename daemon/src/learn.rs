@@ -53,11 +53,11 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
     };
     let code = crate::launch::run(&o.tier, launch)?;
     let proposals = propose(&learner.seen());
-    let mut r = Printed::new(proposal_text(&proposals, code), "").code(code);
+    let mut r = Printed::new(proposal_text(&proposals, code), "").exit(code);
     if o.write && !proposals.is_empty() {
         match write(&proposals) {
             Ok(line) => r.text.push_str(&line),
-            Err(e) => r = r.note(format!("sandgate: error: {e:#}")).code(EXIT_ERROR),
+            Err(e) => r = r.note(format!("sandgate: error: {e:#}")).exit(EXIT_ERROR),
         }
     }
     Ok(r)
@@ -68,7 +68,10 @@ pub fn proposal_text(proposals: &[Proposal], code: u8) -> String {
     if proposals.is_empty() {
         return "# the command asked for no destination beyond what is allowed already\n".into();
     }
-    format!("# proposed by `sandgate learn` (exit status of the command: {code})\n{}", render(proposals))
+    format!(
+        "# proposed by `sandgate learn` (exit status of the command: {code})\n{}",
+        render(proposals)
+    )
 }
 
 /// Adds the proposal to this directory's configuration file; returns the line saying so.

@@ -64,8 +64,8 @@ mod secrets;
 mod server;
 pub mod service;
 pub mod setup;
-pub mod standalone;
 mod sigpipe;
+pub mod standalone;
 pub mod traffic_log;
 
 pub use paths::Paths;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use sandgate_config::edit::CheckError;
 use sandgate_config::{
-    Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target,
-    TierSummary, WritablePath,
+    Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target, TierSummary,
+    WritablePath,
 };
 use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
 use serde_json::json;
@@ -50,10 +50,13 @@ pub fn check(q: CheckQuery) -> anyhow::Result<Printed> {
     let target = match Target::parse(&q.target) {
         Ok(t) => t,
         Err(e) => {
-            return Ok(Printed::new("", compact(&json!({ "target": q.target, "error": e.to_string() })))
-                .text_note(format!("sandgate: invalid target {:?}: {e}", q.target))
-                .text_note("help: give host[:port] or a URL, e.g. `sandgate check crates.io:443`")
-                .code(EXIT_USAGE));
+            return Ok(Printed::new(
+                "",
+                compact(&json!({ "target": q.target, "error": e.to_string() })),
+            )
+            .text_note(format!("sandgate: invalid target {:?}: {e}", q.target))
+            .text_note("help: give host[:port] or a URL, e.g. `sandgate check crates.io:443`")
+            .exit(EXIT_USAGE));
         }
     };
     let config = crate::setup::load_config()?;
@@ -62,13 +65,14 @@ pub fn check(q: CheckQuery) -> anyhow::Result<Printed> {
     // As the proxy does: what no rule decides, a live grant (global, or this directory's
     // project) may; a deny grant first.
     let mut warnings = Vec::new();
-    let r = NetCheck::new(&q.tier, &policy.net, target, |t| stored_grant(&config, t, &mut warnings));
+    let r =
+        NetCheck::new(&q.tier, &policy.net, target, |t| stored_grant(&config, t, &mut warnings));
     let code = match &r.decision {
         Decision::Allow(_) => EXIT_ALLOW,
         Decision::Deny(_) => EXIT_DENY,
         Decision::Ask => EXIT_ASK,
     };
-    let mut p = Printed::new(check_text(&r), compact(&r)).code(code);
+    let mut p = Printed::new(check_text(&r), compact(&r)).exit(code);
     for w in warnings {
         p = p.note(format!("sandgate: warning: stored grants not consulted: {w}"));
     }
@@ -219,7 +223,7 @@ pub fn remove_path(file: &Path, path: &Path) -> anyhow::Result<Printed> {
     } else {
         Printed::default()
             .note(format!("sandgate: {} is not in {}", path.display(), file.display()))
-            .code(1)
+            .exit(1)
     })
 }
 
@@ -246,9 +250,9 @@ pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
         // The error as `main` would print it, after the lines above.
         Err(CheckError::File(e)) => Ok(Printed::new(lines(out), "")
             .note(format!("sandgate: invalid configuration:\n{e}"))
-            .code(EXIT_USAGE)),
+            .exit(EXIT_USAGE)),
         Err(CheckError::Tiers(e)) => {
-            Ok(Printed::new(lines(out), "").note(format!("sandgate: {e}")).code(EXIT_USAGE))
+            Ok(Printed::new(lines(out), "").note(format!("sandgate: {e}")).exit(EXIT_USAGE))
         }
     }
 }
@@ -288,7 +292,7 @@ pub fn secrets_test(name: &str) -> anyhow::Result<Printed> {
         Ok(len) => format!("{name}: ok ({} source, {len} characters)\n", secret.source.kind()),
         Err(e) => format!("{name}: error: {e}\n"),
     };
-    Ok(Printed::new(text, compact(&test)).code(if test.result.is_ok() { 0 } else { 1 }))
+    Ok(Printed::new(text, compact(&test)).exit(if test.result.is_ok() { 0 } else { 1 }))
 }
 
 fn intercept_settings() -> anyhow::Result<sandgate_config::InterceptSettings> {

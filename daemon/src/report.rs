@@ -48,7 +48,7 @@ impl Printed {
     }
 
     /// The same with exit status `code`.
-    pub fn code(mut self, code: u8) -> Printed {
+    pub fn exit(mut self, code: u8) -> Printed {
         self.code = code;
         self
     }
@@ -119,7 +119,9 @@ pub fn daemon_failure(e: anyhow::Error) -> anyhow::Result<Printed> {
     let Some(d) = e.downcast_ref::<DaemonError>() else { return Err(e) };
     let json = pretty(&serde_json::json!({ "ok": false, "code": d.code, "message": d.message }));
     let code = if matches!(d.code.as_str(), "not_found" | "conflict") { 1 } else { 2 };
-    Ok(Printed { json, ..Printed::default() }.text_note(format!("sandgate: {}", d.message)).code(code))
+    Ok(Printed { json, ..Printed::default() }
+        .text_note(format!("sandgate: {}", d.message))
+        .exit(code))
 }
 
 #[cfg(test)]
@@ -128,10 +130,17 @@ mod tests {
 
     #[test]
     fn a_refusal_of_the_daemon_prints_its_message_or_its_json() {
-        let e = anyhow::Error::new(DaemonError { code: "not_found".into(), message: "no q9".into() });
+        let e =
+            anyhow::Error::new(DaemonError { code: "not_found".into(), message: "no q9".into() });
         let r = daemon_failure(e).unwrap();
-        assert_eq!((r.text(), r.notes(false), r.notes(true), r.code()), ("".into(), "sandgate: no q9\n".into(), "".into(), 1));
-        assert_eq!(r.json(), "{\n  \"code\": \"not_found\",\n  \"message\": \"no q9\",\n  \"ok\": false\n}\n");
+        assert_eq!(
+            (r.text(), r.notes(false), r.notes(true), r.code()),
+            ("".into(), "sandgate: no q9\n".into(), "".into(), 1)
+        );
+        assert_eq!(
+            r.json(),
+            "{\n  \"code\": \"not_found\",\n  \"message\": \"no q9\",\n  \"ok\": false\n}\n"
+        );
         let e = anyhow::Error::new(DaemonError { code: "store".into(), message: "x".into() });
         assert_eq!(daemon_failure(e).unwrap().code(), 2);
         assert!(daemon_failure(anyhow::anyhow!("other")).is_err());

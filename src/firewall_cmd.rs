@@ -100,14 +100,15 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             allow_multicast_reports,
             dry_run,
         } => {
+            let scope = scope.scope();
             let policy = GuestPolicy {
                 proxies: proxy,
                 nflog_group,
-                subids: SubIds::default(),
+                subids: SubIds::of_user(scope.uid)?,
                 allow_syncookies,
                 allow_multicast_reports,
             };
-            emit(firewall_report::apply(scope.scope(), policy, dry_run), false)
+            emit(firewall_report::apply(scope, policy, dry_run), false)
         }
         Action::Remove { scope, dry_run } => {
             emit(firewall_report::remove(scope.scope(), dry_run), false)

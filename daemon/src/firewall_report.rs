@@ -3,16 +3,15 @@
 
 use anyhow::bail;
 use sandgate_firewall::{
-    FirewallError, GuestPolicy, GuestScope, SubIds, SystemOwnerCheck, identity_warning,
+    FirewallError, GuestPolicy, GuestScope, SystemOwnerCheck, identity_warning,
 };
 
 use crate::report::{Printed, lines};
 
 /// `apply`: fences the user of `scope` in (with `dry_run`, prints the rules instead).
-pub fn apply(scope: GuestScope, mut policy: GuestPolicy, dry_run: bool) -> anyhow::Result<Printed> {
+pub fn apply(scope: GuestScope, policy: GuestPolicy, dry_run: bool) -> anyhow::Result<Printed> {
     let fw = sandgate_firewall::system_backend();
-    let subids = SubIds::of_user(scope.uid)?;
-    policy.subids = subids.clone();
+    let subids = policy.subids.clone();
     let (allow_syncookies, allow_multicast_reports) =
         (policy.allow_syncookies, policy.allow_multicast_reports);
     let plan = fw.plan(&scope, &policy)?;

@@ -9,7 +9,9 @@ use anyhow::Context as _;
 use sandgate_approvals::PendingQuestion;
 use sandgate_daemon::Paths;
 use sandgate_daemon::control;
-use sandgate_daemon::control_report::{self, AnswerFlags};
+use sandgate_daemon::control_report::{
+    self, AnswerFlags, WatchStyle, traffic_tail_line, watch_line,
+};
 use sandgate_daemon::protocol::Event;
 use sandgate_sandbox::tty;
 
@@ -162,8 +164,14 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
             "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny; [t]raffic tail on/off, [q]uit\r"
         )?;
     }
+    let style = match (args.json, colour) {
+        (true, _) => WatchStyle::Json,
+        (false, true) => WatchStyle::Colour,
+        (false, false) => WatchStyle::Plain,
+    };
     for q in &pending {
-        show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
+        let asked = Event::Asked { question: q.clone() };
+        write_now(&mut out, &watch_line(&asked, style, SystemTime::now()))?;
     }
     loop {
         let Some(ev) = w.next_event()? else {
@@ -175,46 +183,20 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
         if let Event::Request { .. } = &ev
             && !args.json
         {
-            if traffic.load(std::sync::atomic::Ordering::Relaxed) {
-                show_traffic(&mut out, &ev, colour)?;
+            if traffic.load(std::sync::atomic::Ordering::Relaxed)
+                && let Some(line) = traffic_tail_line(&ev, colour)
+            {
+                write_now(&mut out, &line)?;
             }
             continue;
         }
-        show(&mut out, &ev, args.json, colour)?;
+        write_now(&mut out, &watch_line(&ev, style, SystemTime::now()))?;
     }
 }
 
-fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> anyhow::Result<()> {
-    if json {
-        writeln!(out, "{}", serde_json::to_string(ev)?)?;
-        out.flush()?;
-        return Ok(());
-    }
-    let (text, c) = control::event_line(ev, SystemTime::now());
-    let nl = if colour { "\r\n" } else { "\n" };
-    if colour {
-        write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;
-    } else {
-        write!(out, "{text}{nl}")?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
-fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
-    let Some((text, allowed)) = sandgate_daemon::traffic_log::traffic_text(ev) else {
-        return Ok(());
-    };
-    let text = format!("sandgate: traffic {text}");
-    if colour {
-        let c = if allowed { "36" } else { "31" };
-        write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
-    } else {
-        writeln!(out, "{text}")?;
-    }
-    out.flush()?;
-    Ok(())
+fn write_now(out: &mut impl std::io::Write, line: &str) -> anyhow::Result<()> {
+    out.write_all(line.as_bytes())?;
+    Ok(out.flush()?)
 }
 
 /// What a key pressed in `watch` does.

@@ -1,6 +1,5 @@
-//! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`. What they
-//! report is `sandgate_config`'s ([`NetCheck`], `Config::tier_summaries`,
-//! `Config::writable_paths`, `sandgate_config::edit`); this parses the options and prints.
+//! Policy commands: `sandgate check`, `sandgate config ...`, `sandgate tiers`: their flags, and
+//! the editor loop of `config edit`; what they print is [`sandgate_daemon::policy_report`]'s.
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@ use sandgate_config::sanitize;
 use serde_json::{Value, json};
 
 use crate::control::{self, Stopped};
+use crate::protocol::Event;
 use crate::report::{Printed, daemon_failure, lines, pretty};
 
 /// Exit status when the daemon is not running (`status`).
@@ -166,6 +167,42 @@ pub fn revoke(id: &str) -> anyhow::Result<Printed> {
     };
     let text = format!("revoked {}\n", sanitize(v["line"].as_str().unwrap_or("?")));
     Ok(Printed::new(text, pretty(&v)))
+}
+
+/// How `watch` writes its lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStyle {
+    /// One JSON event per line.
+    Json,
+    /// Text.
+    Plain,
+    /// Text in colour, for a terminal in raw mode (lines end in `\r\n`).
+    Colour,
+}
+
+/// `ev` as `watch` writes it at `now` in `style`, with its line end.
+pub fn watch_line(ev: &Event, style: WatchStyle, now: SystemTime) -> String {
+    if style == WatchStyle::Json {
+        return format!("{}\n", serde_json::to_string(ev).unwrap_or_default());
+    }
+    let (text, c) = control::event_line(ev, now);
+    match style {
+        WatchStyle::Colour => format!("\x1b[{c}m{text}\x1b[0m\r\n"),
+        WatchStyle::Plain | WatchStyle::Json => format!("{text}\n"),
+    }
+}
+
+/// A connection of `watch`'s traffic tail, in the `sandgate log` line format (bytes,
+/// duration, rule), with its line end; `None` for other events.
+pub fn traffic_tail_line(ev: &Event, colour: bool) -> Option<String> {
+    let (text, allowed) = crate::traffic_log::traffic_text(ev)?;
+    let text = format!("sandgate: traffic {text}");
+    Some(if colour {
+        let c = if allowed { "36" } else { "31" };
+        format!("\x1b[{c}m{text}\x1b[0m\r\n")
+    } else {
+        format!("{text}\n")
+    })
 }
 
 #[cfg(test)]

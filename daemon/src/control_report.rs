@@ -1,5 +1,5 @@
 //! What `status`, `ls`, `stop`, `pending`, `allow`/`deny`, `rules` and `revoke` print: each
-//! asks the daemon through [`control`](crate::control) and returns a [`Printed`] report.
+//! asks the daemon through [`control`] and returns a [`Printed`] report.
 
 use std::time::SystemTime;
 

@@ -12,7 +12,12 @@
 //!   `allow`/`deny`, `rules`, `revoke` and `watch`, as functions returning what the daemon said;
 //!   and [`connect`], the ssh `ProxyCommand` relay.
 //!
-//! It does not parse arguments or format output for a terminal: that is the `sandgate` binary.
+//! - Reports ([`report`]): what each command prints, as a value with a text and a JSON form
+//!   ([`control_report`], [`policy_report`], [`firewall_report`], [`install`], [`learn`],
+//!   [`traffic_log`], [`hook`]), so the binary only parses flags and prints them.
+//!
+//! It does not parse arguments or decide about the terminal (colour, raw mode, prompts): that
+//! is the `sandgate` binary.
 //! Launch notices (held and refused requests, warnings about what the kernel cannot enforce)
 //! are written to stderr here, because they interleave with the sandboxed command's own output
 //! while it runs.

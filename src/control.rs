@@ -6,17 +6,16 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::SystemTime;
 
 use anyhow::Context as _;
-use sandgate_approvals::{Answer, PendingQuestion};
-use sandgate_config::sanitize;
+use sandgate_approvals::PendingQuestion;
 use sandgate_daemon::Paths;
-use sandgate_daemon::client::DaemonError;
-use sandgate_daemon::control::{self, Stopped, pending_line};
+use sandgate_daemon::control;
+use sandgate_daemon::control_report::{
+    self, AnswerFlags, WatchStyle, traffic_tail_line, watch_line,
+};
 use sandgate_daemon::protocol::Event;
 use sandgate_sandbox::tty;
-use serde_json::Value;
 
-/// Exit status when the daemon is not running (`status`).
-pub const EXIT_NOT_RUNNING: u8 = 3;
+use crate::emit;
 
 /// `--json`.
 #[derive(Debug, clap::Args)]
@@ -120,28 +119,6 @@ pub struct DaemonArgs {
     pub detach: bool,
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
-}
-
-/// Maps a daemon error to an exit status: 1 for "no such thing / already answered", 2 otherwise.
-fn fail(e: anyhow::Error, json: bool) -> anyhow::Result<u8> {
-    match e.downcast_ref::<DaemonError>() {
-        Some(d) => {
-            if json {
-                print_json(
-                    &serde_json::json!({ "ok": false, "code": d.code, "message": d.message }),
-                )?;
-            } else {
-                eprintln!("sandgate: {}", d.message);
-            }
-            Ok(if matches!(d.code.as_str(), "not_found" | "conflict") { 1 } else { 2 })
-        }
-        None => Err(e),
-    }
-}
-
 /// `sandgate daemon`.
 pub fn daemon(args: DaemonArgs) -> anyhow::Result<u8> {
     let idle_exit = args
@@ -153,173 +130,17 @@ pub fn daemon(args: DaemonArgs) -> anyhow::Result<u8> {
     sandgate_daemon::service::run(idle_exit, args.detach)
 }
 
-/// `sandgate status`.
-pub fn status(args: JsonArg) -> anyhow::Result<u8> {
-    let mut v = match control::status() {
-        Ok(Some(v)) => v,
-        Ok(None) => {
-            if args.json {
-                print_json(&serde_json::json!({ "running": false }))?;
-            } else {
-                println!(
-                    "sandgate daemon: not running (launchers start it; `sandgate daemon` runs it in the foreground)"
-                );
-            }
-            return Ok(EXIT_NOT_RUNNING);
-        }
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        v["running"] = Value::Bool(true);
-        print_json(&v)?;
-        return Ok(0);
-    }
-    for line in control::status_lines(&v) {
-        println!("{line}");
-    }
-    Ok(0)
-}
-
-/// `sandgate ls`.
-pub fn ls(args: LsArgs) -> anyhow::Result<u8> {
-    let list = match control::list(args.all) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&list)?;
-        return Ok(0);
-    }
-    let rows = list.as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        println!("{}", if args.all { "no sandboxes recorded" } else { "no sandboxes running" });
-        return Ok(0);
-    }
-    for line in control::sandbox_table(&rows) {
-        println!("{line}");
-    }
-    Ok(0)
-}
-
-/// `sandgate stop`.
-pub fn stop(args: JsonArg) -> anyhow::Result<u8> {
-    match control::stop() {
-        Ok(Stopped::NotRunning) => {
-            if args.json {
-                print_json(&serde_json::json!({ "stopped": false, "running": false }))?;
-            } else {
-                println!("sandgate daemon: not running");
-            }
-            Ok(0)
-        }
-        Ok(Stopped::StillRunning { pid }) => {
-            eprintln!(
-                "sandgate: the daemon (pid {pid}) was asked to stop but is still running after \
-                 10 s; `kill {pid}` ends it"
-            );
-            Ok(1)
-        }
-        Ok(Stopped::Exited { pid }) => {
-            if args.json {
-                print_json(&serde_json::json!({ "stopped": true, "pid": pid }))?;
-            } else {
-                println!(
-                    "sandgate daemon (pid {pid}) stopped; running sandboxes wait for the next one"
-                );
-            }
-            Ok(0)
-        }
-        Err(e) => fail(e, args.json),
-    }
-}
-
-/// `sandgate pending`.
-pub fn pending(args: JsonArg) -> anyhow::Result<u8> {
-    let v = match control::pending() {
-        Ok(Some(v)) => v,
-        Ok(None) => {
-            if args.json {
-                println!("[]");
-            } else {
-                println!("nothing pending (the daemon is not running)");
-            }
-            return Ok(0);
-        }
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let list: Vec<PendingQuestion> = serde_json::from_value(v)?;
-    if list.is_empty() {
-        println!("nothing pending");
-    }
-    for q in &list {
-        println!("{}", pending_line(q));
-    }
-    if let Some(q) = list.first() {
-        let host = sanitize(&q.question.host);
-        println!(
-            "answer with `sandgate allow {host}` (--once, --for 1h, --always) or `sandgate deny {host}`"
-        );
-    }
-    Ok(0)
-}
-
 /// `sandgate allow` (`allow = true`) and `sandgate deny`.
 pub fn answer(args: AnswerArgs, allow: bool) -> anyhow::Result<u8> {
-    let scope = control::scope(args.once, args.for_.as_deref(), args.always, args.global)?;
-    let answer = if allow { Answer::Allow(scope) } else { Answer::Deny(scope) };
-    let t = args.target.trim();
-    let target = control::answer_target(t, args.sandbox.clone(), args.any_port)?;
-    let v = match control::answer(target, answer) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
+    let flags = AnswerFlags {
+        once: args.once,
+        for_: args.for_,
+        always: args.always,
+        global: args.global,
+        sandbox: args.sandbox,
+        any_port: args.any_port,
     };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    println!("{}", control::answer_summary(answer, t, &v));
-    for e in v["grant_errors"].as_array().into_iter().flatten() {
-        eprintln!("sandgate: warning: the grant was not recorded: {}", e.as_str().unwrap_or("?"));
-    }
-    Ok(0)
-}
-
-/// `sandgate rules`.
-pub fn rules(args: RulesArgs) -> anyhow::Result<u8> {
-    let v = match control::rules(args.all) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-        return Ok(0);
-    }
-    let rows = v.as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        println!("no grants (answers to questions become grants; config rules: `sandgate tiers`)");
-    }
-    for r in rows {
-        println!("{}", control::rule_line(&r, SystemTime::now()));
-    }
-    Ok(0)
-}
-
-/// `sandgate revoke`.
-pub fn revoke(args: RevokeArgs) -> anyhow::Result<u8> {
-    let v = match control::revoke(&args.id) {
-        Ok(v) => v,
-        Err(e) => return fail(e, args.json),
-    };
-    if args.json {
-        print_json(&v)?;
-    } else {
-        println!("revoked {}", sanitize(v["line"].as_str().unwrap_or("?")));
-    }
-    Ok(0)
+    emit(control_report::answer(&args.target, flags, allow), args.json)
 }
 
 /// `sandgate watch`.
@@ -343,8 +164,14 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
             "sandgate watch — keys answer the oldest question: [o]nce [s]ession [h]our [a]lways [d]eny; [t]raffic tail on/off, [q]uit\r"
         )?;
     }
+    let style = match (args.json, colour) {
+        (true, _) => WatchStyle::Json,
+        (false, true) => WatchStyle::Colour,
+        (false, false) => WatchStyle::Plain,
+    };
     for q in &pending {
-        show(&mut out, &Event::Asked { question: q.clone() }, args.json, colour)?;
+        let asked = Event::Asked { question: q.clone() };
+        write_now(&mut out, &watch_line(&asked, style, SystemTime::now()))?;
     }
     loop {
         let Some(ev) = w.next_event()? else {
@@ -356,44 +183,20 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<u8> {
         if let Event::Request { .. } = &ev
             && !args.json
         {
-            if traffic.load(std::sync::atomic::Ordering::Relaxed) {
-                show_traffic(&mut out, &ev, colour)?;
+            if traffic.load(std::sync::atomic::Ordering::Relaxed)
+                && let Some(line) = traffic_tail_line(&ev, colour)
+            {
+                write_now(&mut out, &line)?;
             }
             continue;
         }
-        show(&mut out, &ev, args.json, colour)?;
+        write_now(&mut out, &watch_line(&ev, style, SystemTime::now()))?;
     }
 }
 
-fn show(out: &mut impl std::io::Write, ev: &Event, json: bool, colour: bool) -> anyhow::Result<()> {
-    if json {
-        writeln!(out, "{}", serde_json::to_string(ev)?)?;
-        out.flush()?;
-        return Ok(());
-    }
-    let (text, c) = control::event_line(ev, SystemTime::now());
-    let nl = if colour { "\r\n" } else { "\n" };
-    if colour {
-        write!(out, "\x1b[{c}m{text}\x1b[0m{nl}")?;
-    } else {
-        write!(out, "{text}{nl}")?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// A connection of the traffic tail, in the `sandgate log` line format (bytes, duration, rule).
-fn show_traffic(out: &mut impl std::io::Write, ev: &Event, colour: bool) -> anyhow::Result<()> {
-    let Some((text, allowed)) = crate::log_cmd::traffic_text(ev) else { return Ok(()) };
-    let text = format!("sandgate: traffic {text}");
-    if colour {
-        let c = if allowed { "36" } else { "31" };
-        write!(out, "\x1b[{c}m{text}\x1b[0m\r\n")?;
-    } else {
-        writeln!(out, "{text}")?;
-    }
-    out.flush()?;
-    Ok(())
+fn write_now(out: &mut impl std::io::Write, line: &str) -> anyhow::Result<()> {
+    out.write_all(line.as_bytes())?;
+    Ok(out.flush()?)
 }
 
 /// What a key pressed in `watch` does.
@@ -426,7 +229,7 @@ impl WatchKey {
 /// Reads single key presses in `watch` (terminal in non-canonical mode, restored on drop) and
 /// answers the oldest open question.
 struct KeyReader {
-    saved: nix::sys::termios::Termios,
+    saved: tty::Termios,
 }
 
 impl KeyReader {

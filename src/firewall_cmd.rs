@@ -4,15 +4,14 @@
 //! uid/gid ranges (`/etc/subuid`, `/etc/subgid`); macOS: a pf anchor `com.apple/sandgate.u<UID>`.
 //! Both accept the proxy, log the rest (NFLOG group / pflog0) and reject it. `show` and `check`
 //! compare the ranges recorded at apply time with the files now. The operations are
-//! `sandgate_firewall`'s; this checks for root and prints.
+//! [`sandgate_firewall`]'s, what they print [`sandgate_daemon::firewall_report`]'s.
 
 use std::net::SocketAddr;
 
-use anyhow::bail;
-use sandgate_firewall::{
-    DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, FirewallError, GuestPolicy, GuestScope, SubIds,
-    SystemOwnerCheck, identity_warning,
-};
+use sandgate_daemon::firewall_report;
+use sandgate_firewall::{DEFAULT_NFLOG_GROUP, DEFAULT_PROXY, GuestPolicy, GuestScope, SubIds};
+
+use crate::emit;
 
 /// Options of `sandgate firewall`.
 #[derive(Debug, clap::Args)]
@@ -92,7 +91,6 @@ impl ScopeArgs {
 
 /// Applies, removes, shows or garbage-collects firewall rules.
 pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
-    let fw = sandgate_firewall::system_backend();
     match args.action {
         Action::Apply {
             scope,
@@ -103,147 +101,22 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             dry_run,
         } => {
             let scope = scope.scope();
-            let subids = SubIds::of_user(scope.uid)?;
-            let plan = fw.plan(
-                &scope,
-                &GuestPolicy {
-                    proxies: proxy,
-                    nflog_group,
-                    subids: subids.clone(),
-                    allow_syncookies,
-                    allow_multicast_reports,
-                },
-            )?;
-            if dry_run {
-                print!("{}", plan.text);
-                return Ok(0);
-            }
-            require_root("apply")?;
-            for a in sandgate_firewall::fenced_system_accounts(&subids, scope.uid) {
-                eprintln!(
-                    "sandgate: warning: {} {} ({}) is inside the subordinate id ranges of {scope} \
-                     and is fenced too; fix /etc/sub{}id",
-                    a.kind,
-                    a.name,
-                    a.id,
-                    if a.kind == "user" { "u" } else { "g" }
-                );
-            }
-            // The proxy runs as the user who started the daemon (the one sudo ran this for).
-            #[cfg(target_os = "macos")]
-            sandgate_firewall::pf::refuse_own_uid(scope.uid, &own_uids())?;
-            fw.apply(&plan).map_err(|e| explain(e, "apply"))?;
-            eprintln!(
-                "sandgate: {scope} fenced in with {subids} ({}); blocked traffic is logged; \
-                 apply again when /etc/subuid or /etc/subgid change (`sandgate firewall check`)",
-                plan.name
-            );
-            // The unowned-packet drops reach every user of the host: say so on each apply.
-            #[cfg(not(target_os = "macos"))]
-            for (kept, what, flag) in [
-                (allow_syncookies, "SYN cookies (unowned SYN-ACKs)", "--allow-syncookies"),
-                (
-                    allow_multicast_reports,
-                    "IGMP/MLD membership reports",
-                    "--allow-multicast-reports",
-                ),
-            ] {
-                if kept {
-                    eprintln!("sandgate: warning: {what} kept ({flag}): that channel is open");
-                } else {
-                    eprintln!(
-                        "sandgate: {what} are dropped for the whole host ({flag} keeps them)"
-                    );
-                }
-            }
+            let policy = GuestPolicy {
+                proxies: proxy,
+                nflog_group,
+                subids: SubIds::of_user(scope.uid)?,
+                allow_syncookies,
+                allow_multicast_reports,
+            };
+            emit(firewall_report::apply(scope, policy, dry_run), false)
         }
         Action::Remove { scope, dry_run } => {
-            let scope = scope.scope();
-            if dry_run {
-                print!("{}", fw.remove_plan(&scope));
-                return Ok(0);
-            }
-            require_root("remove")?;
-            if fw.remove(&scope).map_err(|e| explain(e, "remove"))? {
-                eprintln!("sandgate: removed the rules of {scope}");
-            } else {
-                eprintln!("sandgate: {scope} had no rules");
-            }
+            emit(firewall_report::remove(scope.scope(), dry_run), false)
         }
-        Action::Show { json } => {
-            require_root("show")?;
-            let installed = fw.list().map_err(|e| explain(e, "show"))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&installed)?);
-            } else if installed.is_empty() {
-                println!("no sandgate firewall rules installed");
-            } else {
-                for i in &installed {
-                    println!("# {} ({})\n{}", i.name, i.scope, i.rules.trim_end());
-                }
-            }
-            for i in &installed {
-                if let Some(warning) = identity_warning(i) {
-                    eprintln!("sandgate: warning: {warning}");
-                }
-            }
-        }
-        Action::Check => {
-            require_root("check")?;
-            let installed = fw.list().map_err(|e| explain(e, "check"))?;
-            let mut changed = 0;
-            for i in &installed {
-                match identity_warning(i) {
-                    Some(warning) => {
-                        changed += 1;
-                        println!("{}: {warning}", i.name);
-                    }
-                    None => println!("{}: {} fenced as applied", i.name, i.scope),
-                }
-            }
-            if changed > 0 {
-                return Ok(1);
-            }
-        }
-        Action::Gc { dry_run } => {
-            require_root("gc")?;
-            if dry_run {
-                let plan = sandgate_firewall::gc_plan(&*fw, &SystemOwnerCheck)
-                    .map_err(|e| explain(e, "gc"))?;
-                print!("{plan}");
-                return Ok(0);
-            }
-            let removed = fw.gc(&SystemOwnerCheck).map_err(|e| explain(e, "gc"))?;
-            for s in &removed {
-                println!("removed {s}");
-            }
-            eprintln!("sandgate: {} stale rule set(s) removed", removed.len());
-        }
+        Action::Show { json } => emit(firewall_report::show(), json),
+        Action::Check => emit(firewall_report::check(), false),
+        Action::Gc { dry_run } => emit(firewall_report::gc(dry_run), false),
     }
-    Ok(0)
-}
-
-/// The uids whose traffic the daemon's proxy is: this process's and the `sudo` caller's.
-#[cfg(target_os = "macos")]
-fn own_uids() -> Vec<u32> {
-    let mut own = vec![nix::unistd::getuid().as_raw(), nix::unistd::geteuid().as_raw()];
-    own.extend(std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok()));
-    own
-}
-
-fn require_root(what: &str) -> anyhow::Result<()> {
-    if !sandgate_firewall::running_as_root() {
-        bail!(
-            "`sandgate firewall {what}` changes or reads the host firewall and must run as root \
-             (try `sudo sandgate firewall {what} ...`; `--dry-run` prints the rules without root)"
-        );
-    }
-    Ok(())
-}
-
-fn explain(err: FirewallError, what: &str) -> anyhow::Error {
-    let hint = err.hint();
-    anyhow::Error::new(err).context(format!("firewall {what} failed{hint}"))
 }
 
 #[cfg(test)]

@@ -4,7 +4,10 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use sandgate_daemon::install;
 use sandgate_daemon::launch::{self, LaunchOptions};
+
+use crate::emit;
 
 /// Options shared by the tier commands.
 #[derive(Debug, clap::Args)]
@@ -31,10 +34,6 @@ pub struct LaunchArgs {
     /// errors still print. Also `SANDGATE_QUIET=1`.
     #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
     pub quiet: bool,
-    /// `sandgate learn`'s policy: it answers unknown destinations instead of a person (the
-    /// proxy is then served by this process).
-    #[arg(skip)]
-    pub learner: Option<std::sync::Arc<crate::learn_cmd::Learner>>,
     /// The command to run and its arguments (default: an interactive `$SHELL`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -89,7 +88,7 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
         require_full: args.require_full,
         report_blocked: args.report_blocked,
         quiet: args.quiet,
-        approver: args.learner.map(|l| -> std::sync::Arc<dyn sandgate_proxy::Approver> { l }),
+        approver: None,
         command: args.command,
     };
     launch::run(tier, options)
@@ -98,10 +97,8 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
 /// `sandgate install`: the busybox-style links, completions and man pages, and with --claude
 /// the Claude Code hook and skill.
 pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
-    let (dir, links) = launch::install_links(args.dir)?;
-    for (link, exe) in &links {
-        println!("{} -> {}", link.display(), exe.display());
-    }
+    let (dir, links) = install::links(args.dir)?;
+    emit(Ok(links), false)?;
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) {
         let xdg = |var: &str, fallback: &str| {
             std::env::var_os(var)
@@ -117,32 +114,14 @@ pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
             docs.len()
         );
     }
-    // Debian's default PATH for users has no ~/.local/bin until a login shell finds it there.
-    let on_path =
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == dir));
-    if !on_path {
-        println!(
-            "note: {} is not on your PATH; add `export PATH=\"{}:$PATH\"` to ~/.profile (Debian \
-             adds ~/.local/bin at the next login when it exists)",
-            dir.display(),
-            dir.display()
-        );
-    }
+    emit(Ok(install::path_note(&dir, std::env::var_os("PATH").as_deref())), false)?;
     if args.claude {
-        crate::agent_cmd::install_claude(&args.hook_tier)?;
+        emit(install::claude(&args.hook_tier), false)?;
     }
     Ok(0)
 }
 
 /// `sandgate explain`: what a tier allows and what this kernel can enforce.
 pub fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
-    let explanation = launch::explain(&args.tier)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&explanation.json())?);
-    } else {
-        for line in explanation.lines() {
-            println!("{line}");
-        }
-    }
-    Ok(0)
+    emit(launch::explain(&args.tier), args.json)
 }

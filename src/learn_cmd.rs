@@ -3,18 +3,13 @@
 //! subdomains of one registrable domain were used) and optionally write it to this directory's
 //! configuration file.
 //!
-//! The proxy runs in this process (no daemon, no questions): the learn policy
-//! ([`sandgate_proxy::Learner`]) is its approver; the proposal is
-//! [`sandgate_config::learn::propose`]. Deny rules and the address guard (loopback, private,
-//! link-local, metadata addresses) apply as on any launch, so `--allow-all-but-private` still
-//! cannot reach the host's own services.
+//! Its flags; the run and the proposal are [`sandgate_daemon::learn`]'s.
 
 use std::ffi::OsString;
-use std::sync::Arc;
 
-use anyhow::Context as _;
-use sandgate_config::learn::{propose, render};
-pub use sandgate_proxy::Learner;
+use sandgate_daemon::learn::LearnOptions;
+
+use crate::emit;
 
 /// Options of `sandgate learn`.
 #[derive(Debug, clap::Args)]
@@ -45,40 +40,18 @@ pub struct LearnArgs {
 
 /// `sandgate learn`.
 pub fn learn(args: LearnArgs) -> anyhow::Result<u8> {
-    let learner = Arc::new(Learner::new(args.allow_all_but_private));
     if args.allow_all_but_private {
         eprintln!(
             "sandgate: learning with --allow-all-but-private: every public host is reachable \
              until the command ends"
         );
     }
-    let launch = crate::launch::LaunchArgs {
+    let options = LearnOptions {
+        tier: args.tier,
+        allow_all_but_private: args.allow_all_but_private,
+        write: args.write,
         allow_write: args.allow_write,
-        allow: Vec::new(),
-        deny: Vec::new(),
-        net: Some(crate::launch::NetArg::Proxy),
-        require_full: false,
-        report_blocked: true,
-        quiet: true,
-        learner: Some(learner.clone()),
         command: args.command,
     };
-    let code = crate::launch::run(&args.tier, launch)?;
-    let proposals = propose(&learner.seen());
-    if proposals.is_empty() {
-        println!("# the command asked for no destination beyond what is allowed already");
-        return Ok(code);
-    }
-    println!("# proposed by `sandgate learn` (exit status of the command: {code})");
-    print!("{}", render(&proposals));
-    if args.write {
-        let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        let paths =
-            sandgate_config::ConfigPaths::discover(&cwd).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let patterns: Vec<String> = proposals.iter().map(|p| p.pattern.clone()).collect();
-        let added = sandgate_config::add_allow(&paths.project, &patterns)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!("# added {added} to {}", paths.project.display());
-    }
-    Ok(code)
+    emit(sandgate_daemon::learn::run(options), false)
 }

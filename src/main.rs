@@ -10,6 +10,8 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use sandgate_daemon::control_report;
+use sandgate_daemon::report::Report;
 
 mod agent_cmd;
 mod connect;
@@ -169,15 +171,15 @@ fn main() -> ExitCode {
         Command::Daemon(a) => control::daemon(a),
         Command::Allow(a) => control::answer(a, true),
         Command::Deny(a) => control::answer(a, false),
-        Command::Pending(a) => control::pending(a),
-        Command::Rules(a) => control::rules(a),
-        Command::Revoke(a) => control::revoke(a),
+        Command::Pending(a) => emit(control_report::pending(), a.json),
+        Command::Rules(a) => emit(control_report::rules(a.all), a.json),
+        Command::Revoke(a) => emit(control_report::revoke(&a.id), a.json),
         Command::Watch(a) => control::watch(a),
-        Command::Status(a) => control::status(a),
-        Command::Ls(a) => control::ls(a),
+        Command::Status(a) => emit(control_report::status(), a.json),
+        Command::Ls(a) => emit(control_report::ls(a.all), a.json),
         Command::Log(a) => log_cmd::log(a),
         Command::Learn(a) => learn_cmd::learn(a),
-        Command::Stop(a) => control::stop(a),
+        Command::Stop(a) => emit(control_report::stop(), a.json),
         Command::Connect(a) => connect::run(a),
         Command::Hook(a) => hook_cmd::run(a),
         Command::Uninstall(a) => agent_cmd::uninstall(a),
@@ -189,9 +191,17 @@ fn main() -> ExitCode {
                 Some(usage) => eprintln!("sandgate: {usage}"),
                 None => eprintln!("sandgate: error: {}", error_text(&err)),
             }
-            ExitCode::from(policy_cmd::EXIT_USAGE)
+            ExitCode::from(sandgate_daemon::policy_report::EXIT_USAGE)
         }
     }
+}
+
+/// Prints a command's report as text or JSON (and its notes on stderr); returns its exit status.
+fn emit(report: anyhow::Result<impl Report>, json: bool) -> anyhow::Result<u8> {
+    let r = report?;
+    print!("{}", if json { r.json() } else { r.text() });
+    eprint!("{}", r.notes(json));
+    Ok(r.code())
 }
 
 /// The error and its causes joined by ": " (anyhow's `{:#}`). Error types do not quote their

@@ -12,7 +12,12 @@
 //!   `allow`/`deny`, `rules`, `revoke` and `watch`, as functions returning what the daemon said;
 //!   and [`connect`], the ssh `ProxyCommand` relay.
 //!
-//! It does not parse arguments or format output for a terminal: that is the `sandgate` binary.
+//! - Reports ([`report`]): what each command prints, as a value with a text and a JSON form
+//!   ([`control_report`], [`policy_report`], [`firewall_report`], [`install`], [`learn`],
+//!   [`traffic_log`], [`hook`]), so the binary only parses flags and prints them.
+//!
+//! It does not parse arguments or decide about the terminal (colour, raw mode, prompts): that
+//! is the `sandgate` binary.
 //! Launch notices (held and refused requests, warnings about what the kernel cannot enforce)
 //! are written to stderr here, because they interleave with the sandboxed command's own output
 //! while it runs.
@@ -42,22 +47,31 @@ mod agent_env;
 pub mod client;
 pub mod connect;
 pub mod control;
+pub mod control_report;
 mod dns;
+pub mod firewall_report;
+pub mod hook;
+pub mod install;
 pub mod launch;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
+pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;
 mod monitor;
 mod paths;
+pub mod policy_report;
 pub mod protocol;
 #[cfg(target_os = "linux")]
 mod readonly_hint;
+pub mod report;
 mod secrets;
 mod server;
 pub mod service;
 pub mod setup;
 mod sigpipe;
+pub mod standalone;
+pub mod traffic_log;
 
 pub use paths::Paths;
 pub use setup::UsageError;

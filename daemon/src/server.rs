@@ -2,7 +2,7 @@
 //! descriptors), answers each, and streams events to launchers and subscribers.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -174,6 +174,7 @@ fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
 /// `/proc/PID/ns/pid` links. Either way, a peer whose namespace cannot be read is refused.
 #[cfg(target_os = "linux")]
 fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), String> {
+    use std::os::fd::AsRawFd as _;
     const INSIDE: &str = "requests from inside a sandbox are refused";
     const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
                            process that stays alive, outside any sandbox)";

@@ -4,7 +4,9 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use nix::sys::termios::{LocalFlags, SetArg, Termios};
+/// Terminal settings, as [`settings`] reads them and [`apply`] sets them.
+pub use nix::sys::termios::Termios;
+use nix::sys::termios::{LocalFlags, SetArg};
 
 /// How a terminal reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,327 @@
+//! What the policy commands print: `check`, `tiers`, `config list-paths|add-path|remove-path|
+//! check` and `secrets list|test`. The values are `sandgate_config`'s and `sandgate_proxy`'s
+//! reports; this adds the stored grants `check` consults and renders the text.
+
+use std::path::{Path, PathBuf};
+
+use sandgate_config::edit::CheckError;
+use sandgate_config::{
+    Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target, TierSummary,
+    WritablePath,
+};
+use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
+use serde_json::json;
+
+use crate::UsageError;
+use crate::report::{Printed, compact, lines};
+
+/// Exit status of `check`: allowed.
+const EXIT_ALLOW: u8 = 0;
+/// Exit status of `check`: denied.
+const EXIT_DENY: u8 = 1;
+/// Exit status for usage and configuration errors.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status of `check`: a person would be asked.
+const EXIT_ASK: u8 = 3;
+
+/// An invalid configuration file as a usage error.
+pub fn config_error(e: ConfigError) -> anyhow::Error {
+    UsageError(format!("invalid configuration:\n{e}")).into()
+}
+
+/// What `check` is asked about a destination.
+#[derive(Debug, Clone, Default)]
+pub struct CheckQuery {
+    /// `host[:port]` or a URL.
+    pub target: String,
+    /// The tier whose policy decides.
+    pub tier: String,
+    /// `--allow` patterns.
+    pub allow: Vec<String>,
+    /// `--deny` patterns.
+    pub deny: Vec<String>,
+    /// `--net`.
+    pub net: Option<NetMode>,
+}
+
+/// `sandgate check HOST`: the decision and the rule that made it (exit 0 allow, 1 deny, 3 ask,
+/// 2 for a target that does not parse).
+pub fn check(q: CheckQuery) -> anyhow::Result<Printed> {
+    let target = match Target::parse(&q.target) {
+        Ok(t) => t,
+        Err(e) => {
+            return Ok(Printed::new(
+                "",
+                compact(&json!({ "target": q.target, "error": e.to_string() })),
+            )
+            .text_note(format!("sandgate: invalid target {:?}: {e}", q.target))
+            .text_note("help: give host[:port] or a URL, e.g. `sandgate check crates.io:443`")
+            .exit(EXIT_USAGE));
+        }
+    };
+    let config = crate::setup::load_config()?;
+    let flags = Overrides { allow: q.allow, deny: q.deny, net: q.net, ..Overrides::default() };
+    let policy = config.policy(&q.tier, &flags).map_err(|e| UsageError(e.to_string()))?;
+    // As the proxy does: what no rule decides, a live grant (global, or this directory's
+    // project) may; a deny grant first.
+    let mut warnings = Vec::new();
+    let r =
+        NetCheck::new(&q.tier, &policy.net, target, |t| stored_grant(&config, t, &mut warnings));
+    let code = match &r.decision {
+        Decision::Allow(_) => EXIT_ALLOW,
+        Decision::Deny(_) => EXIT_DENY,
+        Decision::Ask => EXIT_ASK,
+    };
+    let mut p = Printed::new(check_text(&r), compact(&r)).exit(code);
+    for w in warnings {
+        p = p.note(format!("sandgate: warning: stored grants not consulted: {w}"));
+    }
+    Ok(p)
+}
+
+/// The text of `check` for `r`.
+pub fn check_text(r: &NetCheck) -> String {
+    let target = &r.target;
+    let mut out = vec![format!("{} {target}", r.decision.verb())];
+    if r.intercepted {
+        out.push(format!(
+            "  intercepted: TLS is terminated by sandgate's CA (secrets: {}; http_rules: {})",
+            if r.secrets.is_empty() { "none".into() } else { r.secrets.join(", ") },
+            r.http_rules.as_ref().map_or("none", |h| h.origin.as_str())
+        ));
+    }
+    out.push(match &r.decision {
+        Decision::Allow(rule) | Decision::Deny(rule) => format!("  rule: {rule}"),
+        Decision::Ask => format!(
+            "  no rule matches: the request would be held until a person answers \
+             (`sandgate allow {}`)",
+            target.host
+        ),
+    });
+    if let Some(rule) = &r.narrowed_by_default_ports {
+        let ports: Vec<String> = r.default_ports.iter().flatten().map(u16::to_string).collect();
+        out.push(format!(
+            "  not matched: {rule} has no port, and [network] default_ports = [{}] narrows such \
+             patterns to those ports; allow {} to open this one",
+            ports.join(", "),
+            target
+        ));
+    }
+    lines(out)
+}
+
+/// The live grant (global or of this directory's project) that decides `target`, read from the
+/// store; `None` when there is no store or no grant covers it (why the store could not be read
+/// goes to `warnings`). Grants of one sandbox are not considered: `check` runs outside any
+/// sandbox.
+fn stored_grant(config: &Config, target: &Target, warnings: &mut Vec<String>) -> Option<Decision> {
+    use crate::adapters::GrantCache;
+    let path = sandgate_store::Store::default_path().ok()?;
+    if !path.exists() {
+        return None;
+    }
+    let store = match sandgate_store::Store::open(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            warnings.push(e.to_string());
+            return None;
+        }
+    };
+    let cache = GrantCache::new(store);
+    if let Err(e) = cache.reload() {
+        warnings.push(e.to_string());
+        return None;
+    }
+    let p = &config.paths;
+    let project = sandgate_config::project_root(&p.project_dir, &p.dir, p.home.as_deref());
+    let project = project.to_string_lossy();
+    let find = |e| cache.find(e, "", Some(&project), &target.host, target.port);
+    if let Some(rule) = find(sandgate_store::Effect::Deny) {
+        return Some(Decision::Deny(rule));
+    }
+    find(sandgate_store::Effect::Allow).map(Decision::Allow)
+}
+
+/// `sandgate tiers`.
+pub fn tiers() -> anyhow::Result<Printed> {
+    let config = crate::setup::load_config()?;
+    let tiers = config.tier_summaries().map_err(|e| UsageError(e.to_string()))?;
+    Ok(Printed::new(tiers_text(&tiers), compact(&tiers)))
+}
+
+/// The text of `tiers`.
+pub fn tiers_text(tiers: &[TierSummary]) -> String {
+    let mut out = Vec::new();
+    for t in tiers {
+        let fs = if t.writable_cwd { "cwd + configured paths writable" } else { "read-only" };
+        let net = match t.net {
+            NetMode::None => "no network",
+            NetMode::Proxy => "network via the allowlist proxy",
+        };
+        out.push(format!("{:<14} {fs}; {net}", t.name));
+        out.push(format!("{:<14} {} [{}]", "", t.description, t.defined_in));
+        if t.net == NetMode::Proxy {
+            let show = |v: &[String]| if v.is_empty() { "(none)".to_owned() } else { v.join(", ") };
+            out.push(format!("{:<14} allow: {}", "", show(&t.allow)));
+            if !t.deny.is_empty() {
+                out.push(format!("{:<14} deny:  {}", "", show(&t.deny)));
+            }
+        }
+    }
+    lines(out)
+}
+
+/// `sandgate config list-paths`, with `extra` given as --allow-write.
+pub fn list_paths(paths: ConfigPaths, extra: Vec<PathBuf>) -> anyhow::Result<Printed> {
+    let config = Config::load(paths).map_err(config_error)?;
+    let writable = config.writable_paths(extra).map_err(|e| UsageError(e.to_string()))?;
+    Ok(Printed::new(list_paths_text(&writable), compact(&writable)))
+}
+
+/// The text of `config list-paths`: each path under a heading saying where it comes from.
+pub fn list_paths_text(writable: &[WritablePath]) -> String {
+    let mut out = vec!["Writable paths in tier `build` (and tiers based on it):".to_owned()];
+    let mut last: Option<String> = None;
+    for w in writable {
+        let heading = match &w.file {
+            Some(f) => format!("{} ({f})", w.source),
+            None => w.source.clone(),
+        };
+        if last.as_ref() != Some(&heading) {
+            out.push(format!("  {heading}"));
+            last = Some(heading);
+        }
+        out.push(format!("    {}", w.path.display()));
+    }
+    out.push(
+        "Everything else is read-only; tiers `run` and `net` write nowhere but /tmp.".to_owned(),
+    );
+    lines(out)
+}
+
+/// `sandgate config add-path`: `path` (absolute) into `file`.
+pub fn add_path(file: &Path, path: &Path) -> anyhow::Result<Printed> {
+    let mut r = Printed::default();
+    if std::fs::symlink_metadata(path).is_err() {
+        r = r.note(format!(
+            "sandgate: warning: {} does not exist; launches skip it (with a warning) until it does",
+            path.display()
+        ));
+    }
+    r.text = if sandgate_config::add_path(file, path).map_err(config_error)? {
+        format!("added {} to {}\n", path.display(), file.display())
+    } else {
+        format!("{} is already in {}\n", path.display(), file.display())
+    };
+    Ok(r)
+}
+
+/// `sandgate config remove-path`: `path` (absolute) out of `file` (exit 1 when it was not in).
+pub fn remove_path(file: &Path, path: &Path) -> anyhow::Result<Printed> {
+    Ok(if sandgate_config::remove_path(file, path).map_err(config_error)? {
+        Printed::new(format!("removed {} from {}\n", path.display(), file.display()), "")
+    } else {
+        Printed::default()
+            .note(format!("sandgate: {} is not in {}", path.display(), file.display()))
+            .exit(1)
+    })
+}
+
+/// `sandgate config check`: where both files are and whether they load.
+pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
+    let mut out = Vec::new();
+    for (what, file) in [("global", &paths.global), ("per-directory", &paths.project)] {
+        let state = if file.exists() { "present" } else { "absent" };
+        out.push(format!("{what:14} {state:8} {}", file.display()));
+    }
+    match sandgate_config::edit::check(paths) {
+        Ok(config) => {
+            for w in &config.missing_writable() {
+                out.push(format!("warning: {}", crate::launch::missing_path_notice(w)));
+            }
+            let mut r = Printed::default();
+            for w in sandgate_approvals::telegram::config_warnings(&config) {
+                r = r.note(format!("warning: {w}"));
+            }
+            out.push("ok: configuration is valid".to_owned());
+            r.text = lines(out);
+            Ok(r)
+        }
+        // The error as `main` would print it, after the lines above.
+        Err(CheckError::File(e)) => Ok(Printed::new(lines(out), "")
+            .note(format!("sandgate: invalid configuration:\n{e}"))
+            .exit(EXIT_USAGE)),
+        Err(CheckError::Tiers(e)) => {
+            Ok(Printed::new(lines(out), "").note(format!("sandgate: {e}")).exit(EXIT_USAGE))
+        }
+    }
+}
+
+/// `sandgate secrets list`.
+pub fn secrets_list() -> anyhow::Result<Printed> {
+    let settings = intercept_settings()?;
+    let items: Vec<SecretInfo> = settings.secrets.iter().map(SecretInfo::of).collect();
+    let text = if items.is_empty() {
+        lines(["no secrets configured ([[secrets]] in the configuration)"])
+    } else {
+        lines(items.iter().map(|s| {
+            format!(
+                "{}  hosts {}  header {}  env {}  source {}  ({})",
+                s.name,
+                s.hosts.join(","),
+                s.header,
+                s.env.as_deref().unwrap_or("-"),
+                s.detail,
+                s.defined_at
+            )
+        }))
+    };
+    Ok(Printed::new(text, compact(&items)))
+}
+
+/// `sandgate secrets test NAME`: reads the secret's source now (exit 1 when it fails).
+pub fn secrets_test(name: &str) -> anyhow::Result<Printed> {
+    let settings = intercept_settings()?;
+    let secret = find_secret(&settings, name).map_err(|e| UsageError(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::Error::new(e).context("cannot start a runtime"))?;
+    let test = rt.block_on(SecretTest::run(secret));
+    let text = match &test.result {
+        Ok(len) => format!("{name}: ok ({} source, {len} characters)\n", secret.source.kind()),
+        Err(e) => format!("{name}: error: {e}\n"),
+    };
+    Ok(Printed::new(text, compact(&test)).exit(if test.result.is_ok() { 0 } else { 1 }))
+}
+
+fn intercept_settings() -> anyhow::Result<sandgate_config::InterceptSettings> {
+    let config = crate::setup::load_config()?;
+    config
+        .intercept_settings()
+        .map_err(|e| UsageError(format!("invalid configuration:\n{e}")).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_paths_groups_by_origin() {
+        let w = |p: &str, source: &str, file: Option<&str>| WritablePath {
+            path: p.into(),
+            rule: String::new(),
+            source: source.into(),
+            file: file.map(Into::into),
+        };
+        let t = list_paths_text(&[
+            w("/a", "global", Some("/g.toml")),
+            w("/b", "global", Some("/g.toml")),
+            w("/c", "--allow-write", None),
+        ]);
+        assert_eq!(
+            t,
+            "Writable paths in tier `build` (and tiers based on it):\n  global (/g.toml)\n    /a\n    /b\n  --allow-write\n    /c\nEverything else is read-only; tiers `run` and `net` write nowhere but /tmp.\n"
+        );
+    }
+}

@@ -395,7 +395,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         }
     };
     match report::parse(&buf[..n]) {
-        report::Report::Ready(enforcement) => {
+        report::InitReport::Ready(enforcement) => {
             let mut fds = fds.into_iter();
             // In the order init sends them: the pty master, then the proxy listener and NFLOG.
             let tty = match plan.tty {
@@ -442,7 +442,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 read_only,
             })
         }
-        report::Report::Failed(e) => fail(cleanup, e),
+        report::InitReport::Failed(e) => fail(cleanup, e),
     }
 }
 

@@ -20,7 +20,7 @@ const NOT_ENFORCED: &[u8] = b"enforcement\0";
 
 /// What init said.
 #[derive(Debug)]
-pub enum Report {
+pub enum InitReport {
     /// Set up; the command is about to start.
     Ready(Enforcement),
     /// Setup failed.
@@ -74,22 +74,22 @@ fn setup(m: &mut Vec<u8>, step: &SetupStep, source: &io::Error) {
 
 /// Reads init's message; anything else (nothing at all: init ended first) is a failure at the
 /// start.
-pub fn parse(bytes: &[u8]) -> Report {
+pub fn parse(bytes: &[u8]) -> InitReport {
     if let Some(rest) = bytes.strip_prefix(READY) {
-        return Report::Ready(Enforcement::decode(&String::from_utf8_lossy(rest)));
+        return InitReport::Ready(Enforcement::decode(&String::from_utf8_lossy(rest)));
     }
     if let Some(rest) = bytes.strip_prefix(NOT_FOUND) {
         let command = String::from_utf8_lossy(rest).into_owned();
-        return Report::Failed(SandboxError::CommandNotFound { command });
+        return InitReport::Failed(SandboxError::CommandNotFound { command });
     }
     if let Some(rest) = bytes.strip_prefix(NOT_ENFORCED) {
         let missing = String::from_utf8_lossy(rest).into_owned();
-        return Report::Failed(SandboxError::NotFullyEnforced { missing });
+        return InitReport::Failed(SandboxError::NotFullyEnforced { missing });
     }
     if let Some(e) = bytes.strip_prefix(SETUP).and_then(parse_setup) {
-        return Report::Failed(e);
+        return InitReport::Failed(e);
     }
-    Report::Failed(SandboxError::Setup {
+    InitReport::Failed(SandboxError::Setup {
         step: SetupStep::Start,
         source: io::Error::other("the sandbox's init exited before it was ready"),
     })
@@ -137,7 +137,7 @@ mod tests {
             SandboxError::NotFullyEnforced { missing: "a; b".into() },
         ];
         for e in table {
-            let Report::Failed(back) = parse(&failed(&e)) else { panic!("{e}: read as ready") };
+            let InitReport::Failed(back) = parse(&failed(&e)) else { panic!("{e}: read as ready") };
             assert_eq!(chain(&back), chain(&e));
             if let (
                 SandboxError::Setup { step: a, source: sa },
@@ -154,11 +154,11 @@ mod tests {
     fn ready_and_garbage() {
         let enforcement = Enforcement { landlock_abi: 6, ..Default::default() };
         match parse(&ready(&enforcement)) {
-            Report::Ready(e) => assert_eq!(e.landlock_abi, 6),
-            Report::Failed(e) => panic!("{e}"),
+            InitReport::Ready(e) => assert_eq!(e.landlock_abi, 6),
+            InitReport::Failed(e) => panic!("{e}"),
         }
         for garbage in [&b""[..], b"setup\0NoSuchStep\0\x0013", b"setup\0Bind", b"what"] {
-            let Report::Failed(e) = parse(garbage) else { panic!("{garbage:?}: ready") };
+            let InitReport::Failed(e) = parse(garbage) else { panic!("{garbage:?}: ready") };
             assert_eq!(
                 chain(&e),
                 "sandbox setup failed at start: the sandbox's init exited before it was ready"

@@ -365,7 +365,7 @@ fn a_launcher_under_tmp_runs_nested(who: &Who) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("sandgate");
-    std::fs::copy(sandgate_bin(), &bin).unwrap();
+    crate::support::sandbox::copy_program(&sandgate_bin(), &bin);
     let out = s
         .program(&bin)
         .args(["build", "--", p(&bin), "run", "--", "sh", "-c", "echo nested $SANDGATE_TIER"])

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
@@ -222,6 +222,16 @@ impl Drop for Scratch {
             }
         }
     }
+}
+
+/// Copies the program `from` to `to` for a test to run. The copy is written by a `cp` child, not
+/// by this process: all the suite's tests share one process, and a file this process has open for
+/// writing is inherited by every child another test's thread forks meanwhile (until its exec), so
+/// running the copy could fail with "Text file busy" (ETXTBSY).
+pub fn copy_program(from: &Path, to: &Path) {
+    let status =
+        std::process::Command::new("cp").arg("--").arg(from).arg(to).status().expect("run cp");
+    assert!(status.success(), "cp {} {}: {status}", from.display(), to.display());
 }
 
 /// Digits unique to this call within every test process on the machine (pid, uid, a counter),

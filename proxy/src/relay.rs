@@ -268,6 +268,8 @@ struct Response {
 /// Why a response could not be relayed.
 #[derive(Debug)]
 enum UpError {
+    /// Writing the request head failed: the upstream had closed, so nothing of it was read.
+    Unsent(String),
     /// The upstream closed (or failed) before the first byte of a response.
     Nothing(String),
     /// Anything else.
@@ -277,7 +279,7 @@ enum UpError {
 impl UpError {
     fn text(&self) -> &str {
         match self {
-            UpError::Nothing(s) | UpError::Other(s) => s,
+            UpError::Unsent(s) | UpError::Nothing(s) | UpError::Other(s) => s,
         }
     }
 }
@@ -634,10 +636,11 @@ impl Inner {
             }
         };
         let head_method = method == "HEAD";
+        let safe = matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE");
         upbuf.clear();
         let response = loop {
             let sent = async {
-                up.write_all(out).await.map_err(|e| UpError::Nothing(e.to_string()))?;
+                up.write_all(out).await.map_err(|e| UpError::Unsent(e.to_string()))?;
                 while left > 0 {
                     buf.reserve(BODY_READ);
                     let n =
@@ -656,8 +659,12 @@ impl Inner {
             match sent {
                 Ok(r) => break r,
                 // A pooled connection the upstream closed meanwhile: once more on a new one, for
-                // a request without a body (the request never reached an application).
-                Err(UpError::Nothing(_)) if reused && simple.body == 0 => {
+                // a request without a body. Only when the head could not be written (nothing
+                // reached the origin) or the method is safe: a request the origin read and then
+                // closed on may have been acted on, and is not sent twice (RFC 9110 9.2.2).
+                Err(e @ (UpError::Unsent(_) | UpError::Nothing(_)))
+                    if reused && simple.body == 0 && (safe || matches!(e, UpError::Unsent(_))) =>
+                {
                     reused = false;
                     (up, addr) = fresh().await?;
                     upbuf.clear();
@@ -954,6 +961,48 @@ mod tests {
         // Too many headers (hyper's limit).
         let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
         assert!(handed_off(&format!("GET http://a.test/ HTTP/1.1\r\n{many}\r\n")));
+    }
+
+    /// A head cut at every byte: each prefix is `Partial` or handed off, never relayed as a
+    /// shorter request, and the whole head is classified as it is in one piece.
+    #[test]
+    fn a_head_split_at_every_byte_is_classified_as_the_whole() {
+        for h in [
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nX: y\r\n\r\nabc",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\r\n\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\r\n Transfer-Encoding: chunked\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\nGET http://b.test/ HTTP/1.1\r\n\r\n",
+        ] {
+            let b = h.as_bytes();
+            let whole = classify(b, 65536);
+            for cut in 0..b.len() {
+                match classify(&b[..cut], 65536) {
+                    Parsed::Partial => {}
+                    Parsed::Handoff => assert_eq!(whole, Parsed::Handoff, "{h:?} at {cut}"),
+                    Parsed::Simple(s) => assert_eq!(Parsed::Simple(s), whole, "{h:?} at {cut}"),
+                }
+            }
+        }
+        // A bare LF ending the head is never relayed, whatever the cut.
+        assert!(handed_off("GET http://a.test/ HTTP/1.1\r\nX: 1\n\n"));
+        // Names with a trailing space or tab, NUL/CR/obs-text, CL spellings.
+        for h in [
+            "GET http://a.test/ HTTP/1.1\r\nContent-Length\t: 1\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX\0: 1\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX\u{e9}: 1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\ncontent-length: 1\r\nCONTENT-LENGTH: 1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nTRANSFER-ENCODING: identity\r\n\r\n",
+        ] {
+            assert!(handed_off(h), "{h:?}");
+        }
+        // Leading zeros are the same number, and the relay writes the length itself.
+        assert_eq!(simple("POST http://a.test/ HTTP/1.1\r\nContent-Length: 007\r\n\r\n").body, 7);
     }
 
     #[test]

@@ -481,6 +481,16 @@ impl Inner {
                 return self.handoff(sandbox, client, buf, Some(head)).await;
             }
             let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            // `http://host?q` goes upstream as `/?q` (the path-and-query's Display): the event
+            // and the decision name what the origin is sent (an allocation in that case only).
+            let slashed;
+            let path = match path.starts_with('?') {
+                true => {
+                    slashed = format!("/{path}");
+                    slashed.as_str()
+                }
+                false => path,
+            };
             ctx.event.path = Some(path.chars().take(1000).collect());
             if let Err(r) = self.admit(&mut ctx, Some(path)).await {
                 let alive = self.refuse(&mut client, ctx, &r, &simple).await;

@@ -412,3 +412,22 @@ async fn extra_response_bytes_do_not_reach_another_sandbox() {
         assert!(!out.contains("smuggled") && out.ends_with("clean"), "{path}: {out}");
     }
 }
+
+/// An absolute URL with a query but no path (`http://host?x`) reaches the origin as a valid
+/// origin-form target (`/?x`), and the event names that path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_without_a_path_is_sent_as_origin_form() {
+    let (origin, seen) = closing_origin().await;
+    let (addr, events) = proxy_for("rr-query", None).await;
+    let port = origin.port();
+    let out = raw(
+        addr,
+        format!("GET http://allowed.test:{port}?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(seen.lock().unwrap().clone(), ["GET /?x=1 HTTP/1.1"]);
+    let ev = wait_for(|| events.all().pop()).await;
+    assert_eq!(ev.path.as_deref(), Some("/?x=1"), "{ev:?}");
+}

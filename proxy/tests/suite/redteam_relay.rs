@@ -431,3 +431,39 @@ async fn a_query_without_a_path_is_sent_as_origin_form() {
     let ev = wait_for(|| events.all().pop()).await;
     assert_eq!(ev.path.as_deref(), Some("/?x=1"), "{ev:?}");
 }
+
+/// The policy is read per request: a policy replaced between two requests of one relayed
+/// keep-alive connection applies to the second (refused, never forwarded, its own event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_replaced_mid_connection_decides_the_next_request() {
+    let (origin, seen) = recording_origin().await;
+    let events = Arc::new(Events::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "rr-policy", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let port = origin.port();
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET http://allowed.test:{port}/a HTTP/1.1\r\n\r\n");
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).ends_with("ok") {
+        let mut b = [0u8; 4096];
+        let n = c.read(&mut b).await.unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+    assert!(p.set_policy(&SandboxId::new("rr-policy"), policy(&["127.0.0.1"], &["allowed.test"])));
+    c.write_all(req.replace("HTTP/1.1\r\n", "HTTP/1.1\r\nConnection: close\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), c.read_to_end(&mut out)).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    assert_eq!((ev[0].decision, ev[1].decision), (Outcome::Allow, Outcome::Deny), "{ev:#?}");
+}

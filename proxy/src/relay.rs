@@ -520,8 +520,18 @@ impl Inner {
                 let _ = write!(out, "content-length: {}\r\n", simple.body);
             }
             out.extend_from_slice(b"\r\n");
+            let mut moved = (0u64, 0u64);
             let result = self
-                .exchange(&ctx, &mut client, &mut buf, &mut upbuf, &mut out, &simple, method)
+                .exchange(
+                    &ctx,
+                    &mut client,
+                    &mut buf,
+                    &mut upbuf,
+                    &mut out,
+                    &simple,
+                    method,
+                    &mut moved,
+                )
                 .await;
             let alive = match result {
                 Ok(x) => {
@@ -530,15 +540,19 @@ impl Inner {
                     self.logging(ctx);
                     x.client_alive
                 }
-                Err((r, sent)) => match sent {
-                    // Nothing reached the client yet: it gets a 502.
-                    false => self.refuse(&mut client, ctx, &r, &simple).await,
-                    true => {
-                        ctx.event.error = Some(r.rule_text());
-                        self.logging(ctx);
-                        return;
+                Err((r, sent)) => {
+                    // What moved before the failure (its event counts it, as hyper's path does).
+                    (ctx.event.bytes_up, ctx.event.bytes_down) = moved;
+                    match sent {
+                        // Nothing reached the client yet: it gets a 502.
+                        false => self.refuse(&mut client, ctx, &r, &simple).await,
+                        true => {
+                            ctx.event.error = Some(r.rule_text());
+                            self.logging(ctx);
+                            return;
+                        }
                     }
-                },
+                }
             };
             if !alive {
                 let _ = client.shutdown().await;
@@ -620,6 +634,7 @@ impl Inner {
         out: &mut Vec<u8>,
         simple: &Simple,
         method: &str,
+        moved: &mut (u64, u64),
     ) -> Result<Exchange, (Refusal, bool)> {
         let target = ctx.target().map_err(|r| (r, false))?;
         let unreachable = |e: &str| {
@@ -679,7 +694,13 @@ impl Inner {
                     (up, addr) = fresh().await?;
                     upbuf.clear();
                 }
-                Err(e) => return Err(unreachable(e.text())),
+                Err(e) => {
+                    moved.0 = match e {
+                        UpError::Unsent(_) => 0,
+                        _ => simple.body - left,
+                    };
+                    return Err(unreachable(e.text()));
+                }
             }
         };
         let body_up = simple.body;
@@ -708,7 +729,8 @@ impl Inner {
         }
         out.extend_from_slice(b"\r\n");
         upbuf.advance(response.len);
-        let down = relay_body(&mut up, client, upbuf, out, response.framing).await;
+        moved.0 = simple.body;
+        let down = relay_body(&mut up, client, upbuf, out, response.framing, &mut moved.1).await;
         let (down, clean) = match down {
             Ok(r) => r,
             Err((e, sent)) => {
@@ -776,6 +798,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
     upbuf: &mut BytesMut,
     out: &mut Vec<u8>,
     framing: Framing,
+    total: &mut u64,
 ) -> Result<(u64, bool), (String, bool)> {
     let io = |e: std::io::Error| (e.to_string(), true);
     match framing {
@@ -788,6 +811,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
             out.extend_from_slice(&upbuf[..first]);
             upbuf.advance(first);
             client.write_all(out).await.map_err(io)?;
+            *total = first as u64;
             let mut left = n - first as u64;
             while left > 0 {
                 upbuf.clear();
@@ -800,13 +824,13 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 client.write_all(&upbuf[..take]).await.map_err(io)?;
                 upbuf.advance(take);
                 left -= take as u64;
+                *total += take as u64;
             }
             Ok((n, upbuf.is_empty()))
         }
         Framing::Chunked => {
             // Until the first write, a broken body still lets the client have a 502 instead.
             let mut sent = false;
-            let mut total = 0u64;
             let mut data_left = 0u64;
             // After a chunk's data, its CRLF.
             let mut crlf_due = false;
@@ -823,7 +847,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                         out.extend_from_slice(b"\r\n");
                         upbuf.advance(take);
                         data_left -= take as u64;
-                        total += take as u64;
+                        *total += take as u64;
                         crlf_due = data_left == 0;
                         continue;
                     }
@@ -847,7 +871,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                             upbuf.advance(skip);
                             out.extend_from_slice(b"0\r\n\r\n");
                             client.write_all(out).await.map_err(io)?;
-                            return Ok((total, upbuf.is_empty()));
+                            return Ok((*total, upbuf.is_empty()));
                         }
                     }
                 }
@@ -863,27 +887,24 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
         }
-        Framing::Close => {
-            let mut total = 0u64;
-            loop {
-                if !upbuf.is_empty() {
-                    let _ = write!(out, "{:x}\r\n", upbuf.len());
-                    out.extend_from_slice(upbuf);
-                    out.extend_from_slice(b"\r\n");
-                    total += upbuf.len() as u64;
-                    upbuf.clear();
-                }
-                if !out.is_empty() {
-                    client.write_all(out).await.map_err(io)?;
-                    out.clear();
-                }
-                upbuf.reserve(BODY_READ);
-                if up.read_buf(upbuf).await.map_err(io)? == 0 {
-                    client.write_all(b"0\r\n\r\n").await.map_err(io)?;
-                    return Ok((total, false));
-                }
+        Framing::Close => loop {
+            if !upbuf.is_empty() {
+                let _ = write!(out, "{:x}\r\n", upbuf.len());
+                out.extend_from_slice(upbuf);
+                out.extend_from_slice(b"\r\n");
+                *total += upbuf.len() as u64;
+                upbuf.clear();
             }
-        }
+            if !out.is_empty() {
+                client.write_all(out).await.map_err(io)?;
+                out.clear();
+            }
+            upbuf.reserve(BODY_READ);
+            if up.read_buf(upbuf).await.map_err(io)? == 0 {
+                client.write_all(b"0\r\n\r\n").await.map_err(io)?;
+                return Ok((*total, false));
+            }
+        },
     }
 }
 

@@ -467,3 +467,58 @@ async fn a_policy_replaced_mid_connection_decides_the_next_request() {
     .await;
     assert_eq!((ev[0].decision, ev[1].decision), (Outcome::Allow, Outcome::Deny), "{ev:#?}");
 }
+
+/// A request whose response breaks off (Content-Length 10, 4 bytes, then close) or whose body
+/// breaks off (Content-Length 10, 4 bytes, then the client closes): its one event counts the
+/// bytes that did move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_exchange_has_one_event_with_the_bytes_that_moved() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut b = vec![0u8; 65536];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&b[..n]),
+                    }
+                }
+                if got.starts_with(b"POST") {
+                    // Reads what comes; never answers.
+                    while let Ok(n) = s.read(&mut b).await {
+                        if n == 0 {
+                            return;
+                        }
+                    }
+                    return;
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabcd").await;
+            });
+        }
+    });
+    let (addr, events) = proxy_for("rr-broken", None).await;
+    let out =
+        raw(addr, format!("GET http://allowed.test:{port}/g HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200") && out.ends_with("abcd"), "{out}");
+    {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req =
+            format!("POST http://allowed.test:{port}/p HTTP/1.1\r\nContent-Length: 10\r\n\r\nwxyz");
+        c.write_all(req.as_bytes()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let ev = wait_for(|| {
+        let all = events.all();
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(events.all().len(), 2, "one event per request: {:#?}", events.all());
+    let g = ev.iter().find(|e| e.method == "GET").unwrap();
+    let p = ev.iter().find(|e| e.method == "POST").unwrap();
+    assert_eq!((g.bytes_down, g.error.is_some()), (4, true), "{g:?}");
+    assert_eq!(p.bytes_up, 4, "{p:?}");
+}

@@ -457,7 +457,19 @@ impl Inner {
                 buf.reserve(4096);
                 match tokio::time::timeout_at(deadline, client.read_buf(&mut buf)).await {
                     Ok(Ok(n)) if n > 0 => {}
-                    // Closed, failed, or a slow client: the connection ends.
+                    // A head begun and not finished in time (slowloris): the connection ends
+                    // with an event, as for the first head (`conn.rs`). An idle keep-alive
+                    // connection that sent nothing just ends.
+                    Err(_) if !buf.is_empty() => {
+                        let mut ctx = Ctx::new(sandbox, "", deadline - self.config.header_timeout);
+                        ctx.event.rule = "request head timeout".into();
+                        ctx.event.error = Some(format!(
+                            "no complete request head within {}s",
+                            self.config.header_timeout.as_secs()
+                        ));
+                        return self.logging(ctx);
+                    }
+                    // Closed, failed, or idle: the connection ends.
                     _ => return,
                 }
             };

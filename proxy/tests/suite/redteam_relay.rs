@@ -522,3 +522,42 @@ async fn a_broken_exchange_has_one_event_with_the_bytes_that_moved() {
     assert_eq!((g.bytes_down, g.error.is_some()), (4, true), "{g:?}");
     assert_eq!(p.bytes_up, 4, "{p:?}");
 }
+
+/// A slowloris on a relayed keep-alive connection: after one request, a head that never ends.
+/// The proxy ends the connection after its header timeout, with an event that says so; an idle
+/// connection that sends nothing ends without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_second_head_ends_the_connection_with_an_event() {
+    let (origin, _seen) = recording_origin().await;
+    let events = Arc::new(Events::default());
+    let config = sandgate_proxy::ProxyConfig {
+        header_timeout: std::time::Duration::from_secs(1),
+        ..Default::default()
+    };
+    let p = Proxy::builder()
+        .resolver(Arc::new(TestResolver))
+        .events(events.clone())
+        .config(config)
+        .build();
+    let addr = serve(&p, "rr-slow", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let port = origin.port();
+    for partial in [true, false] {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut req = format!("GET http://allowed.test:{port}/a HTTP/1.1\r\n\r\n");
+        if partial {
+            req.push_str("GET http://allowed.test/b HTTP/1.1\r\nX-Slow: ");
+        }
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(15), c.read_to_end(&mut out));
+        assert!(read.await.is_ok(), "the proxy kept a slow connection open");
+        assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 200").count(), 1);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let ev = events.all();
+    assert_eq!(ev.len(), 3, "{ev:#?}");
+    let slow: Vec<_> = ev.iter().filter(|e| e.rule == "request head timeout").collect();
+    assert_eq!(slow.len(), 1, "{ev:#?}");
+    assert_eq!(slow[0].decision, Outcome::Reject, "{ev:#?}");
+}

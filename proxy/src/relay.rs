@@ -30,6 +30,11 @@
 //! re-framed for the client: its own `Content-Length`, or chunked from the decoded bytes (a
 //! chunked body is parsed strictly — hex size, CRLF only — and trailers are dropped), so what the
 //! client reads is well-formed whatever the origin sent.
+//!
+//! A request goes upstream a second time (on a new connection, when a pooled one turns out to be
+//! closed) only when it has no body and either its head could not be written or its method is
+//! safe (RFC 9110 9.2.2): a request the origin read and then closed on may have been acted on.
+//! The red-team attempts against this module are `tests/suite/redteam_relay.rs`.
 
 use std::collections::HashMap;
 use std::io::Write as _;

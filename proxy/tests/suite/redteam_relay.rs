@@ -598,6 +598,8 @@ async fn an_answer_to_a_body_read_as_a_request_reaches_nobody() {
                     let reply: &[u8] = if head.starts_with("POST") {
                         b"HTTP/1.1 401 No\r\nContent-Length: 2\r\n\r\nno"
                     } else if head.contains("/smuggled") {
+                        // Late: after the connection went back to the pool.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
                     } else {
                         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nclean"

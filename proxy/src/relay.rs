@@ -30,6 +30,11 @@
 //! re-framed for the client: its own `Content-Length`, or chunked from the decoded bytes (a
 //! chunked body is parsed strictly — hex size, CRLF only — and trailers are dropped), so what the
 //! client reads is well-formed whatever the origin sent.
+//!
+//! A request goes upstream a second time (on a new connection, when a pooled one turns out to be
+//! closed) only when it has no body and either its head could not be written or its method is
+//! safe (RFC 9110 9.2.2): a request the origin read and then closed on may have been acted on.
+//! The red-team attempts against this module are `tests/suite/redteam_relay.rs`.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -268,6 +273,8 @@ struct Response {
 /// Why a response could not be relayed.
 #[derive(Debug)]
 enum UpError {
+    /// Writing the request head failed: the upstream had closed, so nothing of it was read.
+    Unsent(String),
     /// The upstream closed (or failed) before the first byte of a response.
     Nothing(String),
     /// Anything else.
@@ -277,7 +284,7 @@ enum UpError {
 impl UpError {
     fn text(&self) -> &str {
         match self {
-            UpError::Nothing(s) | UpError::Other(s) => s,
+            UpError::Unsent(s) | UpError::Nothing(s) | UpError::Other(s) => s,
         }
     }
 }
@@ -455,7 +462,19 @@ impl ProxyShared {
                 buf.reserve(4096);
                 match tokio::time::timeout_at(deadline, client.read_buf(&mut buf)).await {
                     Ok(Ok(n)) if n > 0 => {}
-                    // Closed, failed, or a slow client: the connection ends.
+                    // A head begun and not finished in time (slowloris): the connection ends
+                    // with an event, as for the first head (`conn.rs`). An idle keep-alive
+                    // connection that sent nothing just ends.
+                    Err(_) if !buf.is_empty() => {
+                        let mut ctx = Ctx::new(sandbox, "", deadline - self.config.header_timeout);
+                        ctx.event.rule = "request head timeout".into();
+                        ctx.event.error = Some(format!(
+                            "no complete request head within {}s",
+                            self.config.header_timeout.as_secs()
+                        ));
+                        return self.logging(ctx);
+                    }
+                    // Closed, failed, or idle: the connection ends.
                     _ => return,
                 }
             };
@@ -479,6 +498,16 @@ impl ProxyShared {
                 return self.handoff(sandbox, client, buf, Some(head)).await;
             }
             let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            // `http://host?q` goes upstream as `/?q` (the path-and-query's Display): the event
+            // and the decision name what the origin is sent (an allocation in that case only).
+            let slashed;
+            let path = match path.starts_with('?') {
+                true => {
+                    slashed = format!("/{path}");
+                    slashed.as_str()
+                }
+                false => path,
+            };
             ctx.event.path = Some(path.chars().take(1000).collect());
             if let Err(r) = self.admit(&mut ctx, Some(path)).await {
                 let alive = self.refuse(&mut client, ctx, &r, &simple).await;
@@ -508,8 +537,18 @@ impl ProxyShared {
                 let _ = write!(out, "content-length: {}\r\n", simple.body);
             }
             out.extend_from_slice(b"\r\n");
+            let mut moved = (0u64, 0u64);
             let result = self
-                .exchange(&ctx, &mut client, &mut buf, &mut upbuf, &mut out, &simple, method)
+                .exchange(
+                    &ctx,
+                    &mut client,
+                    &mut buf,
+                    &mut upbuf,
+                    &mut out,
+                    &simple,
+                    method,
+                    &mut moved,
+                )
                 .await;
             let alive = match result {
                 Ok(x) => {
@@ -518,15 +557,19 @@ impl ProxyShared {
                     self.logging(ctx);
                     x.client_alive
                 }
-                Err((r, sent)) => match sent {
-                    // Nothing reached the client yet: it gets a 502.
-                    false => self.refuse(&mut client, ctx, &r, &simple).await,
-                    true => {
-                        ctx.event.error = Some(r.rule_text());
-                        self.logging(ctx);
-                        return;
+                Err((r, sent)) => {
+                    // What moved before the failure (its event counts it, as hyper's path does).
+                    (ctx.event.bytes_up, ctx.event.bytes_down) = moved;
+                    match sent {
+                        // Nothing reached the client yet: it gets a 502.
+                        false => self.refuse(&mut client, ctx, &r, &simple).await,
+                        true => {
+                            ctx.event.error = Some(r.rule_text());
+                            self.logging(ctx);
+                            return;
+                        }
                     }
-                },
+                }
             };
             if !alive {
                 let _ = client.shutdown().await;
@@ -608,6 +651,7 @@ impl ProxyShared {
         out: &mut Vec<u8>,
         simple: &Simple,
         method: &str,
+        moved: &mut (u64, u64),
     ) -> Result<Exchange, (Refusal, bool)> {
         let target = ctx.target().map_err(|r| (r, false))?;
         let unreachable = |e: &str| {
@@ -634,10 +678,11 @@ impl ProxyShared {
             }
         };
         let head_method = method == "HEAD";
+        let safe = matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE");
         upbuf.clear();
         let response = loop {
             let sent = async {
-                up.write_all(out).await.map_err(|e| UpError::Nothing(e.to_string()))?;
+                up.write_all(out).await.map_err(|e| UpError::Unsent(e.to_string()))?;
                 while left > 0 {
                     buf.reserve(BODY_READ);
                     let n =
@@ -656,13 +701,23 @@ impl ProxyShared {
             match sent {
                 Ok(r) => break r,
                 // A pooled connection the upstream closed meanwhile: once more on a new one, for
-                // a request without a body (the request never reached an application).
-                Err(UpError::Nothing(_)) if reused && simple.body == 0 => {
+                // a request without a body. Only when the head could not be written (nothing
+                // reached the origin) or the method is safe: a request the origin read and then
+                // closed on may have been acted on, and is not sent twice (RFC 9110 9.2.2).
+                Err(e @ (UpError::Unsent(_) | UpError::Nothing(_)))
+                    if reused && simple.body == 0 && (safe || matches!(e, UpError::Unsent(_))) =>
+                {
                     reused = false;
                     (up, addr) = fresh().await?;
                     upbuf.clear();
                 }
-                Err(e) => return Err(unreachable(e.text())),
+                Err(e) => {
+                    moved.0 = match e {
+                        UpError::Unsent(_) => 0,
+                        _ => simple.body - left,
+                    };
+                    return Err(unreachable(e.text()));
+                }
             }
         };
         let body_up = simple.body;
@@ -691,7 +746,8 @@ impl ProxyShared {
         }
         out.extend_from_slice(b"\r\n");
         upbuf.advance(response.len);
-        let down = relay_body(&mut up, client, upbuf, out, response.framing).await;
+        moved.0 = simple.body;
+        let down = relay_body(&mut up, client, upbuf, out, response.framing, &mut moved.1).await;
         let (down, clean) = match down {
             Ok(r) => r,
             Err((e, sent)) => {
@@ -759,6 +815,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
     upbuf: &mut BytesMut,
     out: &mut Vec<u8>,
     framing: Framing,
+    total: &mut u64,
 ) -> Result<(u64, bool), (String, bool)> {
     let io = |e: std::io::Error| (e.to_string(), true);
     match framing {
@@ -771,6 +828,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
             out.extend_from_slice(&upbuf[..first]);
             upbuf.advance(first);
             client.write_all(out).await.map_err(io)?;
+            *total = first as u64;
             let mut left = n - first as u64;
             while left > 0 {
                 upbuf.clear();
@@ -783,13 +841,13 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 client.write_all(&upbuf[..take]).await.map_err(io)?;
                 upbuf.advance(take);
                 left -= take as u64;
+                *total += take as u64;
             }
             Ok((n, upbuf.is_empty()))
         }
         Framing::Chunked => {
             // Until the first write, a broken body still lets the client have a 502 instead.
             let mut sent = false;
-            let mut total = 0u64;
             let mut data_left = 0u64;
             // After a chunk's data, its CRLF.
             let mut crlf_due = false;
@@ -806,7 +864,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                         out.extend_from_slice(b"\r\n");
                         upbuf.advance(take);
                         data_left -= take as u64;
-                        total += take as u64;
+                        *total += take as u64;
                         crlf_due = data_left == 0;
                         continue;
                     }
@@ -830,7 +888,7 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                             upbuf.advance(skip);
                             out.extend_from_slice(b"0\r\n\r\n");
                             client.write_all(out).await.map_err(io)?;
-                            return Ok((total, upbuf.is_empty()));
+                            return Ok((*total, upbuf.is_empty()));
                         }
                     }
                 }
@@ -846,27 +904,24 @@ async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
         }
-        Framing::Close => {
-            let mut total = 0u64;
-            loop {
-                if !upbuf.is_empty() {
-                    let _ = write!(out, "{:x}\r\n", upbuf.len());
-                    out.extend_from_slice(upbuf);
-                    out.extend_from_slice(b"\r\n");
-                    total += upbuf.len() as u64;
-                    upbuf.clear();
-                }
-                if !out.is_empty() {
-                    client.write_all(out).await.map_err(io)?;
-                    out.clear();
-                }
-                upbuf.reserve(BODY_READ);
-                if up.read_buf(upbuf).await.map_err(io)? == 0 {
-                    client.write_all(b"0\r\n\r\n").await.map_err(io)?;
-                    return Ok((total, false));
-                }
+        Framing::Close => loop {
+            if !upbuf.is_empty() {
+                let _ = write!(out, "{:x}\r\n", upbuf.len());
+                out.extend_from_slice(upbuf);
+                out.extend_from_slice(b"\r\n");
+                *total += upbuf.len() as u64;
+                upbuf.clear();
             }
-        }
+            if !out.is_empty() {
+                client.write_all(out).await.map_err(io)?;
+                out.clear();
+            }
+            upbuf.reserve(BODY_READ);
+            if up.read_buf(upbuf).await.map_err(io)? == 0 {
+                client.write_all(b"0\r\n\r\n").await.map_err(io)?;
+                return Ok((*total, false));
+            }
+        },
     }
 }
 
@@ -954,6 +1009,48 @@ mod tests {
         // Too many headers (hyper's limit).
         let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
         assert!(handed_off(&format!("GET http://a.test/ HTTP/1.1\r\n{many}\r\n")));
+    }
+
+    /// A head cut at every byte: each prefix is `Partial` or handed off, never relayed as a
+    /// shorter request, and the whole head is classified as it is in one piece.
+    #[test]
+    fn a_head_split_at_every_byte_is_classified_as_the_whole() {
+        for h in [
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nX: y\r\n\r\nabc",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\r\n\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: 1\r\n Transfer-Encoding: chunked\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\nGET http://b.test/ HTTP/1.1\r\n\r\n",
+        ] {
+            let b = h.as_bytes();
+            let whole = classify(b, 65536);
+            for cut in 0..b.len() {
+                match classify(&b[..cut], 65536) {
+                    Parsed::Partial => {}
+                    Parsed::Handoff => assert_eq!(whole, Parsed::Handoff, "{h:?} at {cut}"),
+                    Parsed::Simple(s) => assert_eq!(Parsed::Simple(s), whole, "{h:?} at {cut}"),
+                }
+            }
+        }
+        // A bare LF ending the head is never relayed, whatever the cut.
+        assert!(handed_off("GET http://a.test/ HTTP/1.1\r\nX: 1\n\n"));
+        // Names with a trailing space or tab, NUL/CR/obs-text, CL spellings.
+        for h in [
+            "GET http://a.test/ HTTP/1.1\r\nContent-Length\t: 1\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX\0: 1\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX\u{e9}: 1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\ncontent-length: 1\r\nCONTENT-LENGTH: 1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nTRANSFER-ENCODING: identity\r\n\r\n",
+        ] {
+            assert!(handed_off(h), "{h:?}");
+        }
+        // Leading zeros are the same number, and the relay writes the length itself.
+        assert_eq!(simple("POST http://a.test/ HTTP/1.1\r\nContent-Length: 007\r\n\r\n").body, 7);
     }
 
     #[test]

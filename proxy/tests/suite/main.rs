@@ -22,6 +22,7 @@ mod redteam_dns;
 mod redteam_forward;
 mod redteam_guard;
 mod redteam_intercept;
+mod redteam_relay;
 mod redteam_sni;
 mod relay_e2e;
 mod sni_bypass;

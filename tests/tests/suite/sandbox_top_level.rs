@@ -256,7 +256,16 @@ fn a_killed_launcher_leaves_nothing_planted(who: &Who) {
     // The warden's last sweep follows the end of the sandbox's init.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while s.proj.join(".cargo").exists() {
-        assert!(std::time::Instant::now() < deadline, ".cargo still in place after the kill");
+        if std::time::Instant::now() >= deadline {
+            // What is still running (a warden stuck or gone, a sandbox that survived) says which
+            // wall failed; the quarantine says whether the warden swept at all.
+            let ps = std::process::Command::new("ps").args(["-eo", "pid,ppid,stat,args"]).output();
+            let ps =
+                ps.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            let ours: Vec<&str> =
+                ps.lines().filter(|l| l.contains("sandgate") || l.contains(&marker)).collect();
+            panic!(".cargo still in place after the kill; processes:\n{}", ours.join("\n"));
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     use std::os::unix::fs::PermissionsExt as _;

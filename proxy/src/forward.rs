@@ -335,7 +335,16 @@ impl ProxyShared {
         mut ctx: Ctx,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, (Refusal, Ctx)> {
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        // `http://host?q` has the query without a path; the origin is sent `/?q` (origin form),
+        // so the decision, the HTTP rules and the log read that too.
+        let raw = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let slashed;
+        let path = if raw.starts_with('/') {
+            raw
+        } else {
+            slashed = format!("/{raw}");
+            slashed.as_str()
+        };
         // For the traffic log; bounded (the head limit bounds it too, but the log should not
         // carry a 64 KiB query string per line).
         ctx.event.path = Some(path.chars().take(1000).collect());

@@ -440,6 +440,20 @@ async fn a_query_without_a_path_is_sent_as_origin_form() {
     assert_eq!(ev.path.as_deref(), Some("/?x=1"), "{ev:?}");
 }
 
+/// The same on the hyper path (HTTP/1.0 is handed to it): the event and the HTTP rules see the
+/// path the origin gets (`/?x=1`), not `?x=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_without_a_path_is_logged_as_sent_on_the_hyper_path_too() {
+    let (origin, _seen) = closing_origin().await;
+    let (addr, events) = proxy_for("rr-query10", None).await;
+    let port = origin.port();
+    let out =
+        raw(addr, format!("GET http://allowed.test:{port}?x=1 HTTP/1.0\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200"), "{out}");
+    let ev = wait_for(|| events.all().pop()).await;
+    assert_eq!(ev.path.as_deref(), Some("/?x=1"), "{ev:?}");
+}
+
 /// The policy is read per request: a policy replaced between two requests of one relayed
 /// keep-alive connection applies to the second (refused, never forwarded, its own event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

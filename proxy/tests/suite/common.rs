@@ -202,3 +202,23 @@ pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Reads from `s` until `buf` holds a whole request head (through the blank line); returns the
+/// head as text and leaves what follows it (a body, the next request) in `buf`. `None` when the
+/// peer closes or fails first. For the hand-written origins of the relay tests.
+pub async fn read_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    use tokio::io::AsyncReadExt as _;
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut b = [0u8; 4096];
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    buf.drain(..end);
+    Some(head)
+}

@@ -298,18 +298,9 @@ async fn closing_origin() -> (SocketAddr, Seen) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 for i in 0.. {
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
+                    let Some(head) = crate::common::read_head(&mut s, &mut buf).await else {
+                        return;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end);
                     let line = head.lines().next().unwrap_or("").to_owned();
                     seen.lock().unwrap().push(line.clone());
                     if i > 0 || line.starts_with("POST") {
@@ -371,18 +362,9 @@ async fn extra_response_bytes_do_not_reach_another_sandbox() {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
+                    let Some(head) = crate::common::read_head(&mut s, &mut buf).await else {
+                        return;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end);
                     let path = head.split(' ').nth(1).unwrap_or("").to_owned();
                     let evil = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled";
                     let reply = match path.as_str() {
@@ -597,18 +579,9 @@ async fn an_answer_to_a_body_read_as_a_request_reaches_nobody() {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
+                    let Some(head) = crate::common::read_head(&mut s, &mut buf).await else {
+                        return;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end);
                     let reply: &[u8] = if head.starts_with("POST") {
                         b"HTTP/1.1 401 No\r\nContent-Length: 2\r\n\r\nno"
                     } else if head.contains("/smuggled") {

@@ -25,18 +25,9 @@ async fn scripted_origin() -> (SocketAddr, Seen) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    let end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
+                    let Some(head) = crate::common::read_head(&mut s, &mut buf).await else {
+                        return;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end);
                     let header = |name: &str| {
                         head.lines()
                             .find_map(|l| {

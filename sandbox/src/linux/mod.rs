@@ -802,12 +802,9 @@ mod init {
         fence::require_full(&enforcement, spec.require_full)?;
         crate::timing::mark("landlock");
         sys::drop_all_capabilities().map_err(err(SetupStep::DropCapabilities))?;
-        let filters = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix })
+        let filter = filter::build(filter::FilterOptions { deny_unix_sockets: deny_unix });
+        seccompiler::apply_filter(&filter)
             .map_err(|e| SandboxError::setup(SetupStep::Seccomp)(io::Error::other(e)))?;
-        for f in &filters {
-            seccompiler::apply_filter(f)
-                .map_err(|e| SandboxError::setup(SetupStep::Seccomp)(io::Error::other(e)))?;
-        }
 
         crate::timing::mark("capabilities and seccomp");
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();

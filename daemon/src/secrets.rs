@@ -7,7 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use sandgate_config::{EnvFilter, HomeAllowlist, HomeVerdict, SYSTEM_SECRETS, data_entries};
+use sandgate_config::{HomeAllowlist, HomeVerdict, SYSTEM_SECRETS, data_entries};
 use sandgate_sandbox::ProvidedDir;
 
 /// The home directory of the account running the launcher, from the password database: the one
@@ -217,10 +217,12 @@ fn readable_by_caller(path: &Path) -> bool {
 }
 
 /// Splits `env` into what the command gets and the names of the secret-looking variables
-/// removed (in order, each once).
+/// removed (in order, each once). (A nested launch's environment; the others filter in
+/// `spec_from_policy`.)
+#[cfg(any(target_os = "linux", test))]
 pub fn scrub_env(
     env: &[(OsString, OsString)],
-    filter: &EnvFilter,
+    filter: &sandgate_config::EnvFilter,
 ) -> (Vec<(OsString, OsString)>, Vec<String>) {
     let mut kept = Vec::new();
     let mut removed: Vec<String> = Vec::new();
@@ -329,7 +331,7 @@ mod tests {
         .iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         .collect();
-        let (kept, removed) = scrub_env(&env, &EnvFilter::new(&["AWS_*".into()]));
+        let (kept, removed) = scrub_env(&env, &sandgate_config::EnvFilter::new(&["AWS_*".into()]));
         assert_eq!(kept, vec![(OsString::from("PATH"), OsString::from("/bin")), env[3].clone()]);
         assert_eq!(removed, ["GH_TOKEN", "gh_token"]);
     }

@@ -612,10 +612,13 @@ fn launch(
         let nflog = launched.nflog.take();
         let dns = launched.dns.take();
         served = serve(spec, args, net, fd, nflog, dns, hooks.greeting.take())?;
+        sandgate_sandbox::timing_mark("proxy served (daemon registered, or in process)");
     }
     let read_only = launched.read_only_reports();
     let code = launched.wait()?;
+    sandgate_sandbox::timing_mark("sandbox gone (init reaped, stderr relayed)");
     served.finish(code, args.report_blocked);
+    sandgate_sandbox::timing_mark("proxy released (daemon answered unregister)");
     read_only_hint(spec, read_only, code);
     Ok(code)
 }

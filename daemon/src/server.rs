@@ -830,6 +830,12 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     let live = live?;
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
+    if !flush {
+        // Nobody waits for the blocked-traffic tail: the NFLOG reader drains it on its own
+        // (store, alerts, bus) after this answer. Waiting for that reader to wake up and
+        // hand back an empty tail was ~0.3 ms of every `net`/`build` launch's end.
+        return Some(Vec::new());
+    }
     let done = live.nflog_done.lock().unwrap_or_else(|e| e.into_inner()).take();
     Some(match done {
         Some(rx) => tokio::time::timeout(Duration::from_millis(300), rx)

@@ -192,7 +192,7 @@ const fn arg_low(i: u32) -> u32 {
 /// action per filter as a linear chain of comparisons, so the same rules took three filters and
 /// 404 instructions. At attach time the kernel runs each new filter once per system call number to
 /// find the calls it always allows (its action cache), and every launch paid for three linear
-/// programs; this one is ~110 instructions with a search depth of ~8.
+/// programs; this one is 99 instructions, and finds a call in at most 8 comparisons.
 pub fn build(options: FilterOptions) -> BpfProgram {
     let mut p = Program::default();
     let (allow, eperm, enosys, kill) = (p.label(), p.label(), p.label(), p.label());

@@ -397,8 +397,7 @@ pub fn build_sockets(
 mod tests {
     use super::*;
 
-    /// The filters this one replaced, built with seccompiler (one action per filter, so three
-    /// of them): [`build`] must decide every call exactly as they did together.
+    /// The x32 refusal as the first of the replaced filters was (hand-written then too).
     fn x32() -> BpfProgram {
         // BPF_W and BPF_K are 0: a word load, a constant operand.
         let op = |code: u32, jt, jf, k| sock_filter { code: code as u16, jt, jf, k };
@@ -411,8 +410,10 @@ mod tests {
         ]
     }
 
-    /// Builds the filters: the first refuses the x32 ABI ([`x32`]), the second answers the
-    /// [`UNAVAILABLE`] calls with `ENOSYS`, the third refuses everything else with `EPERM`.
+    /// The filters [`build`] replaced, built with seccompiler (one action per filter, so three
+    /// of them), which it must agree with on every call: the first refuses the x32 ABI
+    /// ([`x32`]), the second answers the [`UNAVAILABLE`] calls with `ENOSYS`, the third refuses
+    /// everything else with `EPERM`.
     fn reference(options: FilterOptions) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
         let arch = TargetArch::try_from(std::env::consts::ARCH)?;
 

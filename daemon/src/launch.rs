@@ -615,7 +615,9 @@ fn launch(
         sandgate_sandbox::timing_mark("proxy served (daemon registered, or in process)");
     }
     let read_only = launched.read_only_reports();
-    let code = launched.wait()?;
+    // The daemon hears of the end as soon as init reports the command's status: its answer
+    // then comes while the namespaces are torn down, not after.
+    let code = launched.wait_with(|code| served.unregister(code, args.report_blocked))?;
     sandgate_sandbox::timing_mark("sandbox gone (init reaped, stderr relayed)");
     served.finish(code, args.report_blocked);
     sandgate_sandbox::timing_mark("proxy released (daemon answered unregister)");
@@ -657,8 +659,18 @@ enum Served {
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 impl Served {
-    /// The command ended with `code`: tell the daemon (and wait for the last blocked-traffic
-    /// lines with `report_blocked`), or stop serving the proxy here.
+    /// The command ended with `code` (the sandbox may still be going away): tell the daemon,
+    /// without waiting for its answer.
+    #[cfg(target_os = "linux")]
+    fn unregister(&mut self, code: u8, report_blocked: bool) {
+        if let Served::Daemon(link) = self {
+            link.unregister(i32::from(code), report_blocked);
+        }
+    }
+
+    /// The command ended with `code`: tell the daemon (unless `unregister` did) and wait for its
+    /// answer (with the last blocked-traffic lines with `report_blocked`), or stop serving the
+    /// proxy here.
     fn finish(self, code: u8, report_blocked: bool) {
         match self {
             Served::Daemon(link) => link.finish(i32::from(code), report_blocked),

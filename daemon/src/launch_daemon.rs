@@ -40,6 +40,8 @@ pub struct DaemonLink {
     thread: std::thread::JoinHandle<()>,
     /// Disconnected when the link thread returns: `finish` blocks on it instead of polling.
     ended: std::sync::mpsc::Receiver<()>,
+    /// Whether `unregister` went out (by [`DaemonLink::unregister`]); `None`: not yet.
+    unregistered: Option<bool>,
 }
 
 struct Fds {
@@ -133,12 +135,16 @@ impl DaemonLink {
                 })
                 .context("cannot start the daemon link thread")?
         };
-        Ok(DaemonLink { id, writer, done, thread, ended })
+        Ok(DaemonLink { id, writer, done, thread, ended, unregistered: None })
     }
 
-    /// Reports the command's end to the daemon and waits (briefly) for the last blocked-traffic
-    /// lines.
-    pub fn finish(self, exit_status: i32, flush_blocked: bool) {
+    /// Reports the command's end to the daemon without waiting for its answer: called as soon as
+    /// the sandbox's init says the command ended, so that the daemon's work and the round trip
+    /// overlap the namespaces' teardown. Once; [`DaemonLink::finish`] waits for the answer.
+    pub fn unregister(&mut self, exit_status: i32, flush_blocked: bool) {
+        if self.unregistered.is_some() {
+            return;
+        }
         self.done.store(true, Ordering::Release);
         let line = serde_json::to_string(&Envelope {
             id: Some(UNREGISTER_ID),
@@ -149,17 +155,22 @@ impl DaemonLink {
             },
         })
         .unwrap_or_default();
-        let sent = {
-            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            match w.as_mut() {
-                Some(s) => {
-                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                    s.write_all(format!("{line}\n").as_bytes()).is_ok()
-                }
-                None => false,
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = match w.as_mut() {
+            Some(s) => {
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                s.write_all(format!("{line}\n").as_bytes()).is_ok()
             }
+            None => false,
         };
-        if !sent {
+        self.unregistered = Some(sent);
+    }
+
+    /// Reports the command's end to the daemon (unless [`DaemonLink::unregister`] did) and waits
+    /// (briefly) for the answer, which carries the last blocked-traffic lines.
+    pub fn finish(mut self, exit_status: i32, flush_blocked: bool) {
+        self.unregister(exit_status, flush_blocked);
+        if self.unregistered != Some(true) {
             self.shutdown();
         }
         // Woken by the thread's end (the daemon's answer to `unregister` read), not by polling

@@ -85,8 +85,11 @@ pub struct Launched {
     pub enforcement: Enforcement,
     cleanup: Cleanup,
     tty: Option<terminal::Relay>,
-    /// In terminal mode, where init says "stopped" when Ctrl-Z stopped the command itself.
-    stops: Option<OwnedFd>,
+    /// Where init says "ended CODE" when the command ended (before the namespaces go away),
+    /// and in terminal mode "stopped" when Ctrl-Z stopped the command itself.
+    from_init: Option<OwnedFd>,
+    /// The status init reported, and whether `wait_with`'s callback has had it.
+    reported: Option<u8>,
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
@@ -144,8 +147,19 @@ impl Launched {
     /// In terminal mode (see `launch`) it also relays the caller's terminal to the sandbox's pty
     /// in raw mode, copies the window size on SIGWINCH, and on SIGTSTP restores the terminal and
     /// stops the launcher until SIGCONT. The terminal is restored when this returns.
-    pub fn wait(mut self) -> Result<u8, SandboxError> {
-        let code = self.supervise();
+    pub fn wait(self) -> Result<u8, SandboxError> {
+        self.wait_with(|_| {})
+    }
+
+    /// [`Launched::wait`], calling `on_end` with the command's exit code as soon as init reports
+    /// it, while the sandbox's namespaces are still being torn down (or, if init could not
+    /// report it, once init is reaped). What returns is init's status, after the teardown.
+    pub fn wait_with(mut self, on_end: impl FnOnce(u8)) -> Result<u8, SandboxError> {
+        let mut on_end = Some(on_end);
+        let code = self.supervise(&mut on_end);
+        if let (Some(f), Ok(code)) = (on_end.take(), &code) {
+            f(*code);
+        }
         if code.is_err() {
             let _ = sys::kill(self.pid, libc::SIGKILL);
             let _ = sys::waitpid(self.pid, true);
@@ -162,7 +176,7 @@ impl Launched {
         code
     }
 
-    fn supervise(&mut self) -> Result<u8, SandboxError> {
+    fn supervise(&mut self, on_end: &mut Option<impl FnOnce(u8)>) -> Result<u8, SandboxError> {
         let sigfd =
             sys::signalfd(&sys::SigSet::of(&self.signals)).map_err(SandboxError::io("signalfd"))?;
         if let Some(tty) = &mut self.tty {
@@ -177,12 +191,12 @@ impl Launched {
             }
             let none = libc::pollfd { fd: -1, events: 0, revents: 0 };
             let [a, b] = self.tty.as_ref().map_or([none, none], terminal::Relay::poll_set);
-            let stops = self.stops.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+            let from_init = self.from_init.as_ref().map_or(-1, AsRawFd::as_raw_fd);
             let mut fds = [
                 libc::pollfd { fd: sigfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
                 a,
                 b,
-                libc::pollfd { fd: stops, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: from_init, events: libc::POLLIN, revents: 0 },
             ];
             // The timeout is only a safety net: SIGCHLD wakes the loop when init ends.
             sys::poll(&mut fds, 1000).map_err(SandboxError::io("poll"))?;
@@ -194,24 +208,35 @@ impl Launched {
                 tty.on_ready(&[fds[1], fds[2]]);
             }
             if fds[3].revents != 0 {
-                self.on_command_stopped();
+                self.on_init_message();
+                if let Some(code) = self.reported
+                    && let Some(f) = on_end.take()
+                {
+                    f(code);
+                }
             }
         }
     }
 
-    /// Ctrl-Z stopped the command itself (no shell inside takes the terminal back): the launcher
-    /// stops too, as `sudo` does, giving the caller's shell its terminal; the SIGCONT of `fg`
-    /// resumes both.
-    fn on_command_stopped(&mut self) {
+    /// A message from init: "ended CODE" (the command ended; init exits next), or "stopped":
+    /// Ctrl-Z stopped the command itself (no shell inside takes the terminal back), and the
+    /// launcher stops too, as `sudo` does, giving the caller's shell its terminal; the SIGCONT of
+    /// `fg` resumes both.
+    fn on_init_message(&mut self) {
         let mut buf = [0u8; 16];
-        let stopped = match &self.stops {
-            Some(s) => {
-                matches!(sys::recv_with_fds(s, &mut buf), Ok((n, _)) if &buf[..n] == b"stopped")
-            }
-            None => false,
+        let message = match &self.from_init {
+            Some(s) => match sys::recv_with_fds(s, &mut buf) {
+                Ok((n, _)) if n > 0 => &buf[..n],
+                _ => b"",
+            },
+            None => b"",
         };
-        if !stopped {
-            self.stops = None; // init is gone (end of stream) or said nonsense: stop listening
+        if let Some(code) = message.strip_prefix(b"ended ") {
+            self.reported = std::str::from_utf8(code).ok().and_then(|c| c.parse().ok());
+            return;
+        }
+        if message != b"stopped" {
+            self.from_init = None; // init is gone (end of stream) or said nonsense: stop listening
             return;
         }
         if let Some(tty) = &mut self.tty {
@@ -426,7 +451,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                     (listener, dns, fds.next())
                 }
             };
-            let stops = tty.is_some().then_some(parent_sock);
             Ok(Launched {
                 pid,
                 listener,
@@ -435,7 +459,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 enforcement,
                 cleanup,
                 tty,
-                stops,
+                from_init: Some(parent_sock),
+                reported: None,
                 signals,
                 reaped: false,
                 tap,
@@ -912,9 +937,11 @@ mod init {
                 sys::exit_now(126)
             }
         };
-        // With a terminal the socket stays: it tells the launcher when Ctrl-Z stopped the
-        // command itself (no shell inside to take the terminal back), so that it stops too.
-        let stops = terminal.then_some(sock);
+        // The socket stays: it tells the launcher the command's status as soon as it ended
+        // (before this process's exit tears the namespaces down), and with a terminal when
+        // Ctrl-Z stopped the command itself (no shell inside to take the terminal back), so
+        // that the launcher stops too.
+        let to_launcher = sock;
         // Both sides, so that signals forwarded right away reach the group.
         let _ = sys::setpgid(cmd, cmd);
         if terminal {
@@ -926,12 +953,13 @@ mod init {
                     while let Ok(Some((pid, how))) = sys::wait_untraced(-1) {
                         match how {
                             sys::Waited::Ended(how) if pid == cmd => {
-                                sys::exit_now(i32::from(how.code()))
+                                let code = how.code();
+                                let said = format!("ended {code}");
+                                let _ = sys::send_with_fds(&to_launcher, said.as_bytes(), &[]);
+                                sys::exit_now(i32::from(code))
                             }
-                            sys::Waited::Stopped(_) if pid == cmd => {
-                                if let Some(s) = &stops {
-                                    let _ = sys::send_with_fds(s, b"stopped", &[]);
-                                }
+                            sys::Waited::Stopped(_) if pid == cmd && terminal => {
+                                let _ = sys::send_with_fds(&to_launcher, b"stopped", &[]);
                             }
                             _ => {}
                         }

@@ -69,6 +69,44 @@ fn a_failed_net_launch_starts_no_daemon_and_the_next_one_does() {
     assert_eq!(ls[0]["exit_status"], 0, "{ls}");
 }
 
+/// The daemon hears the command's status as soon as the sandbox's init reports it (before the
+/// namespaces are torn down), and it is the same status the launcher returns, for an exit and for
+/// a signal; yet the launcher still returns only once the sandbox is gone: a background process
+/// the command left is not running any more.
+#[test]
+fn the_status_the_daemon_records_is_the_launchers_and_the_sandbox_is_gone_when_it_returns() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = DaemonEnv::new("");
+    // A duration no other process on the machine sleeps for: its marker.
+    let marker = format!("3{}.25", std::process::id() % 1000);
+    for (script, want) in [
+        ("exit 7".to_owned(), 7),
+        ("kill -TERM $$".to_owned(), 143),
+        (format!("sleep {marker} & exit 3"), 3),
+    ] {
+        let out = t.sg(&["net", "--", "sh", "-c", &script]);
+        assert_eq!(out.status.code(), Some(want), "{script}: {out:?}");
+    }
+    let leftover: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(
+        leftover.is_empty(),
+        "the sandbox's background process outlived the launch: {leftover:?}"
+    );
+    let ls = t.json(&["ls", "--all", "--json"]);
+    let mut recorded: Vec<i64> =
+        ls.as_array().unwrap().iter().filter_map(|s| s["exit_status"].as_i64()).collect();
+    recorded.sort_unstable();
+    assert_eq!(recorded, [3, 7, 143], "{ls}");
+}
+
 #[test]
 fn an_answer_releases_held_requests_and_becomes_a_grant() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {

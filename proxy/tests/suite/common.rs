@@ -122,23 +122,22 @@ pub struct TlsOrigin {
     _dir: tempfile::TempDir,
 }
 
-pub async fn tls_origin(names: &[&str]) -> TlsOrigin {
+/// A fresh CA named `ca_name` and a server configuration for a leaf it signed for `names`,
+/// offering the ALPN protocols `alpn`: what a test's TLS origin serves, and the CA's PEM its
+/// clients trust.
+pub fn tls_server(names: &[&str], ca_name: &str, alpn: &[&[u8]]) -> (rustls::ServerConfig, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sandgate test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, ca_name);
+    let ca = ca.self_signed(&ca_key).unwrap();
     let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf_params =
+    let leaf =
         rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
             .unwrap();
-    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
@@ -149,6 +148,15 @@ pub async fn tls_origin(names: &[&str]) -> TlsOrigin {
         rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
     )
     .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    (config, ca.pem())
+}
+
+pub async fn tls_origin(names: &[&str]) -> TlsOrigin {
+    let (config, ca_pem) = tls_server(names, "sandgate test CA", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -25,28 +25,8 @@ async fn echo(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes
 /// An origin on 127.0.0.1 speaking the ALPN protocols `alpn` (h2 and/or http/1.1); returns its
 /// port and its CA's PEM.
 async fn origin(alpn: &[&[u8]]) -> (u16, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::default();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, format!("h2 test CA {}", alpn.len()));
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let (config, ca_pem) =
+        crate::common::tls_server(&["127.0.0.1"], &format!("h2 test CA {}", alpn.len()), alpn);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -68,7 +48,7 @@ async fn origin(alpn: &[&[u8]]) -> (u16, String) {
             });
         }
     });
-    (port, ca.pem())
+    (port, ca_pem)
 }
 
 async fn read_head(s: &mut tokio::net::TcpStream) -> String {

@@ -74,28 +74,11 @@ struct Origin2 {
 }
 
 async fn origin() -> Origin2 {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::default();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, "redteam origin CA");
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["a.test".to_string(), "b.test".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let (config, ca_pem) = crate::common::tls_server(
+        &["a.test", "b.test"],
+        "redteam origin CA",
+        &[b"h2", b"http/1.1"],
+    );
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -183,7 +166,7 @@ async fn origin() -> Origin2 {
             });
         }
     });
-    Origin2 { port, ca_pem: ca.pem(), requests, raw }
+    Origin2 { port, ca_pem, requests, raw }
 }
 
 /// A proxy for a sandbox allowed `a.test` and `b.test`, with the secret `k` for `a.test` only,

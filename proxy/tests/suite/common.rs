@@ -230,3 +230,43 @@ pub async fn read_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Opti
     buf.drain(..end);
     Some(head)
 }
+
+/// A DNS query for `name` (recursion desired; with an EDNS record offering 65,000 bytes when
+/// `edns`).
+pub fn dns_query(name: &str, qtype: hickory_proto::rr::RecordType, id: u16, edns: bool) -> Vec<u8> {
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(hickory_proto::rr::Name::from_ascii(name).unwrap(), qtype));
+    if edns {
+        let mut e = Edns::new();
+        e.set_max_payload(65000);
+        m.set_edns(e);
+    }
+    m.to_vec().unwrap()
+}
+
+/// Sends `bytes` to the DNS stub at `to` over UDP; its answer, or `None` after 2 s (no answer is
+/// the answer to some inputs).
+pub async fn dns_ask_udp(to: SocketAddr, bytes: &[u8]) -> Option<hickory_proto::op::Message> {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(bytes, to).await.unwrap();
+    let mut buf = vec![0u8; 65536];
+    match tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await {
+        Ok(Ok(n)) => Some(hickory_proto::op::Message::from_vec(&buf[..n]).unwrap()),
+        _ => None,
+    }
+}
+
+/// The A and AAAA addresses of an answer.
+pub fn dns_addrs(m: &hickory_proto::op::Message) -> Vec<std::net::IpAddr> {
+    use hickory_proto::rr::RData;
+    m.answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(std::net::IpAddr::V4(a.0)),
+            RData::AAAA(a) => Some(std::net::IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect()
+}

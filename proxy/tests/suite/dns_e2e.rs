@@ -6,9 +6,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::common::{Events, policy};
-use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use crate::common::{Events, dns_addrs as addrs, dns_ask_udp as ask_udp, dns_query, policy};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
 use sandgate_config::DomainName;
 use sandgate_proxy::{BoxFuture, Proxy, Resolver, SandboxContext, SandboxId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,32 +77,7 @@ async fn stub() -> Stub {
 }
 
 fn query(name: &str, qtype: RecordType, id: u16) -> Vec<u8> {
-    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-    m.to_vec().unwrap()
-}
-
-async fn ask_udp(to: SocketAddr, bytes: &[u8]) -> Option<Message> {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    sock.send_to(bytes, to).await.unwrap();
-    let mut buf = vec![0u8; 4096];
-    // No answer is an answer for some inputs: give the stub a generous moment.
-    match tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await {
-        Ok(Ok(n)) => Some(Message::from_vec(&buf[..n]).unwrap()),
-        _ => None,
-    }
-}
-
-fn addrs(m: &Message) -> Vec<IpAddr> {
-    m.answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(IpAddr::V4(a.0)),
-            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
-            _ => None,
-        })
-        .collect()
+    dns_query(name, qtype, id, false)
 }
 
 #[tokio::test]

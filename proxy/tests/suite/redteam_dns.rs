@@ -7,9 +7,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::common::{Events, policy};
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use crate::common::{Events, dns_addrs as addrs, dns_ask_udp as ask, dns_query as query, policy};
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::RecordType;
 use sandgate_config::DomainName;
 use sandgate_proxy::{BoxFuture, Proxy, Resolver, SandboxContext, SandboxId};
 use tokio::net::UdpSocket;
@@ -63,39 +63,6 @@ async fn stub() -> (SocketAddr, Arc<Rebinding>, Arc<Events>) {
     };
     tokio::spawn(async move { proxy.serve_dns(Some(udp), None, ctx).await });
     (addr, asked, events)
-}
-
-fn query(name: &str, qtype: RecordType, id: u16, edns: bool) -> Vec<u8> {
-    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-    if edns {
-        let mut e = Edns::new();
-        e.set_max_payload(65000);
-        m.set_edns(e);
-    }
-    m.to_vec().unwrap()
-}
-
-async fn ask(to: SocketAddr, bytes: &[u8]) -> Option<Message> {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    sock.send_to(bytes, to).await.unwrap();
-    let mut buf = vec![0u8; 65536];
-    match tokio::time::timeout(std::time::Duration::from_secs(2), sock.recv(&mut buf)).await {
-        Ok(Ok(n)) => Some(Message::from_vec(&buf[..n]).unwrap()),
-        _ => None,
-    }
-}
-
-fn addrs(m: &Message) -> Vec<IpAddr> {
-    m.answers
-        .iter()
-        .filter_map(|r| match &r.data {
-            RData::A(a) => Some(IpAddr::V4(a.0)),
-            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Every disguise of an internal address gets NXDOMAIN; of mixed answers only the public ones

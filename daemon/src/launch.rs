@@ -360,13 +360,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
 fn removal_notice(env: &[(OsString, OsString)], policy: &Policy) {
     let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
     // Names only: no copy of every kept variable, as `scrub_env` makes for the command.
-    let mut removed: Vec<String> = Vec::new();
-    for (k, _) in env.iter().filter(|(k, _)| filter.removes(k)) {
-        let name = k.to_string_lossy().into_owned();
-        if !removed.contains(&name) {
-            removed.push(name);
-        }
-    }
+    let removed = crate::secrets::removed_names(env, &filter);
     if !removed.is_empty() {
         eprintln!(
             "sandgate: not passed to the command (secret-looking): {}; keep one with \

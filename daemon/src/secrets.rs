@@ -216,6 +216,21 @@ fn readable_by_caller(path: &Path) -> bool {
         || (path.is_dir() && access(path, AccessFlags::X_OK).is_ok())
 }
 
+/// The names of the secret-looking variables of `env` that `filter` removes, in order, each once.
+pub fn removed_names(
+    env: &[(OsString, OsString)],
+    filter: &sandgate_config::EnvFilter,
+) -> Vec<String> {
+    let mut removed: Vec<String> = Vec::new();
+    for (k, _) in env.iter().filter(|(k, _)| filter.removes(k)) {
+        let name = k.to_string_lossy().into_owned();
+        if !removed.contains(&name) {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
 /// Splits `env` into what the command gets and the names of the secret-looking variables
 /// removed (in order, each once). (A nested launch's environment; the others filter in
 /// `spec_from_policy`.)
@@ -224,19 +239,8 @@ pub fn scrub_env(
     env: &[(OsString, OsString)],
     filter: &sandgate_config::EnvFilter,
 ) -> (Vec<(OsString, OsString)>, Vec<String>) {
-    let mut kept = Vec::new();
-    let mut removed: Vec<String> = Vec::new();
-    for (k, v) in env {
-        if filter.removes(k) {
-            let name = k.to_string_lossy().into_owned();
-            if !removed.contains(&name) {
-                removed.push(name);
-            }
-        } else {
-            kept.push((k.clone(), v.clone()));
-        }
-    }
-    (kept, removed)
+    let kept = env.iter().filter(|(k, _)| !filter.removes(k)).cloned().collect();
+    (kept, removed_names(env, filter))
 }
 
 /// sandgate's configuration directory as the sandbox sees it: the global file and the working

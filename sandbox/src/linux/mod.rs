@@ -88,7 +88,7 @@ pub struct Launched {
     /// Where init says "ended CODE" when the command ended (before the namespaces go away),
     /// and in terminal mode "stopped" when Ctrl-Z stopped the command itself.
     from_init: Option<OwnedFd>,
-    /// The status init reported, and whether `wait_with`'s callback has had it.
+    /// The command's exit code as init reported it ("ended CODE").
     reported: Option<u8>,
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,

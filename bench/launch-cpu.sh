@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CPU time of one launch (perf stat's task-clock: every process of the launch, summed), for the
+# CPU time of one launch (perf stat's task-clock: every process of the launch, summed, plus the
+# daemon's and its network factory's CPU time during the row, per launch), for the
 # commands of bench/launch.sh. On a machine shared with other work, wall time mostly measures
 # waiting for a core; CPU time is what a launch costs. Several rounds, interleaved, so that a
 # change of load hits every row alike.
@@ -21,12 +22,28 @@ trap '"$bin" stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 "$bin" daemon >"$dir/daemon.log" 2>&1 &
 for _ in $(seq 100); do "$bin" status >/dev/null 2>&1 && break; sleep 0.05; done
 cd "$dir"
+daemon_pid="$(cat "$XDG_RUNTIME_DIR/sandgate/daemon.pid")"
+# CPU time of the daemon and its children (the network factory, see the daemon's `netpool`): a
+# prepared network's making moves from the launch to them, so it is counted per launch too.
+daemon_cpu() {
+  local pid tasks=()
+  for pid in "$daemon_pid" $(pgrep -P "$daemon_pid" || true); do
+    tasks+=(/proc/"$pid"/task/*/schedstat)
+  done
+  # Nanoseconds on a CPU, every thread (a runtime's blocking threads live 10 s after their work).
+  cat "${tasks[@]}" 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'
+}
 row() {
-  local name="$1"
+  local name="$1" before after n="${N:-50}"
   shift
-  perf stat -r "${N:-50}" -x, -e task-clock,context-switches,page-faults "$@" 2>&1 >/dev/null |
+  before="$(daemon_cpu)"
+  perf stat -r "$n" -x, -e task-clock,context-switches,page-faults "$@" 2>&1 >/dev/null |
     awk -F, -v n="$name" '$3=="task-clock"{t=$1} $3=="context-switches"{c=$1} $3=="page-faults"{p=$1}
-      END{printf "%s,%.3f,%d,%d\n", n, t, c, p}'
+      END{printf "%s,%.3f,%d,%d", n, t, c, p}'
+  # Let the pool's refill after the last launch finish before reading the daemon's time.
+  sleep 0.2
+  after="$(daemon_cpu)"
+  echo ",$(python3 -c "print(f'{($after - $before) / $n / 1e6:.3f}')")"
 }
 {
   for _ in $(seq "${ROUNDS:-3}"); do
@@ -45,13 +62,15 @@ row() {
 python3 - "$dir/rows.csv" <<'PY'
 import csv, statistics, sys
 rows = {}
-for name, cpu, cs, pf in csv.reader(open(sys.argv[1])):
-    rows.setdefault(name, []).append((float(cpu), int(cs), int(pf)))
-med = {k: statistics.median(c for c, _, _ in v) for k, v in rows.items()}
+for name, cpu, cs, pf, daemon in csv.reader(open(sys.argv[1])):
+    rows.setdefault(name, []).append((float(cpu) + float(daemon), int(cs), int(pf), float(daemon)))
+# CPU per launch = the launch's own (perf stat) + the daemon's and its factory's during the row.
+med = {k: statistics.median(c for c, _, _, _ in v) for k, v in rows.items()}
+dmed = {k: statistics.median(d for _, _, _, d in v) for k, v in rows.items()}
 ref = lambda k: "bwrap" if "run" in k else "bwrap --unshare-net"
-print("| command | CPU per launch (median of rounds) | ratio to its bwrap | context switches | page faults |")
-print("|:---|---:|---:|---:|---:|")
+print("| command | CPU per launch (median of rounds) | of which the daemon's | ratio to its bwrap | context switches | page faults |")
+print("|:---|---:|---:|---:|---:|---:|")
 for k, v in rows.items():
     ratio = f"{med[k] / med[ref(k)]:.2f}x `{ref(k)}`" if "sandbox" in k else ""
-    print(f"| `{k}` | {med[k]:.2f} ms | {ratio} | {v[-1][1]} | {v[-1][2]} |")
+    print(f"| `{k}` | {med[k]:.2f} ms | {dmed[k]:.2f} ms | {ratio} | {v[-1][1]} | {v[-1][2]} |")
 PY

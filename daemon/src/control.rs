@@ -292,6 +292,16 @@ pub fn status_lines(v: &Value) -> Vec<String> {
     }
     out.push(format!("  socket  {}", d["socket"].as_str().unwrap_or("?")));
     out.push(format!("  store   {}", d["store"].as_str().unwrap_or("?")));
+    let pool = &v["network_pool"];
+    if pool["on"].as_bool() == Some(true) {
+        out.push(format!(
+            "  networks made ahead: {} ready, {} handed out",
+            pool["ready"], pool["handed_out"]
+        ));
+    }
+    if let Some(e) = pool["error"].as_str() {
+        out.push(format!("  networks made ahead: {}", sanitize(e)));
+    }
     let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
     out.push(format!("sandboxes running: {}", sandboxes.len()));
     for s in &sandboxes {

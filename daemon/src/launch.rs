@@ -423,6 +423,8 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     if sandgate_sandbox::inside_seatbelt() {
         return run_nested_seatbelt(tier, &args);
     }
+    // A network made ahead, asked for now and read once the policy is known (see `netpool`).
+    let asked = ask_for_network(tier, &args);
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
@@ -437,14 +439,70 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     }
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
-    let spec = spec_from_policy(&policy, &args, &ctx, new_id()?)?;
+    let prepared = prepared_network(&policy, asked);
+    let id = match prepared_id(&prepared) {
+        Some(id) => id,
+        None => new_id()?,
+    };
+    let spec = spec_from_policy(&policy, &args, &ctx, id)?;
     sandgate_sandbox::timing_mark("spec built");
-    let code = launch(&spec, &args, policy.net, host_listener)?;
+    let code = launch(&spec, &args, policy.net, host_listener, prepared)?;
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
     if let Some(hint) = failure_hint(&spec, &args, code) {
         eprintln!("sandgate: {hint}");
     }
     Ok(code)
+}
+
+/// Asks the running daemon for a network made ahead (see `netpool`) when the tier will have
+/// proxy network served by it (`run` has none; the policy may yet say otherwise, and then the
+/// network is let go unused).
+#[cfg(target_os = "linux")]
+fn ask_for_network(tier: &str, args: &LaunchOptions) -> Option<crate::launch_daemon::NetworkAsked> {
+    (tier != "run" && !no_daemon(args)).then(crate::launch_daemon::NetworkAsked::send).flatten()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn ask_for_network(_tier: &str, _args: &LaunchOptions) -> Option<std::convert::Infallible> {
+    None
+}
+
+/// The network asked for, when the policy gives the tier proxy network.
+#[cfg(target_os = "linux")]
+fn prepared_network(
+    policy: &Policy,
+    asked: Option<crate::launch_daemon::NetworkAsked>,
+) -> PreparedNet {
+    let asked = asked.filter(|_| policy.net.mode == sandgate_config::NetMode::Proxy)?;
+    let taken = asked.receive();
+    sandgate_sandbox::timing_mark(if taken.is_some() {
+        "network taken from the daemon"
+    } else {
+        "no network ready at the daemon"
+    });
+    taken
+}
+
+#[cfg(not(target_os = "linux"))]
+fn prepared_network(_policy: &Policy, _asked: Option<std::convert::Infallible>) -> PreparedNet {
+    None
+}
+
+/// A network made ahead (Linux only).
+#[cfg(target_os = "linux")]
+type PreparedNet = Option<sandgate_sandbox::PreparedNetwork>;
+#[cfg(not(target_os = "linux"))]
+type PreparedNet = Option<std::convert::Infallible>;
+
+/// The sandbox id a network made ahead was made for (its NFLOG prefix): the sandbox's.
+#[cfg(target_os = "linux")]
+fn prepared_id(prepared: &PreparedNet) -> Option<SandboxId> {
+    prepared.as_ref().map(|n| n.id.clone())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn prepared_id(prepared: &PreparedNet) -> Option<SandboxId> {
+    prepared.as_ref().map(|n| match *n {})
 }
 
 /// One line after a failed command in a tier without network: "Could not resolve host" says
@@ -580,11 +638,13 @@ fn launch(
     args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
+    prepared: PreparedNet,
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
         greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
         greeting: std::cell::RefCell::new(None),
+        prepared: std::cell::RefCell::new(prepared),
     };
     let launched = match sandgate_sandbox::launch(spec, &hooks) {
         Ok(l) => l,
@@ -895,6 +955,7 @@ fn launch(
     args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
+    _prepared: PreparedNet,
 ) -> anyhow::Result<u8> {
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
@@ -936,6 +997,7 @@ fn launch(
     _args: &LaunchOptions,
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
+    _prepared: PreparedNet,
 ) -> anyhow::Result<u8> {
     bail!("sandboxing is not implemented on this platform")
 }
@@ -947,6 +1009,8 @@ struct Hooks {
     /// Whether the sandbox's proxy goes to the daemon (greet it early).
     greet: bool,
     greeting: std::cell::RefCell<Option<anyhow::Result<crate::launch_daemon::Greeting>>>,
+    /// The network the daemon made ahead for this launch, until the sandbox takes it.
+    prepared: std::cell::RefCell<PreparedNet>,
 }
 
 #[cfg(target_os = "linux")]
@@ -955,6 +1019,10 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
         sandgate_monitor::nflog::NflogSocket::open(group)
             .map(|s| Some(s.into_fd()))
             .map_err(|e| std::io::Error::other(format!("NFLOG group {group}: {e}")))
+    }
+
+    fn prepared_network(&self) -> Option<sandgate_sandbox::PreparedNetwork> {
+        self.prepared.borrow_mut().take()
     }
 
     fn while_starting(&self) {

@@ -104,6 +104,66 @@ impl Greeting {
     }
 }
 
+/// `take_network` sent to the running daemon, its answer not read yet: the round trip overlaps
+/// the launcher's policy work. On a connection of its own: the answer carries descriptors, which
+/// a buffered reader would lose.
+#[cfg(target_os = "linux")]
+pub struct NetworkAsked(UnixStream);
+
+#[cfg(target_os = "linux")]
+impl NetworkAsked {
+    /// Asks the running daemon (none is started for this) for a network made ahead.
+    pub fn send() -> Option<NetworkAsked> {
+        let stream = UnixStream::connect(Paths::discover().socket).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut line =
+            serde_json::to_string(&Envelope { id: Some(1), request: Request::TakeNetwork }).ok()?;
+        line.push('\n');
+        (&stream).write_all(line.as_bytes()).ok()?;
+        Some(NetworkAsked(stream))
+    }
+
+    /// The network (see `netpool`); `None` when none was ready or anything is amiss: the
+    /// sandbox then makes its own.
+    pub fn receive(self) -> Option<sandgate_sandbox::PreparedNetwork> {
+        receive_network(&self.0)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn receive_network(stream: &UnixStream) -> Option<sandgate_sandbox::PreparedNetwork> {
+    let (mut got, mut fds) = (Vec::new(), Vec::new());
+    let mut buf = [0u8; 1024];
+    let end = loop {
+        if let Some(end) = got.iter().position(|&b| b == b'\n') {
+            break end;
+        }
+        let (n, more) = sandgate_sandbox::fdpass::recv_with_fds(stream, &mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+        fds.extend(more);
+    };
+    let reply: crate::protocol::Reply = serde_json::from_slice(&got[..end]).ok()?;
+    let network = reply.result?.get("network").cloned().filter(|n| !n.is_null())?;
+    let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?.to_owned()).ok()?;
+    let user = network["user"].as_bool()?;
+    if fds.len() != 5 + usize::from(user) {
+        return None;
+    }
+    let mut fds = fds.into_iter();
+    Some(sandgate_sandbox::PreparedNetwork {
+        id,
+        net: fds.next()?,
+        listener: fds.next()?,
+        dns: [fds.next()?, fds.next()?],
+        nflog: fds.next()?,
+        tun: None,
+        user: if user { Some(fds.next()?) } else { None },
+    })
+}
+
 impl DaemonLink {
     /// Registers the sandbox on `greeting` (a connection made by [`Greeting::send`], or made
     /// now when `None`) once the daemon's `hello` says it speaks this protocol, and starts the

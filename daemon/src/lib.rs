@@ -59,6 +59,7 @@ pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;
 mod monitor;
+mod netpool;
 mod paths;
 pub mod policy_report;
 pub mod protocol;

@@ -41,6 +41,8 @@ pub struct Daemon {
     pub telegram_error: Option<String>,
     /// The control socket's path.
     pub socket: std::path::PathBuf,
+    /// Networks made ahead for launchers.
+    pub netpool: Arc<crate::netpool::NetPool>,
     next_conn: AtomicU64,
 }
 
@@ -62,6 +64,7 @@ impl Daemon {
             telegram,
             telegram_error: None,
             socket,
+            netpool: Arc::default(),
             next_conn: AtomicU64::new(1),
         }
     }
@@ -279,6 +282,8 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
         d: d.clone(),
         conn,
         peer,
+        stream: stream.clone(),
+        lines: 0,
         tx: tx.clone(),
         owned: Vec::new(),
         fds: VecDeque::new(),
@@ -346,6 +351,11 @@ struct Conn {
     d: Arc<Daemon>,
     conn: u64,
     peer: Peer,
+    /// For the one reply written with descriptors (`take_network`), not through the writer.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    stream: Arc<UnixStream>,
+    /// Request lines read so far.
+    lines: u64,
     tx: mpsc::Sender<String>,
     owned: Vec<String>,
     fds: VecDeque<OwnedFd>,
@@ -370,6 +380,11 @@ impl Conn {
             }
         };
         let id = env.id;
+        self.lines += 1;
+        if let Request::TakeNetwork = &env.request {
+            self.take_network(id).await;
+            return;
+        }
         if let Request::Subscribe { sandbox } = &env.request {
             // Subscribe before replying, so that nothing after the reply is missed.
             let rx = self.d.shared.bus.subscribe();
@@ -488,6 +503,7 @@ impl Conn {
                 }
                 Ok(json!({ "flushed": true }))
             }
+            Request::TakeNetwork => Err(bad("take_network is answered before other requests")),
             Request::Subscribe { .. } => {
                 Err(RequestError::new("internal", "subscribe handled above"))
             }
@@ -503,6 +519,42 @@ impl Conn {
                 Ok(json!({ "stopping": true, "pid": std::process::id() }))
             }
         }
+    }
+
+    /// Hands a network made ahead to a launcher (see `netpool`): the reply carries the
+    /// descriptors, so it is written here, directly, and only as the connection's first line
+    /// (nothing else can be queued for the writer then).
+    async fn take_network(&mut self, id: Option<u64>) {
+        #[cfg(target_os = "linux")]
+        if self.lines == 1 {
+            use std::os::fd::AsRawFd as _;
+            let pool = self.d.netpool.clone();
+            if let Some(n) = pool.take() {
+                let mut raw = vec![n.net.as_raw_fd(), n.listener.as_raw_fd()];
+                raw.extend([n.dns[0].as_raw_fd(), n.dns[1].as_raw_fd(), n.nflog.as_raw_fd()]);
+                raw.extend(n.user.as_ref().map(|u| u.as_raw_fd()));
+                let v =
+                    json!({ "network": { "sandbox": n.id.as_str(), "user": n.user.is_some() } });
+                let text = line(&Reply::ok(id, v));
+                let sent = self
+                    .stream
+                    .async_io(tokio::io::Interest::WRITABLE, || {
+                        sandgate_sandbox::fdpass::send_with_fds(
+                            &*self.stream,
+                            text.as_bytes(),
+                            &raw,
+                        )
+                    })
+                    .await;
+                if let Err(e) = sent {
+                    tracing::debug!(error = %e, "a prepared network could not be handed out");
+                }
+                return;
+            }
+        }
+        let why =
+            if self.lines == 1 { "none ready" } else { "only as a connection's first request" };
+        let _ = self.tx.send(line(&Reply::ok(id, json!({ "network": null, "why": why })))).await;
     }
 
     async fn register(
@@ -592,6 +644,7 @@ impl Conn {
             stop: stop.clone(),
             flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
+            tun: d.netpool.claim(&info.id).map(Arc::new),
         };
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
         self.owned.push(info.id.clone());
@@ -786,6 +839,7 @@ impl Conn {
             "counts": counts,
             "budgets": budgets(s),
             "proxy": { "active_connections": d.proxy.active_connections() },
+            "network_pool": d.netpool.status(),
             "events": {
                 "written": s.events_stats().written,
                 "dropped": s.events_stats().dropped,
@@ -827,7 +881,9 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
             _ => None,
         }
     };
-    let live = live?;
+    let mut live = live?;
+    crate::netpool::release_later(live.tun.take());
+    d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
     if !flush {

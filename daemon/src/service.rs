@@ -76,12 +76,14 @@ pub fn run(idle_exit: Option<Duration>, detach: bool) -> anyhow::Result<u8> {
         }
     };
     let _ = sandgate_proxy::raise_nofile_limit();
+    // Forked now: the factory must come from a process with a single thread.
+    let netpool = crate::netpool::NetPool::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sandgate-daemon")
         .build()
         .context("cannot start the daemon's runtime")?;
-    runtime.block_on(serve(paths, idle_exit))
+    runtime.block_on(serve(paths, idle_exit, netpool))
 }
 
 /// Holds the daemon's lock for the life of the process; `None` when another daemon holds it.
@@ -231,7 +233,11 @@ async fn housekeeping(store: Store, retention: Duration, startup: bool) {
     }
 }
 
-async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> {
+async fn serve(
+    paths: Paths,
+    idle_exit: Option<Duration>,
+    netpool: crate::netpool::NetPool,
+) -> anyhow::Result<u8> {
     let config = crate::setup::load_config()?;
     let settings = config.daemon_settings();
     let store_path = Store::default_path().context("where the store lives")?;
@@ -320,6 +326,8 @@ async fn serve(paths: Paths, idle_exit: Option<Duration>) -> anyhow::Result<u8> 
     let mut daemon =
         server::Daemon::new(shared.clone(), proxy.clone(), telegram, paths.socket.clone());
     daemon.telegram_error = telegram_error;
+    daemon.netpool = Arc::new(netpool);
+    daemon.netpool.refill();
     let daemon = Arc::new(daemon);
     tracing::info!(
         pid = std::process::id(),

@@ -65,10 +65,10 @@ pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
-    Assessment, KernelSupport, Launched, NamespaceHooks, Nested, NetlinkBatch, OuterSandbox,
-    QUIET_ICMPV6, assess, checks_unix_socket_paths, configure_veth, create_veth, inside_sandbox,
-    kernel_support, landlock_gaps, launch, namespace_firewall, prepare_nested,
-    resolved_unix_sockets,
+    Assessment, KernelSupport, Launched, NamespaceHooks, Nested, NetlinkBatch, NetworkFactory,
+    OpenNflog, OuterSandbox, PreparedNetwork, QUIET_ICMPV6, assess, checks_unix_socket_paths,
+    configure_veth, create_veth, inside_sandbox, kernel_support, landlock_gaps, launch,
+    namespace_firewall, prepare_nested, resolved_unix_sockets,
 };
 #[cfg(target_os = "macos")]
 pub use macos::{Launched, inside_seatbelt, launch, launch_with_proxy_port, pid_in_seatbelt};

@@ -29,6 +29,7 @@ mod mounts;
 mod nested;
 mod net;
 mod netlink;
+mod netpool;
 mod placeholder;
 mod report;
 mod spawn;
@@ -53,6 +54,7 @@ pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
 };
+pub use netpool::{NetworkFactory, OpenNflog, PreparedNetwork};
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the monitor),
 /// called in the sandbox's init before the command starts.
@@ -65,6 +67,12 @@ pub trait NamespaceHooks {
     /// The init is a copy of the launcher from before this call, so nothing opened here is in
     /// the sandbox.
     fn while_starting(&self) {}
+
+    /// A network made ahead for this sandbox (see `netpool`), taken once, just before the clone.
+    /// Joined instead of making one when its id is the spec's; `None`: the sandbox makes its own.
+    fn prepared_network(&self) -> Option<PreparedNetwork> {
+        None
+    }
 }
 
 /// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
@@ -350,7 +358,49 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWUSER;
-    let child = match sys::clone_fork(flags) {
+    // A network made ahead (proxy mode): joined instead of made, off the launch's path.
+    let prepared = match spec.net {
+        NetSetup::Proxy { .. } => hooks.prepared_network().filter(|p| p.id == spec.id),
+        NetSetup::None => None,
+    };
+    let mut joined = None;
+    let cloned = match prepared {
+        Some(network) => {
+            plan.net_joined = true;
+            let mut start_init = || {
+                // In init, a copy of this process: the launcher's end of the socket and the
+                // network's descriptors are not init's (their last holder is the daemon).
+                let mut theirs = vec![parent_sock.as_raw_fd(), network.net.as_raw_fd()];
+                theirs.extend(network.user.as_ref().map(AsRawFd::as_raw_fd));
+                theirs.extend([network.listener.as_raw_fd(), network.nflog.as_raw_fd()]);
+                theirs.extend(network.dns.iter().map(AsRawFd::as_raw_fd));
+                for fd in theirs {
+                    let _ = nix::unistd::close(fd);
+                }
+                match child_sock.try_clone() {
+                    Ok(sock) => init::run(spec, &plan, uid, gid, sock, hooks),
+                    Err(_) => sys::exit_now(1),
+                }
+            };
+            match netpool::clone_into_network(
+                flags & !libc::CLONE_NEWNET,
+                &network,
+                &mut start_init,
+            ) {
+                Ok(pid) => {
+                    joined = Some(network);
+                    Ok(Some(pid))
+                }
+                Err(e) => {
+                    crate::timing::mark(&format!("prepared network not joined: {e}"));
+                    plan.net_joined = false;
+                    sys::clone_fork(flags)
+                }
+            }
+        }
+        None => sys::clone_fork(flags),
+    };
+    let child = match cloned {
         Ok(c) => c,
         Err(e)
             if uid != 0
@@ -364,11 +414,17 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             return Err(SandboxError::Io { what: "clone", source: e });
         }
     };
-    crate::timing::mark("clone");
+    crate::timing::mark(if joined.is_some() {
+        "clone (into the prepared network)"
+    } else {
+        "clone"
+    });
     let Some(pid) = child else {
         drop(parent_sock);
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
+    // Only the sockets are the launcher's to hand over; the namespaces are the sandbox's now.
+    let joined = joined.map(|n| (n.listener, n.dns, n.nflog));
     drop(child_sock);
     // The write end is the sandbox's alone now (the warden below must not hold it either, or the
     // relay would never see the end; it closes the read end itself).
@@ -443,9 +499,12 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 None => None,
             };
             // Then the proxy listener, the DNS stub's two sockets and NFLOG (when opened).
-            let (listener, dns, nflog) = match spec.net {
-                NetSetup::None => (None, None, None),
-                NetSetup::Proxy { .. } => {
+            let (listener, dns, nflog) = match (&spec.net, joined) {
+                (NetSetup::Proxy { .. }, Some((listener, dns, nflog))) => {
+                    (Some(listener), Some(dns), Some(nflog))
+                }
+                (NetSetup::None, _) => (None, None, None),
+                (NetSetup::Proxy { .. }, None) => {
                     let listener = fds.next();
                     let dns = fds.next().zip(fds.next()).map(|(u, t)| [u, t]);
                     (listener, dns, fds.next())
@@ -486,6 +545,8 @@ struct Plan {
     null_stdin: bool,
     /// The stderr relay's pipe (see `stderr_tap`).
     tap: Option<TapFds>,
+    /// The sandbox joins a network made ahead (see `netpool`): init makes none.
+    net_joined: bool,
 }
 
 /// The stderr relay's pipe as init sees it (inherited through the clone).
@@ -768,7 +829,9 @@ mod init {
         std::env::set_current_dir(&plan.fs.cwd)
             .map_err(err(SetupStep::Chdir(plan.fs.cwd.clone())))?;
 
-        net::loopback_up().map_err(err(SetupStep::Loopback))?;
+        if !plan.net_joined {
+            net::loopback_up().map_err(err(SetupStep::Loopback))?;
+        }
         let mut fds = Vec::new();
         // Allocated in the sandbox's own devpts instance (mounted by `mounts::build`), so that
         // the pty is the only terminal the command can reach.
@@ -779,9 +842,13 @@ mod init {
             fds.push(master);
             slave = Some((s, outer.on_tty));
         }
-        if let NetSetup::Proxy { nflog_group } = &spec.net {
+        if let NetSetup::Proxy { nflog_group } = &spec.net
+            && !plan.net_joined
+        {
             // Netlink from this process: no `ip` or `nft` to find or start.
-            net::route_device().map_err(err(SetupStep::RouteDevice))?;
+            let tun = net::route_device().map_err(err(SetupStep::RouteDevice))?;
+            // Held by this process (init, which never execs) until the sandbox ends.
+            std::mem::forget(tun);
             net::firewall(spec.id.as_str(), *nflog_group).map_err(err(SetupStep::Firewall))?;
             crate::timing::mark("veth and firewall (netlink)");
             fds.push(net::proxy_listener().map_err(err(SetupStep::ProxyListener))?);

@@ -16,18 +16,15 @@ pub fn loopback_up() -> io::Result<()> {
 
 /// The device of the default routes (proxy mode), with its addresses and the routes: a tun
 /// device where one can be made (one device instead of two: see `tun`), else the veth
-/// pair, both set up with rtnetlink.
-pub fn route_device() -> io::Result<()> {
+/// pair, both set up with rtnetlink. Returns the tun's descriptor: the device and its carrier
+/// live as long as it is open (close-on-exec).
+pub fn route_device() -> io::Result<Option<OwnedFd>> {
     if let Some(tun) = super::tun::create(netlink::VETH.0) {
         let configure = netlink::configure_tun(sys::interface_index(netlink::VETH.0)?);
         sys::netlink_transact(sys::Netlink::Route, configure.bytes(), configure.acks)?;
-        // Held by this process (the sandbox's init, which never execs) until the sandbox ends:
-        // the device and its carrier live as long as the descriptor. Close-on-exec, and closed
-        // for the command before its exec anyway.
-        std::mem::forget(tun);
-        return Ok(());
+        return Ok(Some(tun));
     }
-    veth()
+    veth().map(|()| None)
 }
 
 /// Creates the veth pair, its addresses and the default routes (proxy mode) with rtnetlink.

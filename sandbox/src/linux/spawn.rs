@@ -23,25 +23,50 @@ const STACK: usize = 256 * 1024;
 /// once it has (or has exited). `child` must end in `execve` or `_exit` (should it return, the
 /// child exits with 126). Signals must be blocked
 /// in the caller (the child inherits the mask): a handler must not run on the shared memory.
-pub fn vfork_exec<F: FnMut()>(mut child: F) -> io::Result<libc::pid_t> {
+pub fn vfork_exec<F: FnMut()>(child: F) -> io::Result<libc::pid_t> {
+    vfork_on(STACK, child)
+}
+
+/// [`vfork_exec`] with a stack of `size` bytes (only what the child touches is faulted in), with
+/// a guard page below it: an overflow faults instead of writing over other memory.
+pub fn vfork_on<F: FnMut()>(size: usize, mut child: F) -> io::Result<libc::pid_t> {
     extern "C" fn trampoline<F: FnMut()>(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the `&mut F` passed below, alive until clone returns, which is not
         // before this child has exec'd or exited.
         let child = unsafe { &mut *arg.cast::<F>() };
         child();
-        // Not reached (`child` ends in execve or _exit); never return into init's frames.
+        // Not reached (`child` ends in execve or _exit); never return into the parent's frames.
         // SAFETY: _exit never returns.
         unsafe { libc::_exit(126) }
     }
-    // Untouched pages of a large allocation are never faulted in: only what the child uses.
-    let mut stack = vec![0u8; 0];
-    stack.reserve_exact(STACK);
-    let base = stack.as_mut_ptr() as usize;
+    let page = 4096;
+    let len = size + page;
+    // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping just made becomes the guard.
+    if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: the mapping made above, unused.
+        unsafe { libc::munmap(base, len) };
+        return Err(e);
+    }
     // Stacks grow down on every architecture Linux runs this on; 16-byte aligned top.
-    let top = (base + STACK) & !15;
-    // SAFETY: the stack is valid for STACK bytes and outlives the child's use of it (clone
-    // returns only after the child exec'd or exited, CLONE_VFORK); the argument points to
-    // `child`, which outlives the call likewise.
+    let top = (base as usize + len) & !15;
+    // SAFETY: the stack is valid below `top` down to the guard page and outlives the child's use
+    // of it (clone returns only after the child exec'd or exited, CLONE_VFORK); the argument
+    // points to `child`, which outlives the call likewise.
     let pid = unsafe {
         libc::clone(
             trampoline::<F>,
@@ -50,6 +75,9 @@ pub fn vfork_exec<F: FnMut()>(mut child: F) -> io::Result<libc::pid_t> {
             (&raw mut child).cast::<libc::c_void>(),
         )
     };
-    drop(stack);
-    if pid < 0 { Err(io::Error::last_os_error()) } else { Ok(pid) }
+    let err = io::Error::last_os_error();
+    // SAFETY: the mapping made above; the child no longer runs on it (exec'd or exited), and a
+    // process it forked has a copy of its own.
+    unsafe { libc::munmap(base, len) };
+    if pid < 0 { Err(err) } else { Ok(pid) }
 }

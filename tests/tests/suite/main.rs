@@ -25,6 +25,7 @@ mod intercept;
 mod json_ids;
 mod launcher_cli;
 mod netlink_setup;
+mod netpool;
 mod proxy_cli;
 mod quick_start;
 mod readonly_hint;

@@ -1,0 +1,296 @@
+//! Network namespaces made ahead of the launch that uses them.
+//!
+//! A `net` or `build` sandbox's network (its namespace, `lo`, the route device, the nf_tables
+//! table, the proxy listener, the DNS stub's sockets and the NFLOG socket) does not depend on the
+//! launch: only on the sandbox id (the NFLOG prefix) and the NFLOG group. The daemon has one made
+//! while nobody waits, by a [`NetworkFactory`] (a process forked from the daemon while it was
+//! single-threaded, since only such a process may enter a user namespace), and hands it to the
+//! next launcher, whose sandbox then joins it instead of making its own (see
+//! `clone_into_network`). Each namespace serves one sandbox and is never reused.
+//!
+//! Ownership: the namespace belongs to the factory's user namespace (rootless: one the factory
+//! made, mapping only the caller's uid; root: the host's), not to the sandbox's. The sandbox's
+//! processes therefore hold no capability over their own network at any time, not only after
+//! init drops them.
+//!
+//! Factory protocol (a `SOCK_SEQPACKET` pair): the daemon sends `ID GROUP`; the factory answers
+//! `ok` with the descriptors in [`FD_ORDER`] order, or `err MESSAGE`.
+
+use std::io;
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+
+use nix::sched::CloneFlags;
+
+use super::{net, sys};
+use crate::fdpass;
+use crate::spec::SandboxId;
+
+/// A network made for one sandbox.
+#[derive(Debug)]
+pub struct PreparedNetwork {
+    /// The sandbox id it was made for (its NFLOG prefix).
+    pub id: SandboxId,
+    /// The user namespace that owns [`net`](Self::net) (`None`: the host's, for root).
+    pub user: Option<OwnedFd>,
+    /// The network namespace.
+    pub net: OwnedFd,
+    /// The route device (a tun), whose routes live as long as this descriptor (`None`: a veth
+    /// pair, which needs none).
+    pub tun: Option<OwnedFd>,
+    /// The proxy listener (127.0.0.1:3128 inside).
+    pub listener: OwnedFd,
+    /// The DNS stub's UDP socket and TCP listener (127.0.0.1:53 inside).
+    pub dns: [OwnedFd; 2],
+    /// The NFLOG socket bound to the group inside.
+    pub nflog: OwnedFd,
+}
+
+/// The order of the descriptors in the factory's answer (`tun` and `user` only when present,
+/// as its `ok` line says).
+const FD_ORDER: &str = "net listener dns-udp dns-tcp nflog [tun] [user]";
+
+/// Opens the NFLOG socket of a group inside the current network namespace.
+pub type OpenNflog = fn(u16) -> io::Result<OwnedFd>;
+
+/// The process that makes network namespaces for the daemon.
+#[derive(Debug)]
+pub struct NetworkFactory {
+    sock: OwnedFd,
+    pid: libc::pid_t,
+}
+
+impl NetworkFactory {
+    /// Forks the factory. The calling process must have one thread (the daemon calls this
+    /// before it starts its runtime); the factory dies with it.
+    pub fn start(open_nflog: OpenNflog) -> io::Result<NetworkFactory> {
+        let threads = sys::thread_count();
+        if threads > 1 {
+            return Err(io::Error::other(format!(
+                "the network factory must be forked by a single-threaded process ({threads} threads)"
+            )));
+        }
+        let (ours, theirs) = sys::seqpacket_pair()?;
+        let parent = nix::unistd::getpid().as_raw();
+        let (uid, gid) = sys::ids();
+        match sys::fork()? {
+            Some(pid) => {
+                drop(theirs);
+                Ok(NetworkFactory { sock: ours, pid })
+            }
+            None => {
+                drop(ours);
+                factory(theirs, parent, uid, gid, open_nflog)
+            }
+        }
+    }
+
+    /// Process id of the factory.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Has a network made for sandbox `id` (blocking: a few milliseconds).
+    pub fn make(&self, id: &SandboxId, group: u16) -> io::Result<PreparedNetwork> {
+        let request = format!("{} {group}", id.as_str());
+        fdpass::send_with_fds(&self.sock, request.as_bytes(), &[])?;
+        let mut buf = [0u8; 512];
+        let (n, fds) = fdpass::recv_with_fds(&self.sock, &mut buf)?;
+        if n == 0 {
+            return Err(io::Error::other("the network factory is gone"));
+        }
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if let Some(why) = answer.strip_prefix("err ") {
+            return Err(io::Error::other(why.to_owned()));
+        }
+        let words: Vec<&str> = answer.split(' ').collect();
+        let with_tun = words.contains(&"tun");
+        let with_user = words.contains(&"user");
+        let expected = 5 + usize::from(with_tun) + usize::from(with_user);
+        if words.first() != Some(&"ok") || fds.len() != expected {
+            return Err(io::Error::other(format!(
+                "the network factory answered {answer:?} with {} descriptor(s) ({FD_ORDER})",
+                fds.len()
+            )));
+        }
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next().ok_or_else(|| io::Error::other("descriptor missing"));
+        Ok(PreparedNetwork {
+            id: id.clone(),
+            net: next()?,
+            listener: next()?,
+            dns: [next()?, next()?],
+            nflog: next()?,
+            tun: if with_tun { Some(next()?) } else { None },
+            user: if with_user { Some(next()?) } else { None },
+        })
+    }
+}
+
+/// The factory's life: its own user namespace first (rootless), then one network per request.
+fn factory(sock: OwnedFd, parent: libc::pid_t, uid: u32, gid: u32, open_nflog: OpenNflog) -> ! {
+    let _ = sys::set_name(c"sandgate-netns");
+    if sys::set_parent_death_signal(libc::SIGKILL).is_err()
+        || nix::unistd::getppid().as_raw() != parent
+    {
+        sys::exit_now(0);
+    }
+    // Nothing of the daemon's: its lock files, store and sockets stay the daemon's alone.
+    sys::close_all_except(&[2, sock.as_raw_fd()]);
+    let user = if uid == 0 {
+        None
+    } else {
+        match own_user_namespace(uid, gid) {
+            Ok(u) => Some(u),
+            Err(e) => serve_errors(&sock, &format!("cannot make a user namespace: {e}")),
+        }
+    };
+    let mut buf = [0u8; 512];
+    loop {
+        let n = match fdpass::recv_with_fds(&sock, &mut buf) {
+            Ok((0, _)) | Err(_) => sys::exit_now(0),
+            Ok((n, _)) => n,
+        };
+        let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let answer = parse(&request).and_then(|(id, group)| make(id, group, open_nflog));
+        let sent = match answer {
+            Ok(made) => {
+                let mut raw: Vec<i32> = made.iter().map(|f| f.as_raw_fd()).collect();
+                let mut line = String::from("ok");
+                if made.len() == 6 {
+                    line.push_str(" tun");
+                }
+                if let Some(u) = &user {
+                    line.push_str(" user");
+                    raw.push(u.as_raw_fd());
+                }
+                fdpass::send_with_fds(sock.as_fd(), line.as_bytes(), &raw)
+            }
+            Err(e) => fdpass::send_with_fds(sock.as_fd(), format!("err {e}").as_bytes(), &[]),
+        };
+        if sent.is_err() {
+            sys::exit_now(0);
+        }
+    }
+}
+
+/// Answers every request with `why` (the factory cannot make networks at all).
+fn serve_errors(sock: &OwnedFd, why: &str) -> ! {
+    let mut buf = [0u8; 512];
+    loop {
+        match fdpass::recv_with_fds(sock, &mut buf) {
+            Ok((0, _)) | Err(_) => sys::exit_now(0),
+            Ok(_) => {
+                if fdpass::send_with_fds(sock, format!("err {why}").as_bytes(), &[]).is_err() {
+                    sys::exit_now(0);
+                }
+            }
+        }
+    }
+}
+
+fn parse(request: &str) -> io::Result<(&str, u16)> {
+    let bad = || io::Error::other(format!("bad request {request:?}"));
+    let (id, group) = request.split_once(' ').ok_or_else(bad)?;
+    let group = group.parse().map_err(|_| bad())?;
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    Ok((id, group))
+}
+
+/// A user namespace for the factory, mapping only the caller's ids to themselves: the
+/// capabilities it gives reach only namespaces made inside it.
+fn own_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)?;
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    Ok(std::fs::File::open("/proc/self/ns/user")?.into())
+}
+
+/// A new network namespace (this process moves into it), set up as a sandbox's init would.
+/// The descriptors in [`FD_ORDER`] order, without `user`.
+fn make(id: &str, group: u16, open_nflog: OpenNflog) -> io::Result<Vec<OwnedFd>> {
+    fn step(what: &'static str) -> impl Fn(io::Error) -> io::Error {
+        move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+    }
+    nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(|e| step("unshare")(e.into()))?;
+    let netns: OwnedFd =
+        std::fs::File::open("/proc/thread-self/ns/net").map_err(step("namespace"))?.into();
+    net::loopback_up().map_err(step("loopback"))?;
+    let tun = net::route_device().map_err(step("route device"))?;
+    net::firewall(id, group).map_err(step("firewall"))?;
+    let listener = net::proxy_listener().map_err(step("proxy listener"))?;
+    let [udp, tcp] = net::dns_sockets().map_err(step("DNS sockets"))?;
+    let nflog = open_nflog(group).map_err(step("NFLOG"))?;
+    let mut fds = vec![netns, listener, udp, tcp, nflog];
+    fds.extend(tun);
+    Ok(fds)
+}
+
+/// Stack of init when it starts inside a prepared network (see [`clone_into_network`]): init
+/// runs its whole setup on it. Only the pages it touches are faulted in.
+const INIT_STACK: usize = 8 << 20;
+
+/// Starts the sandbox's init inside `network`: a short-lived process sharing the launcher's
+/// memory (`CLONE_VM | CLONE_VFORK`, no copy of the address space) joins the network's user
+/// namespace (where the factory's capabilities reach it) and network namespace and clones init
+/// with `flags` as a child of the launcher (`CLONE_PARENT`), then exits. The launcher itself
+/// never joins: a process cannot leave a user namespace it entered, and the launcher may yet
+/// start a daemon, which must live in the host's namespaces.
+///
+/// In init, `init` runs (on the helper's stack, copied with the rest of the memory) and must
+/// not return. Returns init's pid in the launcher. Only to be called while the process has a
+/// single thread and blocks every signal it handles (see `spawn`).
+pub(super) fn clone_into_network(
+    flags: libc::c_int,
+    network: &PreparedNetwork,
+    init: &mut dyn FnMut(),
+) -> io::Result<libc::pid_t> {
+    // Written by the helper (shared memory) before it exits: init's pid, or -errno.
+    let mut answer: i64 = -i64::from(libc::ECHILD);
+    let helper = super::spawn::vfork_on(INIT_STACK, || {
+        let joined = match &network.user {
+            Some(user) => nix::sched::setns(user, CloneFlags::CLONE_NEWUSER),
+            None => Ok(()),
+        }
+        .and_then(|()| nix::sched::setns(&network.net, CloneFlags::CLONE_NEWNET));
+        if let Err(e) = joined {
+            answer = -(e as i64);
+            sys::exit_now(1);
+        }
+        match sys::clone_fork(flags | libc::CLONE_PARENT) {
+            Ok(Some(pid)) => {
+                answer = i64::from(pid);
+                sys::exit_now(0);
+            }
+            Ok(None) => {
+                init();
+                sys::exit_now(127);
+            }
+            Err(e) => {
+                answer = -i64::from(e.raw_os_error().unwrap_or(libc::EIO));
+                sys::exit_now(1);
+            }
+        }
+    })?;
+    let _ = sys::waitpid(helper, true);
+    if answer > 0 {
+        Ok(answer as libc::pid_t)
+    } else {
+        Err(io::Error::from_raw_os_error(-answer as i32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_an_id_and_a_group() {
+        assert_eq!(parse("sg-1-ab 7").unwrap(), ("sg-1-ab", 7));
+        for bad in ["", "sg-1", "sg-1 x", "sg 1 2", " 7", "sg\n1 7", "a 70000"] {
+            assert!(parse(bad).is_err(), "{bad:?} was taken");
+        }
+    }
+}

@@ -340,6 +340,95 @@ for name, nr in [("statmount", 457), ("listmount", 458), ("setxattrat", 463), ("
     }
 }
 
+/// Answers each system call number of its arguments twice (after [`sandbox::SECCOMP_PY`];
+/// argv: the numbers of `seccomp` and `getppid`, then the numbers to call). First `plain NR
+/// ANSWER`; then, under a filter of its own (stacked on whatever filters the process has) that
+/// hands those numbers and `getppid` to a listener of its own answering 4242, `stacked NR ANSWER
+/// heard|unheard`. ANSWER is the errno name or `ok VALUE`.
+const ABOVE_THE_TABLE: &str = r#"import errno, select, threading, time
+SECCOMP, GETPPID, numbers = int(sys.argv[1]), int(sys.argv[2]), [int(n) for n in sys.argv[3:]]
+def call(nr):
+    r = libc.syscall(ctypes.c_long(nr), 0, 0, 0, 0, 0)
+    return f"ok {r}" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+for nr in numbers:
+    print("plain", nr, call(nr), flush=True)
+USER_NOTIF, ALLOW = 0x7fc00000, 0x7fff0000
+prog = [(0x20, 0, 0, 0)]                                  # A = nr
+for nr in numbers + [GETPPID]:
+    prog.append((0x15, 0, 1, nr))                         # nr?
+    prog.append((0x06, 0, 0, USER_NOTIF))                 #   to the listener
+prog.append((0x06, 0, 0, ALLOW))
+insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
+assert libc.prctl(38, 1, 0, 0, 0) == 0                    # PR_SET_NO_NEW_PRIVS
+# SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER
+listener = libc.syscall(ctypes.c_long(SECCOMP), 1, 8, ctypes.byref(Prog(len(prog), insns)))
+assert listener >= 0, ctypes.get_errno()
+RECV, SEND = ctypes.c_ulong(0xC0502100), ctypes.c_ulong(0xC0182101)  # SECCOMP_IOCTL_NOTIF_*
+for nr in numbers + [GETPPID]:
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(call(nr)), daemon=True)
+    t.start()
+    heard, poll, deadline = False, select.poll(), time.monotonic() + 10
+    poll.register(listener, select.POLLIN)
+    while t.is_alive() and time.monotonic() < deadline:
+        if poll.poll(50):
+            notif = ctypes.create_string_buffer(80)            # struct seccomp_notif, zeroed
+            assert libc.ioctl(listener, RECV, notif) == 0, ctypes.get_errno()
+            heard = int.from_bytes(notif.raw[16:20], "little") == nr
+            resp = notif.raw[0:8] + (4242).to_bytes(8, "little") + bytes(8)  # id, val, error 0
+            assert libc.ioctl(listener, SEND, ctypes.create_string_buffer(resp, 24)) == 0
+    t.join(1)
+    got = answer[0] if answer else "stuck"
+    print("stacked", nr, got, "heard" if heard else "unheard", flush=True)
+"#;
+
+/// System call numbers above the seccomp filter's table (470 and up: calls of kernels newer than
+/// the filter) are answered `ENOSYS`, as a kernel without them would: not run, not `EPERM`
+/// (callers fall back to older calls on `ENOSYS` only).
+///
+/// `ENOSYS` alone would not show who answered on a kernel without those calls (Linux 6.18 has
+/// none above 469), so the script also stacks a filter of its own handing the same numbers to a
+/// listener that answers 4242: the kernel takes the most restrictive of the filters' answers, so
+/// inside the sandbox the listener must never hear of them (the sandbox's `ENOSYS` wins over
+/// "ask the listener", where an allow would not). Controls: inside, the listener does answer
+/// `getppid` (which the sandbox allows), so it works there; outside it answers every number.
+fn calls_above_the_filter_table_are_enosys(who: &Who) {
+    let s = Scratch::new(who);
+    let script = s.root.join("above_the_table.py");
+    std::fs::write(&script, format!("{}{ABOVE_THE_TABLE}", sandbox::SECCOMP_PY)).unwrap();
+    const NUMBERS: [&str; 4] = ["470", "471", "511", "1023"];
+    let (seccomp, getppid) = (SYS_SECCOMP.to_string(), SYS_GETPPID.to_string());
+    let mut argv = vec!["python3", script.to_str().unwrap(), &seccomp, &getppid];
+    argv.extend(NUMBERS);
+    let lines =
+        |out: &[u8]| -> Vec<String> { sandbox::text(out).lines().map(String::from).collect() };
+
+    let outside = Command::new(argv[0]).args(&argv[1..]).output().unwrap();
+    let outside_lines = lines(&outside.stdout);
+    for nr in NUMBERS {
+        let stacked = format!("stacked {nr} ok 4242 heard");
+        assert!(outside_lines.contains(&stacked), "outside, no {stacked:?}: {outside:?}");
+    }
+    let plain_outside: Vec<&String> =
+        outside_lines.iter().filter(|l| l.starts_with("plain")).collect();
+    eprintln!("outside, this kernel answers: {plain_outside:?}");
+
+    let out = s.run("run", &[], &argv);
+    let inside = lines(&out.stdout);
+    assert!(out.status.success(), "run: {:?}\n{}", out.status, sandbox::text(&out.stderr));
+    for nr in NUMBERS {
+        for want in [format!("plain {nr} ENOSYS"), format!("stacked {nr} ENOSYS unheard")] {
+            assert!(inside.contains(&want), "run: no {want:?} in {inside:?}");
+        }
+    }
+    let control = format!("stacked {getppid} ok 4242 heard");
+    assert!(inside.contains(&control), "run: no {control:?} in {inside:?}");
+}
+
+/// `seccomp(2)` and `getppid(2)` on the architecture the tests run on.
+const SYS_SECCOMP: u32 = if cfg!(target_arch = "x86_64") { 317 } else { 277 };
+const SYS_GETPPID: u32 = if cfg!(target_arch = "x86_64") { 110 } else { 173 };
+
 both!(
     direct_network_is_refused,
     blocked_attempts_are_reported,
@@ -352,4 +441,5 @@ both!(
     setuid_binaries_give_nothing,
     namespaces_mounts_and_firewall_stay_shut,
     the_newest_mount_and_attribute_calls_are_refused,
+    calls_above_the_filter_table_are_enosys,
 );

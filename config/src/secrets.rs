@@ -26,25 +26,32 @@ pub fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
 
 /// A pattern where `*` stands for any run of characters. One allocation per pattern, split at
 /// its stars while matching: every launch builds the home allowlist (~125 patterns) and the
-/// secret-variable filter, and building them was more work than all the matching they do.
+/// secret-variable filter, and building them was more work than all the matching they do. Where
+/// its first and last stars are is found once, when it is made: matching is then a prefix and a
+/// suffix compare for most patterns (every launch matches each environment variable against the
+/// secret patterns, and each home entry against the allowlist).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Glob(Box<[u8]>);
+struct Glob {
+    pattern: Box<[u8]>,
+    /// Positions of the first and the last `*`; `None`: a literal.
+    stars: Option<(usize, usize)>,
+}
 
 impl Glob {
     fn new(pattern: &[u8]) -> Glob {
-        Glob(pattern.into())
+        let first = pattern.iter().position(|&b| b == b'*');
+        let last = pattern.iter().rposition(|&b| b == b'*');
+        Glob { pattern: pattern.into(), stars: first.zip(last) }
     }
 
     /// The pattern itself when it has no `*`.
     fn literal(&self) -> Option<&[u8]> {
-        (!self.0.contains(&b'*')).then_some(&self.0)
+        self.stars.is_none().then_some(&self.pattern)
     }
 
     fn matches(&self, name: &[u8]) -> bool {
-        let p = &*self.0;
-        let (Some(first_star), Some(last_star)) =
-            (p.iter().position(|&b| b == b'*'), p.iter().rposition(|&b| b == b'*'))
-        else {
+        let p = &*self.pattern;
+        let Some((first_star, last_star)) = self.stars else {
             return p == name;
         };
         let (first, last) = (&p[..first_star], &p[last_star + 1..]);
@@ -144,7 +151,7 @@ impl HomeAllowlist {
             }
         }
         let read = &list.read;
-        list.by_first.sort_by(|&a, &b| read[a][0].0.cmp(&read[b][0].0));
+        list.by_first.sort_by(|&a, &b| read[a][0].pattern.cmp(&read[b][0].pattern));
         list
     }
 
@@ -152,7 +159,7 @@ impl HomeAllowlist {
     pub fn verdict(&self, rel: &[&OsStr]) -> HomeVerdict {
         let Some(first) = rel.first() else { return HomeVerdict::Descend };
         let key = first.as_encoded_bytes();
-        let first_of = |i: &usize| &*self.read[*i][0].0;
+        let first_of = |i: &usize| &*self.read[*i][0].pattern;
         let from = self.by_first.partition_point(|i| first_of(i) < key);
         let literal = &self.by_first[from..];
         let literal = &literal[..literal.partition_point(|i| first_of(i) == key)];
@@ -206,8 +213,22 @@ impl EnvFilter {
 
     /// Whether the variable `name` is removed (secret-looking and not passed). Case-insensitive.
     pub fn removes(&self, name: &OsStr) -> bool {
-        let upper = name.as_encoded_bytes().to_ascii_uppercase();
-        let hit = |globs: &[Glob]| globs.iter().any(|g| g.matches(&upper));
+        let name = name.as_encoded_bytes();
+        // Upper-cased on the stack for the usual short name (no allocation per variable).
+        let mut short = [0u8; 64];
+        let long;
+        let upper: &[u8] = match short.get_mut(..name.len()) {
+            Some(buf) => {
+                buf.copy_from_slice(name);
+                buf.make_ascii_uppercase();
+                buf
+            }
+            None => {
+                long = name.to_ascii_uppercase();
+                &long
+            }
+        };
+        let hit = |globs: &[Glob]| globs.iter().any(|g| g.matches(upper));
         hit(&self.secret) && !hit(&self.pass)
     }
 }
@@ -376,6 +397,14 @@ mod tests {
             ("SSH_CONNECTION", false),
         ] {
             assert_eq!(filter.removes(OsStr::new(name)), removed, "{name}");
+        }
+        // Names longer than the stack buffer the filter upper-cases into, and at its edge.
+        for len in [63, 64, 65, 200] {
+            let secret = format!("{}_token", "x".repeat(len - 6));
+            let plain = "y".repeat(len);
+            assert_eq!(secret.len(), len);
+            assert!(filter.removes(OsStr::new(&secret)), "{len}: {secret}");
+            assert!(!filter.removes(OsStr::new(&plain)), "{len}: {plain}");
         }
     }
 

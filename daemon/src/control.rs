@@ -295,8 +295,8 @@ pub fn status_lines(v: &Value) -> Vec<String> {
     let pool = &v["network_pool"];
     if pool["on"].as_bool() == Some(true) {
         out.push(format!(
-            "  networks made ahead: {} ready, {} handed out",
-            pool["ready"], pool["handed_out"]
+            "  networks made ahead: {} proxy and {} loopback ready, {} handed out",
+            pool["ready"]["proxy"], pool["ready"]["loopback"], pool["handed_out"]
         ));
     }
     if let Some(e) = pool["error"].as_str() {

@@ -454,12 +454,15 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// Asks the running daemon for a network made ahead (see `netpool`) when the tier will have
-/// proxy network served by it (`run` has none; the policy may yet say otherwise, and then the
-/// network is let go unused).
+/// Asks the running daemon for a network made ahead (see `netpool`): loopback only for `run`,
+/// with the proxy's route device, firewall and sockets for the others (the policy may yet say
+/// otherwise, and then the network is let go unused). None with `SANDGATE_NO_DAEMON=1` or
+/// `--learn`, and none is started for this.
 #[cfg(target_os = "linux")]
 fn ask_for_network(tier: &str, args: &LaunchOptions) -> Option<crate::launch_daemon::NetworkAsked> {
-    (tier != "run" && !no_daemon(args)).then(crate::launch_daemon::NetworkAsked::send).flatten()
+    use sandgate_sandbox::NetKind;
+    let kind = if tier == "run" { NetKind::Loopback } else { NetKind::Proxy };
+    (!no_daemon(args)).then(|| crate::launch_daemon::NetworkAsked::send(kind)).flatten()
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -467,14 +470,18 @@ fn ask_for_network(_tier: &str, _args: &LaunchOptions) -> Option<std::convert::I
     None
 }
 
-/// The network asked for, when the policy gives the tier proxy network.
+/// The network asked for, when it is of the kind the policy gives the tier.
 #[cfg(target_os = "linux")]
 fn prepared_network(
     policy: &Policy,
     asked: Option<crate::launch_daemon::NetworkAsked>,
 ) -> PreparedNet {
-    let asked = asked.filter(|_| policy.net.mode == sandgate_config::NetMode::Proxy)?;
-    let taken = asked.receive();
+    use sandgate_sandbox::NetKind;
+    let kind = match policy.net.mode {
+        sandgate_config::NetMode::Proxy => NetKind::Proxy,
+        sandgate_config::NetMode::None => NetKind::Loopback,
+    };
+    let taken = asked?.receive().filter(|n| n.kind() == kind);
     sandgate_sandbox::timing_mark(if taken.is_some() {
         "network taken from the daemon"
     } else {

@@ -112,12 +112,12 @@ pub struct NetworkAsked(UnixStream);
 
 #[cfg(target_os = "linux")]
 impl NetworkAsked {
-    /// Asks the running daemon (none is started for this) for a network made ahead.
-    pub fn send() -> Option<NetworkAsked> {
+    /// Asks the running daemon (none is started for this) for a network of `kind` made ahead.
+    pub fn send(kind: sandgate_sandbox::NetKind) -> Option<NetworkAsked> {
         let stream = UnixStream::connect(Paths::discover().socket).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let mut line =
-            serde_json::to_string(&Envelope { id: Some(1), request: Request::TakeNetwork }).ok()?;
+        let request = Request::TakeNetwork { kind: Some(kind.name().to_owned()) };
+        let mut line = serde_json::to_string(&Envelope { id: Some(1), request }).ok()?;
         line.push('\n');
         (&stream).write_all(line.as_bytes()).ok()?;
         Some(NetworkAsked(stream))
@@ -149,19 +149,23 @@ fn receive_network(stream: &UnixStream) -> Option<sandgate_sandbox::PreparedNetw
     let network = reply.result?.get("network").cloned().filter(|n| !n.is_null())?;
     let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?.to_owned()).ok()?;
     let user = network["user"].as_bool()?;
-    if fds.len() != 5 + usize::from(user) {
+    let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;
+    let sockets = if kind == sandgate_sandbox::NetKind::Proxy { 4 } else { 0 };
+    if fds.len() != 1 + sockets + usize::from(user) {
         return None;
     }
     let mut fds = fds.into_iter();
-    Some(sandgate_sandbox::PreparedNetwork {
-        id,
-        net: fds.next()?,
-        listener: fds.next()?,
-        dns: [fds.next()?, fds.next()?],
-        nflog: fds.next()?,
-        tun: None,
-        user: if user { Some(fds.next()?) } else { None },
-    })
+    let net = fds.next()?;
+    let proxy = match kind {
+        sandgate_sandbox::NetKind::Proxy => Some(sandgate_sandbox::ProxySockets {
+            listener: fds.next()?,
+            dns: [fds.next()?, fds.next()?],
+            nflog: fds.next()?,
+        }),
+        sandgate_sandbox::NetKind::Loopback => None,
+    };
+    let user = if user { Some(fds.next()?) } else { None };
+    Some(sandgate_sandbox::PreparedNetwork { id, net, proxy, tun: None, user })
 }
 
 impl DaemonLink {

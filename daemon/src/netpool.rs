@@ -20,11 +20,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use sandgate_sandbox::NetKind;
 #[cfg(target_os = "linux")]
 use sandgate_sandbox::{NetworkFactory, PreparedNetwork};
 
-/// Networks kept ready (two: an agent's parallel commands).
+/// Networks kept ready of each kind (two: an agent's parallel commands).
 const READY: usize = 2;
+
+/// The kinds, in the order of [`NetPool`]'s queues.
+const KINDS: [NetKind; 2] = [NetKind::Proxy, NetKind::Loopback];
 
 /// A network handed out whose sandbox never registered is let go after this long.
 const UNCLAIMED: Duration = Duration::from_secs(60);
@@ -47,8 +51,9 @@ const REFILL_AFTER_END: Duration = Duration::from_millis(5);
 pub struct NetPool {
     #[cfg(target_os = "linux")]
     factory: Option<Mutex<NetworkFactory>>,
+    /// Ready networks, one queue per kind of [`KINDS`].
     #[cfg(target_os = "linux")]
-    ready: Mutex<Vec<PreparedNetwork>>,
+    ready: Mutex<[Vec<PreparedNetwork>; 2]>,
     /// Route devices of networks handed out, by sandbox id, until the sandbox ends.
     taken: Mutex<HashMap<String, (Option<OwnedFd>, Instant)>>,
     making: AtomicBool,
@@ -96,17 +101,24 @@ impl NetPool {
             }
             let pool = self.clone();
             tokio::task::spawn_blocking(move || {
-                while pool.ready.lock().unwrap_or_else(|e| e.into_inner()).len() < READY {
+                loop {
+                    let missing = {
+                        let ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
+                        (0..KINDS.len()).find(|&k| ready[k].len() < READY)
+                    };
+                    let Some(k) = missing else { break };
                     let Some(factory) = &pool.factory else { break };
                     let Some(id) = new_id() else { break };
-                    let made = factory
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .make(&id, crate::launch::defaults::NFLOG_GROUP);
+                    let made = factory.lock().unwrap_or_else(|e| e.into_inner()).make(
+                        &id,
+                        crate::launch::defaults::NFLOG_GROUP,
+                        KINDS[k],
+                    );
                     match made {
                         Ok(n) => {
                             pool.made.fetch_add(1, Ordering::Relaxed);
-                            pool.ready.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+                            pool.ready.lock().unwrap_or_else(|e| e.into_inner())[k].push(n);
+                            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot prepare a sandbox network");
@@ -121,17 +133,20 @@ impl NetPool {
         }
     }
 
-    /// A ready network for a launcher (its route device stays here, see [`NetPool::claim`]).
-    /// The pool is refilled once a sandbox ends ([`NetPool::refill_soon`]), so that the making
-    /// does not compete with the launch it serves for the machine's cores; at once only when
-    /// this was the last one (parallel launches), and after [`REFILL_AT_LATEST`] anyway.
+    /// A ready network of `kind` for a launcher (its route device stays here, see
+    /// [`NetPool::claim`]). A proxy network's pool is refilled once a sandbox ends
+    /// ([`NetPool::refill_soon`]), so that the making does not compete with the launch it serves
+    /// for the machine's cores; at once only when this was the last one (parallel launches), and
+    /// after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, which the daemon does not
+    /// hear the end of) costs little to make: at once.
     #[cfg(target_os = "linux")]
-    pub fn take(self: &Arc<Self>) -> Option<PreparedNetwork> {
+    pub fn take(self: &Arc<Self>, kind: NetKind) -> Option<PreparedNetwork> {
+        let k = KINDS.iter().position(|&c| c == kind).unwrap_or(0);
         let (network, left) = {
             let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-            (ready.pop(), ready.len())
+            (ready[k].pop(), ready[k].len())
         };
-        if left == 0 {
+        if left == 0 || kind == NetKind::Loopback {
             self.refill();
         } else {
             let pool = self.clone();
@@ -144,7 +159,9 @@ impl NetPool {
         self.handed.fetch_add(1, Ordering::Relaxed);
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         taken.retain(|_, (_, at)| at.elapsed() < UNCLAIMED);
-        taken.insert(network.id.to_string(), (network.tun.take(), Instant::now()));
+        if let Some(tun) = network.tun.take() {
+            taken.insert(network.id.to_string(), (Some(tun), Instant::now()));
+        }
         Some(network)
     }
 
@@ -166,13 +183,15 @@ impl NetPool {
     /// For `status`: whether the pool is on, how many are ready, made and handed out.
     pub fn status(&self) -> Value {
         #[cfg(target_os = "linux")]
-        let (on, ready) =
-            (self.factory.is_some(), self.ready.lock().unwrap_or_else(|e| e.into_inner()).len());
+        let (on, ready) = {
+            let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+            (self.factory.is_some(), [ready[0].len(), ready[1].len()])
+        };
         #[cfg(not(target_os = "linux"))]
-        let (on, ready) = (false, 0);
+        let (on, ready) = (false, [0, 0]);
         json!({
             "on": on,
-            "ready": ready,
+            "ready": { KINDS[0].name(): ready[0], KINDS[1].name(): ready[1] },
             "made": self.made.load(Ordering::Relaxed),
             "handed_out": self.handed.load(Ordering::Relaxed),
             "error": *self.error.lock().unwrap_or_else(|e| e.into_inner()),

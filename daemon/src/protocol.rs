@@ -78,12 +78,16 @@ pub enum Request {
     },
     /// The open questions.
     Pending,
-    /// A network made ahead for a `net`/`build` sandbox (Linux), as the connection's first
-    /// request: `{"network": {"sandbox": ID, "user": BOOL}}` with its descriptors (SCM_RIGHTS:
-    /// network namespace, proxy listener, DNS UDP and TCP sockets, NFLOG socket, then the owning
-    /// user namespace when `user`), or `{"network": null, "why": ...}`. The launcher registers
-    /// the sandbox under that id, on another connection.
-    TakeNetwork,
+    /// A network made ahead (Linux), as the connection's first request: `{"network":
+    /// {"sandbox": ID, "kind": KIND, "user": BOOL}}` with its descriptors (SCM_RIGHTS: network
+    /// namespace; for `proxy`, the proxy listener, DNS UDP and TCP sockets and NFLOG socket; then
+    /// the owning user namespace when `user`), or `{"network": null, "why": ...}`. A `net` or
+    /// `build` launcher registers the sandbox under that id, on another connection.
+    TakeNetwork {
+        /// `proxy` (`net`, `build`; the default) or `loopback` (`run`).
+        #[serde(default)]
+        kind: Option<String>,
+    },
     /// Allow or deny: a question by id, or a host pattern (answers every open question it covers
     /// and records a grant even when nothing is pending, except `once`).
     Answer {

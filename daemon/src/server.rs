@@ -381,8 +381,9 @@ impl Conn {
         };
         let id = env.id;
         self.lines += 1;
-        if let Request::TakeNetwork = &env.request {
-            self.take_network(id).await;
+        if let Request::TakeNetwork { kind } = &env.request {
+            let kind = kind.clone();
+            self.take_network(id, kind.as_deref()).await;
             return;
         }
         if let Request::Subscribe { sandbox } = &env.request {
@@ -503,7 +504,9 @@ impl Conn {
                 }
                 Ok(json!({ "flushed": true }))
             }
-            Request::TakeNetwork => Err(bad("take_network is answered before other requests")),
+            Request::TakeNetwork { .. } => {
+                Err(bad("take_network is answered before other requests"))
+            }
             Request::Subscribe { .. } => {
                 Err(RequestError::new("internal", "subscribe handled above"))
             }
@@ -524,17 +527,26 @@ impl Conn {
     /// Hands a network made ahead to a launcher (see `netpool`): the reply carries the
     /// descriptors, so it is written here, directly, and only as the connection's first line
     /// (nothing else can be queued for the writer then).
-    async fn take_network(&mut self, id: Option<u64>) {
+    async fn take_network(&mut self, id: Option<u64>, kind: Option<&str>) {
+        let Some(kind) = sandgate_sandbox::NetKind::from_name(kind.unwrap_or("proxy")) else {
+            let why = "kind is proxy or loopback";
+            let _ = self.tx.send(line(&Reply::err(id, "bad_request", why))).await;
+            return;
+        };
         #[cfg(target_os = "linux")]
         if self.lines == 1 {
             use std::os::fd::AsRawFd as _;
             let pool = self.d.netpool.clone();
-            if let Some(n) = pool.take() {
-                let mut raw = vec![n.net.as_raw_fd(), n.listener.as_raw_fd()];
-                raw.extend([n.dns[0].as_raw_fd(), n.dns[1].as_raw_fd(), n.nflog.as_raw_fd()]);
+            if let Some(n) = pool.take(kind) {
+                let mut raw = vec![n.net.as_raw_fd()];
+                if let Some(p) = &n.proxy {
+                    raw.extend([p.listener.as_raw_fd(), p.dns[0].as_raw_fd()]);
+                    raw.extend([p.dns[1].as_raw_fd(), p.nflog.as_raw_fd()]);
+                }
                 raw.extend(n.user.as_ref().map(|u| u.as_raw_fd()));
-                let v =
-                    json!({ "network": { "sandbox": n.id.as_str(), "user": n.user.is_some() } });
+                let v = json!({ "network": {
+                    "sandbox": n.id.as_str(), "kind": kind.name(), "user": n.user.is_some(),
+                } });
                 let text = line(&Reply::ok(id, v));
                 let sent = self
                     .stream

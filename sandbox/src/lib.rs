@@ -57,7 +57,7 @@ mod macos;
 
 pub use error::{SandboxError, SetupStep};
 pub use spec::{
-    DNS_PORT, Enforcement, NO_PROXY, NetSetup, PROXY_PORT, PROXY_VARS, ProvidedDir,
+    DNS_PORT, Enforcement, NO_PROXY, NetKind, NetSetup, PROXY_PORT, PROXY_VARS, ProvidedDir,
     SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};
@@ -66,9 +66,9 @@ pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 #[cfg(target_os = "linux")]
 pub use linux::{
     Assessment, KernelSupport, Launched, NamespaceHooks, Nested, NetlinkBatch, NetworkFactory,
-    OpenNflog, OuterSandbox, PreparedNetwork, QUIET_ICMPV6, assess, checks_unix_socket_paths,
-    configure_veth, create_veth, inside_sandbox, kernel_support, landlock_gaps, launch,
-    namespace_firewall, prepare_nested, resolved_unix_sockets,
+    OpenNflog, OuterSandbox, PreparedNetwork, ProxySockets, QUIET_ICMPV6, assess,
+    checks_unix_socket_paths, configure_veth, create_veth, inside_sandbox, kernel_support,
+    landlock_gaps, launch, namespace_firewall, prepare_nested, resolved_unix_sockets,
 };
 #[cfg(target_os = "macos")]
 pub use macos::{Launched, inside_seatbelt, launch, launch_with_proxy_port, pid_in_seatbelt};

@@ -13,6 +13,30 @@ pub const DNS_PORT: u16 = 53;
 // The id is the config crate's, the very type the daemon and the proxy key their state by.
 pub use sandgate_config::SandboxId;
 
+/// Which network a sandbox gets (the kinds of networks made ahead, see the daemon's pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetKind {
+    /// `lo` only (`run`).
+    Loopback,
+    /// `lo`, the route device, the firewall and the proxy's sockets (`net`, `build`).
+    Proxy,
+}
+
+impl NetKind {
+    /// Its name in the factory's and the daemon's protocols.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetKind::Loopback => "loopback",
+            NetKind::Proxy => "proxy",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn from_name(name: &str) -> Option<NetKind> {
+        [NetKind::Loopback, NetKind::Proxy].into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// The network the launcher builds for the sandbox: the policy's choice
 /// ([`NetMode`](sandgate_config::NetMode)) with what building it takes (the NFLOG group).
 #[derive(Debug, Clone, PartialEq, Eq)]

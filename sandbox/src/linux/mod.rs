@@ -46,7 +46,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::forward::FORWARDED;
-use crate::spec::{Enforcement, NetSetup, SandboxSpec};
+use crate::spec::{Enforcement, NetKind, NetSetup, SandboxSpec};
 use crate::{SandboxError, SetupStep};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
@@ -54,7 +54,7 @@ pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
 };
-pub use netpool::{NetworkFactory, OpenNflog, PreparedNetwork};
+pub use netpool::{NetworkFactory, OpenNflog, PreparedNetwork, ProxySockets};
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the monitor),
 /// called in the sandbox's init before the command starts.
@@ -358,11 +358,12 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWUSER;
-    // A network made ahead (proxy mode): joined instead of made, off the launch's path.
-    let prepared = match spec.net {
-        NetSetup::Proxy { .. } => hooks.prepared_network().filter(|p| p.id == spec.id),
-        NetSetup::None => None,
+    // A network made ahead, of the spec's kind and for its id: joined instead of made.
+    let kind = match spec.net {
+        NetSetup::Proxy { .. } => NetKind::Proxy,
+        NetSetup::None => NetKind::Loopback,
     };
+    let prepared = hooks.prepared_network().filter(|p| p.id == spec.id && p.kind() == kind);
     let mut joined = None;
     let cloned = match prepared {
         Some(network) => {
@@ -372,8 +373,10 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 // network's descriptors are not init's (their last holder is the daemon).
                 let mut theirs = vec![parent_sock.as_raw_fd(), network.net.as_raw_fd()];
                 theirs.extend(network.user.as_ref().map(AsRawFd::as_raw_fd));
-                theirs.extend([network.listener.as_raw_fd(), network.nflog.as_raw_fd()]);
-                theirs.extend(network.dns.iter().map(AsRawFd::as_raw_fd));
+                if let Some(p) = &network.proxy {
+                    theirs.extend([p.listener.as_raw_fd(), p.nflog.as_raw_fd()]);
+                    theirs.extend(p.dns.iter().map(AsRawFd::as_raw_fd));
+                }
                 for fd in theirs {
                     let _ = nix::unistd::close(fd);
                 }
@@ -424,7 +427,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     // Only the sockets are the launcher's to hand over; the namespaces are the sandbox's now.
-    let joined = joined.map(|n| (n.listener, n.dns, n.nflog));
+    let joined = joined.and_then(|n| n.proxy).map(|p| (p.listener, p.dns, p.nflog));
     drop(child_sock);
     // The write end is the sandbox's alone now (the warden below must not hold it either, or the
     // relay would never see the end; it closes the read end itself).

@@ -1,8 +1,9 @@
 //! Network namespaces made ahead of the launch that uses them.
 //!
-//! A `net` or `build` sandbox's network (its namespace, `lo`, the route device, the nf_tables
-//! table, the proxy listener, the DNS stub's sockets and the NFLOG socket) does not depend on the
-//! launch: only on the sandbox id (the NFLOG prefix) and the NFLOG group. The daemon has one made
+//! A sandbox's network does not depend on the launch: for `run`, a namespace with `lo` up
+//! ([`NetKind::Loopback`]); for `net` and `build` ([`NetKind::Proxy`]) also the route device,
+//! the nf_tables table, the proxy listener, the DNS stub's sockets and the NFLOG socket, which
+//! depend only on the sandbox id (the NFLOG prefix) and the NFLOG group. The daemon has one made
 //! while nobody waits, by a [`NetworkFactory`] (a process forked from the daemon while it was
 //! single-threaded, since only such a process may enter a user namespace), and hands it to the
 //! next launcher, whose sandbox then joins it instead of making its own (see
@@ -13,8 +14,9 @@
 //! processes therefore hold no capability over their own network at any time, not only after
 //! init drops them.
 //!
-//! Factory protocol (a `SOCK_SEQPACKET` pair): the daemon sends `ID GROUP`; the factory answers
-//! `ok` with the descriptors in [`FD_ORDER`] order, or `err MESSAGE`.
+//! Factory protocol (a `SOCK_SEQPACKET` pair): the daemon sends `ID GROUP KIND` (`proxy` or
+//! `loopback`); the factory answers `ok` with the descriptors in [`FD_ORDER`] order, or `err
+//! MESSAGE`.
 
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
@@ -23,7 +25,7 @@ use nix::sched::CloneFlags;
 
 use super::{net, sys};
 use crate::fdpass;
-use crate::spec::SandboxId;
+use crate::spec::{NetKind, SandboxId};
 
 /// A network made for one sandbox.
 #[derive(Debug)]
@@ -35,8 +37,22 @@ pub struct PreparedNetwork {
     /// The network namespace.
     pub net: OwnedFd,
     /// The route device (a tun), whose routes live as long as this descriptor (`None`: a veth
-    /// pair, which needs none).
+    /// pair, which needs none, or no route device).
     pub tun: Option<OwnedFd>,
+    /// The proxy's sockets ([`NetKind::Proxy`]; `None`: [`NetKind::Loopback`]).
+    pub proxy: Option<ProxySockets>,
+}
+
+impl PreparedNetwork {
+    /// Which kind of network this is.
+    pub fn kind(&self) -> NetKind {
+        if self.proxy.is_some() { NetKind::Proxy } else { NetKind::Loopback }
+    }
+}
+
+/// The sockets a proxy network is served on, made inside it.
+#[derive(Debug)]
+pub struct ProxySockets {
     /// The proxy listener (127.0.0.1:3128 inside).
     pub listener: OwnedFd,
     /// The DNS stub's UDP socket and TCP listener (127.0.0.1:53 inside).
@@ -45,9 +61,9 @@ pub struct PreparedNetwork {
     pub nflog: OwnedFd,
 }
 
-/// The order of the descriptors in the factory's answer (`tun` and `user` only when present,
-/// as its `ok` line says).
-const FD_ORDER: &str = "net listener dns-udp dns-tcp nflog [tun] [user]";
+/// The order of the descriptors in the factory's answer (the sockets for `proxy` only, `tun` and
+/// `user` only when present, as its `ok` line says).
+const FD_ORDER: &str = "net [listener dns-udp dns-tcp nflog] [tun] [user]";
 
 /// Opens the NFLOG socket of a group inside the current network namespace.
 pub type OpenNflog = fn(u16) -> io::Result<OwnedFd>;
@@ -89,9 +105,9 @@ impl NetworkFactory {
         self.pid as u32
     }
 
-    /// Has a network made for sandbox `id` (blocking: a few milliseconds).
-    pub fn make(&self, id: &SandboxId, group: u16) -> io::Result<PreparedNetwork> {
-        let request = format!("{} {group}", id.as_str());
+    /// Has a network of `kind` made for sandbox `id` (blocking: a few milliseconds).
+    pub fn make(&self, id: &SandboxId, group: u16, kind: NetKind) -> io::Result<PreparedNetwork> {
+        let request = format!("{} {group} {}", id.as_str(), kind.name());
         fdpass::send_with_fds(&self.sock, request.as_bytes(), &[])?;
         let mut buf = [0u8; 512];
         let (n, fds) = fdpass::recv_with_fds(&self.sock, &mut buf)?;
@@ -105,7 +121,8 @@ impl NetworkFactory {
         let words: Vec<&str> = answer.split(' ').collect();
         let with_tun = words.contains(&"tun");
         let with_user = words.contains(&"user");
-        let expected = 5 + usize::from(with_tun) + usize::from(with_user);
+        let sockets = if kind == NetKind::Proxy { 4 } else { 0 };
+        let expected = 1 + sockets + usize::from(with_tun) + usize::from(with_user);
         if words.first() != Some(&"ok") || fds.len() != expected {
             return Err(io::Error::other(format!(
                 "the network factory answered {answer:?} with {} descriptor(s) ({FD_ORDER})",
@@ -117,9 +134,14 @@ impl NetworkFactory {
         Ok(PreparedNetwork {
             id: id.clone(),
             net: next()?,
-            listener: next()?,
-            dns: [next()?, next()?],
-            nflog: next()?,
+            proxy: match kind {
+                NetKind::Proxy => Some(ProxySockets {
+                    listener: next()?,
+                    dns: [next()?, next()?],
+                    nflog: next()?,
+                }),
+                NetKind::Loopback => None,
+            },
             tun: if with_tun { Some(next()?) } else { None },
             user: if with_user { Some(next()?) } else { None },
         })
@@ -151,12 +173,15 @@ fn factory(sock: OwnedFd, parent: libc::pid_t, uid: u32, gid: u32, open_nflog: O
             Ok((n, _)) => n,
         };
         let request = String::from_utf8_lossy(&buf[..n]).into_owned();
-        let answer = parse(&request).and_then(|(id, group)| make(id, group, open_nflog));
+        let answer = parse(&request).and_then(|(id, group, kind)| match kind {
+            NetKind::Proxy => make(id, group, open_nflog),
+            NetKind::Loopback => make_loopback().map(|net| (vec![net], false)),
+        });
         let sent = match answer {
-            Ok(made) => {
+            Ok((made, tun)) => {
                 let mut raw: Vec<i32> = made.iter().map(|f| f.as_raw_fd()).collect();
                 let mut line = String::from("ok");
-                if made.len() == 6 {
+                if tun {
                     line.push_str(" tun");
                 }
                 if let Some(u) = &user {
@@ -188,14 +213,20 @@ fn serve_errors(sock: &OwnedFd, why: &str) -> ! {
     }
 }
 
-fn parse(request: &str) -> io::Result<(&str, u16)> {
+fn parse(request: &str) -> io::Result<(&str, u16, NetKind)> {
     let bad = || io::Error::other(format!("bad request {request:?}"));
-    let (id, group) = request.split_once(' ').ok_or_else(bad)?;
+    let mut words = request.split(' ');
+    let (Some(id), Some(group), Some(kind), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(bad());
+    };
     let group = group.parse().map_err(|_| bad())?;
+    let kind = NetKind::from_name(kind).ok_or_else(bad)?;
     if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(bad());
     }
-    Ok((id, group))
+    Ok((id, group, kind))
 }
 
 /// A user namespace for the factory, mapping only the caller's ids to themselves: the
@@ -208,24 +239,32 @@ fn own_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
     Ok(std::fs::File::open("/proc/self/ns/user")?.into())
 }
 
-/// A new network namespace (this process moves into it), set up as a sandbox's init would.
-/// The descriptors in [`FD_ORDER`] order, without `user`.
-fn make(id: &str, group: u16, open_nflog: OpenNflog) -> io::Result<Vec<OwnedFd>> {
-    fn step(what: &'static str) -> impl Fn(io::Error) -> io::Error {
-        move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
-    }
+fn step(what: &'static str) -> impl Fn(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// A new network namespace with `lo` up (this process moves into it); its descriptor.
+fn make_loopback() -> io::Result<OwnedFd> {
     nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(|e| step("unshare")(e.into()))?;
     let netns: OwnedFd =
         std::fs::File::open("/proc/thread-self/ns/net").map_err(step("namespace"))?.into();
     net::loopback_up().map_err(step("loopback"))?;
+    Ok(netns)
+}
+
+/// A new network namespace (this process moves into it), set up as a sandbox's init would.
+/// The descriptors in [`FD_ORDER`] order, without `user`, and whether a tun is among them.
+fn make(id: &str, group: u16, open_nflog: OpenNflog) -> io::Result<(Vec<OwnedFd>, bool)> {
+    let netns = make_loopback()?;
     let tun = net::route_device().map_err(step("route device"))?;
     net::firewall(id, group).map_err(step("firewall"))?;
     let listener = net::proxy_listener().map_err(step("proxy listener"))?;
     let [udp, tcp] = net::dns_sockets().map_err(step("DNS sockets"))?;
     let nflog = open_nflog(group).map_err(step("NFLOG"))?;
+    let with_tun = tun.is_some();
     let mut fds = vec![netns, listener, udp, tcp, nflog];
     fds.extend(tun);
-    Ok(fds)
+    Ok((fds, with_tun))
 }
 
 /// Stack of init when it starts inside a prepared network (see [`clone_into_network`]): init
@@ -287,9 +326,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_an_id_and_a_group() {
-        assert_eq!(parse("sg-1-ab 7").unwrap(), ("sg-1-ab", 7));
-        for bad in ["", "sg-1", "sg-1 x", "sg 1 2", " 7", "sg\n1 7", "a 70000"] {
+    fn requests_are_an_id_a_group_and_a_kind() {
+        assert_eq!(parse("sg-1-ab 7 proxy").unwrap(), ("sg-1-ab", 7, NetKind::Proxy));
+        assert_eq!(parse("sg-1-ab 7 loopback").unwrap(), ("sg-1-ab", 7, NetKind::Loopback));
+        for bad in [
+            "",
+            "sg-1",
+            "sg-1 7",
+            "sg-1 x proxy",
+            "sg-1 7 other",
+            "sg-1 7 proxy x",
+            " 7 proxy",
+            "sg\n1 7 proxy",
+            "a 70000 proxy",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} was taken");
         }
     }

@@ -27,7 +27,7 @@ impl<'a> Daemon<'a> {
             c.env("SANDGATE_NETWORK_POOL", "0");
         }
         let d = Daemon { s, child: c.spawn().unwrap() };
-        d.wait_pool(|p| if pool { p["ready"] == 2 } else { p["on"] == false });
+        d.wait_pool(|p| if pool { full(p) } else { p["on"] == false });
         d
     }
 
@@ -54,6 +54,11 @@ impl Drop for Daemon<'_> {
         let _ = self.s.program(&sandgate_bin()).arg("stop").output();
         let _ = self.child.wait();
     }
+}
+
+/// Two of each kind ready.
+fn full(pool: &Value) -> bool {
+    pool["ready"]["proxy"] == 2 && pool["ready"]["loopback"] == 2
 }
 
 /// The sandbox's init under `launcher`: its child in another pid namespace (not the short-lived
@@ -128,7 +133,7 @@ fn a_launch_joins_a_prepared_network_and_its_walls_hold(who: &Who) {
     assert_eq!(lines[3], "200", "allowed through the proxy: {out}\n{err}");
     assert_eq!(lines[4], "403", "refused by the proxy: {out}\n{err}");
     assert!(err.contains(&format!("sandgate: blocked tcp {HOST4}:8080")), "not reported:\n{err}");
-    let pool = d.wait_pool(|p| p["ready"] == 2);
+    let pool = d.wait_pool(full);
     assert_eq!(pool["handed_out"], 1, "{pool}");
 }
 
@@ -143,10 +148,10 @@ fn the_prepared_network_is_not_the_sandboxs_to_change(who: &Who) {
         use std::os::unix::fs::MetadataExt as _;
         std::fs::metadata("/proc/self/ns/user").unwrap().ino()
     };
-    for pool in [true, false] {
+    for (tier, pool) in [("net", true), ("run", true), ("net", false), ("run", false)] {
         let d = Daemon::start(&s, pool);
         let mut launcher = s
-            .command("net", &[], &["sh", "-c", "echo $SANDGATE_SANDBOX; cat >/dev/null"])
+            .command(tier, &[], &["sh", "-c", "echo $SANDGATE_SANDBOX; cat >/dev/null"])
             .env("SANDGATE_DEBUG", "launch")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -167,7 +172,7 @@ fn the_prepared_network_is_not_the_sandboxs_to_change(who: &Who) {
         assert!(out.status.success(), "{stderr}");
         drop(d);
         if pool {
-            assert!(stderr.contains(JOINED), "{stderr}");
+            assert!(stderr.contains(JOINED), "{tier}: {stderr}");
             assert_ne!(owner, own_user, "a prepared network owned by the sandbox's user namespace");
             if who.rootless {
                 assert_ne!(owner, host_user, "rootless: the factory's user namespace owns it");
@@ -179,10 +184,40 @@ fn the_prepared_network_is_not_the_sandboxs_to_change(who: &Who) {
             assert_eq!(owner, own_user, "a network the sandbox made is its own user namespace's");
         }
         let id = stdout.trim();
-        if !listing.is_empty() {
+        if tier == "net" {
             assert!(listing.contains(&format!("log prefix \"{id}\"")), "{id}:\n{listing}");
+        } else {
+            assert!(listing.is_empty(), "run has no firewall table:\n{listing}");
         }
     }
+}
+
+/// A `run` launch joins a prepared loopback network: `lo` (up: the command can talk to itself)
+/// and nothing else, so a direct connection finds no route, as in a network of its own making.
+fn a_run_launch_joins_a_prepared_loopback_network(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let _d = Daemon::start(&s, true);
+    let probe = s.probe.display().to_string();
+    let script = format!(
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '; echo; \
+         python3 {probe} tcp {HOST4} 8080; \
+         python3 -c 'import socket; l = socket.create_server((\"127.0.0.1\", 0)); \
+         c = socket.create_connection(l.getsockname()); print(\"loopback ok\")'"
+    );
+    let out = s
+        .command("run", &[], &["sh", "-c", &script])
+        .env("SANDGATE_DEBUG", "launch")
+        .output()
+        .unwrap();
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{o}\n{e}");
+    assert!(e.contains(JOINED), "the launch made its own network:\n{e}");
+    let lines: Vec<&str> = o.lines().collect();
+    assert_eq!(lines[0].trim(), "lo", "only lo: {o}");
+    let direct = lines[1].split_whitespace().next().unwrap_or("");
+    assert!(["ENETUNREACH", "EHOSTUNREACH"].contains(&direct), "direct: {o}");
+    assert_eq!(lines[2], "loopback ok", "{o}\n{e}");
 }
 
 /// Each prepared network serves one sandbox: two launches in turn get two namespaces and two
@@ -192,7 +227,7 @@ fn each_prepared_network_serves_one_sandbox(who: &Who) {
     let d = Daemon::start(&s, true);
     let script = "echo $SANDGATE_SANDBOX $(readlink /proc/self/ns/net)";
     let (first, e1) = net_sh(&s, &[], script);
-    d.wait_pool(|p| p["ready"] == 2);
+    d.wait_pool(full);
     let (second, e2) = net_sh(&s, &[], script);
     assert!(e1.contains(JOINED) && e2.contains(JOINED), "{e1}\n{e2}");
     let (a, b): (Vec<&str>, Vec<&str>) =
@@ -200,12 +235,14 @@ fn each_prepared_network_serves_one_sandbox(who: &Who) {
     assert_eq!((a.len(), b.len()), (2, 2), "{first} {second}");
     assert_ne!(a[0], b[0], "one id for two sandboxes");
     assert_ne!(a[1], b[1], "one network namespace for two sandboxes");
-    let pool = d.wait_pool(|p| p["ready"] == 2);
-    assert_eq!((pool["handed_out"].clone(), pool["made"].clone()), (2.into(), 4.into()), "{pool}");
+    let pool = d.wait_pool(full);
+    // Two of each kind made at start, and one proxy network for each taken.
+    assert_eq!((pool["handed_out"].clone(), pool["made"].clone()), (2.into(), 6.into()), "{pool}");
 }
 
 both!(
     a_launch_joins_a_prepared_network_and_its_walls_hold,
+    a_run_launch_joins_a_prepared_loopback_network,
     the_prepared_network_is_not_the_sandboxs_to_change,
     each_prepared_network_serves_one_sandbox,
 );

@@ -104,6 +104,10 @@ impl Greeting {
     }
 }
 
+/// How long a launcher waits for a network made ahead.
+#[cfg(target_os = "linux")]
+const ASK_TIMEOUT: Duration = Duration::from_millis(250);
+
 /// `take_network` sent to the running daemon, its answer not read yet: the round trip overlaps
 /// the launcher's policy work. On a connection of its own: the answer carries descriptors, which
 /// a buffered reader would lose.
@@ -115,7 +119,9 @@ impl NetworkAsked {
     /// Asks the running daemon (none is started for this) for a network of `kind` made ahead.
     pub fn send(kind: sandgate_sandbox::NetKind) -> Option<NetworkAsked> {
         let stream = UnixStream::connect(Paths::discover().socket).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        // A busy daemon answers in well under a millisecond; a stuck one must not hold up the
+        // launch (least of all `run`'s, which needs no daemon): the sandbox then makes its own.
+        stream.set_read_timeout(Some(ASK_TIMEOUT)).ok()?;
         let request = Request::TakeNetwork { kind: Some(kind.name().to_owned()) };
         let mut line = serde_json::to_string(&Envelope { id: Some(1), request }).ok()?;
         line.push('\n');

@@ -240,6 +240,22 @@ fn each_prepared_network_serves_one_sandbox(who: &Who) {
     assert_eq!((pool["handed_out"].clone(), pool["made"].clone()), (2.into(), 6.into()), "{pool}");
 }
 
+/// A daemon that takes the connection and never answers holds no `run` launch up: the launcher
+/// stops waiting for a network made ahead and its sandbox makes its own (here: a listener of the
+/// test's own on the daemon's socket path).
+#[test]
+fn a_daemon_that_does_not_answer_holds_no_launch_up() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let dir = s.root.join("run/sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _silent = std::os::unix::net::UnixListener::bind(dir.join("control.sock")).unwrap();
+    let out = s.command("run", &[], &["true"]).env("SANDGATE_DEBUG", "launch").output().unwrap();
+    let e = text(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains("no network ready at the daemon") && !e.contains(JOINED), "{e}");
+}
+
 both!(
     a_launch_joins_a_prepared_network_and_its_walls_hold,
     a_run_launch_joins_a_prepared_loopback_network,

@@ -286,6 +286,7 @@ pub(super) fn clone_into_network(
     network: &PreparedNetwork,
     init: &mut dyn FnMut(),
 ) -> io::Result<libc::pid_t> {
+    check(network)?;
     // Written by the helper (shared memory) before it exits: init's pid, or -errno.
     let mut answer: i64 = -i64::from(libc::ECHILD);
     let helper = super::spawn::vfork_on(INIT_STACK, || {
@@ -321,9 +322,53 @@ pub(super) fn clone_into_network(
     }
 }
 
+/// Refuses a network that is not a fresh one: the launcher's own network namespace (or user
+/// namespace) handed back would give the sandbox the host's network. (The daemon's socket is the
+/// user's alone; this is the check that costs nothing.)
+fn check(network: &PreparedNetwork) -> io::Result<()> {
+    let id = |f: &std::fs::Metadata| {
+        use std::os::unix::fs::MetadataExt as _;
+        (f.dev(), f.ino())
+    };
+    let ours = |fd: &OwnedFd, path: &str| -> io::Result<bool> {
+        let theirs = std::fs::File::from(fd.try_clone()?).metadata()?;
+        Ok(id(&theirs) == id(&std::fs::metadata(path)?))
+    };
+    if ours(&network.net, "/proc/self/ns/net")?
+        || network.user.as_ref().map(|u| ours(u, "/proc/self/ns/user")).transpose()? == Some(true)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the network made ahead is the launcher's own namespace",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn network(net: &str, user: Option<&str>) -> PreparedNetwork {
+        let open = |p: &str| OwnedFd::from(std::fs::File::open(p).unwrap());
+        PreparedNetwork {
+            id: SandboxId::try_from("sg-t".to_owned()).unwrap(),
+            user: user.map(open),
+            net: open(net),
+            tun: None,
+            proxy: None,
+        }
+    }
+
+    #[test]
+    fn the_launchers_own_namespaces_are_refused() {
+        assert!(check(&network("/proc/self/ns/net", None)).is_err());
+        assert!(check(&network("/proc/self/ns/net", Some("/proc/self/ns/user"))).is_err());
+        // Control: another process's namespaces would pass the check when they differ; a
+        // namespace file of another type than ours for `net` is not ours either.
+        assert!(check(&network("/proc/self/ns/uts", None)).is_ok());
+        assert!(check(&network("/proc/self/ns/uts", Some("/proc/self/ns/ipc"))).is_ok());
+    }
 
     #[test]
     fn requests_are_an_id_a_group_and_a_kind() {

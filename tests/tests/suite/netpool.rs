@@ -256,6 +256,58 @@ fn a_daemon_that_does_not_answer_holds_no_launch_up() {
     assert!(e.contains("no network ready at the daemon") && !e.contains(JOINED), "{e}");
 }
 
+/// A socket on the daemon's path that hands out the host's own network namespace (what a fake
+/// daemon would do to give a sandbox the host's network) gets no sandbox into it: the launcher
+/// refuses it and the sandbox makes its own, with only `lo`.
+#[test]
+fn the_hosts_own_network_handed_out_is_refused() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let dir = s.root.join("run/sandgate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(4)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    network = {"sandbox": "sg-fake-1", "kind": "loopback", "user": False}
+    line = json.dumps({"id": 1, "ok": True, "result": {"network": network}}) + "\n"
+    socket.send_fds(c, [line.encode()], [fd])
+    os.close(fd)
+    c.close()
+"#;
+    let mut daemon = Command::new("python3")
+        .args(["-c", fake, dir.join("control.sock").to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(daemon.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let script = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '";
+    let out = s
+        .command("run", &[], &["sh", "-c", script])
+        .env("SANDGATE_DEBUG", "launch")
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains("network taken from the daemon"), "the fake was not asked: {e}");
+    assert!(e.contains("prepared network not joined"), "{e}");
+    assert_eq!(o.trim(), "lo", "the sandbox sees the host's network devices: {o}");
+}
+
 both!(
     a_launch_joins_a_prepared_network_and_its_walls_hold,
     a_run_launch_joins_a_prepared_loopback_network,

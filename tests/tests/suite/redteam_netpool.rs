@@ -18,11 +18,21 @@ use crate::support::sandbox::{
 };
 use sandgate_tests::sandgate_bin;
 
-/// A launcher running in the background: its stdout line by line, its stderr at the end.
+/// A launcher running in the background: its stdout line by line, its stderr at the end. Killed
+/// when dropped unfinished (a failed assertion), and its sandbox with it.
 struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.stderr.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Running {
@@ -45,7 +55,7 @@ impl Running {
             let _ = std::io::Read::read_to_string(&mut err, &mut s);
             s
         });
-        Running { child, lines, stderr }
+        Running { child, lines, stderr: Some(stderr) }
     }
 
     /// The next stdout line that starts with `prefix` (others are skipped).
@@ -59,8 +69,8 @@ impl Running {
                 Err(_) => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
-                    let err = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new));
-                    panic!("no {prefix:?} line from the sandbox; stderr:\n{}", err.join().unwrap());
+                    let err = self.stderr.take().map(|e| e.join().unwrap()).unwrap_or_default();
+                    panic!("no {prefix:?} line from the sandbox; stderr:\n{err}");
                 }
             }
         }
@@ -69,7 +79,8 @@ impl Running {
     /// Waits for the launcher's end; returns (success, stderr).
     fn finish(mut self) -> (bool, String) {
         let status = self.child.wait().unwrap();
-        (status.success(), self.stderr.join().unwrap())
+        let err = self.stderr.take().map(|e| e.join().unwrap()).unwrap_or_default();
+        (status.success(), err)
     }
 }
 
@@ -206,7 +217,7 @@ fn pooled_sandboxes_cannot_reach_each_other(who: &Who) {
     refused(b[0], &["ECONNREFUSED", "EPERM"], &format!("B reached A's abstract socket {tag}"));
     for (i, what) in [(1, "127.0.0.1"), (2, "::1")] {
         let answer = b[i].split_whitespace().next().unwrap_or("");
-        assert_eq!(answer, "ECONNREFUSED", "B reached A's listener on {what}: {b_out}");
+        assert_eq!(answer, "ECONNREFUSED", "B reached A's listener on {what} ({}): {b_out}", b[i]);
     }
     assert_ne!(b[3], a_net, "A and B share a network namespace");
     std::fs::write(&stop, "").unwrap();

@@ -30,6 +30,7 @@ mod proxy_cli;
 mod quick_start;
 mod readonly_hint;
 mod redteam_net;
+mod redteam_netpool;
 mod redteam_proxy;
 mod redteam_walls;
 mod sandbox_dns;

@@ -10,17 +10,17 @@ use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, text};
 use sandgate_tests::sandgate_bin;
 use serde_json::Value;
 
-const JOINED: &str = "clone (into the prepared network)";
+pub(crate) const JOINED: &str = "clone (into the prepared network)";
 
 /// The daemon of `s`, started as its user (pool off with `pool == false`), once its pool is
 /// full (or known off).
-struct Daemon<'a> {
+pub(crate) struct Daemon<'a> {
     s: &'a Scratch,
     child: Child,
 }
 
 impl<'a> Daemon<'a> {
-    fn start(s: &'a Scratch, pool: bool) -> Daemon<'a> {
+    pub(crate) fn start(s: &'a Scratch, pool: bool) -> Daemon<'a> {
         let mut c = s.program(&sandgate_bin());
         c.arg("daemon").stdout(Stdio::null()).stderr(Stdio::null());
         if !pool {
@@ -31,12 +31,24 @@ impl<'a> Daemon<'a> {
         d
     }
 
-    fn pool(&self) -> Value {
+    /// The daemon's `status --json` (`Null` when it does not answer).
+    pub(crate) fn status(&self) -> Value {
         let out = self.s.program(&sandgate_bin()).args(["status", "--json"]).output().unwrap();
-        serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null)["network_pool"].clone()
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null)
     }
 
-    fn wait_pool(&self, ok: impl Fn(&Value) -> bool) -> Value {
+    /// The daemon's pid, as it says in its status.
+    pub(crate) fn pid(&self) -> u32 {
+        let pid = self.status()["daemon"]["pid"].as_u64().expect("the daemon's pid") as u32;
+        assert_eq!(pid, self.child.id(), "another daemon answers");
+        pid
+    }
+
+    pub(crate) fn pool(&self) -> Value {
+        self.status()["network_pool"].clone()
+    }
+
+    pub(crate) fn wait_pool(&self, ok: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let p = self.pool();
@@ -63,7 +75,7 @@ fn full(pool: &Value) -> bool {
 
 /// The sandbox's init under `launcher`: its child in another pid namespace (not the short-lived
 /// helper that joins a prepared network).
-fn init_of(launcher: u32) -> u32 {
+pub(crate) fn init_of(launcher: u32) -> u32 {
     let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -460,8 +460,13 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
 /// `--learn`, and none is started for this.
 #[cfg(target_os = "linux")]
 fn ask_for_network(tier: &str, args: &LaunchOptions) -> Option<crate::launch_daemon::NetworkAsked> {
+    use sandgate_config::NetMode;
     use sandgate_sandbox::NetKind;
-    let kind = if tier == "run" { NetKind::Loopback } else { NetKind::Proxy };
+    // The tier's usual network, unless the flags choose one (`--net none`).
+    let kind = match (args.net, tier) {
+        (Some(NetMode::None), _) | (None, "run") => NetKind::Loopback,
+        _ => NetKind::Proxy,
+    };
     (!no_daemon(args)).then(|| crate::launch_daemon::NetworkAsked::send(kind)).flatten()
 }
 

@@ -57,6 +57,8 @@ pub struct NetPool {
     /// Route devices of networks handed out, by sandbox id, until the sandbox ends.
     taken: Mutex<HashMap<String, (Option<OwnedFd>, Instant)>>,
     making: AtomicBool,
+    /// The factory stopped: no more networks until the daemon restarts.
+    dead: AtomicBool,
     made: AtomicU64,
     handed: AtomicU64,
     /// Why the pool is off, or why its last attempt failed.
@@ -96,7 +98,10 @@ impl NetPool {
     pub fn refill(self: &Arc<Self>) {
         #[cfg(target_os = "linux")]
         {
-            if self.factory.is_none() || self.making.swap(true, Ordering::AcqRel) {
+            if self.factory.is_none()
+                || self.dead.load(Ordering::Acquire)
+                || self.making.swap(true, Ordering::AcqRel)
+            {
                 return;
             }
             let pool = self.clone();
@@ -119,6 +124,15 @@ impl NetPool {
                             pool.made.fetch_add(1, Ordering::Relaxed);
                             pool.ready.lock().unwrap_or_else(|e| e.into_inner())[k].push(n);
                             *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                            let why = format!(
+                                "{e}; launches make their own networks until the daemon restarts"
+                            );
+                            tracing::error!("{why}");
+                            pool.dead.store(true, Ordering::Release);
+                            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                            break;
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot prepare a sandbox network");
@@ -185,7 +199,8 @@ impl NetPool {
         #[cfg(target_os = "linux")]
         let (on, ready) = {
             let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-            (self.factory.is_some(), [ready[0].len(), ready[1].len()])
+            let on = self.factory.is_some() && !self.dead.load(Ordering::Acquire);
+            (on, [ready[0].len(), ready[1].len()])
         };
         #[cfg(not(target_os = "linux"))]
         let (on, ready) = (false, [0, 0]);

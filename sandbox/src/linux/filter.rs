@@ -54,6 +54,19 @@ const SYS_FILE_SETATTR: i64 = 469;
 /// number in [`verdicts`] lies at or below it.
 const LAST_KNOWN: u32 = SYS_FILE_SETATTR as u32;
 
+/// `ioctl` requests refused with `EPERM` (compared on the low 32 bits: the kernel reads the
+/// request as an int). Terminal injection: `TIOCSTI` pushes input into a terminal, `TIOCLINUX`
+/// can too. `TUNSETIFF` attaches to a tun device: no capability is needed to attach to an existing
+/// one that has no owner, and a sandbox's route device is such a tun; attached, a command could
+/// clear its persistence and close it, and with the device its routes would go, so that direct
+/// connections failed unreported (its holder, the daemon or init, keeps it attached; this holds
+/// when the holder is gone too, and where Landlock cannot refuse device ioctls). Creating a tun
+/// needs a capability no sandboxed process has, so nothing legitimate is refused.
+#[allow(clippy::unnecessary_cast)] // the request type differs between targets
+fn denied_ioctls() -> [u32; 3] {
+    [libc::TIOCSTI as u32, libc::TIOCLINUX as u32, libc::TUNSETIFF as u32]
+}
+
 /// Calls answered with `ENOSYS`, as a kernel without them would: `clone3` (its flags live in
 /// memory a filter cannot read; libc then falls back to `clone`, whose flags it can), and the
 /// newest xattr and inode-attribute calls, whose callers all fall back to the older calls (which
@@ -250,8 +263,7 @@ pub fn build(options: FilterOptions) -> BpfProgram {
 
     p.place(ioctl);
     p.load(arg_low(1));
-    #[allow(clippy::unnecessary_cast)] // the request type differs between targets
-    for request in [libc::TIOCSTI as u32, libc::TIOCLINUX as u32] {
+    for request in denied_ioctls() {
         p.jump_if(libc::BPF_JEQ, request, Some(eperm), None);
     }
     p.jump(allow);
@@ -491,11 +503,11 @@ mod tests {
         // clone's flags are argument 0 on every architecture seccompiler knows.
         rules.insert(libc::SYS_clone, any_flag(0)?);
         rules.insert(libc::SYS_unshare, any_flag(0)?);
-        // Terminal injection: TIOCSTI pushes input into a terminal, TIOCLINUX can too. Compared on
-        // 32 bits because the kernel truncates the request number to an int.
-        #[allow(clippy::unnecessary_cast)] // the request type differs between targets
-        let ioctls = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64]
+        // The requests of `denied_ioctls`. Compared on 32 bits because the kernel truncates the
+        // request number to an int.
+        let ioctls = denied_ioctls()
             .into_iter()
+            .map(u64::from)
             .map(|req| {
                 SeccompRule::new(vec![SeccompCondition::new(
                     1,
@@ -608,7 +620,8 @@ mod tests {
         interesting.push(libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc::SIGCHLD as u64);
         interesting.push(NAMESPACE_FLAGS.iter().fold(0, |m, f| m | f));
         #[allow(clippy::unnecessary_cast)]
-        interesting.extend([libc::TIOCSTI as u64, libc::TIOCLINUX as u64, libc::TIOCSCTTY as u64]);
+        interesting.extend([libc::TIOCSCTTY as u64, libc::TUNSETPERSIST as u64]);
+        interesting.extend(denied_ioctls().map(u64::from));
         interesting.extend(0..50u64);
         let with_high: Vec<u64> =
             interesting.iter().flat_map(|&v| [v, v | 0xdead_0000_0000_0000]).collect();
@@ -683,6 +696,22 @@ mod tests {
             assert_eq!(at(libc::SYS_getpid as u32, AUDIT_ARCH, [0; 6]), libc::SECCOMP_RET_ALLOW);
             // 400: no call on x86_64, aarch64 or riscv64 (the kernel answers ENOSYS itself).
             assert_eq!(at(400, AUDIT_ARCH, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        }
+    }
+
+    /// Attaching to a tun device is refused on every low-32-bit spelling of the request (the
+    /// route device's takeover), the other tun and terminal requests a command uses are not.
+    #[test]
+    #[allow(clippy::unnecessary_cast)]
+    fn attaching_to_a_tun_device_is_refused() {
+        let f = build(FilterOptions { deny_unix_sockets: false });
+        let ioctl =
+            |req: u64| run(&f, &data(libc::SYS_ioctl as u32, AUDIT_ARCH, [3, req, 0, 0, 0, 0]));
+        let tunsetiff = libc::TUNSETIFF as u64;
+        assert_eq!(ioctl(tunsetiff), EPERM);
+        assert_eq!(ioctl(tunsetiff | 0xffff_ffff_0000_0000), EPERM);
+        for allowed in [libc::TUNSETPERSIST as u64, libc::TUNGETIFF as u64, libc::FIONREAD as u64] {
+            assert_eq!(ioctl(allowed), libc::SECCOMP_RET_ALLOW, "{allowed:#x}");
         }
     }
 

@@ -105,14 +105,26 @@ impl NetworkFactory {
         self.pid as u32
     }
 
-    /// Has a network of `kind` made for sandbox `id` (blocking: a few milliseconds).
+    /// Has a network of `kind` made for sandbox `id` (blocking: a few milliseconds). A factory
+    /// that is gone is a `BrokenPipe` error (and the process is reaped): it does not come back.
     pub fn make(&self, id: &SandboxId, group: u16, kind: NetKind) -> io::Result<PreparedNetwork> {
+        let gone = || {
+            let _ = sys::waitpid(self.pid, false);
+            io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!("the network factory (pid {}) stopped", self.pid),
+            )
+        };
         let request = format!("{} {group} {}", id.as_str(), kind.name());
-        fdpass::send_with_fds(&self.sock, request.as_bytes(), &[])?;
         let mut buf = [0u8; 512];
-        let (n, fds) = fdpass::recv_with_fds(&self.sock, &mut buf)?;
+        let (n, fds) = fdpass::send_with_fds(&self.sock, request.as_bytes(), &[])
+            .and_then(|()| fdpass::recv_with_fds(&self.sock, &mut buf))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EPIPE | libc::ECONNRESET) => gone(),
+                _ => e,
+            })?;
         if n == 0 {
-            return Err(io::Error::other("the network factory is gone"));
+            return Err(gone());
         }
         let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
         if let Some(why) = answer.strip_prefix("err ") {

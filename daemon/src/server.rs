@@ -564,6 +564,8 @@ impl Conn {
                 return;
             }
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = kind; // no networks are made ahead here
         let why =
             if self.lines == 1 { "none ready" } else { "only as a connection's first request" };
         let _ = self.tx.send(line(&Reply::ok(id, json!({ "network": null, "why": why })))).await;

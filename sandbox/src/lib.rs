@@ -7,6 +7,10 @@
 //! generates a Seatbelt profile ([`seatbelt::profile`], a pure function tested everywhere) and runs
 //! the command under `sandbox-exec`.
 //!
+//! The network can also be made ahead, by a [`NetworkFactory`] a daemon forks, and handed to the
+//! launch through [`NamespaceHooks::prepared_network`]: the sandbox then joins it instead of
+//! making one (and its processes hold no capability over it at any time).
+//!
 //! Started inside one of its own Linux sandboxes ([`inside_sandbox`], which trusts the kernel's
 //! view and not the environment), it builds no namespace: [`prepare_nested`] and [`Nested::exec`]
 //! stack the inner tier's Landlock and socket rules on the outer walls and run the command in

@@ -15,6 +15,10 @@
 //!                                         end, then removes placeholders (see `warden`)
 //! ```
 //!
+//! With a network made ahead by the daemon (see `netpool`), a short-lived helper sharing the
+//! launcher's memory joins it and clones init as the launcher's child (`CLONE_PARENT`), so the
+//! layout above is the same; init then builds no network.
+//!
 //! The init builds the mounts and the network with the capabilities of its new user namespace,
 //! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener,
 //! the DNS stub's sockets and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies

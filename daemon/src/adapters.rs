@@ -33,8 +33,6 @@ pub struct Live {
     pub stop: Arc<tokio::sync::watch::Sender<bool>>,
     /// Answers, once the NFLOG reader stopped, with what it drained at the end.
     pub nflog_done: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Vec<serde_json::Value>>>>>,
-    /// The route device of a network the daemon made for it (see `netpool`), held until it ends.
-    pub tun: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 /// The sandboxes being served, by id.

@@ -405,11 +405,16 @@ pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
     format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
 }
 
-fn new_id() -> anyhow::Result<SandboxId> {
+/// A new sandbox id, `sg-PID-NANOS` (the launcher's pid, or the daemon's for a network made
+/// ahead; a count keeps two made in the same nanosecond apart).
+pub(crate) fn new_id() -> Option<SandboxId> {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    Ok(SandboxId::try_from(format!("sg-{}-{nanos:08x}", std::process::id()))?)
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tail = if n == 0 { String::new() } else { format!("-{n}") };
+    SandboxId::try_from(format!("sg-{}-{nanos:08x}{tail}", std::process::id())).ok()
 }
 
 /// Runs a command in the named tier; returns its exit status.
@@ -442,7 +447,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     let prepared = prepared_network(&policy, asked);
     let id = match prepared_id(&prepared) {
         Some(id) => id,
-        None => new_id()?,
+        None => new_id().context("no sandbox id")?,
     };
     let spec = spec_from_policy(&policy, &args, &ctx, id)?;
     sandgate_sandbox::timing_mark("spec built");
@@ -460,12 +465,12 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
 /// `--learn`, and none is started for this.
 #[cfg(target_os = "linux")]
 fn ask_for_network(tier: &str, args: &LaunchOptions) -> Option<crate::launch_daemon::NetworkAsked> {
-    use sandgate_config::NetMode;
     use sandgate_sandbox::NetKind;
     // The tier's usual network, unless the flags choose one (`--net none`).
     let kind = match (args.net, tier) {
-        (Some(NetMode::None), _) | (None, "run") => NetKind::Loopback,
-        _ => NetKind::Proxy,
+        (Some(mode), _) => NetKind::from(mode),
+        (None, "run") => NetKind::Loopback,
+        (None, _) => NetKind::Proxy,
     };
     (!no_daemon(args)).then(|| crate::launch_daemon::NetworkAsked::send(kind)).flatten()
 }
@@ -482,10 +487,7 @@ fn prepared_network(
     asked: Option<crate::launch_daemon::NetworkAsked>,
 ) -> PreparedNet {
     use sandgate_sandbox::NetKind;
-    let kind = match policy.net.mode {
-        sandgate_config::NetMode::Proxy => NetKind::Proxy,
-        sandgate_config::NetMode::None => NetKind::Loopback,
-    };
+    let kind = NetKind::from(policy.net.mode);
     let taken = asked?.receive().filter(|n| n.kind() == kind);
     sandgate_sandbox::timing_mark(if taken.is_some() {
         "network taken from the daemon"
@@ -545,7 +547,7 @@ fn run_nested(
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, args)?;
     removal_notice(&ctx.env, &policy);
-    let mut spec = spec_from_policy(&policy, args, &ctx, new_id()?)?;
+    let mut spec = spec_from_policy(&policy, args, &ctx, new_id().context("no sandbox id")?)?;
     let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
     let (caller, _) = crate::secrets::scrub_env(&ctx.env, &filter);
     spec.env = nested_env(&caller, &spec.net, &spec.id, &policy.tier);
@@ -1028,9 +1030,7 @@ struct Hooks {
 #[cfg(target_os = "linux")]
 impl sandgate_sandbox::NamespaceHooks for Hooks {
     fn open_nflog(&self, group: u16) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
-        sandgate_monitor::nflog::NflogSocket::open(group)
-            .map(|s| Some(s.into_fd()))
-            .map_err(|e| std::io::Error::other(format!("NFLOG group {group}: {e}")))
+        crate::monitor::open_nflog(group).map(Some)
     }
 
     fn prepared_network(&self) -> Option<sandgate_sandbox::PreparedNetwork> {

@@ -112,66 +112,62 @@ const ASK_TIMEOUT: Duration = Duration::from_millis(250);
 /// the launcher's policy work. On a connection of its own: the answer carries descriptors, which
 /// a buffered reader would lose.
 #[cfg(target_os = "linux")]
-pub struct NetworkAsked(UnixStream);
+pub struct NetworkAsked {
+    stream: UnixStream,
+    /// The answer is given up after this (see [`ASK_TIMEOUT`]).
+    deadline: std::time::Instant,
+}
 
 #[cfg(target_os = "linux")]
 impl NetworkAsked {
     /// Asks the running daemon (none is started for this) for a network of `kind` made ahead.
+    /// A daemon whose backlog is full is not waited for (the connect does not block).
     pub fn send(kind: sandgate_sandbox::NetKind) -> Option<NetworkAsked> {
-        let stream = UnixStream::connect(Paths::discover().socket).ok()?;
-        // A busy daemon answers in well under a millisecond; a stuck one must not hold up the
-        // launch (least of all `run`'s, which needs no daemon): the sandbox then makes its own.
-        stream.set_read_timeout(Some(ASK_TIMEOUT)).ok()?;
-        let request = Request::TakeNetwork { kind: Some(kind.name().to_owned()) };
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+        use std::os::fd::AsRawFd as _;
+        let deadline = std::time::Instant::now() + ASK_TIMEOUT;
+        let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+        let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).ok()?;
+        connect(fd.as_raw_fd(), &UnixAddr::new(&Paths::discover().socket).ok()?).ok()?;
+        let stream = UnixStream::from(fd);
+        stream.set_nonblocking(false).ok()?;
+        stream.set_write_timeout(Some(ASK_TIMEOUT)).ok()?;
+        let request = Request::TakeNetwork { kind: kind.into() };
         let mut line = serde_json::to_string(&Envelope { id: Some(1), request }).ok()?;
         line.push('\n');
         (&stream).write_all(line.as_bytes()).ok()?;
-        Some(NetworkAsked(stream))
+        Some(NetworkAsked { stream, deadline })
     }
 
-    /// The network (see `netpool`); `None` when none was ready or anything is amiss: the
-    /// sandbox then makes its own.
+    /// The network (see `netpool`); `None` when none was ready, the answer did not come by the
+    /// deadline, or anything is amiss: the sandbox then makes its own. Descriptors that came
+    /// with an answer not taken are closed.
     pub fn receive(self) -> Option<sandgate_sandbox::PreparedNetwork> {
-        receive_network(&self.0)
+        let (mut got, mut fds) = (Vec::new(), Vec::new());
+        let mut buf = [0u8; 1024];
+        let end = loop {
+            if let Some(end) = got.iter().position(|&b| b == b'\n') {
+                break end;
+            }
+            // A busy daemon answers in well under a millisecond; a stuck one must not hold up
+            // the launch (least of all `run`'s, which needs no daemon).
+            let left = self.deadline.checked_duration_since(std::time::Instant::now())?;
+            self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).ok()?;
+            let (n, more) = sandgate_sandbox::fdpass::recv_with_fds(&self.stream, &mut buf).ok()?;
+            if n == 0 {
+                return None;
+            }
+            got.extend_from_slice(&buf[..n]);
+            fds.extend(more);
+        };
+        let reply: crate::protocol::Reply = serde_json::from_slice(&got[..end]).ok()?;
+        let network = reply.result?.get("network").cloned().filter(|n| !n.is_null())?;
+        let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?).ok()?;
+        let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;
+        let group = u16::try_from(network["group"].as_u64()?).ok()?;
+        let user = network["user"].as_bool()?;
+        sandgate_sandbox::PreparedNetwork::from_fds(id, group, kind, false, user, fds).ok()
     }
-}
-
-#[cfg(target_os = "linux")]
-fn receive_network(stream: &UnixStream) -> Option<sandgate_sandbox::PreparedNetwork> {
-    let (mut got, mut fds) = (Vec::new(), Vec::new());
-    let mut buf = [0u8; 1024];
-    let end = loop {
-        if let Some(end) = got.iter().position(|&b| b == b'\n') {
-            break end;
-        }
-        let (n, more) = sandgate_sandbox::fdpass::recv_with_fds(stream, &mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
-        got.extend_from_slice(&buf[..n]);
-        fds.extend(more);
-    };
-    let reply: crate::protocol::Reply = serde_json::from_slice(&got[..end]).ok()?;
-    let network = reply.result?.get("network").cloned().filter(|n| !n.is_null())?;
-    let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?.to_owned()).ok()?;
-    let user = network["user"].as_bool()?;
-    let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;
-    let sockets = if kind == sandgate_sandbox::NetKind::Proxy { 4 } else { 0 };
-    if fds.len() != 1 + sockets + usize::from(user) {
-        return None;
-    }
-    let mut fds = fds.into_iter();
-    let net = fds.next()?;
-    let proxy = match kind {
-        sandgate_sandbox::NetKind::Proxy => Some(sandgate_sandbox::ProxySockets {
-            listener: fds.next()?,
-            dns: [fds.next()?, fds.next()?],
-            nflog: fds.next()?,
-        }),
-        sandgate_sandbox::NetKind::Loopback => None,
-    };
-    let user = if user { Some(fds.next()?) } else { None };
-    Some(sandgate_sandbox::PreparedNetwork { id, net, proxy, tun: None, user })
 }
 
 impl DaemonLink {

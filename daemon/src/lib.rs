@@ -31,6 +31,11 @@
 //! - The sandbox's listener is made inside its network namespace and passed (SCM_RIGHTS) to the
 //!   daemon: no host port, no relay process, and a dead daemon leaves the sandbox with no
 //!   network rather than an open one.
+//! - Networks made ahead (`netpool`): the daemon forks, before its runtime starts threads, a
+//!   process (`sandgate-netns`) that makes sandboxes' network namespaces while nobody waits; a
+//!   launcher takes one and its sandbox joins it, so that the namespace, route device and
+//!   firewall are off the launch's path, and the network belongs to a user namespace the
+//!   sandbox has no capability in.
 //! - JSON lines over a unix socket (0600, peer uid checked): `socat` and tests can speak it, and
 //!   serde gives both sides the same types ([`protocol`]).
 //! - Grants are matched through [`sandgate_config::PatternSet`] (the policy's hash matcher),

@@ -16,6 +16,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::adapters::Shared;
 use crate::protocol::Event;
 
+/// An NFLOG socket bound to `group` in the calling thread's network namespace (a sandbox's init,
+/// or the network factory making one ahead).
+#[cfg(target_os = "linux")]
+pub fn open_nflog(group: u16) -> std::io::Result<OwnedFd> {
+    sandgate_monitor::nflog::NflogSocket::open(group)
+        .map(|s| s.into_fd())
+        .map_err(|e| std::io::Error::other(format!("NFLOG group {group}: {e}")))
+}
+
 /// Reads `fd` until `stop`; then drains what is queued and hands it to `done` (so that the
 /// launcher's `unregister` reply carries the last packets of the run).
 #[cfg(target_os = "linux")]

@@ -1,11 +1,12 @@
-//! The daemon's pool of networks made ahead for `net` and `build` launches (Linux; see
-//! `sandgate_sandbox::NetworkFactory` for what a prepared network is and who owns it).
+//! The daemon's pool of networks made ahead (Linux; see `sandgate_sandbox::NetworkFactory` for
+//! what a prepared network is and who owns it).
 //!
-//! Two are kept ready. A launcher takes one (`take_network`, on its own connection, before its
-//! clone); its sandbox joins it and it registers the network's sockets as any launcher does. The
-//! pool keeps the network's route device (the tun) until the sandbox ends, so that the device's
+//! Two of each kind are kept ready: loopback only (`run`) and proxy (`net`, `build`). A launcher
+//! takes one (`take_network`, on its own connection, before its clone); its sandbox joins it and
+//! a `net`/`build` launcher registers the network's sockets as any launcher does. The pool keeps
+//! a proxy network's route device (the tun) until the sandbox ends, so that the device's
 //! teardown (an RCU grace period) is the daemon's work, after the launcher has its answer, not
-//! the sandbox's exit's. A launch that finds the pool empty (or the pool off:
+//! the sandbox's exit's. A launch that finds none ready (or the pool off:
 //! `SANDGATE_NETWORK_POOL=0`, or a factory that cannot work here) makes its own network, as
 //! before.
 
@@ -30,7 +31,7 @@ const READY: usize = 2;
 /// The kinds, in the order of [`NetPool`]'s queues.
 const KINDS: [NetKind; 2] = [NetKind::Proxy, NetKind::Loopback];
 
-/// A network handed out whose sandbox never registered is let go after this long.
+/// A route device whose sandbox never registered is let go after this long.
 const UNCLAIMED: Duration = Duration::from_secs(60);
 
 /// How long the daemon keeps a sandbox's route device after the sandbox ended: its processes
@@ -38,13 +39,30 @@ const UNCLAIMED: Duration = Duration::from_secs(60);
 /// direct connections logged and refused, not unroutable).
 const LINGER: Duration = Duration::from_millis(200);
 
-/// When a network was taken and others are left, the pool is refilled after this long even if no
-/// sandbox ended.
+/// When a proxy network was taken and others are left, the pool is refilled after this long
+/// even if no sandbox ended.
 const REFILL_AT_LATEST: Duration = Duration::from_secs(1);
 
 /// How long after a sandbox's end the pool is refilled (its teardown and its launcher's exit
 /// come first).
 const REFILL_AFTER_END: Duration = Duration::from_millis(5);
+
+/// The queue of `kind` in [`KINDS`] order.
+fn queue(kind: NetKind) -> usize {
+    match kind {
+        NetKind::Proxy => 0,
+        NetKind::Loopback => 1,
+    }
+}
+
+/// A route device the daemon holds for a sandbox.
+struct Device {
+    tun: OwnedFd,
+    /// When it was handed out.
+    since: Instant,
+    /// Whether its sandbox registered (then it is kept until the sandbox ends).
+    claimed: bool,
+}
 
 /// The pool.
 #[derive(Default)]
@@ -54,8 +72,10 @@ pub struct NetPool {
     /// Ready networks, one queue per kind of [`KINDS`].
     #[cfg(target_os = "linux")]
     ready: Mutex<[Vec<PreparedNetwork>; 2]>,
-    /// Route devices of networks handed out, by sandbox id, until the sandbox ends.
-    taken: Mutex<HashMap<String, (Option<OwnedFd>, Instant)>>,
+    /// Route devices of networks handed out, by sandbox id, until the sandbox ends (or, never
+    /// claimed, [`UNCLAIMED`] after).
+    devices: Mutex<HashMap<String, Device>>,
+    /// A refill is under way (one at a time).
     making: AtomicBool,
     /// The factory stopped: no more networks until the daemon restarts.
     dead: AtomicBool,
@@ -65,27 +85,30 @@ pub struct NetPool {
     error: Mutex<Option<String>>,
 }
 
+/// Clears [`NetPool::making`] when a refill ends, also by a panic.
+struct Making<'a>(&'a AtomicBool);
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 impl NetPool {
     /// Forks the factory (Linux; call while the process has one thread), unless
     /// `SANDGATE_NETWORK_POOL=0`. A factory that cannot start leaves the pool off, saying why.
     pub fn start() -> NetPool {
         let pool = NetPool::default();
         if std::env::var_os("SANDGATE_NETWORK_POOL").is_some_and(|v| v == "0") {
-            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some("off (SANDGATE_NETWORK_POOL=0)".into());
+            pool.say(Some("off (SANDGATE_NETWORK_POOL=0)".into()));
             return pool;
         }
         #[cfg(target_os = "linux")]
         {
-            let open_nflog: sandgate_sandbox::OpenNflog = |group| {
-                sandgate_monitor::nflog::NflogSocket::open(group)
-                    .map(|s| s.into_fd())
-                    .map_err(|e| std::io::Error::other(format!("NFLOG group {group}: {e}")))
-            };
-            match NetworkFactory::start(open_nflog) {
+            match NetworkFactory::start(crate::monitor::open_nflog) {
                 Ok(f) => NetPool { factory: Some(Mutex::new(f)), ..pool },
                 Err(e) => {
-                    *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                    pool.say(Some(e.to_string()));
                     pool
                 }
             }
@@ -94,71 +117,94 @@ impl NetPool {
         pool
     }
 
-    /// Makes networks until [`READY`] are ready (in the background; one maker at a time).
+    fn say(&self, error: Option<String>) {
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = error;
+    }
+
+    /// Makes networks until [`READY`] of each kind are ready (in the background; one refill at a
+    /// time: a request that comes while one runs is seen by it before it ends). A kind that
+    /// cannot be made is left for this round; the other is still made.
     pub fn refill(self: &Arc<Self>) {
         #[cfg(target_os = "linux")]
         {
-            if self.factory.is_none()
-                || self.dead.load(Ordering::Acquire)
-                || self.making.swap(true, Ordering::AcqRel)
-            {
+            if self.factory.is_none() || self.dead.load(Ordering::Acquire) {
+                return;
+            }
+            if self.making.swap(true, Ordering::AcqRel) {
                 return;
             }
             let pool = self.clone();
             tokio::task::spawn_blocking(move || {
                 loop {
-                    let missing = {
-                        let ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
-                        (0..KINDS.len()).find(|&k| ready[k].len() < READY)
-                    };
-                    let Some(k) = missing else { break };
-                    let Some(factory) = &pool.factory else { break };
-                    let Some(id) = new_id() else { break };
-                    let made = factory.lock().unwrap_or_else(|e| e.into_inner()).make(
-                        &id,
-                        crate::launch::defaults::NFLOG_GROUP,
-                        KINDS[k],
-                    );
-                    match made {
-                        Ok(n) => {
-                            pool.made.fetch_add(1, Ordering::Relaxed);
-                            pool.ready.lock().unwrap_or_else(|e| e.into_inner())[k].push(n);
-                            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                            let why = format!(
-                                "{e}; launches make their own networks until the daemon restarts"
-                            );
-                            tracing::error!("{why}");
-                            pool.dead.store(true, Ordering::Release);
-                            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-                            break;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot prepare a sandbox network");
-                            *pool.error.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(e.to_string());
-                            break;
-                        }
+                    let guard = Making(&pool.making);
+                    pool.refill_round();
+                    drop(guard);
+                    // A take between the round's last look and the flag's clearing found the
+                    // flag set and left its refill to this one: look again.
+                    if !pool.missing().iter().any(|&m| m)
+                        || pool.dead.load(Ordering::Acquire)
+                        || pool.making.swap(true, Ordering::AcqRel)
+                    {
+                        break;
                     }
                 }
-                pool.making.store(false, Ordering::Release);
+                pool.purge();
             });
         }
     }
 
-    /// A ready network of `kind` for a launcher (its route device stays here, see
-    /// [`NetPool::claim`]). A proxy network's pool is refilled once a sandbox ends
+    /// Which kinds lack networks.
+    #[cfg(target_os = "linux")]
+    fn missing(&self) -> [bool; 2] {
+        let ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        [ready[0].len() < READY, ready[1].len() < READY]
+    }
+
+    #[cfg(target_os = "linux")]
+    fn refill_round(&self) {
+        let Some(factory) = &self.factory else { return };
+        let mut failed = [false; 2];
+        loop {
+            let missing = self.missing();
+            let Some(k) = (0..KINDS.len()).find(|&k| missing[k] && !failed[k]) else { return };
+            let Some(id) = crate::launch::new_id() else { return };
+            let group = crate::launch::defaults::NFLOG_GROUP;
+            let made = factory.lock().unwrap_or_else(|e| e.into_inner()).make(&id, group, KINDS[k]);
+            match made {
+                Ok(n) => {
+                    self.made.fetch_add(1, Ordering::Relaxed);
+                    self.ready.lock().unwrap_or_else(|e| e.into_inner())[k].push(n);
+                    self.say(None);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    let why =
+                        format!("{e}; launches make their own networks until the daemon restarts");
+                    tracing::error!("{why}");
+                    self.dead.store(true, Ordering::Release);
+                    self.say(Some(why));
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = KINDS[k].name(), "cannot prepare a network");
+                    self.say(Some(format!("{} networks: {e}", KINDS[k].name())));
+                    failed[k] = true;
+                }
+            }
+        }
+    }
+
+    /// A ready network of `kind` for a launcher (a proxy network's route device stays here, see
+    /// [`NetPool::claim`]). Proxy networks are refilled once a sandbox ends
     /// ([`NetPool::refill_soon`]), so that the making does not compete with the launch it serves
     /// for the machine's cores; at once only when this was the last one (parallel launches), and
-    /// after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, which the daemon does not
-    /// hear the end of) costs little to make: at once.
+    /// after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, whose end the daemon does
+    /// not hear of) costs little to make: at once.
     #[cfg(target_os = "linux")]
     pub fn take(self: &Arc<Self>, kind: NetKind) -> Option<PreparedNetwork> {
-        let k = KINDS.iter().position(|&c| c == kind).unwrap_or(0);
         let (network, left) = {
             let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-            (ready[k].pop(), ready[k].len())
+            let q = &mut ready[queue(kind)];
+            (q.pop(), q.len())
         };
         if left == 0 || kind == NetKind::Loopback {
             self.refill();
@@ -171,10 +217,12 @@ impl NetPool {
         }
         let mut network = network?;
         self.handed.fetch_add(1, Ordering::Relaxed);
-        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-        taken.retain(|_, (_, at)| at.elapsed() < UNCLAIMED);
         if let Some(tun) = network.tun.take() {
-            taken.insert(network.id.to_string(), (Some(tun), Instant::now()));
+            let device = Device { tun, since: Instant::now(), claimed: false };
+            self.devices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(network.id.to_string(), device);
         }
         Some(network)
     }
@@ -188,13 +236,37 @@ impl NetPool {
         });
     }
 
-    /// The route device of the network handed out for sandbox `id`, now that it registered
-    /// (its holder until the sandbox ends); `None` when it was not one of this pool's.
-    pub fn claim(&self, id: &str) -> Option<OwnedFd> {
-        self.taken.lock().unwrap_or_else(|e| e.into_inner()).remove(id).and_then(|(tun, _)| tun)
+    /// Sandbox `id` registered: the route device of its network (if it is one of this pool's)
+    /// is kept until [`NetPool::release`].
+    pub fn claim(&self, id: &str) {
+        if let Some(d) = self.devices.lock().unwrap_or_else(|e| e.into_inner()).get_mut(id) {
+            d.claimed = true;
+        }
     }
 
-    /// For `status`: whether the pool is on, how many are ready, made and handed out.
+    /// Sandbox `id` ended: its route device goes a moment later ([`LINGER`]), off the runtime's
+    /// threads (the device's teardown waits for an RCU grace period).
+    pub fn release(&self, id: &str) {
+        let device = self.devices.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        if let Some(Device { tun, .. }) = device {
+            tokio::spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                let _ = tokio::task::spawn_blocking(move || drop(tun)).await;
+            });
+        }
+    }
+
+    /// Lets go of route devices whose sandbox never registered (a launch that failed or chose
+    /// another network), [`UNCLAIMED`] after they were handed out.
+    fn purge(&self) {
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, d| d.claimed || d.since.elapsed() < UNCLAIMED);
+    }
+
+    /// For `status`: whether the pool is on, how many of each kind are ready, made and handed
+    /// out, and the last error.
     pub fn status(&self) -> Value {
         #[cfg(target_os = "linux")]
         let (on, ready) = {
@@ -212,27 +284,4 @@ impl NetPool {
             "error": *self.error.lock().unwrap_or_else(|e| e.into_inner()),
         })
     }
-}
-
-/// Lets a sandbox's route device go a moment after the sandbox ended (see [`LINGER`]).
-pub fn release_later(tun: Option<Arc<OwnedFd>>) {
-    if let Some(tun) = tun {
-        tokio::spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            // The device's teardown waits for an RCU grace period: not on a runtime thread.
-            let _ = tokio::task::spawn_blocking(move || drop(tun)).await;
-        });
-    }
-}
-
-/// An id like a launcher's (`sg-PID-NANOS`), the daemon's pid in it.
-#[cfg(target_os = "linux")]
-fn new_id() -> Option<sandgate_sandbox::SandboxId> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let text = format!("sg-{}-{nanos:08x}{n:x}", std::process::id());
-    sandgate_sandbox::SandboxId::try_from(text).ok()
 }

@@ -79,14 +79,14 @@ pub enum Request {
     /// The open questions.
     Pending,
     /// A network made ahead (Linux), as the connection's first request: `{"network":
-    /// {"sandbox": ID, "kind": KIND, "user": BOOL}}` with its descriptors (SCM_RIGHTS: network
+    /// {"sandbox": ID, "kind": KIND, "group": NFLOG_GROUP, "user": BOOL}}` with its descriptors (SCM_RIGHTS: network
     /// namespace; for `proxy`, the proxy listener, DNS UDP and TCP sockets and NFLOG socket; then
     /// the owning user namespace when `user`), or `{"network": null, "why": ...}`. A `net` or
     /// `build` launcher registers the sandbox under that id, on another connection.
     TakeNetwork {
-        /// `proxy` (`net`, `build`; the default) or `loopback` (`run`).
+        /// Which network.
         #[serde(default)]
-        kind: Option<String>,
+        kind: NetworkKind,
     },
     /// Allow or deny: a question by id, or a host pattern (answers every open question it covers
     /// and records a grant even when nothing is pending, except `once`).
@@ -147,6 +147,35 @@ pub enum Request {
         /// Why.
         reason: String,
     },
+}
+
+/// The network `take_network` asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkKind {
+    /// `lo`, the route device, the firewall and the proxy's sockets (`net`, `build`).
+    #[default]
+    Proxy,
+    /// `lo` only (`run`).
+    Loopback,
+}
+
+impl From<sandgate_sandbox::NetKind> for NetworkKind {
+    fn from(kind: sandgate_sandbox::NetKind) -> NetworkKind {
+        match kind {
+            sandgate_sandbox::NetKind::Proxy => NetworkKind::Proxy,
+            sandgate_sandbox::NetKind::Loopback => NetworkKind::Loopback,
+        }
+    }
+}
+
+impl From<NetworkKind> for sandgate_sandbox::NetKind {
+    fn from(kind: NetworkKind) -> sandgate_sandbox::NetKind {
+        match kind {
+            NetworkKind::Proxy => sandgate_sandbox::NetKind::Proxy,
+            NetworkKind::Loopback => sandgate_sandbox::NetKind::Loopback,
+        }
+    }
 }
 
 /// A descriptor passed with `register`.

@@ -17,8 +17,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use super::adapters::{Live, Shared, format_grant, revoke};
 use crate::protocol::{
-    AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, PROTOCOL_VERSION, Reply, Request,
-    SandboxInfo,
+    AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, NetworkKind, PROTOCOL_VERSION, Reply,
+    Request, SandboxInfo,
 };
 
 /// The running daemon, as connections see it.
@@ -320,10 +320,12 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
             if text.is_empty() {
                 continue;
             }
+            cx.lines += 1;
             cx.line(&text).await;
         }
         if pending.len() > MAX_LINE {
             pending.clear();
+            cx.lines += 1;
             if !skipping {
                 skipping = true;
                 let _ = tx
@@ -354,7 +356,7 @@ struct Conn {
     /// For the one reply written with descriptors (`take_network`), not through the writer.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     stream: Arc<UnixStream>,
-    /// Request lines read so far.
+    /// Lines read so far, whatever they were (each may have a reply queued for the writer).
     lines: u64,
     tx: mpsc::Sender<String>,
     owned: Vec<String>,
@@ -380,10 +382,8 @@ impl Conn {
             }
         };
         let id = env.id;
-        self.lines += 1;
-        if let Request::TakeNetwork { kind } = &env.request {
-            let kind = kind.clone();
-            self.take_network(id, kind.as_deref()).await;
+        if let Request::TakeNetwork { kind } = env.request {
+            self.take_network(id, kind).await;
             return;
         }
         if let Request::Subscribe { sandbox } = &env.request {
@@ -505,7 +505,7 @@ impl Conn {
                 Ok(json!({ "flushed": true }))
             }
             Request::TakeNetwork { .. } => {
-                Err(bad("take_network is answered before other requests"))
+                Err(RequestError::new("internal", "take_network handled above"))
             }
             Request::Subscribe { .. } => {
                 Err(RequestError::new("internal", "subscribe handled above"))
@@ -527,39 +527,39 @@ impl Conn {
     /// Hands a network made ahead to a launcher (see `netpool`): the reply carries the
     /// descriptors, so it is written here, directly, and only as the connection's first line
     /// (nothing else can be queued for the writer then).
-    async fn take_network(&mut self, id: Option<u64>, kind: Option<&str>) {
-        let Some(kind) = sandgate_sandbox::NetKind::from_name(kind.unwrap_or("proxy")) else {
-            let why = "kind is proxy or loopback";
-            let _ = self.tx.send(line(&Reply::err(id, "bad_request", why))).await;
-            return;
-        };
+    async fn take_network(&mut self, id: Option<u64>, kind: NetworkKind) {
         #[cfg(target_os = "linux")]
         if self.lines == 1 {
-            use std::os::fd::AsRawFd as _;
+            let kind = sandgate_sandbox::NetKind::from(kind);
             let pool = self.d.netpool.clone();
             if let Some(n) = pool.take(kind) {
-                let mut raw = vec![n.net.as_raw_fd()];
-                if let Some(p) = &n.proxy {
-                    raw.extend([p.listener.as_raw_fd(), p.dns[0].as_raw_fd()]);
-                    raw.extend([p.dns[1].as_raw_fd(), p.nflog.as_raw_fd()]);
-                }
-                raw.extend(n.user.as_ref().map(|u| u.as_raw_fd()));
                 let v = json!({ "network": {
-                    "sandbox": n.id.as_str(), "kind": kind.name(), "user": n.user.is_some(),
+                    "sandbox": n.id.as_str(), "kind": kind.name(), "group": n.group,
+                    "user": n.user.is_some(),
                 } });
                 let text = line(&Reply::ok(id, v));
+                let raw = n.raw_fds();
+                // One sendmsg, the descriptors with it, retried only when it sent nothing (the
+                // writer task has nothing queued: this is the connection's first line); the rest
+                // of a short write goes through the writer.
                 let sent = self
                     .stream
                     .async_io(tokio::io::Interest::WRITABLE, || {
-                        sandgate_sandbox::fdpass::send_with_fds(
+                        sandgate_sandbox::fdpass::send_once_with_fds(
                             &*self.stream,
                             text.as_bytes(),
                             &raw,
                         )
                     })
                     .await;
-                if let Err(e) = sent {
-                    tracing::debug!(error = %e, "a prepared network could not be handed out");
+                match sent {
+                    Ok(n) if n < text.len() => {
+                        let _ = self.tx.send(text[n..].to_owned()).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a prepared network could not be handed out");
+                    }
                 }
                 return;
             }
@@ -658,9 +658,9 @@ impl Conn {
             stop: stop.clone(),
             flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
-            tun: d.netpool.claim(&info.id).map(Arc::new),
         };
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
+        d.netpool.claim(&info.id);
         self.owned.push(info.id.clone());
         let ctx = sandgate_proxy::SandboxContext {
             id: sandgate_proxy::SandboxId::new(info.id.clone()),
@@ -895,8 +895,8 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
             _ => None,
         }
     };
-    let mut live = live?;
-    crate::netpool::release_later(live.tun.take());
+    let live = live?;
+    d.netpool.release(id);
     d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);

@@ -21,6 +21,17 @@ const SCM_MAX_FD: usize = 253;
 /// rest of a long message may take more writes; the descriptors go with the first byte. A peer
 /// gone is `EPIPE`, never `SIGPIPE`.
 pub fn send_with_fds(sock: impl AsFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut sent = send_once_with_fds(&sock, data, fds)?;
+    while sent < data.len() {
+        sent += send_once_with_fds(&sock, &data[sent..], &[])?;
+    }
+    Ok(())
+}
+
+/// One `sendmsg` of `data` with `fds` attached: the bytes sent (on a non-blocking socket, maybe
+/// fewer than `data`; `EAGAIN` when none, and then the descriptors did not go either, so the call
+/// can be made again as it was). `EINTR` is retried.
+pub fn send_once_with_fds(sock: impl AsFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
     let fd = sock.as_fd().as_raw_fd();
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let flags = MsgFlags::MSG_NOSIGNAL;
@@ -29,12 +40,7 @@ pub fn send_with_fds(sock: impl AsFd, data: &[u8], fds: &[RawFd]) -> io::Result<
     let iov = [IoSlice::new(data)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
-    let mut sent = retry(|| sendmsg::<()>(fd, &iov, cmsgs, flags, None))?;
-    while sent < data.len() {
-        let iov = [IoSlice::new(&data[sent..])];
-        sent += retry(|| sendmsg::<()>(fd, &iov, &[], flags, None))?;
-    }
-    Ok(())
+    retry(|| sendmsg::<()>(fd, &iov, cmsgs, flags, None))
 }
 
 /// One `recvmsg`: the bytes read (0 at end of stream) and the descriptors that came with them,

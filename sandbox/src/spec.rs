@@ -37,6 +37,15 @@ impl NetKind {
     }
 }
 
+impl From<sandgate_config::NetMode> for NetKind {
+    fn from(mode: sandgate_config::NetMode) -> NetKind {
+        match mode {
+            sandgate_config::NetMode::None => NetKind::Loopback,
+            sandgate_config::NetMode::Proxy => NetKind::Proxy,
+        }
+    }
+}
+
 /// The network the launcher builds for the sandbox: the policy's choice
 /// ([`NetMode`](sandgate_config::NetMode)) with what building it takes (the NFLOG group).
 #[derive(Debug, Clone, PartialEq, Eq)]

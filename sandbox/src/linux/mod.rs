@@ -19,7 +19,8 @@
 //! launcher's memory joins it and clones init as the launcher's child (`CLONE_PARENT`), so the
 //! layout above is the same; init then builds no network.
 //!
-//! The init builds the mounts and the network with the capabilities of its new user namespace,
+//! The init builds the mounts and (unless it joined one) the network with the capabilities of its
+//! new user namespace,
 //! allocates the pty in terminal mode (see `terminal`), sends the pty master, the proxy listener,
 //! the DNS stub's sockets and the NFLOG socket to the launcher (`SCM_RIGHTS`), then applies
 //! `setsid`, no_new_privs,
@@ -362,31 +363,37 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWUSER;
-    // A network made ahead, of the spec's kind and for its id: joined instead of made.
-    let kind = match spec.net {
-        NetSetup::Proxy { .. } => NetKind::Proxy,
-        NetSetup::None => NetKind::Loopback,
+    // A network made ahead, of the spec's kind, for its id and NFLOG group: joined instead of
+    // made.
+    let fits = |p: &PreparedNetwork| {
+        p.id == spec.id
+            && match spec.net {
+                NetSetup::Proxy { nflog_group } => {
+                    p.kind() == NetKind::Proxy && p.group == nflog_group
+                }
+                NetSetup::None => p.kind() == NetKind::Loopback,
+            }
     };
-    let prepared = hooks.prepared_network().filter(|p| p.id == spec.id && p.kind() == kind);
+    let prepared = hooks.prepared_network().filter(fits);
+    let mut child_sock = Some(child_sock);
     let mut joined = None;
     let cloned = match prepared {
         Some(network) => {
             plan.net_joined = true;
             let mut start_init = || {
                 // In init, a copy of this process: the launcher's end of the socket and the
-                // network's descriptors are not init's (their last holder is the daemon).
-                let mut theirs = vec![parent_sock.as_raw_fd(), network.net.as_raw_fd()];
-                theirs.extend(network.user.as_ref().map(AsRawFd::as_raw_fd));
-                if let Some(p) = &network.proxy {
-                    theirs.extend([p.listener.as_raw_fd(), p.nflog.as_raw_fd()]);
-                    theirs.extend(p.dns.iter().map(AsRawFd::as_raw_fd));
-                }
+                // network's descriptors are not init's (their last holder is the daemon). Closed
+                // by number while their `OwnedFd`s live on in this copy of the memory: nothing
+                // here ever drops them, as `init::run` never returns (and a panic stops at the
+                // helper's `extern "C"` entry, before the launcher's frames).
+                let mut theirs = network.raw_fds();
+                theirs.push(parent_sock.as_raw_fd());
                 for fd in theirs {
                     let _ = nix::unistd::close(fd);
                 }
-                match child_sock.try_clone() {
-                    Ok(sock) => init::run(spec, &plan, uid, gid, sock, hooks),
-                    Err(_) => sys::exit_now(1),
+                match child_sock.take() {
+                    Some(sock) => init::run(spec, &plan, uid, gid, sock, hooks),
+                    None => sys::exit_now(1),
                 }
             };
             match netpool::clone_into_network(
@@ -400,12 +407,22 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 }
                 Err(e) => {
                     crate::timing::mark(&format!("prepared network not joined: {e}"));
+                    // Something is wrong with the daemon or the kernel: say so, once, and go on
+                    // as without a daemon's network (the walls do not depend on it).
+                    eprintln!(
+                        "sandgate: warning: the network the daemon made ahead could not be \
+                         joined ({e}); this sandbox makes its own"
+                    );
                     plan.net_joined = false;
                     sys::clone_fork(flags)
                 }
             }
         }
         None => sys::clone_fork(flags),
+    };
+    let Some(child_sock) = child_sock else {
+        // Only init's copy of the memory ran the closure that took it.
+        unreachable!("the launcher's end of init's socket is kept until here")
     };
     let child = match cloned {
         Ok(c) => c,

@@ -19,7 +19,7 @@
 //! MESSAGE`.
 
 use std::io;
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, AsRawFd, OwnedFd, RawFd};
 
 use nix::sched::CloneFlags;
 
@@ -32,6 +32,8 @@ use crate::spec::{NetKind, SandboxId};
 pub struct PreparedNetwork {
     /// The sandbox id it was made for (its NFLOG prefix).
     pub id: SandboxId,
+    /// The NFLOG group its firewall logs to.
+    pub group: u16,
     /// The user namespace that owns [`net`](Self::net) (`None`: the host's, for root).
     pub user: Option<OwnedFd>,
     /// The network namespace.
@@ -47,6 +49,55 @@ impl PreparedNetwork {
     /// Which kind of network this is.
     pub fn kind(&self) -> NetKind {
         if self.proxy.is_some() { NetKind::Proxy } else { NetKind::Loopback }
+    }
+
+    /// Its descriptors in the order they travel ([`FD_ORDER`]), for `SCM_RIGHTS`.
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        let mut raw = vec![self.net.as_raw_fd()];
+        if let Some(p) = &self.proxy {
+            raw.extend([p.listener.as_raw_fd(), p.dns[0].as_raw_fd(), p.dns[1].as_raw_fd()]);
+            raw.push(p.nflog.as_raw_fd());
+        }
+        raw.extend(self.tun.as_ref().map(AsRawFd::as_raw_fd));
+        raw.extend(self.user.as_ref().map(AsRawFd::as_raw_fd));
+        raw
+    }
+
+    /// The network of `kind` whose descriptors came in [`FD_ORDER`] order (`with_tun`,
+    /// `with_user`: whether those are among them); an error unless they are exactly these.
+    pub fn from_fds(
+        id: SandboxId,
+        group: u16,
+        kind: NetKind,
+        with_tun: bool,
+        with_user: bool,
+        fds: Vec<OwnedFd>,
+    ) -> io::Result<PreparedNetwork> {
+        let sockets = if kind == NetKind::Proxy { 4 } else { 0 };
+        let expected = 1 + sockets + usize::from(with_tun) + usize::from(with_user);
+        if fds.len() != expected {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} descriptor(s) where {expected} were due ({FD_ORDER})", fds.len()),
+            ));
+        }
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next().ok_or_else(|| io::Error::other("descriptor missing"));
+        Ok(PreparedNetwork {
+            id,
+            group,
+            net: next()?,
+            proxy: match kind {
+                NetKind::Proxy => Some(ProxySockets {
+                    listener: next()?,
+                    dns: [next()?, next()?],
+                    nflog: next()?,
+                }),
+                NetKind::Loopback => None,
+            },
+            tun: if with_tun { Some(next()?) } else { None },
+            user: if with_user { Some(next()?) } else { None },
+        })
     }
 }
 
@@ -86,6 +137,12 @@ impl NetworkFactory {
             )));
         }
         let (ours, theirs) = sys::seqpacket_pair()?;
+        // A factory that does not answer in this long is taken for dead (see `make`).
+        nix::sys::socket::setsockopt(
+            &ours,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(5, 0),
+        )?;
         let parent = nix::unistd::getpid().as_raw();
         let (uid, gid) = sys::ids();
         match sys::fork()? {
@@ -100,19 +157,18 @@ impl NetworkFactory {
         }
     }
 
-    /// Process id of the factory.
-    pub fn pid(&self) -> u32 {
-        self.pid as u32
-    }
-
     /// Has a network of `kind` made for sandbox `id` (blocking: a few milliseconds). A factory
-    /// that is gone is a `BrokenPipe` error (and the process is reaped): it does not come back.
+    /// that is gone, or has not answered within 5 s (then it is killed: a late answer would be
+    /// taken for the next request's), is a `BrokenPipe` error, and the process is reaped: it does
+    /// not come back.
     pub fn make(&self, id: &SandboxId, group: u16, kind: NetKind) -> io::Result<PreparedNetwork> {
-        let gone = || {
-            let _ = sys::waitpid(self.pid, false);
+        let gone = |why: &str| {
+            // It has closed its socket, so it is on its way out (or stuck: then it goes now).
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::waitpid(self.pid, true);
             io::Error::new(
                 io::ErrorKind::BrokenPipe,
-                format!("the network factory (pid {}) stopped", self.pid),
+                format!("the network factory (pid {}) {why}", self.pid),
             )
         };
         let request = format!("{} {group} {}", id.as_str(), kind.name());
@@ -120,43 +176,24 @@ impl NetworkFactory {
         let (n, fds) = fdpass::send_with_fds(&self.sock, request.as_bytes(), &[])
             .and_then(|()| fdpass::recv_with_fds(&self.sock, &mut buf))
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::EPIPE | libc::ECONNRESET) => gone(),
+                Some(libc::EPIPE | libc::ECONNRESET) => gone("stopped"),
+                Some(libc::EAGAIN) => gone("did not answer in 5 s and was stopped"),
                 _ => e,
             })?;
         if n == 0 {
-            return Err(gone());
+            return Err(gone("stopped"));
         }
         let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
         if let Some(why) = answer.strip_prefix("err ") {
             return Err(io::Error::other(why.to_owned()));
         }
         let words: Vec<&str> = answer.split(' ').collect();
-        let with_tun = words.contains(&"tun");
-        let with_user = words.contains(&"user");
-        let sockets = if kind == NetKind::Proxy { 4 } else { 0 };
-        let expected = 1 + sockets + usize::from(with_tun) + usize::from(with_user);
-        if words.first() != Some(&"ok") || fds.len() != expected {
-            return Err(io::Error::other(format!(
-                "the network factory answered {answer:?} with {} descriptor(s) ({FD_ORDER})",
-                fds.len()
-            )));
+        if words.first() != Some(&"ok") {
+            return Err(io::Error::other(format!("the network factory answered {answer:?}")));
         }
-        let mut fds = fds.into_iter();
-        let mut next = || fds.next().ok_or_else(|| io::Error::other("descriptor missing"));
-        Ok(PreparedNetwork {
-            id: id.clone(),
-            net: next()?,
-            proxy: match kind {
-                NetKind::Proxy => Some(ProxySockets {
-                    listener: next()?,
-                    dns: [next()?, next()?],
-                    nflog: next()?,
-                }),
-                NetKind::Loopback => None,
-            },
-            tun: if with_tun { Some(next()?) } else { None },
-            user: if with_user { Some(next()?) } else { None },
-        })
+        let (with_tun, with_user) = (words.contains(&"tun"), words.contains(&"user"));
+        PreparedNetwork::from_fds(id.clone(), group, kind, with_tun, with_user, fds)
+            .map_err(|e| io::Error::other(format!("the network factory answered {answer:?}: {e}")))
     }
 }
 
@@ -191,6 +228,7 @@ fn factory(sock: OwnedFd, parent: libc::pid_t, uid: u32, gid: u32, open_nflog: O
         });
         let sent = match answer {
             Ok((made, tun)) => {
+                // In FD_ORDER: `make` returns them so, then the user namespace.
                 let mut raw: Vec<i32> = made.iter().map(|f| f.as_raw_fd()).collect();
                 let mut line = String::from("ok");
                 if tun {
@@ -235,9 +273,8 @@ fn parse(request: &str) -> io::Result<(&str, u16, NetKind)> {
     };
     let group = group.parse().map_err(|_| bad())?;
     let kind = NetKind::from_name(kind).ok_or_else(bad)?;
-    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(bad());
-    }
+    // It becomes an NFLOG prefix: only what a sandbox id may be.
+    SandboxId::try_from(id.to_owned()).map_err(|_| bad())?;
     Ok((id, group, kind))
 }
 
@@ -338,13 +375,9 @@ pub(super) fn clone_into_network(
 /// namespace) handed back would give the sandbox the host's network. (The daemon's socket is the
 /// user's alone; this is the check that costs nothing.)
 fn check(network: &PreparedNetwork) -> io::Result<()> {
-    let id = |f: &std::fs::Metadata| {
-        use std::os::unix::fs::MetadataExt as _;
-        (f.dev(), f.ino())
-    };
     let ours = |fd: &OwnedFd, path: &str| -> io::Result<bool> {
-        let theirs = std::fs::File::from(fd.try_clone()?).metadata()?;
-        Ok(id(&theirs) == id(&std::fs::metadata(path)?))
+        let (theirs, ours) = (nix::sys::stat::fstat(fd.as_raw_fd())?, nix::sys::stat::stat(path)?);
+        Ok((theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino))
     };
     if ours(&network.net, "/proc/self/ns/net")?
         || network.user.as_ref().map(|u| ours(u, "/proc/self/ns/user")).transpose()? == Some(true)
@@ -365,6 +398,7 @@ mod tests {
         let open = |p: &str| OwnedFd::from(std::fs::File::open(p).unwrap());
         PreparedNetwork {
             id: SandboxId::try_from("sg-t".to_owned()).unwrap(),
+            group: 7,
             user: user.map(open),
             net: open(net),
             tun: None,

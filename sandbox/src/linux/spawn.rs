@@ -1,4 +1,6 @@
-//! Starting the command from the sandbox's init without copying init's address space.
+//! Starting a process without copying this one's address space: the command from the sandbox's
+//! init ([`vfork_exec`]), and the launcher's helper that joins a network made ahead and clones
+//! init from there (`netpool`, on a larger stack: init runs on a copy of it).
 //!
 //! Init is a copy of the launcher (a large binary, its heap, its libraries). A `fork` copies its
 //! page tables, write-protects every written page on both sides, and the command's `execve` then
@@ -39,7 +41,8 @@ pub fn vfork_on<F: FnMut()>(size: usize, mut child: F) -> io::Result<libc::pid_t
         // SAFETY: _exit never returns.
         unsafe { libc::_exit(126) }
     }
-    let page = 4096;
+    // SAFETY: sysconf with a constant name; no memory is involved.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     let len = size + page;
     // SAFETY: a fresh anonymous private mapping; no existing memory is affected.
     let base = unsafe {

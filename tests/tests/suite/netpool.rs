@@ -287,7 +287,7 @@ while True:
     c, _ = s.accept()
     c.recv(4096)
     fd = os.open("/proc/self/ns/net", os.O_RDONLY)
-    network = {"sandbox": "sg-fake-1", "kind": "loopback", "user": False}
+    network = {"sandbox": "sg-fake-1", "kind": "loopback", "group": 7, "user": False}
     line = json.dumps({"id": 1, "ok": True, "result": {"network": network}}) + "\n"
     socket.send_fds(c, [line.encode()], [fd])
     os.close(fd)

@@ -373,8 +373,8 @@ fn a_tier_without_network_never_joins_a_prepared_one(who: &Who) {
 }
 
 /// The factory (`sandgate-netns`) killed: the networks it made before still serve, then
-/// launches make their own; every launch is walled (a direct connection refused and reported)
-/// and the pool's status says something went wrong.
+/// launches make their own; every launch is walled (a direct connection refused and reported),
+/// the pool's status says something went wrong, and the daemon has reaped the dead factory.
 fn a_dead_factory_leaves_every_launch_walled(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
@@ -407,6 +407,20 @@ fn a_dead_factory_leaves_every_launch_walled(who: &Who) {
         joined.push(e.contains(JOINED));
     }
     assert_eq!(joined, [true, true, false], "the ready networks first, then their own");
+    // The daemon reaped its dead factory: no zombie left behind (a zombie keeps its /proc entry,
+    // with State Z).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{factory}/status"));
+        let zombie = status.as_deref().is_ok_and(|st| {
+            st.lines().any(|l| l.starts_with("State:") && l[6..].trim_start().starts_with('Z'))
+        });
+        if !zombie {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed factory {factory} was never reaped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let pool = d.pool();
     assert_eq!(pool["ready"]["proxy"], 0, "{pool}");
     assert_eq!(pool["on"], false, "{pool}");

@@ -25,25 +25,40 @@ cd "$dir"
 daemon_pid="$(cat "$XDG_RUNTIME_DIR/sandgate/daemon.pid")"
 # CPU time of the daemon and its children (the network factory, see the daemon's `netpool`): a
 # prepared network's making moves from the launch to them, so it is counted per launch too.
-daemon_cpu() {
-  local pid tasks=()
+# Read per thread, as "TID NANOSECONDS" lines (every thread: a runtime's blocking threads live
+# 10 s after their work, so threads come and go between two readings).
+daemon_threads() {
+  local pid f tid ns _
   for pid in "$daemon_pid" $(pgrep -P "$daemon_pid" || true); do
-    tasks+=(/proc/"$pid"/task/*/schedstat)
+    for f in /proc/"$pid"/task/*/schedstat; do
+      tid="${f%/schedstat}"
+      tid="${tid##*/}"
+      { read -r ns _ <"$f"; } 2>/dev/null && echo "$tid $ns"
+    done
   done
-  # Nanoseconds on a CPU, every thread (a runtime's blocking threads live 10 s after their work).
-  cat "${tasks[@]}" 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'
+  return 0
+}
+# Nanoseconds spent between two readings ($1 before, $2 after), summed per thread: after -
+# before for a thread in both, all of after for a thread new since. A thread that exited in
+# between is not counted: its time since the first reading is lost (an undercount, never a
+# negative share). A thread id reused in between could read less than before: counted as 0.
+daemon_delta() {
+  { sed 's/^/b /' <<<"$1"; sed 's/^/a /' <<<"$2"; } |
+    awk '$1 == "b" {b[$2] = $3; next}
+         $1 == "a" {d = ($2 in b) ? $3 - b[$2] : $3; if (d > 0) s += d}
+         END {printf "%d\n", s}'
 }
 row() {
   local name="$1" before after n="${N:-50}"
   shift
-  before="$(daemon_cpu)"
+  before="$(daemon_threads)"
   perf stat -r "$n" -x, -e task-clock,context-switches,page-faults "$@" 2>&1 >/dev/null |
     awk -F, -v n="$name" '$3=="task-clock"{t=$1} $3=="context-switches"{c=$1} $3=="page-faults"{p=$1}
       END{printf "%s,%.3f,%d,%d", n, t, c, p}'
   # Let the pool's refill after the last launch finish before reading the daemon's time.
   sleep 0.2
-  after="$(daemon_cpu)"
-  echo ",$(python3 -c "print(f'{($after - $before) / $n / 1e6:.3f}')")"
+  after="$(daemon_threads)"
+  echo ",$(python3 -c "print(f'{$(daemon_delta "$before" "$after") / $n / 1e6:.3f}')")"
 }
 {
   for _ in $(seq "${ROUNDS:-3}"); do

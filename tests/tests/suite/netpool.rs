@@ -262,10 +262,79 @@ fn a_daemon_that_does_not_answer_holds_no_launch_up() {
     let dir = s.root.join("run/sandgate");
     std::fs::create_dir_all(&dir).unwrap();
     let _silent = std::os::unix::net::UnixListener::bind(dir.join("control.sock")).unwrap();
+    let started = Instant::now();
     let out = s.command("run", &[], &["true"]).env("SANDGATE_DEBUG", "launch").output().unwrap();
+    let took = started.elapsed();
     let e = text(&out.stderr);
     assert!(out.status.success(), "{e}");
     assert!(e.contains("no network ready at the daemon") && !e.contains(JOINED), "{e}");
+    // Not a timing benchmark: the launcher waits at most 250 ms for the answer, and a whole `run`
+    // launch takes milliseconds; 5 s is a bound only a hang (a wait without its limit) exceeds,
+    // however loaded the machine.
+    assert!(took < Duration::from_secs(5), "the silent daemon held the launch up: {took:?}\n{e}");
+}
+
+/// A fake daemon on `s`'s socket path: answers every connection's first line with a loopback
+/// network for `sg-fake-1` whose network descriptor is `ns` (opened by the fake), then closes.
+/// Killed when dropped.
+struct FakeDaemon(Child);
+
+impl FakeDaemon {
+    fn start(s: &Scratch, ns: &str) -> FakeDaemon {
+        let dir = s.root.join("run/sandgate");
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = r#"
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(4)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    fd = os.open(sys.argv[2], os.O_RDONLY)
+    network = {"sandbox": "sg-fake-1", "kind": "loopback", "group": 7, "user": False}
+    line = json.dumps({"id": 1, "ok": True, "result": {"network": network}}) + "\n"
+    socket.send_fds(c, [line.encode()], [fd])
+    os.close(fd)
+    c.close()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", fake, dir.join("control.sock").to_str().unwrap(), ns])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        let fake = FakeDaemon(child);
+        assert_eq!(ready.trim(), "ready");
+        fake
+    }
+}
+
+impl Drop for FakeDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `run` launch of `s` (SANDGATE_DEBUG=launch) that lists its network devices: (devices,
+/// stderr), after checking it exited with 0.
+fn run_devices(s: &Scratch) -> (String, String) {
+    let script = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '";
+    let out = s
+        .command("run", &[], &["sh", "-c", script])
+        .env("SANDGATE_DEBUG", "launch")
+        .output()
+        .unwrap();
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{e}");
+    (o.trim().to_owned(), e)
 }
 
 /// A socket on the daemon's path that hands out the host's own network namespace (what a fake
@@ -275,49 +344,108 @@ fn a_daemon_that_does_not_answer_holds_no_launch_up() {
 fn the_hosts_own_network_handed_out_is_refused() {
     let Some(who) = crate::support::sandbox::root() else { return };
     let s = Scratch::new(&who);
-    let dir = s.root.join("run/sandgate");
-    std::fs::create_dir_all(&dir).unwrap();
-    let fake = r#"
-import json, os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(4)
-print("ready", flush=True)
-while True:
-    c, _ = s.accept()
-    c.recv(4096)
-    fd = os.open("/proc/self/ns/net", os.O_RDONLY)
-    network = {"sandbox": "sg-fake-1", "kind": "loopback", "group": 7, "user": False}
-    line = json.dumps({"id": 1, "ok": True, "result": {"network": network}}) + "\n"
-    socket.send_fds(c, [line.encode()], [fd])
-    os.close(fd)
-    c.close()
-"#;
-    let mut daemon = Command::new("python3")
-        .args(["-c", fake, dir.join("control.sock").to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(daemon.stdout.take().unwrap()),
-        &mut ready,
-    )
-    .unwrap();
-    assert_eq!(ready.trim(), "ready");
-    let script = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '";
-    let out = s
-        .command("run", &[], &["sh", "-c", script])
-        .env("SANDGATE_DEBUG", "launch")
-        .output()
-        .unwrap();
-    let _ = daemon.kill();
-    let _ = daemon.wait();
-    let (o, e) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{e}");
+    let _fake = FakeDaemon::start(&s, "/proc/self/ns/net");
+    let (devices, e) = run_devices(&s);
     assert!(e.contains("network taken from the daemon"), "the fake was not asked: {e}");
     assert!(e.contains("prepared network not joined"), "{e}");
-    assert_eq!(o.trim(), "lo", "the sandbox sees the host's network devices: {o}");
+    assert_eq!(devices, "lo", "the sandbox sees the host's network devices: {devices}");
+}
+
+/// The join helper's failure path: a fake daemon hands out a namespace that is no network
+/// namespace (its own UTS namespace). It passes the launcher's own-namespace check (it is not the
+/// launcher's network namespace), then the helper's `setns(CLONE_NEWNET)` fails: the launcher
+/// says so and its sandbox makes its own network, with only `lo`, and runs normally.
+#[test]
+fn a_network_the_helper_cannot_join_leaves_the_sandbox_its_own() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let _fake = FakeDaemon::start(&s, "/proc/self/ns/uts");
+    let (devices, e) = run_devices(&s);
+    assert!(e.contains("network taken from the daemon"), "the fake was not asked: {e}");
+    let not_joined = e.lines().find(|l| l.contains("prepared network not joined"));
+    let not_joined = not_joined.unwrap_or_else(|| panic!("no \"not joined\" line:\n{e}"));
+    assert!(
+        !not_joined.contains("launcher's own namespace"),
+        "refused by the own-namespace check, not by the helper's setns: {not_joined}"
+    );
+    assert!(!e.contains(JOINED), "{e}");
+    assert_eq!(devices, "lo", "{devices}\n{e}");
+}
+
+/// Talks to the daemon of `s` directly: each of `conversations` is one connection, its requests
+/// sent one at a time (JSON lines); returns, per connection, `[{"reply": ..., "fds": N}, ...]`,
+/// N the descriptors that came with the reply (closed).
+fn converse(s: &Scratch, conversations: &Value) -> Value {
+    let script = r#"
+import json, os, socket, sys
+path, conversations = sys.argv[1], json.loads(sys.argv[2])
+out = []
+for requests in conversations:
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    answers = []
+    for req in requests:
+        c.sendall((json.dumps(req) + "\n").encode())
+        buf, fds = b"", []
+        while not buf.endswith(b"\n"):
+            msg, got, _, _ = socket.recv_fds(c, 65536, 16)
+            fds += got
+            if not msg:
+                break
+            buf += msg
+        for fd in fds:
+            os.close(fd)
+        answers.append({"reply": json.loads(buf), "fds": len(fds)})
+    c.close()
+    out.append(answers)
+print(json.dumps(out))
+"#;
+    let sock = s.root.join("run/sandgate/control.sock");
+    let out = s
+        .program(std::path::Path::new("python3"))
+        .args(["-c", script, sock.to_str().unwrap(), &conversations.to_string()])
+        .output()
+        .unwrap();
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{o}\n{e}");
+    serde_json::from_str(&o).unwrap_or_else(|err| panic!("{err}: {o}\n{e}"))
+}
+
+/// The protocol of `take_network`: answered with a network only as a connection's first
+/// request; as a second one (after `hello`) the reply is `{"network": null, "why": ...}` with no
+/// descriptors; an unknown kind is an error reply. Control: the same request as a connection's
+/// first is answered with a network and its descriptors (so the count would see them).
+#[test]
+fn take_network_is_answered_only_as_a_connections_first_request() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let d = Daemon::start(&s, true);
+    let take = serde_json::json!({"id": 2, "op": "take_network", "kind": "loopback"});
+    let talks = converse(
+        &s,
+        &serde_json::json!([
+            [{"id": 1, "op": "hello"}, take],
+            [{"id": 3, "op": "take_network", "kind": "bogus"}],
+            [take],
+        ]),
+    );
+    let second = &talks[0][1];
+    assert_eq!(talks[0][0]["reply"]["ok"], true, "hello: {talks}");
+    assert_eq!(second["reply"]["ok"], true, "{second}");
+    assert_eq!(second["reply"]["result"]["network"], Value::Null, "handed out second: {second}");
+    let why = second["reply"]["result"]["why"].as_str().unwrap_or_default();
+    assert!(!why.is_empty(), "no why: {second}");
+    assert_eq!(second["fds"], 0, "descriptors with a refusal: {second}");
+    // The error's code and wording may change (a typed kind refused as a bad request): only
+    // that it is an error is the protocol.
+    let bogus = &talks[1][0];
+    assert_eq!(bogus["reply"]["ok"], false, "an unknown kind was not refused: {bogus}");
+    assert_eq!(bogus["fds"], 0, "{bogus}");
+    let first = &talks[2][0];
+    assert_eq!(first["reply"]["result"]["network"]["kind"], "loopback", "control: {first}");
+    assert_eq!(first["fds"], 1, "control: a loopback network is one descriptor: {first}");
+    let pool = d.pool();
+    assert_eq!(pool["handed_out"], 1, "only the control's network was handed out: {pool}");
 }
 
 both!(

@@ -9,21 +9,23 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::netpool::{Daemon, JOINED};
+use crate::netpool::{Daemon, JOINED, init_of};
 use crate::support::sandbox::{
     HOST4, HOST6, SECCOMP_PY, Scratch, TestHost, Who, both, refused, root, text, unique,
 };
 use sandgate_tests::sandgate_bin;
 
-/// A launcher running in the background: its stdout line by line, its stderr at the end. Killed
-/// when dropped unfinished (a failed assertion), and its sandbox with it.
+/// A launcher running in the background: its stdout line by line, its stderr as it comes and at
+/// the end. Killed when dropped unfinished (a failed assertion), and its sandbox with it.
 struct Running {
     child: Child,
     lines: mpsc::Receiver<String>,
     stderr: Option<std::thread::JoinHandle<String>>,
+    /// The stderr read so far.
+    err_so_far: Arc<Mutex<String>>,
 }
 
 impl Drop for Running {
@@ -49,13 +51,32 @@ impl Running {
                 }
             }
         });
-        let mut err = child.stderr.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let err_so_far = Arc::new(Mutex::new(String::new()));
+        let so_far = err_so_far.clone();
         let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut s);
-            s
+            for l in BufReader::new(err).lines() {
+                let Ok(l) = l else { break };
+                let mut s = so_far.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&l);
+                s.push('\n');
+            }
+            so_far.lock().unwrap_or_else(|e| e.into_inner()).clone()
         });
-        Running { child, lines, stderr: Some(stderr) }
+        Running { child, lines, stderr: Some(stderr), err_so_far }
+    }
+
+    /// Waits (up to 10 s) until the launcher's stderr has a line `line`.
+    fn wait_stderr(&self, line: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let so_far = self.err_so_far.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if so_far.lines().any(|l| l == line) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no {line:?} from the launcher:\n{so_far}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The next stdout line that starts with `prefix` (others are skipped).
@@ -227,27 +248,36 @@ fn pooled_sandboxes_cannot_reach_each_other(who: &Who) {
     assert!(a_err.contains(JOINED), "A made its own network:\n{a_err}");
 }
 
-/// Runs in the sandbox: probes the test host directly (TCP over IPv4 and IPv6, UDP), prints
-/// `step N: ...`, then waits for `goN+1` in the directory `$1` before the next round, until `stop`.
+/// Runs in the sandbox: says its id, then probes the test host directly (TCP over IPv4 and IPv6
+/// to the host's listener on 8080, UDP to 53, and TCP over IPv4 to port `9000 + N`, a port of
+/// this step alone, so that its report tells which step it belongs to), prints
+/// `step N: A / B / C / D`, then waits for `goN+1` in the directory `$1` before the next round,
+/// until `stop`.
 const STEPS_SH: &str = r#"d=$1; probe=$2; h4=$3; h6=$4; n=0
+echo "id $SANDGATE_SANDBOX"
 while :; do
-  echo "step $n: $(python3 $probe tcp $h4 8080) / $(python3 $probe tcp $h6 8080) / $(python3 $probe udp $h4 53)"
+  echo "step $n: $(python3 $probe tcp $h4 8080) / $(python3 $probe tcp $h6 8080) / $(python3 $probe udp $h4 53) / $(python3 $probe tcp $h4 $((9000 + n)))"
   n=$((n+1))
   while [ ! -e $d/go$n ]; do [ -e $d/stop ] && exit 0; sleep 0.02; done
 done
 "#;
 
-/// Asserts that every probe of a `step N: A ms / B ms / C ms` line was refused at once (never
-/// "ok", never a timeout: a packet that left the firewall would wait for an answer).
+/// Asserts that every probe of a `step N: A ms / B ms / C ms / D ms` line was refused at once by
+/// the firewall (never "ok", never a timeout: a packet that left the firewall would wait for an
+/// answer; never ENETUNREACH: that is a network without its route device, where a direct
+/// attempt is unroutable and goes unreported). TCP is refused with ECONNREFUSED (the firewall's
+/// reset); UDP with EPERM (the packet dropped on its way out: `sendto` fails; what the probe gets
+/// here) or ECONNREFUSED.
 #[track_caller]
 fn all_refused(line: &str, when: &str) {
     let (_, answers) = line.split_once(": ").unwrap_or(("", line));
     let answers: Vec<&str> = answers.split(" / ").collect();
-    assert_eq!(answers.len(), 3, "{line}");
+    assert_eq!(answers.len(), 4, "{line}");
     for (answer, allowed) in [
-        (answers[0], &["ECONNREFUSED", "ENETUNREACH"][..]),
-        (answers[1], &["ECONNREFUSED", "ENETUNREACH"][..]),
-        (answers[2], &["EPERM", "ECONNREFUSED", "ENETUNREACH"][..]),
+        (answers[0], &["ECONNREFUSED"][..]),
+        (answers[1], &["ECONNREFUSED"][..]),
+        (answers[2], &["EPERM", "ECONNREFUSED"][..]),
+        (answers[3], &["ECONNREFUSED"][..]),
     ] {
         let (name, ms) = answer.split_once(' ').unwrap_or((answer, "0"));
         assert!(allowed.contains(&name), "{when}: a direct attempt was not refused: {line}");
@@ -258,23 +288,54 @@ fn all_refused(line: &str, when: &str) {
     }
 }
 
+/// `status --json` of the daemon that answers for `s` now (`Null` when none does).
+fn status(s: &Scratch) -> serde_json::Value {
+    let out = s.program(&sandgate_bin()).args(["status", "--json"]).output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
 /// A sandbox in a prepared network whose daemon is killed (`kill -9`) while it runs: the
 /// daemon held its route device, and that descriptor is gone with it. Direct connections stay
-/// refused (at once, IPv4, IPv6 and UDP), never open; the launcher still ends normally.
+/// refused by the firewall (at once, IPv4, IPv6 and UDP; never open, never unroutable); the
+/// launcher starts the next daemon and registers the sandbox's sockets with it (as the README
+/// says), and a direct attempt made once the new daemon lists the sandbox is reported again (its
+/// port, 9002, is its own: no earlier attempt's report can pass for it). Control: the step-0
+/// attempt is reported by the first daemon, before the kill.
 fn a_pooled_sandbox_whose_daemon_was_killed_is_still_refused(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
     let d = Daemon::start(&s, true);
+    let old = d.pid();
     let steps = script(&s, "steps.sh", STEPS_SH);
     let mut sandbox = Running::start(s.command(
         "net",
         &["--report-blocked"],
         &["sh", p(&steps), p(&s.proj), p(&s.probe), HOST4, HOST6],
     ));
+    let id = sandbox.line("id ").trim_start_matches("id ").to_owned();
+    assert!(id.starts_with("sg-"), "{id}");
     all_refused(&sandbox.line("step 0"), "with the daemon");
-    kill9(d.pid());
+    sandbox.wait_stderr(&format!("sandgate: blocked tcp {HOST4}:9000"));
+    kill9(old);
     std::fs::write(s.proj.join("go1"), "").unwrap();
     all_refused(&sandbox.line("step 1"), "after the daemon was killed");
+    // The launcher starts the next daemon and registers the sandbox with it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = status(&s);
+        let pid = st["daemon"]["pid"].as_u64();
+        let listed = st["sandboxes"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|b| b["id"].as_str() == Some(id.as_str())));
+        if pid.is_some() && pid != Some(u64::from(old)) && listed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no new daemon lists {id}: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(s.proj.join("go2"), "").unwrap();
+    all_refused(&sandbox.line("step 2"), "with the next daemon");
+    sandbox.wait_stderr(&format!("sandgate: blocked tcp {HOST4}:9002"));
     std::fs::write(s.proj.join("stop"), "").unwrap();
     let (ok, err) = sandbox.finish();
     assert!(ok, "{err}");
@@ -312,8 +373,8 @@ fn a_tier_without_network_never_joins_a_prepared_one(who: &Who) {
 }
 
 /// The factory (`sandgate-netns`) killed: the networks it made before still serve, then
-/// launches make their own; every launch is walled (a direct connection refused and reported)
-/// and the pool's status says something went wrong.
+/// launches make their own; every launch is walled (a direct connection refused and reported),
+/// the pool's status says something went wrong, and the daemon has reaped the dead factory.
 fn a_dead_factory_leaves_every_launch_walled(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
@@ -346,6 +407,20 @@ fn a_dead_factory_leaves_every_launch_walled(who: &Who) {
         joined.push(e.contains(JOINED));
     }
     assert_eq!(joined, [true, true, false], "the ready networks first, then their own");
+    // The daemon reaped its dead factory: no zombie left behind (a zombie keeps its /proc entry,
+    // with State Z).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{factory}/status"));
+        let zombie = status.as_deref().is_ok_and(|st| {
+            st.lines().any(|l| l.starts_with("State:") && l[6..].trim_start().starts_with('Z'))
+        });
+        if !zombie {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed factory {factory} was never reaped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let pool = d.pool();
     assert_eq!(pool["ready"]["proxy"], 0, "{pool}");
     assert_eq!(pool["on"], false, "{pool}");
@@ -380,36 +455,42 @@ assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), insns)), 0, 0) == 0
 os.execvp(sys.argv[1], sys.argv[1:])
 "#;
 
-/// Inside: attach to the route device `sg0` (open /dev/net/tun read-only, TUNSETIFF); if that
-/// works, make it non-persistent and close it, which deletes the device and its routes.
+/// Attaches to the route device `sg0` (open /dev/net/tun read-only, TUNSETIFF); if that works,
+/// makes it non-persistent and closes it, which deletes the device and its routes, and prints
+/// `taken-over`. Otherwise prints the step that failed and its errno name (`TUNSETIFF:EPERM`).
 const TAKE_OVER_PY: &str = r#"import errno, fcntl, os, struct
+step = "open"
 try:
     fd = os.open("/dev/net/tun", os.O_RDONLY)
-    fcntl.ioctl(fd, 0x400454ca, struct.pack("16sH22x", b"sg0", 0x0001 | 0x1000))  # TUNSETIFF
-    fcntl.ioctl(fd, 0x400454cb, 0)                                                 # TUNSETPERSIST 0
+    step = "TUNSETIFF"
+    fcntl.ioctl(fd, 0x400454ca, struct.pack("16sH22x", b"sg0", 0x0001 | 0x1000))
+    step = "TUNSETPERSIST"
+    fcntl.ioctl(fd, 0x400454cb, 0)
     os.close(fd)
     print("taken-over")
 except OSError as e:
-    print(errno.errorcode.get(e.errno, str(e.errno)))
+    print(f"{step}:{errno.errorcode.get(e.errno, str(e.errno))}")
 "#;
 
-/// Found OPEN by the red team, closed since: the seccomp filter refuses `TUNSETIFF`, whatever
-/// Landlock can do (this test turns Landlock off to stand for a kernel without ABI 5).
+/// Found OPEN by the red team, closed since: a sandbox cannot take its route device over, even
+/// once the daemon that held it is gone, because the seccomp filter refuses `TUNSETIFF` (the
+/// ioctl that attaches to a tun), whatever Landlock can do (this test turns Landlock off, to
+/// stand for a kernel without its device-ioctl right, ABI 5).
 ///
-/// A prepared network's route device is a persistent tun with no owner or group, and its only
-/// attached descriptor is the daemon's (the pool's `taken`, then `Live::tun`). When the daemon
-/// goes away while the sandbox runs (killed, crashed, `sandgate stop`), the device stays,
-/// detached, and any process inside the network namespace that can open `/dev/net/tun` can
-/// attach to it (TUNSETIFF needs no capability on a device without owner and group) and delete
-/// it (TUNSETPERSIST 0, close): from then on direct connections fail with ENETUNREACH before
-/// the firewall sees them, so none is reported, even after the next daemon took the sandbox
-/// back. Inside the sandbox only Landlock's device-ioctl right (ABI 5, Linux 6.10) refuses the
-/// TUNSETIFF: the seccomp filter lets it through. Root's sandbox may open the node (uid 0 owns
-/// it); a rootless one where `/dev/net/tun` is 0666, as most distributions ship it.
+/// The threat: a prepared network's route device is a persistent tun with no owner or group,
+/// and its only attached descriptor is the daemon's. When the daemon goes away while the sandbox
+/// runs (killed, crashed, `sandgate stop`), the device stays, detached; a process that can open
+/// `/dev/net/tun` inside that network namespace can attach to it (TUNSETIFF needs no capability
+/// on a device without owner and group) and delete it (TUNSETPERSIST 0, close), after which
+/// direct connections fail with ENETUNREACH before the firewall sees them, unreported.
 ///
-/// With the pool off (the control, first) init holds the device for the sandbox's whole life:
-/// TUNSETIFF is EBUSY and the direct connection is refused and reported. With the pool on it is
-/// taken over and the connection is ENETUNREACH.
+/// Both runs (pool off: the sandbox's own network, held by init; pool on: a prepared one, the
+/// daemon killed) expect the sandbox's attempt refused by the filter (`TUNSETIFF:EPERM`) and a
+/// direct connection still refused by the firewall afterwards. The control, in the pool-on run,
+/// last: the same script run by the test itself (outside the sandbox's filter) in the sandbox's
+/// network namespace (`nsenter -n`) takes the device over, so the device really was detached
+/// and attachable and the filter is what stopped the sandbox; the sandbox's next direct
+/// connection is then ENETUNREACH (the harm the filter prevents).
 #[test]
 fn the_route_device_cannot_be_taken_over_once_the_daemon_is_gone() {
     let Some(who) = root() else { return };
@@ -419,11 +500,14 @@ fn the_route_device_cannot_be_taken_over_once_the_daemon_is_gone() {
         let d = Daemon::start(&s, pool);
         let wrapper = script(&s, "no_landlock.py", &format!("{SECCOMP_PY}{NO_LANDLOCK}"));
         let take_over = script(&s, "take_over.py", TAKE_OVER_PY);
-        let go = s.proj.join("go");
+        let (go, control) = (s.proj.join("go"), s.proj.join("control-done"));
         let inside = format!(
             "echo ready; while [ ! -e {go} ]; do sleep 0.02; done; \
-             echo \"after: $(python3 {t}) $(python3 {probe} tcp {HOST4} 8080)\"",
+             echo \"after: $(python3 {t}) $(python3 {probe} tcp {HOST4} 8080)\"; \
+             while [ ! -e {control} ]; do sleep 0.02; done; \
+             echo \"last: $(python3 {probe} tcp {HOST4} 8080)\"",
             go = p(&go),
+            control = p(&control),
             t = p(&take_over),
             probe = p(&s.probe),
         );
@@ -432,19 +516,45 @@ fn the_route_device_cannot_be_taken_over_once_the_daemon_is_gone() {
         c.args(["sh", "-c", &inside]);
         let mut sandbox = Running::start(c);
         sandbox.line("ready");
+        // The wrapper execs the launcher: same pid.
+        let init = init_of(sandbox.child.id());
         kill9(d.pid());
         std::fs::write(&go, "").unwrap();
         let after = sandbox.line("after");
+        let outside = pool.then(|| {
+            let out = Command::new("nsenter")
+                .args(["-t", &init.to_string(), "-n", "python3", p(&take_over)])
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+                .output()
+                .unwrap();
+            format!("{}{}", text(&out.stdout).trim(), text(&out.stderr).trim())
+        });
+        std::fs::write(&control, "").unwrap();
+        let last = sandbox.line("last");
         let (ok, err) = sandbox.finish();
         drop(d);
         assert!(ok, "{err}");
         assert!(err.contains("Landlock is not available"), "Landlock was not off:\n{err}");
         assert_eq!(err.contains(JOINED), pool, "pool {pool}:\n{err}");
         let words: Vec<&str> = after.split_whitespace().collect();
-        assert_ne!(
-            words[1], "taken-over",
-            "pool {pool}: the sandbox deleted its route device once the daemon was gone: {after}"
+        assert_eq!(
+            words[1], "TUNSETIFF:EPERM",
+            "pool {pool}: the sandbox's TUNSETIFF was not refused by the filter: {after}"
         );
         assert_eq!(words[2], "ECONNREFUSED", "pool {pool}: {after}\n{err}");
+        match outside {
+            None => assert!(last.starts_with("last: ECONNREFUSED "), "pool off: {last}"),
+            Some(outside) => {
+                assert_eq!(
+                    outside, "taken-over",
+                    "control: the detached device could not be taken over from outside the \
+                     filter, so the sandbox's refusal proves nothing"
+                );
+                assert!(
+                    last.starts_with("last: ENETUNREACH "),
+                    "control: the device deleted, yet: {last}"
+                );
+            }
+        }
     }
 }

@@ -327,10 +327,7 @@ prog = [
     (0x06, 0, 0, ERRNO | 1),           #   EPERM
     (0x06, 0, 0, ALLOW),
 ]
-insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
-assert libc.prctl(38, 1, 0, 0, 0) == 0                              # PR_SET_NO_NEW_PRIVS
-assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), insns)), 0, 0) == 0
-os.execvp(sys.argv[1], sys.argv[1:])
+install_and_exec(prog)
 "#;
 
 /// Where the kernel refuses unprivileged user namespaces, an unprivileged launch stops with exit

@@ -449,10 +449,7 @@ prog = [
     (0x06, 0, 0, ERRNO | 38),          #   444..446: ENOSYS
     (0x06, 0, 0, ALLOW),
 ]
-insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
-assert libc.prctl(38, 1, 0, 0, 0) == 0                              # PR_SET_NO_NEW_PRIVS
-assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), insns)), 0, 0) == 0
-os.execvp(sys.argv[1], sys.argv[1:])
+install_and_exec(prog)
 "#;
 
 /// Attaches to the route device `sg0` (open /dev/net/tun read-only, TUNSETIFF); if that works,

@@ -14,8 +14,9 @@ use sandgate_tests::{sandgate_bin, skip_unless};
 
 pub const PROBE: &str = include_str!("probe.py");
 
-/// The start of a Python script that installs a seccomp filter of its own: `libc`, and the
-/// `Insn` (`struct sock_filter`) and `Prog` (`struct sock_fprog`) types.
+/// The start of a Python script that installs a seccomp filter of its own: `libc`, the `Insn`
+/// (`struct sock_filter`) and `Prog` (`struct sock_fprog`) types, and `install_and_exec(prog)`
+/// (no_new_privs, the filter of `(code, jt, jf, k)` tuples, then exec of the script's arguments).
 pub const SECCOMP_PY: &str = r#"import ctypes, os, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
 class Insn(ctypes.Structure):
@@ -23,6 +24,11 @@ class Insn(ctypes.Structure):
                 ("k", ctypes.c_uint)]
 class Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+def install_and_exec(prog):
+    insns = (Insn * len(prog))(*[Insn(*i) for i in prog])
+    assert libc.prctl(38, 1, 0, 0, 0) == 0                          # PR_SET_NO_NEW_PRIVS
+    assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), insns)), 0, 0) == 0
+    os.execvp(sys.argv[1], sys.argv[1:])
 "#;
 
 /// Who runs the launcher.

@@ -69,6 +69,9 @@ enum Command {
     /// List the tiers and what each allows.
     Tiers(policy_cmd::TiersArgs),
     /// Run the proxy, approvals, monitor and store (launchers start it when needed).
+    #[command(after_help = "It also keeps sandbox networks made ahead, so that launches do not \
+        wait for them (a process of its own, `sandgate-netns`; `status` shows them). \
+        Environment: SANDGATE_NETWORK_POOL=0 turns that off; SANDGATE_LOG=debug logs more.")]
     Daemon(control::DaemonArgs),
     /// Answer pending requests for a host (or question id) with allow, or add an allow grant.
     Allow(control::AnswerArgs),

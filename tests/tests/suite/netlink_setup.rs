@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, root, text};
+use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, in_netns, init_of, root, text};
 use sandgate_tests::skip_unless;
 
 fn have(tool: &str) -> bool {
@@ -15,31 +15,6 @@ fn have(tool: &str) -> bool {
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-/// The pid of the sandbox's init (the launcher's only child), once it exists.
-fn init_of(launcher: u32) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let children =
-            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
-                .unwrap_or_default();
-        if let Some(pid) = children.split_whitespace().next() {
-            return pid.parse().unwrap();
-        }
-        assert!(Instant::now() < deadline, "no sandbox init under {launcher}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn in_netns(pid: u32, cmd: &str) -> String {
-    let out = Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-n", "sh", "-c", cmd])
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
-    text(&out.stdout)
 }
 
 #[test]

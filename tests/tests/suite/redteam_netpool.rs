@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::netpool::{Daemon, JOINED, init_of};
+use crate::netpool::{Daemon, JOINED};
 use crate::support::sandbox::{
-    HOST4, HOST6, SECCOMP_PY, Scratch, TestHost, Who, both, refused, root, text, unique,
+    HOST4, HOST6, SECCOMP_PY, Scratch, TestHost, Who, both, init_of, refused, root, text, unique,
 };
 use sandgate_tests::sandgate_bin;
 

@@ -250,6 +250,40 @@ pub fn unique(who: &Who) -> String {
     format!("{:04}{:03}{:03}", std::process::id() % 10_000, who.uid % 1000, n % 1000)
 }
 
+/// The sandbox's init under `launcher`: its child in another pid namespace (not the short-lived
+/// helper that joins a prepared network).
+pub fn init_of(launcher: u32) -> u32 {
+    let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
+                .unwrap_or_default();
+        let init = children
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .find(|&c| ns(c).is_some() && ns(c) != ns(launcher));
+        if let Some(pid) = init {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no sandbox init under {launcher}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `sh -c CMD` in `pid`'s network namespace (as root, with the sbin directories on PATH); its
+/// stdout, after checking it succeeded.
+pub fn in_netns(pid: u32, cmd: &str) -> String {
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "sh", "-c", cmd])
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -5,7 +5,9 @@
 //! The lists are data (`config/data/*.txt`, one entry a line with a comment saying why); this
 //! module parses them and decides. Walking the home directory and mounting is the launcher's job.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
+use std::ops::Range;
 
 /// The built-in allowlist of the home directory (see the file for its syntax).
 pub const HOME_READABLE: &str = include_str!("../data/home_readable.txt");
@@ -24,24 +26,38 @@ pub fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
     Glob::new(pattern).matches(name)
 }
 
-/// A pattern where `*` stands for any run of characters. One allocation per pattern, split at
-/// its stars while matching: every launch builds the home allowlist (~125 patterns) and the
-/// secret-variable filter, and building them was more work than all the matching they do. Where
-/// its first and last stars are is found once, when it is made: matching is then a prefix and a
-/// suffix compare for most patterns (every launch matches each environment variable against the
-/// secret patterns, and each home entry against the allowlist).
+/// A pattern where `*` stands for any run of characters, split at its stars while matching:
+/// every launch builds the home allowlist (~110 patterns) and the secret-variable filter, and
+/// building them was more work than all the matching they do. A built-in pattern borrows the
+/// list's text (no allocation); one from the configuration owns a copy. Where its first and last
+/// stars are is found once, when it is made: matching is then a prefix and a suffix compare for
+/// most patterns (every launch matches each environment variable against the secret patterns,
+/// and each home entry against the allowlist).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Glob {
-    pattern: Box<[u8]>,
+    pattern: Cow<'static, [u8]>,
     /// Positions of the first and the last `*`; `None`: a literal.
     stars: Option<(usize, usize)>,
 }
 
 impl Glob {
     fn new(pattern: &[u8]) -> Glob {
+        Glob::of(Cow::Owned(pattern.to_vec()))
+    }
+
+    fn of(pattern: Cow<'static, [u8]>) -> Glob {
         let first = pattern.iter().position(|&b| b == b'*');
         let last = pattern.iter().rposition(|&b| b == b'*');
-        Glob { pattern: pattern.into(), stars: first.zip(last) }
+        Glob { pattern, stars: first.zip(last) }
+    }
+
+    /// `pattern` upper-cased, borrowed when it is already (the built-in lists are).
+    fn upper(pattern: Cow<'static, [u8]>) -> Glob {
+        if pattern.iter().any(u8::is_ascii_lowercase) {
+            Glob::of(Cow::Owned(pattern.to_ascii_uppercase()))
+        } else {
+            Glob::of(pattern)
+        }
     }
 
     /// The pattern itself when it has no `*`.
@@ -96,7 +112,11 @@ pub enum HomeVerdict {
 /// entries. Only the home directory's dot-entries are decided; its other entries stay readable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HomeAllowlist {
-    read: Vec<Vec<Glob>>,
+    /// The components of every readable pattern, one after the other (one allocation for the
+    /// whole list, not one per pattern).
+    globs: Vec<Glob>,
+    /// Each readable pattern: its components' range in `globs` (never empty).
+    read: Vec<Range<usize>>,
     /// Indexes into `read` of the patterns with a literal first component, sorted by it (found
     /// by binary search; a map cost two allocations and a hash per pattern at every launch);
     /// the rest (a `*` in the first component) are tried for every entry.
@@ -109,8 +129,16 @@ fn components(path: &str) -> Vec<String> {
     path.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect()
 }
 
-fn globs(path: &str) -> Vec<Glob> {
-    path.split('/').filter(|c| !c.is_empty()).map(|c| Glob::new(c.as_bytes())).collect()
+/// The components of `path` appended to `globs` as patterns; their range (empty for no
+/// component).
+fn push_globs<'a>(
+    globs: &mut Vec<Glob>,
+    path: &'a str,
+    make: impl Fn(&'a str) -> Cow<'static, [u8]>,
+) -> Range<usize> {
+    let start = globs.len();
+    globs.extend(path.split('/').filter(|c| !c.is_empty()).map(|c| Glob::of(make(c))));
+    start..globs.len()
 }
 
 fn matches_prefix(pattern: &[Glob], rel: &[&OsStr]) -> bool {
@@ -129,29 +157,37 @@ impl HomeAllowlist {
     /// The built-in list with `extra` entries (each relative to the home directory, `~/` allowed).
     pub fn new(extra: &[String]) -> HomeAllowlist {
         let mut list = HomeAllowlist {
-            read: Vec::new(),
-            by_first: Vec::new(),
+            globs: Vec::with_capacity(160),
+            read: Vec::with_capacity(128),
+            by_first: Vec::with_capacity(128),
             starred: Vec::new(),
             hide: Vec::new(),
         };
         for e in data_entries(HOME_READABLE) {
             match e.strip_prefix('!') {
                 Some(h) => list.hide.push(components(h)),
-                None => list.read.push(globs(e)),
+                None => {
+                    let r = push_globs(&mut list.globs, e, |c| Cow::Borrowed(c.as_bytes()));
+                    list.read.push(r);
+                }
             }
         }
         for e in extra {
-            list.read.push(globs(e.strip_prefix("~/").unwrap_or(e)));
+            let e = e.strip_prefix("~/").unwrap_or(e);
+            let r = push_globs(&mut list.globs, e, |c| Cow::Owned(c.as_bytes().to_vec()));
+            list.read.push(r);
         }
-        list.read.retain(|p| !p.is_empty());
-        for (i, p) in list.read.iter().enumerate() {
-            match p[0].literal() {
+        list.read.retain(|r| !r.is_empty());
+        for (i, r) in list.read.iter().enumerate() {
+            match list.globs[r.start].literal() {
                 Some(_) => list.by_first.push(i),
                 None => list.starred.push(i),
             }
         }
-        let read = &list.read;
-        list.by_first.sort_by(|&a, &b| read[a][0].pattern.cmp(&read[b][0].pattern));
+        let first_of = |i: usize| &*list.globs[list.read[i].start].pattern;
+        let mut by_first = std::mem::take(&mut list.by_first);
+        by_first.sort_unstable_by(|&a, &b| first_of(a).cmp(first_of(b)).then(a.cmp(&b)));
+        list.by_first = by_first;
         list
     }
 
@@ -159,11 +195,12 @@ impl HomeAllowlist {
     pub fn verdict(&self, rel: &[&OsStr]) -> HomeVerdict {
         let Some(first) = rel.first() else { return HomeVerdict::Descend };
         let key = first.as_encoded_bytes();
-        let first_of = |i: &usize| &*self.read[*i][0].pattern;
+        let first_of = |i: &usize| &*self.globs[self.read[*i].start].pattern;
         let from = self.by_first.partition_point(|i| first_of(i) < key);
         let literal = &self.by_first[from..];
         let literal = &literal[..literal.partition_point(|i| first_of(i) == key)];
-        let candidates = literal.iter().chain(&self.starred).map(|&i| &self.read[i]);
+        let candidates =
+            literal.iter().chain(&self.starred).map(|&i| &self.globs[self.read[i].clone()]);
         let mut verdict = HomeVerdict::Hide;
         for p in candidates.filter(|p| matches_prefix(p, rel)) {
             if p.len() == rel.len() {
@@ -205,9 +242,9 @@ impl EnvFilter {
     pub fn new(pass: &[String]) -> EnvFilter {
         EnvFilter {
             secret: data_entries(SECRET_ENV)
-                .map(|p| Glob::new(&p.as_bytes().to_ascii_uppercase()))
+                .map(|p| Glob::upper(Cow::Borrowed(p.as_bytes())))
                 .collect(),
-            pass: pass.iter().map(|p| Glob::new(&p.as_bytes().to_ascii_uppercase())).collect(),
+            pass: pass.iter().map(|p| Glob::upper(Cow::Owned(p.as_bytes().to_vec()))).collect(),
         }
     }
 

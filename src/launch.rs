@@ -1,52 +1,14 @@
 //! `run`, `net`, `build` (and their `sandbox-*` names), `install`, `explain`: their flags and
 //! what they print; the launcher itself is [`sandgate_daemon::launch`].
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use sandgate_daemon::install;
-use sandgate_daemon::launch::{self, LaunchOptions};
+use sandgate_daemon::launch;
 
 use crate::emit;
 
-/// Options shared by the tier commands.
-#[derive(Debug, clap::Args)]
-pub struct LaunchArgs {
-    /// Make this path writable inside the sandbox (repeatable).
-    #[arg(long = "allow-write", value_name = "PATH")]
-    pub allow_write: Vec<PathBuf>,
-    /// Allow this domain through the proxy for this run (repeatable).
-    #[arg(long = "allow", value_name = "DOMAIN")]
-    pub allow: Vec<String>,
-    /// Deny this domain at the proxy for this run (repeatable).
-    #[arg(long = "deny", value_name = "DOMAIN")]
-    pub deny: Vec<String>,
-    /// Network mode: `none` (only loopback) or `proxy` (only through the allowlist proxy).
-    #[arg(long, value_name = "MODE")]
-    pub net: Option<NetArg>,
-    /// Fail instead of warning when the kernel cannot enforce every restriction.
-    #[arg(long)]
-    pub require_full: bool,
-    /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
-    #[arg(long)]
-    pub report_blocked: bool,
-    /// No notices on stderr (held and denied requests, hints after a failure); warnings and
-    /// errors still print. Also `SANDGATE_QUIET=1`.
-    #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
-    pub quiet: bool,
-    /// The command to run and its arguments (default: an interactive `$SHELL`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub command: Vec<OsString>,
-}
-
-/// `--net` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum NetArg {
-    /// Only loopback.
-    None,
-    /// Only through the allowlist proxy.
-    Proxy,
-}
+pub use crate::tier_cli::LaunchArgs;
 
 /// Options of `sandgate install`.
 #[derive(Debug, clap::Args)]
@@ -77,21 +39,7 @@ pub struct ExplainArgs {
 
 /// Runs a command in the named tier; returns its exit status.
 pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
-    let options = LaunchOptions {
-        allow_write: args.allow_write,
-        allow: args.allow,
-        deny: args.deny,
-        net: args.net.map(|n| match n {
-            NetArg::None => sandgate_config::NetMode::None,
-            NetArg::Proxy => sandgate_config::NetMode::Proxy,
-        }),
-        require_full: args.require_full,
-        report_blocked: args.report_blocked,
-        quiet: args.quiet,
-        approver: None,
-        command: args.command,
-    };
-    launch::run(tier, options)
+    launch::run(tier, args.options(Some(launch::serve_here)))
 }
 
 /// `sandgate install`: the busybox-style links, completions and man pages, and with --claude

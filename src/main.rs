@@ -6,7 +6,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +24,7 @@ mod learn_cmd;
 mod log_cmd;
 mod policy_cmd;
 mod proxy_cmd;
+mod tier_cli;
 
 /// Run AI coding agents and the commands they run in a tiered sandbox whose only way to the
 /// network is an allowlist proxy.
@@ -120,33 +120,16 @@ enum Command {
     Hook(hook_cmd::HookArgs),
 }
 
-/// Maps the name the binary was started under to the tier subcommand it stands for.
-fn tier_from_argv0(argv0: &std::ffi::OsStr) -> Option<&'static str> {
-    let name = std::path::Path::new(argv0).file_name()?.to_str()?;
-    match name {
-        "sandbox-run" => Some("run"),
-        "sandbox-net" => Some("net"),
-        "sandbox-build" => Some("build"),
-        _ => None,
-    }
-}
-
 fn main() -> ExitCode {
     sandgate_sandbox::timing_begin();
-    let mut args: Vec<OsString> = std::env::args_os().collect();
-    if let Some(tier) = args.first().and_then(|a| tier_from_argv0(a)) {
-        // `sandbox-net curl ...` is `sandgate net -- curl ...`.
-        let rest = args.split_off(1);
-        args = vec!["sandgate".into(), tier.into()];
-        args.extend(rest);
-    }
+    let args = tier_cli::normalized(std::env::args_os().collect());
     // The tier commands are what an agent runs hundreds of times a session: parsed with their
     // own arguments alone (building every subcommand's definitions was ~0.6 million
     // instructions per launch, a fifth of the launcher's own work before the sandbox starts).
     // Anything that does not parse that way (help, version, a mistake) goes through the whole
     // command line below, so its messages and exit codes are unchanged.
-    if let Some((tier, a)) = parse_tier(&args) {
-        return finish(launch::run(tier, a));
+    if let Some((tier, a)) = tier_cli::parse_tier(&args) {
+        return tier_cli::finish(launch::run(tier, a));
     }
     let cli = Cli::parse_from(args);
     if matches!(
@@ -195,43 +178,7 @@ fn main() -> ExitCode {
         Command::Hook(a) => hook_cmd::run(a),
         Command::Uninstall(a) => agent_cmd::uninstall(a),
     };
-    finish(result)
-}
-
-/// `sandgate run|net|build ARGS...` parsed with [`launch::LaunchArgs`] alone: the same argument
-/// definitions as the subcommand's in [`Cli`]. `None` for any other command line, and for one
-/// these definitions refuse or answer themselves (`--help`, `--version`, a typo): the whole
-/// parser then handles it as it always did.
-fn parse_tier(args: &[OsString]) -> Option<(&'static str, launch::LaunchArgs)> {
-    use clap::{Args, FromArgMatches};
-    let tier = match args.get(1)?.to_str()? {
-        "run" => "run",
-        "net" => "net",
-        "build" => "build",
-        _ => return None,
-    };
-    // The version flag too (the whole parser propagates it to every subcommand): without it,
-    // `-V` would be taken as the command to run.
-    let command = launch::LaunchArgs::augment_args(
-        clap::Command::new("sandgate").version(env!("CARGO_PKG_VERSION")),
-    );
-    // `args[1]`, the tier, stands where the program name goes.
-    let matches = command.try_get_matches_from(&args[1..]).ok()?;
-    launch::LaunchArgs::from_arg_matches(&matches).ok().map(|a| (tier, a))
-}
-
-/// The exit status of a command's result (errors said on stderr).
-fn finish(result: anyhow::Result<u8>) -> ExitCode {
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            match err.downcast_ref::<sandgate_daemon::UsageError>() {
-                Some(usage) => eprintln!("sandgate: {usage}"),
-                None => eprintln!("sandgate: error: {}", error_text(&err)),
-            }
-            ExitCode::from(sandgate_daemon::policy_report::EXIT_USAGE)
-        }
-    }
+    tier_cli::finish(result)
 }
 
 /// Prints a command's report as text or JSON (and its notes on stderr); returns its exit status.
@@ -242,15 +189,11 @@ fn emit(report: anyhow::Result<impl Report>, json: bool) -> anyhow::Result<u8> {
     Ok(r.code())
 }
 
-/// The error and its causes joined by ": " (anyhow's `{:#}`). Error types do not quote their
-/// source in their own message (rustls style), so every cause appears once.
-fn error_text(err: &anyhow::Error) -> String {
-    format!("{err:#}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
+    use tier_cli::{error_text, parse_tier, tier_from_argv0};
 
     #[test]
     fn the_name_picks_the_tier() {

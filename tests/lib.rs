@@ -24,30 +24,38 @@ use std::process::{Child, Command, Stdio};
 /// itself uses (a source newer than the artifact means a rebuild).
 pub fn sandgate_bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        // tests/ is a member crate; the binary lives in the shared target directory.
-        let mut dir = std::env::current_exe().expect("current_exe");
-        dir.pop(); // deps/
-        if dir.ends_with("deps") {
-            dir.pop();
-        }
-        let bin = dir.join("sandgate");
-        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).unwrap_or_else(|_| {
-            panic!("{} not found: run `cargo build` (or `cargo test --workspace`) first", bin.display())
-        });
-        if let Some((newer, when)) = newest_source(&bin).filter(|(_, when)| *when > built) {
-            panic!(
-                "{} is older than {} (built {:?}, source changed {:?}): run `cargo build -p sandgate` \\
-                 (`cargo test -p sandgate-tests` does not rebuild the binary)",
-                bin.display(),
-                newer.display(),
-                built,
-                when
-            );
-        }
-        bin
-    })
-    .clone()
+    BIN.get_or_init(|| built_bin("sandgate")).clone()
+}
+
+/// Path of the small launcher (`sandgate-launch`, what the `sandbox-*` links point at) built by
+/// this workspace next to [`sandgate_bin`]; the same checks.
+pub fn launcher_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| built_bin("sandgate-launch")).clone()
+}
+
+fn built_bin(name: &str) -> PathBuf {
+    // tests/ is a member crate; the binary lives in the shared target directory.
+    let mut dir = std::env::current_exe().expect("current_exe");
+    dir.pop(); // deps/
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join(name);
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).unwrap_or_else(|_| {
+        panic!("{} not found: run `cargo build` (or `cargo test --workspace`) first", bin.display())
+    });
+    if let Some((newer, when)) = newest_source(&bin).filter(|(_, when)| *when > built) {
+        panic!(
+            "{} is older than {} (built {:?}, source changed {:?}): run `cargo build -p sandgate` \
+             (`cargo test -p sandgate-tests` does not rebuild the binary)",
+            bin.display(),
+            newer.display(),
+            built,
+            when
+        );
+    }
+    bin
 }
 
 /// The most recently modified of the files `bin` was built from, as cargo's dep-info file
@@ -77,17 +85,19 @@ fn newest_source(bin: &Path) -> Option<(PathBuf, std::time::SystemTime)> {
 }
 
 /// The dep-info written by the build that made `bin`. `target/debug/sandgate` is a hard link to
-/// `deps/sandgate-HASH`, and `deps/sandgate-HASH.d` is that build's list; the uplifted
+/// `deps/sandgate-HASH` (`sandgate-launch` to `deps/sandgate_launch-HASH`), and
+/// `deps/sandgate-HASH.d` is that build's list; the uplifted
 /// `target/debug/sandgate.d` is not rewritten when `cargo test` rebuilds the binary, so it is
 /// trusted only when it is not older than the binary. `None`: no list to trust (no check).
 fn dep_info_of(bin: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(bin).ok()?;
     let deps = bin.parent()?.join("deps");
+    let prefix = format!("{}-", bin.file_name()?.to_str()?.replace('-', "_"));
     for entry in std::fs::read_dir(&deps).ok()?.flatten() {
         let path = entry.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        if !name.starts_with("sandgate-") || name.contains('.') {
+        if !name.starts_with(&prefix) || name.contains('.') {
             continue;
         }
         if let Ok(m) = std::fs::metadata(&path)

@@ -211,7 +211,7 @@ pub fn start_daemon(paths: &Paths) -> anyhow::Result<()> {
     if UnixStream::connect(&paths.socket).is_ok() {
         return Ok(());
     }
-    let exe = std::env::current_exe().context("path of the sandgate binary")?;
+    let exe = crate::sandgate_exe().context("path of the sandgate binary")?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

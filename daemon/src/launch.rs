@@ -30,6 +30,10 @@ pub struct LaunchOptions {
     /// Who answers unknown destinations instead of a person (`sandgate learn`); the proxy is
     /// then served by this process, not the daemon.
     pub approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
+    /// Serves the sandbox's proxy in this process when no daemon does: [`serve_here`] in the
+    /// `sandgate` binary. `None` in the small launcher (`sandgate-launch`), which has no proxy
+    /// linked in: such a launch is handed to `sandgate` before it starts ([`HandOver`]).
+    pub serve_here: Option<ServeHere>,
     /// The command and its arguments (empty: an interactive `$SHELL`).
     pub command: Vec<OsString>,
 }
@@ -45,10 +49,66 @@ impl std::fmt::Debug for LaunchOptions {
             .field("report_blocked", &self.report_blocked)
             .field("quiet", &self.quiet)
             .field("approver", &self.approver.is_some())
+            .field("serve_here", &self.serve_here.is_some())
             .field("command", &self.command)
             .finish()
     }
 }
+
+/// Starts serving a sandbox's proxy in the launching process: the listener and DNS sockets made
+/// inside the sandbox, its id, its network policy, who answers unknown destinations.
+pub type ServeHere = fn(
+    std::os::fd::OwnedFd,
+    Option<[std::os::fd::OwnedFd; 2]>,
+    &str,
+    sandgate_config::NetworkPolicy,
+    Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
+) -> anyhow::Result<Box<dyn ServedHere>>;
+
+/// A proxy served in the launching process, stopped when the sandbox ends.
+pub trait ServedHere {
+    /// Stops serving and waits for the server's thread.
+    fn stop(self: Box<Self>);
+}
+
+/// The [`ServeHere`] of the `sandgate` binary: the allowlist proxy on a small runtime of its
+/// own in this process.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub fn serve_here(
+    listener: std::os::fd::OwnedFd,
+    dns: Option<[std::os::fd::OwnedFd; 2]>,
+    id: &str,
+    net: sandgate_config::NetworkPolicy,
+    approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
+) -> anyhow::Result<Box<dyn ServedHere>> {
+    Ok(Box::new(InProcessProxy::start(listener, dns, id, net, approver)?))
+}
+
+/// No sandboxes here.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub fn serve_here(
+    _listener: std::os::fd::OwnedFd,
+    _dns: Option<[std::os::fd::OwnedFd; 2]>,
+    _id: &str,
+    _net: sandgate_config::NetworkPolicy,
+    _approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
+) -> anyhow::Result<Box<dyn ServedHere>> {
+    bail!("sandboxing is not implemented on this platform")
+}
+
+/// The launch needs what the small launcher does not have (a proxy served in this process, or
+/// the whole command line's help and errors): the launcher runs `sandgate` with the same
+/// arguments instead. Returned before anything is started.
+#[derive(Debug)]
+pub struct HandOver;
+
+impl std::fmt::Display for HandOver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("this launch is for the sandgate binary")
+    }
+}
+
+impl std::error::Error for HandOver {}
 
 /// Launcher constants that are not policy (policy lists live in `sandgate_config`).
 pub mod defaults {
@@ -69,8 +129,10 @@ pub struct LaunchEnv {
     /// The account's home directory from the password database (tools fall back to it when
     /// `$HOME` points elsewhere): its dot-entries are hidden like `$HOME`'s.
     pub passwd_home: Option<PathBuf>,
-    /// The running launcher, kept visible inside (a nested launch executes it).
-    pub exe: Option<PathBuf>,
+    /// The running launcher, and the `sandgate` binary when that is another (the small
+    /// launcher's), kept visible inside: a nested launch executes the one, `git`'s ssh command
+    /// the other.
+    pub exes: Vec<PathBuf>,
     /// `$XDG_CONFIG_HOME` (or `~/.config`).
     pub config_home: Option<PathBuf>,
     /// `$XDG_DATA_HOME` (or `~/.local/share`).
@@ -130,7 +192,11 @@ impl LaunchEnv {
             other_runtime_dirs,
             home,
             passwd_home: crate::secrets::passwd_home(),
-            exe: std::env::current_exe().ok(),
+            exes: {
+                let mut exes: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
+                exes.extend(crate::sandgate_exe().ok().filter(|m| !exes.contains(m)));
+                exes
+            },
         })
     }
 }
@@ -154,6 +220,17 @@ pub fn spec_from_policy(
     ctx: &LaunchEnv,
     id: SandboxId,
 ) -> anyhow::Result<SandboxSpec> {
+    spec_and_removed(policy, args, ctx, id).map(|(spec, _)| spec)
+}
+
+/// [`spec_from_policy`], and the names of the secret-looking variables it left out (in order,
+/// each once), found in the same pass over the environment.
+fn spec_and_removed(
+    policy: &Policy,
+    args: &LaunchOptions,
+    ctx: &LaunchEnv,
+    id: SandboxId,
+) -> anyhow::Result<(SandboxSpec, Vec<String>)> {
     let writable: Vec<PathBuf> = present_writable(&policy.fs.writable);
     // The policy already holds the built-in credential list, config `deny_read` and
     // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
@@ -173,7 +250,8 @@ pub fn spec_from_policy(
     // secret files are hidden; what the launch needs stays (see `secrets::hidden_in_home`).
     let config_dir = ctx.config_home.as_ref().map(|c| c.join("sandgate"));
     let mut keep: Vec<PathBuf> = writable.clone();
-    keep.extend([Some(ctx.cwd.clone()), ctx.exe.clone(), config_dir.clone()].into_iter().flatten());
+    keep.extend([Some(ctx.cwd.clone()), config_dir.clone()].into_iter().flatten());
+    keep.extend(ctx.exes.iter().cloned());
     let homes: Vec<PathBuf> = ctx.home.iter().chain(&ctx.passwd_home).cloned().collect();
     hidden.extend(crate::secrets::hidden_for_launch(&homes, &policy.fs.readable_home, &keep));
     let mut provided: Vec<sandgate_sandbox::ProvidedDir> = match &config_dir {
@@ -235,15 +313,22 @@ pub fn spec_from_policy(
     // (meant for the daemon this launcher may start).
     // Secret-looking variables go too, unless `[env] pass` keeps them.
     let secrets = sandgate_config::EnvFilter::new(&policy.env_pass);
+    let mut removed: Vec<String> = Vec::new();
     let caller: Vec<(OsString, OsString)> = ctx
         .env
         .iter()
         .filter(|(k, _)| {
+            if secrets.removes(k) {
+                let name = k.to_string_lossy();
+                if !removed.iter().any(|r| *r == name) {
+                    removed.push(name.into_owned());
+                }
+                return false;
+            }
             k != "SANDGATE_SANDBOX"
                 && k != "SANDGATE_TIER"
                 && k != "GIT_OPTIONAL_LOCKS"
                 && k != sandgate_approvals::telegram::TOKEN_ENV
-                && !secrets.removes(k)
                 && !source_vars.iter().any(|v| k == v.as_str())
         })
         .cloned()
@@ -254,7 +339,7 @@ pub fn spec_from_policy(
     };
     let mut env = sandgate_sandbox::with_proxy_env(&caller, proxy_port);
     if proxy_port.is_some()
-        && let Some(ssh) = std::env::current_exe()
+        && let Some(ssh) = crate::sandgate_exe()
             .ok()
             .and_then(|exe| sandgate_sandbox::git_ssh_command(&exe, &caller))
     {
@@ -296,7 +381,7 @@ pub fn spec_from_policy(
     };
     let mut top_level = top_level_rule(policy, ctx);
     top_level.placeholders = top_placeholders;
-    Ok(SandboxSpec {
+    let spec = SandboxSpec {
         top_level: Some(top_level),
         id,
         tier_name: policy.tier.clone(),
@@ -307,14 +392,15 @@ pub fn spec_from_policy(
         hidden,
         read_only,
         provided,
-        visible: homes.into_iter().chain(ctx.exe.clone()).collect(),
+        visible: homes.into_iter().chain(ctx.exes.iter().cloned()).collect(),
         net,
         allowed_unix_sockets: policy.fs.unix_sockets.iter().map(|u| u.path.clone()).collect(),
         require_full: args.require_full,
         // The launcher reads the command's stderr for "Read-only file system" (its exit line
         // then names the path and the fix); not at all when asked to be quiet.
         report_read_only: !args.quiet,
-    })
+    };
+    Ok((spec, removed))
 }
 
 /// The writable paths that exist. A configured one that does not (a directory removed since
@@ -357,10 +443,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
 }
 
 /// Says once, on stderr, which secret-looking variables the command will not get (names only).
-fn removal_notice(env: &[(OsString, OsString)], policy: &Policy) {
-    let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
-    // Names only: no copy of every kept variable, as `scrub_env` makes for the command.
-    let removed = crate::secrets::removed_names(env, &filter);
+fn removal_notice(removed: &[String]) {
     if !removed.is_empty() {
         eprintln!(
             "sandgate: not passed to the command (secret-looking): {}; keep one with \
@@ -433,7 +516,6 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, &args)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
-    removal_notice(&ctx.env, &policy);
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
     crate::Paths::discover().ensure_dir()?;
@@ -444,12 +526,24 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     }
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
-    let prepared = prepared_network(&policy, asked);
+    let (answered, prepared) = prepared_network(&policy, asked);
+    // The small launcher serves no proxy: a launch whose proxy no daemon of this protocol will
+    // take (none runs, an older one runs, or `SANDGATE_NO_DAEMON=1`) goes to `sandgate` before
+    // anything is made, which starts a daemon or serves the proxy itself.
+    if policy.net.mode == sandgate_config::NetMode::Proxy
+        && args.serve_here.is_none()
+        && (no_daemon(&args)
+            || !answered
+                .unwrap_or_else(crate::launch_daemon::Greeting::running_speaks_this_protocol))
+    {
+        return Err(HandOver.into());
+    }
     let id = match prepared_id(&prepared) {
         Some(id) => id,
         None => new_id().context("no sandbox id")?,
     };
-    let spec = spec_from_policy(&policy, &args, &ctx, id)?;
+    let (spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
+    removal_notice(&removed);
     sandgate_sandbox::timing_mark("spec built");
     let code = launch(&spec, &args, policy.net, host_listener, prepared)?;
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
@@ -480,26 +574,32 @@ fn ask_for_network(_tier: &str, _args: &LaunchOptions) -> Option<std::convert::I
     None
 }
 
-/// The network asked for, when it is of the kind the policy gives the tier.
+/// Whether the daemon asked answered in this launcher's protocol (`None`: none was asked), and
+/// the network it gave, when it is of the kind the policy gives the tier.
 #[cfg(target_os = "linux")]
 fn prepared_network(
     policy: &Policy,
     asked: Option<crate::launch_daemon::NetworkAsked>,
-) -> PreparedNet {
+) -> (Option<bool>, PreparedNet) {
     use sandgate_sandbox::NetKind;
+    let Some(asked) = asked else { return (None, None) };
     let kind = NetKind::from(policy.net.mode);
-    let taken = asked?.receive().filter(|n| n.kind() == kind);
+    let (speaks, network) = asked.receive();
+    let taken = network.filter(|n| n.kind() == kind);
     sandgate_sandbox::timing_mark(if taken.is_some() {
         "network taken from the daemon"
     } else {
         "no network ready at the daemon"
     });
-    taken
+    (Some(speaks), taken)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn prepared_network(_policy: &Policy, _asked: Option<std::convert::Infallible>) -> PreparedNet {
-    None
+fn prepared_network(
+    _policy: &Policy,
+    _asked: Option<std::convert::Infallible>,
+) -> (Option<bool>, PreparedNet) {
+    (None, None)
 }
 
 /// A network made ahead (Linux only).
@@ -546,8 +646,9 @@ fn run_nested(
     use sandgate_sandbox::SandboxError;
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, args)?;
-    removal_notice(&ctx.env, &policy);
-    let mut spec = spec_from_policy(&policy, args, &ctx, new_id().context("no sandbox id")?)?;
+    let (mut spec, removed) =
+        spec_and_removed(&policy, args, &ctx, new_id().context("no sandbox id")?)?;
+    removal_notice(&removed);
     let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
     let (caller, _) = crate::secrets::scrub_env(&ctx.env, &filter);
     spec.env = nested_env(&caller, &spec.net, &spec.id, &policy.tier);
@@ -722,7 +823,7 @@ fn read_only_hint(
 enum Served {
     None,
     Daemon(crate::launch_daemon::DaemonLink),
-    InProcess(InProcessProxy, Option<BlockedReporter>),
+    InProcess(Box<dyn ServedHere>, Option<BlockedReporter>),
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -796,14 +897,25 @@ fn serve(
             greeting, info, copies.0, copies.1, dns_copies, out,
         ) {
             Ok(link) => return Ok(Served::Daemon(link)),
+            // The small launcher: the daemon answered before the launch (or it would have been
+            // handed to `sandgate`), and went away or refused it since.
+            Err(e) if args.serve_here.is_none() => bail!(
+                "the daemon did not take the sandbox's proxy ({e:#}), and {} cannot serve it \
+                 itself: run the command again, or with `sandgate {}`",
+                crate::LAUNCHER_NAME,
+                spec.tier_name
+            ),
             Err(e) => eprintln!(
                 "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
                  destinations outside the allowlist are refused instead of asked"
             ),
         }
     }
-    let approver = args.approver.clone();
-    let proxy = InProcessProxy::start(listener, dns, spec.id.as_str(), net, approver)?;
+    // (A launch without a daemon is handed to `sandgate` before it starts: see `HandOver`.)
+    let Some(serve_here) = args.serve_here else {
+        bail!("{} cannot serve the sandbox's proxy itself", crate::LAUNCHER_NAME);
+    };
+    let proxy = serve_here(listener, dns, spec.id.as_str(), net, args.approver.clone())?;
     let reporter = match (args.report_blocked, nflog) {
         (true, Some(fd)) => Some(BlockedReporter::start(fd)),
         _ => None,
@@ -817,6 +929,14 @@ fn serve(
 struct InProcessProxy {
     proxy: sandgate_proxy::Proxy,
     thread: std::thread::JoinHandle<()>,
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+impl ServedHere for InProcessProxy {
+    fn stop(self: Box<Self>) {
+        self.proxy.shutdown();
+        let _ = self.thread.join();
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -888,11 +1008,6 @@ impl InProcessProxy {
             })
             .context("cannot start the proxy thread")?;
         Ok(InProcessProxy { proxy, thread })
-    }
-
-    fn stop(self) {
-        self.proxy.shutdown();
-        let _ = self.thread.join();
     }
 }
 
@@ -1044,8 +1159,9 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
     }
 }
 
-/// Creates the busybox-style links in `dir` (default `~/.local/bin`), pointing at this binary;
-/// returns the directory and each (link, target). Running it again replaces existing links; a
+/// Creates the busybox-style links in `dir` (default `~/.local/bin`), pointing at the small
+/// launcher next to this binary (`sandgate-launch`, installed with it) or, without one, at this
+/// binary; returns the directory and each (link, target). Running it again replaces existing links; a
 /// file of the same name that is not a link is never replaced, and then no link is made at all.
 pub fn install_links(dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, Vec<(PathBuf, PathBuf)>)> {
     const NAMES: [&str; 3] = ["sandbox-run", "sandbox-net", "sandbox-build"];
@@ -1055,7 +1171,9 @@ pub fn install_links(dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, Vec<(Path
             .join(".local/bin"),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let exe = std::env::current_exe().context("path of the sandgate binary")?;
+    let exe = crate::sandgate_exe().context("path of the sandgate binary")?;
+    let launcher = exe.with_file_name(crate::LAUNCHER_NAME);
+    let exe = if launcher.is_file() { launcher } else { exe };
     for name in NAMES {
         let link = dir.join(name);
         if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
@@ -1226,7 +1344,7 @@ mod tests {
             cwd: "/work/p".into(),
             home: Some("/home/u".into()),
             passwd_home: None,
-            exe: Some("/usr/bin/sandgate".into()),
+            exes: vec!["/usr/bin/sandgate".into()],
             config_home: Some("/home/u/.config".into()),
             data_home: Some("/home/u/.local/share".into()),
             runtime_dir: "/run/user/1000/sandgate".into(),
@@ -1255,6 +1373,7 @@ mod tests {
             report_blocked: false,
             quiet: false,
             approver: None,
+            serve_here: None,
             command: cmd.iter().map(OsString::from).collect(),
         }
     }

@@ -98,6 +98,12 @@ impl Greeting {
         Greeting::hello(client, paths).ok()
     }
 
+    /// Whether a running daemon answers `hello` in this launcher's protocol (one round trip).
+    pub fn running_speaks_this_protocol() -> bool {
+        Greeting::send_if_running()
+            .is_some_and(|Greeting { mut client, hello, .. }| client.hello_reply(hello).is_ok())
+    }
+
     fn hello(mut client: Client, paths: Paths) -> anyhow::Result<Greeting> {
         let hello = client.send_with_fds(Request::Hello, &[])?;
         Ok(Greeting { client, paths, hello })
@@ -139,10 +145,17 @@ impl NetworkAsked {
         Some(NetworkAsked { stream, deadline })
     }
 
-    /// The network (see `netpool`); `None` when none was ready, the answer did not come by the
-    /// deadline, or anything is amiss: the sandbox then makes its own. Descriptors that came
-    /// with an answer not taken are closed.
-    pub fn receive(self) -> Option<sandgate_sandbox::PreparedNetwork> {
+    /// Whether the daemon answered in this launcher's protocol, and the network (see
+    /// `netpool`): `None` when none was ready, the answer did not come by the deadline, or
+    /// anything is amiss (the sandbox then makes its own). Descriptors that came with an answer
+    /// not taken are closed.
+    pub fn receive(self) -> (bool, Option<sandgate_sandbox::PreparedNetwork>) {
+        let mut speaks = false;
+        let network = self.read(&mut speaks);
+        (speaks, network)
+    }
+
+    fn read(self, speaks: &mut bool) -> Option<sandgate_sandbox::PreparedNetwork> {
         let (mut got, mut fds) = (Vec::new(), Vec::new());
         let mut buf = [0u8; 1024];
         let end = loop {
@@ -161,7 +174,9 @@ impl NetworkAsked {
             fds.extend(more);
         };
         let reply: crate::protocol::Reply = serde_json::from_slice(&got[..end]).ok()?;
-        let network = reply.result?.get("network").cloned().filter(|n| !n.is_null())?;
+        let result = reply.result?;
+        *speaks = result["protocol"].as_u64() == Some(u64::from(crate::protocol::PROTOCOL_VERSION));
+        let network = result.get("network").cloned().filter(|n| !n.is_null())?;
         let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?).ok()?;
         let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;
         let group = u16::try_from(network["group"].as_u64()?).ok()?;

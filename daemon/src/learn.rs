@@ -49,6 +49,7 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
         report_blocked: true,
         quiet: true,
         approver: Some(learner.clone()),
+        serve_here: Some(crate::launch::serve_here),
         command: o.command,
     };
     let code = crate::launch::run(&o.tier, launch)?;

@@ -194,27 +194,11 @@ impl NetPool {
     }
 
     /// A ready network of `kind` for a launcher (a proxy network's route device stays here, see
-    /// [`NetPool::claim`]). Proxy networks are refilled once a sandbox ends
-    /// ([`NetPool::refill_soon`]), so that the making does not compete with the launch it serves
-    /// for the machine's cores; at once only when this was the last one (parallel launches), and
-    /// after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, whose end the daemon does
-    /// not hear of) costs little to make: at once.
+    /// [`NetPool::claim`]). The caller hands it out first and then calls [`NetPool::taken`],
+    /// which starts the refill: the launcher's answer does not wait for a thread to start.
     #[cfg(target_os = "linux")]
     pub fn take(self: &Arc<Self>, kind: NetKind) -> Option<PreparedNetwork> {
-        let (network, left) = {
-            let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
-            let q = &mut ready[queue(kind)];
-            (q.pop(), q.len())
-        };
-        if left == 0 || kind == NetKind::Loopback {
-            self.refill();
-        } else {
-            let pool = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(REFILL_AT_LATEST).await;
-                pool.refill();
-            });
-        }
+        let network = self.ready.lock().unwrap_or_else(|e| e.into_inner())[queue(kind)].pop();
         let mut network = network?;
         self.handed.fetch_add(1, Ordering::Relaxed);
         if let Some(tun) = network.tun.take() {
@@ -225,6 +209,24 @@ impl NetPool {
                 .insert(network.id.to_string(), device);
         }
         Some(network)
+    }
+
+    /// A network of `kind` was asked for (handed out or not): refill. Proxy networks are refilled
+    /// once a sandbox ends ([`NetPool::refill_soon`]), so that the making does not compete with
+    /// the launch it serves for the machine's cores; at once only when none is left (parallel
+    /// launches), and after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, whose end
+    /// the daemon does not hear of) costs little to make: at once.
+    pub fn taken(self: &Arc<Self>, kind: NetKind) {
+        let left = self.ready.lock().unwrap_or_else(|e| e.into_inner())[queue(kind)].len();
+        if left == 0 || kind == NetKind::Loopback {
+            self.refill();
+        } else {
+            let pool = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(REFILL_AT_LATEST).await;
+                pool.refill();
+            });
+        }
     }
 
     /// Refills a moment after a sandbox ended: after its launcher's own end, in the usual case.

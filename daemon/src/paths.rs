@@ -106,6 +106,20 @@ fn check_private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The name of the small launcher binary (`sandbox-run`, `sandbox-net` and `sandbox-build` link
+/// to it when it is installed): the tiers' code without the daemon's and the proxy's.
+pub const LAUNCHER_NAME: &str = "sandgate-launch";
+
+/// The `sandgate` binary: this one, or the one next to it when this is the small launcher
+/// ([`LAUNCHER_NAME`]), which has no daemon, proxy or other subcommand of its own.
+pub fn sandgate_exe() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    if exe.file_name().is_some_and(|n| n == LAUNCHER_NAME) {
+        return Ok(exe.with_file_name("sandgate"));
+    }
+    Ok(exe)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,8 +81,9 @@ pub enum Request {
     /// A network made ahead (Linux), as the connection's first request: `{"network":
     /// {"sandbox": ID, "kind": KIND, "group": NFLOG_GROUP, "user": BOOL}}` with its descriptors (SCM_RIGHTS: network
     /// namespace; for `proxy`, the proxy listener, DNS UDP and TCP sockets and NFLOG socket; then
-    /// the owning user namespace when `user`), or `{"network": null, "why": ...}`. A `net` or
-    /// `build` launcher registers the sandbox under that id, on another connection.
+    /// the owning user namespace when `user`), or `{"network": null, "why": ...}`; either with
+    /// `"protocol"`, the daemon's [`PROTOCOL_VERSION`]. A `net` or `build` launcher registers the
+    /// sandbox under that id, on another connection.
     TakeNetwork {
         /// Which network.
         #[serde(default)]

@@ -138,7 +138,6 @@ async fn blocking<T: Send + 'static>(
 /// Who is on the other end.
 struct Peer {
     uid: u32,
-    name: String,
 }
 
 /// Checks a peer: the same uid as the daemon, or root; not a process inside a sandbox.
@@ -163,11 +162,18 @@ fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
         Some(_) => return Err("requests from inside a sandbox are refused".into()),
         None => return Err("the connecting process cannot be identified".into()),
     }
-    let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(cred.uid()))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid {}", cred.uid()), |u| u.name);
-    Ok(Peer { uid: cred.uid(), name })
+    Ok(Peer { uid: cred.uid() })
+}
+
+impl Peer {
+    /// The peer's user name (looked up when a decision is attributed to it, not for every
+    /// connection: most are a launcher's, which never decides).
+    fn name(&self) -> String {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(self.uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {}", self.uid), |u| u.name)
+    }
 }
 
 /// Refuses a peer that is not in the daemon's own pid namespace, or that cannot be shown to be.
@@ -536,7 +542,7 @@ impl Conn {
                 let v = json!({ "network": {
                     "sandbox": n.id.as_str(), "kind": kind.name(), "group": n.group,
                     "user": n.user.is_some(),
-                } });
+                }, "protocol": PROTOCOL_VERSION });
                 let text = line(&Reply::ok(id, v));
                 let raw = n.raw_fds();
                 // One sendmsg, the descriptors with it, retried only when it sent nothing (the
@@ -561,8 +567,19 @@ impl Conn {
                         tracing::debug!(error = %e, "a prepared network could not be handed out");
                     }
                 }
+                drop(n);
+                // The refill starts once the answer is out: the launcher does not wait for a
+                // thread to start.
+                pool.taken(kind);
                 return;
             }
+            let reply = Reply::ok(
+                id,
+                json!({ "network": null, "why": "none ready", "protocol": PROTOCOL_VERSION }),
+            );
+            let _ = self.tx.send(line(&reply)).await;
+            pool.taken(kind);
+            return;
         }
         #[cfg(not(target_os = "linux"))]
         let _ = kind; // no networks are made ahead here
@@ -793,8 +810,8 @@ impl Conn {
         // the account that gave it, and carries no control characters into logs and chats.
         let name = by.map(|n| n.chars().filter(|c| !c.is_control()).take(64).collect::<String>());
         let who = match name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
-            Some(name) => format!("{name} (via {})", self.peer.name),
-            None => self.peer.name.clone(),
+            Some(name) => format!("{name} (via {})", self.peer.name()),
+            None => self.peer.name(),
         };
         let by = approvals::Responder::new(channel, who);
         match s.broker.answer(target, answer, by).await {

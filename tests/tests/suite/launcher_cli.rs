@@ -33,7 +33,8 @@ fn install_links_pick_their_tier(who: &Who) {
     };
     let out = install(&dir);
     assert!(out.status.success(), "install: {}", text(&out.stderr));
-    let bin = sandgate_bin().canonicalize().unwrap();
+    // The small launcher next to `sandgate` (both built, both installed): the links use it.
+    let bin = sandgate_tests::launcher_bin().canonicalize().unwrap();
     for name in ["sandbox-run", "sandbox-net", "sandbox-build"] {
         let link = dir.join(name);
         assert!(link.symlink_metadata().unwrap().file_type().is_symlink(), "{name}");
@@ -77,7 +78,7 @@ fn install_links_pick_their_tier(who: &Who) {
         .unwrap();
     assert_eq!(text(&out.stdout).trim(), "ok", "{}", text(&out.stderr));
 
-    // Again: the links are replaced, still pointing at the binary.
+    // Again: the links are replaced, still pointing at the launcher.
     let again = install(&dir);
     assert!(again.status.success(), "second install: {}", text(&again.stderr));
     assert_eq!(std::fs::read_link(dir.join("sandbox-net")).unwrap().canonicalize().unwrap(), bin);

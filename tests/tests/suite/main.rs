@@ -43,6 +43,7 @@ mod sandbox_socks;
 mod sandbox_top_level;
 mod sandbox_tty;
 mod sandbox_walls;
+mod small_launcher;
 mod telegram;
 mod traffic_log;
 mod type_names;

@@ -1,0 +1,134 @@
+//! The tier commands' command line (`run`, `net`, `build` and the `sandbox-*` names): their
+//! flags, the fast parse that reads them without the other subcommands' definitions, and how a
+//! launch's result becomes an exit status. Shared by the `sandgate` binary and the small
+//! launcher (`sandgate-launch`), which includes this file as a module of its own.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sandgate_daemon::launch::{LaunchOptions, ServeHere};
+
+/// Options shared by the tier commands.
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Make this path writable inside the sandbox (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Allow this domain through the proxy for this run (repeatable).
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    pub allow: Vec<String>,
+    /// Deny this domain at the proxy for this run (repeatable).
+    #[arg(long = "deny", value_name = "DOMAIN")]
+    pub deny: Vec<String>,
+    /// Network mode: `none` (only loopback) or `proxy` (only through the allowlist proxy).
+    #[arg(long, value_name = "MODE")]
+    pub net: Option<NetArg>,
+    /// Fail instead of warning when the kernel cannot enforce every restriction.
+    #[arg(long)]
+    pub require_full: bool,
+    /// Print one line per blocked direct connection attempt to stderr (`sandgate: blocked ...`).
+    #[arg(long)]
+    pub report_blocked: bool,
+    /// No notices on stderr (held and denied requests, hints after a failure); warnings and
+    /// errors still print. Also `SANDGATE_QUIET=1`.
+    #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
+    pub quiet: bool,
+    /// The command to run and its arguments (default: an interactive `$SHELL`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// `--net` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetArg {
+    /// Only loopback.
+    None,
+    /// Only through the allowlist proxy.
+    Proxy,
+}
+
+impl LaunchArgs {
+    /// The launcher's options; `serve_here` serves a proxy in this process when no daemon does
+    /// (the `sandgate` binary's; `None` in the small launcher).
+    pub fn options(self, serve_here: Option<ServeHere>) -> LaunchOptions {
+        LaunchOptions {
+            allow_write: self.allow_write,
+            allow: self.allow,
+            deny: self.deny,
+            net: self.net.map(|n| match n {
+                NetArg::None => sandgate_config::NetMode::None,
+                NetArg::Proxy => sandgate_config::NetMode::Proxy,
+            }),
+            require_full: self.require_full,
+            report_blocked: self.report_blocked,
+            quiet: self.quiet,
+            approver: None,
+            serve_here,
+            command: self.command,
+        }
+    }
+}
+
+/// Maps the name the binary was started under to the tier subcommand it stands for.
+pub fn tier_from_argv0(argv0: &std::ffi::OsStr) -> Option<&'static str> {
+    let name = std::path::Path::new(argv0).file_name()?.to_str()?;
+    match name {
+        "sandbox-run" => Some("run"),
+        "sandbox-net" => Some("net"),
+        "sandbox-build" => Some("build"),
+        _ => None,
+    }
+}
+
+/// The command line with a `sandbox-*` name read as its tier: `sandbox-net curl ...` is
+/// `sandgate net curl ...`.
+pub fn normalized(mut args: Vec<OsString>) -> Vec<OsString> {
+    if let Some(tier) = args.first().and_then(|a| tier_from_argv0(a)) {
+        let rest = args.split_off(1);
+        args = vec!["sandgate".into(), tier.into()];
+        args.extend(rest);
+    }
+    args
+}
+
+/// `sandgate run|net|build ARGS...` parsed with [`LaunchArgs`] alone: the same argument
+/// definitions as the subcommand's in `sandgate`'s whole parser. `None` for any other command line, and for one
+/// these definitions refuse or answer themselves (`--help`, `--version`, a typo): the whole
+/// parser then handles it as it always did.
+pub fn parse_tier(args: &[OsString]) -> Option<(&'static str, LaunchArgs)> {
+    use clap::{Args, FromArgMatches};
+    let tier = match args.get(1)?.to_str()? {
+        "run" => "run",
+        "net" => "net",
+        "build" => "build",
+        _ => return None,
+    };
+    // The version flag too (the whole parser propagates it to every subcommand): without it,
+    // `-V` would be taken as the command to run.
+    let command =
+        LaunchArgs::augment_args(clap::Command::new("sandgate").version(env!("CARGO_PKG_VERSION")));
+    // `args[1]`, the tier, stands where the program name goes.
+    let matches = command.try_get_matches_from(&args[1..]).ok()?;
+    LaunchArgs::from_arg_matches(&matches).ok().map(|a| (tier, a))
+}
+
+/// The exit status of a command's result (errors said on stderr).
+pub fn finish(result: anyhow::Result<u8>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            match err.downcast_ref::<sandgate_daemon::UsageError>() {
+                Some(usage) => eprintln!("sandgate: {usage}"),
+                None => eprintln!("sandgate: error: {}", error_text(&err)),
+            }
+            ExitCode::from(sandgate_daemon::policy_report::EXIT_USAGE)
+        }
+    }
+}
+
+/// The error and its causes joined by ": " (anyhow's `{:#}`). Error types do not quote their
+/// source in their own message (rustls style), so every cause appears once.
+pub fn error_text(err: &anyhow::Error) -> String {
+    format!("{err:#}")
+}

@@ -1,0 +1,218 @@
+//! The small launcher (`sandgate-launch`, what the `sandbox-*` links point at): the same sandbox
+//! as `sandgate run|net|build`, the same answers on the command line, and whatever it cannot do
+//! itself (help, mistakes, a proxy no daemon serves) handed to the `sandgate` binary next to it
+//! before anything starts — or, without one there, refused with a line that says why.
+
+use std::path::{Path, PathBuf};
+
+use crate::netpool::{Daemon, JOINED};
+use crate::support::sandbox::{HOST4, Scratch, TestHost, WRITE_REFUSED, Who, both, refused, text};
+use sandgate_tests::{launcher_bin, sandgate_bin};
+
+/// `sandbox-run`, `sandbox-net` and `sandbox-build` in `dir`, linked to `target`.
+fn links(dir: &Path, target: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for t in ["run", "net", "build"] {
+        std::os::unix::fs::symlink(target, dir.join(format!("sandbox-{t}"))).unwrap();
+    }
+}
+
+/// The scratch tree's `sandbox-*` links to the built launcher.
+fn linked(s: &Scratch) -> PathBuf {
+    let dir = s.root.join("links");
+    links(&dir, &launcher_bin());
+    dir
+}
+
+/// (exit status, stdout, stderr) of `program args...` as the scratch tree's user.
+fn outcome(s: &Scratch, program: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = s.program(program).args(args).output().unwrap();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Every line the launcher hands over (help, version, mistakes) and every launch it makes
+/// itself ends as `sandgate TIER` ends it: the same output on both streams, the same status.
+fn it_answers_as_sandgate_does(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let _daemon = Daemon::start(&s, true);
+    for (tier, args) in [
+        ("run", &["--help"][..]),
+        ("net", &["-V"]),
+        ("build", &["--allow-write"]),
+        ("run", &["--net", "sideways", "--", "true"]),
+        ("net", &["--quiet=true", "--", "true"]),
+        ("run", &["--", "sh", "-c", "echo out; echo err >&2; exit 3"]),
+        ("net", &["--", "sh", "-c", "echo \"$SANDGATE_TIER\"; exit 4"]),
+        ("build", &["--", "/nonexistent/command"]),
+        ("build", &["--bogus"]),
+    ] {
+        let whole: Vec<&str> = [tier].iter().chain(args).copied().collect();
+        let expected = outcome(&s, &sandgate_bin(), &whole);
+        let got = outcome(&s, &dir.join(format!("sandbox-{tier}")), args);
+        assert_eq!(got, expected, "sandbox-{tier} {args:?}");
+    }
+}
+
+/// The launcher's own launches (a daemon runs: the proxy is its, the network made ahead) build
+/// the tier's walls: the working directory read-only in `net`, writable in `build`; a direct
+/// connection refused and reported; the proxy lets the allowed origin through and refuses
+/// another.
+fn its_own_launches_keep_every_wall(who: &Who) {
+    let Some(_host) = TestHost::start() else { return };
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let _daemon = Daemon::start(&s, true);
+    let probe = s.probe.display().to_string();
+    let port = sandgate_tests::origin("through the launcher\n");
+    let script = format!(
+        "python3 {probe} write in-net.txt; python3 {probe} tcp {HOST4} 8080; \
+         curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/; \
+         curl -sS --max-time 20 --noproxy '' -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:9/"
+    );
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let out = s
+        .program(&dir.join("sandbox-net"))
+        .args(["--report-blocked", &allow, "--deny=127.0.0.1:9", "sh", "-c", &script])
+        .env("SANDGATE_DEBUG", "launch")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains(JOINED), "the launch did not join a network made ahead:\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    refused(lines[0], WRITE_REFUSED, "sandbox-net: write cwd");
+    assert!(!s.proj.join("in-net.txt").exists());
+    let (answer, _ms) = lines[1].split_once(' ').unwrap_or((lines[1], ""));
+    assert_eq!(answer, "ECONNREFUSED", "direct connection: {stdout}\n{stderr}");
+    assert_eq!(lines[2], "through the launcher", "allowed origin: {stdout}\n{stderr}");
+    assert_eq!(lines[3], "403", "denied origin: {stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("sandgate: blocked tcp {HOST4}:8080")),
+        "not reported:\n{stderr}"
+    );
+    let (_, stdout, stderr) =
+        outcome(&s, &dir.join("sandbox-build"), &["python3", &probe, "write", "b.txt"]);
+    assert_eq!(stdout.trim(), "ok", "{stderr}");
+    assert!(s.proj.join("b.txt").exists());
+    // git's ssh goes through `sandgate connect`, the `sandgate` binary (not the launcher), which
+    // stays visible inside, as the launcher does.
+    let main = sandgate_bin().canonicalize().unwrap();
+    let script = format!(
+        "echo \"$GIT_SSH_COMMAND\"; {} --version; {} true && echo nested",
+        main.display(),
+        dir.join("sandbox-run").display()
+    );
+    let (_, stdout, stderr) = outcome(&s, &dir.join("sandbox-net"), &["sh", "-c", &script]);
+    let expected = format!(
+        "ssh -o ProxyCommand='{} connect %h %p'\nsandgate {}\nnested\n",
+        main.display(),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(stdout, expected, "{stderr}");
+}
+
+/// Without a daemon (`SANDGATE_NO_DAEMON=1`) the launch goes to `sandgate`, which serves the
+/// proxy itself: the allowed origin answers, nothing is started in the background. The launcher
+/// alone, with no `sandgate` beside it, refuses such a launch with a line that says why (and
+/// starts nothing), while `run`, which needs no proxy, works.
+fn it_hands_over_what_it_cannot_serve(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let port = sandgate_tests::origin("served by sandgate");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = s
+        .program(&dir.join("sandbox-net"))
+        .args([&allow, "curl", "-sS", "--max-time", "20", "--noproxy", "", &url])
+        .env("SANDGATE_NO_DAEMON", "1")
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "served by sandgate", "{}", text(&out.stderr));
+    let status = outcome(&s, &sandgate_bin(), &["status"]);
+    assert_ne!(status.0, Some(0), "a daemon was started: {status:?}");
+
+    // The launcher alone.
+    let alone = s.root.join("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    let copy = alone.join("sandgate-launch");
+    std::fs::copy(launcher_bin(), &copy).unwrap();
+    links(&alone.join("bin"), &copy);
+    let marker = s.proj.join("ran.txt");
+    let (code, stdout, stderr) = outcome(
+        &s,
+        &alone.join("bin/sandbox-build"),
+        &["sh", "-c", &format!("echo ran > {}", marker.display())],
+    );
+    let ours = stderr.contains("sandgate-launch hands") && stderr.contains("next to it");
+    assert!(code == Some(2) && ours, "{code:?} {stdout} {stderr}");
+    assert!(!marker.exists(), "the command ran without a proxy");
+    let (code, stdout, stderr) =
+        outcome(&s, &alone.join("bin/sandbox-run"), &["sh", "-c", "echo \"$SANDGATE_TIER\""]);
+    assert_eq!((code, stdout.as_str()), (Some(0), "run\n"), "{stderr}");
+}
+
+/// A daemon of another protocol (what runs after an upgrade until it is stopped) answers
+/// `take_network` without this launcher's `protocol`: the launch goes to `sandgate`, which says
+/// the daemon is another version and serves the proxy itself; the command runs and reaches the
+/// allowed origin. (Kept by the launcher, the launch would start and then find no daemon to
+/// register with: the sandbox killed, the command cut short.)
+fn a_daemon_of_another_protocol_gets_no_launch(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let socket = s.root.join("run/sandgate/control.sock");
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let fake = r#"
+import json, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+def serve(c):
+    for line in c.makefile("r"):
+        req = json.loads(line)
+        if req.get("op") == "hello":
+            result = {"protocol": 0, "version": "0.0.0", "pid": 1}
+        else:
+            result = {"network": None, "why": "none ready"}
+        c.sendall((json.dumps({"id": req.get("id"), "ok": True, "result": result}) + "\n").encode())
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", fake, socket.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    let stdout = child.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(s.root.join("run"))
+        .status()
+        .unwrap();
+    let port = sandgate_tests::origin("served all the same");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = s
+        .program(&dir.join("sandbox-net"))
+        .args([&allow, "curl", "-sS", "--max-time", "20", "--noproxy", "", &url])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "served all the same", "{stderr}");
+    assert!(stderr.contains("speaks protocol 0"), "{stderr}");
+}
+
+both!(
+    it_answers_as_sandgate_does,
+    its_own_launches_keep_every_wall,
+    it_hands_over_what_it_cannot_serve,
+    a_daemon_of_another_protocol_gets_no_launch,
+);

@@ -6,16 +6,25 @@
 # change of load hits every row alike.
 # Usage: bench/launch-cpu.sh [OLD_BINARY]   (SANDGATE_BIN=path, N=runs per row, ROUNDS=rounds)
 # With OLD_BINARY, its rows (`old ...`) are measured next to this tree's (before/after).
+# `sandbox-TIER` rows run the small launcher (`sandgate-launch`, what the links point at; an
+# OLD_BINARY without one next to it runs as `OLD TIER --`), `sandgate TIER` rows the big binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${SANDGATE_BIN:-}"
 if [ -z "$bin" ]; then
-  cargo build --release --bin sandgate >/dev/null
+  cargo build --release --bins >/dev/null
   bin="$PWD/target/release/sandgate"
 fi
 bin="$(realpath "$bin")"
 old="${1:+$(realpath "$1")}"
 dir="$(mktemp -d /var/tmp/sandgate-bench.XXXXXX)"
+# The links, as `sandgate install` makes them.
+mkdir -p "$dir/new" "$dir/old"
+for t in run net build; do
+  ln -s "$(dirname "$bin")/sandgate-launch" "$dir/new/sandbox-$t"
+  [ -n "$old" ] && [ -x "$(dirname "$old")/sandgate-launch" ] &&
+    ln -s "$(dirname "$old")/sandgate-launch" "$dir/old/sandbox-$t"
+done
 export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config"
 mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"
 trap '"$bin" stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
@@ -69,8 +78,15 @@ row() {
     # kernel work, for reference (no ratio is taken against it).
     row 'bwrap --unshare-all' bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true
     for t in run net build; do
-      [ -n "$old" ] && row "old sandbox-$t true" "$old" "$t" -- true
-      row "sandbox-$t true" "$bin" "$t" -- true
+      if [ -n "$old" ]; then
+        if [ -e "$dir/old/sandbox-$t" ]; then
+          row "old sandbox-$t true" "$dir/old/sandbox-$t" true
+        else
+          row "old sandbox-$t true" "$old" "$t" -- true
+        fi
+      fi
+      row "sandbox-$t true" "$dir/new/sandbox-$t" true
+      row "sandgate $t true" "$bin" "$t" -- true
     done
   done
 } >"$dir/rows.csv"
@@ -86,6 +102,6 @@ ref = lambda k: "bwrap" if "run" in k else "bwrap --unshare-net"
 print("| command | CPU per launch (median of rounds) | of which the daemon's | ratio to its bwrap | context switches | page faults |")
 print("|:---|---:|---:|---:|---:|---:|")
 for k, v in rows.items():
-    ratio = f"{med[k] / med[ref(k)]:.2f}x `{ref(k)}`" if "sandbox" in k else ""
+    ratio = f"{med[k] / med[ref(k)]:.2f}x `{ref(k)}`" if "sand" in k else ""
     print(f"| `{k}` | {med[k]:.2f} ms | {dmed[k]:.2f} ms | {ratio} | {v[-1][1]} | {v[-1][2]} |")
 PY

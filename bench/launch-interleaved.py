@@ -2,12 +2,18 @@
 """Wall time of launches taken in turn: one `true`, one bwrap, one bwrap --unshare-net and one of
 each tier (and of each tier of OLD_BINARY, when given), round after round, then the medians. On a
 machine whose load changes during a run, hyperfine's one-command-after-the-other order lets the
-load decide the ratios; in turn, every row sees the same load. (Times include Python's
-fork+exec, ~1 ms.) Release build of this tree unless SANDGATE_BIN names a binary.
+load decide the ratios; in turn, every row sees the same load. Each round takes the rows in a new
+random order (seeded): a launch right after another of its kind finds the daemon refilling its
+networks, and a fixed order gave whichever row came second that cost. (Times include Python's
+fork+exec, ~1 ms.) `sandbox-TIER` rows run the small launcher (`sandgate-launch`, what the
+`sandbox-*` links point at), `sandgate TIER` rows the big binary; OLD_BINARY's rows use the
+launcher next to it when there is one. Release build of this tree unless SANDGATE_BIN names a
+binary.
 
 Usage: bench/launch-interleaved.py [ROUNDS] [OLD_BINARY]
 """
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -18,7 +24,7 @@ import time
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 new = os.environ.get("SANDGATE_BIN")
 if not new:
-    subprocess.run(["cargo", "build", "--release", "--bin", "sandgate"], cwd=root, check=True,
+    subprocess.run(["cargo", "build", "--release", "--bins"], cwd=root, check=True,
                    stdout=subprocess.DEVNULL)
     new = os.path.join(root, "target/release/sandgate")
 new = os.path.realpath(new)
@@ -40,13 +46,28 @@ try:
     bwrap = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     cmds = {"true": ["true"], "bwrap": bwrap + ["true"],
             "bwrap --unshare-net": bwrap + ["--unshare-net", "true"]}
+    def launcher(binary, name, tier):
+        """The `sandbox-TIER` link to the launcher next to `binary`, or None without one."""
+        exe = os.path.join(os.path.dirname(binary), "sandgate-launch")
+        if not os.access(exe, os.X_OK):
+            return None
+        os.makedirs(os.path.join(d, name), exist_ok=True)
+        link = os.path.join(d, name, f"sandbox-{tier}")
+        os.symlink(exe, link)
+        return link
     for tier in ("run", "net", "build"):
         if old:
-            cmds[f"old sandbox-{tier} true"] = [old, tier, "--", "true"]
-        cmds[f"sandbox-{tier} true"] = [new, tier, "--", "true"]
+            link = launcher(old, "old", tier)
+            cmds[f"old sandbox-{tier} true"] = [link, "true"] if link else [old, tier, "--", "true"]
+        cmds[f"sandbox-{tier} true"] = [launcher(new, "new", tier), "true"]
+        cmds[f"sandgate {tier} true"] = [new, tier, "--", "true"]
     times = {k: [] for k in cmds}
+    order = list(cmds)
+    shuffle = random.Random(19).shuffle
     for i in range(rounds + 10):  # the first 10 rounds warm up
-        for k, c in cmds.items():
+        shuffle(order)
+        for k in order:
+            c = cmds[k]
             t0 = time.perf_counter()
             subprocess.run(c, env=env, cwd=d, stdout=subprocess.DEVNULL)
             if i >= 10:
@@ -61,5 +82,5 @@ print(f"| command | median of {rounds} [ms] | ratio to its bwrap |")
 print("|:---|---:|---:|")
 for k in cmds:
     ref = "bwrap" if "run" in k else "bwrap --unshare-net"
-    ratio = f"{med[k] / med[ref]:.2f}x `{ref}`" if "sandbox" in k else ""
+    ratio = f"{med[k] / med[ref]:.2f}x `{ref}`" if "sand" in k else ""
     print(f"| `{k}` | {med[k]:.2f} | {ratio} |")

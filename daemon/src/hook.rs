@@ -34,8 +34,10 @@ fn walls_for(cwd: &Path, tier: &str, allow_write: Option<Vec<PathBuf>>) -> Resul
 }
 
 fn real_fs() -> anyhow::Result<RealFs> {
+    // The links point at the small launcher next to this binary (or at this binary).
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
-    Ok(RealFs::new(std::env::var_os("PATH"), &exe))
+    let launcher = exe.with_file_name(crate::LAUNCHER_NAME);
+    Ok(RealFs::new(std::env::var_os("PATH"), &[&exe, &launcher]))
 }
 
 /// `sandgate hook claude`: one decision for the hook JSON on standard input (printed when there

@@ -59,7 +59,8 @@ pub fn claude(tier: &str) -> anyhow::Result<Printed> {
     Ok(Printed::new(lines(out), ""))
 }
 
-/// Removes the links in `dir` (default `~/.local/bin`) that point at this binary.
+/// Removes the links in `dir` (default `~/.local/bin`) that point at this binary or at the small
+/// launcher next to it.
 pub fn remove_links(dir: Option<PathBuf>) -> anyhow::Result<Printed> {
     let dir = match dir {
         Some(d) => d,
@@ -67,13 +68,14 @@ pub fn remove_links(dir: Option<PathBuf>) -> anyhow::Result<Printed> {
             .join(".local/bin"),
     };
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
+    let launcher = exe.with_file_name(crate::LAUNCHER_NAME);
     let mut r = Printed::default();
-    for removal in claude_settings::remove_links(&dir, &exe)? {
+    for removal in claude_settings::remove_links(&dir, &[&exe, &launcher])? {
         match removal {
             LinkRemoval::Remove(link) => r.text.push_str(&format!("removed {}\n", link.display())),
             LinkRemoval::Keep { link, target } => {
                 r = r.note(format!(
-                    "sandgate: {} points at {}, not this binary; left in place",
+                    "sandgate: {} points at {}, not this sandgate; left in place",
                     link.display(),
                     target.display()
                 ))

@@ -371,7 +371,9 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
         }
         Event::Asked { question } => {
             if let Some(t) = tty {
-                let _ = write!(t, "\r\n{}\r\n", asked_line(&question.question));
+                // One write: the command's own output must not land inside the line.
+                let line = format!("\r\n{}\r\n", asked_line(&question.question));
+                let _ = t.write_all(line.as_bytes());
             } else if out.stderr_notices {
                 eprintln!("{}", held_line(question));
             }
@@ -415,7 +417,7 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
                     ),
                     _ => String::new(),
                 };
-                let _ = write!(t, "\r\n{text}\r\n");
+                let _ = t.write_all(format!("\r\n{text}\r\n").as_bytes());
             }
         }
         _ => {}

@@ -296,14 +296,14 @@ pub enum LinkRemoval {
     },
 }
 
-/// Removes the wrapper links ([`crate::WRAPPERS`]) in `dir` that point at `exe`; names that are
+/// Removes the wrapper links ([`crate::WRAPPERS`]) in `dir` that point at one of `ours`; names that are
 /// not links are not mentioned.
-pub fn remove_links(dir: &Path, exe: &Path) -> Result<Vec<LinkRemoval>, SettingsError> {
+pub fn remove_links(dir: &Path, ours: &[&Path]) -> Result<Vec<LinkRemoval>, SettingsError> {
     let mut out = Vec::new();
     for (name, _) in crate::WRAPPERS {
         let link = dir.join(name);
         match std::fs::read_link(&link) {
-            Ok(target) if target == exe => {
+            Ok(target) if ours.contains(&target.as_path()) => {
                 std::fs::remove_file(&link).map_err(io_err("remove", &link))?;
                 out.push(LinkRemoval::Remove(link));
             }
@@ -428,14 +428,18 @@ mod tests {
         let names: Vec<&str> = crate::WRAPPERS.iter().map(|(n, _)| *n).collect();
         std::os::unix::fs::symlink(&exe, tmp.path().join(names[0])).unwrap();
         std::os::unix::fs::symlink("/elsewhere", tmp.path().join(names[1])).unwrap();
-        let out = remove_links(tmp.path(), &exe).unwrap();
+        let launcher = tmp.path().join("sandgate-launch");
+        std::os::unix::fs::symlink(&launcher, tmp.path().join(names[2])).unwrap();
+        let out = remove_links(tmp.path(), &[&exe, &launcher]).unwrap();
         assert_eq!(
             out,
             [
                 LinkRemoval::Remove(tmp.path().join(names[0])),
                 LinkRemoval::Keep { link: tmp.path().join(names[1]), target: "/elsewhere".into() },
+                LinkRemoval::Remove(tmp.path().join(names[2])),
             ]
         );
         assert!(!tmp.path().join(names[0]).exists());
+        assert!(tmp.path().join(names[2]).symlink_metadata().is_err());
     }
 }

@@ -31,19 +31,24 @@ pub trait Filesystem {
     fn is_sandgate(&self, path: &Path) -> bool;
 }
 
-/// The real filesystem, with the `PATH` and the sandgate binary given by the caller.
+/// The real filesystem, with the `PATH` and the sandgate binaries given by the caller.
 #[derive(Clone, Debug)]
 pub struct RealFs {
     path_var: Option<OsString>,
-    sandgate: Option<(u64, u64)>,
+    /// (device, inode) of each binary a wrapper may resolve to.
+    sandgate: Vec<(u64, u64)>,
     untrusted: Vec<PathBuf>,
 }
 
 impl RealFs {
     /// `path_var` is the `PATH` the agent's shell has (the hook's own, inherited from the agent);
-    /// `sandgate` is the binary a wrapper must resolve to (the running executable).
-    pub fn new(path_var: Option<OsString>, sandgate: &Path) -> RealFs {
-        let sandgate = std::fs::metadata(sandgate).ok().map(|m| (m.dev(), m.ino()));
+    /// `sandgate` are the binaries a wrapper may resolve to (the running executable, and the
+    /// small launcher next to it that the `sandbox-*` links point at); missing ones are skipped.
+    pub fn new(path_var: Option<OsString>, sandgate: &[&Path]) -> RealFs {
+        let sandgate = sandgate
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())))
+            .collect();
         RealFs { path_var, sandgate, untrusted: Vec::new() }
     }
 
@@ -141,8 +146,7 @@ impl Filesystem for RealFs {
     }
 
     fn is_sandgate(&self, path: &Path) -> bool {
-        let Some(want) = self.sandgate else { return false };
-        std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == want)
+        std::fs::metadata(path).is_ok_and(|m| self.sandgate.contains(&(m.dev(), m.ino())))
             && self.trusted_place(path)
     }
 }

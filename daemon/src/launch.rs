@@ -526,7 +526,13 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     }
     let mut ctx = ctx;
     let host_listener = host_proxy_listener(&policy, &mut ctx)?;
-    let (answered, prepared) = prepared_network(&policy, asked);
+    // A loopback network (`run`) holds nothing of the sandbox's id (no firewall, no NFLOG): its
+    // answer is read at the clone, so that the daemon's round trip overlaps the spec and the
+    // plan. A proxy network's id is the sandbox's (its NFLOG prefix): read now.
+    let (late, (answered, prepared)) = match policy.net.mode {
+        sandgate_config::NetMode::None => (asked, (None, None)),
+        sandgate_config::NetMode::Proxy => (None, prepared_network(&policy, asked)),
+    };
     // The small launcher serves no proxy: a launch whose proxy no daemon of this protocol will
     // take (none runs, an older one runs, or `SANDGATE_NO_DAEMON=1`) goes to `sandgate` before
     // anything is made, which starts a daemon or serves the proxy itself.
@@ -545,7 +551,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     let (spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
     removal_notice(&removed);
     sandgate_sandbox::timing_mark("spec built");
-    let code = launch(&spec, &args, policy.net, host_listener, prepared)?;
+    let code = launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
     if let Some(hint) = failure_hint(&spec, &args, code) {
         eprintln!("sandgate: {hint}");
@@ -607,6 +613,12 @@ fn prepared_network(
 type PreparedNet = Option<sandgate_sandbox::PreparedNetwork>;
 #[cfg(not(target_os = "linux"))]
 type PreparedNet = Option<std::convert::Infallible>;
+
+/// A network asked for whose answer is read at the clone (Linux only).
+#[cfg(target_os = "linux")]
+type AskedNet = Option<crate::launch_daemon::NetworkAsked>;
+#[cfg(not(target_os = "linux"))]
+type AskedNet = Option<std::convert::Infallible>;
 
 /// The sandbox id a network made ahead was made for (its NFLOG prefix): the sandbox's.
 #[cfg(target_os = "linux")]
@@ -753,13 +765,14 @@ fn launch(
     args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
-    prepared: PreparedNet,
+    (prepared, asked): (PreparedNet, AskedNet),
 ) -> anyhow::Result<u8> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
         greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
         greeting: std::cell::RefCell::new(None),
         prepared: std::cell::RefCell::new(prepared),
+        asked: std::cell::RefCell::new(asked),
     };
     let launched = match sandgate_sandbox::launch(spec, &hooks) {
         Ok(l) => l,
@@ -1084,7 +1097,7 @@ fn launch(
     args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
-    _prepared: PreparedNet,
+    _prepared: (PreparedNet, AskedNet),
 ) -> anyhow::Result<u8> {
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
@@ -1126,7 +1139,7 @@ fn launch(
     _args: &LaunchOptions,
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
-    _prepared: PreparedNet,
+    _prepared: (PreparedNet, AskedNet),
 ) -> anyhow::Result<u8> {
     bail!("sandboxing is not implemented on this platform")
 }
@@ -1140,6 +1153,8 @@ struct Hooks {
     greeting: std::cell::RefCell<Option<anyhow::Result<crate::launch_daemon::Greeting>>>,
     /// The network the daemon made ahead for this launch, until the sandbox takes it.
     prepared: std::cell::RefCell<PreparedNet>,
+    /// A loopback network asked for, its answer read when the sandbox takes it.
+    asked: std::cell::RefCell<AskedNet>,
 }
 
 #[cfg(target_os = "linux")]
@@ -1149,7 +1164,18 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
     }
 
     fn prepared_network(&self) -> Option<sandgate_sandbox::PreparedNetwork> {
-        self.prepared.borrow_mut().take()
+        let taken = self.prepared.borrow_mut().take();
+        taken.or_else(|| {
+            let asked = self.asked.borrow_mut().take()?;
+            let network =
+                asked.receive().1.filter(|n| n.kind() == sandgate_sandbox::NetKind::Loopback);
+            sandgate_sandbox::timing_mark(if network.is_some() {
+                "network taken from the daemon"
+            } else {
+                "no network ready at the daemon"
+            });
+            network
+        })
     }
 
     fn while_starting(&self) {

@@ -103,6 +103,8 @@ pub struct Launched {
     from_init: Option<OwnedFd>,
     /// The command's exit code as init reported it ("ended CODE").
     reported: Option<u8>,
+    /// Init said "gone": no process of the sandbox is left but init, which exits next.
+    gone: bool,
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
@@ -165,11 +167,17 @@ impl Launched {
     }
 
     /// [`Launched::wait`], calling `on_end` with the command's exit code as soon as init reports
-    /// it, while the sandbox's namespaces are still being torn down (or, if init could not
-    /// report it, once init is reaped). What returns is init's status, after the teardown.
+    /// it (or, if init could not report it, once init is reaped). Returns once no process of the
+    /// sandbox is left but init: when init says so (without a terminal; it has killed and reaped
+    /// every other one, and exits next: its namespaces' teardown is nobody's wait, and init is
+    /// reaped here if already over, else by whoever adopts it when this process exits), or once
+    /// init is reaped.
     pub fn wait_with(mut self, on_end: impl FnOnce(u8)) -> Result<u8, SandboxError> {
         let mut on_end = Some(on_end);
         let code = self.supervise(&mut on_end);
+        if self.gone {
+            let _ = sys::waitpid(self.pid, false);
+        }
         if let (Some(f), Ok(code)) = (on_end.take(), &code) {
             f(*code);
         }
@@ -197,6 +205,21 @@ impl Launched {
             tty.sync_winsize();
         }
         loop {
+            // Init's messages first: its last ones stay readable after its exit, and "gone" ends
+            // the wait without a look at how init ended.
+            while self.from_init.as_ref().is_some_and(|s| sys::readable(s.as_raw_fd())) {
+                self.on_init_message();
+                if let Some(code) = self.reported
+                    && let Some(f) = on_end.take()
+                {
+                    f(code);
+                }
+                if self.gone
+                    && let Some(code) = self.reported
+                {
+                    return Ok(code);
+                }
+            }
             if let Some((_, how)) =
                 sys::waitpid(self.pid, false).map_err(SandboxError::io("waitpid"))?
             {
@@ -220,18 +243,12 @@ impl Launched {
             if let Some(tty) = &mut self.tty {
                 tty.on_ready(&[fds[1], fds[2]]);
             }
-            if fds[3].revents != 0 {
-                self.on_init_message();
-                if let Some(code) = self.reported
-                    && let Some(f) = on_end.take()
-                {
-                    f(code);
-                }
-            }
+            // (init's messages: at the top of the loop.)
         }
     }
 
-    /// A message from init: "ended CODE" (the command ended; init exits next), or "stopped":
+    /// A message from init: "ended CODE" (the command ended), "gone" (and every other process of
+    /// the sandbox is gone too: init exits next), or "stopped":
     /// Ctrl-Z stopped the command itself (no shell inside takes the terminal back), and the
     /// launcher stops too, as `sudo` does, giving the caller's shell its terminal; the SIGCONT of
     /// `fg` resumes both.
@@ -245,7 +262,13 @@ impl Launched {
             None => b"",
         };
         if let Some(code) = message.strip_prefix(b"ended ") {
+            crate::timing::mark("init reported the command's end");
             self.reported = std::str::from_utf8(code).ok().and_then(|c| c.parse().ok());
+            return;
+        }
+        if message == b"gone" {
+            crate::timing::mark("init reported every other process gone");
+            self.gone = self.reported.is_some();
             return;
         }
         if message != b"stopped" {
@@ -363,16 +386,14 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWUSER;
-    // A network made ahead, of the spec's kind, for its id and NFLOG group: joined instead of
-    // made.
-    let fits = |p: &PreparedNetwork| {
-        p.id == spec.id
-            && match spec.net {
-                NetSetup::Proxy { nflog_group } => {
-                    p.kind() == NetKind::Proxy && p.group == nflog_group
-                }
-                NetSetup::None => p.kind() == NetKind::Loopback,
-            }
+    // A network made ahead, of the spec's kind, for its id and NFLOG group (a proxy network's
+    // firewall logs under the id): joined instead of made. A loopback network holds nothing of
+    // an id (no firewall, no NFLOG): any serves.
+    let fits = |p: &PreparedNetwork| match spec.net {
+        NetSetup::Proxy { nflog_group } => {
+            p.id == spec.id && p.kind() == NetKind::Proxy && p.group == nflog_group
+        }
+        NetSetup::None => p.kind() == NetKind::Loopback,
     };
     let prepared = hooks.prepared_network().filter(fits);
     let mut child_sock = Some(child_sock);
@@ -543,6 +564,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 cleanup,
                 tty,
                 from_init: Some(parent_sock),
+                gone: false,
                 reported: None,
                 signals,
                 reaped: false,
@@ -1047,6 +1069,12 @@ mod init {
                                 let code = how.code();
                                 let said = format!("ended {code}");
                                 let _ = sys::send_with_fds(&to_launcher, said.as_bytes(), &[]);
+                                // Without a terminal, the sandbox's end is said once nothing of
+                                // it is left but this process: the launcher returns then, and
+                                // the namespaces' teardown at this exit is nobody's wait.
+                                if !terminal && end_all_but_self(to_launcher.as_raw_fd()) {
+                                    let _ = sys::send_with_fds(&to_launcher, b"gone", &[]);
+                                }
                                 sys::exit_now(i32::from(code))
                             }
                             sys::Waited::Stopped(_) if pid == cmd && terminal => {
@@ -1065,6 +1093,31 @@ mod init {
             }
         }
     }
+}
+
+/// Init, the command reaped: kills every other process of the sandbox (what the kernel does at
+/// init's exit), reaps them all, and closes every descriptor but `keep` (stdio and the stderr
+/// relay's pipe among them: the launcher's relay sees its end). True when no process but this
+/// one is left; false when one still is after 100 ms (stuck in the kernel, or not killable):
+/// then the kernel's own end at this process's exit is waited for, as without this.
+fn end_all_but_self(keep: std::os::fd::RawFd) -> bool {
+    // Every process of this pid namespace but init (nested ones included); ESRCH: none.
+    let _ = sys::kill(-1, libc::SIGKILL);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    loop {
+        match sys::waitpid(-1, false) {
+            Ok(Some(_)) => {}
+            // Killed, not reaped yet (an orphan is this process's to reap).
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            Ok(None) => return false,
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => break,
+            Err(_) => return false,
+        }
+    }
+    sys::close_all_except(&[keep]);
+    true
 }
 
 /// What this kernel offers the launcher, for `sandgate explain`.

@@ -424,7 +424,46 @@ fn launch_timings_name_every_step_when_asked(who: &Who) {
     assert!(!text(&quiet.stderr).contains("sandgate: launch"), "off by default");
 }
 
+/// The launcher returns once init has killed and reaped every other process of the sandbox
+/// (it says so, and the launcher does not wait for the namespaces' teardown): a background
+/// process, and one that keeps forking while init kills, are gone when the launcher returns, in
+/// every tier; the exit status is the command's. (They hold none of the launcher's output: the
+/// caller would wait for them through it anyway.)
+fn nothing_of_the_sandbox_outlives_its_launcher(who: &Who) {
+    let s = Scratch::new(who);
+    // Durations no other process on the machine sleeps for: the markers.
+    let pid = std::process::id() % 1000 + if who.rootless { 1000 } else { 0 };
+    let (quiet, forking) = (format!("41{pid}.25"), format!("42{pid}.25"));
+    let script = format!(
+        "exec >/dev/null 2>&1; sleep {quiet} & (while :; do sleep {forking} & done) & \
+         sleep 0.05; exit 5"
+    );
+    for tier in ["run", "net", "build"] {
+        let out = s
+            .command(tier, &[], &["sh", "-c", &script])
+            .env("SANDGATE_DEBUG", "launch")
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{tier}: {stderr}");
+        let leftover: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            // The sleeps themselves (a launcher's command line names them too).
+            .filter(|c| c.starts_with("sleep ") && (c.contains(&quiet) || c.contains(&forking)))
+            .collect();
+        assert!(leftover.is_empty(), "{tier}: outlived the launch: {leftover:?}");
+        assert!(
+            stderr.contains("init reported every other process gone"),
+            "{tier}: the launcher waited for init's own end:\n{stderr}"
+        );
+    }
+}
+
 both!(
+    nothing_of_the_sandbox_outlives_its_launcher,
     launch_timings_name_every_step_when_asked,
     filesystem_presets_open_package_caches_but_not_credentials,
     a_failure_without_network_says_the_tier_has_none,

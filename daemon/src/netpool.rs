@@ -216,6 +216,7 @@ impl NetPool {
     /// the launch it serves for the machine's cores; at once only when none is left (parallel
     /// launches), and after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, whose end
     /// the daemon does not hear of) costs little to make: at once.
+    #[cfg(target_os = "linux")]
     pub fn taken(self: &Arc<Self>, kind: NetKind) {
         let left = self.ready.lock().unwrap_or_else(|e| e.into_inner())[queue(kind)].len();
         if left == 0 || kind == NetKind::Loopback {

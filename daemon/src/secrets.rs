@@ -217,6 +217,7 @@ fn readable_by_caller(path: &Path) -> bool {
 }
 
 /// The names of the secret-looking variables of `env` that `filter` removes, in order, each once.
+#[cfg(any(target_os = "linux", test))]
 pub fn removed_names(
     env: &[(OsString, OsString)],
     filter: &sandgate_config::EnvFilter,

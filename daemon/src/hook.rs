@@ -37,7 +37,7 @@ fn real_fs() -> anyhow::Result<RealFs> {
     // The links point at the small launcher next to this binary (or at this binary).
     let exe = std::env::current_exe().context("path of the sandgate binary")?;
     let launcher = exe.with_file_name(crate::LAUNCHER_NAME);
-    Ok(RealFs::new(std::env::var_os("PATH"), &[&exe, &launcher]))
+    Ok(RealFs::new(std::env::var_os("PATH"), &exe).with_launcher(&launcher))
 }
 
 /// `sandgate hook claude`: one decision for the hook JSON on standard input (printed when there

@@ -580,7 +580,8 @@ fn ask_for_network(_tier: &str, _args: &LaunchOptions) -> Option<std::convert::I
     None
 }
 
-/// Whether the daemon asked answered in this launcher's protocol (`None`: none was asked), and
+/// Whether the daemon asked answered in this launcher's protocol (`None`: none was asked, or no
+/// answer came in time), and
 /// the network it gave, when it is of the kind the policy gives the tier.
 #[cfg(target_os = "linux")]
 fn prepared_network(
@@ -597,7 +598,8 @@ fn prepared_network(
     } else {
         "no network ready at the daemon"
     });
-    (Some(speaks), taken)
+    // No answer in time: whether a daemon of this protocol runs is asked again (`hello`).
+    (speaks, taken)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -894,6 +896,7 @@ fn serve(
             pid: std::process::id(),
             allow: args.allow.clone(),
             deny: args.deny.clone(),
+            net_proxy: args.net == Some(sandgate_config::NetMode::Proxy),
         };
         // Keep copies: if the daemon cannot take them, this process serves them.
         let copies = (listener.try_clone()?, nflog.as_ref().map(|n| n.try_clone()).transpose()?);

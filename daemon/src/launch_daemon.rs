@@ -145,26 +145,32 @@ impl NetworkAsked {
         Some(NetworkAsked { stream, deadline })
     }
 
-    /// Whether the daemon answered in this launcher's protocol, and the network (see
-    /// `netpool`): `None` when none was ready, the answer did not come by the deadline, or
-    /// anything is amiss (the sandbox then makes its own). Descriptors that came with an answer
-    /// not taken are closed.
-    pub fn receive(self) -> (bool, Option<sandgate_sandbox::PreparedNetwork>) {
-        let mut speaks = false;
+    /// Whether the daemon answered in this launcher's protocol (`None`: no answer came by the
+    /// deadline, or none could be read), and the network (see `netpool`): `None` when none was
+    /// ready, no answer came, or anything is amiss (the sandbox then makes its own). Descriptors
+    /// that came with an answer not taken are closed.
+    pub fn receive(self) -> (Option<bool>, Option<sandgate_sandbox::PreparedNetwork>) {
+        let mut speaks = None;
         let network = self.read(&mut speaks);
         (speaks, network)
     }
 
-    fn read(self, speaks: &mut bool) -> Option<sandgate_sandbox::PreparedNetwork> {
+    fn read(self, speaks: &mut Option<bool>) -> Option<sandgate_sandbox::PreparedNetwork> {
         let (mut got, mut fds) = (Vec::new(), Vec::new());
         let mut buf = [0u8; 1024];
+        let mut tried = false;
         let end = loop {
             if let Some(end) = got.iter().position(|&b| b == b'\n') {
                 break end;
             }
             // A busy daemon answers in well under a millisecond; a stuck one must not hold up
-            // the launch (least of all `run`'s, which needs no daemon).
-            let left = self.deadline.checked_duration_since(std::time::Instant::now())?;
+            // the launch (least of all `run`'s, which needs no daemon). An answer already there
+            // is read even past the deadline (the launcher may have been slow, not the daemon).
+            let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() && tried {
+                return None;
+            }
+            tried = true;
             self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).ok()?;
             let (n, more) = sandgate_sandbox::fdpass::recv_with_fds(&self.stream, &mut buf).ok()?;
             if n == 0 {
@@ -174,8 +180,10 @@ impl NetworkAsked {
             fds.extend(more);
         };
         let reply: crate::protocol::Reply = serde_json::from_slice(&got[..end]).ok()?;
+        *speaks = Some(reply.result.as_ref().is_some_and(|r| {
+            r["protocol"].as_u64() == Some(u64::from(crate::protocol::PROTOCOL_VERSION))
+        }));
         let result = reply.result?;
-        *speaks = result["protocol"].as_u64() == Some(u64::from(crate::protocol::PROTOCOL_VERSION));
         let network = result.get("network").cloned().filter(|n| !n.is_null())?;
         let id = sandgate_sandbox::SandboxId::try_from(network["sandbox"].as_str()?).ok()?;
         let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;

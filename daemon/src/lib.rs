@@ -79,6 +79,6 @@ mod sigpipe;
 pub mod standalone;
 pub mod traffic_log;
 
-pub use paths::{LAUNCHER_NAME, Paths, sandgate_exe};
+pub use paths::{LAUNCHER_NAME, Paths, running_the_small_launcher, sandgate_exe};
 pub use setup::UsageError;
 pub use sigpipe::restore_default_sigpipe;

@@ -110,12 +110,22 @@ fn check_private_dir(dir: &Path) -> anyhow::Result<()> {
 /// to it when it is installed): the tiers' code without the daemon's and the proxy's.
 pub const LAUNCHER_NAME: &str = "sandgate-launch";
 
-/// The `sandgate` binary: this one, or the one next to it when this is the small launcher
-/// ([`LAUNCHER_NAME`]), which has no daemon, proxy or other subcommand of its own.
+static SMALL_LAUNCHER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Said by the small launcher's `main` ([`LAUNCHER_NAME`]): this process has no daemon, proxy or
+/// other subcommand of its own, and [`sandgate_exe`] is the binary next to it. (Told, not
+/// guessed from the file's name: a renamed copy, or a platform whose executable path is the link
+/// it was started through, would otherwise run itself for ever.)
+pub fn running_the_small_launcher() {
+    SMALL_LAUNCHER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The `sandgate` binary: this one, or, in the small launcher, the one next to its real file.
 pub fn sandgate_exe() -> std::io::Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    if exe.file_name().is_some_and(|n| n == LAUNCHER_NAME) {
-        return Ok(exe.with_file_name("sandgate"));
+    if SMALL_LAUNCHER.load(std::sync::atomic::Ordering::Relaxed) {
+        let real = exe.canonicalize().unwrap_or(exe);
+        return Ok(real.with_file_name("sandgate"));
     }
     Ok(exe)
 }

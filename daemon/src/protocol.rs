@@ -214,6 +214,10 @@ pub struct SandboxInfo {
     /// `--deny` flags of the launch.
     #[serde(default)]
     pub deny: Vec<String>,
+    /// `--net proxy` of the launch (`sandgate run --net proxy`): the tier's network is then the
+    /// proxy whatever its configuration says. Absent without the flag.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub net_proxy: bool,
 }
 
 /// What an `answer` applies to.

@@ -636,6 +636,7 @@ impl Conn {
                 let flags = Overrides {
                     allow: info.allow.clone(),
                     deny: info.deny.clone(),
+                    net: info.net_proxy.then_some(sandgate_config::NetMode::Proxy),
                     ..Overrides::default()
                 };
                 let policy = config.policy(&info.tier, &flags).map_err(|e| bad(e.to_string()))?;

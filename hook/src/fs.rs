@@ -35,21 +35,28 @@ pub trait Filesystem {
 #[derive(Clone, Debug)]
 pub struct RealFs {
     path_var: Option<OsString>,
-    /// (device, inode) of each binary a wrapper may resolve to.
-    sandgate: Vec<(u64, u64)>,
+    /// (device, inode) of the sandgate binary a wrapper may resolve to.
+    sandgate: Option<(u64, u64)>,
+    /// The small launcher next to it, by its real path (the launcher hands what it does not do
+    /// to the `sandgate` next to its real file: a hard link of it elsewhere would not be next to
+    /// this one).
+    launcher: Option<PathBuf>,
     untrusted: Vec<PathBuf>,
 }
 
 impl RealFs {
     /// `path_var` is the `PATH` the agent's shell has (the hook's own, inherited from the agent);
-    /// `sandgate` are the binaries a wrapper may resolve to (the running executable, and the
-    /// small launcher next to it that the `sandbox-*` links point at); missing ones are skipped.
-    pub fn new(path_var: Option<OsString>, sandgate: &[&Path]) -> RealFs {
-        let sandgate = sandgate
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())))
-            .collect();
-        RealFs { path_var, sandgate, untrusted: Vec::new() }
+    /// `sandgate` is the binary a wrapper must resolve to (the running executable).
+    pub fn new(path_var: Option<OsString>, sandgate: &Path) -> RealFs {
+        let sandgate = std::fs::metadata(sandgate).ok().map(|m| (m.dev(), m.ino()));
+        RealFs { path_var, sandgate, launcher: None, untrusted: Vec::new() }
+    }
+
+    /// A wrapper may also resolve to the small launcher at `launcher` (the `sandbox-*` links
+    /// point at it), that very file: next to the sandgate binary it hands its work to.
+    pub fn with_launcher(mut self, launcher: &Path) -> RealFs {
+        self.launcher = std::fs::canonicalize(launcher).ok();
+        self
     }
 
     /// Directories a sandboxed command (or anyone) may write in some tier: the working
@@ -146,7 +153,46 @@ impl Filesystem for RealFs {
     }
 
     fn is_sandgate(&self, path: &Path) -> bool {
-        std::fs::metadata(path).is_ok_and(|m| self.sandgate.contains(&(m.dev(), m.ino())))
-            && self.trusted_place(path)
+        let is_sandgate = self
+            .sandgate
+            .is_some_and(|want| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == want));
+        let is_launcher = self
+            .launcher
+            .as_ref()
+            .is_some_and(|l| std::fs::canonicalize(path).is_ok_and(|real| real == *l));
+        (is_sandgate || is_launcher) && self.trusted_place(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wrapper resolving to the sandgate binary (same inode, even as a hard link) or to the
+    /// small launcher itself is trusted; a hard link or copy of the launcher elsewhere is not
+    /// (it would hand over to another `sandgate`), nor anything else.
+    #[test]
+    fn wrappers_resolve_to_sandgate_or_the_launcher_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let (sandgate, launcher) = (dir.join("sandgate"), dir.join("sandgate-launch"));
+        std::fs::write(&sandgate, "sandgate").unwrap();
+        std::fs::write(&launcher, "launcher").unwrap();
+        let other = dir.join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::os::unix::fs::symlink(&launcher, other.join("sandbox-run")).unwrap();
+        std::os::unix::fs::symlink(&sandgate, other.join("sandbox-net")).unwrap();
+        std::fs::hard_link(&launcher, other.join("launch-copy")).unwrap();
+        std::fs::hard_link(&sandgate, other.join("sandgate-copy")).unwrap();
+        std::fs::write(other.join("impostor"), "launcher").unwrap();
+        let fs = RealFs::new(None, &sandgate).with_launcher(&launcher);
+        assert!(fs.is_sandgate(&other.join("sandbox-run")));
+        assert!(fs.is_sandgate(&other.join("sandbox-net")));
+        assert!(fs.is_sandgate(&other.join("sandgate-copy")));
+        assert!(!fs.is_sandgate(&other.join("launch-copy")));
+        assert!(!fs.is_sandgate(&other.join("impostor")));
+        // Without the launcher named, its links are not trusted.
+        let plain = RealFs::new(None, &sandgate);
+        assert!(!plain.is_sandgate(&other.join("sandbox-run")));
     }
 }

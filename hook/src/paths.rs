@@ -466,7 +466,7 @@ mod tests {
             read_only: vec![],
             top_protected: vec!["*.code-workspace".into()],
         };
-        let fs = RealFs::new(None, &[Path::new("/nonexistent")]);
+        let fs = RealFs::new(None, Path::new("/nonexistent"));
         let check = |p: &str, a| check_path(&walls, &fs, &proj, p, a).map_err(|r| r.kind);
         assert!(check("src/a.rs", Access::Write).is_ok());
         assert!(check("src/x/y/z.rs", Access::Write).is_ok());

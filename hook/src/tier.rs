@@ -261,7 +261,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let places = Places::of(Some(dir.path().join("home")), None, None, None, Vec::new());
         let walls = walls_for(dir.path(), "build", None, &places, |_| Vec::new()).unwrap();
-        let fs = RealFs::new(None, &[Path::new("/bin/sh")]);
+        let fs = RealFs::new(None, Path::new("/bin/sh"));
         let inside = PathCheck::new(&walls, &fs, dir.path(), "new.txt", Access::Write);
         assert!(inside.text().starts_with("allow writing "), "{}", inside.text());
         let v = serde_json::to_value(&inside).unwrap();

@@ -74,7 +74,8 @@ pub trait NamespaceHooks {
     fn while_starting(&self) {}
 
     /// A network made ahead for this sandbox (see `netpool`), taken once, just before the clone.
-    /// Joined instead of making one when its id is the spec's; `None`: the sandbox makes its own.
+    /// Joined instead of making one when it is of the spec's kind (and, a proxy network, made for
+    /// the spec's id); `None`: the sandbox makes its own.
     fn prepared_network(&self) -> Option<PreparedNetwork> {
         None
     }
@@ -103,8 +104,6 @@ pub struct Launched {
     from_init: Option<OwnedFd>,
     /// The command's exit code as init reported it ("ended CODE").
     reported: Option<u8>,
-    /// Init said "gone": no process of the sandbox is left but init, which exits next.
-    gone: bool,
     /// Signals blocked by `launch` and handled by `wait`.
     signals: Vec<libc::c_int>,
     reaped: bool,
@@ -167,17 +166,11 @@ impl Launched {
     }
 
     /// [`Launched::wait`], calling `on_end` with the command's exit code as soon as init reports
-    /// it (or, if init could not report it, once init is reaped). Returns once no process of the
-    /// sandbox is left but init: when init says so (without a terminal; it has killed and reaped
-    /// every other one, and exits next: its namespaces' teardown is nobody's wait, and init is
-    /// reaped here if already over, else by whoever adopts it when this process exits), or once
-    /// init is reaped.
+    /// it, while the sandbox's namespaces are still being torn down (or, if init could not
+    /// report it, once init is reaped). What returns is init's status, after the teardown.
     pub fn wait_with(mut self, on_end: impl FnOnce(u8)) -> Result<u8, SandboxError> {
         let mut on_end = Some(on_end);
         let code = self.supervise(&mut on_end);
-        if self.gone {
-            let _ = sys::waitpid(self.pid, false);
-        }
         if let (Some(f), Ok(code)) = (on_end.take(), &code) {
             f(*code);
         }
@@ -205,21 +198,6 @@ impl Launched {
             tty.sync_winsize();
         }
         loop {
-            // Init's messages first: its last ones stay readable after its exit, and "gone" ends
-            // the wait without a look at how init ended.
-            while self.from_init.as_ref().is_some_and(|s| sys::readable(s.as_raw_fd())) {
-                self.on_init_message();
-                if let Some(code) = self.reported
-                    && let Some(f) = on_end.take()
-                {
-                    f(code);
-                }
-                if self.gone
-                    && let Some(code) = self.reported
-                {
-                    return Ok(code);
-                }
-            }
             if let Some((_, how)) =
                 sys::waitpid(self.pid, false).map_err(SandboxError::io("waitpid"))?
             {
@@ -243,12 +221,18 @@ impl Launched {
             if let Some(tty) = &mut self.tty {
                 tty.on_ready(&[fds[1], fds[2]]);
             }
-            // (init's messages: at the top of the loop.)
+            if fds[3].revents != 0 {
+                self.on_init_message();
+                if let Some(code) = self.reported
+                    && let Some(f) = on_end.take()
+                {
+                    f(code);
+                }
+            }
         }
     }
 
-    /// A message from init: "ended CODE" (the command ended), "gone" (and every other process of
-    /// the sandbox is gone too: init exits next), or "stopped":
+    /// A message from init: "ended CODE" (the command ended; init exits next), or "stopped":
     /// Ctrl-Z stopped the command itself (no shell inside takes the terminal back), and the
     /// launcher stops too, as `sudo` does, giving the caller's shell its terminal; the SIGCONT of
     /// `fg` resumes both.
@@ -264,11 +248,6 @@ impl Launched {
         if let Some(code) = message.strip_prefix(b"ended ") {
             crate::timing::mark("init reported the command's end");
             self.reported = std::str::from_utf8(code).ok().and_then(|c| c.parse().ok());
-            return;
-        }
-        if message == b"gone" {
-            crate::timing::mark("init reported every other process gone");
-            self.gone = self.reported.is_some();
             return;
         }
         if message != b"stopped" {
@@ -564,7 +543,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 cleanup,
                 tty,
                 from_init: Some(parent_sock),
-                gone: false,
                 reported: None,
                 signals,
                 reaped: false,
@@ -1069,12 +1047,6 @@ mod init {
                                 let code = how.code();
                                 let said = format!("ended {code}");
                                 let _ = sys::send_with_fds(&to_launcher, said.as_bytes(), &[]);
-                                // Without a terminal, the sandbox's end is said once nothing of
-                                // it is left but this process: the launcher returns then, and
-                                // the namespaces' teardown at this exit is nobody's wait.
-                                if !terminal && end_all_but_self(to_launcher.as_raw_fd()) {
-                                    let _ = sys::send_with_fds(&to_launcher, b"gone", &[]);
-                                }
                                 sys::exit_now(i32::from(code))
                             }
                             sys::Waited::Stopped(_) if pid == cmd && terminal => {
@@ -1093,31 +1065,6 @@ mod init {
             }
         }
     }
-}
-
-/// Init, the command reaped: kills every other process of the sandbox (what the kernel does at
-/// init's exit), reaps them all, and closes every descriptor but `keep` (stdio and the stderr
-/// relay's pipe among them: the launcher's relay sees its end). True when no process but this
-/// one is left; false when one still is after 100 ms (stuck in the kernel, or not killable):
-/// then the kernel's own end at this process's exit is waited for, as without this.
-fn end_all_but_self(keep: std::os::fd::RawFd) -> bool {
-    // Every process of this pid namespace but init (nested ones included); ESRCH: none.
-    let _ = sys::kill(-1, libc::SIGKILL);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-    loop {
-        match sys::waitpid(-1, false) {
-            Ok(Some(_)) => {}
-            // Killed, not reaped yet (an orphan is this process's to reap).
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_micros(100));
-            }
-            Ok(None) => return false,
-            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => break,
-            Err(_) => return false,
-        }
-    }
-    sys::close_all_except(&[keep]);
-    true
 }
 
 /// What this kernel offers the launcher, for `sandgate explain`.

@@ -693,12 +693,6 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Whether `fd` has something to read (or its end) now: `poll` with no wait.
-pub fn readable(fd: RawFd) -> bool {
-    let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
-    poll(&mut p, 0).is_ok_and(|n| n > 0)
-}
-
 /// `poll(2)`; an interruption counts as "nothing ready". A slot with fd -1 is ignored.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // raw: nix's PollFd cannot hold the -1 of an unused slot.

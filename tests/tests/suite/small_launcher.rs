@@ -104,12 +104,27 @@ fn its_own_launches_keep_every_wall(who: &Who) {
         dir.join("sandbox-run").display()
     );
     let (_, stdout, stderr) = outcome(&s, &dir.join("sandbox-net"), &["sh", "-c", &script]);
-    let expected = format!(
+    let expected_ssh = format!(
         "ssh -o ProxyCommand='{} connect %h %p'\nsandgate {}\nnested\n",
         main.display(),
         env!("CARGO_PKG_VERSION")
     );
-    assert_eq!(stdout, expected, "{stderr}");
+    assert_eq!(stdout, expected_ssh, "{stderr}");
+    // `run --net proxy`: the daemon serves the proxy the flag asks for (the flag travels with
+    // the registration), through the launcher and through `sandgate run` alike.
+    let port = sandgate_tests::origin("run through the daemon");
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let url = format!("http://127.0.0.1:{port}/");
+    let curl = ["curl", "-sS", "--max-time", "20", "--noproxy", "", url.as_str()];
+    let flags = ["--net", "proxy", allow.as_str()];
+    let by_link: Vec<&str> = flags.iter().chain(&curl).copied().collect();
+    let by_sandgate: Vec<&str> =
+        ["run"].iter().chain(&flags).chain(&["--"]).chain(&curl).copied().collect();
+    for (program, args) in [(dir.join("sandbox-run"), by_link), (sandgate_bin(), by_sandgate)] {
+        let (code, stdout, stderr) = outcome(&s, &program, &args);
+        assert_eq!((code, stdout.as_str()), (Some(0), "run through the daemon"), "{stderr}");
+        assert!(!stderr.contains("in this process"), "the daemon did not take it: {stderr}");
+    }
 }
 
 /// Without a daemon (`SANDGATE_NO_DAEMON=1`) the launch goes to `sandgate`, which serves the
@@ -150,6 +165,15 @@ fn it_hands_over_what_it_cannot_serve(who: &Who) {
     let (code, stdout, stderr) =
         outcome(&s, &alone.join("bin/sandbox-run"), &["sh", "-c", "echo \"$SANDGATE_TIER\""]);
     assert_eq!((code, stdout.as_str()), (Some(0), "run\n"), "{stderr}");
+    // A `sandgate` next to it that is the launcher itself (a copy under that name) is refused,
+    // not run for ever.
+    let itself = s.root.join("itself");
+    std::fs::create_dir_all(&itself).unwrap();
+    std::fs::copy(launcher_bin(), itself.join("sandgate")).unwrap();
+    std::os::unix::fs::symlink(itself.join("sandgate"), itself.join("sandbox-run")).unwrap();
+    let (code, _, stderr) = outcome(&s, &itself.join("sandbox-run"), &["--help"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is this launcher, not the sandgate binary"), "{stderr}");
 }
 
 /// A daemon of another protocol (what runs after an upgrade until it is stopped) answers

@@ -319,6 +319,18 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         warden: plan.warden.take(),
         cleaner: None,
     };
+    // A network made ahead, of the spec's kind, for its id and NFLOG group (a proxy network's
+    // firewall logs under the id): joined instead of made. A loopback network holds nothing of
+    // an id (no firewall, no NFLOG): any serves.
+    let fits = |p: &PreparedNetwork| match spec.net {
+        NetSetup::Proxy { nflog_group } => {
+            p.id == spec.id && p.kind() == NetKind::Proxy && p.group == nflog_group
+        }
+        NetSetup::None => p.kind() == NetKind::Loopback,
+    };
+    // Taken before the signals are blocked: its answer may still be on its way (a Ctrl-C
+    // meanwhile ends the launcher, not the command).
+    let prepared = hooks.prepared_network().filter(fits);
     let detected = terminal::detect();
     plan.tty = detected.tty;
     plan.null_stdin = detected.null_stdin;
@@ -365,16 +377,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWUSER;
-    // A network made ahead, of the spec's kind, for its id and NFLOG group (a proxy network's
-    // firewall logs under the id): joined instead of made. A loopback network holds nothing of
-    // an id (no firewall, no NFLOG): any serves.
-    let fits = |p: &PreparedNetwork| match spec.net {
-        NetSetup::Proxy { nflog_group } => {
-            p.id == spec.id && p.kind() == NetKind::Proxy && p.group == nflog_group
-        }
-        NetSetup::None => p.kind() == NetKind::Loopback,
-    };
-    let prepared = hooks.prepared_network().filter(fits);
     let mut child_sock = Some(child_sock);
     let mut joined = None;
     let cloned = match prepared {

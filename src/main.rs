@@ -1,8 +1,9 @@
 //! The `sandgate` command line: argument parsing and output over the workspace crates (the
 //! daemon and the launcher are `sandgate-daemon`).
 //!
-//! The binary is also installed as `sandbox-run`, `sandbox-net` and `sandbox-build` (links made by
-//! `sandgate install`); the name it was started under picks the tier, busybox-style.
+//! `sandbox-run`, `sandbox-net` and `sandbox-build` (links made by `sandgate install`) run the
+//! small launcher next to this binary (`sandgate-launch`, `src/launcher.rs`), or this binary when
+//! there is none; the name either was started under picks the tier, busybox-style.
 
 #![forbid(unsafe_code)]
 
@@ -43,8 +44,9 @@ enum Command {
     Net(launch::LaunchArgs),
     /// Run a command with the current directory writable and network through the proxy (tier `build`).
     Build(launch::LaunchArgs),
-    /// Create the `sandbox-run`, `sandbox-net` and `sandbox-build` links (and, with --claude,
-    /// register the Claude Code hook and skill).
+    /// Create the `sandbox-run`, `sandbox-net` and `sandbox-build` links to the small launcher
+    /// next to this binary, `sandgate-launch` (and, with --claude, register the Claude Code hook
+    /// and skill).
     Install(launch::InstallArgs),
     /// Remove the links (and, with --claude, the Claude Code hook and skill).
     Uninstall(agent_cmd::UninstallArgs),

@@ -313,26 +313,14 @@ fn spec_and_removed(
     // (meant for the daemon this launcher may start).
     // Secret-looking variables go too, unless `[env] pass` keeps them.
     let secrets = sandgate_config::EnvFilter::new(&policy.env_pass);
-    let mut removed: Vec<String> = Vec::new();
-    let caller: Vec<(OsString, OsString)> = ctx
-        .env
-        .iter()
-        .filter(|(k, _)| {
-            if secrets.removes(k) {
-                let name = k.to_string_lossy();
-                if !removed.iter().any(|r| *r == name) {
-                    removed.push(name.into_owned());
-                }
-                return false;
-            }
-            k != "SANDGATE_SANDBOX"
-                && k != "SANDGATE_TIER"
-                && k != "GIT_OPTIONAL_LOCKS"
-                && k != sandgate_approvals::telegram::TOKEN_ENV
-                && !source_vars.iter().any(|v| k == v.as_str())
-        })
-        .cloned()
-        .collect();
+    let (mut caller, removed) = crate::secrets::scrub_env(&ctx.env, &secrets);
+    caller.retain(|(k, _)| {
+        k != "SANDGATE_SANDBOX"
+            && k != "SANDGATE_TIER"
+            && k != "GIT_OPTIONAL_LOCKS"
+            && k != sandgate_approvals::telegram::TOKEN_ENV
+            && !source_vars.iter().any(|v| k == v.as_str())
+    });
     let proxy_port = match net {
         NetSetup::None => None,
         NetSetup::Proxy { .. } => Some(ctx.proxy_port),
@@ -588,9 +576,17 @@ fn prepared_network(
     policy: &Policy,
     asked: Option<crate::launch_daemon::NetworkAsked>,
 ) -> (Option<bool>, PreparedNet) {
-    use sandgate_sandbox::NetKind;
-    let Some(asked) = asked else { return (None, None) };
-    let kind = NetKind::from(policy.net.mode);
+    // No answer in time: whether a daemon of this protocol runs is asked again (`hello`).
+    asked.map_or((None, None), |a| receive_network(a, policy.net.mode.into()))
+}
+
+/// The daemon's answer to `asked`: whether it speaks this launcher's protocol, and the network
+/// it gave when it is of `kind`.
+#[cfg(target_os = "linux")]
+fn receive_network(
+    asked: crate::launch_daemon::NetworkAsked,
+    kind: sandgate_sandbox::NetKind,
+) -> (Option<bool>, PreparedNet) {
     let (speaks, network) = asked.receive();
     let taken = network.filter(|n| n.kind() == kind);
     sandgate_sandbox::timing_mark(if taken.is_some() {
@@ -598,7 +594,6 @@ fn prepared_network(
     } else {
         "no network ready at the daemon"
     });
-    // No answer in time: whether a daemon of this protocol runs is asked again (`hello`).
     (speaks, taken)
 }
 
@@ -1170,14 +1165,7 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
         let taken = self.prepared.borrow_mut().take();
         taken.or_else(|| {
             let asked = self.asked.borrow_mut().take()?;
-            let network =
-                asked.receive().1.filter(|n| n.kind() == sandgate_sandbox::NetKind::Loopback);
-            sandgate_sandbox::timing_mark(if network.is_some() {
-                "network taken from the daemon"
-            } else {
-                "no network ready at the daemon"
-            });
-            network
+            receive_network(asked, sandgate_sandbox::NetKind::Loopback).1
         })
     }
 

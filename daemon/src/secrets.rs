@@ -216,32 +216,25 @@ fn readable_by_caller(path: &Path) -> bool {
         || (path.is_dir() && access(path, AccessFlags::X_OK).is_ok())
 }
 
-/// The names of the secret-looking variables of `env` that `filter` removes, in order, each once.
-#[cfg(any(target_os = "linux", test))]
-pub fn removed_names(
-    env: &[(OsString, OsString)],
-    filter: &sandgate_config::EnvFilter,
-) -> Vec<String> {
-    let mut removed: Vec<String> = Vec::new();
-    for (k, _) in env.iter().filter(|(k, _)| filter.removes(k)) {
-        let name = k.to_string_lossy().into_owned();
-        if !removed.contains(&name) {
-            removed.push(name);
-        }
-    }
-    removed
-}
-
 /// Splits `env` into what the command gets and the names of the secret-looking variables
-/// removed (in order, each once). (A nested launch's environment; the others filter in
-/// `spec_from_policy`.)
-#[cfg(any(target_os = "linux", test))]
+/// removed (in order, each once), in one pass: every launch matches each variable against the
+/// secret patterns once.
 pub fn scrub_env(
     env: &[(OsString, OsString)],
     filter: &sandgate_config::EnvFilter,
 ) -> (Vec<(OsString, OsString)>, Vec<String>) {
-    let kept = env.iter().filter(|(k, _)| !filter.removes(k)).cloned().collect();
-    (kept, removed_names(env, filter))
+    let (mut kept, mut removed) = (Vec::with_capacity(env.len()), Vec::<String>::new());
+    for (k, v) in env {
+        if !filter.removes(k) {
+            kept.push((k.clone(), v.clone()));
+            continue;
+        }
+        let name = k.to_string_lossy();
+        if !removed.iter().any(|r| *r == name) {
+            removed.push(name.into_owned());
+        }
+    }
+    (kept, removed)
 }
 
 /// sandgate's configuration directory as the sandbox sees it: the global file and the working

@@ -33,6 +33,9 @@ pub struct Live {
     pub stop: Arc<tokio::sync::watch::Sender<bool>>,
     /// Answers, once the NFLOG reader stopped, with what it drained at the end.
     pub nflog_done: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Vec<serde_json::Value>>>>>,
+    /// Answers once the launcher's forwarder, stopped, has passed on every event published
+    /// before the stop (see `server::forward_until`).
+    pub forwarded: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<()>>>>,
 }
 
 /// The sandboxes being served, by id.

@@ -692,6 +692,7 @@ impl Conn {
         let stop = Arc::new(stop_tx);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
         let flush = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (forwarded_tx, forwarded_rx) = tokio::sync::oneshot::channel::<()>();
         let live = Live {
             info: info.clone(),
             project: project.clone(),
@@ -699,6 +700,7 @@ impl Conn {
             stop: stop.clone(),
             flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
+            forwarded: Arc::new(std::sync::Mutex::new(Some(forwarded_rx))),
         };
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
         d.netpool.claim(&info.id);
@@ -737,7 +739,13 @@ impl Conn {
             None => drop(done_tx),
         }
         // Questions about this sandbox go to its launcher (for its terminal).
-        tokio::spawn(forward_until(questions, self.tx.clone(), info.id.clone(), stop_rx));
+        tokio::spawn(forward_until(
+            questions,
+            self.tx.clone(),
+            info.id.clone(),
+            stop_rx,
+            forwarded_tx,
+        ));
         s.publish(
             EventKind::Sandbox,
             Some(&info.id),
@@ -941,6 +949,13 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
+    // The launcher's answer comes after every event of its sandbox published so far (a refusal
+    // recorded as its 403 went out must reach the command's stderr before the launcher stops
+    // listening); the forwarder drains its queue and says so in microseconds.
+    let forwarded = live.forwarded.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(rx) = forwarded {
+        let _ = tokio::time::timeout(Duration::from_millis(200), rx).await;
+    }
     if !flush {
         // Nobody waits for the blocked-traffic tail: the NFLOG reader drains it on its own
         // (store, alerts, bus) after this answer. Waiting for that reader to wake up and
@@ -967,54 +982,87 @@ async fn forward(
     launcher: bool,
 ) {
     loop {
-        match rx.recv().await {
-            Ok(ev) => {
-                if let Some(s) = &sandbox
-                    && ev.sandbox().is_some_and(|e| e != s)
-                {
-                    continue;
-                }
-                let wanted = match &ev {
-                    Event::Asked { .. }
-                    | Event::Answered { .. }
-                    | Event::TimedOut { .. }
-                    | Event::Withdrawn { .. }
-                    | Event::OverBudget { .. }
-                    | Event::DaemonStopping => true,
-                    // A launcher also hears its sandbox's refused requests, to say so on the
-                    // command's stderr (HTTPS clients never show the 403 body).
-                    Event::Request { decision, .. } => launcher && decision != "allow",
-                    _ => false,
-                };
-                if !all_kinds && !wanted {
-                    continue;
-                }
-                if tx.send(line(&ev)).await.is_err() {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                let note = json!({ "event": "lagged", "missed": n });
-                if tx.send(line(&note)).await.is_err() {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
+        let got = rx.recv().await;
+        if !pass_on(got, &tx, sandbox.as_deref(), all_kinds, launcher).await {
+            return;
         }
     }
 }
 
-/// [`forward`] for a launcher: its sandbox's questions and answers, until the sandbox ends.
+/// Sends one received event (or a lag notice) to the subscriber if it is one it wants; false
+/// when the subscriber or the bus is gone.
+async fn pass_on(
+    got: Result<Event, broadcast::error::RecvError>,
+    tx: &mpsc::Sender<String>,
+    sandbox: Option<&str>,
+    all_kinds: bool,
+    launcher: bool,
+) -> bool {
+    match got {
+        Ok(ev) => {
+            if let Some(s) = sandbox
+                && ev.sandbox().is_some_and(|e| e != s)
+            {
+                return true;
+            }
+            let wanted = match &ev {
+                Event::Asked { .. }
+                | Event::Answered { .. }
+                | Event::TimedOut { .. }
+                | Event::Withdrawn { .. }
+                | Event::OverBudget { .. }
+                | Event::DaemonStopping => true,
+                // A launcher also hears its sandbox's refused requests, to say so on the
+                // command's stderr (HTTPS clients never show the 403 body).
+                Event::Request { decision, .. } => launcher && decision != "allow",
+                _ => false,
+            };
+            !(all_kinds || wanted) || tx.send(line(&ev)).await.is_ok()
+        }
+        Err(broadcast::error::RecvError::Lagged(n)) => {
+            let note = json!({ "event": "lagged", "missed": n });
+            tx.send(line(&note)).await.is_ok()
+        }
+        Err(broadcast::error::RecvError::Closed) => false,
+    }
+}
+
+/// [`forward`] for a launcher: its sandbox's questions and answers and refused requests, until
+/// the sandbox ends; then what the bus already holds for it, and `forwarded` says it is done
+/// (the launcher's `unregister` answer waits for that: it must come after them).
 async fn forward_until(
-    rx: broadcast::Receiver<Event>,
+    mut rx: broadcast::Receiver<Event>,
     tx: mpsc::Sender<String>,
     sandbox: String,
     mut stop: watch::Receiver<bool>,
+    forwarded: tokio::sync::oneshot::Sender<()>,
 ) {
-    tokio::select! {
-        _ = forward(rx, tx, Some(sandbox), false, true) => {}
-        _ = async { let _ = stop.wait_for(|s| *s).await; } => {}
+    let pass = |got| pass_on(got, &tx, Some(&sandbox), false, true);
+    loop {
+        tokio::select! {
+            got = rx.recv() => {
+                if !pass(got).await {
+                    break;
+                }
+            }
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+                loop {
+                    let got = match rx.try_recv() {
+                        Ok(ev) => Ok(ev),
+                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                            Err(broadcast::error::RecvError::Lagged(n))
+                        }
+                        Err(_) => break, // empty (or closed)
+                    };
+                    if !pass(got).await {
+                        break;
+                    }
+                }
+                break;
+            }
+        }
     }
+    let _ = forwarded.send(());
 }
 
 /// Per sandbox served (or with counts): questions asked and refused past the budget, alerts
@@ -1062,6 +1110,54 @@ pub fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod forwarding {
+    use super::*;
+
+    fn refused(sandbox: &str, port: u16) -> Event {
+        Event::Request {
+            sandbox: sandbox.into(),
+            method: "GET".into(),
+            host: "127.0.0.1".into(),
+            port,
+            path: None,
+            decision: "deny".into(),
+            rule: "--deny".into(),
+            bytes_up: 0,
+            bytes_down: 0,
+            ms: 0.0,
+            error: None,
+        }
+    }
+
+    /// A launcher's sandbox ends while events of it wait in the forwarder's queue (the refusal
+    /// the proxy published as its 403 went out): they still reach the launcher, before the
+    /// forwarder says it is done, and another sandbox's do not. Both the queue and the stop are
+    /// ready when the forwarder first looks, so each round it may see either first; the control
+    /// (stopping without draining, as the forwarder did before) lost them in about half.
+    #[tokio::test]
+    async fn a_stopped_launchers_forwarder_passes_on_what_was_published_before() {
+        for _ in 0..32 {
+            let (bus, rx) = broadcast::channel(16);
+            let (tx, mut out) = mpsc::channel(16);
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            bus.send(refused("sg-a", 1)).unwrap();
+            bus.send(refused("sg-other", 2)).unwrap();
+            bus.send(refused("sg-a", 3)).unwrap();
+            stop_tx.send(true).unwrap();
+            tokio::spawn(forward_until(rx, tx, "sg-a".into(), stop_rx, done_tx));
+            done_rx.await.unwrap();
+            let mut ports = Vec::new();
+            while let Ok(l) = out.try_recv() {
+                let v: Value = serde_json::from_str(&l).unwrap();
+                ports.push(v["port"].as_u64().unwrap());
+            }
+            assert_eq!(ports, [1, 3]);
+        }
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -204,6 +204,7 @@ impl LaunchEnv {
 /// Resolves the policy of `tier` from the configuration layers and the command-line flags.
 pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy> {
     let config = crate::setup::load_config()?;
+    sandgate_sandbox::timing_mark("configuration files loaded");
     let flags = Overrides {
         allow_write: args.allow_write.clone(),
         allow: args.allow.clone(),
@@ -500,8 +501,11 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
         return run_nested_seatbelt(tier, &args);
     }
     // A network made ahead, asked for now and read once the policy is known (see `netpool`).
+    sandgate_sandbox::timing_mark("arguments parsed");
     let asked = ask_for_network(tier, &args);
+    sandgate_sandbox::timing_mark("network asked of the daemon");
     let ctx = LaunchEnv::from_process()?;
+    sandgate_sandbox::timing_mark("launch environment read");
     let policy = resolve_policy(tier, &args)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside

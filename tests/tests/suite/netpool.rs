@@ -1,7 +1,8 @@
 //! Networks the daemon makes ahead (the daemon's `netpool`): a `net` launch joins one instead of
 //! making its own, every wall holds there as in a network of the sandbox's own making, the
-//! network belongs to a user namespace the sandbox has no capability in, and each serves one
-//! sandbox. With the pool off, a launch makes its own (the control of the ownership check).
+//! network belongs to a user namespace the sandbox has no capability in, a proxy network serves
+//! one sandbox, and a loopback one serves the next `run` only when nothing happened in it. With
+//! the pool off, a launch makes its own (the control of the ownership check).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1178,9 +1178,6 @@ impl sandgate_sandbox::NamespaceHooks for Hooks {
             *self.greeting.borrow_mut() = crate::launch_daemon::Greeting::send_if_running().map(Ok);
         }
     }
-    fn network_joined(&self, lender: std::os::fd::OwnedFd, init: std::os::fd::OwnedFd) {
-        crate::launch_daemon::network_joined(lender, init);
-    }
 }
 
 /// Creates the busybox-style links in `dir` (default `~/.local/bin`), pointing at the small

@@ -189,29 +189,8 @@ impl NetworkAsked {
         let kind = sandgate_sandbox::NetKind::from_name(network["kind"].as_str()?)?;
         let group = u16::try_from(network["group"].as_u64()?).ok()?;
         let user = network["user"].as_bool()?;
-        let with = sandgate_sandbox::Optional { user, ..Default::default() };
-        let mut network =
-            sandgate_sandbox::PreparedNetwork::from_fds(id, group, kind, with, fds).ok()?;
-        if kind == sandgate_sandbox::NetKind::Loopback {
-            // The daemon may take a loopback network back after the sandbox (see `netpool`):
-            // init's pidfd goes back on this connection ([`network_joined`]).
-            network.lender = Some(self.stream.into());
-        }
-        Some(network)
+        sandgate_sandbox::PreparedNetwork::from_fds(id, group, kind, false, user, fds).ok()
     }
-}
-
-/// Hands the daemon that lent a loopback network (`lender`, the connection it came on) the pidfd
-/// of the sandbox's init, which joined it: the daemon takes the network back once init has
-/// exited, if nothing happened in it (see `netpool`). Nothing is read back; without this (an
-/// error, a launcher killed before) the network is simply not taken back.
-#[cfg(target_os = "linux")]
-pub fn network_joined(lender: std::os::fd::OwnedFd, init: std::os::fd::OwnedFd) {
-    let request = Request::NetworkJoined;
-    let Ok(mut line) = serde_json::to_string(&Envelope { id: Some(2), request }) else { return };
-    line.push('\n');
-    use std::os::fd::AsRawFd as _;
-    let _ = sandgate_sandbox::fdpass::send_with_fds(&lender, line.as_bytes(), &[init.as_raw_fd()]);
 }
 
 impl DaemonLink {

@@ -43,10 +43,9 @@
 //! - `nix` for the kernel calls (sysconf, peer credentials, locks); descriptors passed over the
 //!   socket and the peer's pidfd through `sandgate_sandbox::fdpass` (one implementation for the
 //!   launcher and the daemon). The only `unsafe` left is in `sigpipe` (nix's `signal` is
-//!   `unsafe` even for `SIG_DFL`) and in `netpool::exited` (tokio registers a descriptor only
-//!   through an `unsafe` call); the binary has none.
+//!   `unsafe` even for `SIG_DFL`); the binary has none.
 
-#![deny(unsafe_code)] // allowed in `sigpipe` and `netpool::exited` only, which say why
+#![deny(unsafe_code)] // allowed in `sigpipe` only, which says why
 
 pub mod adapters;
 mod agent_env;

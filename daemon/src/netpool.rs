@@ -9,12 +9,6 @@
 //! the sandbox's exit's. A launch that finds none ready (or the pool off:
 //! `SANDGATE_NETWORK_POOL=0`, or a factory that cannot work here) makes its own network, as
 //! before.
-//!
-//! A loopback network comes back: its launcher hands the daemon the pidfd of the sandbox's init
-//! (`network_joined`), and once init has exited the network goes back to the pool if nothing
-//! happened in it (`sandgate_sandbox::Untouched`: no socket left, no packet, no other device),
-//! up to [`MAX_USES`] sandboxes; otherwise it is let go and the pool makes another. A `run`
-//! launch then costs no namespace's making or teardown.
 
 // Elsewhere the pool is only ever off (its status says so).
 #![cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -45,16 +39,8 @@ const UNCLAIMED: Duration = Duration::from_secs(60);
 /// direct connections logged and refused, not unroutable).
 const LINGER: Duration = Duration::from_millis(200);
 
-/// A loopback network serves at most this many sandboxes: a bound on whatever a sandbox might
-/// leave behind that the check cannot see (none is known).
-const MAX_USES: u32 = 1000;
-
-/// A loopback network whose check failed right after init's exit is looked at once more after
-/// this long: a closed TCP socket lingers a moment while its connection shuts down.
-const RECHECK_AFTER: Duration = Duration::from_millis(50);
-
-/// When a network was taken and others are left, the pool is refilled after this long even if
-/// none came back and no sandbox ended.
+/// When a proxy network was taken and others are left, the pool is refilled after this long
+/// even if no sandbox ended.
 const REFILL_AT_LATEST: Duration = Duration::from_secs(1);
 
 /// How long after a sandbox's end the pool is refilled (its teardown and its launcher's exit
@@ -95,8 +81,6 @@ pub struct NetPool {
     dead: AtomicBool,
     made: AtomicU64,
     handed: AtomicU64,
-    /// Loopback networks taken back after their sandbox.
-    taken_back: AtomicU64,
     /// Why the pool is off, or why its last attempt failed.
     error: Mutex<Option<String>>,
 }
@@ -228,14 +212,14 @@ impl NetPool {
     }
 
     /// A network of `kind` was asked for (handed out or not): refill. Proxy networks are refilled
-    /// once a sandbox ends ([`NetPool::refill_soon`]), loopback ones usually come back
-    /// ([`NetPool::watch`]), so that no making competes with the launch it serves for the
-    /// machine's cores; at once only when none is left (parallel launches), and after
-    /// [`REFILL_AT_LATEST`] anyway.
+    /// once a sandbox ends ([`NetPool::refill_soon`]), so that the making does not compete with
+    /// the launch it serves for the machine's cores; at once only when none is left (parallel
+    /// launches), and after [`REFILL_AT_LATEST`] anyway. A loopback network (`run`, whose end
+    /// the daemon does not hear of) costs little to make: at once.
     #[cfg(target_os = "linux")]
     pub fn taken(self: &Arc<Self>, kind: NetKind) {
         let left = self.ready.lock().unwrap_or_else(|e| e.into_inner())[queue(kind)].len();
-        if left == 0 {
+        if left == 0 || kind == NetKind::Loopback {
             self.refill();
         } else {
             let pool = self.clone();
@@ -244,41 +228,6 @@ impl NetPool {
                 pool.refill();
             });
         }
-    }
-
-    /// Watches the init (`init`, a pidfd) of a sandbox that joined the loopback `network`: once
-    /// it has exited (and with it every process of the sandbox), the network goes back on top
-    /// of the ready ones if it is untouched and not yet used [`MAX_USES`] times (and fewer than
-    /// twice [`READY`] are there); otherwise it is let go (a kernel worker tears it down).
-    #[cfg(target_os = "linux")]
-    pub fn watch(self: &Arc<Self>, mut network: PreparedNetwork, init: OwnedFd) {
-        let pool = self.clone();
-        tokio::spawn(async move {
-            if exited(init).await.is_err() {
-                return;
-            }
-            let Some(untouched) = network.untouched.as_ref() else { return };
-            let mut verdict = untouched.check();
-            if verdict.is_err() {
-                tokio::time::sleep(RECHECK_AFTER).await;
-                verdict = untouched.check();
-            }
-            network.uses += 1;
-            match verdict {
-                Err(why) => tracing::debug!(%why, "a loopback network is not taken back"),
-                Ok(()) if network.uses >= MAX_USES => {}
-                Ok(()) => {
-                    // Kept even when a refill has filled the pool meanwhile (up to twice as
-                    // many): it is the next one handed out, and none is made for it.
-                    let mut ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
-                    let queue = &mut ready[queue(NetKind::Loopback)];
-                    if queue.len() < 2 * READY {
-                        queue.push(network);
-                        pool.taken_back.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        });
     }
 
     /// Refills a moment after a sandbox ended: after its launcher's own end, in the usual case.
@@ -335,24 +284,7 @@ impl NetPool {
             "ready": { KINDS[0].name(): ready[0], KINDS[1].name(): ready[1] },
             "made": self.made.load(Ordering::Relaxed),
             "handed_out": self.handed.load(Ordering::Relaxed),
-            "taken_back": self.taken_back.load(Ordering::Relaxed),
             "error": *self.error.lock().unwrap_or_else(|e| e.into_inner()),
         })
     }
-}
-
-/// Waits until the process of `pidfd` has exited (a pidfd is readable from then on).
-///
-/// The one `unsafe` here: tokio registers a descriptor with its reactor only through an `unsafe`
-/// call now (its safe constructor was deprecated: nothing stopped a caller from closing the
-/// descriptor while it was registered).
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-async fn exited(pidfd: OwnedFd) -> std::io::Result<()> {
-    use tokio::io::{Interest, unix::AsyncFd};
-    // SAFETY: the `AsyncFd` owns the descriptor and nothing else closes or replaces it while
-    // it is registered; it is closed when the `AsyncFd` is dropped, after deregistration.
-    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
-        .map_err(std::io::Error::from)?;
-    pidfd.readable().await.map(drop)
 }

@@ -89,11 +89,6 @@ pub enum Request {
         #[serde(default)]
         kind: NetworkKind,
     },
-    /// On the connection that took a `loopback` network, once the sandbox's init joined it: with
-    /// init's pidfd (SCM_RIGHTS). The daemon takes the network back for the next `run` once init
-    /// has exited, if nothing happened in it (no socket left, no packet, no device but `lo`).
-    /// Its answer is `{"watching": BOOL}`, which a launcher does not wait for.
-    NetworkJoined,
     /// Allow or deny: a question by id, or a host pattern (answers every open question it covers
     /// and records a grant even when nothing is pending, except `once`).
     Answer {

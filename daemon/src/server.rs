@@ -294,8 +294,6 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
         owned: Vec::new(),
         fds: VecDeque::new(),
         subscription: None,
-        #[cfg(target_os = "linux")]
-        lent: None,
     };
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending: Vec<u8> = Vec::new();
@@ -372,10 +370,6 @@ struct Conn {
     /// The task forwarding events to a subscriber; it holds a sender to this connection's writer,
     /// so it is aborted when the connection ends (or subscribes again).
     subscription: Option<tokio::task::AbortHandle>,
-    /// A loopback network handed out on this connection, until its launcher says which init
-    /// joined it (`network_joined`); dropped with the connection otherwise.
-    #[cfg(target_os = "linux")]
-    lent: Option<sandgate_sandbox::PreparedNetwork>,
 }
 
 impl Conn {
@@ -519,19 +513,6 @@ impl Conn {
             Request::TakeNetwork { .. } => {
                 Err(RequestError::new("internal", "take_network handled above"))
             }
-            Request::NetworkJoined => {
-                // Init's pidfd came with the line; anything else that did is dropped.
-                let init = self.fds.pop_back();
-                self.fds.clear();
-                #[cfg(target_os = "linux")]
-                if let (Some(network), Some(init)) = (self.lent.take(), init) {
-                    d.netpool.watch(network, init);
-                    return Ok(json!({ "watching": true }));
-                }
-                #[cfg(not(target_os = "linux"))]
-                drop(init);
-                Ok(json!({ "watching": false }))
-            }
             Request::Subscribe { .. } => {
                 Err(RequestError::new("internal", "subscribe handled above"))
             }
@@ -586,11 +567,7 @@ impl Conn {
                         tracing::debug!(error = %e, "a prepared network could not be handed out");
                     }
                 }
-                if kind == sandgate_sandbox::NetKind::Loopback {
-                    self.lent = Some(n);
-                } else {
-                    drop(n);
-                }
+                drop(n);
                 // The refill starts once the answer is out: the launcher does not wait for a
                 // thread to start.
                 pool.taken(kind);

@@ -70,8 +70,8 @@ pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 #[cfg(target_os = "linux")]
 pub use linux::{
     Assessment, KernelSupport, Launched, NamespaceHooks, Nested, NetlinkBatch, NetworkFactory,
-    OpenNflog, Optional, OuterSandbox, PreparedNetwork, ProxySockets, QUIET_ICMPV6, Untouched,
-    assess, checks_unix_socket_paths, configure_veth, create_veth, inside_sandbox, kernel_support,
+    OpenNflog, OuterSandbox, PreparedNetwork, ProxySockets, QUIET_ICMPV6, assess,
+    checks_unix_socket_paths, configure_veth, create_veth, inside_sandbox, kernel_support,
     landlock_gaps, launch, namespace_firewall, prepare_nested, resolved_unix_sockets,
 };
 #[cfg(target_os = "macos")]

@@ -59,7 +59,7 @@ pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
 };
-pub use netpool::{NetworkFactory, OpenNflog, Optional, PreparedNetwork, ProxySockets, Untouched};
+pub use netpool::{NetworkFactory, OpenNflog, PreparedNetwork, ProxySockets};
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the monitor),
 /// called in the sandbox's init before the command starts.
@@ -79,12 +79,6 @@ pub trait NamespaceHooks {
     fn prepared_network(&self) -> Option<PreparedNetwork> {
         None
     }
-
-    /// Called in the launcher, after [`NamespaceHooks::while_starting`], when the sandbox's init
-    /// (`init`, a pidfd) joined a network made ahead that came with a
-    /// [`PreparedNetwork::lender`]: the daemon that lent it may take it back once init has
-    /// exited (see `netpool`).
-    fn network_joined(&self, _lender: OwnedFd, _init: OwnedFd) {}
 }
 
 /// Signals the launcher handles itself in terminal mode: suspension of the launcher (the caller's
@@ -395,7 +389,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 // here ever drops them, as `init::run` never returns (and a panic stops at the
                 // helper's `extern "C"` entry, before the launcher's frames).
                 let mut theirs = network.raw_fds();
-                theirs.extend(network.lender.as_ref().map(AsRawFd::as_raw_fd));
                 theirs.push(parent_sock.as_raw_fd());
                 for fd in theirs {
                     let _ = nix::unistd::close(fd);
@@ -457,7 +450,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     // Only the sockets are the launcher's to hand over; the namespaces are the sandbox's now.
-    let lender = joined.as_mut().and_then(|n| n.lender.take());
     let joined = joined.and_then(|n| n.proxy).map(|p| (p.listener, p.dns, p.nflog));
     drop(child_sock);
     // The write end is the sandbox's alone now (the warden below must not hold it either, or the
@@ -492,11 +484,6 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
         None => None,
     };
     hooks.while_starting();
-    if let Some(lender) = lender
-        && let Ok(pidfd) = sys::pidfd_open(pid)
-    {
-        hooks.network_joined(lender, pidfd);
-    }
     // "ok" and what the kernel enforced, or a setup error: a few hundred bytes (64 KiB here
     // were 16 pages to fault in at every launch).
     let mut buf = vec![0u8; 8 * 1024];

@@ -7,18 +7,7 @@
 //! while nobody waits, by a [`NetworkFactory`] (a process forked from the daemon while it was
 //! single-threaded, since only such a process may enter a user namespace), and hands it to the
 //! next launcher, whose sandbox then joins it instead of making its own (see
-//! `clone_into_network`). A proxy namespace serves one sandbox. A loopback namespace may serve
-//! the next `run` sandbox too, but only when nothing happened in it: the daemon takes it back
-//! once the sandbox's init has exited (every process of the sandbox is gone then: init's exit
-//! kills and waits for the rest of its PID namespace) and [`Untouched::check`] finds no socket of
-//! any family left in it, no TCP connection waiting out `TIME_WAIT`, no packet ever sent or
-//! received and no device but `lo`, read through descriptors of its `/proc/net` files opened
-//! inside it when it was made. A sandbox that used its loopback, or could have left anything in
-//! the namespace, leaves it behind (it is destroyed, as before); one that did not leaves nothing
-//! a fresh namespace would not have (its processes never hold a capability over it, so they
-//! cannot change its devices, addresses, routes, firewall or sysctls either). Making and
-//! destroying a namespace cost ~1.4 ms of CPU per launch on the test machine, in the factory and
-//! in a kernel worker.
+//! `clone_into_network`). Each namespace serves one sandbox and is never reused.
 //!
 //! Ownership: the namespace belongs to the factory's user namespace (rootless: one the factory
 //! made, mapping only the caller's uid; root: the host's), not to the sandbox's. The sandbox's
@@ -54,14 +43,6 @@ pub struct PreparedNetwork {
     pub tun: Option<OwnedFd>,
     /// The proxy's sockets ([`NetKind::Proxy`]; `None`: [`NetKind::Loopback`]).
     pub proxy: Option<ProxySockets>,
-    /// The daemon's side of a loopback network: what tells whether it is still untouched (never
-    /// sent to a launcher).
-    pub untouched: Option<Untouched>,
-    /// The launcher's side of a loopback network: its connection to the daemon that lent it, on
-    /// which the launcher hands back init's pidfd (closed in init, like the rest).
-    pub lender: Option<OwnedFd>,
-    /// How many sandboxes have joined it before (the daemon's count).
-    pub uses: u32,
 }
 
 impl PreparedNetwork {
@@ -70,8 +51,7 @@ impl PreparedNetwork {
         if self.proxy.is_some() { NetKind::Proxy } else { NetKind::Loopback }
     }
 
-    /// Its descriptors in the order they travel to a launcher ([`FD_ORDER`] without
-    /// `proc-net`), for `SCM_RIGHTS`.
+    /// Its descriptors in the order they travel ([`FD_ORDER`]), for `SCM_RIGHTS`.
     pub fn raw_fds(&self) -> Vec<RawFd> {
         let mut raw = vec![self.net.as_raw_fd()];
         if let Some(p) = &self.proxy {
@@ -83,22 +63,18 @@ impl PreparedNetwork {
         raw
     }
 
-    /// The network of `kind` whose descriptors came in [`FD_ORDER`] order (`with`: which of
-    /// the optional ones are among them); an error unless they are exactly these.
+    /// The network of `kind` whose descriptors came in [`FD_ORDER`] order (`with_tun`,
+    /// `with_user`: whether those are among them); an error unless they are exactly these.
     pub fn from_fds(
         id: SandboxId,
         group: u16,
         kind: NetKind,
-        with: Optional,
+        with_tun: bool,
+        with_user: bool,
         fds: Vec<OwnedFd>,
     ) -> io::Result<PreparedNetwork> {
-        let Optional { proc_net: with_proc_net, tun: with_tun, user: with_user } = with;
         let sockets = if kind == NetKind::Proxy { 4 } else { 0 };
-        let expected = 1
-            + sockets
-            + 2 * usize::from(with_proc_net)
-            + usize::from(with_tun)
-            + usize::from(with_user);
+        let expected = 1 + sockets + usize::from(with_tun) + usize::from(with_user);
         if fds.len() != expected {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -119,104 +95,9 @@ impl PreparedNetwork {
                 }),
                 NetKind::Loopback => None,
             },
-            untouched: if with_proc_net {
-                Some(Untouched { sockstat: next()?, dev: next()? })
-            } else {
-                None
-            },
             tun: if with_tun { Some(next()?) } else { None },
             user: if with_user { Some(next()?) } else { None },
-            lender: None,
-            uses: 0,
         })
-    }
-}
-
-/// Which optional descriptors of [`FD_ORDER`] came.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Optional {
-    /// `proc-net` (the factory's answer for a loopback network; never a launcher's).
-    pub proc_net: bool,
-    /// `tun`, the route device.
-    pub tun: bool,
-    /// `user`, the owning user namespace.
-    pub user: bool,
-}
-
-/// A loopback network's `/proc/net/sockstat` and `/proc/net/dev`, opened inside it when it was
-/// made: a `/proc/net` file keeps showing the namespace it was opened in, read by whoever holds
-/// it, so the daemon reads them without entering the namespace.
-#[derive(Debug)]
-pub struct Untouched {
-    sockstat: OwnedFd,
-    dev: OwnedFd,
-}
-
-impl Untouched {
-    /// Opens the current network namespace's files.
-    fn open_here() -> io::Result<Untouched> {
-        let open = |name: &str| -> io::Result<OwnedFd> {
-            Ok(std::fs::File::open(format!("/proc/thread-self/net/{name}"))?.into())
-        };
-        Ok(Untouched { sockstat: open("sockstat")?, dev: open("dev")? })
-    }
-
-    /// Whether the namespace is as a fresh one: `Err` says what was found. Deny by default:
-    /// every counter of `sockstat` must be 0 but the two that are the whole kernel's, not the
-    /// namespace's (`alloc`, `mem`), and `dev` must list `lo` alone, with no packet either way.
-    pub fn check(&self) -> Result<(), String> {
-        let read = |fd: &OwnedFd| -> Result<String, String> {
-            let mut buf = vec![0u8; 8192];
-            let n = nix::sys::uio::pread(fd, &mut buf, 0).map_err(|e| e.to_string())?;
-            buf.truncate(n);
-            String::from_utf8(buf).map_err(|_| "not text".to_owned())
-        };
-        sockstat_is_empty(&read(&self.sockstat)?)?;
-        dev_is_untouched(&read(&self.dev)?)
-    }
-}
-
-/// `sockstat`'s lines (`PROTO: name value name value ...`) with no counter above 0 but `alloc`
-/// and `mem`, which count the whole kernel's sockets and memory.
-fn sockstat_is_empty(text: &str) -> Result<(), String> {
-    let mut seen = false;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (proto, counters) =
-            line.split_once(':').ok_or_else(|| format!("sockstat line {line:?}"))?;
-        let words: Vec<&str> = counters.split_ascii_whitespace().collect();
-        if words.is_empty() || !words.len().is_multiple_of(2) {
-            return Err(format!("sockstat line {line:?}"));
-        }
-        for pair in words.chunks(2) {
-            let value: u64 = pair[1].parse().map_err(|_| format!("sockstat line {line:?}"))?;
-            if value != 0 && !matches!(pair[0], "alloc" | "mem") {
-                return Err(format!("{proto} {} {value}", pair[0]));
-            }
-        }
-        seen = true;
-    }
-    if seen { Ok(()) } else { Err("sockstat is empty".to_owned()) }
-}
-
-/// `/proc/net/dev` (two header lines, then `NAME: rx_bytes rx_packets ... tx_bytes tx_packets
-/// ...`) listing `lo` alone, with every counter 0.
-fn dev_is_untouched(text: &str) -> Result<(), String> {
-    let mut devices = text.lines().skip(2).filter(|l| !l.trim().is_empty());
-    let lo = devices.next().ok_or_else(|| "no device".to_owned())?;
-    if let Some(other) = devices.next() {
-        return Err(format!("a device besides lo: {:?}", other.trim()));
-    }
-    let (name, counters) = lo.split_once(':').ok_or_else(|| format!("dev line {lo:?}"))?;
-    if name.trim() != "lo" {
-        return Err(format!("device {:?}", name.trim()));
-    }
-    let counters: Vec<&str> = counters.split_ascii_whitespace().collect();
-    if counters.len() < 16 || counters.iter().any(|c| c.parse::<u64>().is_err()) {
-        return Err(format!("dev line {lo:?}"));
-    }
-    match counters.iter().find(|&&c| c != "0") {
-        None => Ok(()),
-        Some(_) => Err("packets went through lo".to_owned()),
     }
 }
 
@@ -231,9 +112,9 @@ pub struct ProxySockets {
     pub nflog: OwnedFd,
 }
 
-/// The order of the descriptors in the factory's answer (the sockets for `proxy` only; `proc-net`,
-/// `tun` and `user` only when present, as its `ok` line says; a launcher never gets `proc-net`).
-const FD_ORDER: &str = "net [listener dns-udp dns-tcp nflog] [proc-net: sockstat dev] [tun] [user]";
+/// The order of the descriptors in the factory's answer (the sockets for `proxy` only, `tun` and
+/// `user` only when present, as its `ok` line says).
+const FD_ORDER: &str = "net [listener dns-udp dns-tcp nflog] [tun] [user]";
 
 /// Opens the NFLOG socket of a group inside the current network namespace.
 pub type OpenNflog = fn(u16) -> io::Result<OwnedFd>;
@@ -310,12 +191,8 @@ impl NetworkFactory {
         if words.first() != Some(&"ok") {
             return Err(io::Error::other(format!("the network factory answered {answer:?}")));
         }
-        let with = Optional {
-            proc_net: words.contains(&"proc-net"),
-            tun: words.contains(&"tun"),
-            user: words.contains(&"user"),
-        };
-        PreparedNetwork::from_fds(id.clone(), group, kind, with, fds)
+        let (with_tun, with_user) = (words.contains(&"tun"), words.contains(&"user"));
+        PreparedNetwork::from_fds(id.clone(), group, kind, with_tun, with_user, fds)
             .map_err(|e| io::Error::other(format!("the network factory answered {answer:?}: {e}")))
     }
 }
@@ -346,21 +223,14 @@ fn factory(sock: OwnedFd, parent: libc::pid_t, uid: u32, gid: u32, open_nflog: O
         };
         let request = String::from_utf8_lossy(&buf[..n]).into_owned();
         let answer = parse(&request).and_then(|(id, group, kind)| match kind {
-            NetKind::Proxy => make(id, group, open_nflog).map(|(made, tun)| (made, false, tun)),
-            NetKind::Loopback => make_loopback().and_then(|net| {
-                let Untouched { sockstat, dev } =
-                    Untouched::open_here().map_err(step("/proc/net"))?;
-                Ok((vec![net, sockstat, dev], true, false))
-            }),
+            NetKind::Proxy => make(id, group, open_nflog),
+            NetKind::Loopback => make_loopback().map(|net| (vec![net], false)),
         });
         let sent = match answer {
-            Ok((made, proc_net, tun)) => {
+            Ok((made, tun)) => {
                 // In FD_ORDER: `make` returns them so, then the user namespace.
                 let mut raw: Vec<i32> = made.iter().map(|f| f.as_raw_fd()).collect();
                 let mut line = String::from("ok");
-                if proc_net {
-                    line.push_str(" proc-net");
-                }
                 if tun {
                     line.push_str(" tun");
                 }
@@ -533,9 +403,6 @@ mod tests {
             net: open(net),
             tun: None,
             proxy: None,
-            untouched: None,
-            lender: None,
-            uses: 0,
         }
     }
 
@@ -547,65 +414,6 @@ mod tests {
         // namespace file of another type than ours for `net` is not ours either.
         assert!(check(&network("/proc/self/ns/uts", None)).is_ok());
         assert!(check(&network("/proc/self/ns/uts", Some("/proc/self/ns/ipc"))).is_ok());
-    }
-
-    /// `/proc/net/sockstat` of a fresh namespace on Linux 6.18 (`alloc` and `mem` are the
-    /// kernel's).
-    const FRESH_SOCKSTAT: &str = "sockets: used 0\nTCP: inuse 0 orphan 0 tw 0 alloc 5 mem 36\n\
-                                  UDP: inuse 0 mem 2\nUDPLITE: inuse 0\nRAW: inuse 0\n\
-                                  FRAG: inuse 0 memory 0\n";
-
-    const DEV_HEAD: &str = "Inter-|   Receive                                                |  Transmit\n \
-        face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n";
-
-    fn dev(lines: &[&str]) -> String {
-        let mut t = DEV_HEAD.to_owned();
-        for l in lines {
-            t.push_str(l);
-            t.push('\n');
-        }
-        t
-    }
-
-    const LO_FRESH: &str = "    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0";
-
-    #[test]
-    fn a_namespace_is_untouched_only_with_every_counter_of_its_own_at_zero() {
-        assert_eq!(sockstat_is_empty(FRESH_SOCKSTAT), Ok(()));
-        // Each counter of the namespace's own, one at a time.
-        for (from, to) in [
-            ("used 0", "used 1"),
-            ("inuse 0 orphan", "inuse 2 orphan"),
-            ("orphan 0", "orphan 1"),
-            ("tw 0", "tw 1"),
-            ("UDP: inuse 0", "UDP: inuse 1"),
-            ("RAW: inuse 0", "RAW: inuse 1"),
-            ("FRAG: inuse 0 memory 0", "FRAG: inuse 0 memory 512"),
-        ] {
-            let text = FRESH_SOCKSTAT.replacen(from, to, 1);
-            assert_ne!(text, FRESH_SOCKSTAT, "{from}");
-            assert!(sockstat_is_empty(&text).is_err(), "{to} passed");
-        }
-        // A counter this code has never seen is the namespace's until shown otherwise.
-        assert!(sockstat_is_empty("sockets: used 0\nMPTCP: inuse 1\n").is_err());
-        assert!(sockstat_is_empty("sockets: used 0\nMPTCP: inuse 0\n").is_ok());
-        // Not the format it should be: not untouched.
-        for bad in
-            ["", "\n", "sockets used 0", "sockets: used", "sockets: used x", "TCP: inuse 0 tw"]
-        {
-            assert!(sockstat_is_empty(bad).is_err(), "{bad:?} passed");
-        }
-
-        assert_eq!(dev_is_untouched(&dev(&[LO_FRESH])), Ok(()));
-        let sent = "    lo:      84       1    0    0    0     0          0         0       84       1    0    0    0     0       0          0";
-        assert!(dev_is_untouched(&dev(&[sent])).is_err());
-        let dropped = LO_FRESH.replacen("    0    0    0", "    0    3    0", 1);
-        assert!(dev_is_untouched(&dev(&[&dropped])).is_err(), "{dropped}");
-        let other = LO_FRESH.replace("lo:", "tun0:");
-        assert!(dev_is_untouched(&dev(&[LO_FRESH, &other])).is_err());
-        assert!(dev_is_untouched(&dev(&[&other])).is_err());
-        assert!(dev_is_untouched(&dev(&[])).is_err());
-        assert!(dev_is_untouched(&dev(&["    lo: 0 0 0"])).is_err());
     }
 
     #[test]

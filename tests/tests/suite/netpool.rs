@@ -1,8 +1,7 @@
 //! Networks the daemon makes ahead (the daemon's `netpool`): a `net` launch joins one instead of
 //! making its own, every wall holds there as in a network of the sandbox's own making, the
-//! network belongs to a user namespace the sandbox has no capability in, a proxy network serves
-//! one sandbox, and a loopback one serves the next `run` only when nothing happened in it. With
-//! the pool off, a launch makes its own (the control of the ownership check).
+//! network belongs to a user namespace the sandbox has no capability in, and each serves one
+//! sandbox. With the pool off, a launch makes its own (the control of the ownership check).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -228,140 +227,6 @@ fn each_prepared_network_serves_one_sandbox(who: &Who) {
     assert_eq!((pool["handed_out"].clone(), pool["made"].clone()), (2.into(), 6.into()), "{pool}");
 }
 
-/// `readlink /proc/self/ns/net` and then `script` in a `run` launch, which must join a
-/// prepared network: (the namespace, the script's output).
-fn run_network(s: &Scratch, script: &str) -> (String, String) {
-    let script = format!("readlink /proc/self/ns/net; {script}");
-    let out = s
-        .command("run", &[], &["sh", "-c", &script])
-        .env("SANDGATE_DEBUG", "launch")
-        .output()
-        .unwrap();
-    let (o, e) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{o}\n{e}");
-    assert!(e.contains(JOINED), "the launch made its own network:\n{e}");
-    let (ns, rest) = o.split_once('\n').unwrap_or((&o, ""));
-    (ns.to_owned(), rest.trim().to_owned())
-}
-
-/// Loopback networks the daemon has taken back so far.
-fn taken_back(d: &Daemon<'_>) -> u64 {
-    d.pool()["taken_back"].as_u64().expect("taken_back in the pool's status")
-}
-
-/// Whether the daemon took back the loopback network of the launch that just ended, once it has
-/// decided: it has taken it back, or the pool is full again and the recheck's time has passed.
-fn settled(d: &Daemon<'_>, before: u64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if taken_back(d) > before {
-            return true;
-        }
-        if full(&d.pool()) {
-            std::thread::sleep(Duration::from_millis(300));
-            return taken_back(d) > before;
-        }
-        assert!(Instant::now() < deadline, "the pool never settled: {}", d.pool());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `run_network`, then whether the daemon took its network back.
-fn run_and_settle(d: &Daemon<'_>, s: &Scratch, script: &str) -> (String, String, bool) {
-    let before = taken_back(d);
-    let (ns, out) = run_network(s, script);
-    (ns, out, settled(d, before))
-}
-
-/// A loopback network nothing happened in serves the next `run`: its namespace comes back once
-/// the sandbox is gone, also when the command left a process behind (init ends them all) or
-/// bound a socket without sending anything; no namespace is made for these launches.
-fn an_untouched_loopback_network_serves_the_next_run(who: &Who) {
-    let s = Scratch::new(who);
-    let d = Daemon::start(&s, true);
-    let mut seen = Vec::new();
-    for script in [
-        "true",
-        "sleep 30 & echo left",
-        "python3 -c 'import socket; socket.socket().bind((\"127.0.0.1\", 0))'",
-        "true",
-    ] {
-        let (ns, _, back) = run_and_settle(&d, &s, script);
-        assert!(back, "not taken back after {script:?}: {}", d.pool());
-        seen.push(ns);
-    }
-    // The pool is a stack: the network taken back is the next one handed out.
-    assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
-    let pool = d.pool();
-    assert_eq!(pool["made"], 4, "a namespace was made for a launch: {pool}");
-}
-
-/// A loopback network anything happened in is not taken back: a packet went through `lo` (a UDP
-/// datagram; a TCP connection, which also leaves `TIME_WAIT`), or a socket in it outlives the
-/// sandbox (held here by a process of the test's, as one handed out of the sandbox would be).
-/// The next `run` gets another namespace, and the socket left is not in it. Control: after
-/// each, a network nothing happened in comes back and serves again.
-fn a_loopback_network_anything_happened_in_is_not_taken_back(who: &Who) {
-    let s = Scratch::new(who);
-    let d = Daemon::start(&s, true);
-    for script in [
-        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\
-         .sendto(b\"x\", (\"127.0.0.1\", 9))'",
-        "python3 -c 'import socket; l = socket.create_server((\"127.0.0.1\", 0)); \
-         c = socket.create_connection(l.getsockname()); l.accept()[0].close(); c.close()'",
-    ] {
-        let (used, _, back) = run_and_settle(&d, &s, script);
-        assert!(!back, "taken back after {script:?}: {}", d.pool());
-        let (next, _, back) = run_and_settle(&d, &s, "true");
-        assert_ne!(used, next, "{script:?}");
-        assert!(back, "control: {}", d.pool());
-        assert_eq!(next, run_and_settle(&d, &s, "true").0, "control");
-    }
-
-    // A socket left behind: the sandbox waits on its stdin while the test puts a listening TCP
-    // socket (no packet yet) into its network namespace.
-    let mut c = s.command("run", &[], &["sh", "-c", "readlink /proc/self/ns/net; read x; exit 0"]);
-    let mut a = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut used = String::new();
-    let mut out = std::io::BufReader::new(a.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut out, &mut used).unwrap();
-    let holder = "import socket, time\n\
-                  s = socket.create_server(('127.0.0.1', 0))\n\
-                  print(s.getsockname()[1], flush=True)\n\
-                  time.sleep(60)";
-    let mut held = Command::new("nsenter")
-        .args(["-t", &init_of(a.id()).to_string(), "-n", "python3", "-c", holder])
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    let mut held_out = std::io::BufReader::new(held.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut held_out, &mut port).unwrap();
-    let port = port.trim().to_owned();
-    let before = taken_back(&d);
-    drop(a.stdin.take());
-    let ended = a.wait().unwrap();
-    let back = settled(&d, before);
-    let probe = format!(
-        "python3 -c 'import socket\n\
-         try: socket.create_connection((\"127.0.0.1\", {port})); print(\"reached\")\n\
-         except OSError as e: print(e.errno)'"
-    );
-    let (next, reached) = run_network(&s, &probe);
-    // The control of the probe: from inside the namespace it was left in, it reaches it (nsenter
-    // ran the holder in its own process).
-    let control = in_netns(held.id(), &probe);
-    let _ = held.kill();
-    let _ = held.wait();
-    assert!(port.parse::<u16>().is_ok(), "the holder said {port:?}");
-    assert!(ended.success());
-    assert!(!back, "taken back with a socket in it: {}", d.pool());
-    assert_ne!(used.trim(), next, "the namespace with the socket left in it served again");
-    assert_eq!(reached, "111", "the socket left was reached, or another error (111: refused)");
-    assert_eq!(control.trim(), "reached", "control");
-}
-
 /// A daemon that takes the connection and never answers holds no `run` launch up: the launcher
 /// stops waiting for a network made ahead and its sandbox makes its own (here: a listener of the
 /// test's own on the daemon's socket path).
@@ -563,6 +428,4 @@ both!(
     a_run_launch_joins_a_prepared_loopback_network,
     the_prepared_network_is_not_the_sandboxs_to_change,
     each_prepared_network_serves_one_sandbox,
-    an_untouched_loopback_network_serves_the_next_run,
-    a_loopback_network_anything_happened_in_is_not_taken_back,
 );

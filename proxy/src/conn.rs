@@ -89,7 +89,7 @@ impl ProxyShared {
                     why: e.to_string(),
                 };
                 let mut ctx = Ctx::new(sandbox, "", start);
-                refuse(&mut client, &mut ctx, &r).await;
+                self.refuse_head(&mut client, &mut ctx, &r).await;
                 return self.logging(ctx);
             }
             Err(_) => {
@@ -126,11 +126,11 @@ impl ProxyShared {
     ) {
         let target = RequestTarget::Authority(&head.target);
         if let Err(r) = self.request_filter(ctx, target, head.proxy_authorization.as_deref()) {
-            return refuse(&mut client, ctx, &r).await;
+            return self.refuse_head(&mut client, ctx, &r).await;
         }
         let upstream = match self.open_tunnel(ctx).await {
             Ok(s) => s,
-            Err(r) => return refuse(&mut client, ctx, &r).await,
+            Err(r) => return self.refuse_head(&mut client, ctx, &r).await,
         };
         if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
             return;
@@ -333,10 +333,14 @@ pub(crate) async fn send_up(
     Ok(())
 }
 
-/// Answers a refusal on a connection the proxy reads itself (the HTTP response, then close).
-async fn refuse<W: AsyncWrite + Unpin>(client: &mut W, ctx: &mut Ctx, r: &Refusal) {
-    ctx.refused(r);
-    let bytes = render_refusal(r, &ctx.policy).to_bytes();
-    let _ = client.write_all(&bytes).await;
-    let _ = client.shutdown().await;
+impl ProxyShared {
+    /// Refuses a request on a connection the proxy reads itself: the event (recorded before the client hears, see
+    /// `record_refusal`), the refusal's response, then the connection's end.
+    async fn refuse_head<W: AsyncWrite + Unpin>(&self, client: &mut W, ctx: &mut Ctx, r: &Refusal) {
+        ctx.refused(r);
+        self.record_refusal(ctx);
+        let bytes = render_refusal(r, &ctx.policy).to_bytes();
+        let _ = client.write_all(&bytes).await;
+        let _ = client.shutdown().await;
+    }
 }

@@ -48,6 +48,8 @@ pub(crate) struct Ctx {
     /// The event `logging` records.
     pub(crate) event: ProxyEvent,
     start: Instant,
+    /// Recorded already ([`ProxyShared::record_refusal`]): `logging` does nothing.
+    recorded: bool,
 }
 
 /// A request target as the client wrote it, by form.
@@ -91,7 +93,7 @@ impl Ctx {
             duration: Duration::ZERO,
             error: None,
         };
-        Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start }
+        Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start, recorded: false }
     }
 
     /// Sets the destination (the event names it from now on).
@@ -269,7 +271,7 @@ impl ProxyShared {
         let opened = match self.sni_filter(ctx, &mut client, &upstream, pending).await {
             Ok(opened) => opened,
             Err(refusal) => {
-                refuse_tls(ctx, &mut client, refusal).await;
+                self.refuse_tls(ctx, &mut client, refusal).await;
                 return;
             }
         };
@@ -348,8 +350,8 @@ impl ProxyShared {
         match sent {
             Ok(()) => {}
             Err(SniEnd::Refuse(refusal)) => {
-                refuse_tls(ctx, &mut client, refusal).await;
                 (ctx.event.bytes_up, ctx.event.bytes_down) = activity.totals();
+                self.refuse_tls(ctx, &mut client, refusal).await;
                 return;
             }
             Err(SniEnd::Io(e)) => {
@@ -382,26 +384,40 @@ impl ProxyShared {
 
     /// Stage `logging`: the request's one event, with its duration.
     pub(crate) fn logging(&self, ctx: Ctx) {
+        if ctx.recorded {
+            return;
+        }
         let mut event = ctx.event;
         event.duration = ctx.start.elapsed();
         self.events.record(event);
     }
-}
 
-/// Ends a tunnel whose TLS opening was refused: the event says why, the client gets a TLS
-/// access_denied alert, then a reset.
-async fn refuse_tls(ctx: &mut Ctx, client: &mut ClientStream, refusal: SniRefusal) {
-    ctx.event.decision = Outcome::Deny;
-    ctx.event.rule = refusal.why.clone();
-    ctx.event.error = Some(refusal.why);
-    // Server bytes may still be unacknowledged (a HelloRetryRequest went down): send the alert
-    // at once, or Nagle holds it and the reset below discards it.
-    if let ClientStream::Tcp(s) = client {
-        let _ = s.set_nodelay(true);
+    /// `logging` for a refusal, before the client is told: whoever follows the events (the
+    /// launcher saying "denied" on the command's stderr) hears of it before the command can
+    /// have seen the refusal and ended. The later `logging` of `ctx` does nothing.
+    pub(crate) fn record_refusal(&self, ctx: &mut Ctx) {
+        let mut event = ctx.event.clone();
+        event.duration = ctx.start.elapsed();
+        self.events.record(event);
+        ctx.recorded = true;
     }
-    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
-    if let ClientStream::Tcp(s) = client {
-        let _ = s.set_zero_linger();
+
+    /// Ends a tunnel whose TLS opening was refused: the event says why (recorded first), the
+    /// client gets a TLS access_denied alert, then a reset.
+    async fn refuse_tls(&self, ctx: &mut Ctx, client: &mut ClientStream, refusal: SniRefusal) {
+        ctx.event.decision = Outcome::Deny;
+        ctx.event.rule = refusal.why.clone();
+        ctx.event.error = Some(refusal.why);
+        self.record_refusal(ctx);
+        // Server bytes may still be unacknowledged (a HelloRetryRequest went down): send the
+        // alert at once, or Nagle holds it and the reset below discards it.
+        if let ClientStream::Tcp(s) = client {
+            let _ = s.set_nodelay(true);
+        }
+        let _ = client.write_all(&TLS_ACCESS_DENIED).await;
+        if let ClientStream::Tcp(s) = client {
+            let _ = s.set_zero_linger();
+        }
     }
 }
 

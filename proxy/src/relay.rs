@@ -599,8 +599,8 @@ impl ProxyShared {
         self.serve_http(sandbox, Rewind::new(prefix, client)).await;
     }
 
-    /// Answers a refusal as hyper's path does (`forward::refusal_response`), records the event;
-    /// returns whether the client connection may go on.
+    /// Records the event of a refusal and answers it as hyper's path does
+    /// (`forward::refusal_response`); returns whether the client connection may go on.
     async fn refuse(
         &self,
         client: &mut ClientStream,
@@ -631,8 +631,9 @@ impl ProxyShared {
         }
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(rendered.body.as_bytes());
-        let written = client.write_all(&out).await.is_ok();
+        // Recorded before the client can read it (see `record_refusal`).
         self.logging(ctx);
+        let written = client.write_all(&out).await.is_ok();
         if !alive {
             let _ = client.shutdown().await;
         }

@@ -437,7 +437,7 @@ impl ProxyShared {
         let upstream = match self.open_tunnel(&mut ctx).await {
             Ok(s) => s,
             Err(r) => {
-                refuse_socks(&mut client, &r, &mut ctx).await;
+                self.refuse_socks(&mut client, &r, &mut ctx).await;
                 return self.logging(ctx);
             }
         };
@@ -452,20 +452,25 @@ impl ProxyShared {
 }
 
 /// Answers a pipeline refusal with its SOCKS reply code, then closes.
-async fn refuse_socks(client: &mut ClientStream, r: &Refusal, ctx: &mut Ctx) {
-    ctx.refused(r);
-    let code = refusal_reply(r);
-    // SOCKS has no body to explain a refusal in: the event carries the readable reason.
-    if ctx.event.error.is_none() {
-        ctx.event.error = Some(format!(
-            "SOCKS5 reply {:#04x}: {} ({})",
-            code as u8,
-            r.rule_text(),
-            r.target().unwrap_or("?")
-        ));
+impl ProxyShared {
+    /// Refuses a SOCKS request: the event (recorded before the client hears, see
+    /// `record_refusal`) and the reply code, then the connection's end.
+    async fn refuse_socks(&self, client: &mut ClientStream, r: &Refusal, ctx: &mut Ctx) {
+        ctx.refused(r);
+        let code = refusal_reply(r);
+        // SOCKS has no body to explain a refusal in: the event carries the readable reason.
+        if ctx.event.error.is_none() {
+            ctx.event.error = Some(format!(
+                "SOCKS5 reply {:#04x}: {} ({})",
+                code as u8,
+                r.rule_text(),
+                r.target().unwrap_or("?")
+            ));
+        }
+        self.record_refusal(ctx);
+        let _ = client.write_all(&reply_frame(code, None)).await;
+        let _ = client.shutdown().await;
     }
-    let _ = client.write_all(&reply_frame(code, None)).await;
-    let _ = client.shutdown().await;
 }
 
 #[cfg(test)]

@@ -547,3 +547,75 @@ async fn a_pooled_connection_the_upstream_closed_is_replaced() {
         assert_eq!((out.code, out.stdout.as_str()), (0, "ok"), "request {i}: {}", out.stderr);
     }
 }
+
+/// Collects events after a pause, as a busy subscriber would take them.
+#[derive(Default)]
+struct SlowEvents(Events);
+
+impl sandgate_proxy::EventSink for SlowEvents {
+    fn record(&self, e: sandgate_proxy::ProxyEvent) {
+        std::thread::sleep(Duration::from_millis(50));
+        self.0.record(e);
+    }
+}
+
+/// A refusal is recorded before the client can read it, and once: a launcher following the
+/// events says "denied" on the command's stderr, and must hear of it before the command (which
+/// has read its 403) can have ended. The sink here takes 50 ms per event, so an event recorded
+/// after the answer was written would be missing when the client has read it; the client is a
+/// thread of its own with blocking sockets (a tokio task could wait behind the sink on the
+/// proxy's worker). Control: with the order before this test (the answer first), each case
+/// failed on its own. Cases: a plain-HTTP request (the relay), a CONNECT (the proxy's own head
+/// reader), a SOCKS5 CONNECT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_recorded_before_the_client_reads_it() {
+    use std::io::{Read as _, Write as _};
+    let events = Arc::new(SlowEvents::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "s1", policy(&["127.0.0.1"], &["denied.test"])).await;
+    let socks_connect = {
+        let mut r = vec![0x05, 0x01, 0x00, 0x03, 11];
+        r.extend_from_slice(b"denied.test");
+        r.extend_from_slice(&443u16.to_be_bytes());
+        r
+    };
+    let cases: [(&str, Vec<u8>, usize); 3] = [
+        ("relay", b"GET http://denied.test/x HTTP/1.1\r\nHost: denied.test\r\n\r\n".to_vec(), 12),
+        (
+            "connect",
+            b"CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n".to_vec(),
+            12,
+        ),
+        ("socks", socks_connect, 4),
+    ];
+    for (case, request, answer_len) in cases {
+        let events = events.clone();
+        tokio::task::spawn_blocking(move || {
+            let before = events.0.all().len();
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            if case == "socks" {
+                s.write_all(&[0x05, 0x01, 0x00]).unwrap();
+                let mut method = [0u8; 2];
+                s.read_exact(&mut method).unwrap();
+                assert_eq!(method, [0x05, 0x00], "{case}");
+            }
+            s.write_all(&request).unwrap();
+            let mut answer = vec![0u8; answer_len];
+            s.read_exact(&mut answer).unwrap();
+            let all = events.0.all();
+            assert_eq!(
+                all.len(),
+                before + 1,
+                "{case}: no event yet when the client read {answer:?}"
+            );
+            let ev = all.last().unwrap();
+            assert_eq!((ev.host.as_str(), ev.decision), ("denied.test", Outcome::Deny), "{case}");
+            drop(s);
+            // Once, not again when the connection ends.
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(events.0.all().len(), before + 1, "{case}: recorded twice");
+        })
+        .await
+        .unwrap();
+    }
+}

@@ -34,8 +34,10 @@ pub struct Live {
     /// Answers, once the NFLOG reader stopped, with what it drained at the end.
     pub nflog_done: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Vec<serde_json::Value>>>>>,
     /// Answers once the launcher's forwarder, stopped, has passed on every event published
-    /// before the stop (see `server::forward_until`).
-    pub forwarded: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<()>>>>,
+    /// before the stop (see `server::forward_until`); with the forwarder's handle.
+    #[allow(clippy::type_complexity)]
+    pub forwarded:
+        Arc<Mutex<Option<(tokio::sync::oneshot::Receiver<()>, tokio::task::AbortHandle)>>>,
 }
 
 /// The sandboxes being served, by id.

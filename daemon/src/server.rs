@@ -677,8 +677,9 @@ impl Conn {
             stop: stop.clone(),
             flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
-            forwarded: Arc::new(std::sync::Mutex::new(Some(forwarded_rx))),
+            forwarded: Arc::default(),
         };
+        let live_forwarded = live.forwarded.clone();
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
         d.netpool.claim(&info.id);
         self.owned.push(info.id.clone());
@@ -716,13 +717,15 @@ impl Conn {
             None => drop(done_tx),
         }
         // Questions about this sandbox go to its launcher (for its terminal).
-        tokio::spawn(forward_until(
+        let forwarder = tokio::spawn(forward_until(
             questions,
             self.tx.clone(),
             info.id.clone(),
             stop_rx,
             forwarded_tx,
         ));
+        *live_forwarded.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((forwarded_rx, forwarder.abort_handle()));
         s.publish(
             EventKind::Sandbox,
             Some(&info.id),
@@ -930,8 +933,11 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     // recorded as its 403 went out must reach the command's stderr before the launcher stops
     // listening); the forwarder drains its queue and says so in microseconds.
     let forwarded = live.forwarded.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(rx) = forwarded {
-        let _ = tokio::time::timeout(Duration::from_millis(200), rx).await;
+    if let Some((rx, forwarder)) = forwarded
+        && tokio::time::timeout(Duration::from_millis(200), rx).await.is_err()
+    {
+        // A launcher that does not read (its stderr stuck): the forwarder goes now.
+        forwarder.abort();
     }
     if !flush {
         // Nobody waits for the blocked-traffic tail: the NFLOG reader drains it on its own
@@ -1023,7 +1029,9 @@ async fn forward_until(
                 }
             }
             _ = async { let _ = stop.wait_for(|s| *s).await; } => {
-                loop {
+                // What the bus held at the stop, not what later comes (the bus is every
+                // sandbox's: a busy daemon's would never be empty).
+                for _ in 0..rx.len() {
                     let got = match rx.try_recv() {
                         Ok(ev) => Ok(ev),
                         Err(broadcast::error::TryRecvError::Lagged(n)) => {

@@ -362,10 +362,13 @@ impl ProxyShared {
         let greeting = match read_frame(&mut client, &mut buf, deadline, parse_greeting).await {
             Ok(g) => g,
             Err(end) => {
-                if matches!(end, FrameEnd::Bad(_)) {
+                let bad = matches!(end, FrameEnd::Bad(_));
+                ended(&mut ctx, end, "greeting");
+                // Recorded before the client hears (see `record_refusal`).
+                self.record_refusal(&mut ctx);
+                if bad {
                     let _ = client.write_all(&[VERSION, METHOD_UNACCEPTABLE]).await;
                 }
-                ended(&mut ctx, end, "greeting");
                 return self.logging(ctx);
             }
         };
@@ -377,9 +380,6 @@ impl ProxyShared {
             (None, m) if m.contains(&METHOD_USERPASS) => METHOD_USERPASS,
             _ => METHOD_UNACCEPTABLE,
         };
-        if client.write_all(&[VERSION, method]).await.is_err() {
-            return;
-        }
         if method == METHOD_UNACCEPTABLE {
             ctx.refused(&Refusal::Unauthenticated);
             ctx.event.error = Some(if sandbox.token.is_some() {
@@ -388,24 +388,34 @@ impl ProxyShared {
             } else {
                 "SOCKS5 client offered neither no-authentication nor username/password".into()
             });
+            self.record_refusal(&mut ctx);
+            let _ = client.write_all(&[VERSION, method]).await;
             return self.logging(ctx);
+        }
+        if client.write_all(&[VERSION, method]).await.is_err() {
+            return;
         }
         if method == METHOD_USERPASS {
             let creds = match read_frame(&mut client, &mut buf, deadline, parse_credentials).await {
                 Ok(c) => c,
                 Err(end) => {
-                    if matches!(end, FrameEnd::Bad(_)) {
+                    let bad = matches!(end, FrameEnd::Bad(_));
+                    ended(&mut ctx, end, "authentication");
+                    self.record_refusal(&mut ctx);
+                    if bad {
                         let _ = client.write_all(&[0x01, 0x01]).await;
                     }
-                    ended(&mut ctx, end, "authentication");
                     return self.logging(ctx);
                 }
             };
             let ok = token_matches(sandbox.token.as_ref(), Presented::Password(&creds.password));
-            let _ = client.write_all(&[0x01, if ok { 0x00 } else { 0x01 }]).await;
             if !ok {
                 ctx.refused(&Refusal::Unauthenticated);
                 ctx.event.error = Some("SOCKS5 password is not the proxy token".into());
+                self.record_refusal(&mut ctx);
+            }
+            let _ = client.write_all(&[0x01, if ok { 0x00 } else { 0x01 }]).await;
+            if !ok {
                 return self.logging(ctx);
             }
         }
@@ -413,10 +423,15 @@ impl ProxyShared {
         let request = match read_frame(&mut client, &mut buf, deadline, parse_request).await {
             Ok(r) => r,
             Err(end) => {
-                if let FrameEnd::Bad(e) = &end {
-                    let _ = client.write_all(&reply_frame(e.reply(), None)).await;
-                }
+                let reply = match &end {
+                    FrameEnd::Bad(e) => Some(reply_frame(e.reply(), None)),
+                    _ => None,
+                };
                 ended(&mut ctx, end, "request");
+                self.record_refusal(&mut ctx);
+                if let Some(reply) = reply {
+                    let _ = client.write_all(&reply).await;
+                }
                 return self.logging(ctx);
             }
         };
@@ -427,9 +442,10 @@ impl ProxyShared {
                     ctx.event.host = quote(name);
                     ctx.event.port = *port;
                 }
-                let _ = client.write_all(&reply_frame(e.reply(), None)).await;
                 ctx.event.rule = "malformed request".into();
                 ctx.event.error = Some(format!("SOCKS5 request: {e}"));
+                self.record_refusal(&mut ctx);
+                let _ = client.write_all(&reply_frame(e.reply(), None)).await;
                 return self.logging(ctx);
             }
         };

@@ -394,3 +394,52 @@ async fn a_second_hello_after_hello_retry_must_name_the_same_server() {
         }
     }
 }
+
+/// Collects events after a pause, as a busy subscriber would take them.
+#[derive(Default)]
+struct SlowEvents(Events);
+
+impl sandgate_proxy::EventSink for SlowEvents {
+    fn record(&self, e: sandgate_proxy::ProxyEvent) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        self.0.record(e);
+    }
+}
+
+/// A tunnel refused at its TLS opening (the ClientHello names another server) is recorded before
+/// the client reads the alert, and once (see `a_refusal_is_recorded_before_the_client_reads_it`
+/// for the other refusals and why; the client is a thread of its own with a blocking socket).
+/// Control: with the alert written first, the event was missing when the client had it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_tls_opening_is_recorded_before_the_client_reads_the_alert() {
+    use std::io::{Read as _, Write as _};
+    let (up, _) = sink().await;
+    let events = Arc::new(SlowEvents::default());
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).events(events.clone()).build();
+    let addr = serve(&p, "rt", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let target = format!("allowed.test:{}", up.port());
+    let ev = events.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).unwrap();
+            head.push(b[0]);
+        }
+        assert!(String::from_utf8_lossy(&head).starts_with("HTTP/1.1 200"), "{head:?}");
+        s.write_all(&hello_for(b"forbidden.test")).unwrap();
+        let mut alert = [0u8; 7];
+        s.read_exact(&mut alert).unwrap();
+        assert_eq!(alert, ACCESS_DENIED);
+        let all = ev.0.all();
+        assert_eq!(all.len(), 1, "no event yet when the client read the alert");
+        assert_eq!(all[0].decision, sandgate_proxy::Outcome::Deny, "{all:?}");
+        drop(s);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(ev.0.all().len(), 1, "recorded twice");
+    })
+    .await
+    .unwrap();
+}

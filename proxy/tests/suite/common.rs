@@ -57,6 +57,18 @@ impl Events {
     }
 }
 
+/// Collects events after a 50 ms pause each, as a busy subscriber would take them: an event
+/// recorded after the client was answered is then missing when the client has its answer.
+#[derive(Default)]
+pub struct SlowEvents(pub Events);
+
+impl EventSink for SlowEvents {
+    fn record(&self, e: ProxyEvent) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        self.0.record(e);
+    }
+}
+
 fn rules(patterns: &[&str], usage: PatternUse) -> Vec<Rule> {
     patterns
         .iter()

@@ -548,17 +548,6 @@ async fn a_pooled_connection_the_upstream_closed_is_replaced() {
     }
 }
 
-/// Collects events after a pause, as a busy subscriber would take them.
-#[derive(Default)]
-struct SlowEvents(Events);
-
-impl sandgate_proxy::EventSink for SlowEvents {
-    fn record(&self, e: sandgate_proxy::ProxyEvent) {
-        std::thread::sleep(Duration::from_millis(50));
-        self.0.record(e);
-    }
-}
-
 /// A refusal is recorded before the client can read it, and once: a launcher following the
 /// events says "denied" on the command's stderr, and must hear of it before the command (which
 /// has read its 403) can have ended. The sink here takes 50 ms per event, so an event recorded

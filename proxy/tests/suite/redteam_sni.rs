@@ -395,17 +395,6 @@ async fn a_second_hello_after_hello_retry_must_name_the_same_server() {
     }
 }
 
-/// Collects events after a pause, as a busy subscriber would take them.
-#[derive(Default)]
-struct SlowEvents(Events);
-
-impl sandgate_proxy::EventSink for SlowEvents {
-    fn record(&self, e: sandgate_proxy::ProxyEvent) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        self.0.record(e);
-    }
-}
-
 /// A tunnel refused at its TLS opening (the ClientHello names another server) is recorded before
 /// the client reads the alert, and once (see `a_refusal_is_recorded_before_the_client_reads_it`
 /// for the other refusals and why; the client is a thread of its own with a blocking socket).

@@ -4,11 +4,11 @@
 //! `sandgate run|net|build` ([`sandgate_daemon::launch`]), in a binary without the daemon, the
 //! proxy and the other subcommands. A process pays for the binary it starts from (relocations,
 //! page faults, the pages its exit unmaps, the copy its sandbox's init is made from): this one
-//! has a fifth of `sandgate`'s relocations and three fifths of its resident memory per launch. Whatever it
-//! does not do itself it hands to the `sandgate` binary next to it, with the same arguments,
-//! before anything is started: help, version and mistakes on the command line (so messages and
-//! exit statuses are `sandgate`'s), and a launch whose proxy no daemon will serve (none runs, or
-//! `SANDGATE_NO_DAEMON=1`; `sandgate` starts one or serves the proxy itself).
+//! has a fifth of `sandgate`'s relocations and three fifths of its resident memory per launch.
+//! Whatever it does not do itself it hands to the `sandgate` binary next to it, with the same
+//! arguments, before anything is started: help, version and mistakes on the command line (so
+//! messages and exit statuses are `sandgate`'s), and a launch whose proxy no daemon will serve
+//! (none runs, or `SANDGATE_NO_DAEMON=1`; `sandgate` starts one or serves the proxy itself).
 
 #![forbid(unsafe_code)]
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use sandgate_daemon::launch::{LaunchOptions, ServeHere};
 
 /// Options shared by the tier commands.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct LaunchArgs {
     /// Make this path writable inside the sandbox (repeatable).
     #[arg(long = "allow-write", value_name = "PATH")]
@@ -49,20 +49,6 @@ pub enum NetArg {
 }
 
 impl LaunchArgs {
-    /// No flag given, no command.
-    fn none() -> LaunchArgs {
-        LaunchArgs {
-            allow_write: Vec::new(),
-            allow: Vec::new(),
-            deny: Vec::new(),
-            net: None,
-            require_full: false,
-            report_blocked: false,
-            quiet: false,
-            command: Vec::new(),
-        }
-    }
-
     /// The launcher's options; `serve_here` serves a proxy in this process when no daemon does
     /// (the `sandgate` binary's; `None` in the small launcher).
     pub fn options(self, serve_here: Option<ServeHere>) -> LaunchOptions {
@@ -121,7 +107,7 @@ pub fn parse_tier(args: &[OsString]) -> Option<(&'static str, LaunchArgs)> {
     if std::env::var_os("SANDGATE_QUIET").is_none()
         && let Some(command) = plain_command(&args[2..])
     {
-        return Some((tier, LaunchArgs { command, ..LaunchArgs::none() }));
+        return Some((tier, LaunchArgs { command, ..LaunchArgs::default() }));
     }
     clap_tier(args).map(|a| (tier, a))
 }
@@ -199,7 +185,7 @@ mod tests {
             let fast = plain_command(&args[2..]).unwrap_or_else(|| panic!("{line:?} not taken"));
             let clap = clap_tier(&args).unwrap_or_else(|| panic!("clap refuses {line:?}"));
             assert_eq!(fast, clap.command, "{line:?}");
-            let parsed = LaunchArgs { command: fast, ..LaunchArgs::none() };
+            let parsed = LaunchArgs { command: fast, ..LaunchArgs::default() };
             assert_eq!(format!("{parsed:?}"), format!("{clap:?}"), "{line:?}");
         }
         for line in [

@@ -284,6 +284,7 @@ pub fn sanitized_config(text: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// `data_entries` trims ASCII whitespace only: the lists must be ASCII (a non-breaking space
     /// would stay in an entry).
@@ -299,7 +300,6 @@ mod tests {
         let parsed: Vec<&str> = data_entries(" a  # x\n\n#only\nb#\n\tc\t\n").collect();
         assert_eq!(parsed, ["a", "b", "c"]);
     }
-    use super::*;
 
     #[test]
     fn every_data_entry_says_why() {

@@ -33,11 +33,17 @@ pub struct Live {
     pub stop: Arc<tokio::sync::watch::Sender<bool>>,
     /// Answers, once the NFLOG reader stopped, with what it drained at the end.
     pub nflog_done: Arc<Mutex<Option<tokio::sync::oneshot::Receiver<Vec<serde_json::Value>>>>>,
-    /// Answers once the launcher's forwarder, stopped, has passed on every event published
-    /// before the stop (see `server::forward_until`); with the forwarder's handle.
-    #[allow(clippy::type_complexity)]
-    pub forwarded:
-        Arc<Mutex<Option<(tokio::sync::oneshot::Receiver<()>, tokio::task::AbortHandle)>>>,
+    /// The launcher's event forwarder, until the sandbox ends.
+    pub forwarder: Arc<Mutex<Option<Forwarder>>>,
+}
+
+/// The task passing a sandbox's events to its launcher (`server::forward_until`).
+#[derive(Debug)]
+pub struct Forwarder {
+    /// Answers once the forwarder, stopped, has passed on every event published before the stop.
+    pub done: tokio::sync::oneshot::Receiver<()>,
+    /// Its task.
+    pub task: tokio::task::AbortHandle,
 }
 
 /// The sandboxes being served, by id.

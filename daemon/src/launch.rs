@@ -573,8 +573,8 @@ fn ask_for_network(_tier: &str, _args: &LaunchOptions) -> Option<std::convert::I
 }
 
 /// Whether the daemon asked answered in this launcher's protocol (`None`: none was asked, or no
-/// answer came in time), and
-/// the network it gave, when it is of the kind the policy gives the tier.
+/// answer came in time), and the network it gave, when it is of the kind the policy gives the
+/// tier.
 #[cfg(target_os = "linux")]
 fn prepared_network(
     policy: &Policy,

@@ -669,7 +669,18 @@ impl Conn {
         let stop = Arc::new(stop_tx);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Vec<Value>>();
         let flush = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (forwarded_tx, forwarded_rx) = tokio::sync::oneshot::channel::<()>();
+        // Questions about this sandbox, and its refused requests, go to its launcher. Subscribed
+        // before serving: a request already waiting in the listener's backlog becomes a question
+        // as soon as the proxy accepts it.
+        let (forwarded, done) = tokio::sync::oneshot::channel::<()>();
+        let forwarder = tokio::spawn(forward_until(
+            s.bus.subscribe(),
+            self.tx.clone(),
+            info.id.clone(),
+            stop_rx.clone(),
+            forwarded,
+        ));
+        let forwarder = super::adapters::Forwarder { done, task: forwarder.abort_handle() };
         let live = Live {
             info: info.clone(),
             project: project.clone(),
@@ -677,9 +688,8 @@ impl Conn {
             stop: stop.clone(),
             flush: flush.clone(),
             nflog_done: Arc::new(std::sync::Mutex::new(Some(done_rx))),
-            forwarded: Arc::default(),
+            forwarder: Arc::new(std::sync::Mutex::new(Some(forwarder))),
         };
-        let live_forwarded = live.forwarded.clone();
         s.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).insert(info.id.clone(), live);
         d.netpool.claim(&info.id);
         self.owned.push(info.id.clone());
@@ -688,9 +698,6 @@ impl Conn {
             policy: Arc::new(policy.net.clone()),
             token: None,
         };
-        // Subscribe for the launcher before serving: a request already waiting in the listener's
-        // backlog becomes a question as soon as the proxy accepts it.
-        let questions = s.bus.subscribe();
         let proxy = d.proxy.clone();
         let mut stop_serve = stop_rx.clone();
         super::dns::serve(&proxy, dns, ctx.clone(), stop_rx.clone());
@@ -716,16 +723,6 @@ impl Conn {
             }
             None => drop(done_tx),
         }
-        // Questions about this sandbox go to its launcher (for its terminal).
-        let forwarder = tokio::spawn(forward_until(
-            questions,
-            self.tx.clone(),
-            info.id.clone(),
-            stop_rx,
-            forwarded_tx,
-        ));
-        *live_forwarded.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((forwarded_rx, forwarder.abort_handle()));
         s.publish(
             EventKind::Sandbox,
             Some(&info.id),
@@ -932,12 +929,12 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     // The launcher's answer comes after every event of its sandbox published so far (a refusal
     // recorded as its 403 went out must reach the command's stderr before the launcher stops
     // listening); the forwarder drains its queue and says so in microseconds.
-    let forwarded = live.forwarded.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some((rx, forwarder)) = forwarded
-        && tokio::time::timeout(Duration::from_millis(200), rx).await.is_err()
+    let forwarder = live.forwarder.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(f) = forwarder
+        && tokio::time::timeout(Duration::from_millis(200), f.done).await.is_err()
     {
         // A launcher that does not read (its stderr stuck): the forwarder goes now.
-        forwarder.abort();
+        f.task.abort();
     }
     if !flush {
         // Nobody waits for the blocked-traffic tail: the NFLOG reader drains it on its own

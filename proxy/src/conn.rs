@@ -334,8 +334,8 @@ pub(crate) async fn send_up(
 }
 
 impl ProxyShared {
-    /// Refuses a request on a connection the proxy reads itself: the event (recorded before the client hears, see
-    /// `record_refusal`), the refusal's response, then the connection's end.
+    /// Refuses a request on a connection the proxy reads itself: the event (recorded before the
+    /// client hears, see `record_refusal`), the refusal's response, then the connection's end.
     async fn refuse_head<W: AsyncWrite + Unpin>(&self, client: &mut W, ctx: &mut Ctx, r: &Refusal) {
         ctx.refused(r);
         self.record_refusal(ctx);

@@ -362,14 +362,13 @@ impl ProxyShared {
         let greeting = match read_frame(&mut client, &mut buf, deadline, parse_greeting).await {
             Ok(g) => g,
             Err(end) => {
-                let bad = matches!(end, FrameEnd::Bad(_));
+                let reply: &[u8] = if matches!(end, FrameEnd::Bad(_)) {
+                    &[VERSION, METHOD_UNACCEPTABLE]
+                } else {
+                    &[]
+                };
                 ended(&mut ctx, end, "greeting");
-                // Recorded before the client hears (see `record_refusal`).
-                self.record_refusal(&mut ctx);
-                if bad {
-                    let _ = client.write_all(&[VERSION, METHOD_UNACCEPTABLE]).await;
-                }
-                return self.logging(ctx);
+                return self.recorded_then_told(&mut client, ctx, reply).await;
             }
         };
         let method = match (&sandbox.token, greeting.methods.as_slice()) {
@@ -388,9 +387,7 @@ impl ProxyShared {
             } else {
                 "SOCKS5 client offered neither no-authentication nor username/password".into()
             });
-            self.record_refusal(&mut ctx);
-            let _ = client.write_all(&[VERSION, method]).await;
-            return self.logging(ctx);
+            return self.recorded_then_told(&mut client, ctx, &[VERSION, method]).await;
         }
         if client.write_all(&[VERSION, method]).await.is_err() {
             return;
@@ -399,40 +396,30 @@ impl ProxyShared {
             let creds = match read_frame(&mut client, &mut buf, deadline, parse_credentials).await {
                 Ok(c) => c,
                 Err(end) => {
-                    let bad = matches!(end, FrameEnd::Bad(_));
+                    let reply: &[u8] =
+                        if matches!(end, FrameEnd::Bad(_)) { &[0x01, 0x01] } else { &[] };
                     ended(&mut ctx, end, "authentication");
-                    self.record_refusal(&mut ctx);
-                    if bad {
-                        let _ = client.write_all(&[0x01, 0x01]).await;
-                    }
-                    return self.logging(ctx);
+                    return self.recorded_then_told(&mut client, ctx, reply).await;
                 }
             };
             let ok = token_matches(sandbox.token.as_ref(), Presented::Password(&creds.password));
             if !ok {
                 ctx.refused(&Refusal::Unauthenticated);
                 ctx.event.error = Some("SOCKS5 password is not the proxy token".into());
-                self.record_refusal(&mut ctx);
+                return self.recorded_then_told(&mut client, ctx, &[0x01, 0x01]).await;
             }
-            let _ = client.write_all(&[0x01, if ok { 0x00 } else { 0x01 }]).await;
-            if !ok {
-                return self.logging(ctx);
-            }
+            let _ = client.write_all(&[0x01, 0x00]).await;
         }
 
         let request = match read_frame(&mut client, &mut buf, deadline, parse_request).await {
             Ok(r) => r,
             Err(end) => {
                 let reply = match &end {
-                    FrameEnd::Bad(e) => Some(reply_frame(e.reply(), None)),
-                    _ => None,
+                    FrameEnd::Bad(e) => reply_frame(e.reply(), None),
+                    _ => Vec::new(),
                 };
                 ended(&mut ctx, end, "request");
-                self.record_refusal(&mut ctx);
-                if let Some(reply) = reply {
-                    let _ = client.write_all(&reply).await;
-                }
-                return self.logging(ctx);
+                return self.recorded_then_told(&mut client, ctx, &reply).await;
             }
         };
         let target = match request.target() {
@@ -444,18 +431,14 @@ impl ProxyShared {
                 }
                 ctx.event.rule = "malformed request".into();
                 ctx.event.error = Some(format!("SOCKS5 request: {e}"));
-                self.record_refusal(&mut ctx);
-                let _ = client.write_all(&reply_frame(e.reply(), None)).await;
-                return self.logging(ctx);
+                let reply = reply_frame(e.reply(), None);
+                return self.recorded_then_told(&mut client, ctx, &reply).await;
             }
         };
         ctx.set_target(target);
         let upstream = match self.open_tunnel(&mut ctx).await {
             Ok(s) => s,
-            Err(r) => {
-                self.refuse_socks(&mut client, &r, &mut ctx).await;
-                return self.logging(ctx);
-            }
+            Err(r) => return self.refuse_socks(&mut client, &r, ctx).await,
         };
         // The bound address of our upstream socket is not the client's business; RFC 1928
         // clients of CONNECT ignore it, so the unspecified address says nothing.
@@ -469,9 +452,9 @@ impl ProxyShared {
 
 /// Answers a pipeline refusal with its SOCKS reply code, then closes.
 impl ProxyShared {
-    /// Refuses a SOCKS request: the event (recorded before the client hears, see
-    /// `record_refusal`) and the reply code, then the connection's end.
-    async fn refuse_socks(&self, client: &mut ClientStream, r: &Refusal, ctx: &mut Ctx) {
+    /// Refuses a SOCKS request: the event (recorded before the client hears) and the reply code,
+    /// then the connection's end.
+    async fn refuse_socks(&self, client: &mut ClientStream, r: &Refusal, mut ctx: Ctx) {
         ctx.refused(r);
         let code = refusal_reply(r);
         // SOCKS has no body to explain a refusal in: the event carries the readable reason.
@@ -483,9 +466,17 @@ impl ProxyShared {
                 r.target().unwrap_or("?")
             ));
         }
-        self.record_refusal(ctx);
-        let _ = client.write_all(&reply_frame(code, None)).await;
+        self.recorded_then_told(client, ctx, &reply_frame(code, None)).await;
         let _ = client.shutdown().await;
+    }
+
+    /// Records `ctx`'s event, then sends `reply` (if any): whoever follows the events hears of
+    /// an ending before the client does (see `record_refusal`).
+    async fn recorded_then_told(&self, client: &mut ClientStream, ctx: Ctx, reply: &[u8]) {
+        self.logging(ctx);
+        if !reply.is_empty() {
+            let _ = client.write_all(reply).await;
+        }
     }
 }
 

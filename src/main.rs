@@ -131,7 +131,7 @@ fn main() -> ExitCode {
     // Anything that does not parse that way (help, version, a mistake) goes through the whole
     // command line below, so its messages and exit codes are unchanged.
     if let Some((tier, a)) = tier_cli::parse_tier(&args) {
-        return tier_cli::finish(launch::run(tier, a));
+        return ExitCode::from(tier_cli::finish(launch::run(tier, a)));
     }
     let cli = Cli::parse_from(args);
     if matches!(
@@ -180,7 +180,7 @@ fn main() -> ExitCode {
         Command::Hook(a) => hook_cmd::run(a),
         Command::Uninstall(a) => agent_cmd::uninstall(a),
     };
-    tier_cli::finish(result)
+    ExitCode::from(tier_cli::finish(result))
 }
 
 /// Prints a command's report as text or JSON (and its notes on stderr); returns its exit status.

@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use sandgate_daemon::launch::{LaunchOptions, ServeHere};
 
@@ -139,15 +138,15 @@ fn clap_tier(args: &[OsString]) -> Option<LaunchArgs> {
 }
 
 /// The exit status of a command's result (errors said on stderr).
-pub fn finish(result: anyhow::Result<u8>) -> ExitCode {
+pub fn finish(result: anyhow::Result<u8>) -> u8 {
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(err) => {
             match err.downcast_ref::<sandgate_daemon::UsageError>() {
                 Some(usage) => eprintln!("sandgate: {usage}"),
                 None => eprintln!("sandgate: error: {}", error_text(&err)),
             }
-            ExitCode::from(sandgate_daemon::policy_report::EXIT_USAGE)
+            sandgate_daemon::policy_report::EXIT_USAGE
         }
     }
 }

@@ -234,7 +234,32 @@ while True:
     assert!(stderr.contains("speaks protocol 0"), "{stderr}");
 }
 
+/// Started with descriptors 0, 1 and 2 closed, the launcher opens them on `/dev/null` before
+/// anything else (its entry is not Rust's start, which does this): the command gets them as
+/// `/dev/null`, not closed, and never as a file or socket the launcher opened for itself.
+fn its_closed_standard_descriptors_are_opened_on_dev_null(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let _daemon = Daemon::start(&s, true);
+    let report = s.proj.join("fds.txt");
+    let _ = std::fs::remove_file(&report);
+    let probe = "import os\nwith open('fds.txt', 'w') as f:\n    for n in range(3):\n        \
+                 p = f'/proc/self/fd/{n}'\n        \
+                 f.write((os.readlink(p) if os.path.exists(p) else 'closed') + '\\n')\n";
+    let status = s
+        .program(Path::new("sh"))
+        .args(["-c", r#"exec 0<&- 1>&- 2>&- "$@""#, "sh"])
+        .arg(dir.join("sandbox-build"))
+        .args(["python3", "-c", probe])
+        .status()
+        .unwrap();
+    let fds = std::fs::read_to_string(&report).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{fds}");
+    assert_eq!(fds, "/dev/null\n/dev/null\n/dev/null\n");
+}
+
 both!(
+    its_closed_standard_descriptors_are_opened_on_dev_null,
     it_answers_as_sandgate_does,
     its_own_launches_keep_every_wall,
     it_hands_over_what_it_cannot_serve,

@@ -114,9 +114,9 @@ impl Greeting {
 #[cfg(target_os = "linux")]
 const ASK_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// `take_network` sent to the running daemon, its answer not read yet: the round trip overlaps
-/// the launcher's policy work. On a connection of its own: the answer carries descriptors, which
-/// a buffered reader would lose.
+/// A network asked of the running daemon (a connection to its network socket of the kind, see
+/// `network_sockets`), its answer not read yet: the round trip overlaps the launcher's policy
+/// work.
 #[cfg(target_os = "linux")]
 pub struct NetworkAsked {
     stream: UnixStream,
@@ -134,14 +134,11 @@ impl NetworkAsked {
         let deadline = std::time::Instant::now() + ASK_TIMEOUT;
         let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
         let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).ok()?;
-        connect(fd.as_raw_fd(), &UnixAddr::new(&Paths::discover().socket).ok()?).ok()?;
+        // Connecting is the request (see `network_sockets`).
+        let path = crate::network_sockets::path(&Paths::discover().dir, kind);
+        connect(fd.as_raw_fd(), &UnixAddr::new(&path).ok()?).ok()?;
         let stream = UnixStream::from(fd);
         stream.set_nonblocking(false).ok()?;
-        stream.set_write_timeout(Some(ASK_TIMEOUT)).ok()?;
-        let request = Request::TakeNetwork { kind: kind.into() };
-        let mut line = serde_json::to_string(&Envelope { id: Some(1), request }).ok()?;
-        line.push('\n');
-        (&stream).write_all(line.as_bytes()).ok()?;
         Some(NetworkAsked { stream, deadline })
     }
 

@@ -65,6 +65,8 @@ pub mod learn;
 mod macos_monitor;
 mod monitor;
 mod netpool;
+#[cfg(target_os = "linux")]
+mod network_sockets;
 mod paths;
 pub mod policy_report;
 pub mod protocol;

@@ -2,8 +2,9 @@
 //! what a prepared network is and who owns it).
 //!
 //! Two of each kind are kept ready: loopback only (`run`) and proxy (`net`, `build`). A launcher
-//! takes one (`take_network`, on its own connection, before its clone); its sandbox joins it and
-//! a `net`/`build` launcher registers the network's sockets as any launcher does. The pool keeps
+//! takes one (on the daemon's network socket of its kind, see `network_sockets`, before its
+//! clone); its sandbox joins it and a `net`/`build` launcher registers the network's sockets as
+//! any launcher does. The pool keeps
 //! a proxy network's route device (the tun) until the sandbox ends, so that the device's
 //! teardown (an RCU grace period) is the daemon's work, after the launcher has its answer, not
 //! the sandbox's exit's. A launch that finds none ready (or the pool off:

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// Version of the protocol; `hello` reports it and clients refuse a daemon with another one.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Longest accepted request line (bytes); longer lines are refused and skipped.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -78,17 +78,6 @@ pub enum Request {
     },
     /// The open questions.
     Pending,
-    /// A network made ahead (Linux), as the connection's first request: `{"network":
-    /// {"sandbox": ID, "kind": KIND, "group": NFLOG_GROUP, "user": BOOL}}` with its descriptors (SCM_RIGHTS: network
-    /// namespace; for `proxy`, the proxy listener, DNS UDP and TCP sockets and NFLOG socket; then
-    /// the owning user namespace when `user`), or `{"network": null, "why": ...}`; either with
-    /// `"protocol"`, the daemon's [`PROTOCOL_VERSION`]. A `net` or `build` launcher registers the
-    /// sandbox under that id, on another connection.
-    TakeNetwork {
-        /// Which network.
-        #[serde(default)]
-        kind: NetworkKind,
-    },
     /// Allow or deny: a question by id, or a host pattern (answers every open question it covers
     /// and records a grant even when nothing is pending, except `once`).
     Answer {
@@ -148,35 +137,6 @@ pub enum Request {
         /// Why.
         reason: String,
     },
-}
-
-/// The network `take_network` asks for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NetworkKind {
-    /// `lo`, the route device, the firewall and the proxy's sockets (`net`, `build`).
-    #[default]
-    Proxy,
-    /// `lo` only (`run`).
-    Loopback,
-}
-
-impl From<sandgate_sandbox::NetKind> for NetworkKind {
-    fn from(kind: sandgate_sandbox::NetKind) -> NetworkKind {
-        match kind {
-            sandgate_sandbox::NetKind::Proxy => NetworkKind::Proxy,
-            sandgate_sandbox::NetKind::Loopback => NetworkKind::Loopback,
-        }
-    }
-}
-
-impl From<NetworkKind> for sandgate_sandbox::NetKind {
-    fn from(kind: NetworkKind) -> sandgate_sandbox::NetKind {
-        match kind {
-            NetworkKind::Proxy => sandgate_sandbox::NetKind::Proxy,
-            NetworkKind::Loopback => sandgate_sandbox::NetKind::Loopback,
-        }
-    }
 }
 
 /// A descriptor passed with `register`.

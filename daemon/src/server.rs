@@ -2,7 +2,7 @@
 //! descriptors), answers each, and streams events to launchers and subscribers.
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,8 +17,8 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use super::adapters::{Live, Shared, format_grant, revoke};
 use crate::protocol::{
-    AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, NetworkKind, PROTOCOL_VERSION, Reply,
-    Request, SandboxInfo,
+    AnswerTargetSpec, Envelope, Event, FdKind, MAX_LINE, PROTOCOL_VERSION, Reply, Request,
+    SandboxInfo,
 };
 
 /// The running daemon, as connections see it.
@@ -143,26 +143,41 @@ struct Peer {
 /// Checks a peer: the same uid as the daemon, or root; not a process inside a sandbox.
 fn check_peer(stream: &UnixStream) -> Result<Peer, String> {
     let cred = stream.peer_cred().map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    check_credentials(cred.uid(), cred.pid(), stream.as_fd())
+}
+
+/// [`check_peer`] for a connection accepted outside the runtime (see `network_sockets`).
+#[cfg(target_os = "linux")]
+pub(crate) fn check_peer_fd(fd: BorrowedFd<'_>) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let cred = getsockopt(&fd, PeerCredentials)
+        .map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    check_credentials(cred.uid(), Some(cred.pid()), fd).map(drop)
+}
+
+/// The rule of [`check_peer`] for a peer of `uid` and `pid` on the socket `fd`.
+fn check_credentials(uid: u32, pid: Option<i32>, fd: BorrowedFd<'_>) -> Result<Peer, String> {
     let me = nix::unistd::geteuid().as_raw();
-    if cred.uid() != me && cred.uid() != 0 {
+    if uid != me && uid != 0 {
         return Err(format!(
-            "uid {} may not use the sandgate daemon of uid {me}: only the same user or root",
-            cred.uid()
+            "uid {uid} may not use the sandgate daemon of uid {me}: only the same user or root"
         ));
     }
     // A process in another pid namespace (a sandbox, or a sandbox in a sandbox) is refused even
     // with a matching uid: nothing inside a sandbox may change its own policy.
     #[cfg(target_os = "linux")]
-    same_pid_namespace(stream, cred.pid())?;
+    same_pid_namespace(fd, pid)?;
     // macOS has no pid namespaces: a peer under a Seatbelt profile is refused instead (the
     // profile hides the socket already; this holds when a socket was allowed by mistake).
     #[cfg(target_os = "macos")]
-    match cred.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p > 0) {
+    let _ = fd;
+    #[cfg(target_os = "macos")]
+    match pid.and_then(|p| u32::try_from(p).ok()).filter(|&p| p > 0) {
         Some(pid) if !sandgate_sandbox::pid_in_seatbelt(pid) => {}
         Some(_) => return Err("requests from inside a sandbox are refused".into()),
         None => return Err("the connecting process cannot be identified".into()),
     }
-    Ok(Peer { uid: cred.uid() })
+    Ok(Peer { uid })
 }
 
 impl Peer {
@@ -182,7 +197,7 @@ impl Peer {
 /// connected, so neither its exit nor the reuse of its pid can fool it; older kernels compare
 /// `/proc/PID/ns/pid` links. Either way, a peer whose namespace cannot be read is refused.
 #[cfg(target_os = "linux")]
-fn same_pid_namespace(stream: &UnixStream, pid: Option<i32>) -> Result<(), String> {
+fn same_pid_namespace(stream: BorrowedFd<'_>, pid: Option<i32>) -> Result<(), String> {
     use std::os::fd::AsRawFd as _;
     const INSIDE: &str = "requests from inside a sandbox are refused";
     const UNKNOWN: &str = "the connecting process is gone or cannot be identified (connect from a \
@@ -288,8 +303,6 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
         d: d.clone(),
         conn,
         peer,
-        stream: stream.clone(),
-        lines: 0,
         tx: tx.clone(),
         owned: Vec::new(),
         fds: VecDeque::new(),
@@ -326,12 +339,10 @@ pub async fn connection(d: Arc<Daemon>, stream: UnixStream) {
             if text.is_empty() {
                 continue;
             }
-            cx.lines += 1;
             cx.line(&text).await;
         }
         if pending.len() > MAX_LINE {
             pending.clear();
-            cx.lines += 1;
             if !skipping {
                 skipping = true;
                 let _ = tx
@@ -359,11 +370,6 @@ struct Conn {
     d: Arc<Daemon>,
     conn: u64,
     peer: Peer,
-    /// For the one reply written with descriptors (`take_network`), not through the writer.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    stream: Arc<UnixStream>,
-    /// Lines read so far, whatever they were (each may have a reply queued for the writer).
-    lines: u64,
     tx: mpsc::Sender<String>,
     owned: Vec<String>,
     fds: VecDeque<OwnedFd>,
@@ -388,10 +394,6 @@ impl Conn {
             }
         };
         let id = env.id;
-        if let Request::TakeNetwork { kind } = env.request {
-            self.take_network(id, kind).await;
-            return;
-        }
         if let Request::Subscribe { sandbox } = &env.request {
             // Subscribe before replying, so that nothing after the reply is missed.
             let rx = self.d.shared.bus.subscribe();
@@ -510,9 +512,6 @@ impl Conn {
                 }
                 Ok(json!({ "flushed": true }))
             }
-            Request::TakeNetwork { .. } => {
-                Err(RequestError::new("internal", "take_network handled above"))
-            }
             Request::Subscribe { .. } => {
                 Err(RequestError::new("internal", "subscribe handled above"))
             }
@@ -528,64 +527,6 @@ impl Conn {
                 Ok(json!({ "stopping": true, "pid": std::process::id() }))
             }
         }
-    }
-
-    /// Hands a network made ahead to a launcher (see `netpool`): the reply carries the
-    /// descriptors, so it is written here, directly, and only as the connection's first line
-    /// (nothing else can be queued for the writer then).
-    async fn take_network(&mut self, id: Option<u64>, kind: NetworkKind) {
-        #[cfg(target_os = "linux")]
-        if self.lines == 1 {
-            let kind = sandgate_sandbox::NetKind::from(kind);
-            let pool = self.d.netpool.clone();
-            if let Some(n) = pool.take(kind) {
-                let v = json!({ "network": {
-                    "sandbox": n.id.as_str(), "kind": kind.name(), "group": n.group,
-                    "user": n.user.is_some(),
-                }, "protocol": PROTOCOL_VERSION });
-                let text = line(&Reply::ok(id, v));
-                let raw = n.raw_fds();
-                // One sendmsg, the descriptors with it, retried only when it sent nothing (the
-                // writer task has nothing queued: this is the connection's first line); the rest
-                // of a short write goes through the writer.
-                let sent = self
-                    .stream
-                    .async_io(tokio::io::Interest::WRITABLE, || {
-                        sandgate_sandbox::fdpass::send_once_with_fds(
-                            &*self.stream,
-                            text.as_bytes(),
-                            &raw,
-                        )
-                    })
-                    .await;
-                match sent {
-                    Ok(n) if n < text.len() => {
-                        let _ = self.tx.send(text[n..].to_owned()).await;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "a prepared network could not be handed out");
-                    }
-                }
-                drop(n);
-                // The refill starts once the answer is out: the launcher does not wait for a
-                // thread to start.
-                pool.taken(kind);
-                return;
-            }
-            let reply = Reply::ok(
-                id,
-                json!({ "network": null, "why": "none ready", "protocol": PROTOCOL_VERSION }),
-            );
-            let _ = self.tx.send(line(&reply)).await;
-            pool.taken(kind);
-            return;
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = kind; // no networks are made ahead here
-        let why =
-            if self.lines == 1 { "none ready" } else { "only as a connection's first request" };
-        let _ = self.tx.send(line(&Reply::ok(id, json!({ "network": null, "why": why })))).await;
     }
 
     async fn register(

@@ -337,6 +337,16 @@ async fn serve(
     daemon.netpool = Arc::new(netpool);
     daemon.netpool.refill();
     let daemon = Arc::new(daemon);
+    #[cfg(target_os = "linux")]
+    let network_sockets = {
+        let dir = paths.socket.parent().unwrap_or(std::path::Path::new("/"));
+        crate::network_sockets::NetworkSockets::start(
+            dir,
+            daemon.clone(),
+            tokio::runtime::Handle::current(),
+        )
+        .with_context(|| format!("cannot listen on the network sockets in {}", dir.display()))?
+    };
     tracing::info!(
         pid = std::process::id(),
         socket = %paths.socket.display(),
@@ -382,6 +392,8 @@ async fn serve(
     }
     tracing::info!("stopping");
     let _ = std::fs::remove_file(&paths.socket);
+    #[cfg(target_os = "linux")]
+    network_sockets.stop();
     broker.shutdown();
     proxy.shutdown();
     // Let launchers read `daemon_stopping` and in-flight replies go out.

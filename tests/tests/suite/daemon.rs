@@ -346,7 +346,7 @@ fn garbage_on_the_control_socket_gets_an_error_and_the_connection_stays_usable()
     assert_eq!(v["ok"], false, "{v}");
     let v = request(&mut s, &mut r, r#"{"id":9,"op":"hello"}"#);
     assert_eq!((v["ok"].clone(), v["id"].clone()), (Value::Bool(true), Value::from(9)), "{v}");
-    assert_eq!(v["result"]["protocol"], 1);
+    assert_eq!(v["result"]["protocol"], 2);
 }
 
 #[test]

@@ -12,6 +12,9 @@ use serde_json::Value;
 
 pub(crate) const JOINED: &str = "clone (into the prepared network)";
 
+/// The daemon's socket that hands out loopback networks (in its runtime directory).
+const LOOPBACK_SOCKET: &str = "network-loopback.sock";
+
 /// The daemon of `s`, started as its user (pool off with `pool == false`), once its pool is
 /// full (or known off).
 pub(crate) struct Daemon<'a> {
@@ -229,14 +232,14 @@ fn each_prepared_network_serves_one_sandbox(who: &Who) {
 
 /// A daemon that takes the connection and never answers holds no `run` launch up: the launcher
 /// stops waiting for a network made ahead and its sandbox makes its own (here: a listener of the
-/// test's own on the daemon's socket path).
+/// test's own on the daemon's loopback network socket).
 #[test]
 fn a_daemon_that_does_not_answer_holds_no_launch_up() {
     let Some(who) = crate::support::sandbox::root() else { return };
     let s = Scratch::new(&who);
     let dir = s.root.join("run/sandgate");
     std::fs::create_dir_all(&dir).unwrap();
-    let _silent = std::os::unix::net::UnixListener::bind(dir.join("control.sock")).unwrap();
+    let _silent = std::os::unix::net::UnixListener::bind(dir.join(LOOPBACK_SOCKET)).unwrap();
     let started = Instant::now();
     let out = s.command("run", &[], &["true"]).env("SANDGATE_DEBUG", "launch").output().unwrap();
     let took = started.elapsed();
@@ -249,7 +252,7 @@ fn a_daemon_that_does_not_answer_holds_no_launch_up() {
     assert!(took < Duration::from_secs(5), "the silent daemon held the launch up: {took:?}\n{e}");
 }
 
-/// A fake daemon on `s`'s socket path: answers every connection's first line with a loopback
+/// A fake daemon on `s`'s loopback network socket: answers every connection with a loopback
 /// network for `sg-fake-1` whose network descriptor is `ns` (opened by the fake), then closes.
 /// Killed when dropped.
 struct FakeDaemon(Child);
@@ -266,7 +269,6 @@ s.listen(4)
 print("ready", flush=True)
 while True:
     c, _ = s.accept()
-    c.recv(4096)
     fd = os.open(sys.argv[2], os.O_RDONLY)
     network = {"sandbox": "sg-fake-1", "kind": "loopback", "group": 7, "user": False}
     line = json.dumps({"id": 1, "ok": True, "result": {"network": network}}) + "\n"
@@ -275,7 +277,7 @@ while True:
     c.close()
 "#;
         let mut child = Command::new("python3")
-            .args(["-c", fake, dir.join("control.sock").to_str().unwrap(), ns])
+            .args(["-c", fake, dir.join(LOOPBACK_SOCKET).to_str().unwrap(), ns])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -347,80 +349,106 @@ fn a_network_the_helper_cannot_join_leaves_the_sandbox_its_own() {
     assert_eq!(devices, "lo", "{devices}\n{e}");
 }
 
-/// Talks to the daemon of `s` directly: each of `conversations` is one connection, its requests
-/// sent one at a time (JSON lines); returns, per connection, `[{"reply": ..., "fds": N}, ...]`,
-/// N the descriptors that came with the reply (closed).
-fn converse(s: &Scratch, conversations: &Value) -> Value {
+/// What `connections` connections to the daemon's network socket of `kind` were answered,
+/// each read to its end: `{"reply": LINE, "fds": N, "lines": N}`; with `unshare`, the client runs
+/// in a pid namespace of its own (as a process inside a sandbox would).
+fn connect_to_network_socket(s: &Scratch, kind: &str, connections: usize, unshare: bool) -> Value {
     let script = r#"
 import json, os, socket, sys
-path, conversations = sys.argv[1], json.loads(sys.argv[2])
+path, n = sys.argv[1], int(sys.argv[2])
 out = []
-for requests in conversations:
+for _ in range(n):
     c = socket.socket(socket.AF_UNIX)
     c.connect(path)
-    answers = []
-    for req in requests:
-        c.sendall((json.dumps(req) + "\n").encode())
-        buf, fds = b"", []
-        while not buf.endswith(b"\n"):
-            msg, got, _, _ = socket.recv_fds(c, 65536, 16)
-            fds += got
-            if not msg:
-                break
-            buf += msg
-        for fd in fds:
-            os.close(fd)
-        answers.append({"reply": json.loads(buf), "fds": len(fds)})
+    buf, fds = b"", []
+    while True:
+        msg, got, _, _ = socket.recv_fds(c, 65536, 16)
+        fds += got
+        if not msg:
+            break
+        buf += msg
+    for fd in fds:
+        os.close(fd)
+    lines = buf.decode().splitlines()
+    out.append({"reply": json.loads(lines[0]) if lines else None, "fds": len(fds), "lines": len(lines)})
     c.close()
-    out.append(answers)
 print(json.dumps(out))
 "#;
-    let sock = s.root.join("run/sandgate/control.sock");
-    let out = s
-        .program(std::path::Path::new("python3"))
-        .args(["-c", script, sock.to_str().unwrap(), &conversations.to_string()])
-        .output()
-        .unwrap();
+    let sock = s.root.join(format!("run/sandgate/network-{kind}.sock"));
+    let (sock, n) = (sock.to_str().unwrap(), connections.to_string());
+    let python = ["python3", "-c", script, sock, &n];
+    let mut c = if unshare {
+        let mut c = s.program(std::path::Path::new("unshare"));
+        c.args(["--pid", "--fork"]).args(python);
+        c
+    } else {
+        let mut c = s.program(std::path::Path::new(python[0]));
+        c.args(&python[1..]);
+        c
+    };
+    let out = c.output().unwrap();
     let (o, e) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{o}\n{e}");
     serde_json::from_str(&o).unwrap_or_else(|err| panic!("{err}: {o}\n{e}"))
 }
 
-/// The protocol of `take_network`: answered with a network only as a connection's first
-/// request; as a second one (after `hello`) the reply is `{"network": null, "why": ...}` with no
-/// descriptors; an unknown kind is an error reply. Control: the same request as a connection's
-/// first is answered with a network and its descriptors (so the count would see them).
+/// Connecting to a network socket is the request: each connection is answered with one line (a
+/// network of the socket's kind, its descriptors with it, and the daemon's protocol) and closed,
+/// each network to one connection only.
 #[test]
-fn take_network_is_answered_only_as_a_connections_first_request() {
+fn each_connection_to_a_network_socket_is_answered_once() {
     let Some(who) = crate::support::sandbox::root() else { return };
     let s = Scratch::new(&who);
     let d = Daemon::start(&s, true);
-    let take = serde_json::json!({"id": 2, "op": "take_network", "kind": "loopback"});
-    let talks = converse(
-        &s,
-        &serde_json::json!([
-            [{"id": 1, "op": "hello"}, take],
-            [{"id": 3, "op": "take_network", "kind": "bogus"}],
-            [take],
-        ]),
-    );
-    let second = &talks[0][1];
-    assert_eq!(talks[0][0]["reply"]["ok"], true, "hello: {talks}");
-    assert_eq!(second["reply"]["ok"], true, "{second}");
-    assert_eq!(second["reply"]["result"]["network"], Value::Null, "handed out second: {second}");
-    let why = second["reply"]["result"]["why"].as_str().unwrap_or_default();
-    assert!(!why.is_empty(), "no why: {second}");
-    assert_eq!(second["fds"], 0, "descriptors with a refusal: {second}");
-    // The error's code and wording may change (a typed kind refused as a bad request): only
-    // that it is an error is the protocol.
-    let bogus = &talks[1][0];
-    assert_eq!(bogus["reply"]["ok"], false, "an unknown kind was not refused: {bogus}");
-    assert_eq!(bogus["fds"], 0, "{bogus}");
-    let first = &talks[2][0];
-    assert_eq!(first["reply"]["result"]["network"]["kind"], "loopback", "control: {first}");
-    assert_eq!(first["fds"], 1, "control: a loopback network is one descriptor: {first}");
-    let pool = d.pool();
-    assert_eq!(pool["handed_out"], 1, "only the control's network was handed out: {pool}");
+    for (kind, fds) in [("loopback", 1), ("proxy", 5)] {
+        let answers = connect_to_network_socket(&s, kind, 2, false);
+        let mut ids = Vec::new();
+        for a in answers.as_array().unwrap() {
+            assert_eq!(a["lines"], 1, "{kind}: {a}");
+            assert_eq!(a["reply"]["ok"], true, "{kind}: {a}");
+            assert!(a["reply"]["result"]["protocol"].as_u64().is_some(), "{kind}: {a}");
+            let network = &a["reply"]["result"]["network"];
+            assert_eq!(network["kind"], kind, "{a}");
+            assert_eq!(a["fds"], fds, "{kind}: {a}");
+            ids.push(network["sandbox"].as_str().unwrap().to_owned());
+        }
+        assert_ne!(ids[0], ids[1], "{kind}: one network handed out twice");
+    }
+    assert_eq!(d.pool()["handed_out"], 4, "{}", d.pool());
+}
+
+/// A peer in another pid namespace (as a process inside a sandbox is) gets an error and no
+/// network from the network sockets, as from the control socket. Control: the same client in
+/// the daemon's namespace gets one.
+#[test]
+fn a_network_socket_refuses_a_peer_in_another_pid_namespace() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let d = Daemon::start(&s, true);
+    let inside = connect_to_network_socket(&s, "loopback", 1, true);
+    let a = &inside[0];
+    assert_eq!(a["reply"]["ok"], false, "a peer in another pid namespace got an answer: {a}");
+    let why = a["reply"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("inside a sandbox"), "{a}");
+    assert_eq!(a["fds"], 0, "{a}");
+    assert_eq!(d.pool()["handed_out"], 0, "{}", d.pool());
+    let outside = connect_to_network_socket(&s, "loopback", 1, false);
+    assert_eq!(outside[0]["fds"], 1, "control: {outside}");
+    assert_eq!(d.pool()["handed_out"], 1, "{}", d.pool());
+}
+
+/// With the pool off the network sockets still answer, with no network and why (a launch then
+/// makes its own; the answer also says the daemon's protocol).
+#[test]
+fn with_the_pool_off_a_network_socket_says_why() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let _d = Daemon::start(&s, false);
+    let a = &connect_to_network_socket(&s, "proxy", 1, false)[0];
+    assert_eq!(a["reply"]["ok"], true, "{a}");
+    assert_eq!(a["reply"]["result"]["network"], Value::Null, "{a}");
+    assert!(!a["reply"]["result"]["why"].as_str().unwrap_or_default().is_empty(), "{a}");
+    assert_eq!(a["fds"], 0, "{a}");
 }
 
 both!(

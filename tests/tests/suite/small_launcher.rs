@@ -176,8 +176,9 @@ fn it_hands_over_what_it_cannot_serve(who: &Who) {
     assert!(stderr.contains("is this launcher, not the sandgate binary"), "{stderr}");
 }
 
-/// A daemon of another protocol (what runs after an upgrade until it is stopped) answers
-/// `take_network` without this launcher's `protocol`: the launch goes to `sandgate`, which says
+/// A daemon of another protocol (what runs after an upgrade until it is stopped: here one with
+/// no network sockets) answers `hello` without this launcher's `protocol`: the launch goes to
+/// `sandgate`, which says
 /// the daemon is another version and serves the proxy itself; the command runs and reaches the
 /// allowed origin. (Kept by the launcher, the launch would start and then find no daemon to
 /// register with: the sandbox killed, the command cut short.)

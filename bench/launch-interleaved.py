@@ -8,7 +8,7 @@ networks, and a fixed order gave whichever row came second that cost. (Times inc
 fork+exec, ~1 ms.) `sandbox-TIER` rows run the small launcher (`sandgate-launch`, what the
 `sandbox-*` links point at), `sandgate TIER` rows the big binary; OLD_BINARY's rows use the
 launcher next to it when there is one. Both builds run from copies in the bench's directory (see
-`installed`). Release build of this tree unless SANDGATE_BIN names a
+`installed`), each served by a daemon of its own build (see `environment`). Release build of this tree unless SANDGATE_BIN names a
 binary.
 
 Usage: bench/launch-interleaved.py [ROUNDS] [OLD_BINARY]
@@ -49,20 +49,34 @@ def installed(binary, name):
 
 new = installed(new, "new")
 old = installed(old, "old") if old else None
-env = dict(os.environ, XDG_RUNTIME_DIR=d + "/run", XDG_DATA_HOME=d + "/data",
-           XDG_CONFIG_HOME=d + "/config")
-for k in ("run", "data", "config"):
-    os.makedirs(os.path.join(d, k))
-daemon = subprocess.Popen([new, "daemon"], env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+
+def environment(name):
+    """XDG directories of the build `name`: each build is served by a daemon of its own (a
+    daemon serves launchers of its own protocol only)."""
+    e = dict(os.environ)
+    e.pop("RUST_BACKTRACE", None)  # a developer's shell setting, not a user's
+    for k, var in (("run", "XDG_RUNTIME_DIR"), ("data", "XDG_DATA_HOME"),
+                   ("config", "XDG_CONFIG_HOME")):
+        e[var] = os.path.join(d, f"{name}-{k}")
+        os.makedirs(e[var])
+    return e
+
+builds = {"new": (new, environment("new"))}
+if old:
+    builds["old"] = (old, environment("old"))
+daemons = [subprocess.Popen([b, "daemon"], env=e, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL) for b, e in builds.values()]
+env = builds["new"][1]
 try:
-    for _ in range(100):
-        if subprocess.run([new, "status"], env=env, capture_output=True).returncode == 0:
-            break
-        time.sleep(0.05)
+    for b, e in builds.values():
+        for _ in range(100):
+            if subprocess.run([b, "status"], env=e, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
     bwrap = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     cmds = {"true": ["true"], "bwrap": bwrap + ["true"],
             "bwrap --unshare-net": bwrap + ["--unshare-net", "true"]}
+    env_of = {}
     def launcher(binary, name, tier):
         """The `sandbox-TIER` link to the launcher next to `binary`, or None without one."""
         exe = os.path.join(os.path.dirname(binary), "sandgate-launch")
@@ -76,6 +90,7 @@ try:
         if old:
             link = launcher(old, "old", tier)
             cmds[f"old sandbox-{tier} true"] = [link, "true"] if link else [old, tier, "--", "true"]
+            env_of[f"old sandbox-{tier} true"] = builds["old"][1]
         cmds[f"sandbox-{tier} true"] = [launcher(new, "new", tier), "true"]
         cmds[f"sandgate {tier} true"] = [new, tier, "--", "true"]
     times = {k: [] for k in cmds}
@@ -86,12 +101,13 @@ try:
         for k in order:
             c = cmds[k]
             t0 = time.perf_counter()
-            subprocess.run(c, env=env, cwd=d, stdout=subprocess.DEVNULL)
+            subprocess.run(c, env=env_of.get(k, env), cwd=d, stdout=subprocess.DEVNULL)
             if i >= 10:
                 times[k].append(time.perf_counter() - t0)
 finally:
-    subprocess.run([new, "stop"], env=env, capture_output=True)
-    daemon.wait()
+    for (b, e), daemon in zip(builds.values(), daemons):
+        subprocess.run([b, "stop"], env=e, capture_output=True)
+        daemon.wait()
     shutil.rmtree(d, ignore_errors=True)
 
 med = {k: statistics.median(v) * 1e3 for k, v in times.items()}

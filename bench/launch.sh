@@ -19,8 +19,14 @@ if [ -z "$bin" ]; then
   cargo build --release --bins >/dev/null
   bin="$PWD/target/release/sandgate"
 fi
-bin="$(realpath "$bin")"
 dir="$(mktemp -d /var/tmp/sandgate-bench.XXXXXX)"
+# Copies, as `cargo install` installs them: a file the linker wrote in small pieces is cached in
+# small pages and costs each launch ~20 more page faults (see bench/launch-interleaved.py).
+mkdir "$dir/bin"
+cp "$(realpath "$bin")" "$dir/bin/sandgate"
+cp "$(dirname "$(realpath "$bin")")/sandgate-launch" "$dir/bin/sandgate-launch"
+bin="$dir/bin/sandgate"
+unset RUST_BACKTRACE # a developer's shell setting, not a user's
 # A private daemon (net/build launches register with it), stopped at the end.
 export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config"
 mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"

@@ -11,9 +11,11 @@
 //! (none runs, or `SANDGATE_NO_DAEMON=1`; `sandgate` starts one or serves the proxy itself).
 
 //!
-//! Its entry is a C `main` ([`main`]), not Rust's start: see there why.
+//! On Linux with glibc its entry is a C `main` ([`main`]), not Rust's start: see there why.
+//! (Elsewhere, and in its unit tests, Rust's start: a C `main` there would not have the
+//! arguments, which only glibc hands to std without it.)
 
-#![no_main]
+#![cfg_attr(all(target_os = "linux", target_env = "gnu", not(test)), no_main)]
 #![deny(unsafe_code)] // allowed in `main` and `start` only, which say why
 
 use std::ffi::OsString;
@@ -29,18 +31,26 @@ mod tier_cli;
 /// instructions and eight system calls, 0.06 ms of every `sandbox-*` launch (README, "The small
 /// launcher"). What of it the launcher needs is done here: descriptors 0, 1 and 2 open,
 /// `SIGPIPE` ignored, standard output flushed at the end (`std::process::exit` flushes it too).
-/// A stack overflow ends the launcher with `SIGSEGV` instead of a message.
+/// A panic ends it with status 101, as from Rust's start (a panic cannot unwind out of a C
+/// function: it would abort); a stack overflow ends it with `SIGSEGV` instead of a message.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 #[allow(unsafe_code)] // an exported symbol is `unsafe` to declare (it could shadow another)
 #[unsafe(no_mangle)]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     start::standard_descriptors_open();
     start::ignore_sigpipe();
-    let code = launcher();
+    let code = std::panic::catch_unwind(launcher).unwrap_or(101);
     let _ = std::io::Write::flush(&mut std::io::stdout());
     libc::c_int::from(code)
 }
 
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(test))))]
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(launcher())
+}
+
 /// What Rust's start does that the launcher needs (the same calls, as std makes them on unix).
+#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
 #[allow(unsafe_code)]
 mod start {
     /// Descriptors 0, 1 and 2 that are not open are opened on `/dev/null`: otherwise the first

@@ -15,8 +15,7 @@
 use std::os::fd::{AsFd as _, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -38,37 +37,56 @@ pub fn path(dir: &Path, kind: NetKind) -> PathBuf {
 /// The listening sockets and their threads.
 pub struct NetworkSockets {
     listeners: Vec<(PathBuf, Arc<UnixListener>)>,
-    stopping: Arc<AtomicBool>,
+    /// Set when the daemon leaves; held while a network is handed out, so that the idle exit's
+    /// decision and a hand-out never overlap (see [`NetworkSockets::close_if`]).
+    closed: Arc<Mutex<bool>>,
 }
 
 impl NetworkSockets {
     /// Binds both sockets in `dir` (a stale one is replaced: the caller holds the daemon's lock)
-    /// and starts a thread on each. `rt`: the runtime the pool's refill timers run on.
-    pub fn start(
-        dir: &Path,
-        d: Arc<Daemon>,
-        rt: tokio::runtime::Handle,
-    ) -> std::io::Result<NetworkSockets> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let stopping = Arc::new(AtomicBool::new(false));
+    /// and starts a thread on each. Best effort: a socket that cannot be bound (a runtime
+    /// directory whose path leaves no room for the name in a socket address) is logged and left
+    /// out, and launches make their own networks. `rt`: the runtime the pool's refill timers run
+    /// on.
+    pub fn start(dir: &Path, d: &Arc<Daemon>, rt: &tokio::runtime::Handle) -> NetworkSockets {
+        let closed = Arc::new(Mutex::new(false));
         let mut listeners = Vec::new();
         for kind in [NetKind::Loopback, NetKind::Proxy] {
             let p = path(dir, kind);
-            let _ = std::fs::remove_file(&p);
-            let listener = Arc::new(UnixListener::bind(&p)?);
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
-            let (l, d, rt, stop) = (listener.clone(), d.clone(), rt.clone(), stopping.clone());
-            std::thread::Builder::new()
-                .name(format!("sandgate-net-{}", kind.name()))
-                .spawn(move || serve(&l, kind, &d, &rt, &stop))?;
-            listeners.push((p, listener));
+            match listen(&p, kind, d, rt, &closed) {
+                Ok(listener) => listeners.push((p, listener)),
+                Err(e) => tracing::warn!(
+                    socket = %p.display(),
+                    error = %e,
+                    "networks made ahead are not handed out on this socket; launches make their \
+                     own (slower)"
+                ),
+            }
         }
-        Ok(NetworkSockets { listeners, stopping })
+        NetworkSockets { listeners, closed }
+    }
+
+    /// Closes the sockets if `idle()` says so, deciding while no network is being handed out: a
+    /// hand-out marks the daemon busy first, so a launch never gets a network (and the daemon's
+    /// protocol) from a daemon on its way out. Whether they are closed.
+    pub fn close_if(&self, idle: impl FnOnce() -> bool) -> bool {
+        let mut closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        if !*closed && !idle() {
+            return false;
+        }
+        *closed = true;
+        drop(closed);
+        self.remove();
+        true
     }
 
     /// Removes the sockets and ends the threads (a listener shut down ends a blocked `accept`).
     pub fn stop(&self) {
-        self.stopping.store(true, Ordering::Release);
+        *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.remove();
+    }
+
+    fn remove(&self) {
         for (p, l) in &self.listeners {
             let _ = std::fs::remove_file(p);
             let _ = nix::sys::socket::shutdown(
@@ -79,18 +97,55 @@ impl NetworkSockets {
     }
 }
 
+/// Binds the socket of `kind` at `p` (0600) and starts its thread.
+fn listen(
+    p: &Path,
+    kind: NetKind,
+    d: &Arc<Daemon>,
+    rt: &tokio::runtime::Handle,
+    closed: &Arc<Mutex<bool>>,
+) -> std::io::Result<Arc<UnixListener>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let _ = std::fs::remove_file(p);
+    let listener = Arc::new(UnixListener::bind(p)?);
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))?;
+    let (l, d, rt, closed) = (listener.clone(), d.clone(), rt.clone(), closed.clone());
+    std::thread::Builder::new()
+        .name(format!("sandgate-net-{}", kind.name()))
+        .spawn(move || serve(&l, kind, &d, &rt, &closed))?;
+    Ok(listener)
+}
+
 fn serve(
     listener: &UnixListener,
     kind: NetKind,
     d: &Daemon,
     rt: &tokio::runtime::Handle,
-    stopping: &AtomicBool,
+    closed: &Mutex<bool>,
 ) {
     loop {
-        match listener.accept() {
-            Ok((stream, _)) => hand_out(&stream, kind, d, rt),
-            Err(_) if stopping.load(Ordering::Acquire) => return,
+        let accepted = listener.accept();
+        let is_closed = closed.lock().unwrap_or_else(|e| e.into_inner());
+        match accepted {
+            Ok((stream, _)) if *is_closed => {
+                // Without `protocol`: a `net` or `build` launch goes to `sandgate` rather than
+                // register with a daemon that is leaving.
+                let v = json!({ "network": null, "why": "the daemon is stopping" });
+                let _ = send_line(&stream, &Reply::ok(None, v), &[]);
+            }
+            Ok((stream, _)) => {
+                let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    hand_out(&stream, kind, d, rt);
+                }));
+                if handed.is_err() {
+                    tracing::error!(
+                        "handing out a network failed (a bug); the launch makes its own"
+                    );
+                }
+            }
+            Err(_) if *is_closed => return,
             Err(e) => {
+                drop(is_closed);
                 tracing::warn!(error = %e, "accept failed on a network socket");
                 std::thread::sleep(Duration::from_millis(20));
             }

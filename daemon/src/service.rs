@@ -5,7 +5,8 @@
 //! Lifecycle: take the pid-file lock (one daemon per user) → open the store (a store that cannot
 //! be opened stops the daemon, naming the file) → mark sandboxes whose launcher is gone as lost,
 //! prune old events (a busy, locked or full store only logs why not; pruning runs again hourly)
-//! → load the grants → bind the control socket (0600)
+//! → load the grants → bind the control socket (0600) and, on Linux, the network sockets
+//! (`network_sockets`; best effort)
 //! → serve until `sandgate stop`, SIGINT/SIGTERM, or `--idle-exit` → tell the launchers, deny
 //! what is pending, flush the events.
 //!
@@ -342,10 +343,17 @@ async fn serve(
         let dir = paths.socket.parent().unwrap_or(std::path::Path::new("/"));
         crate::network_sockets::NetworkSockets::start(
             dir,
-            daemon.clone(),
-            tokio::runtime::Handle::current(),
+            &daemon,
+            &tokio::runtime::Handle::current(),
         )
-        .with_context(|| format!("cannot listen on the network sockets in {}", dir.display()))?
+    };
+    // Idle, and (Linux) the network sockets closed in the same breath: a network handed out
+    // after the check would go to a launch whose daemon is leaving.
+    let idle_now = |d: Duration| {
+        #[cfg(target_os = "linux")]
+        return network_sockets.close_if(|| daemon.idle_for(d));
+        #[cfg(not(target_os = "linux"))]
+        daemon.idle_for(d)
     };
     tracing::info!(
         pid = std::process::id(),
@@ -377,10 +385,11 @@ async fn serve(
                     // A client may be waiting in the backlog: serve it rather than leave it.
                     match tokio::time::timeout(Duration::ZERO, listener.accept()).await {
                         Ok(Ok((stream, _))) => accepted(&daemon, stream),
-                        _ => {
+                        _ if idle_now(idle_exit.unwrap_or_default()) => {
                             tracing::info!("idle; exiting");
                             break;
                         }
+                        _ => {} // a network was handed out just now
                     }
                 }
                 if last_prune.elapsed() > Duration::from_secs(3600) {

@@ -451,6 +451,90 @@ fn with_the_pool_off_a_network_socket_says_why() {
     assert_eq!(a["fds"], 0, "{a}");
 }
 
+/// A runtime directory whose path leaves room for `control.sock` in a socket address (107 bytes)
+/// but not for the longer network sockets' names: the daemon still starts and serves (it used
+/// to refuse to start, and `net` then lost its approvals), and a `run` launch makes its own
+/// network.
+#[test]
+fn a_runtime_directory_too_long_for_the_network_sockets_leaves_the_daemon_serving() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let base = s.root.join("r");
+    // `<dir>/sandgate/control.sock` is 102 bytes, `<dir>/sandgate/network-loopback.sock` 111.
+    let pad = 80usize.saturating_sub(base.as_os_str().len() + 1);
+    let dir = base.join("x".repeat(pad.max(1)));
+    assert_eq!(dir.as_os_str().len(), 80, "{}", dir.display());
+    std::fs::create_dir_all(&dir).unwrap();
+    let with_dir = |c: &mut Command| {
+        c.env("XDG_RUNTIME_DIR", &dir);
+    };
+    let mut daemon = s.program(&sandgate_bin());
+    daemon.arg("daemon").stdout(Stdio::null()).stderr(Stdio::piped());
+    with_dir(&mut daemon);
+    let mut child = daemon.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answered = loop {
+        let mut status = s.program(&sandgate_bin());
+        status.arg("status");
+        with_dir(&mut status);
+        if status.output().unwrap().status.success() {
+            break true;
+        }
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut run = s.command("run", &[], &["true"]);
+    with_dir(&mut run);
+    let out = run.env("SANDGATE_DEBUG", "launch").output().unwrap();
+    let mut stop = s.program(&sandgate_bin());
+    stop.arg("stop");
+    with_dir(&mut stop);
+    let _ = stop.output();
+    let _ = child.kill();
+    let log = child.wait_with_output().map(|o| text(&o.stderr)).unwrap_or_default();
+    assert!(answered, "the daemon did not start:\n{log}");
+    let e = text(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(!e.contains(JOINED), "a network came from a socket that cannot exist: {e}");
+}
+
+/// A daemon leaving when idle (`--idle-exit`) removes its network sockets with its control
+/// socket.
+#[test]
+fn an_idle_daemon_leaves_no_network_socket_behind() {
+    let Some(who) = crate::support::sandbox::root() else { return };
+    let s = Scratch::new(&who);
+    let dir = s.root.join("run/sandgate");
+    let mut child = s
+        .program(&sandgate_bin())
+        .args(["daemon", "--idle-exit", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sockets = ["control.sock", LOOPBACK_SOCKET, "network-proxy.sock"];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sockets.iter().all(|n| dir.join(n).exists()) {
+        assert!(Instant::now() < deadline, "the daemon's sockets never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exited.is_some(), "the idle daemon did not leave");
+    let left: Vec<_> = sockets.iter().filter(|n| dir.join(n).exists()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 both!(
     a_launch_joins_a_prepared_network_and_its_walls_hold,
     a_run_launch_joins_a_prepared_loopback_network,

@@ -259,7 +259,31 @@ fn its_closed_standard_descriptors_are_opened_on_dev_null(who: &Who) {
     assert_eq!(fds, "/dev/null\n/dev/null\n/dev/null\n");
 }
 
+/// A panic in the launcher ends it as Rust's start would (status 101), not with an abort
+/// (`SIGABRT`, a core file): its entry is a C function a panic cannot unwind out of. Here its
+/// message cannot be written (stderr is a pipe nobody reads) and writing it panics, as in
+/// `sandbox-build make 2>&1 | head` once `head` has gone. `sandgate run` ends the same way.
+fn a_panic_ends_it_with_101_not_an_abort(who: &Who) {
+    let s = Scratch::new(who);
+    let dir = linked(&s);
+    let probe = "import os, subprocess, sys\n\
+                 r, w = os.pipe()\n\
+                 os.close(r)\n\
+                 p = subprocess.run(sys.argv[1:], stderr=w, stdout=subprocess.DEVNULL)\n\
+                 print(p.returncode)\n";
+    let status = |program: &Path, args: &[&str]| {
+        let out =
+            s.program(Path::new("python3")).args(["-c", probe]).arg(program).args(args).output();
+        text(&out.unwrap().stdout).trim().to_owned()
+    };
+    let big = status(&sandgate_bin(), &["run", "--", "no-such-command-xyz"]);
+    assert_eq!(big, "101", "sandgate run: the reference");
+    let small = status(&dir.join("sandbox-run"), &["no-such-command-xyz"]);
+    assert_eq!(small, "101", "sandbox-run (-6 would be an abort)");
+}
+
 both!(
+    a_panic_ends_it_with_101_not_an_abort,
     its_closed_standard_descriptors_are_opened_on_dev_null,
     it_answers_as_sandgate_does,
     its_own_launches_keep_every_wall,

@@ -448,6 +448,7 @@ fn with_the_pool_off_a_network_socket_says_why() {
     assert_eq!(a["reply"]["ok"], true, "{a}");
     assert_eq!(a["reply"]["result"]["network"], Value::Null, "{a}");
     assert!(!a["reply"]["result"]["why"].as_str().unwrap_or_default().is_empty(), "{a}");
+    assert!(a["reply"]["result"]["protocol"].as_u64().is_some(), "{a}");
     assert_eq!(a["fds"], 0, "{a}");
 }
 

@@ -6,6 +6,7 @@
 # change of load hits every row alike.
 # Usage: bench/launch-cpu.sh [OLD_BINARY]   (SANDGATE_BIN=path, N=runs per row, ROUNDS=rounds)
 # With OLD_BINARY, its rows (`old ...`) are measured next to this tree's (before/after).
+# Each build is served by a daemon of its own build (and counted with its rows).
 # `sandbox-TIER` rows run the small launcher (`sandgate-launch`, what the links point at; an
 # OLD_BINARY without one next to it runs as `OLD TIER --`), `sandgate TIER` rows the big binary.
 set -euo pipefail
@@ -15,23 +16,39 @@ if [ -z "$bin" ]; then
   cargo build --release --bins >/dev/null
   bin="$PWD/target/release/sandgate"
 fi
-bin="$(realpath "$bin")"
 old="${1:+$(realpath "$1")}"
 dir="$(mktemp -d /var/tmp/sandgate-bench.XXXXXX)"
-# The links, as `sandgate install` makes them.
-mkdir -p "$dir/new" "$dir/old"
-for t in run net build; do
-  ln -s "$(dirname "$bin")/sandgate-launch" "$dir/new/sandbox-$t"
-  [ -n "$old" ] && [ -x "$(dirname "$old")/sandgate-launch" ] &&
-    ln -s "$(dirname "$old")/sandgate-launch" "$dir/old/sandbox-$t"
-done
-export XDG_RUNTIME_DIR="$dir/run" XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/config"
-mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"
-trap '"$bin" stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-"$bin" daemon >"$dir/daemon.log" 2>&1 &
-for _ in $(seq 100); do "$bin" status >/dev/null 2>&1 && break; sleep 0.05; done
+unset RUST_BACKTRACE # a developer's shell setting, not a user's
+# Copies of both builds, as `cargo install` installs them (see bench/launch-interleaved.py), and
+# the links, as `sandgate install` makes them.
+install_build() { # BINARY NAME -> the copy's path
+  mkdir -p "$dir/$2"
+  cp "$(realpath "$1")" "$dir/$2/sandgate"
+  if [ -x "$(dirname "$(realpath "$1")")/sandgate-launch" ]; then
+    cp "$(dirname "$(realpath "$1")")/sandgate-launch" "$dir/$2/sandgate-launch"
+    for t in run net build; do ln -s "$dir/$2/sandgate-launch" "$dir/$2/sandbox-$t"; done
+  fi
+  echo "$dir/$2/sandgate"
+}
+bin="$(install_build "$bin" new)"
+[ -n "$old" ] && old="$(install_build "$old" old)"
+# Each build is served by a daemon of its own build (a daemon serves its own protocol's
+# launchers only), in XDG directories of its own.
+use_build() { # NAME
+  export XDG_RUNTIME_DIR="$dir/$1-run" XDG_DATA_HOME="$dir/$1-data" XDG_CONFIG_HOME="$dir/$1-config"
+  daemon_pid="$(cat "$XDG_RUNTIME_DIR/sandgate/daemon.pid" 2>/dev/null || true)"
+}
+start_daemon() { # BINARY NAME
+  use_build "$2"
+  mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME" "$XDG_CONFIG_HOME"
+  "$1" daemon >"$dir/$2-daemon.log" 2>&1 &
+  for _ in $(seq 100); do "$1" status >/dev/null 2>&1 && break; sleep 0.05; done
+}
+trap 'use_build old; [ -n "$old" ] && "$old" stop >/dev/null 2>&1; use_build new; "$bin" stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+[ -n "$old" ] && start_daemon "$old" old
+start_daemon "$bin" new
+use_build new
 cd "$dir"
-daemon_pid="$(cat "$XDG_RUNTIME_DIR/sandgate/daemon.pid")"
 # CPU time of the daemon and its children (the network factory, see the daemon's `netpool`): a
 # prepared network's making moves from the launch to them, so it is counted per launch too.
 # Read per thread, as "TID NANOSECONDS" lines (every thread: a runtime's blocking threads live
@@ -79,11 +96,13 @@ row() {
     row 'bwrap --unshare-all' bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true
     for t in run net build; do
       if [ -n "$old" ]; then
+        use_build old
         if [ -e "$dir/old/sandbox-$t" ]; then
           row "old sandbox-$t true" "$dir/old/sandbox-$t" true
         else
           row "old sandbox-$t true" "$old" "$t" -- true
         fi
+        use_build new
       fi
       row "sandbox-$t true" "$dir/new/sandbox-$t" true
       row "sandgate $t true" "$bin" "$t" -- true

@@ -131,6 +131,7 @@ fn serve(
                 // Without `protocol`: a `net` or `build` launch goes to `sandgate` rather than
                 // register with a daemon that is leaving.
                 let v = json!({ "network": null, "why": "the daemon is stopping" });
+                let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
                 let _ = send_line(&stream, &Reply::ok(None, v), &[]);
             }
             Ok((stream, _)) => {

@@ -17,8 +17,14 @@ fn main() {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
+    // `linux_glibc`: where the small launcher enters through a C `main` (src/launcher.rs).
+    println!("cargo::rustc-check-cfg=cfg(linux_glibc)");
+    let glibc = var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu";
+    if glibc {
+        println!("cargo:rustc-cfg=linux_glibc");
+    }
     let static_crt = var("CARGO_CFG_TARGET_FEATURE").split(',').any(|f| f == "crt-static");
-    if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" || static_crt {
+    if !glibc || static_crt {
         return;
     }
     // The compiler the `cc` crate would pick for the target; `cc` itself only when not

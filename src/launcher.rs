@@ -15,7 +15,7 @@
 //! (Elsewhere, and in its unit tests, Rust's start: a C `main` there would not have the
 //! arguments, which only glibc hands to std without it.)
 
-#![cfg_attr(all(target_os = "linux", target_env = "gnu", not(test)), no_main)]
+#![cfg_attr(all(linux_glibc, not(test)), no_main)]
 #![deny(unsafe_code)] // allowed in `main` and `start` only, which say why
 
 use std::ffi::OsString;
@@ -33,7 +33,7 @@ mod tier_cli;
 /// `SIGPIPE` ignored, standard output flushed at the end (`std::process::exit` flushes it too).
 /// A panic ends it with status 101, as from Rust's start (a panic cannot unwind out of a C
 /// function: it would abort); a stack overflow ends it with `SIGSEGV` instead of a message.
-#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
+#[cfg(all(linux_glibc, not(test)))]
 #[allow(unsafe_code)] // an exported symbol is `unsafe` to declare (it could shadow another)
 #[unsafe(no_mangle)]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
@@ -44,13 +44,13 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
     libc::c_int::from(code)
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu", not(test))))]
+#[cfg(not(all(linux_glibc, not(test))))]
 fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(launcher())
 }
 
 /// What Rust's start does that the launcher needs (the same calls, as std makes them on unix).
-#[cfg(all(target_os = "linux", target_env = "gnu", not(test)))]
+#[cfg(all(linux_glibc, not(test)))]
 #[allow(unsafe_code)]
 mod start {
     /// Descriptors 0, 1 and 2 that are not open are opened on `/dev/null`: otherwise the first

@@ -23,7 +23,7 @@ use serde_json::json;
 use sandgate_sandbox::NetKind;
 
 use crate::protocol::{PROTOCOL_VERSION, Reply};
-use crate::server::{Daemon, check_peer_fd};
+use crate::server::{Daemon, check_peer_fd, line};
 
 /// How long an answer may take to write (it is a few hundred bytes: only a launcher that
 /// connected and stopped reading could hold the thread).
@@ -187,8 +187,7 @@ fn hand_out(stream: &UnixStream, kind: NetKind, d: &Daemon, rt: &tokio::runtime:
 /// Writes `reply` as one line, `fds` with its first bytes (never `SIGPIPE`: a launcher may be
 /// gone).
 fn send_line(stream: &UnixStream, reply: &Reply, fds: &[RawFd]) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
-    text.push(b'\n');
+    let text = line(reply).into_bytes();
     let mut sent = sandgate_sandbox::fdpass::send_once_with_fds(stream, &text, fds)?;
     while sent < text.len() {
         match sandgate_sandbox::fdpass::send_once_with_fds(stream, &text[sent..], &[])? {

@@ -256,7 +256,8 @@ async fn read_some(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usiz
     }
 }
 
-fn line(v: &impl serde::Serialize) -> String {
+/// `v` as one JSON line (the control protocol's framing).
+pub(crate) fn line(v: &impl serde::Serialize) -> String {
     let mut s = serde_json::to_string(v).unwrap_or_else(|e| {
         format!(r#"{{"ok":false,"error":{{"code":"internal","message":"{e}"}}}}"#)
     });

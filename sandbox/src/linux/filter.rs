@@ -133,12 +133,28 @@ const DENIED: &[i64] = &[
 pub const ALLOWED_FAMILIES: [libc::c_int; 4] =
     [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK];
 
+/// The unix socket types a sandboxed command may create, by `socket(2)` (when unix sockets are
+/// allowed at all) or `socketpair(2)`: the connection-oriented ones. Their ends cannot be given
+/// another peer: `connect` on a connected end fails with `EISCONN`, a stream end's `sendmsg` with a
+/// name fails, a seqpacket end's ignores the name. A datagram socket (`SOCK_DGRAM`, and
+/// `SOCK_RAW`, which unix sockets treat as datagram) can: one end of even a `socketpair` can be
+/// re-addressed with `connect` or `sendto`/`sendmsg` with a name to any pathname datagram socket
+/// the sandbox can see (`/dev/log`, `$XDG_RUNTIME_DIR/systemd/notify`) and, bound inside a writable
+/// directory, receive its replies. Neither the address nor the socket's type is visible to a
+/// filter at `sendto`/`connect` time, so the type is decided at creation, where it is an argument.
+pub const UNIX_SOCKET_TYPES: [libc::c_int; 2] = [libc::SOCK_STREAM, libc::SOCK_SEQPACKET];
+
+/// The bits of a socket type argument that name the type (`SOCK_TYPE_MASK`); the others are
+/// flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`).
+const SOCK_TYPE_MASK: u32 = 0xf;
+
 /// Which optional rules to add.
 #[derive(Debug, Clone, Copy)]
 pub struct FilterOptions {
     /// Refuse `socket(AF_UNIX, ...)`: the kernel cannot check which pathname socket a process
     /// connects to (Landlock below ABI 9), so no unix socket may be created at all.
-    /// `socketpair` stays allowed (it reaches nothing outside).
+    /// `socketpair` stays allowed for the [`UNIX_SOCKET_TYPES`] (a pair of those reaches
+    /// nothing outside).
     pub deny_unix_sockets: bool,
 }
 
@@ -162,11 +178,13 @@ enum Verdict {
     /// `EPERM` for the terminal-injection requests (argument 1, compared on 32 bits because the
     /// kernel truncates the request number to an int).
     TerminalIoctl,
-    /// `EPERM` for any family but [`ALLOWED_FAMILIES`] (argument 0), and for `AF_UNIX` too with
-    /// [`FilterOptions::deny_unix_sockets`].
+    /// `EPERM` for any family but [`ALLOWED_FAMILIES`] (argument 0), for `AF_UNIX` with
+    /// [`FilterOptions::deny_unix_sockets`], and otherwise for a unix socket of a type outside
+    /// [`UNIX_SOCKET_TYPES`] (argument 1).
     SocketFamily,
-    /// `EPERM` for any family but `AF_UNIX`: `socketpair(2)` makes connected pairs of other
-    /// families too (AF_TIPC) and loads their modules.
+    /// `EPERM` for any family but `AF_UNIX` (`socketpair(2)` makes connected pairs of other
+    /// families too, AF_TIPC, and loads their modules), and for a type outside
+    /// [`UNIX_SOCKET_TYPES`].
     SocketpairFamily,
 }
 
@@ -240,6 +258,7 @@ pub fn build(options: FilterOptions) -> BpfProgram {
     let mut p = Program::default();
     let (allow, eperm, enosys, kill) = (p.label(), p.label(), p.label(), p.label());
     let (namespaces, ioctl, socket, socketpair) = (p.label(), p.label(), p.label(), p.label());
+    let unix_type = p.label();
     p.load(ARCH);
     p.jump_if(libc::BPF_JEQ, AUDIT_ARCH, None, Some(kill));
     p.load(NR);
@@ -271,19 +290,28 @@ pub fn build(options: FilterOptions) -> BpfProgram {
     p.place(socket);
     p.load(arg_low(0));
     for family in ALLOWED_FAMILIES {
-        let unix_refused = family == libc::AF_UNIX && options.deny_unix_sockets;
-        p.jump_if(
-            libc::BPF_JEQ,
-            family as u32,
-            Some(if unix_refused { eperm } else { allow }),
-            None,
-        );
+        let to = match family {
+            libc::AF_UNIX if options.deny_unix_sockets => eperm,
+            libc::AF_UNIX => unix_type,
+            _ => allow,
+        };
+        p.jump_if(libc::BPF_JEQ, family as u32, Some(to), None);
     }
     p.jump(eperm);
 
     p.place(socketpair);
     p.load(arg_low(0));
-    p.jump_if(libc::BPF_JEQ, libc::AF_UNIX as u32, Some(allow), Some(eperm));
+    p.jump_if(libc::BPF_JEQ, libc::AF_UNIX as u32, None, Some(eperm));
+
+    // A unix socket (of `socket` or `socketpair`): only the types whose ends keep their peer.
+    p.place(unix_type);
+    p.load(arg_low(1));
+    p.and(SOCK_TYPE_MASK);
+    let (last, others) = UNIX_SOCKET_TYPES.split_last().expect("a type is allowed");
+    for &ty in others {
+        p.jump_if(libc::BPF_JEQ, ty as u32, Some(allow), None);
+    }
+    p.jump_if(libc::BPF_JEQ, *last as u32, Some(allow), Some(eperm));
 
     p.place(allow);
     p.ret(libc::SECCOMP_RET_ALLOW);
@@ -340,6 +368,11 @@ impl Program {
     /// `if A <op> k goto jt else goto jf` (`None`: the next instruction).
     fn jump_if(&mut self, op: u32, k: u32, jt: Option<Label>, jf: Option<Label>) {
         self.push(libc::BPF_JMP | op | libc::BPF_K, k, jt, jf);
+    }
+
+    /// `A &= k`.
+    fn and(&mut self, k: u32) {
+        self.push(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, k, None, None);
     }
 
     fn jump(&mut self, to: Label) {
@@ -530,16 +563,35 @@ mod tests {
                 .map(|&f| family(SeccompCmpOp::Ne, f))
                 .collect::<Result<Vec<_>, _>>()?,
         )?];
+        // A unix socket of a type whose ends can be re-addressed (see UNIX_SOCKET_TYPES): one
+        // rule per masked type value but the allowed ones (seccompiler has no masked "not equal").
+        let unix_of_type = |ty: u32| -> Result<SeccompRule, seccompiler::BackendError> {
+            SeccompRule::new(vec![
+                family(SeccompCmpOp::Eq, libc::AF_UNIX)?,
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(u64::from(SOCK_TYPE_MASK)),
+                    u64::from(ty),
+                )?,
+            ])
+        };
+        let refused_types = (0..=SOCK_TYPE_MASK)
+            .filter(|&t| !UNIX_SOCKET_TYPES.iter().any(|&a| a as u32 == t))
+            .map(unix_of_type)
+            .collect::<Result<Vec<_>, _>>()?;
         if options.deny_unix_sockets {
             socket.push(SeccompRule::new(vec![family(SeccompCmpOp::Eq, libc::AF_UNIX)?])?);
+        } else {
+            socket.extend(refused_types.iter().cloned());
         }
         rules.insert(libc::SYS_socket, socket);
         // socketpair(2) makes connected pairs of other families too (AF_TIPC), and loads their
-        // modules: unix only.
-        rules.insert(
-            libc::SYS_socketpair,
-            vec![SeccompRule::new(vec![family(SeccompCmpOp::Ne, libc::AF_UNIX)?])?],
-        );
+        // modules: unix only, and of the types whose ends keep their peer.
+        let mut socketpair =
+            vec![SeccompRule::new(vec![family(SeccompCmpOp::Ne, libc::AF_UNIX)?])?];
+        socketpair.extend(refused_types);
+        rules.insert(libc::SYS_socketpair, socketpair);
         let main = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -623,6 +675,8 @@ mod tests {
         interesting.extend([libc::TIOCSCTTY as u64, libc::TUNSETPERSIST as u64]);
         interesting.extend(denied_ioctls().map(u64::from));
         interesting.extend(0..50u64);
+        let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
+        interesting.extend([libc::SOCK_DGRAM as u64 | flags, libc::SOCK_STREAM as u64 | flags]);
         let with_high: Vec<u64> =
             interesting.iter().flat_map(|&v| [v, v | 0xdead_0000_0000_0000]).collect();
         let mut numbers: Vec<u32> = (0..1100).collect();
@@ -650,7 +704,10 @@ mod tests {
                     });
                     let values: &[u64] = if argued { &with_high } else { &[0, u64::MAX] };
                     for &v in values {
-                        for args in [[v, 0, 0, 0, 0, 0], [0, v, 0, 0, 0, 0], [v; 6]] {
+                        let unix = libc::AF_UNIX as u64;
+                        for args in
+                            [[v, 0, 0, 0, 0, 0], [0, v, 0, 0, 0, 0], [v; 6], [unix, v, 0, 0, 0, 0]]
+                        {
                             let d = data(nr, arch, args);
                             let what = format!(
                                 "call {nr:#x}, arch {arch:#x}, args {args:x?}, deny unix {deny_unix_sockets}"
@@ -750,6 +807,42 @@ mod tests {
             i.k = 0;
         }
         assert_ne!(run(&new, &unshare), combined(&old, &unshare));
+    }
+
+    /// The property behind the unix socket rule: a sandboxed command holds no unix socket whose
+    /// peer it can name. Stream and seqpacket sockets and pairs (with any flags) are allowed,
+    /// datagram and raw ones refused from `socket` and `socketpair` alike; with unix sockets
+    /// denied, `socket` refuses every type and pairs keep the same rule. (The end-to-end test,
+    /// `suite::sandbox_escape`, sends to host listeners.)
+    #[test]
+    fn unix_sockets_are_only_of_the_types_whose_ends_keep_their_peer() {
+        let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
+        let unix = libc::AF_UNIX as u64;
+        for deny_unix_sockets in [false, true] {
+            let f = build(FilterOptions { deny_unix_sockets });
+            for (nr, name) in [(libc::SYS_socket, "socket"), (libc::SYS_socketpair, "socketpair")] {
+                let call = |ty: u64| run(&f, &data(nr as u32, AUDIT_ARCH, [unix, ty, 0, 0, 0, 0]));
+                let refused_anyway = nr == libc::SYS_socket && deny_unix_sockets;
+                for ty in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET] {
+                    for ty in [ty as u64, ty as u64 | flags, ty as u64 | 0xdead_0000_0000_0000] {
+                        let want = if refused_anyway { EPERM } else { libc::SECCOMP_RET_ALLOW };
+                        assert_eq!(call(ty), want, "{name} type {ty:#x} deny {deny_unix_sockets}");
+                    }
+                }
+                for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_RDM, 0, 15] {
+                    for ty in [ty as u64, ty as u64 | flags] {
+                        assert_eq!(call(ty), EPERM, "{name} type {ty:#x} deny {deny_unix_sockets}");
+                    }
+                }
+            }
+            // Other families are untouched by the type rule: a UDP socket (the DNS stub's
+            // clients) stays, a non-unix pair stays refused.
+            let inet_dgram = [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0];
+            let socket = libc::SYS_socket as u32;
+            assert_eq!(run(&f, &data(socket, AUDIT_ARCH, inet_dgram)), libc::SECCOMP_RET_ALLOW);
+            let pair = libc::SYS_socketpair as u32;
+            assert_eq!(run(&f, &data(pair, AUDIT_ARCH, inet_dgram)), EPERM);
+        }
     }
 
     #[test]

@@ -173,6 +173,77 @@ fn unix_sockets_outside_are_unreachable(who: &Who) {
     refused(&answer, &["EPERM", "EACCES", "ECONNREFUSED"], "abstract unix socket");
 }
 
+/// Host-side unix listeners of each type (`unix_listeners.py`) at visible paths: started, then
+/// `attempt` runs, then the listeners say what reached them.
+fn unix_peers_reached(
+    s: &Scratch,
+    name: &str,
+    attempt: impl FnOnce(&[String]) -> String,
+) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = s.root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&dir).status();
+    let script = dir.join("listeners.py");
+    std::fs::write(&script, UNIX_LISTENERS).unwrap();
+    let paths: Vec<String> = ["dgram.sock", "stream.sock", "seqpacket.sock"]
+        .iter()
+        .map(|f| dir.join(f).to_str().unwrap().to_owned())
+        .collect();
+    let mut listeners = Command::new("python3")
+        .arg(&script)
+        .args(&paths)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(listeners.stdout.take().unwrap());
+    let mut ready = String::new();
+    out.read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready", "the listeners did not start");
+    let attempts = attempt(&paths);
+    listeners.stdin.take().unwrap().write_all(b"").unwrap(); // dropped: closed
+    let mut heard = String::new();
+    out.read_to_string(&mut heard).unwrap();
+    listeners.wait().unwrap();
+    assert!(heard.trim_end().ends_with("end"), "listeners: {heard}\nattempts: {attempts}");
+    heard
+}
+
+const UNIX_LISTENERS: &str = include_str!("support/unix_listeners.py");
+const UNIX_PEERS: &str = include_str!("support/unix_peers.py");
+
+/// No socket a sandbox holds can name a peer outside it (issue: datagram pairs re-addressed to
+/// host sockets such as `/dev/log`). Every unix socket type, made by `socket`, as either end of a
+/// `socketpair` or received over a pair, with every way to name a peer (`connect`, `sendto`,
+/// `sendmsg` with a name, after `bind` to a path of its own, after the other end's `connect`), at
+/// host listeners of each type: nothing arrives, in every tier. Control: the same attempts from
+/// outside, as the same user, reach all three listeners.
+fn no_sandboxed_socket_names_a_peer_outside(who: &Who) {
+    let s = Scratch::new(who);
+    let peers = s.root.join("unix_peers.py");
+    std::fs::write(&peers, UNIX_PEERS).unwrap();
+    let peers = peers.to_str().unwrap().to_owned();
+    let control = unix_peers_reached(&s, "control", |targets| {
+        let out = s.program(std::path::Path::new("python3")).arg(&peers).args(targets).output();
+        sandbox::text(&out.unwrap().stdout)
+    });
+    for kind in ["dgram.sock got", "stream.sock accepted", "seqpacket.sock accepted"] {
+        assert!(control.contains(kind), "control: nothing of {kind} from outside:\n{control}");
+    }
+    for tier in ["run", "net", "build"] {
+        let heard = unix_peers_reached(&s, tier, |targets| {
+            let mut cmd = vec!["python3", peers.as_str()];
+            cmd.extend(targets.iter().map(String::as_str));
+            let out = s.run(tier, &[], &cmd);
+            let stdout = sandbox::text(&out.stdout);
+            assert!(stdout.trim_end().ends_with("done"), "{tier}: {stdout}\n{out:?}");
+            stdout
+        });
+        assert_eq!(heard.trim(), "end", "{tier} as {who:?}: reached the host:\n{heard}");
+    }
+}
+
 fn outside_processes_are_out_of_reach(who: &Who) {
     let s = Scratch::new(who);
     let mut outside = Command::new("setpriv")
@@ -436,6 +507,7 @@ both!(
     other_socket_families_are_refused,
     inherited_descriptors_are_closed,
     unix_sockets_outside_are_unreachable,
+    no_sandboxed_socket_names_a_peer_outside,
     outside_processes_are_out_of_reach,
     terminal_injection_is_refused,
     setuid_binaries_give_nothing,

@@ -14,6 +14,7 @@ use sandgate_daemon::control_report;
 use sandgate_daemon::report::Report;
 
 mod agent_cmd;
+mod cache_cmd;
 mod connect;
 mod control;
 mod docs_cmd;
@@ -52,6 +53,8 @@ enum Command {
     Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch::ExplainArgs),
+    /// Show or free the copy-on-write layers of package caches (`ls`, `clear`).
+    Cache(cache_cmd::CacheArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
     Completions(docs_cmd::CompletionsArgs),
     /// Print the man page (or write every page into --dir).
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
         Command::Build(a) => launch::run("build", a),
         Command::Install(a) => launch::install(a),
         Command::Explain(a) => launch::explain(a),
+        Command::Cache(a) => cache_cmd::run(a),
         Command::Completions(a) => docs_cmd::completions(a),
         Command::Man(a) => docs_cmd::man(a),
         Command::Proxy(a) => proxy_cmd::run(a),

@@ -8,7 +8,8 @@
 //! default_ports = [80, 443]             # patterns without a port match only these (off by default)
 //!
 //! [filesystem]
-//! allow_write = ["~/.cargo/registry"]   # writable in tiers with a writable current directory
+//! allow_write = ["/opt/cache"]          # writable in tiers with a writable current directory
+//! caches = "project"                    # package caches copy-on-write: "project", "shared", "off"
 //! deny_read = ["~/work/secrets"]        # hidden in every tier, like ~/.ssh
 //! protected = ["Makefile.local"]        # stays read-only inside writable directories
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
@@ -209,6 +210,7 @@ struct RawFs {
     git_writable: Option<bool>,
     readable_home: Vec<Spanned<String>>,
     writable_dotfiles: Vec<Spanned<String>>,
+    caches: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -263,6 +265,8 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// `[filesystem] git_writable`, when set.
     pub git_writable: Option<bool>,
+    /// `[filesystem] caches`, when set.
+    pub caches: Option<crate::CacheMode>,
     /// `[filesystem] readable_home`: home entries readable beyond the built-in allowlist.
     pub readable_home: Vec<String>,
     /// `[env] pass`: secret-looking variables (names or patterns) passed to the command.
@@ -391,6 +395,17 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         git_writable: raw.filesystem.git_writable,
+        caches: match &raw.filesystem.caches {
+            None => None,
+            Some(m) => Some(crate::CacheMode::from_name(m.get_ref()).ok_or_else(|| {
+                cx.err(
+                    m.span(),
+                    format!("unknown cache mode {:?}", m.get_ref()),
+                    "caches = \"project\" (a copy-on-write layer per project, the default), \
+                     \"shared\" (one layer for every project) or \"off\" (caches read-only)",
+                )
+            })?),
+        },
         readable_home: Vec::new(),
         env_pass: Vec::new(),
         prompt_marker: raw.shell.prompt_marker,
@@ -451,28 +466,19 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             });
         }
     }
-    for name in &raw.filesystem.presets {
-        let Some(entries) = crate::tiers::fs_preset(name.get_ref()) else {
-            let known: Vec<&str> = crate::tiers::FS_PRESETS.iter().map(|(n, _)| *n).collect();
-            return Err(cx.err(
-                name.span(),
-                format!("unknown filesystem preset {:?}", name.get_ref()),
-                format!("known filesystem presets: {}", known.join(", ")),
-            ));
-        };
-        let Some(home) = cx.home else {
-            return Err(cx.err(
-                name.span(),
-                "filesystem presets name paths in your home directory, and HOME is not set".into(),
-                "set HOME, or list the paths in allow_write",
-            ));
-        };
-        for entry in entries.iter() {
-            out.allow_write.push(PathRule {
-                path: home.join(entry.trim_end_matches('/')),
-                source: RuleSource::Preset(name.get_ref().clone()),
-            });
-        }
+    // `[filesystem] presets` bound the host's live caches writable, which let a sandbox plant code
+    // the host's next build ran. Caches are copy-on-write now, with no configuration; the key
+    // stays known so that an old file gets this message rather than "unknown field".
+    if let Some(first) = raw.filesystem.presets.first() {
+        return Err(cx.err(
+            first.span(),
+            "[filesystem] presets is gone: package caches are copy-on-write in every tier that \
+             builds or reaches the network, with no configuration (the host's caches are never \
+             written)"
+                .into(),
+            "remove the presets line; `[filesystem] caches = \"shared\"` shares one layer across \
+             projects, and a path you really want writable on the host goes in allow_write",
+        ));
     }
     for p in &raw.filesystem.protected {
         let name = p.get_ref();
@@ -870,31 +876,19 @@ mod tests {
         let e = err("[network]\npresets = [\"nope\"]\n");
         assert!(e.help.contains("registries"));
         let e = err("[filesystem]\npresets = [\"cargo\", \"nope\"]\n");
-        assert_eq!((e.line, e.column), (2, 21), "{e}");
-        assert!(e.help.contains("cargo, npm, pip"), "{e}");
+        assert_eq!((e.line, e.column), (2, 12), "{e}");
+        assert!(e.message.contains("copy-on-write") && e.help.contains("remove"), "{e}");
+        let e = err("[filesystem]\ncaches = \"on\"\n");
+        assert_eq!((e.line, e.column), (2, 10), "{e}");
+        assert!(e.help.contains("\"project\"") && e.help.contains("\"off\""), "{e}");
     }
 
     #[test]
-    fn filesystem_presets_are_caches_in_home_never_credentials() {
-        let home = Path::new("/home/u");
-        let f = parse(
-            Path::new("c.toml"),
-            "[filesystem]\npresets = [\"cargo\", \"npm\", \"maven\"]\n",
-            Some(home),
-        )
-        .unwrap();
-        let paths: Vec<&Path> = f.allow_write.iter().map(|w| w.path.as_path()).collect();
-        assert!(paths.contains(&Path::new("/home/u/.cargo/registry")), "{paths:?}");
-        assert!(paths.contains(&Path::new("/home/u/.npm")), "{paths:?}");
-        for (_, entries) in crate::tiers::FS_PRESETS {
-            for e in *entries {
-                for secret in ["credentials", ".npmrc", "settings.xml", "gradle.properties"] {
-                    assert!(!e.contains(secret), "{e}");
-                }
-                assert!(!e.starts_with('/') && !e.contains(".."), "{e}");
-            }
-        }
-        assert!(f.allow_write.iter().all(|w| matches!(w.source, RuleSource::Preset(_))));
+    fn the_cache_mode_is_read_and_defaults_to_none() {
+        let mode = |text: &str| parse(Path::new("c.toml"), text, None).unwrap().caches;
+        assert_eq!(mode(""), None);
+        assert_eq!(mode("[filesystem]\ncaches = \"shared\"\n"), Some(crate::CacheMode::Shared));
+        assert_eq!(mode("[filesystem]\ncaches = \"off\"\n"), Some(crate::CacheMode::Off));
     }
 
     #[test]

@@ -347,7 +347,8 @@ impl Config {
                 None => {}
             }
         }
-        // As git_writable: the later file decides.
+        // As git_writable: the later file decides (caches, default ports).
+        let caches = self.files().filter_map(|f| f.content.caches).last().unwrap_or_default();
         let default_ports = self.files().filter_map(|f| f.content.default_ports.clone()).last();
 
         let mode = flags.net.unwrap_or(tier.net);
@@ -361,6 +362,7 @@ impl Config {
                 git_writable,
                 readable_home,
                 writable_dotfiles,
+                caches,
             },
             net: NetworkPolicy::new(name, mode, allow, deny)
                 .with_default_ports(default_ports)
@@ -418,6 +420,20 @@ mod tests {
         let p = c.policy("build", &Overrides::default()).unwrap();
         assert!(p.fs.writable_dotfiles.contains(&".venv".to_owned()), "the later file wins");
         assert!(!p.fs.writable_dotfiles.contains(&".cache".to_owned()));
+    }
+
+    #[test]
+    fn caches_are_per_project_by_default_and_the_later_file_decides() {
+        use crate::CacheMode::{Off, Project, Shared};
+        for (global, project, want) in [
+            ("", "", Project),
+            ("[filesystem]\ncaches = \"shared\"\n", "", Shared),
+            ("[filesystem]\ncaches = \"shared\"\n", "[filesystem]\ncaches = \"off\"\n", Off),
+        ] {
+            let (_d, c) = config(global, project);
+            let p = c.policy("build", &Overrides::default()).unwrap();
+            assert_eq!(p.fs.caches, want, "{global:?} {project:?}");
+        }
     }
 
     #[test]

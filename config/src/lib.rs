@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+mod caches;
 mod decision;
 mod dotfiles;
 pub mod edit;
@@ -47,6 +48,7 @@ mod text;
 mod tiers;
 mod upstream;
 
+pub use caches::{CacheMode, PackageCache, cache_names, package_caches};
 pub use decision::{Decision, Rule, RuleSource};
 pub use dotfiles::{top_autorun, writable_dotfiles};
 pub use file::{
@@ -76,7 +78,7 @@ pub use secrets::{
 };
 pub use text::{MAX_SHOWN, is_unsafe_char, sanitize};
 pub use tiers::{
-    DEFAULT_HIDDEN, DEFAULT_PROTECTED, FS_PRESETS, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef,
-    builtin_tiers, fs_preset, preset,
+    DEFAULT_HIDDEN, DEFAULT_PROTECTED, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef, builtin_tiers,
+    preset,
 };
 pub use upstream::{CredentialSource, UpstreamSettings};

@@ -72,6 +72,9 @@ pub struct FsPolicy {
     /// start or end with `*`). Every other dot-entry there, and the names of
     /// [`crate::top_autorun`], are read-only, and new ones are taken away.
     pub writable_dotfiles: Vec<String>,
+    /// How package caches are layered in tiers that write or reach the network
+    /// (`[filesystem] caches`): copy-on-write, never the host's own (see [`crate::CacheMode`]).
+    pub caches: crate::CacheMode,
 }
 
 impl FsPolicy {
@@ -349,6 +352,7 @@ impl Policy {
                 git_writable: self.fs.git_writable,
                 readable_home: self.fs.readable_home.clone(),
                 writable_dotfiles: self.fs.writable_dotfiles.clone(),
+                caches: self.fs.caches,
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny)
                 .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec)),

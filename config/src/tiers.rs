@@ -132,35 +132,6 @@ pub const PRESETS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Package caches a `build` may write, by tool, for `[filesystem] presets = [...]`: the caches
-/// only, never the tool's credentials or configuration next to them (`~/.cargo/credentials.toml`,
-/// `~/.npmrc`, `~/.m2/settings.xml`, `~/.gradle/gradle.properties` stay out). A trailing `/`
-/// marks a directory; other entries are files (cargo's lock files). Relative to `$HOME`.
-pub const FS_PRESETS: &[(&str, &[&str])] = &[
-    (
-        "cargo",
-        &[
-            ".cargo/registry/",
-            ".cargo/git/",
-            ".cargo/.package-cache",
-            ".cargo/.package-cache-mutate",
-        ],
-    ),
-    ("npm", &[".npm/"]),
-    ("pip", &[".cache/pip/"]),
-    ("uv", &[".cache/uv/"]),
-    ("yarn", &[".cache/yarn/"]),
-    ("pnpm", &[".cache/pnpm/", ".local/share/pnpm/store/"]),
-    ("go", &["go/pkg/mod/", ".cache/go-build/"]),
-    ("gradle", &[".gradle/caches/", ".gradle/wrapper/"]),
-    ("maven", &[".m2/repository/"]),
-];
-
-/// The entries of a filesystem preset, if it exists.
-pub fn fs_preset(name: &str) -> Option<&'static [&'static str]> {
-    FS_PRESETS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
-}
-
 /// The patterns of a preset, if it exists.
 pub fn preset(name: &str) -> Option<&'static [&'static str]> {
     PRESETS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)

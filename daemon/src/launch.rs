@@ -4,7 +4,7 @@
 //! and `explain` need.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use sandgate_config::{Overrides, Policy};
@@ -378,6 +378,7 @@ fn spec_and_removed(
         command,
         env,
         writable,
+        caches: Vec::new(),
         hidden,
         read_only,
         provided,
@@ -399,9 +400,6 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
     rules
         .iter()
         .filter(|w| {
-            if let sandgate_config::RuleSource::Preset(name) = &w.source {
-                make_preset_entry(name, &w.path);
-            }
             // A flag naming a missing path is a mistake to report (the launch fails on it).
             let present = !matches!(
                 w.source,
@@ -439,27 +437,6 @@ fn removal_notice(removed: &[String]) {
              `[env] pass = [\"NAME\"]` in the configuration",
             removed.join(", ")
         );
-    }
-}
-
-/// Creates a missing cache directory (or lock file) of a filesystem preset on the host, so the
-/// tool finds it writable inside on its first run (inside, the parent is read-only).
-fn make_preset_entry(preset: &str, path: &Path) {
-    if std::fs::symlink_metadata(path).is_ok() {
-        return;
-    }
-    let entries = sandgate_config::fs_preset(preset).unwrap_or_default();
-    let is_dir =
-        entries.iter().any(|e| e.ends_with('/') && path.ends_with(e.trim_end_matches('/')));
-    let made = if is_dir {
-        std::fs::create_dir_all(path)
-    } else {
-        path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
-            std::fs::OpenOptions::new().append(true).create(true).open(path).map(drop)
-        })
-    };
-    if let Err(e) = made {
-        eprintln!("sandgate: warning: cannot create {} (preset {preset}): {e}", path.display());
     }
 }
 
@@ -540,10 +517,17 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
         Some(id) => id,
         None => new_id().context("no sandbox id")?,
     };
-    let (spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
+    let (mut spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
     removal_notice(&removed);
+    // Held (the slot's lock) until the sandbox is gone.
+    let layers = crate::caches::prepare(&policy, &ctx);
+    for note in &layers.notes {
+        eprintln!("sandgate: {note}");
+    }
+    spec.caches = layers.caches.clone();
     sandgate_sandbox::timing_mark("spec built");
     let code = launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
+    drop(layers);
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
     if let Some(hint) = failure_hint(&spec, &args, code) {
         eprintln!("sandgate: {hint}");
@@ -822,11 +806,15 @@ fn read_only_hint(
     let Some(reports) = reports.filter(|_| failed) else { return };
     let scanner = reports.lock().unwrap_or_else(|e| e.into_inner());
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let var = |v: &str| std::env::var_os(v).filter(|x| !x.is_empty());
+    let caches =
+        home.as_deref().map(|h| sandgate_config::package_caches(var, h)).unwrap_or_default();
     let cx = crate::readonly_hint::Context {
         tier: &spec.tier_name,
         cwd: &spec.cwd,
         home: home.as_deref(),
         writable: &spec.writable,
+        caches: &caches,
     };
     for line in crate::readonly_hint::lines(&cx, scanner.paths(), scanner.unnamed()) {
         eprintln!("sandgate: {line}");
@@ -1415,6 +1403,7 @@ mod tests {
                 git_writable: false,
                 readable_home: vec![],
                 writable_dotfiles: vec![".venv".into()],
+                caches: Default::default(),
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
             env_pass: vec!["KEEP_TOKEN".into()],

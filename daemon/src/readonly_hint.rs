@@ -10,13 +10,13 @@
 //!
 //! The messages are the sandbox's text, so they may lie. What they name is shown only through
 //! the sanitiser, and a fix is offered only for paths a person may reasonably open: a package
-//! cache gets its `[filesystem]` preset; a path sandgate protects on purpose (git metadata and
+//! cache is copy-on-write in tiers that build or reach the network, and the line says so; a path sandgate protects on purpose (git metadata and
 //! dot-entries inside writable directories, the home directory's configuration, system
 //! directories) gets a sentence saying so, never a way to make it writable.
 
 use std::path::{Path, PathBuf};
 
-use sandgate_config::{FS_PRESETS, sanitize};
+use sandgate_config::sanitize;
 
 /// At most this many lines; the rest are counted in one more.
 const MAX_LINES: usize = 3;
@@ -31,17 +31,19 @@ pub struct Context<'a> {
     pub tier: &'a str,
     /// The command's working directory (relative paths in messages are relative to it).
     pub cwd: &'a Path,
-    /// The home directory, for presets and `~/`.
+    /// The home directory, for package caches and `~/`.
     pub home: Option<&'a Path>,
     /// The tier's writable paths (a read-only path inside one is protected on purpose).
     pub writable: &'a [PathBuf],
+    /// The package caches of the launch's environment.
+    pub caches: &'a [sandgate_config::PackageCache],
 }
 
 /// What to say about one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Advice {
-    /// A package cache of a `[filesystem]` preset, and the preset's directory it is in.
-    Preset(&'static str, PathBuf),
+    /// In a package cache (its name): copy-on-write where the tier layers caches.
+    Cache(&'static str),
     /// Inside a writable directory, so read-only on purpose (git metadata, dot-entries).
     Protected,
     /// The home directory's own configuration (`~/.bashrc`, `~/.config/...`).
@@ -97,17 +99,14 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
     let tier = cx.tier;
     let build = tier == "build";
     match advice {
-        Advice::Preset(name, dir) if build => {
-            let dir = show(dir);
-            format!(
-                "{shown} is read-only in the build tier — make the {name} cache writable with \
-                 [filesystem] presets = [\"{name}\"] in the config (or `sandgate config add-path \
-                 {dir}` / `--allow-write {dir}`)"
-            )
-        }
-        Advice::Preset(name, _) => format!(
-            "{shown} is read-only in the {tier} tier — package caches are writable in the build \
-             tier (`sandgate build --`) with [filesystem] presets = [\"{name}\"] in the config"
+        Advice::Cache(name) if tier == "run" => format!(
+            "{shown} is read-only in the run tier — the {name} cache is writable (copy-on-write: \
+             a layer of the sandbox's own, never the host's cache) in the net and build tiers"
+        ),
+        Advice::Cache(name) => format!(
+            "{shown} is read-only in the {tier} tier — the {name} cache is copy-on-write in tiers \
+             that build or reach the network unless [filesystem] caches = \"off\"; set it to \
+             \"project\" (`sandgate explain --tier {tier}` shows the layers)"
         ),
         Advice::Protected => format!(
             "{shown} is read-only on purpose, even in a writable directory: it could make code \
@@ -115,7 +114,8 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
         ),
         Advice::HomeConfig => format!(
             "{shown} is read-only in every tier: sandgate does not offer to make your home's \
-             dot-directories writable (only the package caches of [filesystem] presets)"
+             dot-directories writable (package caches are copy-on-write in the net and build \
+             tiers)"
         ),
         Advice::System => format!("{shown} is read-only in every tier: it is a system directory"),
         Advice::BuildOnly => format!(
@@ -182,15 +182,8 @@ fn resolve(cx: &Context<'_>, raw: &str) -> PathBuf {
 }
 
 fn advise(cx: &Context<'_>, path: &Path) -> Advice {
-    if let Some(home) = cx.home {
-        for (name, entries) in FS_PRESETS {
-            for e in entries.iter() {
-                let dir = home.join(e.trim_end_matches('/'));
-                if path.starts_with(&dir) {
-                    return Advice::Preset(name, dir);
-                }
-            }
-        }
+    if let Some(c) = cx.caches.iter().find(|c| path.starts_with(&c.path)) {
+        return Advice::Cache(c.name);
     }
     if cx.writable.iter().any(|w| path.starts_with(w)) {
         return Advice::Protected;
@@ -253,18 +246,21 @@ mod tests {
         std::fs::create_dir_all(proj.join("out")).unwrap();
         std::fs::create_dir_all(&home).unwrap();
         let writable = vec![proj.clone()];
-        let build = Context { tier: "build", cwd: &proj, home: Some(&home), writable: &writable };
-        let run = Context { tier: "run", cwd: &proj, home: Some(&home), writable: &[] };
+        let caches = sandgate_config::package_caches(|_| None, &home);
+        let (home, caches) = (Some(home.as_path()), caches.as_slice());
+        let build = Context { tier: "build", cwd: &proj, home, writable: &writable, caches };
+        let run = Context { tier: "run", cwd: &proj, home, writable: &[], caches };
+        let home = home.unwrap();
         let cargo = format!("{}/.cargo/registry/index/x", home.display());
         let one = |cx: &Context<'_>, p: &str| lines(cx, &[p.to_owned()], 0).join("\n");
+        // Caches off in build: how to turn them back on, never a writable bind of the host's.
         let l = one(&build, &cargo);
-        assert!(l.contains("presets = [\"cargo\"]") && l.contains("build tier"), "{l}");
-        let registry = home.join(".cargo/registry").display().to_string();
-        assert!(l.contains(&format!("--allow-write {registry}")), "{l}");
+        assert!(l.contains("cargo cache") && l.contains("caches = \"off\""), "{l}");
+        assert!(!l.contains("--allow-write") && !l.contains("add-path"), "{l}");
         let l = one(&build, "~/.npm/_cacache");
-        assert!(l.contains("presets = [\"npm\"]"), "{l}");
+        assert!(l.contains("npm cache"), "{l}");
         let l = one(&run, &cargo);
-        assert!(l.contains("run tier") && l.contains("sandgate build"), "{l}");
+        assert!(l.contains("run tier") && l.contains("copy-on-write"), "{l}");
         let l = one(&run, "out/f.txt");
         assert!(l.contains(&format!("--allow-write {}", proj.join("out").display())), "{l}");
         assert!(l.contains("build tier"), "{l}");
@@ -301,7 +297,8 @@ mod tests {
         std::fs::create_dir_all(home.join("bin")).unwrap();
         let writable = vec![proj.clone()];
         for tier in ["build", "run"] {
-            let cx = Context { tier, cwd: &proj, home: Some(&home), writable: &writable };
+            let cx =
+                Context { tier, cwd: &proj, home: Some(&home), writable: &writable, caches: &[] };
             for p in [
                 "~/newfile".to_owned(),
                 "~/notes.txt".to_owned(),
@@ -320,7 +317,7 @@ mod tests {
         assert!(!on_path(&proj, Some(&path)));
         // Control: a directory below the current one is still offered.
         std::fs::create_dir_all(proj.join("out")).unwrap();
-        let cx = Context { tier: "run", cwd: &proj, home: Some(&home), writable: &[] };
+        let cx = Context { tier: "run", cwd: &proj, home: Some(&home), writable: &[], caches: &[] };
         let l = lines(&cx, &["out/f".to_owned()], 0).join("\n");
         assert!(l.contains("--allow-write"), "{l}");
     }
@@ -328,7 +325,7 @@ mod tests {
     #[test]
     fn sandbox_text_cannot_reach_the_terminal_raw() {
         let proj = tempfile::tempdir().unwrap();
-        let cx = Context { tier: "run", cwd: proj.path(), home: None, writable: &[] };
+        let cx = Context { tier: "run", cwd: proj.path(), home: None, writable: &[], caches: &[] };
         let evil = "x\x1b]0;pwned\x07\x1b[2J\r\nsandgate: all good".to_owned();
         for l in lines(&cx, &[evil], 0) {
             assert!(!l.chars().any(|c| c.is_control()), "{l:?}");
@@ -338,7 +335,7 @@ mod tests {
     #[test]
     fn one_line_per_advice_and_a_bounded_count() {
         let proj = tempfile::tempdir().unwrap();
-        let cx = Context { tier: "run", cwd: proj.path(), home: None, writable: &[] };
+        let cx = Context { tier: "run", cwd: proj.path(), home: None, writable: &[], caches: &[] };
         for i in 0..5 {
             std::fs::create_dir(proj.path().join(format!("d{i}"))).unwrap();
         }

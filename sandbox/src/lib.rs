@@ -61,8 +61,9 @@ mod macos;
 
 pub use error::{SandboxError, SetupStep};
 pub use spec::{
-    DNS_PORT, Enforcement, NO_PROXY, NetKind, NetSetup, PROXY_PORT, PROXY_VARS, ProvidedDir,
-    SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env, with_proxy_env,
+    CacheLayer, DNS_PORT, Enforcement, NO_PROXY, NetKind, NetSetup, PROXY_PORT, PROXY_VARS,
+    ProvidedDir, SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env,
+    with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use top_level::{QUARANTINED_PREFIX, TopLevel};

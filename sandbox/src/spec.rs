@@ -75,6 +75,21 @@ pub struct ProvidedDir {
     pub files: Vec<(PathBuf, Vec<u8>)>,
 }
 
+/// A package cache the sandbox writes copy-on-write: an overlay at `path` with the host's
+/// directory there read-only below and `upper` (sandgate's, which no host tool reads) above, so
+/// that downloads and extraction work inside and nothing reaches the host's cache. Where the
+/// kernel cannot mount an overlay here, `upper` alone is bound at `path` (the sandbox then starts
+/// from its own layer, without the host's contents) and the launch says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheLayer {
+    /// The cache as tools find it (absolute, an existing directory).
+    pub path: PathBuf,
+    /// The layer written (absolute, an existing directory, on the same file system as `work`).
+    pub upper: PathBuf,
+    /// The overlay's work directory (absolute, existing, empty or the overlay's own).
+    pub work: PathBuf,
+}
+
 /// Everything the launcher needs to start one sandbox. Paths must be absolute; the launcher
 /// resolves symlinks itself.
 ///
@@ -82,7 +97,7 @@ pub struct ProvidedDir {
 /// 1. everything readable and executable, nothing writable;
 /// 2. a private `/tmp` (and `/dev/shm`), with `cwd`, `writable` and `visible` paths under `/tmp`
 ///    put back;
-/// 3. `writable` paths writable;
+/// 3. `writable` paths writable, `caches` copy-on-write;
 /// 4. `provided` directories replaced by their read-only contents;
 /// 5. `read_only` paths read-only again, even inside a writable path (a missing one is created
 ///    as an empty placeholder for the sandbox's lifetime so it cannot be created from inside,
@@ -104,6 +119,9 @@ pub struct SandboxSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Paths writable inside (directories or files).
     pub writable: Vec<PathBuf>,
+    /// Package caches written copy-on-write (Linux; see [`CacheLayer`]). Not writable paths:
+    /// no top-level rule applies inside them, and nothing written there reaches the host.
+    pub caches: Vec<CacheLayer>,
     /// Paths whose contents must not be readable (credentials, the store).
     pub hidden: Vec<PathBuf>,
     /// Paths kept read-only even inside a writable path (files that run code later outside:

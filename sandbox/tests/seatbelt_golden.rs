@@ -24,6 +24,7 @@ fn spec(tier: &str) -> SandboxSpec {
         command: vec!["true".into()],
         env: vec![],
         writable: if build { vec![cwd.clone()] } else { vec![] },
+        caches: vec![],
         hidden: {
             let mut h: Vec<PathBuf> = [".ssh", ".aws", ".netrc", ".local/share/sandgate"]
                 .iter()

@@ -725,6 +725,7 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             w.note(&p.path);
         }
     }
+    plan.fs.caches = resolved_caches(spec);
     plan.sockets = resolved_unix_sockets(spec);
     if matches!(spec.net, NetSetup::Proxy { .. }) {
         plan.fs.resolv_conf = Some(net::RESOLV_CONF.as_bytes().to_vec());
@@ -745,9 +746,32 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     let targets =
         fs.read_only.iter().chain(&fs.hidden_dirs).chain(&fs.hidden_files).chain(provided);
     let targets: Vec<&Path> = targets.map(PathBuf::as_path).collect();
-    let pinned = mounts::pins(&fs.writable, &targets, &fs.hidden_dirs);
+    // A cache layer is as writable as a writable path: what is hidden inside one (a tool's
+    // credentials next to its cache) is pinned in the same way.
+    let mut roots = fs.writable.clone();
+    roots.extend(fs.caches.iter().map(|c| c.path.clone()));
+    let pinned = mounts::pins(&roots, &targets, &fs.hidden_dirs);
     plan.fs.pinned = pinned;
     Ok(())
+}
+
+/// The spec's cache layers with their paths resolved. One that is no longer a directory, lies
+/// under `/tmp` (the private `/tmp` hides it), or whose path the overlay's options cannot carry
+/// (`,`, `:`, `\\`, which the option parser splits on) is left out: it stays as read-only as
+/// the rest of the tree.
+fn resolved_caches(spec: &SandboxSpec) -> Vec<crate::spec::CacheLayer> {
+    let plain = |p: &Path| !p.as_os_str().as_encoded_bytes().iter().any(|b| b",:\\".contains(b));
+    spec.caches
+        .iter()
+        .filter_map(|c| {
+            let path = c.path.canonicalize().ok().filter(|p| p.is_dir())?;
+            let layer =
+                crate::spec::CacheLayer { path, upper: c.upper.clone(), work: c.work.clone() };
+            let usable = !layer.path.starts_with("/tmp")
+                && [&layer.path, &layer.upper, &layer.work].into_iter().all(|p| plain(p));
+            usable.then_some(layer)
+        })
+        .collect()
 }
 
 /// `path` with symbolic links resolved, like `canonicalize`, remembering each parent directory's
@@ -914,6 +938,7 @@ mod init {
         let fence::Assessment { enforcement, deny_unix_sockets: deny_unix } =
             fence::assess(abi, fence::gaps(abi), !plan.sockets.is_empty());
         let mut writable = plan.fs.writable.clone();
+        writable.extend(plan.fs.caches.iter().map(|c| c.path.clone()));
         writable.push(PathBuf::from("/tmp"));
         writable.push(PathBuf::from("/dev/shm"));
         fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })?;
@@ -1123,6 +1148,7 @@ mod tests {
             command: vec!["true".into()],
             env: Vec::new(),
             writable,
+            caches: Vec::new(),
             // Missing credential paths, as the built-in list names for every home.
             hidden: vec![dir.join("no/.ssh"), dir.join(".aws")],
             read_only: vec![dir.join(".git/hooks")],

@@ -44,6 +44,8 @@ pub struct FsPlan {
     pub visible: Vec<PathBuf>,
     /// Directories replaced by a read-only tmpfs with their files (paths canonical).
     pub provided: Vec<crate::spec::ProvidedDir>,
+    /// Package caches mounted copy-on-write (paths canonical, none under `/tmp`).
+    pub caches: Vec<crate::spec::CacheLayer>,
     /// What `/etc/resolv.conf` says inside (proxy mode: the DNS stub), bound over the host's.
     pub resolv_conf: Option<Vec<u8>>,
 }
@@ -164,6 +166,9 @@ pub enum MountOp {
     PutBack(PathBuf),
     /// A writable path bound onto itself: a mount of its own, made writable again below.
     BindWritable(PathBuf),
+    /// A package cache mounted copy-on-write (an overlay of the layer on the host's directory;
+    /// where the kernel refuses the overlay, the layer bound alone), made writable again below.
+    Overlay(crate::spec::CacheLayer),
     /// A directory replaced by a tmpfs holding the given files (read-only with the tree).
     Provide(crate::spec::ProvidedDir),
     /// A protected path bound onto itself (read-only with the tree), if present.
@@ -221,6 +226,9 @@ pub fn plan(fs: &FsPlan, host: &HostLayout) -> Vec<MountOp> {
     let mut writable = fs.writable.clone();
     writable.sort();
     ops.extend(writable.iter().filter(|w| !kept.contains(w)).cloned().map(MountOp::BindWritable));
+    // Before the hides: what is hidden inside a cache (credentials next to it) is covered on
+    // top of the layer.
+    ops.extend(fs.caches.iter().cloned().map(MountOp::Overlay));
     ops.extend(fs.provided.iter().cloned().map(MountOp::Provide));
     ops.extend(fs.read_only.iter().cloned().map(MountOp::BindReadOnly));
     // Hidden directories: each a bind of one empty directory of mode 000, removed once bound
@@ -248,6 +256,7 @@ pub fn plan(fs: &FsPlan, host: &HostLayout) -> Vec<MountOp> {
         ops.push(MountOp::Writable(PathBuf::from(SHM)));
     }
     ops.extend(writable.into_iter().map(MountOp::Writable));
+    ops.extend(fs.caches.iter().map(|c| MountOp::Writable(c.path.clone())));
     ops.extend(fs.pinned.iter().cloned().map(MountOp::Pin));
     ops
 }
@@ -265,6 +274,7 @@ impl MountOp {
             MountOp::EmptyDir => SetupStep::Create(PathBuf::from(EMPTY_DIR)),
             MountOp::PutBack(p) => SetupStep::PutBack(p.clone()),
             MountOp::BindWritable(p) | MountOp::BindReadOnly(p) => SetupStep::Bind(p.clone()),
+            MountOp::Overlay(c) => SetupStep::Bind(c.path.clone()),
             MountOp::Provide(d) => SetupStep::Provide(d.path.clone()),
             MountOp::HideDir(p) | MountOp::HideFile(p) => SetupStep::Hide(p.clone()),
             MountOp::RemoveEmptyDir => SetupStep::Remove(PathBuf::from(EMPTY_DIR)),
@@ -301,6 +311,13 @@ impl fmt::Display for MountOp {
             MountOp::BindWritable(p) => {
                 write!(f, "bind {} ({}, writable)", p.display(), flag_names(BIND_FLAGS))
             }
+            MountOp::Overlay(c) => write!(
+                f,
+                "overlay {} (upper {}, {})",
+                c.path.display(),
+                c.upper.display(),
+                flag_names(OVERLAY_FLAGS)
+            ),
             MountOp::Provide(d) => write!(
                 f,
                 "provide {} ({} files; tmpfs {},{})",
@@ -433,6 +450,7 @@ impl Executor {
                 at(step(), sys::move_mount(&tree, p))
             }
             MountOp::BindWritable(p) => at(step(), bind(p, p)),
+            MountOp::Overlay(c) => at(step(), overlay(c)),
             MountOp::Provide(d) => at(step(), provide(&d.path, &d.files)),
             MountOp::BindReadOnly(p) if present(p) => at(step(), bind(p, p)),
             MountOp::HideDir(p) if present(p) => {
@@ -544,6 +562,48 @@ fn nix_mount(
 /// A new instance of the pseudo file system `fstype` (named as its own source) on `target`.
 fn mount_fs(fstype: &CStr, target: &Path, flags: MsFlags, data: Option<&CStr>) -> io::Result<()> {
     nix::mount::mount(Some(fstype), target, Some(fstype), flags, data).map_err(io::Error::from)
+}
+
+/// Flags of a cache's overlay (read-only with the tree, then writable again like a writable path).
+const OVERLAY_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
+/// Mounts cache `c` copy-on-write: an overlay whose lower layer is the host's directory at
+/// `c.path` (named before the overlay covers it) and whose upper layer is `c.upper`. A kernel
+/// that refuses overlayfs here (no overlay in a user namespace before Linux 5.11, an upper file
+/// system without user extended attributes) gets `c.upper` bound alone: the tool starts from the
+/// sandbox's own layer without the host's contents, which is slower but writes nothing back
+/// either. Said once on stderr, with why.
+fn overlay(c: &crate::spec::CacheLayer) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut data = b"lowerdir=".to_vec();
+    for (i, (key, p)) in
+        [("", &c.path), (",upperdir=", &c.upper), (",workdir=", &c.work)].into_iter().enumerate()
+    {
+        if i > 0 {
+            data.extend_from_slice(key.as_bytes());
+        }
+        data.extend_from_slice(p.as_os_str().as_bytes());
+    }
+    let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
+    match nix_mount(
+        Some(Path::new("overlay")),
+        &c.path,
+        Some(c"overlay"),
+        OVERLAY_FLAGS,
+        Some(&data),
+    ) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "sandgate: the kernel refused a copy-on-write package cache here ({e}); the \
+                     caches start from the sandbox's own layers, without the host's contents"
+                );
+            });
+            bind(&c.upper, &c.path)
+        }
+    }
 }
 
 fn bind(source: &Path, target: &Path) -> io::Result<()> {

@@ -377,36 +377,22 @@ fn a_failure_without_network_says_the_tier_has_none(who: &Who) {
     }
 }
 
-fn filesystem_presets_open_package_caches_but_not_credentials(who: &Who) {
+/// The old `[filesystem] presets` (writable binds of the host's live caches, a way to plant code
+/// the host's next build ran) are gone: a file that still names them stops the launch with what
+/// to do, and the host's caches stay as they were.
+fn filesystem_presets_are_refused_with_the_way_forward(who: &Who) {
     let s = Scratch::new(who);
     std::fs::write(
         s.home.join(".config/sandgate/config.toml"),
         "[filesystem]\npresets = [\"cargo\", \"pip\"]\n",
     )
     .unwrap();
-    std::fs::create_dir_all(s.home.join(".cargo")).unwrap();
-    std::fs::write(s.home.join(".cargo/credentials.toml"), "token = \"secret\"\n").unwrap();
-    let _ = std::process::Command::new("chown")
-        .args(["-R", &format!("{}:{}", who.uid, who.gid), p(&s.home)])
-        .status();
-    let script = "echo a > ~/.cargo/registry/a && echo b > ~/.cache/pip/b && \
-                  echo l >> ~/.cargo/.package-cache && echo ok; \
-                  (echo x > ~/.cargo/credentials.toml) 2>/dev/null || echo creds-refused; \
-                  (echo x > ~/.cargo/config.toml) 2>/dev/null || echo config-refused; \
-                  (echo x > ~/.cache/other) 2>/dev/null || echo cache-refused";
-    let (stdout, _) = s.sh("build", &["--net", "none"], script);
-    assert_eq!(stdout, "ok\ncreds-refused\nconfig-refused\ncache-refused\n");
-    // The caches were made on the host on the first launch, and hold what was written.
-    assert_eq!(std::fs::read_to_string(s.home.join(".cargo/registry/a")).unwrap(), "a\n");
-    assert_eq!(std::fs::read_to_string(s.home.join(".cache/pip/b")).unwrap(), "b\n");
-    assert_eq!(
-        std::fs::read_to_string(s.home.join(".cargo/credentials.toml")).unwrap(),
-        "token = \"secret\"\n"
-    );
-    // Not in run: presets are for tiers that write.
-    let (stdout, _) =
-        s.sh("run", &[], "(echo a > ~/.cargo/registry/c) 2>/dev/null || echo refused");
-    assert_eq!(stdout, "refused\n");
+    let out = s.run("build", &["--net", "none"], &["sh", "-c", "echo ran"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!text(&out.stdout).contains("ran"));
+    assert!(stderr.contains("config.toml:2:") && stderr.contains("copy-on-write"), "{stderr}");
+    assert!(stderr.contains("remove the presets line"), "{stderr}");
 }
 
 fn launch_timings_name_every_step_when_asked(who: &Who) {
@@ -455,7 +441,7 @@ fn nothing_of_the_sandbox_outlives_its_launcher(who: &Who) {
 both!(
     nothing_of_the_sandbox_outlives_its_launcher,
     launch_timings_name_every_step_when_asked,
-    filesystem_presets_open_package_caches_but_not_credentials,
+    filesystem_presets_are_refused_with_the_way_forward,
     a_failure_without_network_says_the_tier_has_none,
     a_refused_user_namespace_names_the_settings,
     tools_find_the_proxy_and_keep_their_settings,

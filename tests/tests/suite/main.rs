@@ -33,6 +33,7 @@ mod redteam_net;
 mod redteam_netpool;
 mod redteam_proxy;
 mod redteam_walls;
+mod sandbox_caches;
 mod sandbox_dns;
 mod sandbox_escape;
 mod sandbox_git;

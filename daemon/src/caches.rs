@@ -1,0 +1,371 @@
+//! Copy-on-write package caches: the layers a launch mounts over the host's caches (see
+//! `sandgate_config::package_caches` for which directories are caches, and
+//! `sandgate_sandbox::CacheLayer` for the mount).
+//!
+//! Layers live in sandgate's data directory, which every sandbox hides and no host tool reads:
+//! `caches/project-<key>/<slot>/<cache>/{upper,work}` (one per project, the repository around
+//! the working directory, by default) or `caches/shared/<slot>/...` (`[filesystem] caches =
+//! "shared"`). An overlay's upper layer may be used by one mount at a time, so each launch takes
+//! a slot with an exclusive lock held while it runs; concurrent launches in one project take the
+//! next slot (colder, never shared). `sandgate cache ls | clear` reads and frees them.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use sandgate_config::{CacheMode, PackageCache, Policy};
+use sandgate_sandbox::CacheLayer;
+
+use crate::launch::LaunchEnv;
+
+/// How many launches of one project may layer its caches at once (each in a slot of its own).
+const SLOTS: usize = 8;
+
+/// The name of the file in a project's layer directory that says which project it is.
+const PROJECT_FILE: &str = "project";
+
+/// The layers of one launch, with the slot's lock (held until dropped).
+#[derive(Debug, Default)]
+pub struct Layers {
+    /// What the launcher mounts.
+    pub caches: Vec<CacheLayer>,
+    /// Notes for the person (a cache skipped, every slot busy).
+    pub notes: Vec<String>,
+    _slot: Option<nix::fcntl::Flock<File>>,
+}
+
+/// `$XDG_DATA_HOME/sandgate/caches`.
+pub fn caches_dir(data_home: &Path) -> PathBuf {
+    data_home.join("sandgate").join("caches")
+}
+
+/// The directory of the layers for a launch in `cwd` (`None` when the mode is off).
+pub fn scope_dir(mode: CacheMode, data_home: &Path, project: &Path) -> Option<PathBuf> {
+    let name = match mode {
+        CacheMode::Off => return None,
+        CacheMode::Shared => "shared".to_owned(),
+        CacheMode::Project => format!("project-{}", sandgate_config::project_key(project)),
+    };
+    Some(caches_dir(data_home).join(name))
+}
+
+/// The project a launch in `ctx.cwd` belongs to (the repository around it, or the directory).
+pub fn project_of(ctx: &LaunchEnv) -> PathBuf {
+    let cwd = ctx.cwd.canonicalize().unwrap_or_else(|_| ctx.cwd.clone());
+    match &ctx.config_home {
+        Some(cfg) => {
+            sandgate_config::project_root(&cwd, &cfg.join("sandgate"), ctx.home.as_deref())
+        }
+        None => cwd,
+    }
+}
+
+/// Whether a tier layers caches: one that writes (`build`) or reaches the network (`net`), where
+/// package managers fill them; never `run`.
+pub fn applies(policy: &Policy) -> bool {
+    policy.fs.caches != CacheMode::Off
+        && (policy.net.mode == sandgate_config::NetMode::Proxy || !policy.fs.writable.is_empty())
+}
+
+/// The caches a launch would layer, and why each other one is left out: pure but for reading
+/// whether paths exist and which programs are on `PATH`.
+pub fn eligible(policy: &Policy, ctx: &LaunchEnv) -> (Vec<PackageCache>, Vec<String>) {
+    let Some(home) = ctx.home.as_deref() else { return (Vec::new(), Vec::new()) };
+    let var = |name: &str| {
+        ctx.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let path_var = var("PATH");
+    let on_path = |program: &str| {
+        path_var.as_ref().is_some_and(|p| {
+            std::env::split_paths(p).any(|d| d.is_absolute() && d.join(program).is_file())
+        })
+    };
+    // A layer over a directory that holds one of these would shadow it (the home, the
+    // project) or show what is hidden (the store, the configuration, the control socket); a
+    // cache inside sandgate's own directories or the project is not a host cache to layer.
+    let own: Vec<PathBuf> = [
+        ctx.config_home.as_ref().map(|c| c.join("sandgate")),
+        ctx.data_home.as_ref().map(|d| d.join("sandgate")),
+        Some(ctx.runtime_dir.clone()),
+        Some(ctx.cwd.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut held: Vec<PathBuf> = own.clone();
+    held.extend(ctx.home.iter().chain(&ctx.passwd_home).cloned());
+    let mut notes = Vec::new();
+    let caches = sandgate_config::package_caches(var, home)
+        .into_iter()
+        .filter(|c| {
+            if policy.fs.is_writable(&c.path) {
+                return false; // writable already (`--allow-write`): nothing to layer
+            }
+            let why = if c.path.starts_with("/tmp") {
+                Some("it is under /tmp, which is private inside".to_owned())
+            } else if let Some(h) = held.iter().find(|h| h.starts_with(&c.path)) {
+                Some(format!("it holds {}", h.display()))
+            } else {
+                own.iter()
+                    .find(|o| c.path.starts_with(o))
+                    .map(|o| format!("it lies in {}", o.display()))
+            };
+            if let Some(why) = why {
+                notes.push(format!(
+                    "the {} cache at {} is not layered: {why}",
+                    c.name,
+                    c.path.display()
+                ));
+                return false;
+            }
+            c.path.is_dir() || c.programs.iter().any(|p| on_path(p))
+        })
+        .collect();
+    (caches, notes)
+}
+
+/// Makes the layers of a launch: the host's missing cache directories of installed tools (empty,
+/// so that the overlay has a place), the scope, a free slot (locked), each cache's upper and
+/// work directories. Nothing when the tier layers no caches. A failure is a note, never a
+/// failed launch: the cache then stays read-only, as before.
+pub fn prepare(policy: &Policy, ctx: &LaunchEnv) -> Layers {
+    let mut layers = Layers::default();
+    let Some(data_home) = ctx.data_home.as_deref().filter(|_| applies(policy)) else {
+        return layers;
+    };
+    let (caches, notes) = eligible(policy, ctx);
+    layers.notes = notes;
+    if caches.is_empty() {
+        return layers;
+    }
+    let project = project_of(ctx);
+    let Some(scope) = scope_dir(policy.fs.caches, data_home, &project) else { return layers };
+    if let Err(e) = make_scope(&scope, &project, policy.fs.caches) {
+        layers.notes.push(format!("package caches stay read-only: {e:#}"));
+        return layers;
+    }
+    let Some((slot_dir, lock)) = (0..SLOTS).find_map(|n| take_slot(&scope, n)) else {
+        layers.notes.push(format!(
+            "package caches stay read-only: {SLOTS} sandboxes of this project already use their \
+             layers"
+        ));
+        return layers;
+    };
+    layers._slot = Some(lock);
+    for c in caches {
+        let upper = slot_dir.join(c.name).join("upper");
+        let work = slot_dir.join(c.name).join("work");
+        let made = make_private_dir(&c.path)
+            .with_context(|| format!("creating {}", c.path.display()))
+            .and_then(|()| make_private_dir(&upper).context("creating its layer"))
+            .and_then(|()| make_private_dir(&work).context("creating its layer"));
+        match made {
+            Ok(()) => layers.caches.push(CacheLayer { path: c.path, upper, work }),
+            Err(e) => layers.notes.push(format!("the {} cache stays read-only: {e:#}", c.name)),
+        }
+    }
+    layers
+}
+
+/// Creates `dir` (and its parents) with mode 0700 if missing.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// The scope's directory, with the project it is for written once (for `cache ls`).
+fn make_scope(scope: &Path, project: &Path, mode: CacheMode) -> anyhow::Result<()> {
+    make_private_dir(scope).with_context(|| format!("creating {}", scope.display()))?;
+    let file = scope.join(PROJECT_FILE);
+    if mode == CacheMode::Project && !file.exists() {
+        std::fs::write(&file, project.as_os_str().as_encoded_bytes())
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// Slot `n` of `scope`, locked for this launch, or `None` when another launch holds it.
+fn take_slot(scope: &Path, n: usize) -> Option<(PathBuf, nix::fcntl::Flock<File>)> {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(scope.join(format!("{n}.lock")))
+        .ok()?;
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+    Some((scope.join(n.to_string()), held))
+}
+
+/// One scope of layers, for `sandgate cache ls`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScopeInfo {
+    /// `shared`, or `project-<key>`.
+    pub scope: String,
+    /// The project (for a project's layers whose file says).
+    pub project: Option<PathBuf>,
+    /// Each cache's name and bytes on disk, over every slot.
+    pub caches: Vec<(String, u64)>,
+    /// Bytes on disk of the whole scope.
+    pub bytes: u64,
+    /// Whether a running sandbox holds one of its slots.
+    pub in_use: bool,
+}
+
+/// Every scope of layers under `data_home`, sorted by name.
+pub fn list(data_home: &Path) -> anyhow::Result<Vec<ScopeInfo>> {
+    let dir = caches_dir(data_home);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let project = std::fs::read(path.join(PROJECT_FILE))
+            .ok()
+            .map(|b| PathBuf::from(String::from_utf8_lossy(&b).into_owned()));
+        let mut caches: Vec<(String, u64)> = Vec::new();
+        for slot in (0..SLOTS).map(|n| path.join(n.to_string())) {
+            for cache in std::fs::read_dir(&slot).into_iter().flatten().flatten() {
+                let name = cache.file_name().to_string_lossy().into_owned();
+                let bytes = disk_usage(&cache.path());
+                match caches.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, b)) => *b += bytes,
+                    None => caches.push((name, bytes)),
+                }
+            }
+        }
+        caches.sort();
+        let in_use = (0..SLOTS)
+            .any(|n| path.join(format!("{n}.lock")).exists() && take_slot(&path, n).is_none());
+        out.push(ScopeInfo {
+            scope: entry.file_name().to_string_lossy().into_owned(),
+            project,
+            bytes: caches.iter().map(|(_, b)| b).sum(),
+            caches,
+            in_use,
+        });
+    }
+    out.sort_by(|a, b| a.scope.cmp(&b.scope));
+    Ok(out)
+}
+
+/// `scopes` as pretty JSON (`sandgate cache ls --json`).
+pub fn to_json(scopes: &[ScopeInfo]) -> String {
+    serde_json::to_string_pretty(scopes).unwrap_or_default()
+}
+
+/// Removes the scopes `which` selects (a project's, or every one); refuses one a running sandbox
+/// uses. Returns what was removed and the bytes freed.
+pub fn clear(data_home: &Path, which: Option<&str>) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut removed = Vec::new();
+    for info in list(data_home)? {
+        if which.is_some_and(|w| w != info.scope) {
+            continue;
+        }
+        let path = caches_dir(data_home).join(&info.scope);
+        // Held for the removal, so that no launch starts using a slot meanwhile.
+        let mut held = Vec::new();
+        for n in 0..SLOTS {
+            match take_slot(&path, n) {
+                Some(lock) => held.push(lock),
+                None => anyhow::bail!(
+                    "the layers of {} are in use by a running sandbox; clear them when it has ended",
+                    info.project.as_deref().unwrap_or(Path::new(&info.scope)).display()
+                ),
+            }
+        }
+        remove_tree(&path).with_context(|| format!("removing {}", path.display()))?;
+        drop(held);
+        removed.push((info.scope, info.bytes));
+    }
+    Ok(removed)
+}
+
+/// Bytes on disk of the tree at `path` (blocks, as `du`), not following links.
+fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    let own = meta.blocks() * 512;
+    if !meta.is_dir() {
+        return own;
+    }
+    let children = std::fs::read_dir(path).into_iter().flatten().flatten();
+    own + children.map(|e| disk_usage(&e.path())).sum::<u64>()
+}
+
+/// Removes a layer tree: package managers leave read-only directories behind (Go's module cache
+/// is 0555) and the overlay's work directory is 0000, so each directory is made writable first.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn open_up(dir: &Path) {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&e.path());
+            }
+        }
+    }
+    open_up(path);
+    std::fs::remove_dir_all(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_per_project_unless_shared() {
+        let data = Path::new("/d");
+        let a = scope_dir(CacheMode::Project, data, Path::new("/p/a")).unwrap();
+        let b = scope_dir(CacheMode::Project, data, Path::new("/p/b")).unwrap();
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with("/d/sandgate/caches")
+                && a.file_name().unwrap().to_str().unwrap().starts_with("project-")
+        );
+        assert_eq!(
+            scope_dir(CacheMode::Shared, data, Path::new("/p/a")).unwrap(),
+            Path::new("/d/sandgate/caches/shared")
+        );
+        assert_eq!(scope_dir(CacheMode::Off, data, Path::new("/p/a")), None);
+    }
+
+    #[test]
+    fn a_slot_is_taken_by_one_launch_at_a_time_and_clear_frees_every_scope() {
+        let d = tempfile::tempdir().unwrap();
+        let scope = caches_dir(d.path()).join("project-x");
+        std::fs::create_dir_all(scope.join("0/cargo/upper/bin")).unwrap();
+        std::fs::write(scope.join("0/cargo/upper/bin/tool"), vec![0u8; 10_000]).unwrap();
+        let first = take_slot(&scope, 0).unwrap();
+        assert!(take_slot(&scope, 0).is_none(), "the slot is held");
+        assert!(take_slot(&scope, 1).is_some(), "the next one is free");
+        let listed = list(d.path()).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].in_use && listed[0].bytes >= 10_000, "{listed:?}");
+        assert_eq!(listed[0].caches[0].0, "cargo");
+        let refused = clear(d.path(), None).unwrap_err().to_string();
+        assert!(refused.contains("in use"), "{refused}");
+        drop(first);
+        // A read-only directory inside (as Go leaves them) does not stop the removal.
+        use std::os::unix::fs::PermissionsExt;
+        let ro = scope.join("0/cargo/upper/bin");
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let removed = clear(d.path(), None).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert!(!scope.exists());
+        assert!(list(d.path()).unwrap().is_empty());
+    }
+}

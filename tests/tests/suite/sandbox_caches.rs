@@ -1,0 +1,138 @@
+//! Package caches are copy-on-write inside: tools write them as usual, the host's caches stay
+//! byte for byte what they were, a planted change never runs on the host, and the layers persist
+//! per project.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::sandbox::{Scratch, Who, both, text};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Every entry below `root` (relative path, mode, contents or link target), sorted: equal trees
+/// have equal snapshots.
+fn snapshot(root: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let body = if meta.is_dir() {
+                stack.push(path.clone());
+                Vec::new()
+            } else if meta.file_type().is_symlink() {
+                std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes()
+            } else {
+                std::fs::read(&path).unwrap()
+            };
+            out.push((path.strip_prefix(root).unwrap().to_path_buf(), meta.mode(), body));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A home with caches of three tools: an npm tool under `_npx` (what the host's next `npx`
+/// runs), an extracted crate's `build.rs` (what the host's next `cargo build --offline` runs),
+/// cargo's credentials next to them.
+fn caches_on_the_host(s: &Scratch) -> (PathBuf, PathBuf) {
+    let npm = s.home.join(".npm");
+    let cargo = s.home.join(".cargo");
+    let tool = npm.join("_npx/bin/tool");
+    let crate_dir = cargo.join("registry/src/index-1/demo-1.0.0");
+    std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(&crate_dir).unwrap();
+    std::fs::write(&tool, "#!/bin/sh\necho host-tool\n").unwrap();
+    std::fs::write(npm.join("old.txt"), "old\n").unwrap();
+    std::fs::write(crate_dir.join("build.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(cargo.join("credentials.toml"), "token = \"secret-token\"\n").unwrap();
+    let _ = std::process::Command::new("chmod").arg("755").arg(&tool).status();
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(&s.home)])
+        .status();
+    (npm, cargo)
+}
+
+const PLANT: &str = "echo 'echo planted' >> ~/.npm/_npx/bin/tool && echo new > ~/.npm/new.txt && \
+     rm ~/.npm/old.txt && \
+     echo 'fn main() { planted() }' > ~/.cargo/registry/src/index-1/demo-1.0.0/build.rs && \
+     echo l >> ~/.cargo/.package-cache && mkdir -p ~/.cache/pip/http && echo p > ~/.cache/pip/http/x && \
+     echo written; \
+     cat ~/.cargo/credentials.toml 2>/dev/null; \
+     (echo x > ~/.bashrc) 2>/dev/null || echo rc-refused";
+
+fn package_caches_are_copy_on_write_and_never_written_back(who: &Who) {
+    let s = Scratch::new(who);
+    let (npm, cargo) = caches_on_the_host(&s);
+    let before = (snapshot(&npm), snapshot(&cargo));
+    // A fresh user has no pip cache: it is made (empty) on the host, layered inside.
+    assert!(!s.home.join(".cache/pip").exists());
+
+    let (out, err) = s.sh("build", &["--net", "none"], PLANT);
+    assert_eq!(out, "written\nrc-refused\n", "stderr: {err}");
+    assert!(!out.contains("secret-token"), "credentials readable through the layer");
+    let (out, _) = s.sh("net", &[], "echo n > ~/.npm/from-net && cat ~/.npm/from-net");
+    assert_eq!(out, "n\n", "the net tier layers caches too");
+
+    // Byte for byte what it was on the host; the tool the host runs is its own.
+    assert_eq!((snapshot(&npm), snapshot(&cargo)), before, "a host cache changed");
+    let ran = std::process::Command::new(npm.join("_npx/bin/tool")).output().unwrap();
+    assert_eq!(text(&ran.stdout), "host-tool\n", "the host ran what the sandbox planted");
+    let pip = s.home.join(".cache/pip");
+    assert!(pip.is_dir() && std::fs::read_dir(&pip).unwrap().next().is_none(), "pip: {pip:?}");
+
+    // The layer persists for this project: the second build is warm.
+    let (out, _) = s.sh(
+        "build",
+        &["--net", "none"],
+        "tail -n1 ~/.npm/_npx/bin/tool; cat ~/.npm/new.txt; ls ~/.npm/old.txt 2>/dev/null || echo gone",
+    );
+    assert_eq!(out, "echo planted\nnew\ngone\n");
+    // Another project starts from the host's caches, not from this project's layer.
+    let other = s.root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let _ = std::process::Command::new("chown")
+        .arg(format!("{}:{}", who.uid, who.gid))
+        .arg(&other)
+        .status();
+    let mut cmd =
+        s.command("build", &["--net", "none"], &["sh", "-c", "tail -n1 ~/.npm/_npx/bin/tool"]);
+    let out = cmd.current_dir(&other).output().unwrap();
+    assert_eq!(text(&out.stdout), "echo host-tool\n", "{}", text(&out.stderr));
+    // `run` writes no cache at all.
+    let (out, _) = s.sh("run", &[], "(echo x > ~/.npm/r) 2>/dev/null || echo refused");
+    assert_eq!(out, "refused\n");
+    assert!(s.home.join(".local/share/sandgate/caches").is_dir());
+}
+
+/// Control: the snapshot comparison sees a write, as the old presets made one (a writable bind
+/// of the host's cache, still possible by naming it with `--allow-write`).
+fn a_writable_bind_of_a_host_cache_is_seen_by_the_comparison(who: &Who) {
+    let s = Scratch::new(who);
+    let (npm, _) = caches_on_the_host(&s);
+    let before = snapshot(&npm);
+    let arg = format!("--allow-write={}", npm.display());
+    s.sh("build", &["--net", "none", &arg], "echo 'echo planted' >> ~/.npm/_npx/bin/tool");
+    assert_ne!(snapshot(&npm), before, "the comparison missed a write to the host's cache");
+}
+
+/// `[filesystem] caches = "off"`: the caches are read-only again, and no layer is made.
+fn caches_off_leaves_them_read_only(who: &Who) {
+    let s = Scratch::new(who);
+    caches_on_the_host(&s);
+    std::fs::write(s.home.join(".config/sandgate/config.toml"), "[filesystem]\ncaches = \"off\"\n")
+        .unwrap();
+    let (out, _) =
+        s.sh("build", &["--net", "none"], "(echo x > ~/.npm/y) 2>/dev/null || echo refused");
+    assert_eq!(out, "refused\n");
+    assert!(!s.home.join(".local/share/sandgate/caches").exists());
+}
+
+both!(
+    package_caches_are_copy_on_write_and_never_written_back,
+    a_writable_bind_of_a_host_cache_is_seen_by_the_comparison,
+    caches_off_leaves_them_read_only,
+);

@@ -115,14 +115,20 @@ impl fmt::Display for RootRefusal {
             RootRefusalKind::HoldsHome(h) => {
                 write!(f, "{dir} holds your home directory {}", h.display())
             }
-            RootRefusalKind::HomeEntry(e) => write!(
-                f,
-                "{dir} is in {}, where files run later (shell and tool configuration, \
-                 programs in PATH)",
-                e.display()
-            ),
+            RootRefusalKind::HomeEntry(e) => {
+                if *e == self.dir {
+                    write!(f, "{dir} is a place in your home directory")?;
+                } else {
+                    write!(f, "{dir} is in {}", e.display())?;
+                }
+                f.write_str(
+                    " where files run later (shell and tool configuration, programs in PATH)",
+                )
+            }
             RootRefusalKind::OtherHome => write!(f, "{dir} is a home directory"),
-            RootRefusalKind::System(s) => write!(f, "{dir} is in the system directory {}", s.display()),
+            RootRefusalKind::System(s) => {
+                write!(f, "{dir} is in the system directory {}", s.display())
+            }
             RootRefusalKind::HoldsSystem(s) => {
                 write!(f, "{dir} holds the system directory {}", s.display())
             }
@@ -330,7 +336,15 @@ mod tests {
         let text = |d: &str| rule.refusal(Path::new(d)).unwrap().to_string();
         assert_eq!(text("/home/u"), "/home/u is your home directory");
         assert_eq!(text("/"), "/ is the root of the filesystem");
-        assert!(text("/home/u/bin").contains("/home/u/bin, where files run later"));
+        assert_eq!(
+            text("/home/u/bin"),
+            "/home/u/bin is a place in your home directory where files run later (shell and tool \
+             configuration, programs in PATH)"
+        );
+        assert!(
+            text("/home/u/.config/nvim")
+                .starts_with("/home/u/.config/nvim is in /home/u/.config where")
+        );
         assert_eq!(text("/var"), "/var holds the system directory /var/lib");
     }
 }

@@ -42,6 +42,7 @@ mod pattern;
 mod policy;
 mod project;
 mod report;
+mod roots;
 mod sandbox_id;
 mod secrets;
 mod text;
@@ -71,6 +72,7 @@ pub use policy::{
 };
 pub use project::project_root;
 pub use report::{HttpRulesInfo, NetCheck, TierSummary, WritablePath};
+pub use roots::{HOME_PLACES, RootRefusal, RootRefusalKind, RootRule, SHARED_DIRS, SYSTEM_PLACES};
 pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,

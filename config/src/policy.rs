@@ -8,6 +8,7 @@ use crate::decision::{Decision, Rule, RuleSource};
 use crate::host::{Host, Target};
 use crate::matcher::PatternSet;
 use crate::pattern::DomainPattern;
+use crate::roots::{RootRefusal, RootRule};
 
 /// How a sandbox reaches the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,6 +82,19 @@ impl FsPolicy {
     /// Whether `path` is at or below a writable path (lexically; callers canonicalise).
     pub fn is_writable(&self, path: &Path) -> bool {
         self.writable.iter().any(|w| path.starts_with(&w.path))
+    }
+
+    /// Why the working directory may not be writable here ([`RootRule`]), or `None`: the tier
+    /// does not make it writable, the rule accepts it, or an `--allow-write` path is that
+    /// directory or holds it (a person named it, so it is writable by name anyway).
+    pub fn cwd_refusal(&self, rule: &RootRule) -> Option<RootRefusal> {
+        let cwd = self.writable.iter().find(|w| w.source == RuleSource::CurrentDirectory)?;
+        let refusal = rule.refusal(&cwd.path)?;
+        let named = self
+            .writable
+            .iter()
+            .any(|w| w.source == RuleSource::CommandLine && cwd.path.starts_with(&w.path));
+        (!named).then_some(refusal)
     }
 }
 
@@ -393,6 +407,32 @@ mod tests {
 
     fn verb(p: &NetworkPolicy, t: &str) -> &'static str {
         p.decide(&Target::parse(t).unwrap()).verb()
+    }
+
+    /// The working directory is judged only when the tier makes it writable, and an
+    /// `--allow-write` path that is it (or holds it) is the way out; a configured path is not.
+    #[test]
+    fn the_working_directory_is_refused_unless_a_flag_names_it() {
+        let rule = RootRule::new([PathBuf::from("/home/u")]);
+        let at = |path: &str, source: RuleSource| PathRule { path: path.into(), source };
+        let cwd = |p: &str| at(p, RuleSource::CurrentDirectory);
+        let flag = |p: &str| at(p, RuleSource::CommandLine);
+        let file = |p: &str| at(p, RuleSource::File { path: "/c.toml".into(), line: 1 });
+        let rows: Vec<(Vec<PathRule>, bool, &str)> = vec![
+            (vec![cwd("/home/u")], true, "build in the home"),
+            (vec![cwd("/")], true, "build in /"),
+            (vec![cwd("/home/u/proj")], false, "a project"),
+            (vec![], false, "run: the directory is not writable"),
+            (vec![flag("/home/u")], false, "run --allow-write ~ (no working directory rule)"),
+            (vec![cwd("/home/u"), flag("/home/u")], false, "--allow-write names it"),
+            (vec![cwd("/home/u"), flag("/")], false, "--allow-write / holds it"),
+            (vec![cwd("/home/u"), flag("/home/u/proj")], true, "a flag below it is not it"),
+            (vec![cwd("/home/u"), file("/home/u")], true, "a configured path is not the flag"),
+        ];
+        for (writable, refused, why) in rows {
+            let fs = FsPolicy { writable, ..FsPolicy::default() };
+            assert_eq!(fs.cwd_refusal(&rule).is_some(), refused, "{why}");
+        }
     }
 
     #[test]

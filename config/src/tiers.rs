@@ -86,11 +86,13 @@ pub const SHELL_RC: &[&str] = &[
 
 /// Other entries of `$HOME` that make code run later outside the sandbox, kept read-only like
 /// [`SHELL_RC`] whenever `$HOME` lies in a writable path: git's own configuration (aliases,
-/// `core.hooksPath`, `core.fsmonitor`), the user's `bin` directory (early in `PATH`), systemd user
-/// units, desktop autostart entries and macOS launch agents (run at the next login).
+/// `core.hooksPath`, `core.fsmonitor`), the user's `bin` directories (`~/bin` and `~/.local/bin`,
+/// early in `PATH` in many login profiles), systemd user units, desktop autostart entries and
+/// macOS launch agents (run at the next login).
 pub const HOME_AUTORUN: &[&str] = &[
     ".gitconfig",
     ".config/git",
+    "bin",
     ".local/bin",
     ".config/systemd/user",
     ".config/autostart",

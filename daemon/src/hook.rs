@@ -49,11 +49,13 @@ pub fn claude(tier: &str, deny: bool) -> Printed {
     let read =
         std::io::stdin().lock().take(sandgate_hook::MAX_INPUT as u64 + 1).read_to_end(&mut input);
     let verdict = match read.map_err(anyhow::Error::from).and_then(|_| real_fs()) {
-        // A wrapper in a place a sandboxed command can write may be swapped after this decision.
-        Ok(fs) => Ok(fs.with_untrusted(sandgate_hook::tier::writable_anywhere(
-            &input,
-            std::env::current_dir().ok(),
-        ))),
+        // A wrapper in a place a sandboxed command can write may be swapped after this decision:
+        // this process's directory, and each directory the line runs in with what a tier
+        // makes writable there.
+        Ok(fs) => Ok(fs
+            .with_untrusted(std::env::current_dir().into_iter().collect())
+            .with_writable_in(sandgate_hook::tier::writable_in)
+            .with_cdpath(std::env::var_os("CDPATH"))),
         Err(e) => Err(e),
     };
     let verdict = match verdict {
@@ -62,6 +64,7 @@ pub fn claude(tier: &str, deny: bool) -> Printed {
             &HookSettings { deny_refused_paths: deny },
             &fs,
             &|cwd| walls_for(cwd, tier, None),
+            &Places::discover(Vec::new()).roots(),
         ),
         Err(e) => Verdict::Abstain { tool: None, reason: format!("cannot decide: {e:#}") },
     };

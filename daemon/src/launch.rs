@@ -214,6 +214,29 @@ pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy
     config.policy(tier, &flags).map_err(|e| crate::UsageError(e.to_string()).into())
 }
 
+/// Refuses a launch whose tier would make a working directory writable that may not be a
+/// writable root (`/`, a home or what holds one, a system place: [`sandgate_config::RootRule`]),
+/// unless `--allow-write` names it. The agent hook applies the same rule before it approves.
+pub fn refuse_writable_cwd(policy: &Policy, ctx: &LaunchEnv) -> anyhow::Result<()> {
+    let rule =
+        sandgate_config::RootRule::resolved(ctx.home.iter().chain(&ctx.passwd_home).cloned());
+    match policy.fs.cwd_refusal(&rule) {
+        None => Ok(()),
+        Some(r) => Err(crate::UsageError(writable_cwd_message(&policy.tier, &r)).into()),
+    }
+}
+
+/// What to say when the working directory may not be writable: why, and the explicit way out.
+fn writable_cwd_message(tier: &str, r: &sandgate_config::RootRefusal) -> String {
+    format!(
+        "refusing to make the working directory writable: the `{tier}` tier writes where it \
+         starts, and {r}, where a command could leave files that run later outside the sandbox \
+         (such as ~/bin/ls, which your next shell finds in PATH). Start it in a project \
+         directory, or, to make exactly this directory writable, name it: --allow-write {}",
+        r.dir.display()
+    )
+}
+
 /// Builds the sandbox spec from a resolved policy and the launch environment.
 pub fn spec_from_policy(
     policy: &Policy,
@@ -484,6 +507,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     let ctx = LaunchEnv::from_process()?;
     sandgate_sandbox::timing_mark("launch environment read");
     let policy = resolve_policy(tier, &args)?;
+    refuse_writable_cwd(&policy, &ctx)?;
     sandgate_sandbox::timing_mark("configuration loaded, policy resolved");
     // The runtime directory must exist before the sandbox starts, so that it is hidden inside
     // even when the daemon is started (and creates its socket there) afterwards.
@@ -643,6 +667,7 @@ fn run_nested(
     use sandgate_sandbox::SandboxError;
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, args)?;
+    refuse_writable_cwd(&policy, &ctx)?;
     let (mut spec, removed) =
         spec_and_removed(&policy, args, &ctx, new_id().context("no sandbox id")?)?;
     removal_notice(&removed);
@@ -1305,6 +1330,7 @@ pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
     let la =
         LaunchOptions { quiet: true, command: vec!["true".into()], ..LaunchOptions::default() };
     let policy = resolve_policy(tier, &la)?;
+    refuse_writable_cwd(&policy, &ctx)?;
     let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
     let kernel = kernel_report(&spec);
     Ok(Explanation { policy, spec, kernel })
@@ -1408,6 +1434,27 @@ mod tests {
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
             env_pass: vec!["KEEP_TOKEN".into()],
         }
+    }
+
+    /// The launcher's refusal of a home as the working directory of `build` says why and names
+    /// the flag that opens it; a project directory is no refusal.
+    #[test]
+    fn a_home_as_the_writable_working_directory_is_refused_with_the_way_out() {
+        use sandgate_config::{NetMode as Net, PathRule, RuleSource};
+        let at = |cwd: &str| {
+            let mut p = policy("build", Net::Proxy, &[]);
+            p.fs.writable =
+                vec![PathRule { path: cwd.into(), source: RuleSource::CurrentDirectory }];
+            p
+        };
+        let err = refuse_writable_cwd(&at("/home/u"), &ctx()).unwrap_err();
+        let text = err.downcast_ref::<crate::UsageError>().expect("a usage error").to_string();
+        assert!(text.contains("/home/u is your home directory"), "{text}");
+        assert!(text.contains("the `build` tier writes where it starts"), "{text}");
+        assert!(text.ends_with("--allow-write /home/u"), "{text}");
+        let text = refuse_writable_cwd(&at("/"), &ctx()).unwrap_err().to_string();
+        assert!(text.contains("/ is the root of the filesystem"), "{text}");
+        assert!(refuse_writable_cwd(&at("/home/u/proj"), &ctx()).is_ok());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use sandgate_config::RootRule;
 use serde_json::{Value, json};
 
 use crate::fs::Filesystem;
@@ -71,11 +72,13 @@ pub fn verdict_json(v: &Verdict) -> Option<String> {
 
 /// Decides one hook input. `walls` gives the walls of the configured tier for a working
 /// directory (the per-directory configuration depends on it); an error there is no decision.
+/// `roots` says where a `build` stage may start (the launcher's rule for its working directory).
 pub fn decide_claude(
     input: &[u8],
     settings: &HookSettings,
     fs: &dyn Filesystem,
     walls: &dyn Fn(&Path) -> Result<Walls, String>,
+    roots: &RootRule,
 ) -> Verdict {
     let abstain = |tool: Option<&str>, reason: String| Verdict::Abstain {
         tool: tool.map(str::to_owned),
@@ -106,7 +109,7 @@ pub fn decide_claude(
             let Some(command) = string("command") else {
                 return abstain(Some(tool), "no command".into());
             };
-            return match check_command(command, fs) {
+            return match check_command(command, cwd, fs, roots) {
                 Ok(tiers) => Verdict::Allow {
                     tool: tool.into(),
                     reason: format!("runs inside sandbox ({})", tiers.join(" | ")),

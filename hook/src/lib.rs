@@ -15,8 +15,9 @@
 //!
 //! # Precedence
 //! 1. malformed, oversized or unknown input → no decision (never allow, never deny);
-//! 2. `Bash`: every pipeline stage a wrapper of ours with narrowing options only → allow;
-//!    otherwise no decision;
+//! 2. `Bash`: every pipeline stage a wrapper of ours with narrowing options only (after `cd DIR`
+//!    and `&&`/`;` as the `shell` module follows them), and every `build` stage where the
+//!    launcher accepts its working directory as a writable root → allow; otherwise no decision;
 //! 3. file tools: the resolved path allowed by [`check_path`] → allow; refused → no decision
 //!    (or deny with the refusal's message, when the hook is configured to deny).
 //!
@@ -36,6 +37,6 @@ mod shell;
 pub mod tier;
 
 pub use claude::{HookSettings, MAX_INPUT, Verdict, decide_claude, verdict_json};
-pub use fs::{FileInfo, Filesystem, RealFs};
+pub use fs::{FileInfo, Filesystem, RealFs, Wrapper};
 pub use paths::{Access, PathRefusal, RefusalKind, Walls, check_path, resolve_path};
-pub use shell::{CommandRefusal, Stage, WRAPPERS, check_command, split_command};
+pub use shell::{CommandRefusal, Join, Pipeline, Stage, WRAPPERS, check_command, split_line};

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandgate_config::{Config, ConfigPaths, Narrowing, Overrides, Policy};
+use sandgate_config::{Config, ConfigPaths, Narrowing, Overrides, Policy, RootRule, RuleSource};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::json;
 
@@ -34,6 +34,11 @@ impl Places {
             nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.dir);
         let xdg = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
         Places::of(home, passwd_home, xdg("XDG_DATA_HOME"), xdg("XDG_CONFIG_HOME"), runtime)
+    }
+
+    /// The launcher's rule for writable roots, with these homes (resolved).
+    pub fn roots(&self) -> RootRule {
+        RootRule::resolved(self.homes.iter().cloned())
     }
 
     /// [`Places::discover`] from the values given.
@@ -70,6 +75,11 @@ pub fn walls_for(
     let paths = ConfigPaths::discover(cwd).map_err(|e| e.to_string())?;
     let config = Config::load(paths).map_err(|e| e.to_string())?;
     let mut policy = config.policy(tier, &Overrides::default()).map_err(|e| e.to_string())?;
+    // Where the launcher refuses to start this tier (the home, `/`, ...), the working directory
+    // is not writable for the file tools either.
+    if policy.fs.cwd_refusal(&places.roots()).is_some() {
+        policy.fs.writable.retain(|w| w.source != RuleSource::CurrentDirectory);
+    }
     if let Some(writable) = allow_write {
         policy = policy
             .derive(&Narrowing { writable: Some(writable), ..Narrowing::default() })
@@ -80,23 +90,23 @@ pub fn walls_for(
     Ok(Walls::from_policy(&policy, places.homes.clone(), places.hidden.clone(), read_only))
 }
 
-/// The directories writable in some tier for the hook input's `cwd`: the working directories
-/// (the input's and `own_cwd`) and every tier's writable paths there. When the configuration
-/// cannot be read, only the working directories (the hook then abstains on the config anyway for
-/// file tools; a wrapper outside them is still checked for ownership and modes).
-pub fn writable_anywhere(input: &[u8], own_cwd: Option<PathBuf>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = own_cwd.into_iter().collect();
-    let cwd = serde_json::from_slice::<serde_json::Value>(input)
-        .ok()
-        .and_then(|v| v.get("cwd").and_then(|c| c.as_str()).map(PathBuf::from))
-        .filter(|c| c.is_absolute());
-    let Some(cwd) = cwd else { return out };
-    out.push(cwd.clone());
-    let Ok(paths) = ConfigPaths::discover(&cwd) else { return out };
+/// What some tier makes writable when started in `cwd`, besides `cwd` itself: every tier's
+/// configured writable paths there (nothing when the configuration cannot be read: file tools
+/// then get no decision anyway, and a wrapper is still checked for ownership and modes).
+pub fn writable_in(cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(paths) = ConfigPaths::discover(cwd) else { return out };
     let Ok(config) = Config::load(paths) else { return out };
     for tier in config.tiers().unwrap_or_default() {
         if let Ok(policy) = config.policy(&tier.name, &Overrides::default()) {
-            out.extend(policy.fs.writable.iter().map(|w| w.path.clone()));
+            out.extend(
+                policy
+                    .fs
+                    .writable
+                    .iter()
+                    .filter(|w| w.source != RuleSource::CurrentDirectory)
+                    .map(|w| w.path.clone()),
+            );
         }
     }
     out
@@ -246,28 +256,28 @@ mod tests {
     }
 
     #[test]
-    fn writable_anywhere_takes_only_an_absolute_cwd() {
-        let own = Some(PathBuf::from("/own"));
-        assert_eq!(writable_anywhere(b"{\"cwd\": \"rel\"}", own.clone()), [Path::new("/own")]);
-        assert_eq!(writable_anywhere(b"not json", None), Vec::<PathBuf>::new());
+    fn writable_in_names_the_configured_paths_of_a_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let input = serde_json::json!({ "cwd": dir.path() }).to_string();
-        let got = writable_anywhere(input.as_bytes(), own);
-        assert_eq!(&got[..2], [Path::new("/own"), dir.path()]);
+        // The directory itself is the caller's to add; a configuration that cannot be read
+        // adds nothing.
+        assert!(!writable_in(dir.path()).iter().any(|w| w == dir.path()));
+        assert_eq!(writable_in(Path::new("/nonexistent/x")), Vec::<PathBuf>::new());
     }
 
     #[test]
     fn a_path_check_answers_in_text_and_json() {
         let dir = tempfile::tempdir().unwrap();
+        let proj = dir.path().join("proj");
+        std::fs::create_dir(&proj).unwrap();
         let places = Places::of(Some(dir.path().join("home")), None, None, None, Vec::new());
-        let walls = walls_for(dir.path(), "build", None, &places, |_| Vec::new()).unwrap();
+        let walls = walls_for(&proj, "build", None, &places, |_| Vec::new()).unwrap();
         let fs = RealFs::new(None, Path::new("/bin/sh"));
-        let inside = PathCheck::new(&walls, &fs, dir.path(), "new.txt", Access::Write);
+        let inside = PathCheck::new(&walls, &fs, &proj, "new.txt", Access::Write);
         assert!(inside.text().starts_with("allow writing "), "{}", inside.text());
         let v = serde_json::to_value(&inside).unwrap();
         assert_eq!((v["decision"].as_str(), v["access"].as_str()), (Some("allow"), Some("write")));
         assert!(v.get("reason").is_none());
-        let outside = PathCheck::new(&walls, &fs, dir.path(), "/etc/passwd", Access::Write);
+        let outside = PathCheck::new(&walls, &fs, &proj, "/etc/passwd", Access::Write);
         assert!(outside.text().starts_with("deny "), "{}", outside.text());
         let text = serde_json::to_string(&outside).unwrap();
         assert!(
@@ -276,6 +286,28 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// Where the launcher refuses `build` (here: the home), the file tools may not write the
+    /// working directory either; reading it stays allowed, and a project below it is writable.
+    #[test]
+    fn a_refused_working_directory_is_not_writable_to_file_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap().join("home");
+        std::fs::create_dir_all(home.join("proj")).unwrap();
+        std::fs::write(home.join("notes.txt"), "n").unwrap();
+        let places = Places::of(Some(home.clone()), None, None, None, Vec::new());
+        let fs = RealFs::new(None, Path::new("/bin/sh"));
+        let walls = walls_for(&home, "build", None, &places, |_| Vec::new()).unwrap();
+        assert!(!walls.writable.contains(&home), "{:?}", walls.writable);
+        let plant = PathCheck::new(&walls, &fs, &home, "bin/ls", Access::Write);
+        assert!(plant.text().contains("outside the writable area"), "{}", plant.text());
+        let read = PathCheck::new(&walls, &fs, &home, "notes.txt", Access::Read);
+        assert!(read.result.is_ok(), "{}", read.text());
+        let proj = home.join("proj");
+        let walls = walls_for(&proj, "build", None, &places, |_| Vec::new()).unwrap();
+        let inside = PathCheck::new(&walls, &fs, &proj, "src.rs", Access::Write);
+        assert!(inside.result.is_ok(), "{}", inside.text());
     }
 
     #[test]

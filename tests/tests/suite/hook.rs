@@ -38,6 +38,10 @@ impl Fixture {
         write(&root.join("data/sandgate/store.db"), "");
         write(&root.join("config/sandgate/config.toml"), "");
         write(&root.join("outside/keep"), "");
+        // Places in the home a `build` must not start in (issue 31).
+        std::fs::create_dir_all(home.join("bin")).unwrap();
+        std::fs::create_dir_all(home.join(".config/nvim")).unwrap();
+        write(&home.join("notes.txt"), "n");
         // Git runs what `core.hooksPath` and `core.fsmonitor` name, on the host: the sandbox
         // keeps them read-only, and so must the file tools.
         write(
@@ -463,30 +467,44 @@ fn hook_decisions_reach_the_event_log() {
         });
         rx
     };
-    let input = serde_json::json!({
-        "hook_event_name": "PermissionRequest", "tool_name": "Bash",
-        "tool_input": { "command": "sandbox-run ls; id" }, "cwd": f.project,
-    });
-    // Until the subscription is in place, a line can be missed: send again (each is one event).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut seen = None;
-    while seen.is_none() && std::time::Instant::now() < deadline {
-        f.hook(&serde_json::to_vec(&input).unwrap(), &[], &f.default_path());
-        while let Ok(l) = lines.recv_timeout(std::time::Duration::from_millis(300)) {
-            if l.contains("\"hook\"") {
-                seen = Some(l);
-                break;
+    // Sends `command` (from `cwd`, with `path`) until a hook event whose reason contains `want`
+    // is seen (until the subscription is in place, a line can be missed: each send is one event).
+    let event = |command: &str, cwd: &Path, path: &str, want: &str| {
+        let input = serde_json::json!({
+            "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+            "tool_input": { "command": command }, "cwd": cwd,
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            f.hook(&serde_json::to_vec(&input).unwrap(), &[], path);
+            while let Ok(l) = lines.recv_timeout(std::time::Duration::from_millis(300)) {
+                let v: Value = serde_json::from_str(&l).unwrap_or(Value::Null);
+                if v["event"] == "hook" && v["reason"].as_str().is_some_and(|r| r.contains(want)) {
+                    return Some(v);
+                }
             }
         }
-    }
+        None
+    };
+    // `;` and `&&` join wrapped commands now: the unwrapped one is what is named.
+    let path = f.default_path();
+    let list = event("sandbox-run ls; id", &f.project, &path, "\"id\" is not a sandgate wrapper");
+    // Issue 31: `build` in the home, refused for where it starts, and the way out named.
+    let home = f.env.root.path().join("home");
+    let build = event("sandbox-build make", &home, &path, "is your home directory");
+    // Issue 32: a wrapper refused for where it lives (the project's `pbin` first in PATH) says
+    // so, not "through PATH".
+    let in_project = format!("{}/pbin:/usr/bin:/bin", f.project.display());
+    let writable = "which a command in a sandbox may write";
+    let exposed = event("sandbox-run ls", &f.project, &in_project, writable);
     let _ = watch.kill();
     let _ = watch.wait();
-    let line = seen.expect("no hook event in `sandgate watch --json`");
-    let v: Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(v["event"], "hook");
-    assert_eq!(v["tool"], "Bash");
-    assert_eq!(v["decision"], "none");
-    assert!(v["reason"].as_str().unwrap().contains("';'"), "{v}");
+    let v = list.expect("no hook event for the list in `sandgate watch --json`");
+    assert_eq!((v["tool"].as_str(), v["decision"].as_str()), (Some("Bash"), Some("none")), "{v}");
+    let v = build.expect("no hook event for build in the home");
+    assert!(v["reason"].as_str().unwrap().contains("--allow-write"), "{v}");
+    let v = exposed.expect("no hook event for an exposed wrapper");
+    assert!(!v["reason"].as_str().unwrap().contains("through PATH"), "{v}");
 }
 
 /// An interactive bash in a sandbox shows the tier in its prompt, even when `.bashrc` sets `PS1`;

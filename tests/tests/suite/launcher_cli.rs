@@ -438,7 +438,68 @@ fn nothing_of_the_sandbox_outlives_its_launcher(who: &Who) {
     }
 }
 
+/// Issue 31: `build` started in the home directory (or `/`) would make it writable, and the
+/// command could plant `~/bin/ls` for the next login shell. The launch is refused before anything
+/// runs, through `sandgate build` and through the `sandbox-build` link (the small launcher),
+/// saying why and naming the way out; `--allow-write HOME` names it and is accepted (with
+/// `~/bin` still read-only); `run` in the home is unaffected.
+fn build_refuses_the_home_or_root_as_its_working_directory(who: &Who) {
+    let s = Scratch::new(who);
+    let link = s.root.join("links/sandbox-build");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(sandgate_tests::launcher_bin(), &link).unwrap();
+    let planted = s.home.join("bin/ls");
+    let notes = s.home.join("notes.txt");
+    let script = format!(
+        "echo ran; echo n > {n} && echo notes-written; mkdir -p {b} && echo x > {p} && echo planted",
+        n = p(&notes),
+        b = p(&s.home.join("bin")),
+        p = p(&planted),
+    );
+    let home = p(&s.home);
+    let allow_home = format!("--allow-write={home}");
+    let in_dir = |dir: &Path, via_link: bool, args: &[&str]| {
+        let mut c = if via_link {
+            let mut c = s.program(&link);
+            c.args(args).args(["sh", "-c", &script]);
+            c
+        } else {
+            s.command("build", args, &["sh", "-c", &script])
+        };
+        c.current_dir(dir).env("SANDGATE_NO_DAEMON", "1");
+        let out = c.output().unwrap();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    for via_link in [false, true] {
+        let how = if via_link { "sandbox-build" } else { "sandgate build" };
+        let (code, stdout, stderr) = in_dir(&s.home, via_link, &[]);
+        assert_eq!(code, Some(2), "{how} in HOME: {stdout} {stderr}");
+        assert_eq!(stdout, "", "{how} in HOME: the command ran");
+        for want in [
+            "refusing to make the working directory writable".to_owned(),
+            format!("{home} is your home directory"),
+            format!("--allow-write {home}"),
+        ] {
+            assert!(stderr.contains(&want), "{how} in HOME: {want:?} missing from {stderr}");
+        }
+        let (code, stdout, stderr) = in_dir(Path::new("/"), via_link, &[]);
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{how} in /: {stderr}");
+        assert!(stderr.contains("/ is the root of the filesystem"), "{how} in /: {stderr}");
+        assert!(stderr.contains("--allow-write /"), "{how} in /: {stderr}");
+    }
+    assert!(!notes.exists() && !planted.exists(), "a refused launch wrote the home");
+    // Named explicitly: the home is writable, its ~/bin is not (autorun, like ~/.local/bin).
+    let (code, stdout, stderr) = in_dir(&s.home, false, &[&allow_home]);
+    assert_eq!(code, Some(1), "{stdout} {stderr}");
+    assert_eq!(stdout, "ran\nnotes-written\n", "{stderr}");
+    assert!(notes.exists() && !planted.exists(), "~/bin/ls planted with --allow-write HOME");
+    // `run` writes nothing: it starts anywhere.
+    let out = s.command("run", &[], &["echo", "ran"]).current_dir(&s.home).output().unwrap();
+    assert_eq!(text(&out.stdout), "ran\n", "run in HOME: {}", text(&out.stderr));
+}
+
 both!(
+    build_refuses_the_home_or_root_as_its_working_directory,
     nothing_of_the_sandbox_outlives_its_launcher,
     launch_timings_name_every_step_when_asked,
     filesystem_presets_are_refused_with_the_way_forward,

@@ -99,6 +99,33 @@ fn hook_refuses_shell_tricks_and_file_paths_that_leave_the_tier() {
         "(sandbox-run ls)",
         "{ sandbox-run ls; }",
         "sandbox-run ls <(sh)",
+        // `cd` before a wrapper (issue 32) never leads a `build` into the home (issue 31), nor
+        // lets anything unwrapped or expanded through.
+        "cd link_home && sandbox-build make",
+        "cd link_home/.. && sandbox-build make",
+        "cd link_home; sandbox-build make",
+        "cd .. && sandbox-build make",
+        "cd / && sandbox-build make",
+        "cd /tmp && sandbox-build make",
+        "cd ~ && sandbox-build make",
+        "cd ~/ && sandbox-build make",
+        "cd $HOME && sandbox-build make",
+        "cd \"$HOME\" && sandbox-build make",
+        "cd `pwd`/.. && sandbox-build make",
+        "cd - && sandbox-build make",
+        "cd -L .. && sandbox-build make",
+        "cd src && cd && sandbox-build make",
+        "cd {..,src} && sandbox-build make",
+        "cd .* && sandbox-build make",
+        "CDPATH=.. cd src && sandbox-build make",
+        "cd src || sandbox-build make",
+        "cd src & sandbox-build make",
+        "cd src && sandbox-build make &",
+        "cd src && sandbox-build make; sh",
+        "cd src && sandbox-build make\nsh",
+        "cd src; cd ..; sandbox-build make",
+        "cd link_home",
+        "sandbox-run ls && cd ..",
         &long,
     ]
     .iter()
@@ -108,6 +135,13 @@ fn hook_refuses_shell_tricks_and_file_paths_that_leave_the_tier() {
         let out = f.hook("Bash", serde_json::json!({ "command": line }));
         let shown: String = line.chars().take(60).collect();
         assert_eq!(out, "", "allowed: {shown:?}");
+    }
+    // Control: the same shapes are approved where they stay in the project, so the refusals
+    // above are the hook's, not a broken fixture.
+    for line in ["cd src && sandbox-build make", "cd src; sandbox-build make", "sandbox-build make"]
+    {
+        let out = f.hook("Bash", serde_json::json!({ "command": line }));
+        assert!(out.contains("\"allow\""), "control refused: {line:?}");
     }
     let files: Vec<(&str, serde_json::Value)> = vec![
         ("Write", serde_json::json!({"file_path": format!("{p}/src/../.envrc"), "content": ""})),

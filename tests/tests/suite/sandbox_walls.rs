@@ -292,7 +292,8 @@ fn moving_the_parent_does_not_free_protected_paths(who: &Who) {
 /// Regression (red-team review): with HOME writable, `mv ~/.config ~/.config-old` and a new
 /// `~/.config/sandgate/config.toml` widened the next sandbox to `/` writable. The parents of the
 /// config directory, the store and hidden paths are pinned; the hidden ~/.ssh cannot be moved
-/// away or replaced. Both ways HOME becomes writable: as the working directory and by flag.
+/// away or replaced. Both ways HOME becomes writable by flag: as the working directory named by
+/// `--allow-write` (without it, `build` refuses to start there), and from another directory.
 fn moving_home_directories_does_not_change_the_policy(who: &Who) {
     let s = Scratch::new(who);
     let allow_home = format!("--allow-write={}", s.home.display());
@@ -306,12 +307,14 @@ fn moving_home_directories_does_not_change_the_policy(who: &Who) {
         h = p(&s.home),
         s = p(&ssh),
     );
-    let in_home = |args: &[&str], cmd: &[&str]| {
-        let mut c = s.command("build", args, cmd);
-        c.current_dir(&s.home);
-        c.output().unwrap()
-    };
-    for (how, args) in [("cwd HOME", &[][..]), ("--allow-write HOME", &[allow_home.as_str()][..])] {
+    let allow = [allow_home.as_str()];
+    for (how, cwd) in [("cwd HOME, --allow-write HOME", &s.home), ("--allow-write HOME", &s.proj)] {
+        let in_home = |args: &[&str], cmd: &[&str]| {
+            let mut c = s.command("build", args, cmd);
+            c.current_dir(cwd);
+            c.output().unwrap()
+        };
+        let args = &allow[..];
         for (from, to) in [
             (&config, s.home.join(".c2")),
             (&local, s.home.join(".l2")),

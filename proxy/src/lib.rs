@@ -63,6 +63,7 @@ pub mod ca;
 mod conn;
 mod denial;
 pub mod dns;
+pub mod dns_log;
 mod forward;
 pub mod guard;
 pub mod head;

@@ -434,6 +434,7 @@ impl Conn {
                 s.records.finish(id.clone(), exit_status);
                 // Nobody waits for its questions any more: out of `pending` now, not at timeout.
                 s.broker.withdraw_sandbox(&id);
+                s.end_cap(&id);
                 s.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -841,6 +842,7 @@ impl Conn {
             if end_sandbox(&self.d, &id, self.conn, false).await.is_some() {
                 self.d.shared.records.lost(id.clone());
                 self.d.shared.broker.withdraw_sandbox(&id);
+                self.d.shared.end_cap(&id);
                 self.d.shared.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -868,6 +870,9 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
     let _ = live.stop.send(true);
+    // What the DNS stub counted for it and has not recorded yet is recorded now (before its
+    // end, and before the count of what the cap did not store).
+    d.proxy.flush_dns_refusals(Some(&sandgate_proxy::SandboxId::new(id.to_owned())));
     // The launcher's answer comes after every event of its sandbox published so far (a refusal
     // recorded as its 403 went out must reach the command's stderr before the launcher stops
     // listening); the forwarder drains its queue and says so in microseconds.
@@ -933,6 +938,7 @@ async fn pass_on(
                 | Event::TimedOut { .. }
                 | Event::Withdrawn { .. }
                 | Event::OverBudget { .. }
+                | Event::EventsCapped { .. }
                 | Event::DaemonStopping => true,
                 // A launcher also hears its sandbox's refused requests, to say so on the
                 // command's stderr (HTTPS clients never show the 403 body).
@@ -1053,6 +1059,8 @@ mod forwarding {
             bytes_down: 0,
             ms: 0.0,
             error: None,
+            count: 1,
+            samples: Vec::new(),
         }
     }
 

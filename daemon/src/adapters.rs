@@ -339,9 +339,13 @@ impl Shared {
     pub fn publish(&self, kind: EventKind, sandbox: Option<&str>, event: Event) {
         let store = match (kind, sandbox) {
             (EventKind::Decision | EventKind::BlockedPacket, Some(id)) => {
-                let a = self.cap.admit(id, std::time::Instant::now());
-                if let Some(n) = a.report {
-                    self.report_capped(id, n);
+                let weight = match &event {
+                    Event::Request { count, .. } | Event::Blocked { count, .. } => *count,
+                    _ => 1,
+                };
+                let a = self.cap.admit(id, std::time::Instant::now(), weight);
+                if let Some(d) = a.report {
+                    self.report_capped(id, d);
                 }
                 if a.first_dropped {
                     tracing::warn!(
@@ -364,15 +368,16 @@ impl Shared {
     /// The sandbox ended: the count of its events not stored since the last report, if any,
     /// becomes one (stored before its end is).
     pub fn end_cap(&self, sandbox: &str) {
-        if let Some(n) = self.cap.end(sandbox) {
-            self.report_capped(sandbox, n);
+        if let Some(d) = self.cap.end(sandbox) {
+            self.report_capped(sandbox, d);
         }
     }
 
-    fn report_capped(&self, sandbox: &str, not_stored: u64) {
+    fn report_capped(&self, sandbox: &str, d: crate::event_cap::Dropped) {
         let event = Event::EventsCapped {
             sandbox: sandbox.to_owned(),
-            not_stored,
+            not_stored: d.events,
+            standing_for: d.standing_for,
             per_minute: self.cap.per_minute(),
             burst: self.cap.burst(),
         };

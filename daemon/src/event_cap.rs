@@ -5,7 +5,8 @@
 //!
 //! A token bucket per sandbox: [`BURST`] events at once (a build's start, an install), then
 //! `[daemon] events_per_minute` (default [`DEFAULT_PER_MINUTE`]). What comes faster is not
-//! stored (still shown live, to `watch` and the launcher) and is counted; the count is reported
+//! stored (still shown live, to `watch` and the launcher) and is counted, with what those
+//! events stood for (a DNS summary stands for many refusals); the count is reported
 //! as one stored event when the sandbox's next event arrives a [`REPORT_PERIOD`] after the
 //! first one dropped, or when the sandbox ends. Only traffic (proxy decisions, DNS, blocked
 //! packets) is capped: sandbox starts and ends and approvals (bounded by the question budget)
@@ -24,6 +25,15 @@ pub const DEFAULT_PER_MINUTE: u32 = 60;
 /// How often, at most, the count of events not stored is reported per sandbox.
 pub const REPORT_PERIOD: Duration = Duration::from_secs(60);
 
+/// Events not stored, to report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// How many events.
+    pub events: u64,
+    /// What they stood for: requests, DNS refusals (a summary stands for many), packets.
+    pub standing_for: u64,
+}
+
 /// Whether to store an event, and a report to store first.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Admission {
@@ -31,7 +41,7 @@ pub struct Admission {
     pub store: bool,
     /// Events of this sandbox not stored in a period that has ended: report them (stored
     /// before the event).
-    pub report: Option<u64>,
+    pub report: Option<Dropped>,
     /// This was the first event not stored since the last report (say so in the daemon's log).
     pub first_dropped: bool,
 }
@@ -40,7 +50,7 @@ pub struct Admission {
 struct Bucket {
     tokens: f64,
     at: Instant,
-    dropped: u64,
+    dropped: Dropped,
     /// When the first event of `dropped` was dropped.
     since: Option<Instant>,
 }
@@ -71,13 +81,13 @@ impl EventCap {
         self.burst
     }
 
-    /// Takes one event of `sandbox` at `now`.
-    pub fn admit(&self, sandbox: &str, now: Instant) -> Admission {
+    /// Takes one event of `sandbox` at `now`, standing for `weight` requests (or packets).
+    pub fn admit(&self, sandbox: &str, now: Instant, weight: u64) -> Admission {
         let mut map = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let b = map.entry(sandbox.to_owned()).or_insert_with(|| Bucket {
             tokens: f64::from(self.burst),
             at: now,
-            dropped: 0,
+            dropped: Dropped::default(),
             since: None,
         });
         let refill =
@@ -95,7 +105,8 @@ impl EventCap {
             b.tokens -= 1.0;
             return Admission { store: true, report, first_dropped: false };
         }
-        b.dropped += 1;
+        b.dropped.events += 1;
+        b.dropped.standing_for += weight;
         let first_dropped = b.since.is_none();
         if first_dropped {
             b.since = Some(now);
@@ -105,9 +116,9 @@ impl EventCap {
 
     /// The sandbox ended: its bucket goes, and the events it had not stored since the last
     /// report are returned (to report), if any.
-    pub fn end(&self, sandbox: &str) -> Option<u64> {
+    pub fn end(&self, sandbox: &str) -> Option<Dropped> {
         let mut map = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(sandbox).map(|b| b.dropped).filter(|n| *n > 0)
+        map.remove(sandbox).map(|b| b.dropped).filter(|d| d.events > 0)
     }
 }
 
@@ -119,26 +130,26 @@ mod tests {
     fn a_burst_then_the_rate_and_every_drop_reported_once() {
         let cap = EventCap::new(60);
         let t0 = Instant::now();
-        let stored = (0..BURST + 500).filter(|_| cap.admit("sb", t0).store).count();
+        let stored = (0..BURST + 500).filter(|_| cap.admit("sb", t0, 1).store).count();
         assert_eq!(stored, BURST as usize, "the burst, then nothing at the same instant");
         // Another sandbox has a bucket of its own.
-        assert!(cap.admit("other", t0).store);
+        assert!(cap.admit("other", t0, 1).store);
         // One a second comes back (60 a minute).
         let t1 = t0 + Duration::from_secs(1);
-        let a = cap.admit("sb", t1);
+        let a = cap.admit("sb", t1, 1);
         assert_eq!(a, Admission { store: true, report: None, first_dropped: false });
-        let a = cap.admit("sb", t1);
+        let a = cap.admit("sb", t1, 1);
         assert_eq!(a, Admission { store: false, report: None, first_dropped: false });
         // A report period after the first drop, the next event brings the count (500 + 1).
         let t2 = t0 + REPORT_PERIOD;
-        let a = cap.admit("sb", t2);
-        assert_eq!(a.report, Some(501));
+        let a = cap.admit("sb", t2, 1);
+        assert_eq!(a.report, Some(Dropped { events: 501, standing_for: 501 }));
         assert!(a.store, "a minute refilled 60");
         // Nothing more dropped: the end has nothing to report; a new bucket starts full.
         assert_eq!(cap.end("sb"), None);
-        assert!((0..BURST).all(|_| cap.admit("sb", t2).store));
-        assert!(!cap.admit("sb", t2).store);
-        assert_eq!(cap.end("sb"), Some(1));
+        assert!((0..BURST).all(|_| cap.admit("sb", t2, 1).store));
+        assert!(!cap.admit("sb", t2, 7).store, "a summary of seven refusals");
+        assert_eq!(cap.end("sb"), Some(Dropped { events: 1, standing_for: 7 }));
     }
 
     #[test]
@@ -149,11 +160,11 @@ mod tests {
         let total = 10_000u64;
         for i in 0..total {
             // 10,000 events over 100 seconds.
-            let a = cap.admit("sb", t0 + Duration::from_millis(i * 10));
+            let a = cap.admit("sb", t0 + Duration::from_millis(i * 10), 1);
             stored += u64::from(a.store);
-            reported += a.report.unwrap_or(0);
+            reported += a.report.map_or(0, |d| d.events);
         }
-        reported += cap.end("sb").unwrap_or(0);
+        reported += cap.end("sb").map_or(0, |d| d.events);
         assert_eq!(stored + reported, total);
         // The burst plus two a second for the 100 seconds (give or take one).
         assert!((BURST as u64 + 199..=BURST as u64 + 201).contains(&stored), "{stored}");
@@ -164,6 +175,6 @@ mod tests {
         let cap = EventCap::new(5000);
         assert_eq!((cap.per_minute(), cap.burst()), (5000, 5000));
         let t0 = Instant::now();
-        assert_eq!((0..6000).filter(|_| cap.admit("sb", t0).store).count(), 5000);
+        assert_eq!((0..6000).filter(|_| cap.admit("sb", t0, 1).store).count(), 5000);
     }
 }

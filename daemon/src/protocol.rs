@@ -336,6 +336,8 @@ pub enum Event {
         sandbox: String,
         /// Events not stored.
         not_stored: u64,
+        /// What they stood for: requests, DNS refusals, blocked packets.
+        standing_for: u64,
         /// The configured rate.
         per_minute: u32,
         /// Events stored at once before the rate applies.

@@ -434,7 +434,6 @@ impl Conn {
                 s.records.finish(id.clone(), exit_status);
                 // Nobody waits for its questions any more: out of `pending` now, not at timeout.
                 s.broker.withdraw_sandbox(&id);
-                s.end_cap(&id);
                 s.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -842,7 +841,6 @@ impl Conn {
             if end_sandbox(&self.d, &id, self.conn, false).await.is_some() {
                 self.d.shared.records.lost(id.clone());
                 self.d.shared.broker.withdraw_sandbox(&id);
-                self.d.shared.end_cap(&id);
                 self.d.shared.publish(
                     EventKind::Sandbox,
                     Some(&id),
@@ -869,10 +867,12 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     d.netpool.release(id);
     d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
-    let _ = live.stop.send(true);
-    // What the DNS stub counted for it and has not recorded yet is recorded now (before its
-    // end, and before the count of what the cap did not store).
+    // What the DNS stub counted for it and has not recorded yet is recorded now, then the count
+    // of what the cap did not store: before the stop, so that its launcher's forwarder (which
+    // passes on what the bus holds when the stop comes) hears both.
     d.proxy.flush_dns_refusals(Some(&sandgate_proxy::SandboxId::new(id.to_owned())));
+    d.shared.end_cap(id);
+    let _ = live.stop.send(true);
     // The launcher's answer comes after every event of its sandbox published so far (a refusal
     // recorded as its 403 went out must reach the command's stderr before the launcher stops
     // listening); the forwarder drains its queue and says so in microseconds.

@@ -88,7 +88,9 @@ fn spellings(value: &[u8]) -> Vec<Spelling> {
             }
         }
     }
-    let lower: Vec<u8> = value.iter().flat_map(|b| format!("{b:02x}").into_bytes()).collect();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let lower: Vec<u8> =
+        value.iter().flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]).collect();
     out.push(Spelling { text: lower.to_ascii_uppercase(), alphabet: Alphabet::Hex });
     out.push(Spelling { text: lower, alphabet: Alphabet::Hex });
     out
@@ -154,9 +156,20 @@ fn replace_encoded(text: &[u8], spellings: &[Spelling], ph: &[u8]) -> Option<Vec
     if spellings.is_empty() {
         return None;
     }
+    // Most positions start none of the spellings: one table look-up tells (every response head
+    // of an intercepted host is searched).
+    let mut starts = [false; 256];
+    starts[usize::from(b'%')] = true;
+    for s in spellings {
+        starts[usize::from(s.text[0])] = true;
+    }
     let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
     let mut i = 0;
     while i < text.len() {
+        if !starts[usize::from(text[i])] {
+            i += 1;
+            continue;
+        }
         let hit = spellings.iter().find_map(|s| echoed_at(&text[i..], &s.text).map(|n| (s, n)));
         let Some((s, n)) = hit else {
             i += 1;

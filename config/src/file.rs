@@ -38,6 +38,7 @@
 //! desktop_notifications = false         # notify-send / osascript for each question
 //! questions_per_minute = 20             # per sandbox; past it, denied without asking
 //! questions_per_minute_total = 60       # all sandboxes together (sandboxes cost nothing)
+//! events_per_minute = 60                # traffic events stored per sandbox, after 1,000 at once
 //!
 //! [telegram]                            # global file only
 //! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
@@ -168,6 +169,7 @@ struct RawDaemon {
     desktop_notifications: Option<bool>,
     questions_per_minute: Option<Spanned<u32>>,
     questions_per_minute_total: Option<Spanned<u32>>,
+    events_per_minute: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -304,6 +306,9 @@ pub struct DaemonSettings {
     /// New questions of all sandboxes together per minute before they are denied without
     /// asking (≥ 1).
     pub questions_per_minute_total: Option<u32>,
+    /// Traffic events stored per sandbox per minute after a burst (≥ 1); the rest are shown
+    /// live only, and counted.
+    pub events_per_minute: Option<u32>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
@@ -419,6 +424,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             questions_per_minute: cx.at_least_one(raw.daemon.questions_per_minute.as_ref())?,
             questions_per_minute_total: cx
                 .at_least_one(raw.daemon.questions_per_minute_total.as_ref())?,
+            events_per_minute: cx.at_least_one(raw.daemon.events_per_minute.as_ref())?,
         },
         telegram: None,
         upstream: None,
@@ -940,13 +946,16 @@ mod tests {
     fn budgets_and_the_token_file() {
         let f = parse(
             Path::new("/c.toml"),
-            "[daemon]\nquestions_per_minute = 5\nquestions_per_minute_total = 7\n[telegram]\nchats = [1]\n\
+            "[daemon]\nquestions_per_minute = 5\nquestions_per_minute_total = 7\nevents_per_minute = 9\n\
+             [telegram]\nchats = [1]\n\
              token_file = \"~/t\"\nalerts_per_minute = 3\n",
             Some(Path::new("/home/u")),
         )
         .unwrap();
         assert_eq!(f.daemon.questions_per_minute, Some(5));
         assert_eq!(f.daemon.questions_per_minute_total, Some(7));
+        assert_eq!(f.daemon.events_per_minute, Some(9));
+        assert_eq!(err("[daemon]\nevents_per_minute = 0\n").line, 2);
         let t = f.telegram.unwrap();
         assert_eq!(t.token_file.as_deref(), Some(Path::new("/home/u/t")));
         assert_eq!((t.alerts_per_minute, t.token), (Some(3), None));

@@ -307,6 +307,8 @@ pub struct Shared {
     pub sandboxes: Registry,
     /// Events for launchers and `watch`.
     pub bus: broadcast::Sender<Event>,
+    /// The per-sandbox cap on stored traffic events.
+    pub cap: crate::event_cap::EventCap,
 }
 
 impl Shared {
@@ -332,9 +334,59 @@ impl Shared {
         self.sandboxes.lock().unwrap_or_else(|e| e.into_inner()).get(sandbox).cloned()
     }
 
-    /// Records an event in the store (queued) and tells the subscribers.
+    /// Records an event in the store (queued) and tells the subscribers. A sandbox's traffic
+    /// events past its cap ([`event_cap`](crate::event_cap)) are only told, and counted.
     pub fn publish(&self, kind: EventKind, sandbox: Option<&str>, event: Event) {
-        if let Ok(details) = serde_json::to_value(&event) {
+        let store = match (kind, sandbox) {
+            (EventKind::Decision | EventKind::BlockedPacket, Some(id)) => {
+                let weight = match &event {
+                    Event::Request { count, .. } | Event::Blocked { count, .. } => *count,
+                    _ => 1,
+                };
+                let a = self.cap.admit(id, std::time::Instant::now(), weight);
+                if let Some(d) = a.report {
+                    self.report_capped(id, d);
+                }
+                if a.first_dropped {
+                    tracing::warn!(
+                        sandbox = id,
+                        per_minute = self.cap.per_minute(),
+                        "the sandbox's traffic events come faster than the cap: the rest are not \
+                         stored (counted, and reported once a minute and at its end)"
+                    );
+                }
+                a.store
+            }
+            _ => true,
+        };
+        if store {
+            self.store_event(kind, sandbox, &event);
+        }
+        let _ = self.bus.send(event);
+    }
+
+    /// The sandbox ended: the count of its events not stored since the last report, if any,
+    /// becomes one (stored before its end is).
+    pub fn end_cap(&self, sandbox: &str) {
+        if let Some(d) = self.cap.end(sandbox) {
+            self.report_capped(sandbox, d);
+        }
+    }
+
+    fn report_capped(&self, sandbox: &str, d: crate::event_cap::Dropped) {
+        let event = Event::EventsCapped {
+            sandbox: sandbox.to_owned(),
+            not_stored: d.events,
+            standing_for: d.standing_for,
+            per_minute: self.cap.per_minute(),
+            burst: self.cap.burst(),
+        };
+        self.store_event(EventKind::Sandbox, Some(sandbox), &event);
+        let _ = self.bus.send(event);
+    }
+
+    fn store_event(&self, kind: EventKind, sandbox: Option<&str>, event: &Event) {
+        if let Ok(details) = serde_json::to_value(event) {
             self.events.send(NewEvent {
                 time: Timestamp::now(),
                 sandbox: sandbox.map(str::to_owned),
@@ -342,7 +394,6 @@ impl Shared {
                 details,
             });
         }
-        let _ = self.bus.send(event);
     }
 }
 
@@ -455,6 +506,8 @@ impl EventSink for Sink {
             bytes_down: e.bytes_down,
             ms: e.duration.as_secs_f64() * 1e3,
             error: e.error,
+            count: e.count,
+            samples: e.samples,
         };
         self.0.publish(EventKind::Decision, Some(&sandbox), event);
     }

@@ -383,12 +383,26 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
                 eprintln!("{}", held_line(question));
             }
         }
+        Event::Request { method, decision, host, count, samples, .. }
+            if out.stderr_notices && decision != "allow" && method == "DNS" && *count > 1 =>
+        {
+            eprintln!("{}", dns_summary_line(host, *count, samples));
+        }
         Event::Request { method, decision, host, rule, .. }
             if out.stderr_notices && decision != "allow" && method == "DNS" =>
         {
             if let Some(line) = dns_refused_line(decision, host, rule) {
                 eprintln!("{line}");
             }
+        }
+        Event::EventsCapped { sandbox, not_stored, standing_for, per_minute, burst }
+            if sandbox == id =>
+        {
+            eprintln!(
+                "sandgate: {not_stored} of this sandbox's traffic events ({standing_for} requests, \
+                 lookups or packets) were not stored: faster than {burst} at once, then \
+                 {per_minute} a minute (`[daemon] events_per_minute`)"
+            );
         }
         Event::Request { decision, host, port, rule, .. }
             if out.stderr_notices && decision != "allow" =>
@@ -494,6 +508,18 @@ fn dns_refused_line(decision: &str, host: &str, rule: &str) -> Option<String> {
         "sandgate: DNS: no answer for {host} ({rule}); it resolves once allowed: a person runs \
          `sandgate allow {host}` (`sandgate check {host}:443` explains)"
     ))
+}
+
+/// The stderr line for the DNS stub's summary of the names it refused under `domain` after the
+/// first (shown on its own): how many, and some of them.
+fn dns_summary_line(domain: &str, count: u64, samples: &[String]) -> String {
+    use sandgate_approvals::terminal::sanitize;
+    let samples: Vec<String> = samples.iter().map(|s| sanitize(s)).collect();
+    format!(
+        "sandgate: DNS: no answer for {count} more names under {} (e.g. {})",
+        sanitize(domain),
+        samples.join(", ")
+    )
 }
 
 /// The stderr line when a question about this sandbox ends without letting it through.

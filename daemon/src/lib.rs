@@ -55,6 +55,7 @@ pub mod connect;
 pub mod control;
 pub mod control_report;
 mod dns;
+pub mod event_cap;
 pub mod firewall_report;
 pub mod hook;
 pub mod install;

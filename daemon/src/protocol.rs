@@ -321,6 +321,27 @@ pub enum Event {
         /// What went wrong.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// Requests this line stands for: 1, but for the DNS stub's summary of the names it
+        /// refused under one domain in a minute.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        count: u64,
+        /// A DNS summary's example names.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        samples: Vec<String>,
+    },
+    /// Traffic events of a sandbox that came faster than `[daemon] events_per_minute` and were
+    /// not stored (shown live only), counted since the last such report.
+    EventsCapped {
+        /// Sandbox id.
+        sandbox: String,
+        /// Events not stored.
+        not_stored: u64,
+        /// What they stood for: requests, DNS refusals, blocked packets.
+        standing_for: u64,
+        /// The configured rate.
+        per_minute: u32,
+        /// Events stored at once before the rate applies.
+        burst: u32,
     },
     /// A sandbox registered.
     SandboxStarted {
@@ -355,6 +376,15 @@ pub enum Event {
     },
 }
 
+/// Serde's default of [`Event::Request`]'s `count` (events stored before it existed).
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
 impl Event {
     /// The sandbox the event concerns, if one.
     pub fn sandbox(&self) -> Option<&str> {
@@ -365,6 +395,7 @@ impl Event {
             | Event::Withdrawn { question } => Some(&question.question.sandbox),
             Event::Blocked { sandbox, .. }
             | Event::OverBudget { sandbox, .. }
+            | Event::EventsCapped { sandbox, .. }
             | Event::Request { sandbox, .. }
             | Event::SandboxStarted { sandbox, .. }
             | Event::SandboxEnded { sandbox, .. } => Some(sandbox),
@@ -391,6 +422,8 @@ impl Event {
                 bytes_down,
                 ms,
                 error,
+                count,
+                samples: _,
             } => Some(sandgate_store::TrafficLine {
                 time,
                 sandbox: sandbox.clone(),
@@ -412,7 +445,7 @@ impl Event {
                 bytes_up: *bytes_up,
                 bytes_down: *bytes_down,
                 ms: *ms,
-                count: 1,
+                count: *count,
             }),
             Event::Blocked { sandbox, protocol, dst, port, count } => {
                 Some(sandgate_store::TrafficLine {

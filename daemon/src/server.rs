@@ -867,6 +867,11 @@ async fn end_sandbox(d: &Daemon, id: &str, conn: u64, flush: bool) -> Option<Vec
     d.netpool.release(id);
     d.netpool.refill_soon();
     live.flush.store(flush, Ordering::Release);
+    // What the DNS stub counted for it and has not recorded yet is recorded now, then the count
+    // of what the cap did not store: before the stop, so that its launcher's forwarder (which
+    // passes on what the bus holds when the stop comes) hears both.
+    d.proxy.flush_dns_refusals(Some(&sandgate_proxy::SandboxId::new(id.to_owned())));
+    d.shared.end_cap(id);
     let _ = live.stop.send(true);
     // The launcher's answer comes after every event of its sandbox published so far (a refusal
     // recorded as its 403 went out must reach the command's stderr before the launcher stops
@@ -933,6 +938,7 @@ async fn pass_on(
                 | Event::TimedOut { .. }
                 | Event::Withdrawn { .. }
                 | Event::OverBudget { .. }
+                | Event::EventsCapped { .. }
                 | Event::DaemonStopping => true,
                 // A launcher also hears its sandbox's refused requests, to say so on the
                 // command's stderr (HTTPS clients never show the 403 body).
@@ -1053,6 +1059,8 @@ mod forwarding {
             bytes_down: 0,
             ms: 0.0,
             error: None,
+            count: 1,
+            samples: Vec::new(),
         }
     }
 

@@ -290,6 +290,9 @@ async fn serve(
         grants,
         sandboxes: Arc::default(),
         bus,
+        cap: crate::event_cap::EventCap::new(
+            settings.events_per_minute.unwrap_or(crate::event_cap::DEFAULT_PER_MINUTE),
+        ),
     });
     let proxy = sandgate_proxy::Proxy::builder()
         .config(sandgate_proxy::ProxyConfig {

@@ -6,7 +6,9 @@
 //!   addresses that pass the address guard ([`guard`](crate::guard)): a name that resolves only
 //!   to loopback, private, link-local or metadata addresses gets no answer unless that address
 //!   is itself allowed.
-//! - Every other name is answered NXDOMAIN at once, and the refusal is an event. Nothing about it
+//! - Every other name is answered NXDOMAIN at once, and the refusal is an event (refusals under
+//!   one registrable domain are counted into one event a minute: [`dns_log`](crate::dns_log)).
+//!   Nothing about it
 //!   leaves the host: the name is never resolved, so a name cannot carry data out (`secret.
 //!   attacker.example`), and a name that would need a person's approval is not resolved until a
 //!   person allows it (through the proxy, or `sandgate allow`). A lookup does not ask a person
@@ -34,6 +36,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::time::Instant;
 
 use crate::denial::quote;
+use crate::dns_log::{Note, Refusals};
 use crate::pipeline::Ctx;
 use crate::proxy::{Proxy, ProxyShared, Sandbox, SandboxContext};
 use crate::traits::Outcome as EventOutcome;
@@ -241,12 +244,13 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
 type Cached = (Instant, Arc<[IpAddr]>);
 
 /// Addresses resolved on the host, per name, for [`TTL`]; host lookups in flight; refusals
-/// recently recorded.
+/// recently recorded, and those counted per domain.
 #[derive(Debug)]
 pub(crate) struct DnsCache {
     names: Mutex<HashMap<DomainName, Cached>>,
     lookups: tokio::sync::Semaphore,
     refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
+    pub(crate) refusals: Refusals,
 }
 
 impl Default for DnsCache {
@@ -255,6 +259,7 @@ impl Default for DnsCache {
             names: Mutex::default(),
             lookups: tokio::sync::Semaphore::new(MAX_LOOKUPS),
             refused: Mutex::default(),
+            refusals: Refusals::default(),
         }
     }
 }
@@ -296,6 +301,15 @@ impl DnsCache {
 }
 
 impl Proxy {
+    /// Records now the summaries of the DNS refusals counted for `sandbox` (for every sandbox:
+    /// `None`) in windows that have not ended yet: the sandbox ended, or the proxy shuts down
+    /// ([`Proxy::shutdown`] calls it), and no count may be lost.
+    pub fn flush_dns_refusals(&self, sandbox: Option<&crate::SandboxId>) {
+        for summary in self.inner.dns_cache.refusals.close(sandbox) {
+            self.inner.events.record(summary);
+        }
+    }
+
     /// Serves the DNS stub of one sandbox on a UDP socket and/or a TCP listener (both bound to
     /// port 53 of the sandbox's loopback, made inside its namespace) until [`Proxy::shutdown`].
     /// Shares the sandbox's state (policy, grants) with its proxy listener. Must be called inside
@@ -365,7 +379,7 @@ impl ProxyShared {
                 let mut d = Ctx::new(sandbox.clone(), EVENT_METHOD, Instant::now());
                 d.event.rule = "malformed request".into();
                 d.event.error = Some(format!("DNS over TCP: {len}-byte message refused unread"));
-                self.logging(d);
+                self.record_dns_refusal(d);
                 return;
             }
             let mut msg = vec![0u8; len];
@@ -385,7 +399,11 @@ impl ProxyShared {
     }
 
     /// Answers one message (`None`: no answer at all) and records what became of it.
-    pub(crate) async fn answer_dns(&self, sandbox: &Arc<Sandbox>, bytes: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) async fn answer_dns(
+        self: &Arc<Self>,
+        sandbox: &Arc<Sandbox>,
+        bytes: &[u8],
+    ) -> Option<Vec<u8>> {
         let start = Instant::now();
         let mut draft = Ctx::new(sandbox.clone(), EVENT_METHOD, start);
         let q = match read_query(bytes) {
@@ -393,18 +411,54 @@ impl ProxyShared {
             Err(m) => {
                 draft.event.rule = "malformed request".into();
                 draft.event.error = Some(format!("DNS query: {}", m.error));
-                self.logging(draft);
+                self.record_dns_refusal(draft);
                 return m.id.map(|id| error_response(id, m.error.rcode()));
             }
         };
         draft.event.host = q.name_text.clone();
         let (outcome, record) = self.decide_dns(sandbox, &q, &mut draft).await;
-        let quiet = draft.event.decision != EventOutcome::Allow
-            && !self.dns_cache.first_refusal(&sandbox.id, &q.name_text);
-        if record && !quiet {
-            self.logging(draft);
+        if draft.event.decision == EventOutcome::Allow {
+            if record {
+                self.logging(draft);
+            }
+        } else if record && self.dns_cache.first_refusal(&sandbox.id, &q.name_text) {
+            self.record_dns_refusal(draft);
         }
         Some(response(&q, &outcome))
+    }
+
+    /// `logging` for a refusal of the stub: the first under its registrable domain in a window
+    /// is recorded at once, the rest are counted into the window's summary (see
+    /// [`dns_log`](crate::dns_log)), which a timer records when the window ends.
+    fn record_dns_refusal(self: &Arc<Self>, ctx: Ctx) {
+        let mut overdue = Vec::new();
+        let e = &ctx.event;
+        let note = self.dns_cache.refusals.note(
+            Instant::now(),
+            &e.sandbox,
+            &e.host,
+            e.decision,
+            &e.rule,
+            &mut overdue,
+        );
+        for summary in overdue {
+            self.events.record(summary);
+        }
+        match note {
+            Note::Record => self.logging(ctx),
+            Note::Counted { schedule: false, .. } => {}
+            Note::Counted { schedule: true, at } => {
+                let weak = Arc::downgrade(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    if let Some(inner) = weak.upgrade() {
+                        for summary in inner.dns_cache.refusals.due(Instant::now()) {
+                            inner.events.record(summary);
+                        }
+                    }
+                });
+            }
+        }
     }
 
     /// Stages `decide` (without a port) and `upstream_peer` (resolve, guard) for one question.

@@ -34,9 +34,10 @@
 //!
 //! `intercept` replaces `sni_filter` and `tunnel` for the hosts a sandbox's `[[secrets]]` or
 //! `[[http_rules]]` name: TLS is terminated with a leaf of the local CA ([`ca`]), requests are
-//! checked and get their secrets ([`intercept`]), one event each. Every other tunnel is spliced
-//! untouched. The proxy does not cache; clients speak HTTP/1.1 to it (HTTP/2 only inside an
-//! intercepted tunnel whose upstream speaks it).
+//! checked and get their secrets ([`intercept`]), one event each; a value a response header
+//! reflects (as sent, percent-, base64- or hex-encoded) goes back as its placeholder. Every
+//! other tunnel is spliced untouched. The proxy does not cache; clients speak HTTP/1.1 to it
+//! (HTTP/2 only inside an intercepted tunnel whose upstream speaks it).
 //!
 //! # Why these choices
 //!
@@ -62,6 +63,7 @@ pub mod ca;
 mod conn;
 mod denial;
 pub mod dns;
+pub mod dns_log;
 mod forward;
 pub mod guard;
 pub mod head;
@@ -70,6 +72,7 @@ mod io;
 mod learn;
 mod pipeline;
 mod proxy;
+mod reflect;
 mod relay;
 pub mod secret;
 pub mod secret_report;

@@ -92,6 +92,8 @@ impl Ctx {
             bytes_down: 0,
             duration: Duration::ZERO,
             error: None,
+            count: 1,
+            samples: Vec::new(),
         };
         Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start, recorded: false }
     }

@@ -296,10 +296,11 @@ impl Proxy {
         }
     }
 
-    /// Stops accepting on every listener. Connections in progress continue; see
-    /// [`Proxy::drain`].
+    /// Stops accepting on every listener and records the DNS stub's pending summaries
+    /// ([`Proxy::flush_dns_refusals`]). Connections in progress continue; see [`Proxy::drain`].
     pub fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        self.flush_dns_refusals(None);
     }
 
     /// Waits until no connection is in progress, or `grace` passes; returns how many remain.

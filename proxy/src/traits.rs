@@ -155,6 +155,11 @@ pub struct ProxyEvent {
     pub duration: Duration,
     /// What went wrong, if anything (unreachable upstream, timeout, refused SNI, ...).
     pub error: Option<String>,
+    /// How many requests this event stands for: 1, but for the DNS stub's summary of the names
+    /// it refused under one domain in a window ([`dns_log`](crate::dns_log)).
+    pub count: u64,
+    /// Names the event stands for besides `host` (a DNS summary's examples; empty otherwise).
+    pub samples: Vec<String>,
 }
 
 /// Where events go. `record` is called on the proxy's hot path: it must not block.
@@ -181,6 +186,7 @@ impl EventSink for TracingSink {
             bytes_down = e.bytes_down,
             duration_ms = e.duration.as_secs_f64() * 1e3,
             error = e.error.as_deref().unwrap_or(""),
+            count = e.count,
         );
     }
 }

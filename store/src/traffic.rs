@@ -41,7 +41,7 @@ pub struct TrafficLine {
     pub bytes_down: u64,
     /// Duration in milliseconds.
     pub ms: f64,
-    /// Packets in a burst of blocked ones (1 for proxied traffic).
+    /// Packets in a burst of blocked ones, or names a DNS summary stands for (1 otherwise).
     pub count: u64,
 }
 
@@ -56,7 +56,7 @@ impl TrafficLine {
             (_, None) => self.host.clone(),
         };
         let host = host + self.path.as_deref().unwrap_or("");
-        let what = if self.decision == TrafficDecision::Blocked {
+        let what = if self.decision == TrafficDecision::Blocked || self.count > 1 {
             format!("x{}", self.count)
         } else {
             format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)

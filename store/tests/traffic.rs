@@ -22,8 +22,14 @@ fn tmp_store() -> (tempfile::TempDir, Store) {
 }
 
 /// A deterministic mix, half of it within 4 minutes, half over 3 days: allowed, denied, rejected, blocked bursts, and events
-/// that are not traffic (a hook decision, a sandbox starting, an approval).
+/// that are not traffic (a hook decision, a sandbox starting, an approval). A share of the
+/// denials are the DNS stub's summaries, each standing for `count` refusals.
 fn events(n: u64) -> Vec<NewEvent> {
+    events_with(n, true)
+}
+
+/// [`events`], with DNS summaries (`counted`) or without (as files before version 5 held).
+fn events_with(n: u64, counted: bool) -> Vec<NewEvent> {
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     (0..n)
         .map(|_| {
@@ -50,6 +56,13 @@ fn events(n: u64) -> Vec<NewEvent> {
                     (EventKind::Sandbox, json!({ "event": "sandbox_started", "sandbox": sandbox }))
                 }
                 3 => (EventKind::Approval, json!({ "event": "asked", "host": host })),
+                5 if counted && (seed >> 46).is_multiple_of(2) => (
+                    EventKind::Decision,
+                    json!({ "event": "request", "sandbox": sandbox, "method": "DNS",
+                            "host": host, "port": 0, "decision": "deny",
+                            "rule": format!("rule {}", seed % 7), "ms": 0.0,
+                            "count": (seed >> 48) % 900 + 2, "samples": ["a", "b"] }),
+                ),
                 k => {
                     let decision = ["allow", "deny", "reject", "allow"][k as usize - 4];
                     (
@@ -82,7 +95,7 @@ fn recount(evs: &[(i64, NewEvent)], q: &TrafficQuery) -> Vec<HostSummary> {
                 } else {
                     TrafficDecision::Deny
                 },
-                1,
+                d["count"].as_u64().unwrap_or(1),
             ),
             (EventKind::BlockedPacket, Some("blocked")) => (
                 d["dst"].as_str().unwrap().to_owned(),
@@ -253,9 +266,9 @@ fn odd_details_are_stored_and_neither_fail_the_batch_nor_break_the_sums() {
 fn version_4_builds_the_summary_from_the_events_of_an_older_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.db");
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     Store::create_at_version(&path, 3).unwrap();
-    let evs = events(500);
+    let evs = events_with(500, false);
     let conn = Connection::open(&path).unwrap();
     let mut old = Vec::new();
     for e in &evs {
@@ -269,7 +282,7 @@ fn version_4_builds_the_summary_from_the_events_of_an_older_file() {
     drop(conn);
 
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let q = TrafficQuery::default();
     assert_same(&store.traffic_summary(&q).unwrap(), &recount(&old, &q), &old, "migrated");
     // Events kept, and new ones join the same sums.
@@ -277,4 +290,47 @@ fn version_4_builds_the_summary_from_the_events_of_an_older_file() {
     old.extend(stored(&store, events(700).split_off(500)));
     let q = TrafficQuery { since: Some(Timestamp(T0 + DAY + 90_000)), ..TrafficQuery::default() };
     assert_same(&store.traffic_summary(&q).unwrap(), &recount(&old, &q), &old, "after new events");
+}
+
+/// Version 5 counts a DNS summary's `count` in the summary tables: a file of version 4 (whose
+/// events have no count) keeps its sums, events with counts join them, and pruning them all
+/// (old and new, through the new view) leaves the tables empty, not negative.
+#[test]
+fn version_5_counts_dns_summaries_and_keeps_the_sums_of_an_older_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    Store::create_at_version(&path, 4).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let mut evs = Vec::new();
+    for e in events_with(600, false) {
+        conn.execute(
+            "INSERT INTO events (time, sandbox, kind, details) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![e.time.0, e.sandbox, e.kind.as_str(), e.details.to_string()],
+        )
+        .unwrap();
+        evs.push((conn.last_insert_rowid(), e));
+    }
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 5);
+    let q = TrafficQuery::default();
+    assert_same(&store.traffic_summary(&q).unwrap(), &recount(&evs, &q), &evs, "migrated");
+    let new = events(1200).split_off(600);
+    assert!(new.iter().any(|e| e.details["method"] == "DNS"), "the test has summaries");
+    evs.extend(stored(&store, new));
+    for q in [
+        TrafficQuery::default(),
+        TrafficQuery { decision: Some(TrafficDecision::Deny), ..TrafficQuery::default() },
+        TrafficQuery { since: Some(Timestamp(T0 + 100_000)), ..TrafficQuery::default() },
+    ] {
+        assert_same(&store.traffic_summary(&q).unwrap(), &recount(&evs, &q), &evs, "counted");
+    }
+    store.prune_events(Timestamp(T0 + 4 * DAY)).unwrap();
+    assert!(store.traffic_summary(&TrafficQuery::default()).unwrap().is_empty());
+    let conn = Connection::open(&path).unwrap();
+    for table in ["traffic_days", "traffic_minutes"] {
+        let left: i64 =
+            conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0, "{table}");
+    }
 }

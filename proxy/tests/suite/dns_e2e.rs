@@ -43,6 +43,7 @@ struct Stub {
     tcp: SocketAddr,
     asked: Arc<Counting>,
     events: Arc<Events>,
+    proxy: Proxy,
 }
 
 async fn stub() -> Stub {
@@ -72,8 +73,9 @@ async fn stub() -> Stub {
         ),
         token: None,
     };
-    tokio::spawn(async move { proxy.serve_dns(Some(udp), Some(tcp), ctx).await });
-    Stub { udp: udp_addr, tcp: tcp_addr, asked, events }
+    let served = proxy.clone();
+    tokio::spawn(async move { served.serve_dns(Some(udp), Some(tcp), ctx).await });
+    Stub { udp: udp_addr, tcp: tcp_addr, asked, events, proxy }
 }
 
 fn query(name: &str, qtype: RecordType, id: u16) -> Vec<u8> {
@@ -182,4 +184,49 @@ async fn bad_datagrams_get_an_error_or_nothing_and_the_stub_keeps_serving() {
     let m = ask_udp(s.udp, &good).await.unwrap();
     assert_eq!(addrs(&m), vec!["192.0.2.1".parse::<IpAddr>().unwrap()]);
     assert!(s.events.all().iter().any(|e| e.method == "DNS" && e.decision.as_str() == "reject"));
+}
+
+/// A sandbox asking for 10,000 made-up names (the shape of data smuggled out in labels, or of
+/// filling the disk with one event per name) leaves a bounded number of events: one at once per
+/// registrable domain, then one summary per domain and window whose count says how many names it
+/// stands for. The counts add up to every name asked (so each refusal was seen: the control that
+/// the bound is not names going missing), and names under distinct registrable domains are
+/// each an event (those the daemon's cap on stored events bounds).
+#[tokio::test]
+async fn ten_thousand_refused_names_leave_a_bounded_number_of_events_whose_counts_add_up() {
+    let s = stub().await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(s.udp).await.unwrap();
+    let domains = ["exfil.example", "attacker.co.uk", "other.test"];
+    let distinct = 40;
+    let total = 10_000;
+    let mut buf = vec![0u8; 2048];
+    for i in 0..total {
+        // A different, unguessable-looking name every time (a hash of i, in hex).
+        let label = format!("{:016x}", (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let name = if i < distinct {
+            format!("{label}.d{i}.example.")
+        } else {
+            format!("{label}.{}.", domains[i % domains.len()])
+        };
+        sock.send(&query(&name, RecordType::A, i as u16)).await.unwrap();
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), sock.recv(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        let m = Message::from_vec(&buf[..n]).unwrap();
+        assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{name}");
+    }
+    // The sandbox ends: what its windows counted is recorded now.
+    s.proxy.flush_dns_refusals(Some(&SandboxId::new("sg-dns")));
+    let events: Vec<_> = s.events.all().into_iter().filter(|e| e.method == "DNS").collect();
+    assert!(events.len() <= distinct + 2 * domains.len(), "{} events", events.len());
+    assert_eq!(events.iter().map(|e| e.count).sum::<u64>(), total as u64);
+    for d in domains {
+        let summary = events.iter().find(|e| e.host == d).unwrap_or_else(|| panic!("{d}"));
+        assert!(summary.count > 3000 && summary.samples.len() == 5, "{summary:?}");
+        assert!(summary.samples.iter().all(|n| n.ends_with(d)), "{summary:?}");
+        assert!(summary.rule.contains(&format!("more names under {d}")), "{summary:?}");
+    }
+    assert!(s.asked.0.lock().unwrap().is_empty(), "a refused name was looked up");
 }

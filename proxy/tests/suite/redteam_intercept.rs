@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use crate::common::{Events, TestResolver, policy, serve};
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::{Request, Response};
@@ -26,6 +28,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 const VALUE: &str = "sk-redteam-intercept-value";
 const VALUE_Q: &str = "sk-redteam-query-value";
+/// Text the origin encodes that is no secret: it must come back as sent.
+const NOT_SECRET: &str = "not-a-secret-but-encoded-all-the-same";
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Copies every byte read from the inner stream into `log` (what the origin received, raw).
 struct Tap<S> {
@@ -131,6 +139,36 @@ async fn origin() -> Origin2 {
                                 });
                             // A redirect that keeps the query string (a canonical URL, a
                             // trailing slash) and a header that reflects the credential.
+                            // The credential reflected encoded, as servers put it in debug
+                            // headers, cookies and tokens of their own (and, as a control, the
+                            // encoding of a value that is not a secret).
+                            if req.uri().path() == "/encoded" {
+                                let token = auth.strip_prefix("Bearer ").unwrap_or(&auth);
+                                let resp = Response::builder()
+                                    .header("x-seen-authorization", auth.clone())
+                                    .header("x-echo-b64", STANDARD.encode(token))
+                                    .header("x-echo-b64-raw", STANDARD_NO_PAD.encode(token))
+                                    .header("x-echo-b64url", URL_SAFE.encode(token))
+                                    .header("x-echo-b64url-raw", URL_SAFE_NO_PAD.encode(token))
+                                    .header("x-echo-hex", hex(token))
+                                    .header("x-echo-hex-upper", hex(token).to_uppercase())
+                                    .header(
+                                        "x-echo-basic",
+                                        format!("Basic {}", STANDARD.encode(format!("u:{token}"))),
+                                    )
+                                    .header(
+                                        "set-cookie",
+                                        format!(
+                                            "s={}; Path=/",
+                                            URL_SAFE_NO_PAD
+                                                .encode(format!("{{\"t\":\"{token}\"}}"))
+                                        ),
+                                    )
+                                    .header("x-echo-other", STANDARD.encode(NOT_SECRET))
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap();
+                                return Ok(resp);
+                            }
                             if req.uri().path() == "/redirect" {
                                 let q = req.uri().query().unwrap_or("");
                                 let resp = Response::builder()
@@ -600,4 +638,47 @@ async fn an_injected_value_echoed_in_response_headers_goes_back_as_the_placehold
     // Control: the origin did get both values, and the headers are there with placeholders.
     assert!(out.contains("location: https://b.test/landing?key=sandgate-placeholder-q"), "{out}");
     assert!(out.contains("x-seen-authorization: Bearer sandgate-placeholder-k"), "{out}");
+}
+
+/// The injected credential reflected in an encoded form (base64 standard and URL-safe, padded
+/// and not, hex in both cases, inside a `Basic` pair and inside an encoded cookie) must not come
+/// back either: each encoded run holding it is put back as the placeholder. Before the fix only
+/// the value as sent and percent-encoded were found, and every `x-echo-*` header below carried
+/// it. Control: the encoding of text that is not a secret comes back untouched, and the raw
+/// reflection shows the origin had the value.
+#[tokio::test]
+async fn an_injected_value_echoed_encoded_in_response_headers_goes_back_as_the_placeholder() {
+    let s = setup(&[]).await;
+    let out = s.raw(b"GET /encoded HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let v = VALUE.as_bytes();
+    let spellings = [
+        VALUE.to_owned(),
+        STANDARD.encode(v),
+        STANDARD_NO_PAD.encode(v),
+        URL_SAFE.encode(v),
+        URL_SAFE_NO_PAD.encode(v),
+        hex(VALUE),
+        hex(VALUE).to_uppercase(),
+        STANDARD.encode(format!("u:{VALUE}")),
+        URL_SAFE_NO_PAD.encode(format!("{{\"t\":\"{VALUE}\"}}")),
+    ];
+    for spelled in &spellings {
+        assert!(!out.contains(spelled.as_str()), "{spelled} came back:\n{out}");
+    }
+    let ph = "sandgate-placeholder-k";
+    for (name, want) in [
+        ("x-seen-authorization", format!("Bearer {ph}")),
+        ("x-echo-b64", ph.to_owned()),
+        ("x-echo-b64-raw", ph.to_owned()),
+        ("x-echo-b64url", ph.to_owned()),
+        ("x-echo-b64url-raw", ph.to_owned()),
+        ("x-echo-hex", ph.to_owned()),
+        ("x-echo-hex-upper", ph.to_owned()),
+        ("x-echo-basic", format!("Basic {ph}")),
+        ("set-cookie", format!("s={ph}; Path=/")),
+        ("x-echo-other", STANDARD.encode(NOT_SECRET)),
+    ] {
+        assert!(out.contains(&format!("{name}: {want}\r\n")), "{name}: {want}\n{out}");
+    }
 }

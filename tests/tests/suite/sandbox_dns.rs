@@ -185,3 +185,74 @@ fn an_unknown_name_resolves_only_after_a_person_allows_it() {
 fn pending_is_empty(t: &DaemonEnv) -> bool {
     t.json(&["pending", "--json"]).as_array().is_none_or(|a| a.is_empty())
 }
+
+/// 10,000 lookups of made-up names from inside a `net` sandbox, sent one after the other by
+/// the command itself (UDP to the stub): 8,500 under one registrable domain (data smuggled out
+/// in labels), 1,500 under as many registrable domains (names made up to fill the disk). The
+/// store keeps a bounded number of rows for them: the first refusal per domain, one summary per
+/// domain and minute, and, past the sandbox's cap on stored events (1,000 at once, then
+/// `events_per_minute`), none but one `events_capped` row saying what was not stored. The
+/// counts add up to every lookup (nothing vanished unreported). Control: with
+/// `SANDGATE_TEST_CAP_OFF=1` (`events_per_minute = 100000`, the cap out of the way) the 1,500
+/// domains leave 1,502 rows and the bound below fails.
+#[test]
+fn ten_thousand_made_up_names_leave_a_bounded_number_of_rows_whose_counts_add_up() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = DaemonEnv::new(&format!("[daemon]\nevents_per_minute = {}\n", cap_per_minute()));
+    start_daemon(&t);
+    let script = r#"
+import socket, struct, hashlib
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.connect(('127.0.0.1', 53))
+nx = 0
+for i in range(10000):
+    label = hashlib.sha256(str(i).encode()).hexdigest()[:20]
+    name = '%s.exfil.sgtest' % label if i >= 1500 else '%s.d%d.sgtest' % (label, i)
+    q = struct.pack('>HHHHHH', i & 0xffff, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\0'
+    s.send(q + struct.pack('>HH', 1, 1))
+    r = s.recv(2048)
+    nx += (r[3] & 15) == 3
+print('nxdomain', nx)
+"#;
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", script]));
+    let secs = started.elapsed().as_secs();
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("nxdomain 10000"), "{stdout}\n{stderr}");
+    // `log` makes the daemon commit what it queued (all of it was, before the launcher ended).
+    assert!(t.sg(&["log"]).status.success());
+    let store = sandgate_store::Store::open(t.store_path()).unwrap();
+    let all = store
+        .recent_events(&sandgate_store::EventQuery { limit: 100_000, ..Default::default() })
+        .unwrap();
+    let dns: Vec<_> = all
+        .iter()
+        .map(|e| &e.event.details)
+        .filter(|d| d["event"] == "request" && d["method"] == "DNS")
+        .collect();
+    let capped: Vec<_> =
+        all.iter().map(|e| &e.event.details).filter(|d| d["event"] == "events_capped").collect();
+    let stored: u64 = dns.iter().map(|d| d["count"].as_u64().unwrap_or(1)).sum();
+    let not_stored: u64 = capped.iter().map(|d| d["standing_for"].as_u64().unwrap()).sum();
+    eprintln!(
+        "{} DNS rows, {} events_capped rows ({not_stored} lookups not stored), {secs} s",
+        dns.len(),
+        capped.len()
+    );
+    // The burst, what the rate refilled while it ran (1 a minute), and a summary or two.
+    let bound = 1000 + secs / 60 + 3;
+    assert!((dns.len() as u64) <= bound, "{} DNS rows over {secs} s (bound {bound})", dns.len());
+    assert_eq!(stored + not_stored, 10_000, "stored {stored} + not stored {not_stored}");
+    assert!(!capped.is_empty(), "no events_capped row");
+    assert!(stderr.contains("traffic events"), "the cap is said on stderr: {stderr}");
+}
+
+/// `events_per_minute` for the test above: 1, unless `SANDGATE_TEST_CAP_OFF` is set (the
+/// control: the cap out of the way, the bound must fail).
+fn cap_per_minute() -> u32 {
+    if std::env::var_os("SANDGATE_TEST_CAP_OFF").is_some() { 100_000 } else { 1 }
+}

@@ -1237,6 +1237,9 @@ pub struct Explanation {
     pub spec: SandboxSpec,
     /// [`kernel_report`] of the spec.
     pub kernel: serde_json::Value,
+    /// The package caches a launch here would layer copy-on-write (name, path), and where the
+    /// layers are (`None`: caches stay read-only in this tier).
+    pub caches: (Vec<(&'static str, PathBuf)>, Option<PathBuf>),
 }
 
 impl Explanation {
@@ -1258,6 +1261,13 @@ impl Explanation {
             "network": self.network(),
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
+            "caches": {
+                "mode": if self.caches.1.is_some() { policy.fs.caches.name() } else { "off" },
+                "layers": self.caches.1,
+                "layered": self.caches.0.iter()
+                    .map(|(n, p)| serde_json::json!({ "name": n, "path": p }))
+                    .collect::<Vec<_>>(),
+            },
             "kernel": self.kernel,
         })
     }
@@ -1300,6 +1310,26 @@ impl Explanation {
                 t.writable.join(" ")
             ));
         }
+        match &self.caches {
+            (layered, Some(dir)) => {
+                let names: Vec<String> =
+                    layered.iter().map(|(n, p)| format!("{n} {}", p.display())).collect();
+                out.push(format!(
+                    "  caches:     copy-on-write ({}; layers in {}): {}",
+                    match policy.fs.caches {
+                        sandgate_config::CacheMode::Shared => "one layer shared by every project",
+                        _ => "a layer for this project",
+                    },
+                    dir.display(),
+                    if names.is_empty() { "(none found)".to_owned() } else { names.join(", ") }
+                ));
+            }
+            (_, None) => out.push(
+                "  caches:     read-only (copy-on-write only in tiers that build or reach the \
+                 network, unless [filesystem] caches = \"off\")"
+                    .into(),
+            ),
+        }
         out.push("kernel".to_owned());
         for (k, v) in self.kernel.as_object().into_iter().flatten() {
             out.push(format!("  {k}: {v}"));
@@ -1333,7 +1363,16 @@ pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
     refuse_writable_cwd(&policy, &ctx)?;
     let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
     let kernel = kernel_report(&spec);
-    Ok(Explanation { policy, spec, kernel })
+    let caches = match ctx.data_home.as_deref().filter(|_| crate::caches::applies(&policy)) {
+        Some(data) => {
+            let project = crate::caches::project_of(&ctx);
+            let (found, _) = crate::caches::eligible(&policy, &ctx);
+            let layered = found.into_iter().map(|c| (c.name, c.path)).collect();
+            (layered, crate::caches::scope_dir(policy.fs.caches, data, &project))
+        }
+        None => (Vec::new(), None),
+    };
+    Ok(Explanation { policy, spec, kernel, caches })
 }
 /// What this kernel enforces of `spec`: Landlock's ABI and gaps, and every wall missing for this
 /// spec (Landlock's gaps, and unchecked unix socket paths when the configuration allows a socket

@@ -131,7 +131,52 @@ fn caches_off_leaves_them_read_only(who: &Who) {
     assert!(!s.home.join(".local/share/sandgate/caches").exists());
 }
 
+/// `explain` names the caches a launch would layer and where the layers are; `sandgate cache ls`
+/// lists a project's layers after a launch and `cache clear` frees them, leaving the host's.
+fn explain_and_cache_commands_show_the_layers(who: &Who) {
+    let s = Scratch::new(who);
+    let (npm, _) = caches_on_the_host(&s);
+    let out = s
+        .program(&sandgate_tests::sandgate_bin())
+        .args(["explain", "--tier", "build", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let layered = v["caches"]["layered"].as_array().unwrap();
+    assert!(layered.iter().any(|c| c["name"] == "npm" && c["path"] == p(&npm)), "{v}");
+    assert_eq!(v["caches"]["mode"], "project");
+    let out = s
+        .program(&sandgate_tests::sandgate_bin())
+        .args(["explain", "--tier", "run", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["caches"]["mode"], "off", "{v}");
+
+    s.sh("build", &["--net", "none"], "echo x > ~/.npm/layered");
+    let ls = s
+        .program(&sandgate_tests::sandgate_bin())
+        .args(["cache", "ls", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let scope = &v.as_array().unwrap()[0];
+    assert_eq!(scope["project"], p(&s.proj.canonicalize().unwrap()), "{v}");
+    assert!(scope["caches"].as_array().unwrap().iter().any(|c| c[0] == "npm"), "{v}");
+    let clear =
+        s.program(&sandgate_tests::sandgate_bin()).args(["cache", "clear"]).output().unwrap();
+    assert!(
+        clear.status.success() && text(&clear.stdout).starts_with("removed project-"),
+        "{clear:?}"
+    );
+    let (out, _) =
+        s.sh("build", &["--net", "none"], "ls ~/.npm/layered 2>/dev/null || echo cleared");
+    assert_eq!(out, "cleared\n");
+    assert!(npm.join("_npx/bin/tool").exists(), "the host's cache was touched");
+}
+
 both!(
+    explain_and_cache_commands_show_the_layers,
     package_caches_are_copy_on_write_and_never_written_back,
     a_writable_bind_of_a_host_cache_is_seen_by_the_comparison,
     caches_off_leaves_them_read_only,

@@ -111,6 +111,10 @@ pub struct Launched {
     tap: Option<stderr_tap::Tap>,
     /// What the stderr relay (pipe or pty) found: "Read-only file system" paths.
     read_only: Option<crate::readonly::SharedScanner>,
+    /// The sandbox's mount namespace, held so that init's exit does not tear it down (with cache
+    /// overlays that is milliseconds per overlay): dropped in a detached process once init is
+    /// reaped (see `sys::close_detached`).
+    mount_ns: Option<OwnedFd>,
 }
 
 /// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
@@ -179,6 +183,9 @@ impl Launched {
             let _ = sys::waitpid(self.pid, true);
         }
         self.reaped = true;
+        if let Some(ns) = self.mount_ns.take() {
+            sys::close_detached(ns);
+        }
         if let Some(tty) = &mut self.tty {
             tty.finish();
         }
@@ -536,6 +543,8 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                     (listener, dns, fds.next())
                 }
             };
+            // Last, the mount namespace when it holds cache overlays.
+            let mount_ns = if plan.fs.caches.is_empty() { None } else { fds.next() };
             Ok(Launched {
                 pid,
                 listener,
@@ -550,6 +559,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 reaped: false,
                 tap,
                 read_only,
+                mount_ns,
             })
         }
         report::InitReport::Failed(e) => fail(cleanup, e),
@@ -904,6 +914,12 @@ mod init {
             fds.push(net::proxy_listener().map_err(err(SetupStep::ProxyListener))?);
             fds.extend(net::dns_sockets().map_err(err(SetupStep::DnsSockets))?);
             fds.extend(hooks.open_nflog(*nflog_group).map_err(err(SetupStep::Nflog))?);
+        }
+        // The launcher holds the mount namespace past init's exit when it has cache overlays,
+        // whose unmounting it then leaves to a detached process (see `Launched::mount_ns`).
+        if !plan.fs.caches.is_empty() {
+            let ns = std::fs::File::open("/proc/self/ns/mnt").map_err(err(SetupStep::MountProc))?;
+            fds.push(OwnedFd::from(ns));
         }
 
         crate::timing::mark("network");

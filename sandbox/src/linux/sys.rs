@@ -538,6 +538,68 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
     }
 }
 
+/// Drops `fd` in a detached grandchild and returns at once: when `fd` holds the last reference to
+/// a namespace, its teardown (unmounting a mount namespace's overlays syncs their upper file
+/// system and waits for RCU grace periods: milliseconds each) runs there, off the caller's path,
+/// instead of in the exit of the caller's child that held it before. The grandchild closes every
+/// other descriptor first (a copy of the caller's stdout would keep a reader of it waiting) and is
+/// reparented to the nearest subreaper, which reaps it.
+///
+/// Safe to call with other threads running: between the `clone`s and `_exit` the children make
+/// raw system calls only (no allocation, no lock).
+pub fn close_detached(fd: OwnedFd) {
+    // The grandchild must be the last to let go of `fd`, or whoever is (this process, or the
+    // child in its exit) pays the teardown: it waits for the end of this pipe, which comes when
+    // the child has exited and this process has dropped its copy of `fd`.
+    let Ok((done_r, done_w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
+    let (raw, keep) = (fd.as_raw_fd(), done_r.as_raw_fd());
+    let clone = || {
+        // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
+        // raw system calls (clone, close_range, read, close, exit_group), none of which takes a
+        // lock another thread of the parent might hold.
+        unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                libc::SIGCHLD as libc::c_ulong,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_int>(),
+                std::ptr::null_mut::<libc::c_int>(),
+                0 as libc::c_ulong,
+            )
+        }
+    };
+    let child = clone();
+    if child == 0 {
+        if clone() == 0 {
+            let (low, high) = (raw.min(keep) as u32, raw.max(keep) as u32);
+            let mut byte = 0u8;
+            // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
+            // stack; every descriptor but `raw` and `keep` is closed, then `keep` is read to its
+            // end, then `raw` is closed (the last reference: the teardown runs here).
+            unsafe {
+                if low > 0 {
+                    libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
+                }
+                if high > low + 1 {
+                    libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
+                while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
+                libc::close(raw);
+            }
+        }
+        exit_now(0);
+    }
+    if child > 0 {
+        let _ = waitpid(child as libc::pid_t, true);
+    }
+    // Not the last reference while the grandchild holds one (if a clone failed, the teardown
+    // simply happens here); then the pipe's last writer goes and the grandchild lets go.
+    drop(fd);
+    drop(done_w);
+    drop(done_r);
+}
+
 /// `_exit(code)`: leaves without running destructors or atexit handlers (for forked children).
 pub fn exit_now(code: i32) -> ! {
     // raw: no _exit in nix 0.29.

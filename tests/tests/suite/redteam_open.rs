@@ -1,0 +1,123 @@
+//! Red-team findings that were OPEN when written (round of the copy-on-write caches, the unix
+//! socket type rule, the writable-root refusal and the event cap): each test here FAILS until
+//! the hole it names is closed, then stays as its regression test. Each has a control showing
+//! that its check sees the write (or the read) it looks for.
+//!
+//! The attacks write only into the test's scratch tree (`outside/`, the scratch home); nothing
+//! here touches a real home or a system file, whether the hole is open or not.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::sandbox::{Scratch, Who, both, text};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn chown(s: &Scratch, path: &Path) {
+    let _ = Command::new("chown")
+        .args(["-hR", &format!("{}:{}", s.who.uid, s.who.gid), p(path)])
+        .status();
+}
+
+/// `sh -c SCRIPT` in `build --net none` started in `dir` with `vars` added; its output,
+/// whatever the outcome (an attack may well fail).
+fn build_in(s: &Scratch, dir: &Path, vars: &[(&str, &str)], script: &str) -> std::process::Output {
+    let mut c = s.command("build", &["--net", "none"], &["sh", "-c", script]);
+    c.current_dir(dir);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// What the attacks below try to change on the host: a file outside every writable path and
+/// the home's shell start-up file.
+fn host_files(s: &Scratch) -> (String, String) {
+    let read = |f: &Path| std::fs::read_to_string(f).unwrap_or_default();
+    (read(&s.outside.join("victim.txt")), read(&s.home.join(".bashrc")))
+}
+
+const WRITE_HOST: &str = "echo PWNED >> \"$VICTIM\"; echo PWNED >> \"$HOME/.bashrc\"; true";
+
+/// Red-team finding: a package cache whose path resolves to `/` makes the whole host filesystem
+/// writable from inside `build` and `net`. The eligibility checks of `daemon/src/caches.rs` look
+/// at the path as spelled (`/usr/..` and `/proc/self/root` neither hold the home textually nor
+/// start with `/tmp`); the launcher resolves it to `/`, the overlay there is refused (EINVAL),
+/// the fallback binds the layer on `/` where no path lookup sees it, `Writable(/)` then makes
+/// the host's root mount writable, and Landlock's writable list gets `/`. Without any variable:
+/// a `build` started in `~/go` (which the writable-root rule accepts) can replace `~/go/pkg/mod`
+/// by a link to `/proc/self/root`; every later launch layers it.
+fn a_cache_path_resolving_to_the_root_leaves_the_host_read_only(who: &Who) {
+    let s = Scratch::new(who);
+    let victim = s.outside.join("victim.txt");
+    let before = host_files(&s);
+    let rows: &[(&str, &[(&str, &str)])] = &[
+        ("npm_config_cache=/proc/self/root", &[("npm_config_cache", "/proc/self/root")]),
+        ("CARGO_HOME=/usr/..", &[("CARGO_HOME", "/usr/..")]),
+        ("~/go/pkg/mod -> /proc/self/root (no variable)", &[]),
+    ];
+    for (what, vars) in rows {
+        let gomod = s.home.join("go/pkg/mod");
+        if vars.is_empty() {
+            // What `cd ~/go && sandbox-build sh -c 'rmdir pkg/mod; ln -s /proc/self/root
+            // pkg/mod'` leaves (the hook approves it; see the next test).
+            std::fs::create_dir_all(gomod.parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink("/proc/self/root", &gomod).unwrap();
+            chown(&s, &s.home.join("go"));
+        }
+        let mut all = vars.to_vec();
+        all.push(("VICTIM", p(&victim)));
+        let out = build_in(&s, &s.proj, &all, WRITE_HOST);
+        let _ = std::fs::remove_file(&gomod);
+        assert_eq!(
+            host_files(&s),
+            before,
+            "{what}: a sandbox wrote the host's files\nstderr {}",
+            text(&out.stderr)
+        );
+    }
+    // Control: the comparison sees the same write where it is allowed by name.
+    let arg = format!("--allow-write={}", s.outside.display());
+    let mut c = s.command("build", &["--net", "none", &arg], &["sh", "-c", WRITE_HOST]);
+    c.env("VICTIM", &victim);
+    let out = c.output().unwrap();
+    assert_ne!(host_files(&s).0, before.0, "control: {}", text(&out.stderr));
+}
+
+/// Red-team finding: the writable-root rule accepts `~/go` (and `~/go/bin`, `~/go/pkg/mod`),
+/// so `cd ~/go && sandbox-build ...` (approved by the hook) writes the host's Go module cache,
+/// which the caches threat model says nothing inside ever reaches (the layer is skipped: the
+/// cache "lies in" the working directory), and `GOBIN`, whose programs the user's shell and
+/// editor run. Go leaves its module cache read-only; the sandbox owns it and makes it writable.
+fn build_in_the_go_path_leaves_the_hosts_module_cache_alone(who: &Who) {
+    let s = Scratch::new(who);
+    let go = s.home.join("go");
+    let module = go.join("pkg/mod/example.com/m@v1.0.0");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::create_dir_all(go.join("bin")).unwrap();
+    std::fs::write(module.join("m.go"), "package m\n").unwrap();
+    chown(&s, &go);
+    std::fs::set_permissions(module.join("m.go"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&module, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let plant = "chmod -R u+w pkg/mod; echo 'package m; func init() { planted() }' > \
+                 pkg/mod/example.com/m@v1.0.0/m.go; echo planted > bin/gopls; true";
+    let out = build_in(&s, &go, &[], plant);
+    let source = std::fs::read_to_string(module.join("m.go")).unwrap();
+    assert_eq!(source, "package m\n", "the host's module cache: {}", text(&out.stderr));
+    assert!(!go.join("bin/gopls").exists(), "a program planted in GOBIN");
+    // Control: the same plant in a project directory is written (the checks see it).
+    let copy = s.proj.join("go");
+    std::fs::create_dir_all(copy.join("pkg/mod/example.com/m@v1.0.0")).unwrap();
+    std::fs::create_dir_all(copy.join("bin")).unwrap();
+    chown(&s, &copy);
+    let out = build_in(&s, &copy, &[], plant);
+    assert!(copy.join("bin/gopls").exists(), "control: {}", text(&out.stderr));
+}
+
+both!(
+    a_cache_path_resolving_to_the_root_leaves_the_host_read_only,
+    build_in_the_go_path_leaves_the_hosts_module_cache_alone,
+);

@@ -121,3 +121,19 @@ both!(
     a_cache_path_resolving_to_the_root_leaves_the_host_read_only,
     build_in_the_go_path_leaves_the_hosts_module_cache_alone,
 );
+
+/// Red-team finding: the writable-root rule protects the dot-entries and `bin` of the launching
+/// user's homes only. Root may write every home, and `cd /home/alice/.ssh && sandbox-build sh -c
+/// 'echo KEY >> authorized_keys'` is approved by the hook and started by the launcher (only
+/// `/home/alice` itself is refused). Pure: the rule as root's launch builds it.
+#[test]
+fn another_accounts_home_entries_are_not_writable_roots() {
+    let rule = sandgate_config::RootRule::new([std::path::PathBuf::from("/root")]);
+    // Control: the account's home itself is refused.
+    assert!(rule.refusal(Path::new("/home/alice")).is_some(), "control");
+    for dir in
+        ["/home/alice/.ssh", "/home/alice/.config", "/home/alice/bin", "/home/alice/.local/bin"]
+    {
+        assert!(rule.refusal(Path::new(dir)).is_some(), "{dir} accepted as a writable root");
+    }
+}

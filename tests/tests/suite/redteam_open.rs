@@ -117,9 +117,78 @@ fn build_in_the_go_path_leaves_the_hosts_module_cache_alone(who: &Who) {
     assert!(copy.join("bin/gopls").exists(), "control: {}", text(&out.stderr));
 }
 
+/// Red-team finding: credentials next to a cache stay hidden only where the home allowlist's
+/// exceptions name them (`~/.cargo/credentials.toml`, `~/.gradle/gradle.properties`). A cache
+/// found through its variable (`CARGO_HOME=/opt/cargo`, `GRADLE_USER_HOME=/srv/gradle`), which
+/// the launcher layers knowing exactly what it is, shows its tokens to every sandbox.
+fn credentials_next_to_a_relocated_cache_stay_hidden(who: &Who) {
+    let s = Scratch::new(who);
+    let cargo = s.root.join("cargo-home");
+    let gradle = s.root.join("gradle-home");
+    std::fs::create_dir_all(&cargo).unwrap();
+    std::fs::create_dir_all(&gradle).unwrap();
+    std::fs::write(cargo.join("credentials.toml"), "token = \"cargo-secret\"\n").unwrap();
+    std::fs::write(cargo.join("credentials"), "token = \"cargo-old-secret\"\n").unwrap();
+    std::fs::write(gradle.join("gradle.properties"), "signing.password=gradle-secret\n").unwrap();
+    std::fs::create_dir_all(cargo.join("registry")).unwrap();
+    std::fs::write(cargo.join("registry/marker"), "# not a secret\n").unwrap();
+    chown(&s, &cargo);
+    chown(&s, &gradle);
+    let vars = [("CARGO_HOME", p(&cargo)), ("GRADLE_USER_HOME", p(&gradle))];
+    let script = "cat \"$CARGO_HOME/registry/marker\" \"$CARGO_HOME/credentials.toml\" \
+                  \"$CARGO_HOME/credentials\" \"$GRADLE_USER_HOME/gradle.properties\" 2>/dev/null; \
+                  true";
+    let out = build_in(&s, &s.proj, &vars, script);
+    let stdout = text(&out.stdout);
+    // Control: the cache itself is readable (the secrets are not missed for want of a way in).
+    assert!(stdout.contains("# not a secret"), "control: {stdout}\n{}", text(&out.stderr));
+    for secret in ["cargo-secret", "cargo-old-secret", "gradle-secret"] {
+        assert!(!stdout.contains(secret), "{secret} readable next to a layered cache: {stdout}");
+    }
+}
+
+/// Red-team finding: a cache inside a hidden home entry (`GOPATH=~/.go`, `XDG_CACHE_HOME=
+/// ~/.xdg-cache`) is made on the host by the first launch and then stops every later `net` and
+/// `build` launch: the overlay is mounted, the hidden parent covers it, and making the (now
+/// unreachable) cache writable fails ("sandbox setup failed ... No such file or directory").
+fn a_cache_inside_a_hidden_home_entry_does_not_stop_the_launch(who: &Who) {
+    let s = Scratch::new(who);
+    std::fs::create_dir_all(s.home.join(".go/pkg/mod")).unwrap();
+    chown(&s, &s.home.join(".go"));
+    let gopath = s.home.join(".go");
+    let out = build_in(&s, &s.proj, &[("GOPATH", p(&gopath))], "echo ran");
+    assert_eq!(text(&out.stdout), "ran\n", "{}", text(&out.stderr));
+    // Control: the same launch without the variable runs.
+    let out = build_in(&s, &s.proj, &[], "echo ran");
+    assert_eq!(text(&out.stdout), "ran\n", "control: {}", text(&out.stderr));
+}
+
+/// Red-team finding: `sandgate cache clear` cannot remove a layer holding a deep directory
+/// tree (a sandbox makes one in a second): `remove_dir_all` holds a descriptor per level and
+/// fails with "Too many open files" at the usual limit of 1024, leaving the layer in place.
+fn cache_clear_removes_a_deep_layer(who: &Who) {
+    let s = Scratch::new(who);
+    let deep = "cd ~/.npm && i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || exit 1; \
+                i=$((i+1)); done; echo deep";
+    let out = build_in(&s, &s.proj, &[], deep);
+    assert_eq!(text(&out.stdout), "deep\n", "{}", text(&out.stderr));
+    let caches = s.home.join(".local/share/sandgate/caches");
+    // Control: the layer is there to clear.
+    assert!(std::fs::read_dir(&caches).unwrap().next().is_some(), "control: no layer");
+    let mut c = s.program(Path::new("/bin/sh"));
+    c.args(["-c", "ulimit -n 1024 && exec \"$0\" cache clear --all"])
+        .arg(sandgate_tests::sandgate_bin());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "cache clear: {}", text(&out.stderr));
+    assert!(std::fs::read_dir(&caches).unwrap().next().is_none(), "a layer was left");
+}
+
 both!(
     a_cache_path_resolving_to_the_root_leaves_the_host_read_only,
     build_in_the_go_path_leaves_the_hosts_module_cache_alone,
+    credentials_next_to_a_relocated_cache_stay_hidden,
+    a_cache_inside_a_hidden_home_entry_does_not_stop_the_launch,
+    cache_clear_removes_a_deep_layer,
 );
 
 /// Red-team finding: the writable-root rule protects the dot-entries and `bin` of the launching

@@ -6,11 +6,11 @@
 //! The attacks write only into the test's scratch tree (`outside/`, the scratch home); nothing
 //! here touches a real home or a system file, whether the hole is open or not.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::sandbox::{Scratch, Who, both, text};
+use crate::support::sandbox::{Scratch, Who, both, root, text};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -190,6 +190,38 @@ both!(
     a_cache_inside_a_hidden_home_entry_does_not_stop_the_launch,
     cache_clear_removes_a_deep_layer,
 );
+
+/// Red-team finding: a root launch's sandbox runs as the real uid 0 (without capabilities), owns
+/// what it creates in its writable directory and may `chmod u+s` it: `cp /usr/bin/id x && chmod
+/// 4755 x` in `build` leaves a setuid-root program in the project, which any local user then
+/// runs as root. A rootless sandbox can only make its own user's setuid files (harmless).
+#[test]
+fn a_root_sandbox_leaves_no_setuid_root_program_on_the_host() {
+    let Some(who) = root() else { return };
+    let s = Scratch::new(&who);
+    let plant = "cp /usr/bin/id ./rootid && chmod 4755 ./rootid; \
+                 cp /usr/bin/id ~/.npm/rootid && chmod 4755 ~/.npm/rootid; true";
+    let out = build_in(&s, &s.proj, &[], plant);
+    let layers = s.home.join(".local/share/sandgate/caches");
+    let mut found = Vec::new();
+    let mut stack = vec![s.proj.clone(), layers];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.mode() & 0o6000 != 0 && meta.uid() == 0 {
+                found.push(e.path());
+            }
+        }
+    }
+    assert!(found.is_empty(), "setuid-root programs left: {found:?}\n{}", text(&out.stderr));
+    // Control: the same chmod outside any sandbox makes one, and the walk above would see it.
+    let control = s.outside.join("rootid");
+    std::fs::copy("/usr/bin/id", &control).unwrap();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    assert_ne!(std::fs::metadata(&control).unwrap().mode() & 0o4000, 0, "control");
+}
 
 /// Red-team finding: the writable-root rule protects the dot-entries and `bin` of the launching
 /// user's homes only. Root may write every home, and `cd /home/alice/.ssh && sandbox-build sh -c

@@ -31,6 +31,7 @@ mod quick_start;
 mod readonly_hint;
 mod redteam_net;
 mod redteam_netpool;
+mod redteam_open;
 mod redteam_proxy;
 mod redteam_walls;
 mod sandbox_caches;

@@ -65,6 +65,8 @@ struct Known {
     vars: &'static [&'static str],
     default: (Base, &'static str),
     programs: &'static [&'static str],
+    /// Files in the cache that hold credentials: hidden inside, wherever the cache lives.
+    secrets: &'static [&'static str],
 }
 
 /// The package caches sandgate layers. Each is a directory the tool writes on an ordinary build
@@ -81,74 +83,98 @@ const KNOWN: &[Known] = &[
         vars: &["CARGO_HOME"],
         default: (Base::Home, ".cargo"),
         programs: &["cargo"],
+        secrets: &["credentials.toml", "credentials"],
     },
     Known {
         name: "npm",
         vars: &["npm_config_cache", "NPM_CONFIG_CACHE"],
         default: (Base::Home, ".npm"),
         programs: &["npm", "npx", "node"],
+        secrets: &[],
     },
     Known {
         name: "pip",
         vars: &["PIP_CACHE_DIR"],
         default: (Base::XdgCache, "pip"),
         programs: &["pip", "pip3", "python3"],
+        secrets: &[],
     },
     Known {
         name: "uv",
         vars: &["UV_CACHE_DIR"],
         default: (Base::XdgCache, "uv"),
         programs: &["uv"],
+        secrets: &[],
     },
     Known {
         name: "yarn",
         vars: &["YARN_CACHE_FOLDER"],
         default: (Base::XdgCache, "yarn"),
         programs: &["yarn", "yarnpkg"],
+        secrets: &[],
     },
     Known {
         name: "yarn-berry",
         vars: &["YARN_GLOBAL_FOLDER"],
         default: (Base::Home, ".yarn/berry"),
         programs: &[],
+        secrets: &[],
     },
     Known {
         name: "pnpm-store",
         vars: &["PNPM_STORE_DIR"],
         default: (Base::XdgData, "pnpm/store"),
         programs: &["pnpm"],
+        secrets: &[],
     },
-    Known { name: "pnpm-cache", vars: &[], default: (Base::XdgCache, "pnpm"), programs: &["pnpm"] },
+    Known {
+        name: "pnpm-cache",
+        vars: &[],
+        default: (Base::XdgCache, "pnpm"),
+        programs: &["pnpm"],
+        secrets: &[],
+    },
     Known {
         name: "go-mod",
         vars: &["GOMODCACHE"],
         default: (Base::GoPath, "pkg/mod"),
         programs: &["go"],
+        secrets: &[],
     },
     Known {
         name: "go-build",
         vars: &["GOCACHE"],
         default: (Base::XdgCache, "go-build"),
         programs: &["go"],
+        secrets: &[],
     },
-    Known { name: "maven", vars: &[], default: (Base::Home, ".m2/repository"), programs: &["mvn"] },
+    Known {
+        name: "maven",
+        vars: &[],
+        default: (Base::Home, ".m2/repository"),
+        programs: &["mvn"],
+        secrets: &[],
+    },
     Known {
         name: "gradle",
         vars: &["GRADLE_USER_HOME"],
         default: (Base::Home, ".gradle"),
         programs: &["gradle"],
+        secrets: &["gradle.properties"],
     },
     Known {
         name: "bun",
         vars: &["BUN_INSTALL_CACHE_DIR"],
         default: (Base::Home, ".bun/install/cache"),
         programs: &["bun"],
+        secrets: &[],
     },
     Known {
         name: "deno",
         vars: &["DENO_DIR"],
         default: (Base::XdgCache, "deno"),
         programs: &["deno"],
+        secrets: &[],
     },
 ];
 
@@ -162,6 +188,26 @@ pub struct PackageCache {
     /// Programs whose presence on `PATH` makes a missing cache directory worth creating (empty:
     /// only an existing one is layered).
     pub programs: &'static [&'static str],
+    /// Files in the cache that hold credentials (relative): hidden inside.
+    pub secrets: &'static [&'static str],
+}
+
+/// Directories of programs that tools install and the host then runs by name (`GOBIN`, or
+/// `bin` of the first `GOPATH` entry, `~/go/bin`): kept read-only when they lie in a writable
+/// path, like the directories of `PATH`.
+pub fn program_dirs(var: impl Fn(&str) -> Option<OsString>, home: &Path) -> Vec<PathBuf> {
+    let gobin = var("GOBIN").map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(|| {
+        var("GOPATH")
+            .and_then(|p| std::env::split_paths(&p).next())
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| home.join("go"))
+            .join("bin")
+    });
+    let mut dirs: Vec<PathBuf> = var("PATH")
+        .map(|p| std::env::split_paths(&p).filter(|d| d.is_absolute()).collect())
+        .unwrap_or_default();
+    dirs.push(gobin);
+    dirs
 }
 
 /// The names of every cache sandgate knows, in order.
@@ -196,7 +242,7 @@ pub fn package_caches(var: impl Fn(&str) -> Option<OsString>, home: &Path) -> Ve
         .map(|k| {
             let named = k.vars.iter().find_map(|v| var(v)).map(PathBuf::from);
             let path = named.unwrap_or_else(|| base(k.default.0).join(k.default.1));
-            PackageCache { name: k.name, path, programs: k.programs }
+            PackageCache { name: k.name, path, programs: k.programs, secrets: k.secrets }
         })
         .filter(|c| c.path.is_absolute())
         .collect();

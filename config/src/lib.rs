@@ -49,7 +49,7 @@ mod text;
 mod tiers;
 mod upstream;
 
-pub use caches::{CacheMode, PackageCache, cache_names, package_caches};
+pub use caches::{CacheMode, PackageCache, cache_names, package_caches, program_dirs};
 pub use decision::{Decision, Rule, RuleSource};
 pub use dotfiles::{top_autorun, writable_dotfiles};
 pub use file::{

@@ -17,7 +17,8 @@
 //! 3. a directory at or below an entry of a home whose files run later: every dot-entry at the
 //!    top (`~/.config`, `~/.local/bin`, `~/.dotfiles`, `~/.cargo`) and [`HOME_PLACES`] (`~/bin`,
 //!    `~/Library`);
-//! 4. a directory directly in `/home` or `/Users` (another account's home, when root launches);
+//! 4. a directory directly in `/home` or `/Users` (another account's home, when root launches),
+//!    or at or below such a home's entries of rule 3 (`/home/alice/.ssh`, `/home/alice/bin`);
 //! 5. a system place of [`SYSTEM_PLACES`] (`/etc`, `/usr`, `/opt`, `/var/lib`, ...), anything
 //!    below it, or a directory that holds one (`/var`);
 //! 6. [`SHARED_DIRS`] themselves (`/tmp`, `/var/tmp`, `/home`): every user's programs look for
@@ -26,8 +27,9 @@
 //! Everything else may be a writable root: `~/src/project`, `/srv/app`, `/var/www/site`,
 //! `/tmp/x`, `/mnt/data/repo`. Names compare without ASCII case (macOS filesystems ignore it).
 //!
-//! Only the working directory is judged: configured `allow_write` paths (presets such as
-//! `~/.cargo/registry` among them) and `--allow-write` are named by a person, outside the sandbox.
+//! Only the working directory is judged: configured `allow_write` paths and `--allow-write` are
+//! named by a person, outside the sandbox. (The launcher also refuses a working directory in a
+//! package cache: see the daemon's `caches::holding`.)
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -215,6 +217,21 @@ impl RootRule {
         if d.parent().is_some_and(|p| HOME_PARENTS.iter().any(|h| fold(Path::new(h)) == p)) {
             return Some(RootRefusalKind::OtherHome);
         }
+        // Another account's home (root launches reach every one): the same entries as in ours
+        // (`/home/alice/.ssh`, `/home/alice/bin`).
+        for parent in HOME_PARENTS {
+            let Ok(rel) = d.strip_prefix(fold(Path::new(parent))) else { continue };
+            let mut parts = rel.components();
+            if let (Some(Component::Normal(user)), Some(Component::Normal(first))) =
+                (parts.next(), parts.next())
+            {
+                let name = first.to_string_lossy();
+                if name.starts_with('.') || HOME_PLACES.iter().any(|p| fold_str(p) == name) {
+                    let home = Path::new(parent).join(user);
+                    return Some(RootRefusalKind::HomeEntry(home.join(first)));
+                }
+            }
+        }
         for place in SYSTEM_PLACES {
             let s = fold(Path::new(place));
             if d.starts_with(&s) {
@@ -310,7 +327,10 @@ mod tests {
         let rule = RootRule::new([PathBuf::from("relative")]);
         assert!(rule.homes().is_empty(), "a relative home is no home");
         assert!(rule.refusal(Path::new("/home/u")).is_some(), "directly in /home: a home");
-        assert!(rule.refusal(Path::new("/home/u/bin")).is_none(), "whose home is unknown");
+        // Every account's home under /home has the same places (a root launch reaches them).
+        assert!(rule.refusal(Path::new("/home/u/bin")).is_some(), "another account's ~/bin");
+        assert!(rule.refusal(Path::new("/home/u/.ssh")).is_some(), "another account's ~/.ssh");
+        assert!(rule.refusal(Path::new("/home/u/src/p")).is_none(), "a project in it");
         assert!(rule.refusal(Path::new("/srv/u/bin")).is_none());
     }
 

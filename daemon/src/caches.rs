@@ -31,6 +31,9 @@ pub struct Layers {
     pub caches: Vec<CacheLayer>,
     /// Notes for the person (a cache skipped, every slot busy).
     pub notes: Vec<String>,
+    /// Credential files of the layered caches, to hide inside (`credentials.toml` of a
+    /// `CARGO_HOME` outside the home, whose allowlist names only `~/.cargo`'s).
+    pub hidden: Vec<PathBuf>,
     _slot: Option<nix::fcntl::Flock<File>>,
 }
 
@@ -67,47 +70,98 @@ pub fn applies(policy: &Policy) -> bool {
         && (policy.net.mode == sandgate_config::NetMode::Proxy || !policy.fs.writable.is_empty())
 }
 
-/// The caches a launch would layer, and why each other one is left out: pure but for reading
-/// whether paths exist and which programs are on `PATH`.
-pub fn eligible(policy: &Policy, ctx: &LaunchEnv) -> (Vec<PackageCache>, Vec<String>) {
-    let Some(home) = ctx.home.as_deref() else { return (Vec::new(), Vec::new()) };
-    let var = |name: &str| {
+/// `path` with links resolved as far as it exists (a missing rest appended as written): what a
+/// mount there would cover.
+fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else { break };
+        rest.push(name);
+        existing = parent;
+    }
+    let mut out = existing.canonicalize().unwrap_or_else(|_| existing.to_path_buf());
+    out.extend(rest.into_iter().rev());
+    out
+}
+
+/// The variable lookup of a launch's environment (`None` when unset or empty).
+fn env_var(ctx: &LaunchEnv) -> impl Fn(&str) -> Option<std::ffi::OsString> + '_ {
+    |name: &str| {
         ctx.env
             .iter()
             .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
             .filter(|v| !v.is_empty())
-    };
+    }
+}
+
+/// The package cache (resolved) at or above `dir` (resolved), if any: a build started there
+/// would write the host's cache itself.
+pub fn holding(ctx: &LaunchEnv, dir: &Path) -> Option<PackageCache> {
+    let home = ctx.home.as_deref()?;
+    let dir = resolved(dir);
+    sandgate_config::package_caches(env_var(ctx), home)
+        .into_iter()
+        .map(|c| PackageCache { path: resolved(&c.path), ..c })
+        .find(|c| dir.starts_with(&c.path))
+}
+
+/// The caches a launch would layer (paths resolved), and why each other one is left out: pure
+/// but for reading whether paths exist and which programs are on `PATH`. Every check is on the
+/// resolved path: `CARGO_HOME=/usr/..` or a link to `/proc/self/root` is `/`.
+pub fn eligible(policy: &Policy, ctx: &LaunchEnv) -> (Vec<PackageCache>, Vec<String>) {
+    let Some(home) = ctx.home.as_deref() else { return (Vec::new(), Vec::new()) };
+    let var = env_var(ctx);
     let path_var = var("PATH");
     let on_path = |program: &str| {
         path_var.as_ref().is_some_and(|p| {
             std::env::split_paths(p).any(|d| d.is_absolute() && d.join(program).is_file())
         })
     };
-    // A layer over a directory that holds one of these would shadow it (the home, the
-    // project) or show what is hidden (the store, the configuration, the control socket); a
-    // cache inside sandgate's own directories or the project is not a host cache to layer.
+    // A layer over a directory that holds one of these would shadow it (the home, the project,
+    // a writable path) or show what is hidden (the store, the configuration, the control
+    // socket); a cache inside sandgate's own directories is not a host cache to layer.
     let own: Vec<PathBuf> = [
         ctx.config_home.as_ref().map(|c| c.join("sandgate")),
         ctx.data_home.as_ref().map(|d| d.join("sandgate")),
         Some(ctx.runtime_dir.clone()),
-        Some(ctx.cwd.clone()),
     ]
     .into_iter()
     .flatten()
+    .map(|p| resolved(&p))
     .collect();
     let mut held: Vec<PathBuf> = own.clone();
-    held.extend(ctx.home.iter().chain(&ctx.passwd_home).cloned());
+    held.extend(
+        [&ctx.cwd]
+            .into_iter()
+            .chain(ctx.home.iter())
+            .chain(ctx.passwd_home.iter())
+            .chain(policy.fs.writable.iter().map(|w| &w.path))
+            .map(|p| resolved(p)),
+    );
+    // Named writable (`--allow-write`, `allow_write`): the person asked for the real thing.
+    let named: Vec<PathBuf> = policy
+        .fs
+        .writable
+        .iter()
+        .filter(|w| w.source != sandgate_config::RuleSource::CurrentDirectory)
+        .map(|w| resolved(&w.path))
+        .collect();
     let mut notes = Vec::new();
-    let caches = sandgate_config::package_caches(var, home)
+    let caches = sandgate_config::package_caches(&var, home)
         .into_iter()
+        .map(|c| PackageCache { path: resolved(&c.path), ..c })
         .filter(|c| {
-            if policy.fs.is_writable(&c.path) {
-                return false; // writable already (`--allow-write`): nothing to layer
+            if named.iter().any(|w| c.path.starts_with(w)) {
+                return false; // writable by name: nothing to layer
             }
-            let why = if c.path.starts_with("/tmp") {
-                Some("it is under /tmp, which is private inside".to_owned())
+            let special = ["/tmp", "/proc", "/sys", "/dev"].iter().find(|s| c.path.starts_with(s));
+            let why = if c.path.parent().is_none() {
+                Some("it is the root of the filesystem".to_owned())
+            } else if let Some(s) = special {
+                Some(format!("it is under {s}"))
             } else if let Some(h) = held.iter().find(|h| h.starts_with(&c.path)) {
                 Some(format!("it holds {}", h.display()))
             } else {
@@ -165,7 +219,10 @@ pub fn prepare(policy: &Policy, ctx: &LaunchEnv) -> Layers {
             .and_then(|()| make_private_dir(&upper).context("creating its layer"))
             .and_then(|()| make_private_dir(&work).context("creating its layer"));
         match made {
-            Ok(()) => layers.caches.push(CacheLayer { path: c.path, upper, work }),
+            Ok(()) => {
+                layers.hidden.extend(c.secrets.iter().map(|f| c.path.join(f)));
+                layers.caches.push(CacheLayer { path: c.path, upper, work });
+            }
             Err(e) => layers.notes.push(format!("the {} cache stays read-only: {e:#}", c.name)),
         }
     }
@@ -294,32 +351,48 @@ pub fn clear(data_home: &Path, which: Option<&str>) -> anyhow::Result<Vec<(Strin
     Ok(removed)
 }
 
-/// Bytes on disk of the tree at `path` (blocks, as `du`), not following links.
+/// Bytes on disk of the tree at `path` (blocks, as `du`), not following links. Walked with a
+/// stack of paths, one directory open at a time: a sandbox can make a tree deeper than the
+/// descriptor limit in a second.
 fn disk_usage(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
-    let own = meta.blocks() * 512;
-    if !meta.is_dir() {
-        return own;
-    }
-    let children = std::fs::read_dir(path).into_iter().flatten().flatten();
-    own + children.map(|e| disk_usage(&e.path())).sum::<u64>()
-}
-
-/// Removes a layer tree: package managers leave read-only directories behind (Go's module cache
-/// is 0555) and the overlay's work directory is 0000, so each directory is made writable first.
-fn remove_tree(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fn open_up(dir: &Path) {
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                open_up(&e.path());
-            }
+    let mut total = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        total += meta.blocks() * 512;
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
         }
     }
-    open_up(path);
-    std::fs::remove_dir_all(path)
+    total
+}
+
+/// Removes a layer tree. Package managers leave read-only directories behind (Go's module cache
+/// is 0555), the overlay's work directory is 0000, and a sandbox can make a tree deeper than the
+/// descriptor limit (`remove_dir_all` holds one per level) or than `PATH_MAX`: coreutils' `chmod
+/// -R` and `rm -rf` walk any depth (fts, relative to descriptors they recycle), and neither
+/// follows a link it meets below the top.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    let run = |program: &str, args: &[&str]| -> std::io::Result<()> {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .arg("--")
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("{program} {}: {status}", args.join(" "))))
+        }
+    };
+    run("chmod", &["-R", "u+rwx"])?;
+    run("rm", &["-rf", "--one-file-system"])?;
+    if path.exists() {
+        return Err(std::io::Error::other("still there after rm -rf"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

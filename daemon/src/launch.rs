@@ -220,10 +220,38 @@ pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy
 pub fn refuse_writable_cwd(policy: &Policy, ctx: &LaunchEnv) -> anyhow::Result<()> {
     let rule =
         sandgate_config::RootRule::resolved(ctx.home.iter().chain(&ctx.passwd_home).cloned());
-    match policy.fs.cwd_refusal(&rule) {
-        None => Ok(()),
-        Some(r) => Err(crate::UsageError(writable_cwd_message(&policy.tier, &r)).into()),
+    if let Some(r) = policy.fs.cwd_refusal(&rule) {
+        return Err(crate::UsageError(writable_cwd_message(&policy.tier, &r)).into());
     }
+    // In a package cache (`cd ~/go/pkg/mod`): what the build writes there is what the host's
+    // own builds run; the layer cannot cover the directory the command works in.
+    let cwd = policy
+        .fs
+        .writable
+        .iter()
+        .find(|w| w.source == sandgate_config::RuleSource::CurrentDirectory);
+    let named = |dir: &std::path::Path| {
+        policy.fs.writable.iter().any(|w| {
+            w.source == sandgate_config::RuleSource::CommandLine && dir.starts_with(&w.path)
+        })
+    };
+    if let Some(cwd) = cwd.filter(|c| !named(&c.path))
+        && let Some(cache) = crate::caches::holding(ctx, &cwd.path)
+    {
+        return Err(crate::UsageError(format!(
+            "refusing to make the working directory writable: the `{}` tier writes where it \
+             starts, and {} is in the {} cache ({}), whose files your own builds run without \
+             checking them again. Start it in a project directory, or, to make exactly this \
+             directory writable, name it: --allow-write {}",
+            policy.tier,
+            cwd.path.display(),
+            cache.name,
+            cache.path.display(),
+            cwd.path.display()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// What to say when the working directory may not be writable: why, and the explicit way out.
@@ -299,6 +327,24 @@ fn spec_and_removed(
             // A new terminal runs these with no action of the user: no window at all.
             top_placeholders.extend(defaults::SHELL_RC.iter().map(|p| home.join(p)));
             top_placeholders.push(home.join(".gitconfig"));
+        }
+    }
+    // Directories of programs the host runs by name (`PATH`, `GOBIN`): read-only where they lie
+    // in a writable path (`cd ~/go && sandbox-build ...` must not plant `~/go/bin/gopls`).
+    if let Some(home) = &ctx.home {
+        let var = |name: &str| {
+            ctx.env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        for dir in sandgate_config::program_dirs(var, home) {
+            let dir = dir.canonicalize().unwrap_or(dir);
+            if writable.iter().any(|w| dir.starts_with(w)) && dir.is_dir() {
+                read_only.push(dir);
+            }
         }
     }
     // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
@@ -549,6 +595,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
         eprintln!("sandgate: {note}");
     }
     spec.caches = layers.caches.clone();
+    spec.hidden.extend(layers.hidden.iter().cloned());
     sandgate_sandbox::timing_mark("spec built");
     let code = launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
     drop(layers);

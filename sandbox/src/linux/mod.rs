@@ -735,7 +735,10 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
             w.note(&p.path);
         }
     }
-    plan.fs.caches = resolved_caches(spec);
+    // A cache under a hidden directory cannot be reached inside (and its mount point would be
+    // covered before it is made writable).
+    plan.fs.caches = resolved_caches(spec, &cwd, &writable);
+    plan.fs.caches.retain(|c| !plan.fs.hidden_dirs.iter().any(|h| c.path.starts_with(h)));
     plan.sockets = resolved_unix_sockets(spec);
     if matches!(spec.net, NetSetup::Proxy { .. }) {
         plan.fs.resolv_conf = Some(net::RESOLV_CONF.as_bytes().to_vec());
@@ -753,8 +756,16 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     // What the sandbox must not change must not be movable away either: pin the way to it.
     let fs = &plan.fs;
     let provided = fs.provided.iter().map(|d| &d.path);
-    let targets =
-        fs.read_only.iter().chain(&fs.hidden_dirs).chain(&fs.hidden_files).chain(provided);
+    // A cache overlay inside a writable path (a `GOPATH` the build started in) is pinned like a
+    // protected path: moving a directory that holds it would leave the host's cache below.
+    let caches = fs.caches.iter().map(|c| &c.path);
+    let targets = fs
+        .read_only
+        .iter()
+        .chain(&fs.hidden_dirs)
+        .chain(&fs.hidden_files)
+        .chain(provided)
+        .chain(caches);
     let targets: Vec<&Path> = targets.map(PathBuf::as_path).collect();
     // A cache layer is as writable as a writable path: what is hidden inside one (a tool's
     // credentials next to its cache) is pinned in the same way.
@@ -766,18 +777,34 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
 }
 
 /// The spec's cache layers with their paths resolved. One that is no longer a directory, lies
-/// under `/tmp` (the private `/tmp` hides it), or whose path the overlay's options cannot carry
-/// (`,`, `:`, `\\`, which the option parser splits on) is left out: it stays as read-only as
-/// the rest of the tree.
-fn resolved_caches(spec: &SandboxSpec) -> Vec<crate::spec::CacheLayer> {
+/// under `/tmp` (the private `/tmp` hides it), under `/proc`, `/sys` or `/dev`, is `/` or holds
+/// the working directory, a writable path or a path kept visible (the home), or whose path the
+/// overlay's options cannot carry (`,`, `:`, `\\`, which its option parser splits on), is left
+/// out: it stays as read-only as the rest of the tree. (A layer over `/` would not be seen by any
+/// path lookup, and making "it" writable would make the host's root mount writable.)
+fn resolved_caches(
+    spec: &SandboxSpec,
+    cwd: &Path,
+    writable: &[PathBuf],
+) -> Vec<crate::spec::CacheLayer> {
     let plain = |p: &Path| !p.as_os_str().as_encoded_bytes().iter().any(|b| b",:\\".contains(b));
+    let visible: Vec<PathBuf> = spec.visible.iter().filter_map(|v| v.canonicalize().ok()).collect();
+    let held = |p: &Path| {
+        std::iter::once(cwd)
+            .chain(writable.iter().map(PathBuf::as_path))
+            .chain(visible.iter().map(PathBuf::as_path))
+            .any(|h| h.starts_with(p))
+    };
     spec.caches
         .iter()
         .filter_map(|c| {
             let path = c.path.canonicalize().ok().filter(|p| p.is_dir())?;
+            let special = ["/tmp", "/proc", "/sys", "/dev"].iter().any(|s| path.starts_with(s));
             let layer =
                 crate::spec::CacheLayer { path, upper: c.upper.clone(), work: c.work.clone() };
-            let usable = !layer.path.starts_with("/tmp")
+            let usable = !special
+                && layer.path.parent().is_some()
+                && !held(&layer.path)
                 && [&layer.path, &layer.upper, &layer.work].into_iter().all(|p| plain(p));
             usable.then_some(layer)
         })
@@ -884,7 +911,7 @@ mod init {
         write_id_maps(uid, gid).map_err(err(SetupStep::IdMaps))?;
         crate::timing::mark("id maps");
         let _ = sys::sethostname("sandgate");
-        mounts::build(&plan.fs)?;
+        let caches = mounts::build(&plan.fs)?;
         crate::timing::mark("mounts");
         std::env::set_current_dir(&plan.fs.cwd)
             .map_err(err(SetupStep::Chdir(plan.fs.cwd.clone())))?;
@@ -954,7 +981,7 @@ mod init {
         let fence::Assessment { enforcement, deny_unix_sockets: deny_unix } =
             fence::assess(abi, fence::gaps(abi), !plan.sockets.is_empty());
         let mut writable = plan.fs.writable.clone();
-        writable.extend(plan.fs.caches.iter().map(|c| c.path.clone()));
+        writable.extend(caches);
         writable.push(PathBuf::from("/tmp"));
         writable.push(PathBuf::from("/dev/shm"));
         fence::restrict(&fence::FenceSpec { writable: &writable, sockets: &plan.sockets })?;

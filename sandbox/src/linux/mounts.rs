@@ -169,6 +169,9 @@ pub enum MountOp {
     /// A package cache mounted copy-on-write (an overlay of the layer on the host's directory;
     /// where the kernel refuses the overlay, the layer bound alone), made writable again below.
     Overlay(crate::spec::CacheLayer),
+    /// The cache overlay mounted at this path writable again (through the descriptor of its
+    /// root taken when it was mounted; nothing when it was not).
+    CacheWritable(PathBuf),
     /// A directory replaced by a tmpfs holding the given files (read-only with the tree).
     Provide(crate::spec::ProvidedDir),
     /// A protected path bound onto itself (read-only with the tree), if present.
@@ -256,7 +259,7 @@ pub fn plan(fs: &FsPlan, host: &HostLayout) -> Vec<MountOp> {
         ops.push(MountOp::Writable(PathBuf::from(SHM)));
     }
     ops.extend(writable.into_iter().map(MountOp::Writable));
-    ops.extend(fs.caches.iter().map(|c| MountOp::Writable(c.path.clone())));
+    ops.extend(fs.caches.iter().map(|c| MountOp::CacheWritable(c.path.clone())));
     ops.extend(fs.pinned.iter().cloned().map(MountOp::Pin));
     ops
 }
@@ -282,7 +285,7 @@ impl MountOp {
             MountOp::Proc => SetupStep::MountProc,
             MountOp::Devpts => SetupStep::MountDevpts,
             MountOp::ReadOnly => SetupStep::MakeReadOnly,
-            MountOp::Writable(p) => SetupStep::MakeWritable(p.clone()),
+            MountOp::Writable(p) | MountOp::CacheWritable(p) => SetupStep::MakeWritable(p.clone()),
             MountOp::Pin(p) => SetupStep::Pin(p.clone()),
         }
     }
@@ -339,6 +342,7 @@ impl fmt::Display for MountOp {
             }
             MountOp::ReadOnly => f.write_str("read-only / (rdonly,nosuid; recursive)"),
             MountOp::Writable(p) => write!(f, "writable {}", p.display()),
+            MountOp::CacheWritable(p) => write!(f, "writable cache {}", p.display()),
             MountOp::Pin(p) => write!(f, "pin {}", p.display()),
         }
     }
@@ -360,17 +364,19 @@ fn flag_names(flags: MsFlags) -> String {
 
 /// Builds the mount namespace's view. Runs inside the new user + mount namespaces, with the
 /// capabilities of the user namespace, before anything else is restricted.
-pub fn build(fs: &FsPlan) -> Result<(), SandboxError> {
+/// Returns the caches mounted copy-on-write (the only ones Landlock may let the command write).
+pub fn build(fs: &FsPlan) -> Result<Vec<PathBuf>, SandboxError> {
     execute(&plan(fs, &HostLayout::probe(fs)))
 }
 
-/// Performs `ops` in order; the first failure ends it, named by its step.
-pub fn execute(ops: &[MountOp]) -> Result<(), SandboxError> {
+/// Performs `ops` in order; the first failure ends it, named by its step. Returns the paths of
+/// the cache overlays it mounted.
+pub fn execute(ops: &[MountOp]) -> Result<Vec<PathBuf>, SandboxError> {
     let mut ex = Executor::default();
     for op in ops {
         ex.run(op)?;
     }
-    Ok(())
+    Ok(ex.caches.into_iter().map(|(p, _)| p).collect())
 }
 
 /// What the operations hand on to later ones.
@@ -382,6 +388,8 @@ struct Executor {
     empty: Option<std::fs::File>,
     /// The empty directory bound over hidden directories ([`MountOp::EmptyDir`]).
     empty_dir: Option<std::fs::File>,
+    /// Cache overlays mounted: path, and a descriptor of the mount's root.
+    caches: Vec<(PathBuf, std::fs::File)>,
 }
 
 /// Tags a failure with its step.
@@ -450,7 +458,19 @@ impl Executor {
                 at(step(), sys::move_mount(&tree, p))
             }
             MountOp::BindWritable(p) => at(step(), bind(p, p)),
-            MountOp::Overlay(c) => at(step(), overlay(c)),
+            MountOp::Overlay(c) => {
+                if let Some(root) = at(step(), overlay(c))? {
+                    self.caches.push((c.path.clone(), root));
+                }
+                Ok(())
+            }
+            MountOp::CacheWritable(p) => match self.caches.iter().find(|(c, _)| c == p) {
+                Some((_, root)) => {
+                    let at_root = PathBuf::from(format!("/proc/self/fd/{}", root.as_raw_fd()));
+                    at(step(), sys::mount_setattr(&at_root, 0, sys::MOUNT_ATTR_RDONLY, false))
+                }
+                None => Ok(()),
+            },
             MountOp::Provide(d) => at(step(), provide(&d.path, &d.files)),
             MountOp::BindReadOnly(p) if present(p) => at(step(), bind(p, p)),
             MountOp::HideDir(p) if present(p) => {
@@ -573,37 +593,63 @@ const OVERLAY_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 /// system without user extended attributes) gets `c.upper` bound alone: the tool starts from the
 /// sandbox's own layer without the host's contents, which is slower but writes nothing back
 /// either. Said once on stderr, with why.
-fn overlay(c: &crate::spec::CacheLayer) -> io::Result<()> {
+///
+/// The mount goes exactly where the launcher resolved: the directory is opened without following
+/// a link and must still be `c.path` (a link swapped in on the way since is refused), the mount is
+/// made on that descriptor, and the path must then show a mount other than before. Returns a
+/// descriptor of the new mount's root (the later writability is set through it, never through a
+/// path that might name the host's mount), or `None` when the cache stays as it is.
+fn overlay(c: &crate::spec::CacheLayer) -> io::Result<Option<std::fs::File>> {
     use std::os::unix::ffi::OsStrExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&c.path)
+    };
+    let before = open()?;
+    let at = PathBuf::from(format!("/proc/self/fd/{}", before.as_raw_fd()));
+    if std::fs::read_link(&at)? != c.path {
+        return Ok(None); // changed since the launcher resolved it
+    }
     let mut data = b"lowerdir=".to_vec();
-    for (i, (key, p)) in
-        [("", &c.path), (",upperdir=", &c.upper), (",workdir=", &c.work)].into_iter().enumerate()
-    {
-        if i > 0 {
-            data.extend_from_slice(key.as_bytes());
-        }
+    data.extend_from_slice(at.as_os_str().as_bytes());
+    for (key, p) in [(",upperdir=", &c.upper), (",workdir=", &c.work)] {
+        data.extend_from_slice(key.as_bytes());
         data.extend_from_slice(p.as_os_str().as_bytes());
     }
+    // In a user namespace the overlay keeps its metadata (opaque directories, whiteouts) in
+    // `user.overlay.*` attributes; without `userxattr` it cannot, and removing a directory that
+    // comes from the host's cache fails with EIO. Through the overlay, those names are its own:
+    // a process inside can neither set nor read them.
+    data.extend_from_slice(b",userxattr");
     let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
-    match nix_mount(
-        Some(Path::new("overlay")),
-        &c.path,
-        Some(c"overlay"),
-        OVERLAY_FLAGS,
-        Some(&data),
-    ) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                eprintln!(
-                    "sandgate: the kernel refused a copy-on-write package cache here ({e}); the \
-                     caches start from the sandbox's own layers, without the host's contents"
-                );
-            });
-            bind(&c.upper, &c.path)
-        }
+    let mounted =
+        nix_mount(Some(Path::new("overlay")), &at, Some(c"overlay"), OVERLAY_FLAGS, Some(&data));
+    if let Err(e) = mounted {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "sandgate: the kernel refused a copy-on-write package cache here ({e}); the \
+                 caches start from the sandbox's own layers, without the host's contents"
+            );
+        });
+        bind(&c.upper, &at)?;
     }
+    let after = open()?;
+    if mount_id(&after)? == mount_id(&before)? {
+        return Ok(None); // the path does not show the new mount: never made writable
+    }
+    Ok(Some(after))
+}
+
+/// The id of the mount `f` is on (`mnt_id` of `/proc/self/fdinfo`).
+fn mount_id(f: &std::fs::File) -> io::Result<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd()))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("no mnt_id in fdinfo"))
 }
 
 fn bind(source: &Path, target: &Path) -> io::Result<()> {

@@ -91,6 +91,12 @@ fn package_caches_are_copy_on_write_and_never_written_back(who: &Who) {
         "tail -n1 ~/.npm/_npx/bin/tool; cat ~/.npm/new.txt; ls ~/.npm/old.txt 2>/dev/null || echo gone",
     );
     assert_eq!(out, "echo planted\nnew\ngone\n");
+    // A directory that comes from the host's cache can be removed inside (the overlay marks it
+    // gone in the layer: `go clean -modcache`, `cargo` cleaning its sources), and stays on the host.
+    let (out, err) =
+        s.sh("build", &["--net", "none"], "rm -rf ~/.cargo/registry/src && ls ~/.cargo/registry");
+    assert_eq!(out, "", "{err}");
+    assert!(cargo.join("registry/src/index-1/demo-1.0.0/build.rs").exists());
     // Another project starts from the host's caches, not from this project's layer.
     let other = s.root.join("other");
     std::fs::create_dir_all(&other).unwrap();

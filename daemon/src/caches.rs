@@ -157,7 +157,7 @@ pub fn eligible(policy: &Policy, ctx: &LaunchEnv) -> (Vec<PackageCache>, Vec<Str
             if named.iter().any(|w| c.path.starts_with(w)) {
                 return false; // writable by name: nothing to layer
             }
-            let special = ["/tmp", "/proc", "/sys", "/dev"].iter().find(|s| c.path.starts_with(s));
+            let special = ["/proc", "/sys", "/dev"].iter().find(|s| c.path.starts_with(s));
             let why = if c.path.parent().is_none() {
                 Some("it is the root of the filesystem".to_owned())
             } else if let Some(s) = special {

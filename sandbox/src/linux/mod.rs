@@ -777,7 +777,7 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
 }
 
 /// The spec's cache layers with their paths resolved. One that is no longer a directory, lies
-/// under `/tmp` (the private `/tmp` hides it), under `/proc`, `/sys` or `/dev`, is `/` or holds
+/// under `/proc`, `/sys` or `/dev`, is `/` or holds
 /// the working directory, a writable path or a path kept visible (the home), or whose path the
 /// overlay's options cannot carry (`,`, `:`, `\\`, which its option parser splits on), is left
 /// out: it stays as read-only as the rest of the tree. (A layer over `/` would not be seen by any
@@ -799,7 +799,7 @@ fn resolved_caches(
         .iter()
         .filter_map(|c| {
             let path = c.path.canonicalize().ok().filter(|p| p.is_dir())?;
-            let special = ["/tmp", "/proc", "/sys", "/dev"].iter().any(|s| path.starts_with(s));
+            let special = ["/proc", "/sys", "/dev"].iter().any(|s| path.starts_with(s));
             let layer =
                 crate::spec::CacheLayer { path, upper: c.upper.clone(), work: c.work.clone() };
             let usable = !special

@@ -166,6 +166,9 @@ pub enum MountOp {
     PutBack(PathBuf),
     /// A writable path bound onto itself: a mount of its own, made writable again below.
     BindWritable(PathBuf),
+    /// The upper and work directories of these caches' layers opened (`O_PATH`), while every
+    /// path still names the host's (an overlay is later given them through the descriptors).
+    OpenLayers(Vec<crate::spec::CacheLayer>),
     /// A package cache mounted copy-on-write (an overlay of the layer on the host's directory;
     /// where the kernel refuses the overlay, the layer bound alone), made writable again below.
     Overlay(crate::spec::CacheLayer),
@@ -207,6 +210,10 @@ pub enum MountOp {
 ///   hidden mounts inside); parents first, so a deeper pin lands in the copy.
 pub fn plan(fs: &FsPlan, host: &HostLayout) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakePrivate];
+    // Before the private /tmp: a layer's directories may lie where it will hide them.
+    if !fs.caches.is_empty() {
+        ops.push(MountOp::OpenLayers(fs.caches.clone()));
+    }
     let kept = kept_under_tmp(&fs.cwd, &fs.writable, &fs.visible);
     ops.extend(kept.iter().cloned().map(MountOp::CloneTree));
     ops.push(MountOp::Tmpfs(PathBuf::from(TMP)));
@@ -270,6 +277,7 @@ impl MountOp {
     fn step(&self) -> SetupStep {
         match self {
             MountOp::MakePrivate => SetupStep::MakePrivate,
+            MountOp::OpenLayers(_) => SetupStep::Open(PathBuf::from("cache layers")),
             MountOp::CloneTree(p) => SetupStep::OpenTree(p.clone()),
             MountOp::Tmpfs(p) => SetupStep::MountTmpfs(p.clone()),
             MountOp::ResolvConf(_) => SetupStep::Bind(PathBuf::from(RESOLV_CONF)),
@@ -297,6 +305,7 @@ impl fmt::Display for MountOp {
         let data = |d: &CStr| d.to_string_lossy().into_owned();
         match self {
             MountOp::MakePrivate => write!(f, "private / ({})", flag_names(MsFlags::MS_REC)),
+            MountOp::OpenLayers(c) => write!(f, "open {} cache layers", c.len()),
             MountOp::CloneTree(p) => write!(f, "clone {}", p.display()),
             MountOp::Tmpfs(p) => {
                 write!(
@@ -390,6 +399,8 @@ struct Executor {
     empty_dir: Option<std::fs::File>,
     /// Cache overlays mounted: path, and a descriptor of the mount's root.
     caches: Vec<(PathBuf, std::fs::File)>,
+    /// Caches' layers opened before the private `/tmp`: path, upper and work directories.
+    layers: Vec<(PathBuf, std::fs::File, std::fs::File)>,
 }
 
 /// Tags a failure with its step.
@@ -458,8 +469,27 @@ impl Executor {
                 at(step(), sys::move_mount(&tree, p))
             }
             MountOp::BindWritable(p) => at(step(), bind(p, p)),
+            MountOp::OpenLayers(caches) => {
+                let open = |p: &Path| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                        .open(p)
+                };
+                for c in caches {
+                    // A layer that cannot be opened leaves its cache as it is (read-only).
+                    if let (Ok(upper), Ok(work)) = (open(&c.upper), open(&c.work)) {
+                        self.layers.push((c.path.clone(), upper, work));
+                    }
+                }
+                Ok(())
+            }
             MountOp::Overlay(c) => {
-                if let Some(root) = at(step(), overlay(c))? {
+                let Some((_, upper, work)) = self.layers.iter().find(|(p, _, _)| *p == c.path)
+                else {
+                    return Ok(());
+                };
+                if let Some(root) = at(step(), overlay(c, upper, work))? {
                     self.caches.push((c.path.clone(), root));
                 }
                 Ok(())
@@ -599,7 +629,11 @@ const OVERLAY_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 /// made on that descriptor, and the path must then show a mount other than before. Returns a
 /// descriptor of the new mount's root (the later writability is set through it, never through a
 /// path that might name the host's mount), or `None` when the cache stays as it is.
-fn overlay(c: &crate::spec::CacheLayer) -> io::Result<Option<std::fs::File>> {
+fn overlay(
+    c: &crate::spec::CacheLayer,
+    upper: &std::fs::File,
+    work: &std::fs::File,
+) -> io::Result<Option<std::fs::File>> {
     use std::os::unix::ffi::OsStrExt;
     let open = || {
         std::fs::OpenOptions::new()
@@ -607,16 +641,18 @@ fn overlay(c: &crate::spec::CacheLayer) -> io::Result<Option<std::fs::File>> {
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
             .open(&c.path)
     };
-    let before = open()?;
+    // Not there inside (under a /tmp that is not kept): nothing to layer.
+    let Ok(before) = open() else { return Ok(None) };
     let at = PathBuf::from(format!("/proc/self/fd/{}", before.as_raw_fd()));
     if std::fs::read_link(&at)? != c.path {
         return Ok(None); // changed since the launcher resolved it
     }
     let mut data = b"lowerdir=".to_vec();
     data.extend_from_slice(at.as_os_str().as_bytes());
-    for (key, p) in [(",upperdir=", &c.upper), (",workdir=", &c.work)] {
+    let fd_path = |f: &std::fs::File| format!("/proc/self/fd/{}", f.as_raw_fd());
+    for (key, f) in [(",upperdir=", upper), (",workdir=", work)] {
         data.extend_from_slice(key.as_bytes());
-        data.extend_from_slice(p.as_os_str().as_bytes());
+        data.extend_from_slice(fd_path(f).as_bytes());
     }
     // In a user namespace the overlay keeps its metadata (opaque directories, whiteouts) in
     // `user.overlay.*` attributes; without `userxattr` it cannot, and removing a directory that
@@ -634,7 +670,7 @@ fn overlay(c: &crate::spec::CacheLayer) -> io::Result<Option<std::fs::File>> {
                  caches start from the sandbox's own layers, without the host's contents"
             );
         });
-        bind(&c.upper, &at)?;
+        bind(Path::new(&fd_path(upper)), &at)?;
     }
     let after = open()?;
     if mount_id(&after)? == mount_id(&before)? {

@@ -446,6 +446,9 @@ impl Conn {
                 self.answer(target, answer, by, channel.into()).await
             }
             Request::Rules { all } => {
+                // Which grants are current depends on which sandboxes still run: a sandbox that
+                // just ended (its launcher has its answer) must not be listed as running.
+                s.records.flush().await;
                 let store = s.store.clone();
                 let grants = blocking(move || {
                     let which =

@@ -543,10 +543,11 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     let (spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
     removal_notice(&removed);
     sandgate_sandbox::timing_mark("spec built");
-    let code = launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
+    let (code, network_failure) =
+        launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
-    if let Some(hint) = failure_hint(&spec, &args, code) {
-        eprintln!("sandgate: {hint}");
+    if let Some(hint) = failure_hint(&spec, &args, code, network_failure) {
+        sandgate_sandbox::notice::notice(&format!("sandgate: {hint}"));
     }
     Ok(code)
 }
@@ -633,10 +634,18 @@ fn prepared_id(prepared: &PreparedNet) -> Option<SandboxId> {
 }
 
 /// One line after a failed command in a tier without network: "Could not resolve host" says
-/// nothing about the sandbox, and an agent reading it would otherwise retry in vain.
-fn failure_hint(spec: &SandboxSpec, args: &LaunchOptions, code: u8) -> Option<String> {
+/// nothing about the sandbox, and an agent reading it would otherwise retry in vain. Only after
+/// output that looked like a network failure (`network_failure`, from the relay of the command's
+/// stderr: name resolution, a refused or unreachable connection), not after any failure
+/// (`sandbox-run false`); `None` (nothing relayed, as on macOS): after any failure.
+fn failure_hint(
+    spec: &SandboxSpec,
+    args: &LaunchOptions,
+    code: u8,
+    network_failure: Option<bool>,
+) -> Option<String> {
     // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
-    let failed = code != 0 && code < 126;
+    let failed = code != 0 && code < 126 && network_failure != Some(false);
     (failed && !args.quiet && !args.command.is_empty() && spec.net == NetSetup::None).then(|| {
         format!(
             "note: the `{}` tier has no network; if the command needed it, run it with \
@@ -767,7 +776,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     (prepared, asked): (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
         greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
@@ -779,7 +788,7 @@ fn launch(
         Ok(l) => l,
         Err(SandboxError::CommandNotFound { command }) => {
             eprintln!("sandgate: {command}: command not found");
-            return Ok(127);
+            return Ok((127, None));
         }
         Err(e) => return Err(e.into()),
     };
@@ -804,8 +813,10 @@ fn launch(
     sandgate_sandbox::timing_mark("sandbox gone (init reaped, stderr relayed)");
     served.finish(code, args.report_blocked);
     sandgate_sandbox::timing_mark("proxy released (daemon answered unregister)");
+    let network_failure =
+        read_only.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).network_failure());
     read_only_hint(spec, read_only, code);
-    Ok(code)
+    Ok((code, network_failure))
 }
 
 /// After a failed command: the read-only paths it reported and how to open them (see
@@ -829,7 +840,7 @@ fn read_only_hint(
         writable: &spec.writable,
     };
     for line in crate::readonly_hint::lines(&cx, scanner.paths(), scanner.unnamed()) {
-        eprintln!("sandgate: {line}");
+        sandgate_sandbox::notice::notice(&format!("sandgate: {line}"));
     }
 }
 
@@ -1072,7 +1083,7 @@ impl BlockedReporter {
                         (a, Some(port)) => format!("{a}:{port}"),
                         (a, None) => a.to_string(),
                     };
-                    eprintln!("sandgate: blocked {proto} {dst}");
+                    sandgate_sandbox::notice::notice(&format!("sandgate: blocked {proto} {dst}"));
                 }
                 if stopping && packets.is_empty() {
                     return;
@@ -1100,7 +1111,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
         None => sandgate_sandbox::PROXY_PORT,
@@ -1112,7 +1123,8 @@ fn launch(
     };
     let code = launched.wait()?;
     served.finish(code, false);
-    Ok(code)
+    // Nothing relayed: whether it was a network failure is not known.
+    Ok((code, None))
 }
 
 /// The proxy's listener on the host (macOS: a port of the host's loopback; Linux: always none,
@@ -1142,7 +1154,7 @@ fn launch(
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     bail!("sandboxing is not implemented on this platform")
 }
 

@@ -176,6 +176,27 @@ impl GrantCache {
         fresh
     }
 
+    /// The live allow grants for this sandbox / project, as a 403 lists them (`host:port`, or
+    /// the pattern alone for every port), oldest first.
+    pub fn listed(&self, sandbox: &str, project: Option<&str>) -> Vec<String> {
+        let now = Timestamp::now();
+        let compiled = self.current(now);
+        compiled
+            .entries
+            .iter()
+            .filter(|e| e.grant.is_live(now) && e.grant.grant.effect == Effect::Allow)
+            .filter(|e| match &e.grant.grant.target {
+                GrantTarget::Global => true,
+                GrantTarget::Sandbox(s) => s == sandbox,
+                GrantTarget::Project(p) => project == Some(p.as_str()),
+            })
+            .map(|e| match (e.pattern.port, e.grant.grant.port) {
+                (None, Some(port)) => format!("{}:{port}", e.grant.grant.pattern),
+                _ => e.grant.grant.pattern.clone(),
+            })
+            .collect()
+    }
+
     /// A live grant of `effect` covering `host:port` for this sandbox / project (the most
     /// specific pattern first, as in a policy: exact name, longest `*.` suffix, ...).
     pub fn find(
@@ -423,6 +444,11 @@ impl GrantSource for Grants {
             }
             find(Effect::Allow)
         })
+    }
+
+    fn listed(&self, sandbox: &sandgate_proxy::SandboxId) -> Vec<String> {
+        let project = self.0.project_of(sandbox.as_str());
+        self.0.grants.listed(sandbox.as_str(), project.as_deref())
     }
 }
 
@@ -768,9 +794,17 @@ mod tests {
         // Once grants are for the requests that were waiting, never later ones.
         assert!(!allow("sb1", None, "once.example.com", 443));
         let _ = once;
+        // A 403 lists the allow grants that apply (port included), not the deny ones, not
+        // another sandbox's or project's, not once grants.
+        assert_eq!(
+            cache.listed("sb1", Some("p1")),
+            ["a.example.com", "*.proj.example:443", "g.example.com", "old.example.com"]
+        );
+        assert_eq!(cache.listed("sb2", Some("p2")), ["g.example.com", "old.example.com"]);
         // Expired grants stop matching without a reload.
         std::thread::sleep(std::time::Duration::from_millis(60));
         assert!(!allow("sb1", None, "old.example.com", 443));
+        assert_eq!(cache.listed("sb2", Some("p2")), ["g.example.com"], "nor expired ones");
         // Revoked: gone after the reload the daemon does on every change.
         let all = store.list_grants(GrantList::All).unwrap();
         let g = all.iter().find(|g| g.grant.pattern == "g.example.com").unwrap();

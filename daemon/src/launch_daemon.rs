@@ -397,6 +397,16 @@ fn event_line(ev: &Event, id: &str, out: Output, tty: bool) -> Option<String> {
         {
             Some(refused_line(decision, host, *port, rule))
         }
+        // An HTTPS client shows only "502" for this (a plain-HTTP one prints the body).
+        Event::Request { host, port, rule, .. }
+            if out.stderr_notices && rule == sandgate_proxy::Refusal::UNRESOLVABLE =>
+        {
+            let target = sandgate_approvals::terminal::sanitize(&format!("{host}:{port}"));
+            Some(format!(
+                "sandgate: {target} is allowed, but the name does not resolve (sandgate resolves \
+                 it on the host); check the spelling"
+            ))
+        }
         Event::Answered { question, answer, by, pattern } if tty => {
             Some(sandgate_approvals::terminal::format_event(
                 &sandgate_approvals::BrokerEvent::Answered {
@@ -451,6 +461,19 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
     let rule = sanitize(rule);
     if decision == "reject" {
         return format!("sandgate: refused a malformed request ({rule})");
+    }
+    if let Some((ip, why)) = sandgate_proxy::guard::refusal_in_rule(&rule) {
+        // Allowing the name (what the line below suggests) would not help: the address must be.
+        let ip_target = match ip {
+            std::net::IpAddr::V4(_) => format!("{ip}:{port}"),
+            std::net::IpAddr::V6(_) => format!("[{ip}]:{port}"),
+        };
+        return format!(
+            "sandgate: denied {host}:{port}: the name resolves to {ip}, {why}, which sandboxes \
+             may not reach (the address guard); allowing {host} does not change that. If {ip} \
+             is meant, a person allows the address itself: `sandgate allow {ip_target}`, or \
+             {ip} in [network] allow (`sandgate check {host}:{port}` explains)"
+        );
     }
     format!(
         "sandgate: denied {host}:{port} ({rule}); to ask for it, have a person run `sandgate \
@@ -509,6 +532,68 @@ fn ended_line(ev: &Event) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::{Event, Output, asked_line, event_line};
+
+    fn request(decision: &str, host: &str, port: u16, rule: &str) -> Event {
+        Event::Request {
+            sandbox: "sg-1".into(),
+            method: "CONNECT".into(),
+            host: host.into(),
+            port,
+            path: None,
+            decision: decision.into(),
+            rule: rule.into(),
+            bytes_up: 0,
+            bytes_down: 0,
+            ms: 1.0,
+            error: None,
+        }
+    }
+
+    /// Issue 32, part 3: what an agent reads on stderr for a refusal by the address guard (how
+    /// to allow the address itself: the name's grant does not help) and for an allowed name that
+    /// does not resolve (an HTTPS client shows only `502`).
+    #[test]
+    fn guard_refusals_and_unresolvable_names_say_what_to_do() {
+        let out = Output { report_blocked: false, tty_notices: false, stderr_notices: true };
+        let line = |ev: Event| event_line(&ev, "sg-1", out, false);
+        let guard = line(request(
+            "deny",
+            "rebind.test",
+            8080,
+            "address guard: 127.0.0.1 is a loopback address",
+        ))
+        .unwrap();
+        assert_eq!(
+            guard,
+            "sandgate: denied rebind.test:8080: the name resolves to 127.0.0.1, a loopback \
+             address, which sandboxes may not reach (the address guard); allowing rebind.test \
+             does not change that. If 127.0.0.1 is meant, a person allows the address itself: \
+             `sandgate allow 127.0.0.1:8080`, or 127.0.0.1 in [network] allow (`sandgate check \
+             rebind.test:8080` explains)"
+        );
+        let v6 = line(request(
+            "deny",
+            "v6.test",
+            443,
+            "address guard: fd00::1 is a private network address",
+        ));
+        assert!(v6.unwrap().contains("`sandgate allow [fd00::1]:443`"));
+        // Another denial keeps the usual line: asking for the name does help there.
+        let other = line(request("deny", "x.test", 443, "deny x.test (command line)")).unwrap();
+        assert!(other.contains("have a person run `sandgate allow x.test`"), "{other}");
+        let unresolvable = line(request("allow", "typo.test", 443, "name does not resolve"));
+        assert_eq!(
+            unresolvable.as_deref(),
+            Some(
+                "sandgate: typo.test:443 is allowed, but the name does not resolve (sandgate \
+                 resolves it on the host); check the spelling"
+            )
+        );
+        assert_eq!(line(request("allow", "ok.test", 443, "ok.test (command line)")), None);
+        let quiet = Output { stderr_notices: false, ..out };
+        let ev = request("allow", "typo.test", 443, "name does not resolve");
+        assert_eq!(event_line(&ev, "sg-1", quiet, false), None);
+    }
 
     /// Issue 32, part 3: the line an agent reads when a person denies its request
     /// (`…was denied by in Telegram by @bob (denied for this session)` before).

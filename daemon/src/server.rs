@@ -938,8 +938,12 @@ async fn pass_on(
                 | Event::OverBudget { .. }
                 | Event::DaemonStopping => true,
                 // A launcher also hears its sandbox's refused requests, to say so on the
-                // command's stderr (HTTPS clients never show the 403 body).
-                Event::Request { decision, .. } => launcher && decision != "allow",
+                // command's stderr (HTTPS clients never show the 403 body), and its allowed
+                // names that do not resolve (they show a bare 502).
+                Event::Request { decision, rule, .. } => {
+                    launcher
+                        && (decision != "allow" || rule == sandgate_proxy::Refusal::UNRESOLVABLE)
+                }
                 _ => false,
             };
             !(all_kinds || wanted) || tx.send(line(&ev)).await.is_ok()

@@ -273,6 +273,10 @@ fn a_refused_request_is_said_on_the_commands_stderr_unless_quiet() {
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
     let line = format!("sandgate: denied 127.0.0.1:{port} (");
     assert!(stderr.contains(&line) && stderr.contains("sandgate check"), "{stderr}");
+    // The 403 lists the grants in force with the policy's patterns (issue 32).
+    ok(&t.sg(&["allow", "granted.example:443", "--always", "--global"]));
+    let (_, stdout, _) = finish(t.spawn_net(&[&deny], &["sh", "-c", &curl_body_sh(&url)]));
+    assert!(stdout.contains("Allowed destinations: granted.example:443 (granted)."), "{stdout}");
     let (_, _, stderr) =
         finish(t.spawn_net(&[&deny, "--quiet"], &["sh", "-c", &curl_body_sh(&url)]));
     assert!(!stderr.contains(&line), "{stderr}");

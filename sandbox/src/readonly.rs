@@ -28,9 +28,9 @@
 //! `EROFS` message naming the path before "isn't writable".
 //!
 //! The same scanner, in a tier without network ([`ReadOnlyScanner::watching_network`]), notes
-//! whether the output looked like a network failure (name resolution, a refused or unreachable
-//! connection: [`NETWORK_FAILURES`]), so that the launcher's "this tier has no network" note
-//! follows such a failure and not any failing command.
+//! whether the end of the output looked like a network failure (name resolution, a refused or
+//! unreachable connection: [`NETWORK_FAILURES`]), so that the launcher's "this tier has no
+//! network" note follows such a failure and not any failing command.
 
 use std::sync::{Arc, Mutex};
 
@@ -64,9 +64,6 @@ pub const NETWORK_FAILURES: &[&[u8]] = &[
     b"Couldn't connect to server",
     b"Failed to connect to",
 ];
-
-/// Longest of [`NETWORK_FAILURES`] (for the seam between two chunks).
-const LONGEST_NETWORK_FAILURE: usize = 35;
 
 /// Most distinct paths kept.
 pub const MAX_PATHS: usize = 16;
@@ -115,8 +112,12 @@ impl ReadOnlyScanner {
         ReadOnlyScanner { watch_network: true, ..ReadOnlyScanner::default() }
     }
 
-    /// Whether the output so far held a message of [`NETWORK_FAILURES`] (always `false` unless
-    /// [`watching_network`](Self::watching_network)).
+    /// Whether the end of the output (its last [`TAIL`] bytes, where the error that ended a
+    /// failed command is) held a message of [`NETWORK_FAILURES`]; known once the stream ended
+    /// ([`finish`](Self::finish)), always `false` unless
+    /// [`watching_network`](Self::watching_network). Only the end is looked at: the note it
+    /// is for follows a failed command, and reading every byte for some twenty phrases doubled
+    /// the relay's cost of a command writing much to stderr.
     pub fn network_failure(&self) -> bool {
         self.network_failure
     }
@@ -125,13 +126,6 @@ impl ReadOnlyScanner {
     pub fn feed(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
-        }
-        if self.watch_network && !self.network_failure {
-            // Once seen, never looked for again.
-            let keep = self.tail.len().min(LONGEST_NETWORK_FAILURE - 1);
-            let mut seam = self.tail[self.tail.len() - keep..].to_vec();
-            seam.extend_from_slice(&bytes[..bytes.len().min(LONGEST_NETWORK_FAILURE - 1)]);
-            self.network_failure = has_network_failure(&seam) || has_network_failure(bytes);
         }
         // The phrase may start in the bytes already kept (the longer one: it covers both).
         let overlap = self.tail.len().min(PHRASE.len());
@@ -153,8 +147,12 @@ impl ReadOnlyScanner {
         }
     }
 
-    /// The stream ended: looks at a last line without a newline.
+    /// The stream ended: looks at a last line without a newline (and, when watching for one,
+    /// for a network failure in the last [`TAIL`] bytes).
     pub fn finish(&mut self) {
+        if self.watch_network {
+            self.network_failure = has_network_failure(&self.tail);
+        }
         if self.pending || has_phrase(self.partial()) {
             self.examine(true);
         }
@@ -507,21 +505,31 @@ mod tests {
             "OSError: [Errno 101] Network is unreachable\n",
             "wget: unable to resolve host address 'example.org'\n",
         ];
+        let seen = |s: &mut ReadOnlyScanner| {
+            s.finish();
+            s.network_failure()
+        };
         for text in failures {
             let mut s = ReadOnlyScanner::watching_network();
             s.feed(text.as_bytes());
-            assert!(s.network_failure(), "{text:?}");
-            // Split anywhere, the same.
+            assert!(seen(&mut s), "{text:?}");
+            // Split anywhere, after much other output: the same.
             for cut in 1..text.len() {
                 let mut s = ReadOnlyScanner::watching_network();
+                s.feed(&b"compiling x v1.0\n".repeat(4000));
                 s.feed(&text.as_bytes()[..cut]);
                 s.feed(&text.as_bytes()[cut..]);
-                assert!(s.network_failure(), "{text:?} cut at {cut}");
+                assert!(seen(&mut s), "{text:?} cut at {cut}");
             }
             // Only when asked to watch.
             let mut s = ReadOnlyScanner::new();
             s.feed(text.as_bytes());
-            assert!(!s.network_failure(), "{text:?}");
+            assert!(!seen(&mut s), "{text:?}");
+            // Only at the end: a failure that a retry got over is no reason for the note.
+            let mut s = ReadOnlyScanner::watching_network();
+            s.feed(text.as_bytes());
+            s.feed(&b"retrying... then another failure\n".repeat(1000));
+            assert!(!seen(&mut s), "{text:?}");
         }
         for text in [
             "",
@@ -534,10 +542,8 @@ mod tests {
         ] {
             let mut s = ReadOnlyScanner::watching_network();
             s.feed(text.as_bytes());
-            assert!(!s.network_failure(), "{text:?}");
+            assert!(!seen(&mut s), "{text:?}");
         }
-        let longest = NETWORK_FAILURES.iter().map(|n| n.len()).max();
-        assert_eq!(longest, Some(LONGEST_NETWORK_FAILURE));
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub struct CheckArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Do not resolve the name (by default a name the proxy would resolve is, and what the
+    /// address guard does with its addresses is said: a name that resolves to a loopback or
+    /// private address is refused however it is allowed).
+    #[arg(long = "no-resolve")]
+    pub no_resolve: bool,
 }
 
 /// Parses `--net`.
@@ -64,6 +69,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<u8> {
         allow: args.allow,
         deny: args.deny,
         net: args.net,
+        resolve: !args.no_resolve,
     };
     emit(policy_report::check(query), args.json)
 }

@@ -7,7 +7,7 @@
 //!    - an answer ([`Broker::answer`]) from any channel: it is *claimed* (a second answer now
 //!      gets [`AnswerError::AlreadyAnswered`]), the grants are persisted through the
 //!      [`GrantWriter`], then every waiter is released with the same [`Resolution`] and
-//!      [`BrokerEvent::Answered`] is published;
+//!      [`BrokerEvent::Answered`] is published (see "Stored, then acknowledged" below);
 //!    - its deadline (first ask + timeout): every waiter gets [`Resolution::TimedOut`] (a denial)
 //!      and [`BrokerEvent::TimedOut`] is published.
 //!
@@ -16,6 +16,19 @@
 //!
 //! A waiter that goes away (the client hung up) does not end the question: it stays answerable
 //! until its deadline, so an answer still becomes a grant the retried request will find.
+//!
+//! # Stored, then acknowledged
+//!
+//! A person's answer is stored before anything acknowledges it, whatever the channel: the
+//! [`GrantWriter`] has returned for every grant of the answer before a waiter is released (the
+//! request goes on, or gets its 403), before [`BrokerEvent::Answered`] is published (the chat's
+//! edit, the launcher's and `watch`'s lines) and before [`Broker::answer`] returns (the chat's
+//! reply, the button's toast, the CLI's exit). So a crash right after any acknowledgement loses
+//! nothing the person was told. This order lives here, in [`Broker::answer`] alone: the
+//! channels only react to its result and its event. A grant the writer could not store is
+//! named in [`Answered::grant_errors`], which every channel shows with its acknowledgement; the
+//! waiters still get the person's answer (a store failure must not hold them, nor turn an
+//! allow into a denial).
 //!
 //! Budgets: a sandbox may open at most [`BrokerConfig::questions_per_minute`] new questions per
 //! [`BrokerConfig::budget_window`]; past it a new question is not asked but denied at once
@@ -453,6 +466,13 @@ struct Closed {
     by: Option<Responder>,
 }
 
+/// An answer's claim: the questions it took and the grants to store for it.
+struct Claim {
+    ids: Vec<QuestionId>,
+    requests: Vec<GrantRequest>,
+    pattern: String,
+}
+
 #[derive(Default)]
 struct State {
     next_id: u64,
@@ -665,7 +685,8 @@ impl Broker {
     }
 
     /// Applies an answer: the first answer to a question wins, later ones get
-    /// [`AnswerError::AlreadyAnswered`]. See the module docs for the order of events.
+    /// [`AnswerError::AlreadyAnswered`]. Its grants are stored before anything acknowledges it
+    /// (see "Stored, then acknowledged" in the module docs).
     pub async fn answer(
         &self,
         target: AnswerTarget,
@@ -673,91 +694,112 @@ impl Broker {
         by: Responder,
     ) -> Result<Answered, AnswerError> {
         let at = SystemTime::now();
-        // 1. Claim the questions it covers.
-        let (claimed, requests, pattern) = {
-            let mut st = self.state();
-            let (ids, pattern, ports, sandbox) = match &target {
-                AnswerTarget::Question(id) => {
-                    let Some(open) = st.open.get(id) else {
-                        return Err(match st.closed.iter().rev().find(|c| c.id == *id) {
-                            Some(c) => AnswerError::AlreadyAnswered {
-                                id: *id,
-                                how: c.how.clone(),
-                                by: c.by.clone(),
-                            },
-                            None => AnswerError::NotFound { id: *id },
-                        });
-                    };
-                    if let Some(who) = &open.claimed {
-                        return Err(AnswerError::AlreadyAnswered {
-                            id: *id,
-                            how: format!("being answered {who}"),
-                            by: Some(who.clone()),
-                        });
-                    }
-                    let q = &open.info.question;
-                    (vec![*id], q.host.clone(), Ports::Asked, None)
-                }
-                AnswerTarget::Host { pattern, sandbox, any_port } => {
-                    let (pat, typed) = AnswerPattern::parse_with_port(pattern)?;
-                    let mut ids: Vec<QuestionId> = st
-                        .open
-                        .values()
-                        .filter(|o| o.claimed.is_none())
-                        .filter(|o| {
-                            sandbox.as_ref().is_none_or(|s| s.id == o.info.question.sandbox)
-                        })
-                        .filter(|o| pat.matches(&o.info.question.host))
-                        .filter(|o| typed.is_none_or(|p| p == o.info.question.port))
-                        .map(|o| o.info.id)
-                        .collect();
-                    ids.sort();
-                    let ports = match (any_port, typed) {
-                        (true, _) => Ports::Any,
-                        (false, Some(p)) => Ports::Typed(p),
-                        (false, None) => Ports::Asked,
-                    };
-                    (ids, pat.as_str().to_string(), ports, sandbox.clone())
-                }
-            };
-            let covered: Vec<PendingQuestion> =
-                ids.iter().filter_map(|id| st.open.get(id)).map(|o| o.info.clone()).collect();
-            let requests =
-                grant_requests(&covered, sandbox.as_ref(), &pattern, ports, answer, &by, at)?;
-            for id in &ids {
-                if let Some(o) = st.open.get_mut(id) {
-                    o.claimed = Some(by.clone());
-                }
-            }
-            (ids, requests, pattern)
-        };
+        let claim = self.claim(&target, answer, &by, at)?;
+        let (grants, grant_errors) = self.store(claim.requests).await;
+        let released = self.acknowledge(&claim.ids, answer, &by, &claim.pattern);
+        Ok(Answered { released, grants, grant_errors })
+    }
 
-        // 2. Persist (off the async threads: the store's calls block).
+    /// Step 1 of an answer: claims the open questions `target` covers (a second answer to them
+    /// now loses) and derives the grants to store.
+    fn claim(
+        &self,
+        target: &AnswerTarget,
+        answer: Answer,
+        by: &Responder,
+        at: SystemTime,
+    ) -> Result<Claim, AnswerError> {
+        let mut st = self.state();
+        let (ids, pattern, ports, sandbox) = match target {
+            AnswerTarget::Question(id) => {
+                let Some(open) = st.open.get(id) else {
+                    return Err(match st.closed.iter().rev().find(|c| c.id == *id) {
+                        Some(c) => AnswerError::AlreadyAnswered {
+                            id: *id,
+                            how: c.how.clone(),
+                            by: c.by.clone(),
+                        },
+                        None => AnswerError::NotFound { id: *id },
+                    });
+                };
+                if let Some(who) = &open.claimed {
+                    return Err(AnswerError::AlreadyAnswered {
+                        id: *id,
+                        how: format!("being answered {who}"),
+                        by: Some(who.clone()),
+                    });
+                }
+                let q = &open.info.question;
+                (vec![*id], q.host.clone(), Ports::Asked, None)
+            }
+            AnswerTarget::Host { pattern, sandbox, any_port } => {
+                let (pat, typed) = AnswerPattern::parse_with_port(pattern)?;
+                let mut ids: Vec<QuestionId> = st
+                    .open
+                    .values()
+                    .filter(|o| o.claimed.is_none())
+                    .filter(|o| sandbox.as_ref().is_none_or(|s| s.id == o.info.question.sandbox))
+                    .filter(|o| pat.matches(&o.info.question.host))
+                    .filter(|o| typed.is_none_or(|p| p == o.info.question.port))
+                    .map(|o| o.info.id)
+                    .collect();
+                ids.sort();
+                let ports = match (any_port, typed) {
+                    (true, _) => Ports::Any,
+                    (false, Some(p)) => Ports::Typed(p),
+                    (false, None) => Ports::Asked,
+                };
+                (ids, pat.as_str().to_string(), ports, sandbox.clone())
+            }
+        };
+        let covered: Vec<PendingQuestion> =
+            ids.iter().filter_map(|id| st.open.get(id)).map(|o| o.info.clone()).collect();
+        let requests = grant_requests(&covered, sandbox.as_ref(), &pattern, ports, answer, by, at)?;
+        for id in &ids {
+            if let Some(o) = st.open.get_mut(id) {
+                o.claimed = Some(by.clone());
+            }
+        }
+        Ok(Claim { ids, requests, pattern })
+    }
+
+    /// Step 2: stores the grants (off the async threads: the store's calls block) and waits
+    /// until the writer has returned for each. Returns the ids stored and the errors.
+    async fn store(&self, requests: Vec<GrantRequest>) -> (Vec<String>, Vec<String>) {
         let mut grants = Vec::new();
         let mut grant_errors = Vec::new();
-        if let Some(writer) = self.inner.writer.clone() {
-            let results = tokio::task::spawn_blocking(move || {
-                requests.iter().map(|r| writer.write(r)).collect::<Vec<_>>()
-            })
-            .await
-            .unwrap_or_else(|e| vec![Err(format!("grant writer failed: {e}"))]);
-            for r in results {
-                match r {
-                    Ok(id) => grants.push(id),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not record a grant");
-                        grant_errors.push(e);
-                    }
+        let Some(writer) = self.inner.writer.clone() else { return (grants, grant_errors) };
+        let results = tokio::task::spawn_blocking(move || {
+            requests.iter().map(|r| writer.write(r)).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_else(|e| vec![Err(format!("grant writer failed: {e}"))]);
+        for r in results {
+            match r {
+                Ok(id) => grants.push(id),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not record a grant");
+                    grant_errors.push(e);
                 }
             }
         }
+        (grants, grant_errors)
+    }
 
-        // 3. Release.
+    /// Step 3, only once the answer is stored: releases the claimed questions' waiters and
+    /// publishes [`BrokerEvent::Answered`] for each. Returns the questions released.
+    fn acknowledge(
+        &self,
+        claimed: &[QuestionId],
+        answer: Answer,
+        by: &Responder,
+        pattern: &str,
+    ) -> Vec<PendingQuestion> {
         let mut released = Vec::new();
-        let outcome = Resolution::Answered { answer, by: by.clone(), pattern: pattern.clone() };
+        let outcome = Resolution::Answered { answer, by: by.clone(), pattern: pattern.to_owned() };
         {
             let mut st = self.state();
-            for id in claimed {
+            for &id in claimed {
                 if let Some(open) =
                     st.close(id, answer.to_string() + " " + &by.to_string(), Some(by.clone()))
                 {
@@ -771,10 +813,10 @@ impl Broker {
                 question: q.clone(),
                 answer,
                 by: by.clone(),
-                pattern: pattern.clone(),
+                pattern: pattern.to_owned(),
             });
         }
-        Ok(Answered { released, grants, grant_errors })
+        released
     }
 
     fn expire(&self, id: QuestionId) {

@@ -366,6 +366,127 @@ async fn a_failing_grant_writer_still_releases_and_reports() {
     assert!(h.await.unwrap().allows());
 }
 
+/// A grant writer held inside `write` until the test lets it go: the moment the answer is being
+/// stored, observed without a sleep.
+struct HeldWriter {
+    /// Told once the writer is inside `write`.
+    inside: Mutex<std::sync::mpsc::Sender<()>>,
+    /// Waited on before `write` returns.
+    go: Mutex<std::sync::mpsc::Receiver<()>>,
+    stored: Mutex<Vec<GrantRequest>>,
+}
+
+/// The test's ends of a [`HeldWriter`]: hears it is inside, lets it go.
+struct HeldEnds {
+    inside: std::sync::mpsc::Receiver<()>,
+    go: std::sync::mpsc::Sender<()>,
+}
+
+impl HeldWriter {
+    fn new() -> (Arc<HeldWriter>, HeldEnds) {
+        let (inside_tx, inside) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let w = HeldWriter {
+            inside: Mutex::new(inside_tx),
+            go: Mutex::new(go_rx),
+            stored: Mutex::default(),
+        };
+        (Arc::new(w), HeldEnds { inside, go })
+    }
+}
+
+impl GrantWriter for HeldWriter {
+    fn write(&self, g: &GrantRequest) -> Result<String, String> {
+        let _ = self.inside.lock().unwrap().send(());
+        let _ = self.go.lock().unwrap().recv();
+        let mut v = self.stored.lock().unwrap();
+        v.push(g.clone());
+        Ok(v.len().to_string())
+    }
+}
+
+/// Polls `fut` once: `Some` when it is ready now. A future that waits on a channel looks at the
+/// channel when polled, so `None` says the value is not there (not merely not seen yet).
+async fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    let mut fut = fut;
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+/// Issue 32, part 6: a person's answer is stored before anything acknowledges it. While the
+/// grant writer is held inside `write`, the waiting request is not released (its future, polled,
+/// is still waiting), no `Answered` event is out (what the chat's edit, `watch` and the
+/// launcher's notice react to) and `answer` has not returned (the chat's reply, the CLI's
+/// exit); once the writer returns, all three happen. For each kind of answer a channel sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_stored_before_anything_acknowledges_it() {
+    let host = |pattern: &str| AnswerTarget::Host {
+        pattern: pattern.into(),
+        sandbox: None,
+        any_port: false,
+    };
+    let rows: [(&str, Option<AnswerTarget>, Answer); 4] = [
+        ("a button: allow for the session", None, Answer::Allow(Scope::Session)),
+        ("a button: deny", None, Answer::Deny(Scope::Session)),
+        ("`/deny HOST` (a host)", Some(host("pkg.registry.example")), Answer::Deny(Scope::Session)),
+        (
+            "`sandgate allow '*.registry.example' --for 1h`",
+            Some(host("*.registry.example")),
+            Answer::Allow(Scope::For(Duration::from_secs(3600))),
+        ),
+    ];
+    for (what, target, answer) in rows {
+        let (writer, ends) = HeldWriter::new();
+        let b = Broker::new(BrokerConfig::default(), Some(writer.clone()));
+        let mut events = b.subscribe();
+        let mut waiter = std::pin::pin!(b.ask(q("sb", "pkg.registry.example", 443)));
+        assert!(poll_once(waiter.as_mut()).await.is_none(), "{what}: the request waits");
+        let id = b.pending()[0].id;
+        assert!(matches!(events.try_recv(), Ok(BrokerEvent::Asked(p)) if p.id == id), "{what}");
+        let target = target.unwrap_or(AnswerTarget::Question(id));
+        let answering = tokio::spawn({
+            let b = b.clone();
+            async move { b.answer(target, answer, alice()).await }
+        });
+        let HeldEnds { inside, go } = ends;
+        let entered =
+            tokio::task::spawn_blocking(move || inside.recv_timeout(Duration::from_secs(20)))
+                .await
+                .unwrap();
+        if entered.is_err() {
+            panic!("{what}: the writer was never called: {:?}", answering.await);
+        }
+
+        // Being stored: nothing has acknowledged it.
+        assert!(poll_once(waiter.as_mut()).await.is_none(), "{what}: released before stored");
+        assert!(
+            matches!(events.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Empty)),
+            "{what}: published before stored"
+        );
+        assert!(!answering.is_finished(), "{what}: answered before stored");
+        assert!(writer.stored.lock().unwrap().is_empty());
+
+        go.send(()).unwrap();
+        let done = answering.await.unwrap().unwrap();
+        assert_eq!((done.grants.len(), done.released.len()), (1, 1), "{what}: {done:?}");
+        assert_eq!(writer.stored.lock().unwrap().len(), 1, "{what}");
+        let released = waiter.await;
+        assert!(
+            matches!(&released, Resolution::Answered { answer: a, .. } if *a == answer),
+            "{what}: {released:?}"
+        );
+        assert!(
+            matches!(events.try_recv(), Ok(BrokerEvent::Answered { question, .. }) if question.id == id),
+            "{what}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_an_answer_is_being_recorded_others_lose_and_newcomers_join() {
     let gate = Arc::new(std::sync::Barrier::new(2));

@@ -176,6 +176,27 @@ impl GrantCache {
         fresh
     }
 
+    /// The live allow grants for this sandbox / project, as a 403 lists them (`host:port`, or
+    /// the pattern alone for every port), oldest first.
+    pub fn listed(&self, sandbox: &str, project: Option<&str>) -> Vec<String> {
+        let now = Timestamp::now();
+        let compiled = self.current(now);
+        compiled
+            .entries
+            .iter()
+            .filter(|e| e.grant.is_live(now) && e.grant.grant.effect == Effect::Allow)
+            .filter(|e| match &e.grant.grant.target {
+                GrantTarget::Global => true,
+                GrantTarget::Sandbox(s) => s == sandbox,
+                GrantTarget::Project(p) => project == Some(p.as_str()),
+            })
+            .map(|e| match (e.pattern.port, e.grant.grant.port) {
+                (None, Some(port)) => format!("{}:{port}", e.grant.grant.pattern),
+                _ => e.grant.grant.pattern.clone(),
+            })
+            .collect()
+    }
+
     /// A live grant of `effect` covering `host:port` for this sandbox / project (the most
     /// specific pattern first, as in a policy: exact name, longest `*.` suffix, ...).
     pub fn find(
@@ -222,67 +243,124 @@ enum RecordOp {
     Flush(std::sync::mpsc::Sender<()>),
 }
 
+/// Attempts at a sandbox row whose write found the store busy (each waits the store's busy
+/// timeout): a lost registration would make every session grant for that sandbox fail.
+const RECORD_ATTEMPTS: u32 = 3;
+
+/// How long a grant for a sandbox waits for the sandbox's row (see [`Writer`]).
+const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Sandbox rows are history, not policy: they are written in order by one thread, off the
-/// launch path, so a launch does not wait for the store's `fsync`. Readers (`ls`, `status`)
-/// flush first.
+/// launch path, so a launch does not wait for the store's `fsync`. Readers (`ls`, `status`,
+/// `rules`) and writers of what refers to a row (a grant for one sandbox, see [`Writer`]) flush
+/// first. Cheap to clone; clones share the thread.
+#[derive(Clone)]
 pub struct Records {
     tx: std::sync::mpsc::Sender<RecordOp>,
+    /// Operations sent and not yet done.
+    backlog: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Records {
     /// Starts the writer thread.
     pub fn start(store: Store) -> Records {
+        Records::start_after(store, None)
+    }
+
+    /// [`Records::start`], the thread writing nothing until `hold` says so (or is dropped).
+    fn start_after(store: Store, hold: Option<std::sync::mpsc::Receiver<()>>) -> Records {
+        use std::sync::atomic::Ordering;
         let (tx, rx) = std::sync::mpsc::channel::<RecordOp>();
+        let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let left = backlog.clone();
         std::thread::Builder::new()
             .name("sandgate-records".into())
             .spawn(move || {
+                if let Some(hold) = hold {
+                    let _ = hold.recv();
+                }
                 for op in rx {
-                    let r = match op {
-                        RecordOp::Register(s) => store.register_sandbox(&s).map(drop),
-                        RecordOp::Finish(id, status, at) => store.finish_sandbox(&id, status, at),
-                        RecordOp::Lost(id, at) => store.mark_lost(&id, at).map(drop),
-                        RecordOp::Flush(done) => {
-                            let _ = done.send(());
-                            Ok(())
+                    let mut attempt = 1;
+                    let r = loop {
+                        match apply(&store, &op) {
+                            Err(StoreError::Busy { .. }) if attempt < RECORD_ATTEMPTS => {
+                                attempt += 1;
+                            }
+                            r => break r,
                         }
                     };
                     if let Err(e) = r {
                         tracing::warn!(error = %e, "sandbox record not written");
                     }
+                    left.fetch_sub(1, Ordering::AcqRel);
                 }
             })
             .map_or_else(
                 |e| {
                     tracing::error!(error = %e, "no sandbox record thread");
-                    Records { tx: std::sync::mpsc::channel().0 }
+                    Records { tx: std::sync::mpsc::channel().0, backlog: Arc::default() }
                 },
-                |_| Records { tx },
+                |_| Records { tx, backlog },
             )
+    }
+
+    fn send(&self, op: RecordOp) -> bool {
+        use std::sync::atomic::Ordering;
+        self.backlog.fetch_add(1, Ordering::AcqRel);
+        let sent = self.tx.send(op).is_ok();
+        if !sent {
+            self.backlog.fetch_sub(1, Ordering::AcqRel);
+        }
+        sent
     }
 
     /// Records a sandbox as running (again).
     pub fn register(&self, s: sandgate_store::NewSandbox) {
-        let _ = self.tx.send(RecordOp::Register(Box::new(s)));
+        self.send(RecordOp::Register(Box::new(s)));
     }
 
     /// Records its end.
     pub fn finish(&self, id: String, exit_status: Option<i32>) {
-        let _ = self.tx.send(RecordOp::Finish(id, exit_status, Timestamp::now()));
+        self.send(RecordOp::Finish(id, exit_status, Timestamp::now()));
     }
 
     /// Records that its launcher went away.
     pub fn lost(&self, id: String) {
-        let _ = self.tx.send(RecordOp::Lost(id, Timestamp::now()));
+        self.send(RecordOp::Lost(id, Timestamp::now()));
     }
 
     /// Waits (up to 2 s) until everything sent so far is written.
     pub async fn flush(&self) {
+        let records = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            records.flush_blocking(std::time::Duration::from_secs(2))
+        })
+        .await;
+    }
+
+    /// Waits (up to `patience`, on this thread) until everything sent so far is written;
+    /// whether it was.
+    pub fn flush_blocking(&self, patience: std::time::Duration) -> bool {
         let (done, rx) = std::sync::mpsc::channel();
-        if self.tx.send(RecordOp::Flush(done)).is_ok() {
-            let _ = tokio::task::spawn_blocking(move || {
-                rx.recv_timeout(std::time::Duration::from_secs(2))
-            })
-            .await;
+        self.send(RecordOp::Flush(done)) && rx.recv_timeout(patience).is_ok()
+    }
+
+    /// Operations sent and not yet done (tests watch the thread's progress with it).
+    #[cfg(test)]
+    fn backlog(&self) -> usize {
+        self.backlog.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Writes one sandbox row change.
+fn apply(store: &Store, op: &RecordOp) -> Result<(), StoreError> {
+    match op {
+        RecordOp::Register(s) => store.register_sandbox(s).map(drop),
+        RecordOp::Finish(id, status, at) => store.finish_sandbox(id, *status, *at),
+        RecordOp::Lost(id, at) => store.mark_lost(id, *at).map(drop),
+        RecordOp::Flush(done) => {
+            let _ = done.send(());
+            Ok(())
         }
     }
 }
@@ -418,6 +496,11 @@ impl GrantSource for Grants {
             find(Effect::Allow)
         })
     }
+
+    fn listed(&self, sandbox: &sandgate_proxy::SandboxId) -> Vec<String> {
+        let project = self.0.project_of(sandbox.as_str());
+        self.0.grants.listed(sandbox.as_str(), project.as_deref())
+    }
 }
 
 /// [`Approver`]: a deny grant answers at once; otherwise the broker asks a person.
@@ -514,16 +597,28 @@ impl EventSink for Sink {
 }
 
 /// [`approvals::GrantWriter`]: answers become grants in the store; the cache is reloaded.
+///
+/// A grant for one sandbox refers to the sandbox's row, which [`Records`] writes in the
+/// background: the writer waits for the rows sent before it (issue 32: a `/deny` answered a
+/// moment after the launch was acknowledged in the chat while its grant failed for want of the
+/// row, and was lost).
 pub struct Writer {
     /// The store.
     pub store: Store,
     /// The cache to reload.
     pub grants: Arc<GrantCache>,
+    /// The sandbox rows a grant may refer to.
+    pub records: Records,
 }
 
 impl approvals::GrantWriter for Writer {
     fn write(&self, g: &approvals::GrantRequest) -> Result<String, String> {
         let s = self;
+        if let GrantTarget::Sandbox(id) = &g.target
+            && !s.records.flush_blocking(RECORD_PATIENCE)
+        {
+            tracing::warn!(sandbox = %id, "sandbox records not written in time");
+        }
         let created = Timestamp::from_system_time(g.at);
         let scope = match g.scope {
             // "Once" covers the waiting requests and the same sandbox's next ones to the same
@@ -611,6 +706,8 @@ pub struct DaemonBot(pub Arc<Shared>, pub SystemTime);
 
 impl approvals::telegram::BotControl for DaemonBot {
     fn rules(&self) -> String {
+        // "Current" depends on which sandboxes still run: their rows first.
+        self.0.records.flush_blocking(std::time::Duration::from_secs(2));
         match self.0.store.list_grants(GrantList::Current(Timestamp::now())) {
             Ok(g) if g.is_empty() => "No grants.".to_owned(),
             Ok(g) => g.iter().map(format_grant).collect::<Vec<_>>().join("\n"),
@@ -750,15 +847,80 @@ mod tests {
         // Once grants are for the requests that were waiting, never later ones.
         assert!(!allow("sb1", None, "once.example.com", 443));
         let _ = once;
+        // A 403 lists the allow grants that apply (port included), not the deny ones, not
+        // another sandbox's or project's, not once grants.
+        assert_eq!(
+            cache.listed("sb1", Some("p1")),
+            ["a.example.com", "*.proj.example:443", "g.example.com", "old.example.com"]
+        );
+        assert_eq!(cache.listed("sb2", Some("p2")), ["g.example.com", "old.example.com"]);
         // Expired grants stop matching without a reload.
         std::thread::sleep(std::time::Duration::from_millis(60));
         assert!(!allow("sb1", None, "old.example.com", 443));
+        assert_eq!(cache.listed("sb2", Some("p2")), ["g.example.com"], "nor expired ones");
         // Revoked: gone after the reload the daemon does on every change.
         let all = store.list_grants(GrantList::All).unwrap();
         let g = all.iter().find(|g| g.grant.pattern == "g.example.com").unwrap();
         store.revoke_grant(g.id, Timestamp::now()).unwrap();
         cache.reload().unwrap();
         assert!(!allow("sb9", None, "g.example.com", 1));
+    }
+
+    /// Issue 32, part 6 (the flaky `a_deny_command_releases_the_held_request_with_a_403`): a
+    /// person's session answer comes while the sandbox's row is still queued for the records
+    /// thread. The grant waits for the row and is stored; before the fix it failed ("no sandbox")
+    /// while the chat was told the answer, and `rules` then listed nothing. The records thread is
+    /// held until the writer is seen waiting for it (two operations queued: the row, the
+    /// writer's flush), or until the writer returned: that would be the bug.
+    #[test]
+    fn a_grant_for_a_sandbox_whose_row_is_still_queued_waits_for_it() {
+        use approvals::GrantWriter as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let (hold, held) = std::sync::mpsc::channel();
+        let records = Records::start_after(store.clone(), Some(held));
+        records.register(sandgate_store::NewSandbox {
+            id: "sb1".into(),
+            tier: "net".into(),
+            command: vec!["curl".into()],
+            cwd: "/p".into(),
+            project: Some("/p".into()),
+            uid: 0,
+            pid: 1,
+            started: Timestamp::now(),
+        });
+        let writer = Writer {
+            store: store.clone(),
+            grants: Arc::new(GrantCache::new(store.clone())),
+            records: records.clone(),
+        };
+        let at = SystemTime::now();
+        let request = approvals::GrantRequest {
+            pattern: "127.0.0.1".into(),
+            port: Some(8080),
+            effect: Effect::Deny,
+            scope: approvals::Scope::Session,
+            target: GrantTarget::Sandbox("sb1".into()),
+            expires: None,
+            by: approvals::Responder::new(approvals::Channel::Telegram, "@bob"),
+            at,
+        };
+        let writing = std::thread::spawn(move || writer.write(&request));
+        let started = std::time::Instant::now();
+        while records.backlog() < 2 && !writing.is_finished() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "stuck");
+            std::thread::yield_now();
+        }
+        assert!(
+            !writing.is_finished(),
+            "the grant was written before the sandbox's row: {:?}",
+            writing.join()
+        );
+        hold.send(()).unwrap();
+        let id = writing.join().unwrap().expect("the grant is stored");
+        let all = store.list_grants(GrantList::All).unwrap();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!((all[0].id.wire(), all[0].grant.effect), (id, Effect::Deny));
     }
 
     #[test]

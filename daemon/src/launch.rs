@@ -597,11 +597,12 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     spec.caches = layers.caches.clone();
     spec.hidden.extend(layers.hidden.iter().cloned());
     sandgate_sandbox::timing_mark("spec built");
-    let code = launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
+    let (code, network_failure) =
+        launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
     drop(layers);
     sandgate_sandbox::timing_mark("command ended, sandbox gone");
-    if let Some(hint) = failure_hint(&spec, &args, code) {
-        eprintln!("sandgate: {hint}");
+    if let Some(hint) = failure_hint(&spec, &args, code, network_failure) {
+        sandgate_sandbox::notice::notice(&format!("sandgate: {hint}"));
     }
     Ok(code)
 }
@@ -688,10 +689,18 @@ fn prepared_id(prepared: &PreparedNet) -> Option<SandboxId> {
 }
 
 /// One line after a failed command in a tier without network: "Could not resolve host" says
-/// nothing about the sandbox, and an agent reading it would otherwise retry in vain.
-fn failure_hint(spec: &SandboxSpec, args: &LaunchOptions, code: u8) -> Option<String> {
+/// nothing about the sandbox, and an agent reading it would otherwise retry in vain. Only after
+/// output that looked like a network failure (`network_failure`, from the relay of the command's
+/// stderr: name resolution, a refused or unreachable connection), not after any failure
+/// (`sandbox-run false`); `None` (nothing relayed, as on macOS): after any failure.
+fn failure_hint(
+    spec: &SandboxSpec,
+    args: &LaunchOptions,
+    code: u8,
+    network_failure: Option<bool>,
+) -> Option<String> {
     // 126/127: not started; 128+N: killed (Ctrl-C is no failure to explain).
-    let failed = code != 0 && code < 126;
+    let failed = code != 0 && code < 126 && network_failure != Some(false);
     (failed && !args.quiet && !args.command.is_empty() && spec.net == NetSetup::None).then(|| {
         format!(
             "note: the `{}` tier has no network; if the command needed it, run it with \
@@ -823,7 +832,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     (prepared, asked): (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
         greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
@@ -835,7 +844,7 @@ fn launch(
         Ok(l) => l,
         Err(SandboxError::CommandNotFound { command }) => {
             eprintln!("sandgate: {command}: command not found");
-            return Ok(127);
+            return Ok((127, None));
         }
         Err(e) => return Err(e.into()),
     };
@@ -860,8 +869,10 @@ fn launch(
     sandgate_sandbox::timing_mark("sandbox gone (init reaped, stderr relayed)");
     served.finish(code, args.report_blocked);
     sandgate_sandbox::timing_mark("proxy released (daemon answered unregister)");
+    let network_failure =
+        read_only.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).network_failure());
     read_only_hint(spec, read_only, code);
-    Ok(code)
+    Ok((code, network_failure))
 }
 
 /// After a failed command: the read-only paths it reported and how to open them (see
@@ -889,7 +900,7 @@ fn read_only_hint(
         caches: &caches,
     };
     for line in crate::readonly_hint::lines(&cx, scanner.paths(), scanner.unnamed()) {
-        eprintln!("sandgate: {line}");
+        sandgate_sandbox::notice::notice(&format!("sandgate: {line}"));
     }
 }
 
@@ -1132,7 +1143,7 @@ impl BlockedReporter {
                         (a, Some(port)) => format!("{a}:{port}"),
                         (a, None) => a.to_string(),
                     };
-                    eprintln!("sandgate: blocked {proto} {dst}");
+                    sandgate_sandbox::notice::notice(&format!("sandgate: blocked {proto} {dst}"));
                 }
                 if stopping && packets.is_empty() {
                     return;
@@ -1160,7 +1171,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
         None => sandgate_sandbox::PROXY_PORT,
@@ -1172,7 +1183,8 @@ fn launch(
     };
     let code = launched.wait()?;
     served.finish(code, false);
-    Ok(code)
+    // Nothing relayed: whether it was a network failure is not known.
+    Ok((code, None))
 }
 
 /// The proxy's listener on the host (macOS: a port of the host's loopback; Linux: always none,
@@ -1202,7 +1214,7 @@ fn launch(
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<(u8, Option<bool>)> {
     bail!("sandboxing is not implemented on this platform")
 }
 

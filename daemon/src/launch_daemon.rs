@@ -284,11 +284,7 @@ fn follow(
     done: Arc<AtomicBool>,
     out: Output,
 ) {
-    let mut tty = if out.tty_notices {
-        std::fs::OpenOptions::new().write(true).open("/dev/tty").ok()
-    } else {
-        None
-    };
+    let tty = out.tty_notices;
     let mut stopping = false;
     loop {
         if let Ok(Some(v)) = client.next_value() {
@@ -298,13 +294,13 @@ fn follow(
                         if matches!(ev, Event::DaemonStopping) {
                             stopping = true;
                         }
-                        show(&ev, &info.id, out, tty.as_mut());
+                        show(&ev, &info.id, out, tty);
                     }
                 } else if v["id"].as_u64() == Some(UNREGISTER_ID) {
                     // The last blocked packets, drained by the daemon at the end.
                     for b in v["result"]["blocked"].as_array().into_iter().flatten() {
                         if let Ok(ev) = serde_json::from_value::<Event>(b.clone()) {
-                            show(&ev, &info.id, out, None);
+                            show(&ev, &info.id, out, false);
                         }
                     }
                     return;
@@ -317,12 +313,12 @@ fn follow(
         }
         // The daemon went away.
         *writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        eprintln!(
+        sandgate_sandbox::notice::notice(&format!(
             "sandgate: the daemon {}; {} has no network until {}",
             if stopping { "was stopped" } else { "went away" },
             info.id,
             if stopping { "one is started again" } else { "it is back (restarting it)" }
-        );
+        ));
         let mut backoff = Duration::from_millis(20);
         let mut said = false;
         client = loop {
@@ -344,12 +340,14 @@ fn follow(
             // is not back, then keep trying, more slowly.
             if !stopping && !said {
                 said = true;
-                eprintln!(
-                    "sandgate: cannot get {} served again yet: {failure:#}\nsandgate: still \
-                     trying; the daemon's log is {}",
-                    info.id,
+                sandgate_sandbox::notice::notice(&format!(
+                    "sandgate: cannot get {} served again yet: {failure:#}",
+                    info.id
+                ));
+                sandgate_sandbox::notice::notice(&format!(
+                    "sandgate: still trying; the daemon's log is {}",
                     paths.log.display()
-                );
+                ));
                 backoff = Duration::from_secs(1);
             }
             tracing::debug!(error = %failure, "re-register failed");
@@ -358,11 +356,24 @@ fn follow(
             *writer.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
         }
         stopping = false;
-        eprintln!("sandgate: {} is registered with the daemon again; network is back", info.id);
+        sandgate_sandbox::notice::notice(&format!(
+            "sandgate: {} is registered with the daemon again; network is back",
+            info.id
+        ));
     }
 }
 
-fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
+/// Writes one event's line, if it has one for this launcher, where the command's stderr goes,
+/// between the command's lines ([`sandgate_sandbox::notice`]). `tty`: the person is at the
+/// terminal (the lines a person acts on), else the lines an agent reads.
+fn show(ev: &Event, id: &str, out: Output, tty: bool) {
+    if let Some(line) = event_line(ev, id, out, tty) {
+        sandgate_sandbox::notice::notice(&line);
+    }
+}
+
+/// The notice for `ev` (see [`show`]); `None` when it has none for this launcher.
+fn event_line(ev: &Event, id: &str, out: Output, tty: bool) -> Option<String> {
     match ev {
         Event::Blocked { sandbox, protocol, dst, port, .. }
             if out.report_blocked && sandbox == id =>
@@ -372,74 +383,61 @@ fn show(ev: &Event, id: &str, out: Output, tty: Option<&mut std::fs::File>) {
                 (false, Some(p)) => format!("{dst}:{p}"),
                 (_, None) => dst.clone(),
             };
-            eprintln!("sandgate: blocked {protocol} {dst}");
-        }
-        Event::Asked { question } => {
-            if let Some(t) = tty {
-                // One write: the command's own output must not land inside the line.
-                let line = format!("\r\n{}\r\n", asked_line(&question.question));
-                let _ = t.write_all(line.as_bytes());
-            } else if out.stderr_notices {
-                eprintln!("{}", held_line(question));
-            }
+            Some(format!("sandgate: blocked {protocol} {dst}"))
         }
         Event::Request { method, decision, host, count, samples, .. }
             if out.stderr_notices && decision != "allow" && method == "DNS" && *count > 1 =>
         {
-            eprintln!("{}", dns_summary_line(host, *count, samples));
+            Some(dns_summary_line(host, *count, samples))
         }
+        Event::Asked { question } if tty => Some(asked_line(&question.question)),
+        Event::Asked { question } if out.stderr_notices => Some(held_line(question)),
         Event::Request { method, decision, host, rule, .. }
             if out.stderr_notices && decision != "allow" && method == "DNS" =>
         {
-            if let Some(line) = dns_refused_line(decision, host, rule) {
-                eprintln!("{line}");
-            }
+            dns_refused_line(decision, host, rule)
         }
         Event::EventsCapped { sandbox, not_stored, standing_for, per_minute, burst }
             if sandbox == id =>
         {
-            eprintln!(
+            Some(format!(
                 "sandgate: {not_stored} of this sandbox's traffic events ({standing_for} requests, \
                  lookups or packets) were not stored: faster than {burst} at once, then \
                  {per_minute} a minute (`[daemon] events_per_minute`)"
-            );
+            ))
         }
         Event::Request { decision, host, port, rule, .. }
             if out.stderr_notices && decision != "allow" =>
         {
-            eprintln!("{}", refused_line(decision, host, *port, rule));
+            Some(refused_line(decision, host, *port, rule))
         }
-        Event::Answered { .. } | Event::TimedOut { .. } if tty.is_none() => {
-            if out.stderr_notices
-                && let Some(line) = ended_line(ev)
-            {
-                eprintln!("{line}");
-            }
+        // An HTTPS client shows only "502" for this (a plain-HTTP one prints the body).
+        Event::Request { host, port, rule, .. }
+            if out.stderr_notices && rule == sandgate_proxy::Refusal::UNRESOLVABLE =>
+        {
+            let target = sandgate_approvals::terminal::sanitize(&format!("{host}:{port}"));
+            Some(format!(
+                "sandgate: {target} is allowed, but the name does not resolve (sandgate resolves \
+                 it on the host); check the spelling"
+            ))
         }
-        Event::Answered { .. } | Event::TimedOut { .. } => {
-            if let Some(t) = tty {
-                let text = match ev.clone() {
-                    Event::Answered { question, answer, by, pattern } => {
-                        sandgate_approvals::terminal::format_event(
-                            &sandgate_approvals::BrokerEvent::Answered {
-                                question,
-                                answer,
-                                by,
-                                pattern,
-                            },
-                            std::time::SystemTime::now(),
-                        )
-                    }
-                    Event::TimedOut { question } => sandgate_approvals::terminal::format_event(
-                        &sandgate_approvals::BrokerEvent::TimedOut(question),
-                        std::time::SystemTime::now(),
-                    ),
-                    _ => String::new(),
-                };
-                let _ = t.write_all(format!("\r\n{text}\r\n").as_bytes());
-            }
+        Event::Answered { question, answer, by, pattern } if tty => {
+            Some(sandgate_approvals::terminal::format_event(
+                &sandgate_approvals::BrokerEvent::Answered {
+                    question: question.clone(),
+                    answer: *answer,
+                    by: by.clone(),
+                    pattern: pattern.clone(),
+                },
+                std::time::SystemTime::now(),
+            ))
         }
-        _ => {}
+        Event::TimedOut { question } if tty => Some(sandgate_approvals::terminal::format_event(
+            &sandgate_approvals::BrokerEvent::TimedOut(question.clone()),
+            std::time::SystemTime::now(),
+        )),
+        Event::Answered { .. } | Event::TimedOut { .. } if out.stderr_notices => ended_line(ev),
+        _ => None,
     }
 }
 
@@ -477,6 +475,19 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
     let rule = sanitize(rule);
     if decision == "reject" {
         return format!("sandgate: refused a malformed request ({rule})");
+    }
+    if let Some((ip, why)) = sandgate_proxy::guard::refusal_in_rule(&rule) {
+        // Allowing the name (what the line below suggests) would not help: the address must be.
+        let ip_target = match ip {
+            std::net::IpAddr::V4(_) => format!("{ip}:{port}"),
+            std::net::IpAddr::V6(_) => format!("[{ip}]:{port}"),
+        };
+        return format!(
+            "sandgate: denied {host}:{port}: the name resolves to {ip}, {why}, which sandboxes \
+             may not reach (the address guard); allowing {host} does not change that. If {ip} \
+             is meant, a person allows the address itself: `sandgate allow {ip_target}`, or \
+             {ip} in [network] allow (`sandgate check {host}:{port}` explains)"
+        );
     }
     format!(
         "sandgate: denied {host}:{port} ({rule}); to ask for it, have a person run `sandgate \
@@ -526,8 +537,10 @@ fn dns_summary_line(domain: &str, count: u64, samples: &[String]) -> String {
 fn ended_line(ev: &Event) -> Option<String> {
     use sandgate_approvals::terminal::sanitize;
     match ev {
+        // "127.0.0.1:8080 was denied for this session in Telegram by @bob" (it said "was
+        // denied by in Telegram by @bob (denied for this session)").
         Event::Answered { question, answer, by, .. } if !answer.allows() => Some(format!(
-            "sandgate: {}:{} was denied by {} ({answer})",
+            "sandgate: {}:{} was {answer} {}; do not retry it: ask the person if it is needed",
             sanitize(&question.question.host),
             question.question.port,
             sanitize(&by.to_string()),
@@ -544,7 +557,124 @@ fn ended_line(ev: &Event) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::asked_line;
+    use super::{Event, Output, asked_line, event_line};
+
+    fn request(decision: &str, host: &str, port: u16, rule: &str) -> Event {
+        Event::Request {
+            sandbox: "sg-1".into(),
+            method: "CONNECT".into(),
+            host: host.into(),
+            port,
+            path: None,
+            decision: decision.into(),
+            rule: rule.into(),
+            bytes_up: 0,
+            bytes_down: 0,
+            ms: 1.0,
+            error: None,
+            count: 1,
+            samples: Vec::new(),
+        }
+    }
+
+    /// Issue 32, part 3: what an agent reads on stderr for a refusal by the address guard (how
+    /// to allow the address itself: the name's grant does not help) and for an allowed name that
+    /// does not resolve (an HTTPS client shows only `502`).
+    #[test]
+    fn guard_refusals_and_unresolvable_names_say_what_to_do() {
+        let out = Output { report_blocked: false, tty_notices: false, stderr_notices: true };
+        let line = |ev: Event| event_line(&ev, "sg-1", out, false);
+        let guard = line(request(
+            "deny",
+            "rebind.test",
+            8080,
+            "address guard: 127.0.0.1 is a loopback address",
+        ))
+        .unwrap();
+        assert_eq!(
+            guard,
+            "sandgate: denied rebind.test:8080: the name resolves to 127.0.0.1, a loopback \
+             address, which sandboxes may not reach (the address guard); allowing rebind.test \
+             does not change that. If 127.0.0.1 is meant, a person allows the address itself: \
+             `sandgate allow 127.0.0.1:8080`, or 127.0.0.1 in [network] allow (`sandgate check \
+             rebind.test:8080` explains)"
+        );
+        let v6 = line(request(
+            "deny",
+            "v6.test",
+            443,
+            "address guard: fd00::1 is a private network address",
+        ));
+        assert!(v6.unwrap().contains("`sandgate allow [fd00::1]:443`"));
+        // Another denial keeps the usual line: asking for the name does help there.
+        let other = line(request("deny", "x.test", 443, "deny x.test (command line)")).unwrap();
+        assert!(other.contains("have a person run `sandgate allow x.test`"), "{other}");
+        let unresolvable = line(request("allow", "typo.test", 443, "name does not resolve"));
+        assert_eq!(
+            unresolvable.as_deref(),
+            Some(
+                "sandgate: typo.test:443 is allowed, but the name does not resolve (sandgate \
+                 resolves it on the host); check the spelling"
+            )
+        );
+        assert_eq!(line(request("allow", "ok.test", 443, "ok.test (command line)")), None);
+        let quiet = Output { stderr_notices: false, ..out };
+        let ev = request("allow", "typo.test", 443, "name does not resolve");
+        assert_eq!(event_line(&ev, "sg-1", quiet, false), None);
+    }
+
+    /// Issue 32, part 3: the line an agent reads when a person denies its request
+    /// (`…was denied by in Telegram by @bob (denied for this session)` before).
+    #[test]
+    fn a_persons_denial_reads_as_a_sentence() {
+        use sandgate_approvals::{Answer, Channel, PendingQuestion, Question, Responder, Scope};
+        let question = PendingQuestion {
+            id: sandgate_approvals::QuestionId(3),
+            question: Question {
+                sandbox: "sg-1".into(),
+                host: "127.0.0.1".into(),
+                port: 8080,
+                method: None,
+                path: None,
+                command: vec!["curl".into()],
+                cwd: None,
+                project: None,
+            },
+            first_asked: std::time::SystemTime::now(),
+            deadline: std::time::SystemTime::now(),
+            waiters: 1,
+        };
+        let out = Output { report_blocked: false, tty_notices: false, stderr_notices: true };
+        let rows = [
+            (
+                Answer::Deny(Scope::Session),
+                Responder::new(Channel::Telegram, "@bob"),
+                Some(
+                    "sandgate: 127.0.0.1:8080 was denied for this session in Telegram by @bob; \
+                     do not retry it: ask the person if it is needed",
+                ),
+            ),
+            (
+                Answer::Deny(Scope::Once),
+                Responder::new(Channel::Cli, "alice"),
+                Some(
+                    "sandgate: 127.0.0.1:8080 was denied once in the CLI by alice; do not \
+                     retry it: ask the person if it is needed",
+                ),
+            ),
+            // An allow says nothing to the agent: the request goes through.
+            (Answer::Allow(Scope::Once), Responder::new(Channel::Cli, "alice"), None),
+        ];
+        for (answer, by, want) in rows {
+            let ev = Event::Answered {
+                question: question.clone(),
+                answer,
+                by,
+                pattern: "127.0.0.1".into(),
+            };
+            assert_eq!(event_line(&ev, "sg-1", out, false).as_deref(), want);
+        }
+    }
 
     #[test]
     fn the_asked_line_carries_no_escape_sequence() {

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sandgate_config::learn::{Proposal, propose, render};
-use sandgate_proxy::Learner;
+use sandgate_config::sanitize;
+use sandgate_proxy::{GuardRefusal, Learner};
 
 use crate::launch::LaunchOptions;
 use crate::report::Printed;
@@ -54,7 +55,8 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
     };
     let code = crate::launch::run(&o.tier, launch)?;
     let proposals = propose(&learner.seen());
-    let mut r = Printed::new(proposal_text(&proposals, code), "").exit(code);
+    let refused = learner.guard_refusals();
+    let mut r = Printed::new(proposal_text(&proposals, &refused, code), "").exit(code);
     if o.write && !proposals.is_empty() {
         match write(&proposals) {
             Ok(line) => r.text.push_str(&line),
@@ -64,15 +66,44 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
     Ok(r)
 }
 
-/// The proposal as `learn` prints it, with the command's exit status `code`.
-pub fn proposal_text(proposals: &[Proposal], code: u8) -> String {
-    if proposals.is_empty() {
-        return "# the command asked for no destination beyond what is allowed already\n".into();
+/// The proposal as `learn` prints it, with the command's exit status `code`, and the
+/// destinations the address guard refused (`refused`): allowing those names would not help, so
+/// they are not proposed but said, with the address to allow if it is meant.
+pub fn proposal_text(proposals: &[Proposal], refused: &[GuardRefusal], code: u8) -> String {
+    let mut out = match (proposals.is_empty(), refused.is_empty()) {
+        (true, true) => {
+            return "# the command asked for no destination beyond what is allowed already\n"
+                .into();
+        }
+        (true, false) => format!(
+            "# nothing to propose (exit status of the command: {code}): the names the command \
+             used are allowed, but the address guard refused what they resolve to\n"
+        ),
+        (false, _) => format!(
+            "# proposed by `sandgate learn` (exit status of the command: {code})\n{}",
+            render(proposals)
+        ),
+    };
+    if !refused.is_empty() {
+        out.push_str(
+            "# refused by the address guard (allowing the name does not help; allow the address \
+             itself only if it is meant):\n",
+        );
+        for r in refused {
+            let ip_target = match r.ip {
+                std::net::IpAddr::V4(ip) => format!("{ip}:{}", r.port),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]:{}", r.port),
+            };
+            out.push_str(&format!(
+                "#   {}:{} resolves to {}, {}: allow \"{ip_target}\"\n",
+                sanitize(&r.host),
+                r.port,
+                r.ip,
+                r.why
+            ));
+        }
     }
-    format!(
-        "# proposed by `sandgate learn` (exit status of the command: {code})\n{}",
-        render(proposals)
-    )
+    out
 }
 
 /// Adds the proposal to this directory's configuration file; returns the line saying so.
@@ -93,8 +124,33 @@ mod tests {
     #[test]
     fn nothing_to_propose() {
         assert_eq!(
-            proposal_text(&[], 0),
+            proposal_text(&[], &[], 0),
             "# the command asked for no destination beyond what is allowed already\n"
         );
+    }
+
+    /// Issue 32, part 3: a run whose allowed names resolved to guarded addresses is not
+    /// "nothing beyond what is allowed": the refusals are said, with the address to allow.
+    #[test]
+    fn guard_refusals_are_reported_not_hidden() {
+        let refused = [GuardRefusal {
+            host: "rebind.test".into(),
+            port: 8080,
+            ip: [127, 0, 0, 1].into(),
+            why: "a loopback address".into(),
+        }];
+        assert_eq!(
+            proposal_text(&[], &refused, 7),
+            "# nothing to propose (exit status of the command: 7): the names the command used \
+             are allowed, but the address guard refused what they resolve to\n\
+             # refused by the address guard (allowing the name does not help; allow the address \
+             itself only if it is meant):\n\
+             #   rebind.test:8080 resolves to 127.0.0.1, a loopback address: allow \
+             \"127.0.0.1:8080\"\n"
+        );
+        let proposals = propose(&[("a.example".into(), 443)]);
+        let text = proposal_text(&proposals, &refused, 0);
+        assert!(text.starts_with("# proposed by `sandgate learn`"), "{text}");
+        assert!(text.ends_with("allow \"127.0.0.1:8080\"\n"), "{text}");
     }
 }

@@ -2,6 +2,7 @@
 //! check` and `secrets list|test`. The values are `sandgate_config`'s and `sandgate_proxy`'s
 //! reports; this adds the stored grants `check` consults and renders the text.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use sandgate_config::edit::CheckError;
@@ -30,7 +31,7 @@ pub fn config_error(e: ConfigError) -> anyhow::Error {
 }
 
 /// What `check` is asked about a destination.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CheckQuery {
     /// `host[:port]` or a URL.
     pub target: String,
@@ -42,6 +43,77 @@ pub struct CheckQuery {
     pub deny: Vec<String>,
     /// `--net`.
     pub net: Option<NetMode>,
+    /// Resolve a name the proxy would resolve and say what the address guard does with its
+    /// addresses (`--no-resolve` turns it off).
+    pub resolve: bool,
+}
+
+impl Default for CheckQuery {
+    fn default() -> Self {
+        CheckQuery {
+            target: String::new(),
+            tier: String::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+            net: None,
+            resolve: true,
+        }
+    }
+}
+
+/// What the address guard does with the addresses a name resolves to, as `check` reports it
+/// after the policy's decision (the proxy resolves a name it lets through, then refuses the
+/// loopback, private, link-local, metadata and own addresses unless the address itself is
+/// allowed: allowing the name is not enough).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GuardCheck {
+    /// The addresses, each with the guard's verdict.
+    pub addresses: Vec<AddressVerdict>,
+    /// Why the name did not resolve (the proxy would answer 502).
+    pub error: Option<String>,
+    /// The guard refuses every address: the request is refused whatever allows the name.
+    pub refuses: bool,
+}
+
+/// One resolved address and what the guard does with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AddressVerdict {
+    /// The address.
+    pub ip: IpAddr,
+    /// Why the guard refuses it (`a loopback address`); `None` for a public address.
+    pub refused: Option<String>,
+    /// The rule that allows the address itself (the guard's exception), when one does.
+    pub allowed_by: Option<String>,
+}
+
+impl GuardCheck {
+    /// The verdicts for `resolved` (or its error): `forbidden` is the guard's class of an
+    /// address, `allowed` the rule that allows an address itself.
+    pub fn new(
+        resolved: Result<Vec<IpAddr>, String>,
+        forbidden: impl Fn(IpAddr) -> Option<String>,
+        allowed: impl Fn(IpAddr) -> Option<String>,
+    ) -> GuardCheck {
+        let ips = match resolved {
+            Ok(ips) => ips,
+            Err(error) => {
+                return GuardCheck { addresses: Vec::new(), error: Some(error), refuses: false };
+            }
+        };
+        let mut addresses: Vec<AddressVerdict> = Vec::new();
+        for ip in ips {
+            let ip = sandgate_config::canonical_ip(ip);
+            if addresses.iter().any(|a| a.ip == ip) {
+                continue;
+            }
+            let refused = forbidden(ip);
+            let allowed_by = refused.as_ref().and_then(|_| allowed(ip));
+            addresses.push(AddressVerdict { ip, refused, allowed_by });
+        }
+        let refuses = !addresses.is_empty()
+            && addresses.iter().all(|a| a.refused.is_some() && a.allowed_by.is_none());
+        GuardCheck { addresses, error: None, refuses }
+    }
 }
 
 /// `sandgate check HOST`: the decision and the rule that made it (exit 0 allow, 1 deny, 3 ask,
@@ -67,22 +139,82 @@ pub fn check(q: CheckQuery) -> anyhow::Result<Printed> {
     let mut warnings = Vec::new();
     let r =
         NetCheck::new(&q.tier, &policy.net, target, |t| stored_grant(&config, t, &mut warnings));
-    let code = match &r.decision {
-        Decision::Allow(_) => EXIT_ALLOW,
-        Decision::Deny(_) => EXIT_DENY,
-        Decision::Ask => EXIT_ASK,
+    let guard = match (&r.target.host, &r.decision) {
+        (sandgate_config::Host::Name(name), Decision::Allow(_) | Decision::Ask)
+            if q.resolve
+                && policy.net.mode == NetMode::Proxy
+                // Never resolved: the host's loopback, on the allowed port (see the proxy).
+                && name.as_str() != "localhost"
+                // Resolved by the upstream proxy, not here.
+                && !crate::setup::upstream(&config)?.is_some_and(|u| u.applies_to(&r.target)) =>
+        {
+            let resolved = resolve(name, r.target.port);
+            let own = sandgate_proxy::guard::OwnAddresses::default();
+            let forbidden = |ip: IpAddr| {
+                sandgate_proxy::guard::classify(ip)
+                    .or_else(|| {
+                        own.contains(ip).then_some(sandgate_proxy::guard::Forbidden::OwnAddress)
+                    })
+                    .map(|f| f.to_string())
+            };
+            let allowed = |ip: IpAddr| {
+                let t = Target { host: sandgate_config::Host::Ip(ip), port: r.target.port };
+                let c = NetCheck::new(&q.tier, &policy.net, t, |t| {
+                    stored_grant(&config, t, &mut Vec::new())
+                });
+                match c.decision {
+                    Decision::Allow(rule) => Some(rule.to_string()),
+                    Decision::Deny(_) | Decision::Ask => None,
+                }
+            };
+            Some(GuardCheck::new(resolved, forbidden, allowed))
+        }
+        _ => None,
     };
-    let mut p = Printed::new(check_text(&r), compact(&r)).exit(code);
+    let code = match (&r.decision, &guard) {
+        (_, Some(g)) if g.refuses => EXIT_DENY,
+        (Decision::Allow(_), _) => EXIT_ALLOW,
+        (Decision::Deny(_), _) => EXIT_DENY,
+        (Decision::Ask, _) => EXIT_ASK,
+    };
+    let mut json = serde_json::to_value(&r).unwrap_or_default();
+    if let Some(g) = &guard {
+        json["resolved"] = serde_json::to_value(g).unwrap_or_default();
+    }
+    let mut p = Printed::new(check_text(&r, guard.as_ref()), compact(&json)).exit(code);
     for w in warnings {
         p = p.note(format!("sandgate: warning: stored grants not consulted: {w}"));
     }
     Ok(p)
 }
 
-/// The text of `check` for `r`.
-pub fn check_text(r: &NetCheck) -> String {
+/// The addresses of `name` as the proxy's resolver gives them (`SANDGATE_DNS_SERVER` as in the
+/// daemon), or why there are none; waits at most a few seconds.
+fn resolve(name: &sandgate_config::DomainName, port: u16) -> Result<Vec<IpAddr>, String> {
+    let resolver = crate::dns::resolver().map_err(|e| format!("{e:#}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot resolve here: {e}"))?;
+    rt.block_on(async {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), resolver.resolve(name, port))
+            .await
+        {
+            Ok(Ok(addrs)) if addrs.is_empty() => Err("no addresses".to_owned()),
+            Ok(Ok(addrs)) => Ok(addrs.into_iter().map(|a| a.ip()).collect()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer within 5 s".to_owned()),
+        }
+    })
+}
+
+/// The text of `check` for `r`, with what the address guard does with the name's addresses
+/// (`guard`, when the name was resolved).
+pub fn check_text(r: &NetCheck, guard: Option<&GuardCheck>) -> String {
     let target = &r.target;
-    let mut out = vec![format!("{} {target}", r.decision.verb())];
+    let refused = guard.is_some_and(|g| g.refuses);
+    let verb = if refused { "deny" } else { r.decision.verb() };
+    let mut out = vec![format!("{verb} {target}")];
     if r.intercepted {
         out.push(format!(
             "  intercepted: TLS is terminated by sandgate's CA (secrets: {}; http_rules: {})",
@@ -98,6 +230,9 @@ pub fn check_text(r: &NetCheck) -> String {
             target.host
         ),
     });
+    if let Some(g) = guard {
+        out.extend(guard_lines(target, g));
+    }
     if let Some(rule) = &r.narrowed_by_default_ports {
         let ports: Vec<String> = r.default_ports.iter().flatten().map(u16::to_string).collect();
         out.push(format!(
@@ -108,6 +243,36 @@ pub fn check_text(r: &NetCheck) -> String {
         ));
     }
     lines(out)
+}
+
+/// What `check` says about the addresses of `target`'s name.
+fn guard_lines(target: &Target, g: &GuardCheck) -> Vec<String> {
+    if let Some(e) = &g.error {
+        return vec![format!(
+            "  does not resolve here: {e} (the proxy would answer 502 Bad Gateway)"
+        )];
+    }
+    let shown: Vec<String> = g
+        .addresses
+        .iter()
+        .map(|a| match (&a.refused, &a.allowed_by) {
+            (None, _) => a.ip.to_string(),
+            (Some(why), None) => format!("{} (refused by the address guard: {why})", a.ip),
+            (Some(why), Some(rule)) => format!("{} ({why}, allowed by {rule})", a.ip),
+        })
+        .collect();
+    let mut out = vec![format!("  resolves to {}", shown.join(", "))];
+    if g.refuses {
+        let ip = g.addresses[0].ip;
+        let ip_target = Target { host: sandgate_config::Host::Ip(ip), port: target.port };
+        out.push(format!(
+            "  refused: the address guard refuses every address {} resolves to, whatever \
+             allows the name (a rule, a grant, a person's answer); if {ip} is meant, allow the \
+             address itself: `sandgate allow {ip_target}`, or {ip} in [network] allow",
+            target.host
+        ));
+    }
+    out
 }
 
 /// The live grant (global or of this directory's project) that decides `target`, read from the
@@ -305,6 +470,61 @@ fn intercept_settings() -> anyhow::Result<sandgate_config::InterceptSettings> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32, part 3: what `check` says of a name's addresses, by the guard's verdicts.
+    #[test]
+    fn the_guard_refuses_a_name_only_when_it_refuses_every_address() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let forbidden = |a: IpAddr| sandgate_proxy::guard::classify(a).map(|f| f.to_string());
+        let allowed_10 =
+            |a: IpAddr| (a == ip("10.0.0.5")).then(|| "10.0.0.5 (command line)".to_owned());
+        let target = Target::parse("svc.test:8080").unwrap();
+        // (what, resolved, refused, lines)
+        type Row<'a> = (&'a str, Result<Vec<IpAddr>, String>, bool, &'a [&'a str]);
+        let rows: [Row<'_>; 5] = [
+            (
+                "loopback only",
+                Ok(vec![ip("127.0.0.1"), ip("::1")]),
+                true,
+                &[
+                    "  resolves to 127.0.0.1 (refused by the address guard: a loopback address), \
+                     ::1 (refused by the address guard: a loopback address)",
+                    "  refused: the address guard refuses every address svc.test resolves to, \
+                     whatever allows the name (a rule, a grant, a person's answer); if 127.0.0.1 \
+                     is meant, allow the address itself: `sandgate allow 127.0.0.1:8080`, or \
+                     127.0.0.1 in [network] allow",
+                ],
+            ),
+            (
+                "a public address among them: it is used",
+                Ok(vec![ip("10.1.1.1"), ip("93.184.216.34")]),
+                false,
+                &["  resolves to 10.1.1.1 (refused by the address guard: a private network \
+                     address), 93.184.216.34"],
+            ),
+            (
+                "the address itself allowed",
+                Ok(vec![ip("10.0.0.5")]),
+                false,
+                &["  resolves to 10.0.0.5 (a private network address, allowed by 10.0.0.5 \
+                     (command line))"],
+            ),
+            (
+                "does not resolve",
+                Err("no addresses".into()),
+                false,
+                &["  does not resolve here: no addresses (the proxy would answer 502 Bad Gateway)"],
+            ),
+            ("a mapped address is judged as IPv4", Ok(vec![ip("::ffff:127.0.0.1")]), true, &[]),
+        ];
+        for (what, resolved, refuses, want) in rows {
+            let g = GuardCheck::new(resolved, forbidden, allowed_10);
+            assert_eq!(g.refuses, refuses, "{what}: {g:?}");
+            if !want.is_empty() {
+                assert_eq!(guard_lines(&target, &g), *want, "{what}");
+            }
+        }
+    }
 
     #[test]
     fn list_paths_groups_by_origin() {

@@ -46,6 +46,9 @@ enum Advice {
     Cache(&'static str),
     /// Inside a writable directory, so read-only on purpose (git metadata, dot-entries).
     Protected,
+    /// A version manager's shims directory (`~/.pyenv/shims`): what it holds runs outside the
+    /// sandbox; the command that fills it, to run outside.
+    Shims(&'static str),
     /// The home directory's own configuration (`~/.bashrc`, `~/.config/...`).
     HomeConfig,
     /// A system directory.
@@ -111,6 +114,11 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
         Advice::Protected => format!(
             "{shown} is read-only on purpose, even in a writable directory: it could make code \
              run outside the sandbox later (see the README's threat model)"
+        ),
+        Advice::Shims(rehash) => format!(
+            "{shown} is read-only in every tier: a version manager's shims run outside the \
+             sandbox too, so none may be added from inside; run `{rehash}` outside the sandbox \
+             after the install"
         ),
         Advice::HomeConfig => format!(
             "{shown} is read-only in every tier: sandgate does not offer to make your home's \
@@ -185,6 +193,9 @@ fn advise(cx: &Context<'_>, path: &Path) -> Advice {
     if let Some(c) = cx.caches.iter().find(|c| path.starts_with(&c.path)) {
         return Advice::Cache(c.name);
     }
+    if let Some(rehash) = shims_of(path) {
+        return Advice::Shims(rehash);
+    }
     if cx.writable.iter().any(|w| path.starts_with(w)) {
         return Advice::Protected;
     }
@@ -227,6 +238,26 @@ fn advise(cx: &Context<'_>, path: &Path) -> Advice {
         return Advice::TooWide(dir);
     }
     Advice::Directory(dir)
+}
+
+/// Version managers whose `shims` directory is on `PATH` (`~/.pyenv/shims`), and the command
+/// that fills it (`pyenv: cannot rehash: … isn't writable`).
+const SHIM_MANAGERS: &[(&str, &str)] = &[
+    ("pyenv", "pyenv rehash"),
+    ("rbenv", "rbenv rehash"),
+    ("nodenv", "nodenv rehash"),
+    ("goenv", "goenv rehash"),
+    ("jenv", "jenv rehash"),
+    ("asdf", "asdf reshim"),
+];
+
+/// The rehash command when `path` is (or is in) a version manager's `shims` directory.
+fn shims_of(path: &Path) -> Option<&'static str> {
+    let names: Vec<&std::ffi::OsStr> = path.components().map(|c| c.as_os_str()).collect();
+    let at = names.iter().rposition(|n| *n == "shims")?;
+    let manager = names.get(at.checked_sub(1)?)?.to_str()?;
+    let manager = manager.strip_prefix('.').unwrap_or(manager);
+    SHIM_MANAGERS.iter().find(|(m, _)| *m == manager).map(|(_, rehash)| *rehash)
 }
 
 /// Whether `dir` is one of the directories of `path` (a `PATH` value), or holds one.
@@ -320,6 +351,33 @@ mod tests {
         let cx = Context { tier: "run", cwd: &proj, home: Some(&home), writable: &[], caches: &[] };
         let l = lines(&cx, &["out/f".to_owned()], 0).join("\n");
         assert!(l.contains("--allow-write"), "{l}");
+    }
+
+    /// Issue 32, part 3: `pyenv: cannot rehash: ~/.pyenv/shims isn't writable` gets a hint like
+    /// other read-only failures: the path, why it stays read-only, what to run instead.
+    #[test]
+    fn a_version_managers_shims_get_the_rehash_to_run_outside() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        let proj = root.path().join("proj");
+        std::fs::create_dir_all(home.join(".pyenv/shims")).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        let rows = [
+            ("~/.pyenv/shims", "`pyenv rehash`"),
+            ("~/.pyenv/shims/.pyenv-shim", "`pyenv rehash`"),
+            ("~/.rbenv/shims", "`rbenv rehash`"),
+            ("/opt/asdf/shims/node", "`asdf reshim`"),
+        ];
+        for tier in ["run", "build"] {
+            let cx = Context { tier, cwd: &proj, home: Some(&home), writable: &[], caches: &[] };
+            for (p, rehash) in rows {
+                let l = lines(&cx, &[p.to_owned()], 0).join("\n");
+                assert!(l.contains("read-only in every tier") && l.contains(rehash), "{p}: {l}");
+                assert!(!l.contains("add-path") && !l.contains("--allow-write"), "{p}: {l}");
+            }
+        }
+        // Not every directory called shims.
+        assert_eq!(shims_of(Path::new("/home/u/src/shims")), None);
     }
 
     #[test]

@@ -446,6 +446,9 @@ impl Conn {
                 self.answer(target, answer, by, channel.into()).await
             }
             Request::Rules { all } => {
+                // Which grants are current depends on which sandboxes still run: a sandbox that
+                // just ended (its launcher has its answer) must not be listed as running.
+                s.records.flush().await;
                 let store = s.store.clone();
                 let grants = blocking(move || {
                     let which =
@@ -941,8 +944,12 @@ async fn pass_on(
                 | Event::EventsCapped { .. }
                 | Event::DaemonStopping => true,
                 // A launcher also hears its sandbox's refused requests, to say so on the
-                // command's stderr (HTTPS clients never show the 403 body).
-                Event::Request { decision, .. } => launcher && decision != "allow",
+                // command's stderr (HTTPS clients never show the 403 body), and its allowed
+                // names that do not resolve (they show a bare 502).
+                Event::Request { decision, rule, .. } => {
+                    launcher
+                        && (decision != "allow" || rule == sandgate_proxy::Refusal::UNRESOLVABLE)
+                }
                 _ => false,
             };
             !(all_kinds || wanted) || tx.send(line(&ev)).await.is_ok()

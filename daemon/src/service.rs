@@ -264,6 +264,7 @@ async fn serve(
         let g = grants.clone();
         tokio::task::spawn_blocking(move || g.reload()).await??
     };
+    let records = adapters::Records::start(store.clone());
     let defaults = approvals::BrokerConfig::default();
     let ask_timeout = settings.ask_timeout.unwrap_or(defaults.timeout);
     let broker = approvals::Broker::new(
@@ -277,11 +278,15 @@ async fn serve(
                 .unwrap_or(approvals::DEFAULT_QUESTIONS_PER_MINUTE_TOTAL),
             ..defaults
         },
-        Some(Arc::new(adapters::Writer { store: store.clone(), grants: grants.clone() })),
+        Some(Arc::new(adapters::Writer {
+            store: store.clone(),
+            grants: grants.clone(),
+            records: records.clone(),
+        })),
     );
     let (bus, _) = tokio::sync::broadcast::channel(4096);
     let shared = Arc::new(adapters::Shared {
-        records: adapters::Records::start(store.clone()),
+        records,
         store: store.clone(),
         events: writer.sender(),
         writer: std::sync::Mutex::new(Some(writer)),

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::denial::{Refusal, quote, render_refusal};
+use crate::denial::{Refusal, quote, render_refusal_with_grants};
 use crate::head::{Head, HeadError, parse_head};
 use crate::io::ClientStream;
 use crate::pipeline::{Ctx, RequestTarget};
@@ -339,7 +339,8 @@ impl ProxyShared {
     async fn refuse_head<W: AsyncWrite + Unpin>(&self, client: &mut W, ctx: &mut Ctx, r: &Refusal) {
         ctx.refused(r);
         self.record_refusal(ctx);
-        let bytes = render_refusal(r, &ctx.policy).to_bytes();
+        let bytes =
+            render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox)).to_bytes();
         let _ = client.write_all(&bytes).await;
         let _ = client.shutdown().await;
     }

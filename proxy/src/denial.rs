@@ -126,6 +126,10 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The rule text of [`Refusal::Unresolvable`] (events, `X-Sandgate-Decision`), by which the
+    /// launcher tells it apart.
+    pub const UNRESOLVABLE: &'static str = "name does not resolve";
+
     /// The HTTP status code.
     pub fn status(&self) -> u16 {
         match self {
@@ -171,8 +175,10 @@ impl Refusal {
             Refusal::TooManyQuestions { .. } => "too many questions open".into(),
             Refusal::OverBudget { .. } => "question budget spent".into(),
             Refusal::NoApprover { .. } => "no approver running".into(),
-            Refusal::ForbiddenAddress { ip, why, .. } => format!("{ip} is {why}"),
-            Refusal::Unresolvable { .. } => "name does not resolve".into(),
+            Refusal::ForbiddenAddress { ip, why, .. } => {
+                format!("{}{ip} is {why}", crate::guard::RULE_PREFIX)
+            }
+            Refusal::Unresolvable { .. } => Refusal::UNRESOLVABLE.into(),
             Refusal::Unreachable { .. } => "upstream unreachable".into(),
             Refusal::PathNotAllowed { rules_at, .. } => format!("http_rules ({rules_at})"),
             Refusal::UpstreamCertificate { .. } => "upstream certificate not trusted".into(),
@@ -288,8 +294,22 @@ impl Rendered {
     }
 }
 
-/// Renders a refusal for a sandbox under `policy`.
+/// Renders a refusal for a sandbox under `policy` (no grants to list: see
+/// [`render_refusal_with_grants`]).
 pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
+    render_refusal_with_grants(refusal, policy, &[])
+}
+
+/// Renders a refusal for a sandbox under `policy` whose live allow grants are `granted`
+/// (patterns, as [`GrantSource::listed`](crate::GrantSource::listed) gives them): the body's
+/// "Allowed destinations" names both, the grants marked as such.
+pub fn render_refusal_with_grants(
+    refusal: &Refusal,
+    policy: &NetworkPolicy,
+    granted: &[String],
+) -> Rendered {
+    let allowed_list =
+        |body: &mut String, policy: &NetworkPolicy| allowed_list(body, policy, granted);
     let status = refusal.status();
     let reason = refusal.reason_phrase();
     let mut headers = vec![(
@@ -416,12 +436,24 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
             );
         }
         Refusal::ForbiddenAddress { ip, why, .. } => {
+            let port = t.rsplit_once(':').map_or("", |(_, p)| p);
+            let ip_target = match ip {
+                IpAddr::V4(_) => format!("{ip}:{port}"),
+                IpAddr::V6(_) => format!("[{ip}]:{port}"),
+            };
             let _ = writeln!(
                 body,
                 "sandgate blocked the connection to {t}: the name resolves to {ip}, which is {why}. \
                  Sandboxes may reach such addresses only when the address itself is allowed."
             );
             allowed_list(&mut body, policy);
+            let _ = writeln!(
+                body,
+                "Allowing {host} (a rule, a grant or a person's answer) does not change this; \
+                 retrying will be refused the same way. If {ip} is meant, ask the person you are \
+                 working for to allow the address itself: `sandgate allow {ip_target}` in a \
+                 terminal outside the sandbox, or {ip} in `[network] allow`."
+            );
         }
         Refusal::Unresolvable { error, .. } => {
             let _ = writeln!(
@@ -470,22 +502,26 @@ pub fn render_refusal(refusal: &Refusal, policy: &NetworkPolicy) -> Rendered {
     Rendered { status, reason, headers, body }
 }
 
-fn allowed_list(body: &mut String, policy: &NetworkPolicy) {
-    let rules = policy.allow_rules();
-    let names: Vec<String> = rules
+/// "Allowed destinations: …": the policy's allow patterns, then the live grants (marked), the
+/// first [`LISTED_ALLOWED`] of them and how many there are.
+fn allowed_list(body: &mut String, policy: &NetworkPolicy, granted: &[String]) {
+    let rules: Vec<String> = policy
+        .allow_rules()
         .iter()
         .filter_map(|r| r.pattern.as_ref())
-        .take(LISTED_ALLOWED)
         .map(|p| p.to_string())
         .collect();
+    let grants = granted.iter().filter(|g| !rules.contains(g)).map(|g| format!("{g} (granted)"));
+    let all: Vec<String> = rules.iter().cloned().chain(grants).collect();
+    let names = &all[..all.len().min(LISTED_ALLOWED)];
     if names.is_empty() {
         body.push_str("Allowed destinations: none.\n");
-    } else if rules.len() > names.len() {
+    } else if all.len() > names.len() {
         let _ = writeln!(
             body,
             "Allowed destinations (first {} of {}): {}.",
             names.len(),
-            rules.len(),
+            all.len(),
             names.join(", ")
         );
     } else {
@@ -647,6 +683,51 @@ mod tests {
             assert_eq!(rendered.reason, want, "{r:?}");
             let line = format!("HTTP/1.1 {} {want}\r\n", r.status());
             assert!(String::from_utf8(rendered.to_bytes()).unwrap().starts_with(&line));
+        }
+    }
+
+    /// Issue 32, part 3: a grant is an allowed destination too (the list named only the
+    /// policy's patterns, so a model was told `none` while its grants were in force).
+    #[test]
+    fn the_allowed_destinations_include_grants() {
+        let r = Refusal::Denied { target: "x.example:443".into() };
+        let granted = vec!["pypi.org:443".to_owned(), "crates.io".to_owned()];
+        let body = render_refusal_with_grants(&r, &policy(), &granted).body;
+        assert!(
+            body.contains(
+                "Allowed destinations: crates.io, *.github.com, pypi.org:443 (granted).\n"
+            ),
+            "{body}"
+        );
+        let none = NetworkPolicy::new("net", NetMode::Proxy, vec![], vec![]);
+        let body = render_refusal_with_grants(&r, &none, &granted[..1]).body;
+        assert!(body.contains("Allowed destinations: pypi.org:443 (granted).\n"), "{body}");
+        assert!(render_refusal(&r, &none).body.contains("Allowed destinations: none.\n"));
+        let many: Vec<String> = (0..20).map(|i| format!("h{i}.example")).collect();
+        let body = render_refusal_with_grants(&r, &policy(), &many).body;
+        assert!(body.contains("Allowed destinations (first 12 of 22): crates.io,"), "{body}");
+    }
+
+    /// Issue 32, part 3: a refusal by the address guard says that allowing the name does not
+    /// help and how to allow the address itself; its rule is the guard's.
+    #[test]
+    fn a_guard_refusal_says_how_to_allow_the_address_itself() {
+        let rows = [
+            ("rebind.test:8080", IpAddr::from([127, 0, 0, 1]), "`sandgate allow 127.0.0.1:8080`"),
+            ("v6.test:443", "fd00::1".parse().unwrap(), "`sandgate allow [fd00::1]:443`"),
+        ];
+        for (target, ip, allow) in rows {
+            let why = crate::guard::classify(ip).unwrap();
+            let r = Refusal::ForbiddenAddress { target: target.into(), ip, why };
+            let rendered = render_refusal(&r, &policy());
+            let body = &rendered.body;
+            let host = target.rsplit_once(':').unwrap().0;
+            assert!(body.contains(&format!("Allowing {host} (a rule, a grant")), "{body}");
+            assert!(body.contains(allow), "{body}");
+            assert!(body.contains(&format!("or {ip} in `[network] allow`")), "{body}");
+            let rule = r.rule_text();
+            assert_eq!(crate::guard::refusal_in_rule(&rule), Some((ip, why.to_string().as_str())));
+            assert_eq!(rendered.headers[0].1, format!("deny; rule={rule}"));
         }
     }
 

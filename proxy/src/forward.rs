@@ -24,7 +24,7 @@ use sandgate_config::{NetworkPolicy, Target};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::denial::{Refusal, render_refusal};
+use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{ProxyShared, Sandbox};
@@ -247,8 +247,12 @@ pub(crate) fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).map_err(|never: Infallible| match never {}).boxed()
 }
 
-pub(crate) fn refusal_response(r: &Refusal, policy: &NetworkPolicy) -> Response<Body> {
-    let rendered = render_refusal(r, policy);
+pub(crate) fn refusal_response(
+    r: &Refusal,
+    policy: &NetworkPolicy,
+    granted: &[String],
+) -> Response<Body> {
+    let rendered = render_refusal_with_grants(r, policy, granted);
     let mut resp = Response::new(full(rendered.body));
     // The reason phrase is made of header-safe bytes, so this cannot fail; hyper's canonical phrase
     // would be the fallback.
@@ -321,7 +325,7 @@ impl ProxyShared {
             Ok(resp) => resp,
             Err((r, mut ctx)) => {
                 ctx.refused(&r);
-                let resp = refusal_response(&r, &ctx.policy);
+                let resp = refusal_response(&r, &ctx.policy, &self.granted(&ctx.sandbox));
                 self.logging(ctx);
                 resp
             }

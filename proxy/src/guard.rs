@@ -80,6 +80,19 @@ impl fmt::Display for Forbidden {
     }
 }
 
+/// How the rule of a refusal by the guard is written (`X-Sandgate-Decision`, events, the
+/// launcher's notice): `address guard: 127.0.0.1 is a loopback address`. The launcher and
+/// `sandgate learn` tell such a refusal from others by it ([`refusal_in_rule`]): for it, allowing
+/// the name (a rule, a grant, a person's answer) does not help, only allowing the address does.
+pub const RULE_PREFIX: &str = "address guard: ";
+
+/// The refused address and the reason (`a loopback address`) when `rule` is the rule of a
+/// refusal by the guard (see [`RULE_PREFIX`]).
+pub fn refusal_in_rule(rule: &str) -> Option<(IpAddr, &str)> {
+    let (ip, why) = rule.strip_prefix(RULE_PREFIX)?.split_once(" is ")?;
+    Some((ip.parse().ok()?, why))
+}
+
 /// What one registry row says about the addresses under its prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
@@ -278,6 +291,21 @@ fn interface_addresses() -> HashSet<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guard_refusal_is_told_by_its_rule() {
+        assert_eq!(
+            refusal_in_rule("address guard: 127.0.0.1 is a loopback address"),
+            Some((IpAddr::from([127, 0, 0, 1]), "a loopback address"))
+        );
+        assert_eq!(
+            refusal_in_rule("address guard: fd00::1 is a private network address"),
+            Some(("fd00::1".parse().unwrap(), "a private network address"))
+        );
+        for other in ["deny evil.test (command line)", "address guard: nonsense", ""] {
+            assert_eq!(refusal_in_rule(other), None, "{other}");
+        }
+    }
 
     /// One row per registry entry (the first address inside it) and, for the refused ones, a
     /// public neighbour just outside as the control.

@@ -428,7 +428,8 @@ impl Conn {
             Err(r) => {
                 draft.refused(&r);
                 self.inner.logging(draft);
-                let mut resp = refusal_response(&r, &self.policy);
+                let granted = self.inner.granted(&self.sandbox);
+                let mut resp = refusal_response(&r, &self.policy, &granted);
                 if r.status() == 502 {
                     resp.headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -2,7 +2,9 @@
 //! person, and records what was asked (the proposal is `sandgate_config::learn::propose`).
 //!
 //! Deny rules and the address guard run before any question, so even the allowing learner never
-//! lets a command reach loopback, private or metadata addresses.
+//! lets a command reach loopback, private or metadata addresses. What the guard refused is
+//! recorded too ([`Learner::guard_refusals`]): allowing those names would not help, so they are
+//! reported apart from the proposal.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -16,17 +18,36 @@ use crate::{ApprovalRequest, Approver, BoxFuture, DenyReason, Ruling};
 pub struct Learner {
     allow: bool,
     seen: Mutex<BTreeSet<(String, u16)>>,
+    refused: Mutex<BTreeSet<GuardRefusal>>,
+}
+
+/// A destination the address guard refused during a learning run.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GuardRefusal {
+    /// The name asked for (as normalised).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The first address the guard refused.
+    pub ip: std::net::IpAddr,
+    /// Why (`a loopback address`).
+    pub why: String,
 }
 
 impl Learner {
     /// A learner that lets public destinations through (`allow`) or refuses them.
     pub fn new(allow: bool) -> Learner {
-        Learner { allow, seen: Mutex::new(BTreeSet::new()) }
+        Learner { allow, ..Learner::default() }
     }
 
     /// The destinations asked about so far (host as normalised, port), sorted.
     pub fn seen(&self) -> Vec<(String, u16)> {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+    }
+
+    /// The destinations the address guard refused so far, sorted.
+    pub fn guard_refusals(&self) -> Vec<GuardRefusal> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 }
 
@@ -43,6 +64,22 @@ impl Approver for Learner {
             Ruling::Deny(DenyReason::Denied)
         };
         Box::pin(async move { answer })
+    }
+
+    fn guard_refused(
+        &self,
+        _sandbox: &crate::SandboxId,
+        target: &sandgate_config::Target,
+        ip: std::net::IpAddr,
+        why: crate::guard::Forbidden,
+    ) {
+        let r = GuardRefusal {
+            host: target.host.to_string(),
+            port: target.port,
+            ip,
+            why: why.to_string(),
+        };
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).insert(r);
     }
 }
 

@@ -83,11 +83,11 @@ mod traits;
 mod tunnel;
 mod upstream;
 
-pub use denial::{Refusal, render_refusal};
+pub use denial::{Refusal, render_refusal, render_refusal_with_grants};
 pub use dns::UdpResolver;
 pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
-pub use learn::Learner;
+pub use learn::{GuardRefusal, Learner};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
 pub use standalone::Standalone;
 pub use traits::{

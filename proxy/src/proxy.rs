@@ -472,6 +472,11 @@ impl ProxyShared {
         }
     }
 
+    /// The allow grants that apply to `sandbox` now, as a 403 lists them.
+    pub(crate) fn granted(&self, sandbox: &Sandbox) -> Vec<String> {
+        self.grants.as_ref().map(|g| g.listed(&sandbox.id)).unwrap_or_default()
+    }
+
     pub(crate) async fn grant(&self, sandbox: &Sandbox, target: &Target) -> Option<Arc<Rule>> {
         match &self.grants {
             Some(g) => g.grant_for(&sandbox.id, target).await,
@@ -537,6 +542,9 @@ impl ProxyShared {
         }
         match (passed.is_empty(), first_refused) {
             (true, Some((ip, why))) => {
+                if let Some(a) = &self.approver {
+                    a.guard_refused(&sandbox.id, target, ip, why);
+                }
                 Err(Refusal::ForbiddenAddress { target: target.to_string(), ip, why })
             }
             _ => Ok(passed),

@@ -48,7 +48,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::denial::{Refusal, render_refusal};
+use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{ProxyShared, Sandbox};
@@ -609,7 +609,7 @@ impl ProxyShared {
         simple: &Simple,
     ) -> bool {
         ctx.refused(r);
-        let rendered = render_refusal(r, &ctx.policy);
+        let rendered = render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox));
         // An unread body, a 400 or a client that asked to close: the connection ends here.
         let alive = rendered.status != 400 && !simple.close && simple.body == 0;
         let mut out = Vec::with_capacity(rendered.body.len() + 512);

@@ -47,6 +47,13 @@ pub trait GrantSource: Send + Sync + 'static {
         sandbox: &'a SandboxId,
         target: &'a Target,
     ) -> BoxFuture<'a, Option<Arc<Rule>>>;
+
+    /// The patterns (with their port, `host:port`, when they have one) of the allow grants
+    /// that apply to `sandbox` now, for a 403's list of allowed destinations. Must not block.
+    /// None by default.
+    fn listed(&self, _sandbox: &SandboxId) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A held request put to the [`Approver`] for a person's decision. (The approvals broker's
@@ -98,6 +105,19 @@ pub enum Ruling {
 pub trait Approver: Send + Sync + 'static {
     /// Puts the question and waits for an answer (the proxy applies its own timeout).
     fn ask(&self, question: ApprovalRequest) -> BoxFuture<'_, Ruling>;
+
+    /// The address guard refused `target` for `sandbox`: its name resolved only to addresses a
+    /// sandbox may not reach, the first `ip` for `why`. Whoever decides what a run may reach
+    /// and reports it (`sandgate learn`) hears of it here, since allowing the name cannot help.
+    /// Called on the proxy's path: must not block. Nothing by default.
+    fn guard_refused(
+        &self,
+        _sandbox: &SandboxId,
+        _target: &Target,
+        _ip: std::net::IpAddr,
+        _why: crate::guard::Forbidden,
+    ) {
+    }
 }
 
 /// What became of a request, as its event records it.

@@ -46,6 +46,7 @@ mod error;
 pub mod fdpass;
 mod forward;
 pub mod gitwall;
+pub mod notice;
 pub mod readonly;
 pub mod seatbelt;
 mod spec;

@@ -22,11 +22,48 @@
 //! on unchanged. What a tool does not print is not found; and since the text comes from the
 //! sandbox, it may lie: see [`ReadOnlyScanner::paths`] and the CLI, which never suggests making
 //! writable what is protected on purpose, and shows the text only through a sanitiser.
+//!
+//! Some tools test before they write and say so in their own words: the version managers'
+//! `pyenv: cannot rehash: ~/.pyenv/shims isn't writable` (rbenv, nodenv alike) is read as an
+//! `EROFS` message naming the path before "isn't writable".
+//!
+//! The same scanner, in a tier without network ([`ReadOnlyScanner::watching_network`]), notes
+//! whether the end of the output looked like a network failure (name resolution, a refused or
+//! unreachable connection: [`NETWORK_FAILURES`]), so that the launcher's "this tier has no
+//! network" note follows such a failure and not any failing command.
 
 use std::sync::{Arc, Mutex};
 
 /// The phrase every `EROFS` message carries, lower case.
 const PHRASE: &[u8] = b"read-only file system";
+
+/// A tool's own words for a directory it tested and found read-only (`pyenv: cannot rehash:
+/// PATH isn't writable`): the path is the word before.
+const NOT_WRITABLE: &[u8] = b"isn't writable";
+
+/// What tools print when a connection cannot be made for want of a network: name resolution
+/// (glibc's `EAI_*` texts, curl, git, wget, ssh, urllib3, Node, Go, Rust), refused and
+/// unreachable connections (`strerror`, curl, Node, Go). Matched as is (case included).
+pub const NETWORK_FAILURES: &[&[u8]] = &[
+    b"name resolution",
+    b"Name or service not known",
+    b"No address associated with hostname",
+    b"resolve host",
+    b"Failed to resolve",
+    b"getaddrinfo",
+    b"EAI_AGAIN",
+    b"ENOTFOUND",
+    b"failed to lookup address",
+    b"no such host",
+    b"Connection refused",
+    b"connection refused",
+    b"ECONNREFUSED",
+    b"Network is unreachable",
+    b"network is unreachable",
+    b"ENETUNREACH",
+    b"Couldn't connect to server",
+    b"Failed to connect to",
+];
 
 /// Most distinct paths kept.
 pub const MAX_PATHS: usize = 16;
@@ -54,6 +91,10 @@ pub struct ReadOnlyScanner {
     paths: Vec<String>,
     /// EROFS lines whose path could not be told.
     unnamed: usize,
+    /// Look for [`NETWORK_FAILURES`] too.
+    watch_network: bool,
+    /// One of them was seen.
+    network_failure: bool,
 }
 
 /// Bytes of look-back kept: enough for the [`LOOKBACK`] lines before a message.
@@ -65,12 +106,28 @@ impl ReadOnlyScanner {
         ReadOnlyScanner::default()
     }
 
+    /// A scanner that also notes whether the output looked like a network failure (for a tier
+    /// without network; see the module docs).
+    pub fn watching_network() -> ReadOnlyScanner {
+        ReadOnlyScanner { watch_network: true, ..ReadOnlyScanner::default() }
+    }
+
+    /// Whether the end of the output (its last [`TAIL`] bytes, where the error that ended a
+    /// failed command is) held a message of [`NETWORK_FAILURES`]; known once the stream ended
+    /// ([`finish`](Self::finish)), always `false` unless
+    /// [`watching_network`](Self::watching_network). Only the end is looked at: the note it
+    /// is for follows a failed command, and reading every byte for some twenty phrases doubled
+    /// the relay's cost of a command writing much to stderr.
+    pub fn network_failure(&self) -> bool {
+        self.network_failure
+    }
+
     /// Looks at the next bytes of the stream.
     pub fn feed(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
-        // The phrase may start in the bytes already kept.
+        // The phrase may start in the bytes already kept (the longer one: it covers both).
         let overlap = self.tail.len().min(PHRASE.len());
         let mut probe_hit = self.pending;
         if !probe_hit {
@@ -90,8 +147,12 @@ impl ReadOnlyScanner {
         }
     }
 
-    /// The stream ended: looks at a last line without a newline.
+    /// The stream ended: looks at a last line without a newline (and, when watching for one,
+    /// for a network failure in the last [`TAIL`] bytes).
     pub fn finish(&mut self) {
+        if self.watch_network {
+            self.network_failure = has_network_failure(&self.tail);
+        }
         if self.pending || has_phrase(self.partial()) {
             self.examine(true);
         }
@@ -178,7 +239,11 @@ impl ReadOnlyScanner {
     fn report(&mut self, seg: &[u8], above: &[(u64, &[u8])]) {
         let text = String::from_utf8_lossy(&strip_escapes(seg)).into_owned();
         let lower = text.to_ascii_lowercase();
-        let Some(at) = find(lower.as_bytes(), PHRASE) else { return };
+        let at = [find(lower.as_bytes(), PHRASE), find(lower.as_bytes(), NOT_WRITABLE)]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(at) = at else { return };
         let path = path_in(&text, at).or_else(|| {
             // The nearest line above that names a path, stopping at an earlier message (a line
             // that reported an error names nothing for the next one).
@@ -206,8 +271,18 @@ impl ReadOnlyScanner {
     }
 }
 
-/// Whether `line` holds "Read-only file system" / "read-only file system".
+/// Whether `line` holds a message of [`NETWORK_FAILURES`].
+fn has_network_failure(line: &[u8]) -> bool {
+    NETWORK_FAILURES.iter().any(|n| bytes::find(line, n).is_some())
+}
+
+/// Whether `line` holds "Read-only file system" / "read-only file system", or "isn't writable".
 fn has_phrase(line: &[u8]) -> bool {
+    has_erofs(line) || bytes::find(line, NOT_WRITABLE).is_some()
+}
+
+/// Whether `line` holds "Read-only file system" / "read-only file system".
+fn has_erofs(line: &[u8]) -> bool {
     let tail = &PHRASE[1..];
     let mut from = 0;
     while let Some(i) = bytes::find(&line[from..], tail) {
@@ -402,9 +477,72 @@ mod tests {
                 "/root/go/pkg/mod",
             ),
             ("cp: cannot create regular file 'b': Read-only file system\r\n", "b"),
+            // pyenv (libexec/pyenv-rehash) and rbenv test the shims directory first.
+            ("pyenv: cannot rehash: /root/.pyenv/shims isn't writable\n", "/root/.pyenv/shims"),
+            ("rbenv: cannot rehash: /home/u/.rbenv/shims isn't writable\n", "/home/u/.rbenv/shims"),
         ];
         for (text, want) in rows {
             assert_eq!(scan(text), [*want], "{text:?}");
+        }
+    }
+
+    /// The run tier's note follows a network failure, not any failure (issue 32, part 3):
+    /// messages as the tools print them without a network, and failures that are not about one.
+    #[test]
+    fn network_failures_are_told_from_other_failures() {
+        let failures = [
+            "curl: (6) Could not resolve host: example.org\n",
+            "fatal: unable to access 'https://github.com/x/y/': Could not resolve host: github.com\n",
+            "ssh: Could not resolve hostname github.com: Temporary failure in name resolution\r\n",
+            "socket.gaierror: [Errno -3] Temporary failure in name resolution\n",
+            "socket.gaierror: [Errno -2] Name or service not known\n",
+            "WARNING: Retrying ... Failed to resolve 'pypi.org' ([Errno -3] ...)\n",
+            "npm error request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org\n",
+            "dial tcp: lookup proxy.golang.org on [::1]:53: no such host\n",
+            "error: failed to lookup address information: Temporary failure in name resolution\n",
+            "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Couldn't connect to server\n",
+            "ConnectionRefusedError: [Errno 111] Connection refused\n",
+            "OSError: [Errno 101] Network is unreachable\n",
+            "wget: unable to resolve host address 'example.org'\n",
+        ];
+        let seen = |s: &mut ReadOnlyScanner| {
+            s.finish();
+            s.network_failure()
+        };
+        for text in failures {
+            let mut s = ReadOnlyScanner::watching_network();
+            s.feed(text.as_bytes());
+            assert!(seen(&mut s), "{text:?}");
+            // Split anywhere, after much other output: the same.
+            for cut in 1..text.len() {
+                let mut s = ReadOnlyScanner::watching_network();
+                s.feed(&b"compiling x v1.0\n".repeat(4000));
+                s.feed(&text.as_bytes()[..cut]);
+                s.feed(&text.as_bytes()[cut..]);
+                assert!(seen(&mut s), "{text:?} cut at {cut}");
+            }
+            // Only when asked to watch.
+            let mut s = ReadOnlyScanner::new();
+            s.feed(text.as_bytes());
+            assert!(!seen(&mut s), "{text:?}");
+            // Only at the end: a failure that a retry got over is no reason for the note.
+            let mut s = ReadOnlyScanner::watching_network();
+            s.feed(text.as_bytes());
+            s.feed(&b"retrying... then another failure\n".repeat(1000));
+            assert!(!seen(&mut s), "{text:?}");
+        }
+        for text in [
+            "",
+            "false\n",
+            "error[E0425]: cannot find value `x` in this scope\n",
+            "FAILED tests/test_x.py::test_y - AssertionError\n",
+            "touch: cannot touch 'x': Read-only file system\n",
+            "npm error code ERESOLVE\nnpm error ERESOLVE unable to resolve dependency tree\n\
+             npm error Could not resolve dependency:\n",
+        ] {
+            let mut s = ReadOnlyScanner::watching_network();
+            s.feed(text.as_bytes());
+            assert!(!seen(&mut s), "{text:?}");
         }
     }
 

@@ -153,6 +153,71 @@ async fn a_name_resolving_to_loopback_is_refused_unless_the_ip_is_allowed() {
     assert!(out.stdout.starts_with("origin says hello"), "{out:?}");
 }
 
+/// Grants listed by the source, none deciding anything (the 403's list is what is tested).
+struct ListedGrants;
+
+impl sandgate_proxy::GrantSource for ListedGrants {
+    fn grant_for<'a>(
+        &'a self,
+        _sandbox: &'a SandboxId,
+        _target: &'a Target,
+    ) -> BoxFuture<'a, Option<Arc<Rule>>> {
+        Box::pin(async { None })
+    }
+
+    fn listed(&self, sandbox: &SandboxId) -> Vec<String> {
+        vec![format!("pypi.org:443 (for {sandbox})")]
+    }
+}
+
+/// Issue 32, part 3: the 403's "Allowed destinations" names the sandbox's grants too, on every
+/// path a refusal takes (a plain request, a tunnel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_403_lists_the_grants_among_the_allowed_destinations() {
+    let p =
+        Proxy::builder().resolver(Arc::new(TestResolver)).grants(Arc::new(ListedGrants)).build();
+    let addr = serve(&p, "s1", policy(&["crates.io"], &["denied.test"])).await;
+    let want = "Allowed destinations: crates.io, pypi.org:443 (for s1) (granted).";
+    let out = curl(&["-i", "-x", &format!("http://{addr}"), "http://denied.test/x"]).await;
+    assert!(out.stdout.contains(want), "{out:?}");
+    let raw = raw(addr, b"CONNECT denied.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(raw.contains(want), "{raw}");
+}
+
+/// Issue 32, part 3: `sandgate learn` hears of what the address guard refused (allowing those
+/// names would not help), whether the name was allowed by a rule or by the learner's answer; a
+/// refused name is not reported when its address is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_learner_hears_of_guard_refusals() {
+    let origin = http_origin().await;
+    let learner = Arc::new(sandgate_proxy::Learner::new(true));
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(learner.clone()).build();
+    let addr = serve(&p, "s1", policy(&["ruled.test"], &[])).await;
+    for host in ["ruled.test", "asked.test"] {
+        let out =
+            curl(&["-i", "-x", &format!("http://{addr}"), &url(host, origin.port(), "/")]).await;
+        assert!(out.stdout.starts_with("HTTP/1.1 403"), "{host}: {out:?}");
+        assert!(out.stdout.contains("`sandgate allow 127.0.0.1:"), "{host}: {out:?}");
+    }
+    let refused: Vec<(String, u16, String, String)> = learner
+        .guard_refusals()
+        .into_iter()
+        .map(|r| (r.host, r.port, r.ip.to_string(), r.why))
+        .collect();
+    let row =
+        |h: &str| (h.to_owned(), origin.port(), "127.0.0.1".into(), "a loopback address".into());
+    assert_eq!(refused, [row("asked.test"), row("ruled.test")]);
+    assert_eq!(learner.seen(), [("asked.test".to_owned(), origin.port())], "only one was asked");
+    // Control: with the address itself allowed, nothing is refused and nothing is reported.
+    let learner = Arc::new(sandgate_proxy::Learner::new(true));
+    let p = Proxy::builder().resolver(Arc::new(TestResolver)).approver(learner.clone()).build();
+    let addr = serve(&p, "s2", policy(&["ruled.test", "127.0.0.1"], &[])).await;
+    let out =
+        curl(&["-x", &format!("http://{addr}"), &url("ruled.test", origin.port(), "/")]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(learner.guard_refusals().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sni_that_differs_from_the_connect_host_must_itself_be_allowed() {
     let tls = tls_origin(&["allowed.test", "also.test", "forbidden.test"]).await;

@@ -343,7 +343,13 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     plan.null_stdin = detected.null_stdin;
     // Reading stderr for "Read-only file system": on the pty when stderr is a terminal, through
     // a pipe otherwise (see `stderr_tap`).
-    let read_only = spec.report_read_only.then(crate::readonly::SharedScanner::default);
+    // Without a network, it also notes whether the output looks like a network failure.
+    let read_only = spec.report_read_only.then(|| {
+        std::sync::Arc::new(std::sync::Mutex::new(match spec.net {
+            NetSetup::None => crate::readonly::ReadOnlyScanner::watching_network(),
+            NetSetup::Proxy { .. } => crate::readonly::ReadOnlyScanner::new(),
+        }))
+    });
     let stderr_on_tty = plan.tty.is_some_and(|t| t.on_tty[2]);
     let mut tap_ends = None;
     // Nothing to relay when stderr is closed or /dev/null (nobody would read a hint either).

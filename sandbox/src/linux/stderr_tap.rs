@@ -15,7 +15,9 @@
 //! would save one of the two copies but not the scanner's read of the bytes, and `splice` to an
 //! `O_APPEND` file (`2>>log`) fails with `EINVAL`, so plain reads and writes it is. Nothing is
 //! held back, so the order between a separate stdout and stderr is as close as two descriptors
-//! allow. A closed stderr or `/dev/null` is left alone (nobody would read a hint there).
+//! allow. A closed stderr or `/dev/null` is left alone (nobody would read a hint there). The
+//! launcher's own notices go through the same relay ([`crate::notice`]), between the command's
+//! lines.
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -49,6 +51,7 @@ pub(super) fn ends(stdout_on_tty: bool) -> io::Result<TapEnds> {
 impl Tap {
     /// Starts relaying `reader` to the launcher's stderr through `scanner`.
     pub(super) fn start(mut reader: io::PipeReader, scanner: SharedScanner) -> io::Result<Tap> {
+        crate::notice::attach(Box::new(write_all));
         let thread = std::thread::Builder::new().name("stderr-tap".into()).spawn(move || {
             // On the thread's stack: a heap buffer would be this thread's first allocation, which
             // makes glibc map a new 64 MiB arena, and a launch whose command writes nothing to
@@ -61,12 +64,15 @@ impl Tap {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                if !write_all(&buf[..n]) {
+                // Through the notice gate: a notice of the launcher's waits for a line end.
+                if !crate::notice::relay(&buf[..n]) {
                     // Our stderr is gone: close the pipe, so the command learns it too.
+                    crate::notice::end();
                     return;
                 }
                 scanner.lock().unwrap_or_else(|e| e.into_inner()).feed(&buf[..n]);
             }
+            crate::notice::end();
             scanner.lock().unwrap_or_else(|e| e.into_inner()).finish();
         })?;
         Ok(Tap { thread: Some(thread) })
@@ -81,7 +87,8 @@ impl Tap {
 }
 
 /// Writes to the launcher's descriptor 2; false once it cannot take more.
-fn write_all(mut data: &[u8]) -> bool {
+fn write_all(data: &[u8]) -> bool {
+    let mut data = data;
     let fd = io::stderr().as_raw_fd();
     while !data.is_empty() {
         match sys::write(fd, data) {

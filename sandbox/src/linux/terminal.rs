@@ -128,12 +128,23 @@ pub struct Relay {
     master_open: bool,
     /// Looks at the output for "Read-only file system" (see [`crate::readonly`]).
     scanner: Option<crate::readonly::SharedScanner>,
+    /// The pty carries the command's stderr: the launcher's notices go through this relay
+    /// ([`crate::notice`]).
+    gated: bool,
 }
 
 impl Relay {
     /// A relay over `master` for the terminal described by `outer`.
     pub fn new(master: OwnedFd, outer: Outer) -> Relay {
         let _ = sys::set_nonblocking(master.as_raw_fd());
+        let gated = outer.on_tty[2];
+        if gated {
+            let fd = outer.fd;
+            crate::notice::attach(Box::new(move |b| {
+                write_all(fd, b);
+                true
+            }));
+        }
         Relay {
             master,
             outer,
@@ -143,6 +154,7 @@ impl Relay {
             stdin_open: outer.interactive,
             master_open: true,
             scanner: None,
+            gated,
         }
     }
 
@@ -156,8 +168,43 @@ impl Relay {
     /// background process group this stops the launcher (SIGTTOU) until it is brought back.
     pub fn enter_raw(&mut self) {
         let Some(t) = self.outer.termios.filter(|_| self.outer.interactive) else { return };
+        self.take_canonical_input();
         if sys::tcsetattr(STDIN, &sys::raw_termios(&t)).is_ok() {
             self.raw = true;
+            if self.gated {
+                crate::notice::set_crlf(true);
+            }
+        }
+    }
+
+    /// Reads what the caller's terminal has ready while it is still in canonical mode: lines
+    /// typed ahead are kept for the command, and an end of file already sent is taken as the end
+    /// of input. That end of file is why: a harness whose input is closed (`script < /dev/null`,
+    /// an agent's pty) sends Ctrl-D at once, the line discipline keeps it in its buffer as a NUL
+    /// placeholder, and once the terminal is in raw mode the placeholder reads as a NUL byte,
+    /// which went to the command, and its echo (`^@`) to the start of the output. (A Ctrl-D sent
+    /// between this read and the switch still arrives as a NUL: a window of microseconds instead
+    /// of the whole start-up.) The end of file goes on to the command as one.
+    fn take_canonical_input(&mut self) {
+        let Some(t) = self.outer.termios.filter(|t| t.c_lflag & libc::ICANON != 0) else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        while self.stdin_open {
+            let mut p = [libc::pollfd { fd: STDIN, events: libc::POLLIN, revents: 0 }];
+            if !matches!(sys::poll(&mut p, 0), Ok(n) if n > 0) {
+                return;
+            }
+            // Canonical mode: one whole line, or 0 for the end of file, which the command gets
+            // as its own pty's end-of-file key (its pty has the caller's settings).
+            match sys::read(STDIN, &mut buf) {
+                Ok(0) => {
+                    self.pending.push(t.c_cc[libc::VEOF]);
+                    self.stdin_open = false;
+                }
+                Err(_) => self.stdin_open = false,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+            }
         }
     }
 
@@ -168,6 +215,9 @@ impl Relay {
         {
             let _ = sys::tcsetattr(STDIN, t);
             self.raw = false;
+            if self.gated {
+                crate::notice::set_crlf(false);
+            }
         }
     }
 
@@ -235,7 +285,11 @@ impl Relay {
                     return;
                 }
                 Ok(n) => {
-                    write_all(self.outer.fd, &buf[..n]);
+                    if self.gated {
+                        crate::notice::relay(&buf[..n]);
+                    } else {
+                        write_all(self.outer.fd, &buf[..n]);
+                    }
                     if let Some(s) = &self.scanner {
                         s.lock().unwrap_or_else(|e| e.into_inner()).feed(&buf[..n]);
                     }
@@ -256,6 +310,9 @@ impl Relay {
             // Finite now: every writer is gone.
             let mut buf = [0u8; 16 * 1024];
             self.copy_out(&mut buf, usize::MAX);
+        }
+        if self.gated {
+            crate::notice::end();
         }
         if let Some(s) = &self.scanner {
             s.lock().unwrap_or_else(|e| e.into_inner()).finish();

@@ -273,9 +273,102 @@ fn a_refused_request_is_said_on_the_commands_stderr_unless_quiet() {
     assert_eq!(responses(&stdout)[0].0, 403, "{stdout}");
     let line = format!("sandgate: denied 127.0.0.1:{port} (");
     assert!(stderr.contains(&line) && stderr.contains("sandgate check"), "{stderr}");
+    // The 403 lists the grants in force with the policy's patterns (issue 32).
+    ok(&t.sg(&["allow", "granted.example:443", "--always", "--global"]));
+    let (_, stdout, _) = finish(t.spawn_net(&[&deny], &["sh", "-c", &curl_body_sh(&url)]));
+    assert!(stdout.contains("Allowed destinations: granted.example:443 (granted)."), "{stdout}");
     let (_, _, stderr) =
         finish(t.spawn_net(&[&deny, "--quiet"], &["sh", "-c", &curl_body_sh(&url)]));
     assert!(!stderr.contains(&line), "{stderr}");
+}
+
+/// A sandboxed `sh -c` that writes the start of a line to stderr (`printf c`, as curl writes
+/// `c` then `url: (56) …`), makes a request to `url`, waits for the file `go` in the project,
+/// then ends its line.
+fn half_line_then_request(url: &str) -> String {
+    format!(
+        "printf c >&2; {} >/dev/null; while [ ! -e go ]; do sleep 0.02; done; \
+         echo 'url: (22) the rest of the line' >&2",
+        curl_sh(url)
+    )
+}
+
+/// Issue 32, part 3: the launcher's notices go between the command's lines, never inside one
+/// (it was `csandgate: … denied …url: (56)`). The command's line stays open while the refusal's
+/// notice comes (it waits for `go`, which the test writes only once the notice is out): the
+/// notice waits, then ends the command's line first, and the command's rest follows on a line
+/// of its own.
+#[test]
+fn a_notice_waits_for_the_end_of_the_commands_line() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = DaemonEnv::new("");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    let deny = format!("--deny=127.0.0.1:{port}");
+    let mut run = t.spawn_net(&[&deny], &["sh", "-c", &half_line_then_request(&url)]);
+    let stderr = lines_of(run.stderr.take().unwrap());
+    let notice = format!("sandgate: denied 127.0.0.1:{port} (");
+    let line = expect_line(&stderr, Duration::from_secs(20), |l| l.contains(&notice));
+    assert!(line.starts_with(&notice), "inside the command's line: {line:?}");
+    std::fs::write(t.proj.join("go"), "").unwrap();
+    let mut rest = Vec::new();
+    while let Ok(l) = stderr.recv_timeout(Duration::from_secs(20)) {
+        rest.push(l);
+    }
+    assert!(run.wait().unwrap().success());
+    assert_eq!(
+        rest.first().map(String::as_str),
+        Some("url: (22) the rest of the line"),
+        "{rest:?}"
+    );
+}
+
+/// The same on the launcher's terminal (`script`), where the terminal is in raw mode while the
+/// command runs: the notice's line ends with `\r\n` (a bare `\n` would leave the next line
+/// starting under the notice's end), and it starts on a line of its own.
+#[test]
+fn on_a_raw_terminal_a_notice_ends_with_cr_lf() {
+    if skip_unless(can_sandbox() && has_script(), "root, curl, python3 and script (util-linux)") {
+        return;
+    }
+    let t = DaemonEnv::new("");
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    let deny = format!("--deny=127.0.0.1:{port}");
+    let mut run = t.on_terminal(&["net", &deny, "--", "sh", "-c", &half_line_then_request(&url)]);
+    let _keep_stdin_open = run.stdin.take();
+    // The terminal's bytes as they come (`lines()` would hide the `\r`).
+    let (tx, chunks) = mpsc::channel::<Vec<u8>>();
+    let mut out = run.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let notice = format!("sandgate: denied 127.0.0.1:{port} (");
+    let explains = format!("`sandgate check 127.0.0.1:{port}` explains)");
+    while !String::from_utf8_lossy(&screen).contains(&explains) {
+        match chunks.recv_timeout(Duration::from_secs(20)) {
+            Ok(c) => screen.extend(c),
+            Err(e) => panic!("no notice ({e}): {:?}", String::from_utf8_lossy(&screen)),
+        }
+    }
+    std::fs::write(t.proj.join("go"), "").unwrap();
+    while let Ok(c) = chunks.recv_timeout(Duration::from_secs(20)) {
+        screen.extend(c);
+    }
+    assert!(run.wait().unwrap().success());
+    let screen = String::from_utf8_lossy(&screen);
+    let want = format!("c\r\n{notice}");
+    assert!(screen.contains(&want), "not on a line of its own: {screen:?}");
+    let want = format!("{explains}\r\nurl: (22) the rest of the line\r\n");
+    assert!(screen.contains(&want), "not \\r\\n in raw mode: {screen:?}");
 }
 
 #[test]

@@ -2,7 +2,18 @@
 //!
 //! NUL bytes cannot be passed in argv; they are covered by the config crate's host tests.
 
+use std::process::Command;
+
+use crate::support::dns::no_dns;
 use sandgate_tests::Env;
+
+/// `sandgate` in `env`, resolving names with a DNS server that is not there: `check` resolves
+/// the names it would let through (issue 32), and these are not the test's to resolve.
+fn cmd(env: &Env) -> Command {
+    let mut c = env.cmd();
+    c.env("SANDGATE_DNS_SERVER", no_dns());
+    c
+}
 
 const CONFIG: &str = r#"
 [network]
@@ -132,7 +143,7 @@ fn check_agrees_with_the_table() {
     assert!(rows.len() >= 60);
     let mut failures = Vec::new();
     for (target, extra, want) in rows {
-        let out = env.cmd().arg("check").arg(target).args(extra).output().unwrap();
+        let out = cmd(&env).arg("check").arg(target).args(extra).output().unwrap();
         let got = out.status.code().unwrap_or(-1);
         if got != want {
             failures.push(format!(
@@ -151,13 +162,13 @@ fn check_names_the_rule_and_speaks_json() {
     let dir = env.config_home().join("sandgate");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), CONFIG).unwrap();
-    let out = env.cmd().args(["check", "x.evil.wild.test", "--json"]).output().unwrap();
+    let out = cmd(&env).args(["check", "x.evil.wild.test", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["decision"], "deny");
     assert_eq!(v["rule"]["pattern"], "*.evil.wild.test");
     assert!(v["rule"]["source"].as_str().unwrap().ends_with("config.toml:13"), "{v}");
-    let out = env.cmd().args(["check", "a.wild.test"]).output().unwrap();
+    let out = cmd(&env).args(["check", "a.wild.test"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("allow a.wild.test:443\n  rule: *.wild.test ("), "{text}");
 }
@@ -169,7 +180,7 @@ fn malformed_config_gives_file_line_column_and_help() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), "[network]\nallow = [\"ok.test\", \"*.com\"]\n")
         .unwrap();
-    let out = env.cmd().args(["check", "ok.test"]).output().unwrap();
+    let out = cmd(&env).args(["check", "ok.test"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.toml:2:21:"), "{err}");
@@ -177,7 +188,7 @@ fn malformed_config_gives_file_line_column_and_help() {
     assert!(err.lines().count() < 25, "one screen: {err}");
 
     std::fs::write(dir.join("config.toml"), "[netwrok]\nallow = []\n").unwrap();
-    let out = env.cmd().args(["config", "check"]).output().unwrap();
+    let out = cmd(&env).args(["config", "check"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.toml:1:2:") && err.contains("unknown field"), "{err}");
@@ -189,7 +200,7 @@ fn config_paths_round_trip() {
     let work = env.root.path().join("home/proj");
     std::fs::create_dir_all(work.join("cache")).unwrap();
     let run = |args: &[&str]| {
-        let out = env.cmd().current_dir(&work).args(args).output().unwrap();
+        let out = cmd(&env).current_dir(&work).args(args).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
     };
     let (code, out) = run(&["config", "add-path", "cache"]);
@@ -220,7 +231,7 @@ fn config_paths_round_trip() {
 fn the_hook_without_input_makes_no_decision() {
     let env = Env::new();
     let out =
-        env.cmd().args(["hook", "claude"]).stdin(std::process::Stdio::null()).output().unwrap();
+        cmd(&env).args(["hook", "claude"]).stdin(std::process::Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
 }
@@ -231,7 +242,7 @@ fn a_missing_configured_path_is_a_warning_not_a_broken_launch() {
     let work = env.root.path().join("home/proj");
     std::fs::create_dir_all(&work).unwrap();
     let gone = env.root.path().join("gone");
-    let run = |args: &[&str]| env.cmd().current_dir(&work).args(args).output().unwrap();
+    let run = |args: &[&str]| cmd(&env).current_dir(&work).args(args).output().unwrap();
     let out = run(&["config", "add-path", gone.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -295,16 +306,16 @@ fn tiers_and_explain_show_the_allowlist_in_force() {
         "[network]\nallow = [\"ok.test\"]\ndeny = [\"no.test\"]\n",
     )
     .unwrap();
-    let out = env.cmd().args(["tiers"]).output().unwrap();
+    let out = cmd(&env).args(["tiers"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("allow: ok.test (") && text.contains("deny:  no.test ("), "{text}");
-    let out = env.cmd().args(["tiers", "--json"]).output().unwrap();
+    let out = cmd(&env).args(["tiers", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let net = v.as_array().unwrap().iter().find(|t| t["name"] == "net").unwrap();
     assert!(net["allow"][0].as_str().unwrap().starts_with("ok.test ("), "{net}");
     let run = v.as_array().unwrap().iter().find(|t| t["name"] == "run").unwrap();
     assert_eq!(run["allow"], serde_json::json!([]), "no network, no list: {run}");
-    let out = env.cmd().args(["explain", "--tier", "net", "--json"]).output().unwrap();
+    let out = cmd(&env).args(["explain", "--tier", "net", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["deny"][0].as_str().unwrap().starts_with("no.test ("), "{v}");
 }
@@ -317,7 +328,7 @@ fn default_ports_narrow_patterns_without_a_port_and_check_says_so() {
     let config = "[network]\nallow = [\"api.ports.test\", \"git.ports.test:22\"]\n";
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let check = |t: &str| {
-        let out = env.cmd().args(["check", t]).output().unwrap();
+        let out = cmd(&env).args(["check", t]).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
     };
     // Off by default: a pattern without a port matches every port.
@@ -332,12 +343,12 @@ fn default_ports_narrow_patterns_without_a_port_and_check_says_so() {
     assert!(text.contains("not matched: api.ports.test ("), "{text}");
     assert!(text.contains("default_ports = [80, 443]"), "{text}");
     assert!(text.contains("allow api.ports.test:5432 to open this one"), "{text}");
-    let out = env.cmd().args(["check", "api.ports.test:5432", "--json"]).output().unwrap();
+    let out = cmd(&env).args(["check", "api.ports.test:5432", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["default_ports"], serde_json::json!([80, 443]));
     assert!(v["narrowed_by_default_ports"].as_str().unwrap().starts_with("api.ports.test"), "{v}");
     // A flag written with the port opens it.
     let out =
-        env.cmd().args(["check", "api.ports.test:5432", "--allow", "api.ports.test:5432"]).output();
+        cmd(&env).args(["check", "api.ports.test:5432", "--allow", "api.ports.test:5432"]).output();
     assert_eq!(out.unwrap().status.code(), Some(0));
 }

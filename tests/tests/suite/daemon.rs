@@ -972,13 +972,13 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
         |events: &[sandgate_store::StoredEvent], kind: &str, pred: &dyn Fn(&Value) -> bool| {
             events.iter().any(|e| e.event.kind.as_str() == kind && pred(&e.event.details))
         };
-    let mut events = Vec::new();
-    wait_until("every event in the store", Duration::from_secs(10), || {
-        let q = sandgate_store::EventQuery { limit: 1000, ..Default::default() };
-        events = store.recent_events(&q).unwrap();
-        has(&events, "sandbox", &|d| d["event"] == "sandbox_ended")
-            && has(&events, "blocked_packet", &|d| d["dst"] == "10.203.0.2")
-    });
+    // Every event below was published before the launcher had its answer (the blocked packet
+    // was seen by `watch`); the daemon's flush makes them durable, so the store is read once.
+    t.flush_events();
+    let q = sandgate_store::EventQuery { limit: 1000, ..Default::default() };
+    let events = store.recent_events(&q).unwrap();
+    assert!(has(&events, "sandbox", &|d| d["event"] == "sandbox_ended"), "{events:#?}");
+    assert!(has(&events, "blocked_packet", &|d| d["dst"] == "10.203.0.2"), "{events:#?}");
     let decision = |port: u16, what: &'static str| {
         move |d: &Value| d["event"] == "request" && d["port"] == port && d["decision"] == what
     };

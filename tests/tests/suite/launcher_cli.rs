@@ -360,17 +360,28 @@ fn a_refused_user_namespace_names_the_settings(who: &Who) {
     assert!(!marker.exists());
 }
 
+/// Issue 32, part 3: the note follows a failure that looks like one for want of a network
+/// (here a connection refused on the sandbox's own loopback), not any failure.
 fn a_failure_without_network_says_the_tier_has_none(who: &Who) {
     let s = Scratch::new(who);
     let note = "tier has no network";
-    let out = s.run("run", &[], &["sh", "-c", "exit 6"]);
+    let connect = "import socket; socket.create_connection(('127.0.0.1', 9), timeout=5)";
+    let out = s.run("run", &[], &["python3", "-c", connect]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Connection refused") && stderr.contains(note), "{stderr}");
+    let resolve = "echo 'curl: (6) Could not resolve host: pypi.org' >&2; exit 6";
+    let out = s.run("run", &[], &["sh", "-c", resolve]);
     assert_eq!(out.status.code(), Some(6));
     assert!(text(&out.stderr).contains(note), "{}", text(&out.stderr));
-    // Not on success, not where the network is there, not when asked to be quiet.
+    // Not after any failure (`sandbox-run false`), not on success, not where the network is
+    // there, not when asked to be quiet.
     let quiet = [
+        s.run("run", &[], &["false"]),
+        s.run("run", &[], &["sh", "-c", "echo 'error: tests failed' >&2; exit 6"]),
         s.run("run", &[], &["true"]),
-        s.run("net", &[], &["sh", "-c", "exit 6"]),
-        s.run("run", &["--quiet"], &["sh", "-c", "exit 6"]),
+        s.run("net", &[], &["sh", "-c", resolve]),
+        s.run("run", &["--quiet"], &["sh", "-c", resolve]),
     ];
     for out in quiet {
         assert!(!text(&out.stderr).contains(note), "{}", text(&out.stderr));

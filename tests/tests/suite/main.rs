@@ -14,6 +14,7 @@
 
 mod support;
 
+mod address_guard;
 mod answers;
 mod check;
 mod connect_cli;

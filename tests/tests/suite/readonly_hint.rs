@@ -166,7 +166,41 @@ fn failed_writes_name_the_path_and_the_fix_on_a_terminal(who: &Who) {
     assert!(!fine.contains("is read-only in"), "{fine}");
 }
 
+/// Issue 32, part 3: pyenv tests its shims directory before writing and fails in its own words
+/// (`pyenv: cannot rehash: … isn't writable`, the check of `libexec/pyenv-rehash`); the launcher
+/// names the path and what to run instead, as for other read-only failures.
+fn a_read_only_shims_directory_gets_the_rehash_hint(who: &Who) {
+    let s = Scratch::new(who);
+    let shims = s.home.join(".pyenv/shims");
+    std::fs::create_dir_all(&shims).unwrap();
+    let _ = Command::new("chown")
+        .args([
+            "-R",
+            &format!("{}:{}", s.who.uid, s.who.gid),
+            s.home.join(".pyenv").to_str().unwrap(),
+        ])
+        .status();
+    let rehash = "SHIM_PATH=\"$HOME/.pyenv/shims\"; \
+                  if [ ! -w \"$SHIM_PATH\" ]; then \
+                  echo \"pyenv: cannot rehash: $SHIM_PATH isn't writable\" >&2; exit 1; fi; \
+                  ( t=\"$(TMPDIR=\"$SHIM_PATH\" mktemp 2>/dev/null)\" && rm \"$t\" ) || \
+                  { echo \"pyenv: cannot rehash: $SHIM_PATH isn't writable\" >&2; exit 1; }";
+    for tier in ["run", "build"] {
+        let out = s.run(tier, &["--net", "none"], &["sh", "-c", rehash]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{tier}: {stderr}");
+        let said = format!("pyenv: cannot rehash: {} isn't writable\n", shims.display());
+        assert!(stderr.starts_with(&said), "{tier}: {stderr}");
+        let hint = format!("sandgate: {} is read-only in every tier", shims.display());
+        let line = stderr.lines().find(|l| l.starts_with(&hint));
+        let line = line.unwrap_or_else(|| panic!("{tier}: {hint:?} missing:\n{stderr}"));
+        assert!(line.contains("run `pyenv rehash` outside the sandbox"), "{line}");
+    }
+    assert_eq!(std::fs::read_dir(&shims).unwrap().count(), 0, "nothing was added");
+}
+
 both!(
+    a_read_only_shims_directory_gets_the_rehash_hint,
     a_closed_stderr_reader_still_ends_the_command,
     failed_writes_name_the_path_and_the_fix_on_a_pipe,
     order_and_bytes_are_the_commands_with_one_file_for_both,

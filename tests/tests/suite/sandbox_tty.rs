@@ -474,7 +474,21 @@ fn a_hostile_command_leaves_the_terminal_as_it_was(who: &Who) {
     }
 }
 
+/// Issue 32, part 3: a terminal whose input ends at once (`script < /dev/null`, an agent's pty
+/// with nothing to type: Ctrl-D before the launcher is in raw mode) gave the command a NUL byte
+/// (the line discipline's placeholder for that end of file) and the output a stray `^@`; `cat`
+/// then waited for ever. Now the end of input reaches the command as one, and the output is the
+/// command's alone.
+fn an_end_of_input_before_raw_mode_is_no_nul_byte(who: &Who) {
+    let s = Scratch::new(who);
+    let steps = serde_json::json!([{"send": "\u{4}"}, {"expect": "after-eof"}]);
+    let out = session(&s, "run", &["sh", "-c", "cat; echo after-eof"], (24, 80), steps);
+    assert_eq!(out.code, Some(0), "{:?}", out.output);
+    assert_eq!(out.output, "after-eof\r\n", "no ^@ nor NUL");
+}
+
 both!(
+    an_end_of_input_before_raw_mode_is_no_nul_byte,
     an_interactive_shell_has_job_control,
     the_window_size_is_propagated,
     colours_reach_the_terminal,

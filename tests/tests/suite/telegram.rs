@@ -796,7 +796,10 @@ fn a_deny_command_releases_the_held_request_with_a_403() {
     fake.push_message(CHAT, "bob", "/deny 127.0.0.1");
     let (code, stdout, stderr) = finish(curl);
     assert_eq!((code, stdout.as_str()), (0, "403\n"), "{stderr}");
-    fake.wait_call("sendMessage", text_has("denied for this session: 1 request released"));
+    // The reply names the rule stored (issue 32: it once said "released" while the grant had
+    // failed, for want of the sandbox's row, and `rules` below then listed nothing).
+    let reply = fake.wait_call("sendMessage", text_has("denied for this session: 1 request"));
+    assert!(text(&reply.body).ends_with("1 request released · rule #1"), "{}", reply.body);
     let edit = fake.wait_call("editMessageText", |_| true);
     assert_eq!(edit.body["message_id"], q.message_id.unwrap());
     assert!(
@@ -804,6 +807,7 @@ fn a_deny_command_releases_the_held_request_with_a_403() {
         "{}",
         edit.body
     );
+    // Acknowledged (the request released, the reply, the edit), so stored: read at once.
     let rules = t.json(&["rules", "--all", "--json"]);
     assert_eq!((&rules[0]["effect"], &rules[0]["channel"]), (&json!("deny"), &json!("telegram")));
 }
@@ -828,7 +832,7 @@ fn the_hour_always_and_deny_buttons_do_what_the_readme_says() {
         let pressed = SystemTime::now();
         fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &button(&q.body, label));
         let ack = fake.wait_call("answerCallbackQuery", |_| true);
-        assert!(text(&ack.body).contains("1 request released"), "{label}: {}", ack.body);
+        assert!(text(&ack.body).ends_with("1 request released · rule #1"), "{label}: {}", ack.body);
 
         // The grant, while the sandbox still runs (a session grant ends with it).
         let rules = t.json(&["rules", "--json"]);

@@ -99,6 +99,15 @@ impl DaemonEnv {
             .unwrap()
     }
 
+    /// Has the daemon commit the events it queued (`{"op":"flush"}`): whatever it published
+    /// before this call is in the store once it returns.
+    pub fn flush_events(&self) {
+        let mut c = UnixStream::connect(self.socket()).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let reply = request(&mut c, &mut r, r#"{"id":1,"op":"flush"}"#);
+        assert_eq!(reply["ok"], true, "{reply}");
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.env.root.path().join("run/sandgate/control.sock")
     }

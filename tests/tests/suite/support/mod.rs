@@ -1,6 +1,7 @@
 //! Fixtures shared by the suite's modules, one module per kind of test.
 
 pub mod daemon;
+pub mod dns;
 pub mod git;
 pub mod hook;
 pub mod intercept;

@@ -16,6 +16,7 @@ use sandgate_store::{
 };
 use tokio::sync::broadcast;
 
+use crate::event_cap::{Passed, Refusal, Report, Summary, Traffic, Verdict};
 use crate::protocol::Event;
 
 /// A sandbox the daemon serves.
@@ -387,6 +388,9 @@ pub struct Shared {
     pub bus: broadcast::Sender<Event>,
     /// The per-sandbox cap on stored traffic events.
     pub cap: crate::event_cap::EventCap,
+    /// This, for the timers that store what the cap counted when its period ends (build with
+    /// `Arc::new_cyclic`).
+    pub me: std::sync::Weak<Shared>,
 }
 
 impl Shared {
@@ -413,27 +417,33 @@ impl Shared {
     }
 
     /// Records an event in the store (queued) and tells the subscribers. A sandbox's traffic
-    /// events past its cap ([`event_cap`](crate::event_cap)) are only told, and counted.
+    /// events past its cap ([`event_cap`](crate::event_cap)) are told, and stored as the cap
+    /// says: refusals only counted, what was let through counted into summaries.
     pub fn publish(&self, kind: EventKind, sandbox: Option<&str>, event: Event) {
-        let store = match (kind, sandbox) {
-            (EventKind::Decision | EventKind::BlockedPacket, Some(id)) => {
-                let weight = match &event {
-                    Event::Request { count, .. } | Event::Blocked { count, .. } => *count,
-                    _ => 1,
-                };
-                let a = self.cap.admit(id, std::time::Instant::now(), weight);
-                if let Some(d) = a.report {
-                    self.report_capped(id, d);
+        let store = match (kind, sandbox, traffic_of(&event)) {
+            (EventKind::Decision | EventKind::BlockedPacket, Some(id), Some(traffic)) => {
+                let a = self.cap.admit(id, std::time::Instant::now(), traffic);
+                self.record_reports(a.due);
+                if let Some(at) = a.wake_at {
+                    self.wake_cap_at(at);
                 }
-                if a.first_dropped {
-                    tracing::warn!(
-                        sandbox = id,
-                        per_minute = self.cap.per_minute(),
-                        "the sandbox's traffic events come faster than the cap: the rest are not \
-                         stored (counted, and reported once a minute and at its end)"
-                    );
+                match a.verdict {
+                    Verdict::Store => true,
+                    Verdict::Count => false,
+                    Verdict::Drop { first } => {
+                        if first {
+                            tracing::warn!(
+                                sandbox = id,
+                                per_minute = self.cap.per_minute(),
+                                "the sandbox's traffic events come faster than the cap: its \
+                                 refusals are not stored (counted, and reported a minute later \
+                                 and at its end), what it gets through is counted per \
+                                 destination"
+                            );
+                        }
+                        false
+                    }
                 }
-                a.store
             }
             _ => true,
         };
@@ -443,24 +453,60 @@ impl Shared {
         let _ = self.bus.send(event);
     }
 
-    /// The sandbox ended: the count of its events not stored since the last report, if any,
-    /// becomes one (stored before its end is).
+    /// The sandbox ended: what the cap held back for it (refusals not stored, requests
+    /// counted) is stored now, before its end is.
     pub fn end_cap(&self, sandbox: &str) {
-        if let Some(d) = self.cap.end(sandbox) {
-            self.report_capped(sandbox, d);
-        }
+        self.record_reports(self.cap.end(sandbox));
     }
 
-    fn report_capped(&self, sandbox: &str, d: crate::event_cap::Dropped) {
-        let event = Event::EventsCapped {
-            sandbox: sandbox.to_owned(),
-            not_stored: d.events,
-            standing_for: d.standing_for,
-            per_minute: self.cap.per_minute(),
-            burst: self.cap.burst(),
-        };
-        self.store_event(EventKind::Sandbox, Some(sandbox), &event);
-        let _ = self.bus.send(event);
+    /// The daemon stops: what the cap held back for every sandbox is stored now (before the
+    /// event writer's last batch).
+    pub fn end_all_caps(&self) {
+        self.record_reports(self.cap.end_all());
+    }
+
+    /// Has [`EventCap::due`](crate::event_cap::EventCap::due) run at `at` (a period began
+    /// counting): its reports are stored then, not only when the sandbox's next event or its
+    /// end comes. Outside a runtime (not the daemon) they wait for those.
+    fn wake_cap_at(&self, at: std::time::Instant) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let me = self.me.clone();
+        rt.spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+            if let Some(s) = me.upgrade() {
+                s.record_reports(s.cap.due(std::time::Instant::now()));
+            }
+        });
+    }
+
+    /// Stores what the cap held back. Refusals not stored are said to subscribers too (the
+    /// launcher says so on the command's stderr); summaries of what was let through are not,
+    /// since each request was told when it happened.
+    fn record_reports(&self, reports: Vec<Report>) {
+        for r in reports {
+            match r {
+                Report::Dropped { sandbox, refusal, dropped } => {
+                    let kind = match refusal {
+                        Refusal::Proxy => EventKind::Decision,
+                        Refusal::Firewall => EventKind::BlockedPacket,
+                    };
+                    let event = Event::EventsCapped {
+                        sandbox,
+                        decision: refusal.as_str().to_owned(),
+                        not_stored: dropped.events,
+                        standing_for: dropped.standing_for,
+                        per_minute: self.cap.per_minute(),
+                        burst: self.cap.burst(),
+                    };
+                    self.store_event(kind, event.sandbox(), &event);
+                    let _ = self.bus.send(event);
+                }
+                Report::Counted { sandbox, summary } => {
+                    let event = summary_event(sandbox, summary, self.cap.period());
+                    self.store_event(EventKind::Decision, event.sandbox(), &event);
+                }
+            }
+        }
     }
 
     fn store_event(&self, kind: EventKind, sandbox: Option<&str>, event: &Event) {
@@ -472,6 +518,71 @@ impl Shared {
                 details,
             });
         }
+    }
+}
+
+/// What a traffic event is to the cap (`None`: not traffic, never capped).
+fn traffic_of(event: &Event) -> Option<Traffic<'_>> {
+    match event {
+        Event::Request {
+            method,
+            host,
+            port,
+            path,
+            decision,
+            rule,
+            bytes_up,
+            bytes_down,
+            ms,
+            count,
+            ..
+        } if decision == "allow" => Some(Traffic::Pass(Passed {
+            method,
+            host,
+            port: *port,
+            path: path.as_deref(),
+            rule,
+            bytes_up: *bytes_up,
+            bytes_down: *bytes_down,
+            ms: *ms,
+            requests: *count,
+        })),
+        Event::Request { count, .. } => Some(Traffic::Refuse(Refusal::Proxy, *count)),
+        Event::Blocked { count, .. } => Some(Traffic::Refuse(Refusal::Firewall, *count)),
+        _ => None,
+    }
+}
+
+/// The stored event of a summary of what a sandbox got through past its cap: a request line
+/// with the count, the bytes, and a rule that says what it stands for.
+fn summary_event(sandbox: String, s: Summary, period: std::time::Duration) -> Event {
+    let to = match (s.host.as_str(), s.port) {
+        (crate::event_cap::OTHER_HOSTS, _) => "other hosts".to_owned(),
+        (h, 0) => h.to_owned(),
+        (h, p) if h.contains(':') => format!("[{h}]:{p}"),
+        (h, p) => format!("{h}:{p}"),
+    };
+    let rule = format!(
+        "{} more to {to} within {} s (past the sandbox's cap on stored events), e.g. {}: {}",
+        s.requests,
+        period.as_secs(),
+        s.samples.join(", "),
+        s.rule
+    );
+    Event::Request {
+        sandbox,
+        method: s.method,
+        host: s.host,
+        port: s.port,
+        path: None,
+        decision: "allow".to_owned(),
+        rule,
+        bytes_up: s.bytes_up,
+        bytes_down: s.bytes_down,
+        ms: s.ms,
+        error: None,
+        count: s.requests,
+        samples: s.samples,
     }
 }
 
@@ -1051,5 +1162,102 @@ mod tests {
             }
         }
         assert!(hits > 100 && hits < checked - 100, "{hits} of {checked}: both answers are tested");
+    }
+
+    /// A period after the cap began counting, what it held back is stored without waiting for
+    /// the sandbox's next event or its end (a sandbox that floods, gets data out, then idles for
+    /// hours): the refusals not stored (told to subscribers too) and the summary of the
+    /// requests let through after the first.
+    #[tokio::test]
+    async fn what_the_cap_held_back_is_stored_when_its_period_ends() {
+        use std::time::Duration;
+
+        use crate::event_cap::{BURST, EventCap};
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let writer = sandgate_store::EventWriter::start(&store, Default::default()).unwrap();
+        let mut committed = writer.subscribe();
+        let (bus, mut told) = broadcast::channel(4096);
+        let shared = Arc::new_cyclic(|me| Shared {
+            records: Records::start(store.clone()),
+            store: store.clone(),
+            events: writer.sender(),
+            writer: Mutex::new(Some(writer)),
+            telegram: std::sync::OnceLock::new(),
+            broker: approvals::Broker::new(approvals::BrokerConfig::default(), None),
+            grants: Arc::new(GrantCache::new(store.clone())),
+            sandboxes: Registry::default(),
+            bus,
+            cap: EventCap::with_period(1, Duration::from_millis(200)),
+            me: me.clone(),
+        });
+        let request = |decision: &str, path: &str| Event::Request {
+            sandbox: "sg-1".into(),
+            method: "POST".into(),
+            host: "h.example".into(),
+            port: 443,
+            path: Some(path.into()),
+            decision: decision.into(),
+            rule: "r".into(),
+            bytes_up: 7,
+            bytes_down: 1,
+            ms: 1.0,
+            error: None,
+            count: 1,
+            samples: Vec::new(),
+        };
+        for _ in 0..BURST + 5 {
+            shared.publish(EventKind::Decision, Some("sg-1"), request("deny", "/d"));
+        }
+        for path in ["/a", "/b", "/c"] {
+            shared.publish(EventKind::Decision, Some("sg-1"), request("allow", path));
+        }
+        let within = Duration::from_secs(10);
+        let not_stored = tokio::time::timeout(within, async {
+            loop {
+                if let Ok(Event::EventsCapped { not_stored, decision, .. }) = told.recv().await {
+                    return (not_stored, decision);
+                }
+            }
+        })
+        .await
+        .expect("the refusals' report, told");
+        assert_eq!(not_stored, (5, "deny".to_owned()));
+        // Both are committed without another event of the sandbox.
+        let (mut capped, mut summary) = (None, None);
+        tokio::time::timeout(within, async {
+            while capped.is_none() || summary.is_none() {
+                let Ok(e) = committed.recv().await else { continue };
+                let d = &e.event.details;
+                if d["event"] == "events_capped" {
+                    capped = Some(e.clone());
+                } else if d["decision"] == "allow" && d["count"] == 2 {
+                    summary = Some(e.clone());
+                }
+            }
+        })
+        .await
+        .expect("both reports, committed");
+        let (capped, summary) = (capped.unwrap(), summary.unwrap());
+        assert_eq!(capped.event.kind, EventKind::Decision);
+        assert_eq!(capped.event.details["standing_for"], 5);
+        assert_eq!(summary.event.kind, EventKind::Decision);
+        let d = &summary.event.details;
+        assert_eq!((d["host"].as_str(), d["port"].as_u64()), (Some("h.example"), Some(443)));
+        assert_eq!(
+            (d["bytes_up"].as_u64(), d["samples"].clone()),
+            (Some(14), serde_json::json!(["POST /b", "POST /c"]))
+        );
+        // The first allowed request was stored by itself; the burst of refusals too.
+        let all = store
+            .recent_events(&sandgate_store::EventQuery { limit: 5000, ..Default::default() })
+            .unwrap();
+        let allowed: Vec<_> =
+            all.iter().filter(|e| e.event.details["decision"] == "allow").collect();
+        assert_eq!(allowed.len(), 2);
+        assert!(allowed.iter().any(|e| e.event.details["path"] == "/a"));
+        let denied = all.iter().filter(|e| e.event.details["decision"] == "deny").count();
+        assert_eq!(denied, BURST as usize + 1, "the burst and the report");
     }
 }

@@ -484,11 +484,12 @@ pub fn event_line(ev: &Event, now: SystemTime) -> (String, &'static str) {
             let n = if *count > 1 { format!(" (×{count})") } else { String::new() };
             (format!("sandgate: {sandbox} blocked {protocol} {dest}{n}"), "31")
         }
-        Event::EventsCapped { sandbox, not_stored, standing_for, per_minute, burst } => (
+        Event::EventsCapped { sandbox, decision, not_stored, standing_for, per_minute, burst } => (
             format!(
-                "sandgate: {sandbox}: {not_stored} traffic events ({standing_for} requests, \
-                 lookups or packets) were not stored (over the cap of {burst} at once, then \
-                 {per_minute} a minute)"
+                "sandgate: {sandbox}: {not_stored} traffic events ({standing_for} {}) were not \
+                 stored (over the cap of {burst} at once, then {per_minute} a minute; `sandgate \
+                 log` counts them)",
+                crate::protocol::capped_what(decision)
             ),
             "31",
         ),

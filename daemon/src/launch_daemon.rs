@@ -397,13 +397,14 @@ fn event_line(ev: &Event, id: &str, out: Output, tty: bool) -> Option<String> {
         {
             dns_refused_line(decision, host, rule)
         }
-        Event::EventsCapped { sandbox, not_stored, standing_for, per_minute, burst }
+        Event::EventsCapped { sandbox, decision, not_stored, standing_for, per_minute, burst }
             if sandbox == id =>
         {
             Some(format!(
-                "sandgate: {not_stored} of this sandbox's traffic events ({standing_for} requests, \
-                 lookups or packets) were not stored: faster than {burst} at once, then \
-                 {per_minute} a minute (`[daemon] events_per_minute`)"
+                "sandgate: {not_stored} of this sandbox's traffic events ({standing_for} {}) were \
+                 not stored, only counted (`sandgate log` shows the count): faster than {burst} \
+                 at once, then {per_minute} a minute (`[daemon] events_per_minute`)",
+                crate::protocol::capped_what(decision)
             ))
         }
         Event::Request { decision, host, port, rule, .. }

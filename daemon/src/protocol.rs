@@ -322,21 +322,29 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         /// Requests this line stands for: 1, but for the DNS stub's summary of the names it
-        /// refused under one domain in a minute.
+        /// refused under one domain in a minute, and the event cap's summary of what a sandbox
+        /// got through to one destination (or to [`OTHER_HOSTS`](sandgate_store::OTHER_HOSTS))
+        /// past its cap (then bytes and `ms` are sums).
         #[serde(default = "one", skip_serializing_if = "is_one")]
         count: u64,
-        /// A DNS summary's example names.
+        /// A summary's examples: names (DNS), requests or destinations (the event cap's).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         samples: Vec<String>,
     },
-    /// Traffic events of a sandbox that came faster than `[daemon] events_per_minute` and were
-    /// not stored (shown live only), counted since the last such report.
+    /// Refusals of a sandbox that came faster than `[daemon] events_per_minute` and were not
+    /// stored (shown live only), counted since the last such report; one per wall. (What was let
+    /// through is never dropped: past the cap it is counted into [`Event::Request`] summaries.)
+    /// Stored as kind `decision` (`deny`) or `blocked_packet` (`blocked`): a line of
+    /// `sandgate log`, host [`NOT_STORED`](sandgate_store::NOT_STORED).
     EventsCapped {
         /// Sandbox id.
         sandbox: String,
+        /// `deny` (the proxy's and the DNS stub's refusals) or `blocked` (the firewall's).
+        #[serde(default = "deny")]
+        decision: String,
         /// Events not stored.
         not_stored: u64,
-        /// What they stood for: requests, DNS refusals, blocked packets.
+        /// What they stood for: refusals (a DNS summary stands for many), blocked packets.
         standing_for: u64,
         /// The configured rate.
         per_minute: u32,
@@ -383,6 +391,17 @@ fn one() -> u64 {
 
 fn is_one(n: &u64) -> bool {
     *n == 1
+}
+
+/// What an [`Event::EventsCapped`] of `decision` counts, in words.
+pub fn capped_what(decision: &str) -> &'static str {
+    if decision == "blocked" { "blocked packets" } else { "refused requests and lookups" }
+}
+
+/// Serde's default of [`Event::EventsCapped`]'s `decision` (the store's v6 migration gives the
+/// older rows one; a peer of this round's daemon may not).
+fn deny() -> String {
+    "deny".to_owned()
 }
 
 impl Event {
@@ -434,8 +453,9 @@ impl Event {
                 },
                 method: method.clone(),
                 host: host.clone(),
-                // A name lookup (the DNS stub) has no port.
-                port: (method != "DNS").then_some(*port),
+                // A name lookup (the DNS stub) has no port, nor has the cap's count of
+                // requests to other hosts.
+                port: (method != "DNS" && *port != 0).then_some(*port),
                 path: path.clone(),
                 command: None,
                 rule: match error {
@@ -447,6 +467,39 @@ impl Event {
                 ms: *ms,
                 count: *count,
             }),
+            Event::EventsCapped {
+                sandbox,
+                decision,
+                not_stored,
+                standing_for,
+                per_minute,
+                burst,
+            } => {
+                let what = capped_what(decision);
+                let decision = if decision == "blocked" {
+                    sandgate_store::TrafficDecision::Blocked
+                } else {
+                    sandgate_store::TrafficDecision::Deny
+                };
+                Some(sandgate_store::TrafficLine {
+                    time,
+                    sandbox: sandbox.clone(),
+                    decision,
+                    method: "*".into(),
+                    host: sandgate_store::NOT_STORED.into(),
+                    port: None,
+                    path: None,
+                    command: None,
+                    rule: format!(
+                        "over the sandbox's cap on stored events ({burst} at once, then \
+                         {per_minute} a minute): {standing_for} {what} in {not_stored} events"
+                    ),
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    ms: 0.0,
+                    count: *standing_for,
+                })
+            }
             Event::Blocked { sandbox, protocol, dst, port, count } => {
                 Some(sandgate_store::TrafficLine {
                     time,

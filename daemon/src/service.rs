@@ -285,7 +285,7 @@ async fn serve(
         })),
     );
     let (bus, _) = tokio::sync::broadcast::channel(4096);
-    let shared = Arc::new(adapters::Shared {
+    let shared = Arc::new_cyclic(|me| adapters::Shared {
         records,
         store: store.clone(),
         events: writer.sender(),
@@ -298,6 +298,7 @@ async fn serve(
         cap: crate::event_cap::EventCap::new(
             settings.events_per_minute.unwrap_or(crate::event_cap::DEFAULT_PER_MINUTE),
         ),
+        me: me.clone(),
     });
     let proxy = sandgate_proxy::Proxy::builder()
         .config(sandgate_proxy::ProxyConfig {
@@ -416,6 +417,9 @@ async fn serve(
     // Let launchers read `daemon_stopping` and in-flight replies go out.
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.drain(Duration::from_secs(1)).await;
+    // What the cap held back (refusals not stored, requests counted) after the proxy's last
+    // events, before the writer's last batch.
+    shared.end_all_caps();
     let writer = shared.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(w) = writer {
         let stats = tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap_or_default();

@@ -50,4 +50,6 @@ pub use model::{
 pub use schema::SCHEMA_VERSION;
 pub use store::{OpenOptions, Store};
 pub use time::Timestamp;
-pub use traffic::{HostRow, SandboxCommands, TrafficFilter, TrafficLine, clock};
+pub use traffic::{
+    HostRow, NOT_STORED, OTHER_HOSTS, SandboxCommands, TrafficFilter, TrafficLine, clock,
+};

@@ -260,8 +260,75 @@ WHERE (kind = 'decision' AND json_extract(details, '$.event') = 'request')
    OR (kind = 'blocked_packet' AND json_extract(details, '$.event') = 'blocked');
 "#;
 
+/// What a sandbox's cap on stored events did not store is traffic the log must show (a sandbox
+/// that floods refusals must not make the log silent about them). The `events_capped` event
+/// (kind `decision` for the proxy's and the DNS stub's refusals, `blocked_packet` for the
+/// firewall's, with `standing_for` the refusals or packets) joins the view as host
+/// `(not stored)`, so the summary tables, `--decision` and `sandgate log` count it.
+///
+/// Version 5 stored it as kind `sandbox`, one row for every wall (and, then, for allowed traffic
+/// too): those rows become kind `decision` (decision `deny`, what most of them were) and are
+/// added to the summary tables here, since no trigger fires for an UPDATE.
+const V6: &str = r#"
+DROP VIEW traffic_events;
+CREATE VIEW traffic_events AS
+SELECT id, time, coalesce(sandbox, '') AS sandbox,
+       CASE WHEN json_extract(details, '$.event') = 'events_capped' THEN '(not stored)'
+            ELSE CAST(coalesce(json_extract(details, CASE kind WHEN 'blocked_packet' THEN '$.dst'
+                                                              ELSE '$.host' END), '') AS TEXT)
+       END AS host,
+       CASE WHEN kind = 'blocked_packet' THEN 'blocked'
+            WHEN json_extract(details, '$.event') = 'events_capped' THEN 'deny'
+            WHEN json_extract(details, '$.decision') = 'allow' THEN 'allow'
+            ELSE 'deny' END AS decision,
+       max(CAST(coalesce(json_extract(details,
+                         CASE WHEN json_extract(details, '$.event') = 'events_capped'
+                              THEN '$.standing_for' ELSE '$.count' END), 1) AS INTEGER), 0)
+           AS connections,
+       max(CAST(coalesce(json_extract(details, '$.bytes_up'), 0) AS INTEGER), 0) AS bytes_up,
+       max(CAST(coalesce(json_extract(details, '$.bytes_down'), 0) AS INTEGER), 0) AS bytes_down,
+       CASE WHEN json_extract(details, '$.event') = 'events_capped'
+                 THEN 'over the sandbox''s cap on stored events'
+            WHEN kind = 'blocked_packet' THEN 'firewall: direct connection'
+            ELSE CAST(coalesce(json_extract(details, '$.rule'), '') AS TEXT) END AS rule
+FROM events
+WHERE (kind = 'decision' AND json_extract(details, '$.event') IN ('request', 'events_capped'))
+   OR (kind = 'blocked_packet' AND json_extract(details, '$.event') IN ('blocked', 'events_capped'));
+
+UPDATE events SET kind = 'decision', details = json_set(details, '$.decision', 'deny')
+WHERE kind = 'sandbox' AND json_extract(details, '$.event') = 'events_capped';
+
+INSERT INTO traffic_minutes
+    SELECT time / 60000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
+           sum(bytes_down), max(time), rule
+    FROM traffic_events WHERE id IN (SELECT id FROM events WHERE kind = 'decision'
+                                     AND json_extract(details, '$.event') = 'events_capped')
+    GROUP BY time / 60000, host, sandbox, decision
+ON CONFLICT (minute, host, sandbox, decision) DO UPDATE SET
+    connections = connections + excluded.connections,
+    events = events + excluded.events,
+    bytes_up = bytes_up + excluded.bytes_up,
+    bytes_down = bytes_down + excluded.bytes_down,
+    rule = CASE WHEN excluded.last_seen >= last_seen THEN excluded.rule ELSE rule END,
+    last_seen = max(last_seen, excluded.last_seen);
+
+INSERT INTO traffic_days
+    SELECT time / 86400000, host, sandbox, decision, sum(connections), count(*), sum(bytes_up),
+           sum(bytes_down), max(time), rule
+    FROM traffic_events WHERE id IN (SELECT id FROM events WHERE kind = 'decision'
+                                     AND json_extract(details, '$.event') = 'events_capped')
+    GROUP BY time / 86400000, host, sandbox, decision
+ON CONFLICT (day, host, sandbox, decision) DO UPDATE SET
+    connections = connections + excluded.connections,
+    events = events + excluded.events,
+    bytes_up = bytes_up + excluded.bytes_up,
+    bytes_down = bytes_down + excluded.bytes_down,
+    rule = CASE WHEN excluded.last_seen >= last_seen THEN excluded.rule ELSE rule END,
+    last_seen = max(last_seen, excluded.last_seen);
+"#;
+
 /// The migration steps; step `i` takes version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes (the number of migrations).
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -3,6 +3,11 @@
 //! `--decision` and `--sandbox` apply ([`TrafficFilter`]), the paged read of the newest lines
 //! that pass them ([`Store::traffic_lines`]), and the per-host summary rows ([`HostRow`]).
 //!
+//! Past a sandbox's cap on stored events (the daemon's `event_cap`), two kinds of line stand for
+//! traffic whose hosts they do not all name: refusals not stored ([`NOT_STORED`]) and requests
+//! let through to destinations past the ones counted apart ([`OTHER_HOSTS`]). Every `--host`
+//! filter keeps them: they may include that host.
+//!
 //! The events themselves are the daemon's protocol type, which this crate does not know: the
 //! caller turns a stored event into a line. Text renderings are here because `sandgate log` and
 //! `sandgate watch` print the same lines.
@@ -13,6 +18,14 @@ use sandgate_config::{DomainPattern, Host, sanitize};
 use serde::Serialize;
 
 use crate::{HostSummary, Store, StoreError, StoredEvent, Timestamp, TrafficDecision};
+
+/// The host of the line that counts a sandbox's refusals the cap did not store (one per wall:
+/// decision `deny` for the proxy's and the DNS stub's, `blocked` for the firewall's).
+pub const NOT_STORED: &str = "(not stored)";
+
+/// The host of the line that counts the requests a sandbox got through, past the cap, to
+/// destinations past those counted one by one (its rule names some of them).
+pub const OTHER_HOSTS: &str = "(other hosts)";
 
 /// One line of the log, whatever it came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -41,14 +54,16 @@ pub struct TrafficLine {
     pub bytes_down: u64,
     /// Duration in milliseconds.
     pub ms: f64,
-    /// Packets in a burst of blocked ones, or names a DNS summary stands for (1 otherwise).
+    /// What the line stands for (1 but for these): packets in a burst of blocked ones,
+    /// refusals a DNS summary or a [`NOT_STORED`] line counts, requests a summary of what was
+    /// let through past the cap counts (its bytes and duration are their sums).
     pub count: u64,
 }
 
 impl TrafficLine {
     /// The line as text: time, sandbox, decision, method, host:port and path, bytes and duration
-    /// (or the packet count), the rule, and the command line last. Everything that came from a
-    /// sandbox is sanitised.
+    /// (or the count, with the bytes of what was let through), the rule, and the command line
+    /// last. Everything that came from a sandbox is sanitised.
     pub fn text(&self) -> String {
         let host = match (self.host.contains(':'), self.port) {
             (true, Some(p)) => format!("[{}]:{p}", self.host),
@@ -56,7 +71,13 @@ impl TrafficLine {
             (_, None) => self.host.clone(),
         };
         let host = host + self.path.as_deref().unwrap_or("");
-        let what = if self.decision == TrafficDecision::Blocked || self.count > 1 {
+        let counted = self.decision == TrafficDecision::Blocked
+            || self.count > 1
+            || self.host == NOT_STORED
+            || self.host == OTHER_HOSTS;
+        let what = if counted && self.decision == TrafficDecision::Allow {
+            format!("x{} ↑{} ↓{}", self.count, self.bytes_up, self.bytes_down)
+        } else if counted {
             format!("x{}", self.count)
         } else {
             format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)
@@ -117,10 +138,12 @@ impl TrafficFilter {
         decision && sandbox && self.keeps_host(&l.host, l.port.unwrap_or(0))
     }
 
-    /// Whether `host` (on `port`; 0 for any) passes `--host`.
+    /// Whether `host` (on `port`; 0 for any) passes `--host`. [`NOT_STORED`] and
+    /// [`OTHER_HOSTS`] always do: they may stand for that host.
     pub fn keeps_host(&self, host: &str, port: u16) -> bool {
         match &self.host {
             None => true,
+            Some(_) if host == NOT_STORED || host == OTHER_HOSTS => true,
             Some(p) => Host::parse(host).is_ok_and(|h| p.matches(&h, port)),
         }
     }
@@ -312,6 +335,13 @@ mod tests {
         assert!(f.keeps(&line(Blocked, "10.0.0.1")) && !f.keeps(&line(Allow, "x.test")));
         let f = TrafficFilter { sandbox: Some("sg-2".into()), ..TrafficFilter::default() };
         assert!(!f.keeps(&line(Allow, "x.test")));
+        // What the cap counted without naming every host passes any host filter.
+        let f = TrafficFilter {
+            host: Some(DomainPattern::parse("evil.example", PatternUse::Deny).unwrap()),
+            ..TrafficFilter::default()
+        };
+        assert!(f.keeps(&line(Deny, NOT_STORED)) && f.keeps(&line(Allow, OTHER_HOSTS)));
+        assert!(!f.keeps(&line(Deny, "(not stored")) && !f.keeps(&line(Allow, "x.test")));
     }
 
     #[test]
@@ -332,6 +362,13 @@ mod tests {
         b.port = None;
         b.count = 3;
         assert_eq!(b.text(), "00:00:00.000 sg-1 blocked CONNECT 10.0.0.1 x3 []");
+        // A summary of requests let through shows their bytes; what was not stored, its count.
+        let mut a = line(TrafficDecision::Allow, "h.test");
+        (a.count, a.bytes_up, a.bytes_down) = (20, 300, 4000);
+        assert_eq!(a.text(), "00:00:00.000 sg-1 allow   CONNECT h.test:443 x20 ↑300 ↓4000 []");
+        let mut n = line(TrafficDecision::Deny, NOT_STORED);
+        (n.method, n.port) = ("*".into(), None);
+        assert_eq!(n.text(), "00:00:00.000 sg-1 deny    *       (not stored) x1 []");
     }
 
     #[test]

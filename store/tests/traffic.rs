@@ -6,14 +6,16 @@ use std::collections::BTreeMap;
 
 use rusqlite::Connection;
 use sandgate_store::{
-    EventKind, HostSummary, NewEvent, SCHEMA_VERSION, Store, Timestamp, TrafficDecision,
-    TrafficQuery,
+    EventKind, HostSummary, NOT_STORED, NewEvent, SCHEMA_VERSION, Store, Timestamp,
+    TrafficDecision, TrafficFilter, TrafficQuery,
 };
 use serde_json::{Value, json};
 
 /// Not on a minute or day boundary, so `since` values fall inside minutes and days.
 const T0: i64 = 1_700_000_012_345;
 const DAY: i64 = 86_400_000;
+/// The rule the summary gives what the cap did not store.
+const CAPPED_RULE: &str = "over the sandbox's cap on stored events";
 
 fn tmp_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -88,6 +90,15 @@ fn recount(evs: &[(i64, NewEvent)], q: &TrafficQuery) -> Vec<HostSummary> {
     for (id, e) in evs {
         let d = &e.details;
         let (host, decision, conns) = match (e.kind, d["event"].as_str()) {
+            (EventKind::Decision | EventKind::BlockedPacket, Some("events_capped")) => (
+                NOT_STORED.to_owned(),
+                if e.kind == EventKind::BlockedPacket {
+                    TrafficDecision::Blocked
+                } else {
+                    TrafficDecision::Deny
+                },
+                d["standing_for"].as_u64().unwrap(),
+            ),
             (EventKind::Decision, Some("request")) => (
                 d["host"].as_str().unwrap().to_owned(),
                 if d["decision"] == "allow" {
@@ -110,7 +121,11 @@ fn recount(evs: &[(i64, NewEvent)], q: &TrafficQuery) -> Vec<HostSummary> {
         {
             continue;
         }
-        let rule = d["rule"].as_str().unwrap_or("firewall: direct connection").to_owned();
+        let rule = match d["event"].as_str() {
+            Some("events_capped") => CAPPED_RULE,
+            _ => d["rule"].as_str().unwrap_or("firewall: direct connection"),
+        }
+        .to_owned();
         let (r, newest) = rows.entry(host.clone()).or_insert_with(|| {
             let r = HostSummary {
                 host,
@@ -266,7 +281,7 @@ fn odd_details_are_stored_and_neither_fail_the_batch_nor_break_the_sums() {
 fn version_4_builds_the_summary_from_the_events_of_an_older_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.db");
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
     Store::create_at_version(&path, 3).unwrap();
     let evs = events_with(500, false);
     let conn = Connection::open(&path).unwrap();
@@ -312,7 +327,7 @@ fn version_5_counts_dns_summaries_and_keeps_the_sums_of_an_older_file() {
     }
     drop(conn);
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let q = TrafficQuery::default();
     assert_same(&store.traffic_summary(&q).unwrap(), &recount(&evs, &q), &evs, "migrated");
     let new = events(1200).split_off(600);
@@ -324,6 +339,116 @@ fn version_5_counts_dns_summaries_and_keeps_the_sums_of_an_older_file() {
         TrafficQuery { since: Some(Timestamp(T0 + 100_000)), ..TrafficQuery::default() },
     ] {
         assert_same(&store.traffic_summary(&q).unwrap(), &recount(&evs, &q), &evs, "counted");
+    }
+    store.prune_events(Timestamp(T0 + 4 * DAY)).unwrap();
+    assert!(store.traffic_summary(&TrafficQuery::default()).unwrap().is_empty());
+    let conn = Connection::open(&path).unwrap();
+    for table in ["traffic_days", "traffic_minutes"] {
+        let left: i64 =
+            conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0, "{table}");
+    }
+}
+
+/// An `events_capped` event: `n` refusals (or packets) a sandbox's cap did not store.
+fn capped(time: i64, sandbox: &str, kind: EventKind, n: u64) -> NewEvent {
+    let mut details = json!({ "event": "events_capped", "sandbox": sandbox, "not_stored": n / 2 + 1,
+                              "standing_for": n, "per_minute": 60, "burst": 1000 });
+    if kind == EventKind::BlockedPacket {
+        details["decision"] = json!("blocked");
+    } else if kind == EventKind::Decision {
+        details["decision"] = json!("deny");
+    }
+    NewEvent { time: Timestamp(time), sandbox: Some(sandbox.into()), kind, details }
+}
+
+/// Version 6 makes what the cap did not store traffic the log shows: `events_capped` rows of
+/// kind `decision` and `blocked_packet` are counted under host `(not stored)` (by what they
+/// stood for), found by `--decision`, and pruned cleanly; the rows version 5 stored as kind
+/// `sandbox` become `decision` rows and join the sums.
+#[test]
+fn version_6_counts_what_the_cap_did_not_store_and_moves_the_rows_of_an_older_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.db");
+    Store::create_at_version(&path, 5).unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let mut evs = Vec::new();
+    let mut old = events(400);
+    old.extend((0..30).map(|i| {
+        capped(T0 + i * 7_000, ["sg-a", "sg-b"][i as usize % 2], EventKind::Sandbox, 10 + i as u64)
+    }));
+    for e in old {
+        conn.execute(
+            "INSERT INTO events (time, sandbox, kind, details) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![e.time.0, e.sandbox, e.kind.as_str(), e.details.to_string()],
+        )
+        .unwrap();
+        let id = conn.last_insert_rowid();
+        // What the migration makes of an older `events_capped` row.
+        let e = if e.details["event"] == "events_capped" {
+            capped(
+                e.time.0,
+                e.sandbox.as_deref().unwrap(),
+                EventKind::Decision,
+                e.details["standing_for"].as_u64().unwrap(),
+            )
+        } else {
+            e
+        };
+        evs.push((id, e));
+    }
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 6);
+    let q = TrafficQuery::default();
+    assert_same(&store.traffic_summary(&q).unwrap(), &recount(&evs, &q), &evs, "migrated");
+    let rows = store.traffic_summary(&q).unwrap();
+    let not_stored = rows.iter().find(|r| r.host == NOT_STORED).expect("a (not stored) row");
+    assert_eq!((not_stored.connections, not_stored.allowed), ((10..40).sum(), 0));
+    // New ones of both walls join the sums.
+    let mut new = events(800).split_off(400);
+    new.extend((0..40).map(|i| {
+        let kind = if i % 2 == 0 { EventKind::Decision } else { EventKind::BlockedPacket };
+        capped(T0 + 3_000 + i * 61_000, "sg-a", kind, 3 + i as u64)
+    }));
+    evs.extend(stored(&store, new));
+    for q in [
+        TrafficQuery::default(),
+        TrafficQuery { decision: Some(TrafficDecision::Deny), ..TrafficQuery::default() },
+        TrafficQuery { decision: Some(TrafficDecision::Blocked), ..TrafficQuery::default() },
+        TrafficQuery { sandbox: Some("sg-b".into()), ..TrafficQuery::default() },
+        TrafficQuery { since: Some(Timestamp(T0 + 100_000)), ..TrafficQuery::default() },
+    ] {
+        assert_same(
+            &store.traffic_summary(&q).unwrap(),
+            &recount(&evs, &q),
+            &evs,
+            &format!("{q:?}"),
+        );
+    }
+    // `--decision` finds them in the log's paged read (the view says their decision).
+    for (decision, want) in [(TrafficDecision::Deny, 30 + 20), (TrafficDecision::Blocked, 20)] {
+        let filter = TrafficFilter { decision: Some(decision), ..TrafficFilter::default() };
+        let lines = store
+            .traffic_lines(&filter, None, 100_000, |e| {
+                (e.event.details["event"] == "events_capped").then(|| sandgate_store::TrafficLine {
+                    time: e.event.time.as_millis(),
+                    sandbox: e.event.sandbox.clone().unwrap_or_default(),
+                    decision,
+                    method: "*".into(),
+                    host: NOT_STORED.into(),
+                    port: None,
+                    path: None,
+                    command: None,
+                    rule: String::new(),
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    ms: 0.0,
+                    count: 1,
+                })
+            })
+            .unwrap();
+        assert_eq!(lines.len(), want, "{decision:?}");
     }
     store.prune_events(Timestamp(T0 + 4 * DAY)).unwrap();
     assert!(store.traffic_summary(&TrafficQuery::default()).unwrap().is_empty());

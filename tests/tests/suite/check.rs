@@ -183,6 +183,71 @@ fn malformed_config_gives_file_line_column_and_help() {
     assert!(err.contains("config.toml:1:2:") && err.contains("unknown field"), "{err}");
 }
 
+/// Issue 32.4: the per-directory file applied only in the exact directory it was made for, so a
+/// project's allowlist was lost in `src/`. The nearest configured ancestor's file applies, and
+/// `check`, `explain` and `config check` name it.
+#[test]
+fn a_projects_configuration_applies_in_its_subdirectories_and_check_names_it() {
+    let env = Env::new();
+    let home = env.root.path().join("home");
+    let demo = home.join("code/demo");
+    let deep = demo.join("src/deep");
+    let other = home.join("code/other");
+    for d in [&deep, &other] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let demo = demo.canonicalize().unwrap();
+    let file = env
+        .config_home()
+        .join("sandgate/projects")
+        .join(format!("{}.toml", sandgate_config::project_key(&demo)));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "[network]\nallow = [\"proj.test\"]\n").unwrap();
+    // A repository inside the project (a sandbox writing it could make one) changes nothing.
+    std::fs::create_dir(demo.join("src/.git")).unwrap();
+    let check = |cwd: &std::path::Path| {
+        let out = env.cmd().current_dir(cwd).args(["check", "proj.test"]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let named = format!("per-directory {} (for {})", file.display(), demo.display());
+    for cwd in [&demo, &deep] {
+        let (code, text) = check(cwd);
+        assert_eq!(code, Some(0), "{}: {text}", cwd.display());
+        assert!(text.contains(&named), "{text}");
+        assert!(text.contains(&format!("{}:2", file.display())), "the rule's line: {text}");
+    }
+    // Control: outside the project the same question is open, and no file applies.
+    let (code, text) = check(&other);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains(&format!("(for {}) (absent)", other.canonicalize().unwrap().display())));
+
+    let out = env.cmd().current_dir(&deep).args(["check", "proj.test", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = &v["config_files"];
+    assert_eq!(files[0]["layer"], "global");
+    assert_eq!(files[0]["loaded"], false);
+    assert_eq!(files[1]["layer"], "per-directory");
+    assert_eq!(files[1]["loaded"], true);
+    assert_eq!(files[1]["path"], file.to_str().unwrap());
+    assert_eq!(files[1]["directory"], demo.to_str().unwrap());
+    let out = env.cmd().current_dir(&deep).args(["explain", "--tier", "net", "--json"]).output();
+    let v: serde_json::Value = serde_json::from_slice(&out.unwrap().stdout).unwrap();
+    assert_eq!(v["config_files"], *files, "{v}");
+    assert!(v["allow"][0].as_str().unwrap().starts_with("proj.test ("), "{v}");
+    let out = env.cmd().current_dir(&deep).args(["explain", "--tier", "net"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&named), "{text}");
+    let out = env.cmd().current_dir(&deep).args(["config", "check"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("present  {}", file.display())), "{text}");
+    let project = text.lines().find(|l| l.starts_with("project ")).unwrap_or_default();
+    assert_eq!(project.split_whitespace().nth(1), demo.to_str(), "{text}");
+    // Writing commands edit the file that applies, not a new one for the subdirectory.
+    let out = env.cmd().current_dir(&deep).args(["config", "add-path", "."]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("to {}", file.display())), "{text}");
+}
+
 #[test]
 fn config_paths_round_trip() {
     let env = Env::new();

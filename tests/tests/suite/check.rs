@@ -181,6 +181,29 @@ fn malformed_config_gives_file_line_column_and_help() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.toml:1:2:") && err.contains("unknown field"), "{err}");
+
+    // Issue 32.4: an unclosed string is placed where it opens (the parser stops a line later),
+    // and a pattern with a path says patterns have none.
+    std::fs::write(
+        dir.join("config.toml"),
+        "[network]\nallow = [\"a.test\", \"b.test]\ndeny = []\n",
+    )
+    .unwrap();
+    let out = env.cmd().args(["config", "check"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("config.toml:2:20: unclosed string"), "{err}");
+    std::fs::write(dir.join("config.toml"), "[network]\nallow = [\"pypi.org/simple\"]\n").unwrap();
+    let out = env.cmd().args(["check", "pypi.org"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains(
+            "config.toml:2:10: invalid domain pattern \"pypi.org/simple\": a pattern has no path"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("write `pypi.org`") && err.contains("[[http_rules]]"), "{err}");
 }
 
 /// Issue 32.4: the per-directory file applied only in the exact directory it was made for, so a

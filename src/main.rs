@@ -18,6 +18,7 @@ mod cache_cmd;
 mod connect;
 mod control;
 mod docs_cmd;
+mod doctor_cmd;
 mod firewall_cmd;
 mod hook_cmd;
 mod intercept_cmd;
@@ -53,6 +54,14 @@ enum Command {
     Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch::ExplainArgs),
+    /// Check what a launch needs and say how to fix each failure.
+    ///
+    /// User namespaces, Landlock, seccomp, overlayfs in a user namespace, a net/build network
+    /// (tun, nf_tables, NFLOG), the sandbox-* links on PATH and whether the Claude hook trusts
+    /// them, the daemon, every configuration file, the cache layers, Telegram (when
+    /// configured), the Claude Code hook and shell completions. Exit status: 0 when a launch
+    /// here would work (warnings included), 1 when one would fail.
+    Doctor(doctor_cmd::DoctorArgs),
     /// Show or free the copy-on-write layers of package caches (`ls`, `clear`).
     Cache(cache_cmd::CacheArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
@@ -159,6 +168,7 @@ fn main() -> ExitCode {
         Command::Build(a) => launch::run("build", a),
         Command::Install(a) => launch::install(a),
         Command::Explain(a) => launch::explain(a),
+        Command::Doctor(a) => doctor_cmd::run(a),
         Command::Cache(a) => cache_cmd::run(a),
         Command::Completions(a) => docs_cmd::completions(a),
         Command::Man(a) => docs_cmd::man(a),

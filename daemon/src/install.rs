@@ -35,6 +35,21 @@ pub fn path_note(dir: &Path, path: Option<&std::ffi::OsStr>) -> Printed {
     )
 }
 
+/// Where `sandgate install` writes each shell's completions, by shell name: bash and zsh under
+/// `data_home` (`$XDG_DATA_HOME`), fish under `config_home` (fish reads its own directory).
+pub fn completion_paths(data_home: &Path, config_home: &Path) -> [(&'static str, PathBuf); 3] {
+    [
+        ("bash", data_home.join("bash-completion/completions/sandgate")),
+        ("zsh", data_home.join("zsh/site-functions/_sandgate")),
+        ("fish", config_home.join("fish/completions/sandgate.fish")),
+    ]
+}
+
+/// Where `sandgate install` writes the man pages.
+pub fn man_dir(data_home: &Path) -> PathBuf {
+    data_home.join("man/man1")
+}
+
 fn claude_dir() -> anyhow::Result<PathBuf> {
     Ok(claude_settings::claude_dir(
         std::env::var_os("CLAUDE_CONFIG_DIR"),

@@ -574,24 +574,7 @@ const OVERLAY_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
 /// sandbox's own layer without the host's contents, which is slower but writes nothing back
 /// either. Said once on stderr, with why.
 fn overlay(c: &crate::spec::CacheLayer) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut data = b"lowerdir=".to_vec();
-    for (i, (key, p)) in
-        [("", &c.path), (",upperdir=", &c.upper), (",workdir=", &c.work)].into_iter().enumerate()
-    {
-        if i > 0 {
-            data.extend_from_slice(key.as_bytes());
-        }
-        data.extend_from_slice(p.as_os_str().as_bytes());
-    }
-    let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
-    match nix_mount(
-        Some(Path::new("overlay")),
-        &c.path,
-        Some(c"overlay"),
-        OVERLAY_FLAGS,
-        Some(&data),
-    ) {
+    match mount_overlay(&c.path, &c.upper, &c.work, &c.path) {
         Ok(()) => Ok(()),
         Err(e) => {
             static SAID: std::sync::Once = std::sync::Once::new();
@@ -604,6 +587,28 @@ fn overlay(c: &crate::spec::CacheLayer) -> io::Result<()> {
             bind(&c.upper, &c.path)
         }
     }
+}
+
+/// An overlay of `upper` (with `work`) on `lower` at `target`, as a cache layer is mounted
+/// (`sandgate doctor` tries the same call).
+pub(super) fn mount_overlay(
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut data = b"lowerdir=".to_vec();
+    for (i, (key, p)) in
+        [("", lower), (",upperdir=", upper), (",workdir=", work)].into_iter().enumerate()
+    {
+        if i > 0 {
+            data.extend_from_slice(key.as_bytes());
+        }
+        data.extend_from_slice(p.as_os_str().as_bytes());
+    }
+    let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
+    nix_mount(Some(Path::new("overlay")), target, Some(c"overlay"), OVERLAY_FLAGS, Some(&data))
 }
 
 fn bind(source: &Path, target: &Path) -> io::Result<()> {

@@ -121,6 +121,7 @@ enum Command {
     /// (--deny-and-record); --allow-all-but-private lets public hosts through while learning
     /// (the command can then send what it reads anywhere: use it on commands you trust).
     /// Prints the proposal as TOML; --write adds it to this directory's configuration file.
+    /// --from-log [--since D] proposes from traffic already recorded, without a re-run.
     Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
     Stop(control::JsonArg),

@@ -1,8 +1,6 @@
 //! `sandgate doctor`: its flags; the checks are [`sandgate_daemon::doctor`]'s. The binary adds
 //! what only it knows: the completions it would write.
 
-use std::path::PathBuf;
-
 use sandgate_daemon::{doctor, install};
 
 use crate::emit;
@@ -17,16 +15,9 @@ pub struct DoctorArgs {
 
 /// `sandgate doctor`: exit 0 when a launch here would work, 1 when one would fail.
 pub fn run(args: DoctorArgs) -> anyhow::Result<u8> {
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-    let xdg = |var: &str, fallback: &str| {
-        std::env::var_os(var)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(fallback)))
-    };
-    let (data, config) = (xdg("XDG_DATA_HOME", ".local/share"), xdg("XDG_CONFIG_HOME", ".config"));
+    let homes = install::doc_homes();
     let files = |shell: &str| {
-        let (data, config) = (data.as_ref()?, config.as_ref()?);
+        let (data, config) = homes.as_ref()?;
         let (_, path) =
             install::completion_paths(data, config).into_iter().find(|(s, _)| *s == shell)?;
         Some((path, crate::docs_cmd::completion(shell)?))

@@ -50,7 +50,8 @@ enum Command {
     /// next to this binary, `sandgate-launch` (and, with --claude, register the Claude Code hook
     /// and skill).
     Install(launch::InstallArgs),
-    /// Remove the links (and, with --claude, the Claude Code hook and skill).
+    /// Remove the links, the completions and man pages (and, with --claude, the Claude Code
+    /// hook and skill).
     Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch::ExplainArgs),

@@ -373,6 +373,53 @@ fn config_edit_never_leaves_a_broken_file() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "[network]\nallow = []\n");
 }
 
+/// Issue 32.4: a new file from `config edit` shows the presets, the cache modes and the common
+/// keys (the global one also its own sections), names the project it is for, and loads as is.
+#[test]
+fn config_edit_starts_from_a_template_of_the_common_keys() {
+    let env = Env::new();
+    let work = env.root.path().join("home/proj");
+    std::fs::create_dir_all(&work).unwrap();
+    let edit = |global: bool| {
+        let mut c = env.cmd();
+        c.current_dir(&work).args(["config", "edit"]).env("VISUAL", "true");
+        if global {
+            c.arg("--global");
+        }
+        let out = c.stdin(std::process::Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let file = text.strip_prefix("ok: ").and_then(|t| t.strip_suffix(" is valid\n")).unwrap();
+        std::fs::read_to_string(file).unwrap()
+    };
+    let project = edit(false);
+    let canonical = work.canonicalize().unwrap();
+    assert!(
+        project.starts_with(&format!(
+            "# Per-directory configuration for {} and its subdirectories\n",
+            canonical.display()
+        )),
+        "{project}"
+    );
+    for want in [
+        "# presets = [\"registries\"]",
+        "\"registries\", \"rust\", \"python\", \"node\", \"github\"",
+        "# caches = \"project\"",
+        "\"shared\", \"off\"",
+        "# default_ports = ",
+        "# git_writable = ",
+        "# pass = ",
+        "# [tiers.build-offline]",
+    ] {
+        assert!(project.contains(want), "{want}: {project}");
+    }
+    assert!(!project.contains("[telegram]"), "global-only sections: {project}");
+    let global = edit(true);
+    for want in ["# [daemon]", "# [telegram]", "# [proxy]", "# caches = \"project\""] {
+        assert!(global.contains(want), "{want}: {global}");
+    }
+}
+
 #[test]
 fn tiers_and_explain_show_the_allowlist_in_force() {
     let env = Env::new();

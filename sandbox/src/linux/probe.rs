@@ -184,7 +184,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let probe = dir.path().join(".doctor-1");
         std::fs::create_dir_all(probe.join("work/work/x")).unwrap();
-        std::fs::set_permissions(probe.join("work/work"), std::fs::Permissions::from_mode(0))
+        std::fs::set_permissions(probe.join("work/work"), std::fs::Permissions::from_mode(0o0))
             .unwrap();
         remove(&probe);
         assert!(!probe.exists());

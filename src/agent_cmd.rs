@@ -17,10 +17,13 @@ pub struct UninstallArgs {
     pub claude: bool,
 }
 
-/// `sandgate uninstall`: removes the links (those pointing at this binary) and, with --claude,
-/// the hook and the skill.
+/// `sandgate uninstall`: removes the links (those pointing at this binary), the completions and
+/// man pages `install` wrote, and, with --claude, the hook and the skill.
 pub fn uninstall(args: UninstallArgs) -> anyhow::Result<u8> {
     emit(install::remove_links(args.dir), false)?;
+    if let Some((data, config)) = install::doc_homes() {
+        emit(install::remove_docs(&data, &config), false)?;
+    }
     if args.claude {
         emit(install::remove_claude(), false)?;
     }

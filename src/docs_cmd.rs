@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::CommandFactory as _;
 use clap_complete::Shell;
+use sandgate_daemon::install;
 
 /// Options of `sandgate completions`.
 #[derive(Debug, clap::Args)]
@@ -79,24 +80,26 @@ fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// (`$XDG_DATA_HOME`, or `~/.local/share`) and `config_home` (fish reads its own directory);
 /// returns what was written. Where each shell and `man` look by default is in the README.
 pub fn install_docs(data_home: &Path, config_home: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let targets = [
-        (Shell::Bash, data_home.join("bash-completion/completions/sandgate")),
-        (Shell::Zsh, data_home.join("zsh/site-functions/_sandgate")),
-        (Shell::Fish, config_home.join("fish/completions/sandgate.fish")),
-    ];
     let mut written = Vec::new();
-    for (shell, path) in targets {
+    for (name, path) in install::completion_paths(data_home, config_home) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        let mut bytes = Vec::new();
-        clap_complete::generate(shell, &mut crate::Cli::command(), "sandgate", &mut bytes);
+        let bytes = completion(name).unwrap_or_default();
         std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
     }
-    written.extend(write_man_pages(&data_home.join("man/man1"))?);
+    written.extend(write_man_pages(&install::man_dir(data_home))?);
     Ok(written)
+}
+
+/// The completions this sandgate writes for shell `name` (`bash`, `zsh`, `fish`, ...).
+pub fn completion(name: &str) -> Option<Vec<u8>> {
+    let shell: Shell = name.parse().ok()?;
+    let mut bytes = Vec::new();
+    clap_complete::generate(shell, &mut crate::Cli::command(), "sandgate", &mut bytes);
+    Some(bytes)
 }
 
 #[cfg(test)]

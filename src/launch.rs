@@ -47,20 +47,9 @@ pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
 pub fn install(args: InstallArgs) -> anyhow::Result<u8> {
     let (dir, links) = install::links(args.dir)?;
     emit(Ok(links), false)?;
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) {
-        let xdg = |var: &str, fallback: &str| {
-            std::env::var_os(var)
-                .filter(|v| !v.is_empty())
-                .map_or_else(|| home.join(fallback), PathBuf::from)
-        };
-        let docs = crate::docs_cmd::install_docs(
-            &xdg("XDG_DATA_HOME", ".local/share"),
-            &xdg("XDG_CONFIG_HOME", ".config"),
-        )?;
-        println!(
-            "completions and man pages: {} files (see `sandgate completions --help`)",
-            docs.len()
-        );
+    if let Some((data, config)) = install::doc_homes() {
+        let docs = crate::docs_cmd::install_docs(&data, &config)?;
+        print!("{}", install::docs_text(&data, &config, &docs));
     }
     emit(Ok(install::path_note(&dir, std::env::var_os("PATH").as_deref())), false)?;
     if args.claude {

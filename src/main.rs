@@ -18,6 +18,7 @@ mod cache_cmd;
 mod connect;
 mod control;
 mod docs_cmd;
+mod doctor_cmd;
 mod firewall_cmd;
 mod hook_cmd;
 mod intercept_cmd;
@@ -49,10 +50,19 @@ enum Command {
     /// next to this binary, `sandgate-launch` (and, with --claude, register the Claude Code hook
     /// and skill).
     Install(launch::InstallArgs),
-    /// Remove the links (and, with --claude, the Claude Code hook and skill).
+    /// Remove the links, the completions and man pages (and, with --claude, the Claude Code
+    /// hook and skill).
     Uninstall(agent_cmd::UninstallArgs),
     /// Print what a tier allows and what this kernel can enforce.
     Explain(launch::ExplainArgs),
+    /// Check what a launch needs and say how to fix each failure.
+    ///
+    /// User namespaces, Landlock, seccomp, overlayfs in a user namespace, a net/build network
+    /// (tun, nf_tables, NFLOG), the sandbox-* links on PATH and whether the Claude hook trusts
+    /// them, the daemon, every configuration file, the cache layers, Telegram (when
+    /// configured), the Claude Code hook and shell completions. Exit status: 0 when a launch
+    /// here would work (warnings included), 1 when one would fail.
+    Doctor(doctor_cmd::DoctorArgs),
     /// Show or free the copy-on-write layers of package caches (`ls`, `clear`).
     Cache(cache_cmd::CacheArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to standard output.
@@ -112,6 +122,7 @@ enum Command {
     /// (--deny-and-record); --allow-all-but-private lets public hosts through while learning
     /// (the command can then send what it reads anywhere: use it on commands you trust).
     /// Prints the proposal as TOML; --write adds it to this directory's configuration file.
+    /// --from-log [--since D] proposes from traffic already recorded, without a re-run.
     Learn(learn_cmd::LearnArgs),
     /// Stop the daemon.
     Stop(control::JsonArg),
@@ -159,6 +170,7 @@ fn main() -> ExitCode {
         Command::Build(a) => launch::run("build", a),
         Command::Install(a) => launch::install(a),
         Command::Explain(a) => launch::explain(a),
+        Command::Doctor(a) => doctor_cmd::run(a),
         Command::Cache(a) => cache_cmd::run(a),
         Command::Completions(a) => docs_cmd::completions(a),
         Command::Man(a) => docs_cmd::man(a),

@@ -140,11 +140,15 @@ pub fn config(args: ConfigArgs) -> anyhow::Result<u8> {
 
 fn edit(file: &Path, global: bool, paths: &ConfigPaths) -> anyhow::Result<u8> {
     let header = if global {
-        String::new()
+        "# Global sandgate configuration: every directory's launches read it.\n".to_owned()
     } else {
-        format!("# Per-directory configuration for {}\n", paths.project_dir.display())
+        format!(
+            "# Per-directory configuration for {} and its subdirectories\n",
+            paths.project_root.display()
+        )
     };
-    let session = Edit::begin(file, &header)?;
+    let session =
+        Edit::begin(file, &format!("{header}{}", sandgate_config::edit::template(global)))?;
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());

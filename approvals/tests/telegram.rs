@@ -459,3 +459,26 @@ async fn eighty_questions_post_the_budget_and_one_summary() {
     b.shutdown();
     drop(held);
 }
+
+/// `sandgate doctor`'s check: the bot's name when the API answers; why not (without the token)
+/// when the token is wrong or nothing listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reachable_names_the_bot_or_says_why_not() {
+    let fake = FakeTelegram::start().await;
+    let wait = Duration::from_secs(5);
+    assert_eq!(
+        telegram::reachable(&config(&fake.url), wait).await,
+        Ok("@sandgate_test_bot".into())
+    );
+    let mut wrong = config(&fake.url);
+    wrong.token = BotToken::new("654321:WRONG-token").unwrap();
+    let e = telegram::reachable(&wrong, wait).await.unwrap_err();
+    assert!(!e.contains("WRONG-token"), "{e}");
+    assert_eq!(fake.bad_token(), 1);
+    // Control: nothing listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let e = telegram::reachable(&config(&url), wait).await.unwrap_err();
+    assert!(!e.contains("TEST-token"), "{e}");
+}

@@ -378,9 +378,107 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// A string of a TOML text that never closes: where it opens and how it is quoted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Unclosed {
+    /// Byte offset of its opening quote.
+    at: usize,
+    /// The opening delimiter: `"`, `'`, `"""` or `'''`.
+    quote: &'static str,
+}
+
+impl Unclosed {
+    fn message(&self) -> String {
+        if self.quote.len() == 1 {
+            format!(
+                "unclosed string: the {} string that opens here does not end on this line",
+                self.quote
+            )
+        } else {
+            format!(
+                "unclosed multi-line string: the {} string that opens here never ends",
+                self.quote
+            )
+        }
+    }
+
+    fn help(&self) -> String {
+        if self.quote.len() == 1 {
+            format!(
+                "close it with {q} on the same line (a {q}...{q} string cannot span lines)",
+                q = self.quote
+            )
+        } else {
+            format!("close it with {}", self.quote)
+        }
+    }
+}
+
+/// The first string in `text` that does not close: a `"` or `'` string that reaches the end of
+/// its line, or a `"""`/`'''` string that reaches the end of the text. Comments are skipped; a
+/// quote outside a comment always opens a string in TOML, so this agrees with the parser up to
+/// the first such string.
+fn unclosed_string(text: &str) -> Option<Unclosed> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'#' => i = text[i..].find('\n').map_or(b.len(), |n| i + n),
+            q @ (b'"' | b'\'') => {
+                let triple = b[i..].starts_with(&[q, q, q]);
+                let quote = match (q, triple) {
+                    (b'"', false) => "\"",
+                    (b'"', true) => "\"\"\"",
+                    (_, false) => "'",
+                    (_, true) => "'''",
+                };
+                // Only basic ("...") strings have escapes.
+                let escapes = q == b'"';
+                let open = Unclosed { at: i, quote };
+                i += quote.len();
+                loop {
+                    match b.get(i) {
+                        None => return Some(open),
+                        Some(b'\n') if !triple => return Some(open),
+                        // A backslash escapes the next character, except a line's end in a
+                        // one-line string (which is unclosed there).
+                        Some(b'\\') if escapes && (triple || b.get(i + 1) != Some(&b'\n')) => {
+                            i += 2
+                        }
+                        Some(&c) if c == q && !triple => {
+                            i += 1;
+                            break;
+                        }
+                        Some(&c) if c == q && b[i..].starts_with(&[q, q, q]) => {
+                            // Up to two more quotes belong to the content (`""""` ends it).
+                            i += 3;
+                            for _ in 0..2 {
+                                if b.get(i) == Some(&q) {
+                                    i += 1;
+                                }
+                            }
+                            break;
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Parses and checks the text of a configuration file. `home` expands a leading `~/`.
 pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile, ConfigError> {
     let raw: RawFile = toml::from_str(text).map_err(|e| {
+        // The parser notices an unclosed string where it gives up (the next line, the end of
+        // the file); the mistake is where the string opens.
+        if let Some(open) = unclosed_string(text)
+            && e.span().is_none_or(|s| open.at <= s.start)
+        {
+            return ConfigError::at(path, text, Some(open.at..open.at), open.message(), open.help());
+        }
         let message = e.message().trim().to_owned();
         let help = if message.starts_with("unknown field") {
             "remove the key or fix its spelling; the README's \"Configuration\" section lists every key"
@@ -711,6 +809,10 @@ fn pattern_help(kind: &crate::pattern::PatternErrorKind) -> &'static str {
         K::Port => "write the port after a colon, e.g. \"example.com:8443\"",
         K::Prefix => "use a prefix length of 0..=32 for IPv4, 0..=128 for IPv6",
         K::Url(_) => "drop the scheme and path: a pattern is a host, optionally with :PORT",
+        K::Path { .. } => {
+            "drop the path; to allow only some paths of a host, list the host here and add \
+             [[http_rules]] for it (README: \"Secrets and HTTP rules\")"
+        }
     }
 }
 
@@ -887,6 +989,44 @@ mod tests {
         let e = err("[filesystem]\ncaches = \"on\"\n");
         assert_eq!((e.line, e.column), (2, 10), "{e}");
         assert!(e.help.contains("\"project\"") && e.help.contains("\"off\""), "{e}");
+    }
+
+    #[test]
+    fn an_unclosed_string_is_reported_where_it_opens() {
+        // (text, line, column, delimiter named)
+        let rows = [
+            ("[network]\nallow = [\"crates.io\", \"pypi.org]\ndeny = []\n", 2, 23, "\""),
+            ("[network]\nallow = [\"a\n", 2, 10, "\""),
+            ("[network]\nallow = ['crates.io\n", 2, 10, "'"),
+            ("[network]\nallow = [\"a\\\"b\n", 2, 10, "\""),
+            ("[network]\nallow = \"\"\"crates.io\n\nfoo\n", 2, 9, "\"\"\""),
+            ("[network]\nallow = '''x\n", 2, 9, "'''"),
+            ("# \"a comment\n[network]\nallow = [\"x\", \"y]\n", 3, 15, "\""),
+            ("[tiers.\"x]\nbase = \"build\"\n", 1, 8, "\""),
+            ("[shell]\nprompt_marker = \"\"\"a\"\"\"\"\n[network]\nallow = [\"b]\n", 4, 10, "\""),
+        ];
+        for (text, line, column, quote) in rows {
+            let e = err(text);
+            assert_eq!((e.line, e.column), (line, column), "{text:?}: {e}");
+            assert!(e.message.starts_with("unclosed"), "{text:?}: {e}");
+            assert!(e.help.contains(&format!("close it with {quote}")), "{text:?}: {e}");
+        }
+        // Other syntax errors keep the parser's position; closed strings of every kind (and
+        // quotes in comments and escapes) are no unclosed string.
+        let e = err("[network\nallow = [\"x\"]\n");
+        assert_eq!((e.line, e.column), (1, 9), "{e}");
+        assert!(e.message.contains("unclosed table"), "{e}");
+        let fine = "# it's \"fine\"\n[network]\nallow = [\"a\\\"b\", 'c\\', \"\"\"d\"\"\"\"]\n\
+                    deny = ['''\n'e'\n''']\n";
+        assert_eq!(unclosed_string(fine), None);
+    }
+
+    #[test]
+    fn a_pattern_with_a_path_says_it_has_none() {
+        let e = err("[network]\nallow = [\"ok.org\", \"pypi.org/simple\"]\n");
+        assert_eq!((e.line, e.column), (2, 20), "{e}");
+        assert!(e.message.contains("a pattern has no path") && e.message.contains("`pypi.org`"));
+        assert!(e.help.contains("[[http_rules]]"), "{e}");
     }
 
     #[test]

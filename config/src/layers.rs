@@ -1,8 +1,11 @@
 //! The three configuration layers and how a tier's policy is resolved from them.
 //!
 //! 1. global `$XDG_CONFIG_HOME/sandgate/config.toml`;
-//! 2. per directory `$XDG_CONFIG_HOME/sandgate/projects/<16 hex of sha256(realpath cwd)>.toml` —
-//!    never a file inside the project, so a sandboxed process cannot grant itself more;
+//! 2. per directory `$XDG_CONFIG_HOME/sandgate/projects/<16 hex of sha256(realpath dir)>.toml` —
+//!    never a file inside the project, so a sandboxed process cannot grant itself more. The file
+//!    that applies is the one of the working directory's project ([`project_root`]): the nearest
+//!    directory at or above it that has such a file, so a project's policy holds in its
+//!    subdirectories;
 //! 3. command-line flags ([`Overrides`]).
 //!
 //! Lists add up across layers (allow, deny, writable, hidden, protected); deny always wins over
@@ -16,6 +19,7 @@ use crate::decision::{Rule, RuleSource};
 use crate::file::{CheckedFile, ConfigError, FileTier, expand_path, parse};
 use crate::pattern::{DomainPattern, InvalidPattern, PatternUse};
 use crate::policy::{FsPolicy, NetMode, NetworkPolicy, PathRule, Policy};
+use crate::project::{project_file, project_root};
 use crate::tiers::{DEFAULT_HIDDEN, DEFAULT_PROTECTED, TierDef, builtin_tiers};
 
 /// Where the configuration files of one directory are.
@@ -25,10 +29,13 @@ pub struct ConfigPaths {
     pub dir: PathBuf,
     /// The global file.
     pub global: PathBuf,
-    /// The per-directory file for `project_dir`.
+    /// The per-directory file that applies here: the one for `project_root` (it may not exist;
+    /// commands that write per-directory settings create it).
     pub project: PathBuf,
-    /// The directory (canonical) the per-directory file is for.
+    /// The working directory (canonical): writable in tiers whose current directory is.
     pub project_dir: PathBuf,
+    /// The project `project_dir` is in ([`project_root`]): the directory `project` is for.
+    pub project_root: PathBuf,
     /// `$HOME`, for `~` and the default credential paths.
     pub home: Option<PathBuf>,
 }
@@ -59,6 +66,15 @@ impl ConfigPaths {
                     "set HOME (or XDG_CONFIG_HOME) so sandgate can find its configuration",
                 )
             })?;
+        ConfigPaths::at(cwd, &config_home, home)
+    }
+
+    /// The files for `cwd` under `config_home` (`$XDG_CONFIG_HOME`).
+    fn at(
+        cwd: &Path,
+        config_home: &Path,
+        home: Option<PathBuf>,
+    ) -> Result<ConfigPaths, ConfigError> {
         let project_dir = cwd.canonicalize().map_err(|e| {
             ConfigError::file(
                 cwd,
@@ -67,11 +83,13 @@ impl ConfigPaths {
             )
         })?;
         let dir = config_home.join("sandgate");
+        let project_root = project_root(&project_dir, &dir, home.as_deref());
         Ok(ConfigPaths {
             global: dir.join("config.toml"),
-            project: dir.join("projects").join(format!("{}.toml", project_key(&project_dir))),
+            project: project_file(&dir, &project_root),
             dir,
             project_dir,
+            project_root,
             home,
         })
     }
@@ -399,12 +417,43 @@ mod tests {
             global: dir.path().join("config.toml"),
             project: dir.path().join("p.toml"),
             project_dir: dir.path().join("proj"),
+            project_root: dir.path().join("proj"),
             home: Some("/home/u".into()),
         };
         std::fs::write(&paths.global, global).unwrap();
         std::fs::write(&paths.project, project).unwrap();
         let config = Config::load(paths).unwrap();
         (dir, config)
+    }
+
+    #[test]
+    fn a_subdirectory_gets_its_projects_file_and_stays_the_writable_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let (cfg, home) = (t.path().join("cfg"), t.path().join("home"));
+        let proj = home.join("code/demo");
+        let sub = proj.join("src/bin");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::create_dir_all(cfg.join("sandgate/projects")).unwrap();
+        let proj = proj.canonicalize().unwrap();
+        let sub = sub.canonicalize().unwrap();
+        let file = cfg.join("sandgate/projects").join(format!("{}.toml", project_key(&proj)));
+        std::fs::write(&file, "[network]\nallow = [\"proj.test\"]\n").unwrap();
+
+        let paths = ConfigPaths::at(&sub, &cfg, Some(home.clone())).unwrap();
+        assert_eq!((&paths.project, &paths.project_root, &paths.project_dir), (&file, &proj, &sub));
+        let c = Config::load(paths).unwrap();
+        assert_eq!(c.project.as_ref().map(|f| &f.path), Some(&file));
+        let p = c.policy("build", &Overrides::default()).unwrap();
+        let target = crate::host::Target::parse("proj.test").unwrap();
+        assert!(matches!(p.net.decide(&target), crate::decision::Decision::Allow(_)));
+        // The working directory, not the project, is what `build` writes.
+        assert_eq!(p.fs.writable[0].path, sub);
+        // Outside the project, nothing of it applies; the file named is the directory's own.
+        let other = home.join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        let paths = ConfigPaths::at(&other, &cfg, Some(home)).unwrap();
+        assert_eq!(paths.project_root, other.canonicalize().unwrap());
+        assert!(Config::load(paths).unwrap().project.is_none());
     }
 
     #[test]

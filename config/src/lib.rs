@@ -71,7 +71,7 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use project::project_root;
-pub use report::{HttpRulesInfo, NetCheck, TierSummary, WritablePath};
+pub use report::{ConfigFile, HttpRulesInfo, NetCheck, TierSummary, WritablePath};
 pub use roots::{HOME_PLACES, RootRefusal, RootRefusalKind, RootRule, SHARED_DIRS, SYSTEM_PLACES};
 pub use sandbox_id::{InvalidSandboxId, SandboxId};
 pub use secrets::{

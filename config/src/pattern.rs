@@ -79,6 +79,17 @@ pub enum PatternErrorKind {
     /// A URL where a host was expected; holds the pattern to write instead.
     #[error("a pattern names a host, not a URL: write `{0}` (any port) or `{0}:PORT`")]
     Url(String),
+    /// A path (or query) after a host name: patterns match hosts, never paths.
+    #[error(
+        "a pattern has no path: {path:?} cannot be matched here; write `{host}` (every path of \
+         the host)"
+    )]
+    Path {
+        /// The host (and port) as written before the path.
+        host: String,
+        /// The path, query or fragment as written.
+        path: String,
+    },
     /// The CIDR prefix is out of range for the address family.
     #[error("the prefix length must be 0..=32 for IPv4 and 0..=128 for IPv6")]
     Prefix,
@@ -169,6 +180,14 @@ impl DomainPattern {
                 _ => host.split(':').next().unwrap_or_default(),
             };
             return Err(err(PatternErrorKind::Url(host.to_owned())));
+        }
+        // `/` also writes a CIDR block; after anything but an address it starts a path.
+        if let Some(at) = text.find(['/', '?', '#']) {
+            let (head, tail) = text.split_at(at);
+            let address = matches!(Host::parse(head.trim_start_matches('[')), Ok(Host::Ip(_)));
+            if !(tail.starts_with('/') && address) {
+                return Err(err(PatternErrorKind::Path { host: head.into(), path: tail.into() }));
+            }
         }
         let (body, port) = split_port(text).map_err(err)?;
         let host = if body == "*" {
@@ -412,6 +431,32 @@ mod tests {
             assert_eq!(e.kind, PatternErrorKind::Url(want.into()), "{text}");
             assert!(e.to_string().contains(&format!("write `{want}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_path_is_refused_with_the_host_to_write() {
+        // (pattern, host to write, path named)
+        for (text, host, path) in [
+            ("pypi.org/simple", "pypi.org", "/simple"),
+            ("pypi.org/", "pypi.org", "/"),
+            ("pypi.org:443/simple/x", "pypi.org:443", "/simple/x"),
+            ("*.pythonhosted.org/packages", "*.pythonhosted.org", "/packages"),
+            ("example.com?q=1", "example.com", "?q=1"),
+            ("example.com#top", "example.com", "#top"),
+            ("10.0.0.1?x", "10.0.0.1", "?x"),
+        ] {
+            let e = DomainPattern::parse(text, PatternUse::Allow).unwrap_err();
+            let want = PatternErrorKind::Path { host: host.into(), path: path.into() };
+            assert_eq!(e.kind, want, "{text}");
+            let msg = e.to_string();
+            assert!(msg.contains("a pattern has no path") && msg.contains(&format!("`{host}`")));
+        }
+        // Blocks keep their slash.
+        for text in ["10.0.0.0/8", "10.0.0.0/8:443", "2001:db8::/32", "[2001:db8::/32]:443"] {
+            assert!(DomainPattern::parse(text, PatternUse::Deny).is_ok(), "{text}");
+        }
+        let e = DomainPattern::parse("10.0.0.0/x", PatternUse::Deny).unwrap_err();
+        assert_eq!(e.kind, PatternErrorKind::Prefix);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the policy commands report, as values: the decision for one destination with the rule
 //! that made it ([`NetCheck`], `sandgate check`), the tiers and their lists ([`TierSummary`],
 //! `sandgate tiers`), the writable paths by origin ([`WritablePath`], `sandgate config
-//! list-paths`) and configured paths that do not exist ([`Config::missing_writable`]).
+//! list-paths`), the files that apply ([`ConfigFile`]) and configured paths that do not exist ([`Config::missing_writable`]).
 //!
 //! Each serialises to the command's `--json` document (keys in alphabetical order, as the
 //! commands have always printed them); the text forms are the command's.
@@ -33,6 +33,9 @@ pub struct NetCheck {
     pub secrets: Vec<String>,
     /// Its `[[http_rules]]`: where they are defined, and what they allow.
     pub http_rules: Option<HttpRulesInfo>,
+    /// The configuration files of the directory asked about (empty until the caller, who
+    /// loaded them, sets them).
+    pub config_files: Vec<ConfigFile>,
 }
 
 /// The `[[http_rules]]` entry of a destination.
@@ -73,6 +76,7 @@ impl NetCheck {
                 allow: r.allow.iter().map(ToString::to_string).collect(),
             }),
             target,
+            config_files: Vec::new(),
         }
     }
 }
@@ -88,7 +92,8 @@ impl Serialize for NetCheck {
             pattern: r.pattern.as_ref().map(|p| p.to_string()),
             source: r.source.to_string(),
         });
-        let mut st = s.serialize_struct("NetCheck", 11)?;
+        let mut st = s.serialize_struct("NetCheck", 12)?;
+        st.serialize_field("config_files", &self.config_files)?;
         st.serialize_field("decision", self.decision.verb())?;
         st.serialize_field("default_ports", &self.default_ports)?;
         st.serialize_field("host", &self.target.host.to_string())?;
@@ -142,7 +147,55 @@ pub struct WritablePath {
     pub source: String,
 }
 
+/// One configuration file of a directory and whether it applies, as `check`, `explain` and
+/// `config check` name it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigFile {
+    /// For the per-directory file: the directory it is for (the project, which may be an
+    /// ancestor of the working directory); `None` for the global file.
+    pub directory: Option<PathBuf>,
+    /// `global` or `per-directory`.
+    pub layer: &'static str,
+    /// Whether it exists and was loaded.
+    pub loaded: bool,
+    /// Where it is.
+    pub path: PathBuf,
+}
+
+impl ConfigFile {
+    /// One line: `global /x/config.toml`, `per-directory /x/projects/K.toml (for /code/demo)`,
+    /// with `(absent)` for a file that does not exist.
+    pub fn line(&self) -> String {
+        let mut out = format!("{} {}", self.layer, self.path.display());
+        if let Some(d) = &self.directory {
+            out.push_str(&format!(" (for {})", d.display()));
+        }
+        if !self.loaded {
+            out.push_str(" (absent)");
+        }
+        out
+    }
+}
+
 impl Config {
+    /// The global and the per-directory file of this directory, each with whether it applies.
+    pub fn file_report(&self) -> Vec<ConfigFile> {
+        vec![
+            ConfigFile {
+                directory: None,
+                layer: "global",
+                loaded: self.global.is_some(),
+                path: self.paths.global.clone(),
+            },
+            ConfigFile {
+                directory: Some(self.paths.project_root.clone()),
+                layer: "per-directory",
+                loaded: self.project.is_some(),
+                path: self.paths.project.clone(),
+            },
+        ]
+    }
+
     /// Every tier, with its allow and deny lists here.
     pub fn tier_summaries(&self) -> Result<Vec<TierSummary>, PolicyError> {
         Ok(self
@@ -225,6 +278,7 @@ mod tests {
         let paths = ConfigPaths {
             global: dir.join("global.toml"),
             project: dir.join("project.toml"),
+            project_root: project_dir.clone(),
             project_dir,
             dir: dir.join("cfg"),
             home: None,

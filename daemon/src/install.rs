@@ -35,6 +35,106 @@ pub fn path_note(dir: &Path, path: Option<&std::ffi::OsStr>) -> Printed {
     )
 }
 
+/// Where `sandgate install` writes each shell's completions, by shell name: bash and zsh under
+/// `data_home` (`$XDG_DATA_HOME`), fish under `config_home` (fish reads its own directory).
+pub fn completion_paths(data_home: &Path, config_home: &Path) -> [(&'static str, PathBuf); 3] {
+    [
+        ("bash", data_home.join("bash-completion/completions/sandgate")),
+        ("zsh", data_home.join("zsh/site-functions/_sandgate")),
+        ("fish", config_home.join("fish/completions/sandgate.fish")),
+    ]
+}
+
+/// Where `sandgate install` writes the man pages.
+pub fn man_dir(data_home: &Path) -> PathBuf {
+    data_home.join("man/man1")
+}
+
+/// `$XDG_DATA_HOME` and `$XDG_CONFIG_HOME` (or `~/.local/share` and `~/.config`): where the
+/// completions and man pages go; `None` without a home.
+pub fn doc_homes() -> Option<(PathBuf, PathBuf)> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)?;
+    let xdg = |var: &str, fallback: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| home.join(fallback), PathBuf::from)
+    };
+    Some((xdg("XDG_DATA_HOME", ".local/share"), xdg("XDG_CONFIG_HOME", ".config")))
+}
+
+/// What `install` says about the completions and man pages it wrote (`written`): each shell's
+/// file and who reads it from there, and the pages' directory.
+pub fn docs_text(data_home: &Path, config_home: &Path, written: &[PathBuf]) -> String {
+    let mut out = Vec::new();
+    for (shell, path) in completion_paths(data_home, config_home) {
+        if !written.contains(&path) {
+            continue;
+        }
+        let reader = match shell {
+            "bash" => "read by bash-completion",
+            "zsh" => "zsh reads it when its directory is in fpath, before compinit",
+            _ => "read by fish",
+        };
+        out.push(format!("{shell} completions: {} ({reader})", path.display()));
+    }
+    let man = man_dir(data_home);
+    let pages = written.iter().filter(|p| p.starts_with(&man)).count();
+    if pages > 0 {
+        // man-db looks in `D/../share/man` for each directory D on PATH.
+        let manpath = man.parent().unwrap_or(&man);
+        let found = match data_home.parent() {
+            Some(prefix) if data_home.ends_with("share") => format!(
+                "`man sandgate` finds them when {} is on PATH; else add {} to MANPATH",
+                prefix.join("bin").display(),
+                manpath.display()
+            ),
+            _ => format!("add {} to MANPATH for `man sandgate`", manpath.display()),
+        };
+        out.push(format!("man pages: {pages} in {} ({found})", man.display()));
+    }
+    lines(out)
+}
+
+/// Removes the completions and man pages `install` wrote under these homes: the completion
+/// files at their places and the `sandgate*.1` pages, each only when it is sandgate's (its
+/// text names sandgate; a file of the same name someone else wrote stays).
+pub fn remove_docs(data_home: &Path, config_home: &Path) -> anyhow::Result<Printed> {
+    let mut candidates: Vec<(PathBuf, &str)> = completion_paths(data_home, config_home)
+        .into_iter()
+        .map(|(_, p)| (p, "sandgate"))
+        .collect();
+    let man = man_dir(data_home);
+    for entry in std::fs::read_dir(&man).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if (name == "sandgate.1" || name.starts_with("sandgate-")) && name.ends_with(".1") {
+            candidates.push((entry.path(), ".TH SANDGATE"));
+        }
+    }
+    candidates.sort();
+    let mut r = Printed::default();
+    let mut pages = 0;
+    for (path, mark) in candidates {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        if !text.contains(mark) {
+            r = r.note(format!(
+                "sandgate: {} was not written by sandgate; left in place",
+                path.display()
+            ));
+            continue;
+        }
+        std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+        if path.starts_with(&man) {
+            pages += 1;
+        } else {
+            r.text.push_str(&format!("removed {}\n", path.display()));
+        }
+    }
+    if pages > 0 {
+        r.text.push_str(&format!("removed {pages} man pages from {}\n", man.display()));
+    }
+    Ok(r)
+}
+
 fn claude_dir() -> anyhow::Result<PathBuf> {
     Ok(claude_settings::claude_dir(
         std::env::var_os("CLAUDE_CONFIG_DIR"),
@@ -108,6 +208,54 @@ pub fn remove_claude() -> anyhow::Result<Printed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `install` names each file and who reads it; `uninstall` removes what install wrote and
+    /// only that (a same-named file of someone else's stays, said so).
+    #[test]
+    fn docs_are_named_on_install_and_removed_on_uninstall() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, config) = (dir.path().join("data"), dir.path().join("config"));
+        let mut written = Vec::new();
+        for (shell, path) in completion_paths(&data, &config) {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, format!("# {shell} completions for sandgate\n")).unwrap();
+            written.push(path);
+        }
+        std::fs::create_dir_all(man_dir(&data)).unwrap();
+        for page in ["sandgate.1", "sandgate-run.1"] {
+            let path = man_dir(&data).join(page);
+            std::fs::write(&path, ".TH SANDGATE 1\n").unwrap();
+            written.push(path);
+        }
+        let foreign = man_dir(&data).join("sandgate-other.1");
+        std::fs::write(&foreign, ".TH OTHER 1\n").unwrap();
+        let text = docs_text(&data, &config, &written);
+        let bash = data.join("bash-completion/completions/sandgate");
+        assert!(
+            text.contains(&format!(
+                "bash completions: {} (read by bash-completion)",
+                bash.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("zsh completions: ") && text.contains("fish completions: "),
+            "{text}"
+        );
+        assert!(text.contains(&format!("man pages: 2 in {}", man_dir(&data).display())), "{text}");
+
+        let r = remove_docs(&data, &config).unwrap();
+        assert!(r.text.contains(&format!("removed {}\n", bash.display())), "{}", r.text);
+        assert!(r.text.contains("removed 2 man pages from "), "{}", r.text);
+        for p in &written {
+            assert!(!p.exists(), "{}", p.display());
+        }
+        assert!(foreign.exists());
+        assert!(r.text_notes.contains("sandgate-other.1 was not written by sandgate"), "{r:?}");
+        // Nothing left: nothing said.
+        let r = remove_docs(&data, &config).unwrap();
+        assert_eq!(r.text, "");
+    }
 
     #[test]
     fn the_path_note_only_when_the_links_are_off_path() {

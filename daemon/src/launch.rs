@@ -1299,6 +1299,8 @@ pub struct Explanation {
     /// The package caches a launch here would layer copy-on-write (name, path), and where the
     /// layers are (`None`: caches stay read-only in this tier).
     pub caches: (Vec<(&'static str, PathBuf)>, Option<PathBuf>),
+    /// The configuration files of this directory and whether each applies.
+    pub config_files: Vec<sandgate_config::ConfigFile>,
 }
 
 impl Explanation {
@@ -1328,6 +1330,7 @@ impl Explanation {
                     .collect::<Vec<_>>(),
             },
             "kernel": self.kernel,
+            "config_files": self.config_files,
         })
     }
 
@@ -1338,11 +1341,12 @@ impl Explanation {
             let v: Vec<String> = v.iter().map(|r| r.to_string()).collect();
             if v.is_empty() { "(none)".to_owned() } else { v.join(", ") }
         };
-        let mut out = vec![
-            format!("tier {}", spec.tier_name),
+        let mut out = vec![format!("tier {}", spec.tier_name)];
+        out.extend(crate::policy_report::config_files_lines(&self.config_files));
+        out.extend([
             "  read:       everything except hidden paths".to_owned(),
             "  write:      private /tmp and /dev/shm".to_owned(),
-        ];
+        ]);
         out.extend(spec.writable.iter().map(|w| format!("              {}", w.display())));
         out.push(format!("  network:    {}", self.network()));
         if spec.net != NetSetup::None {
@@ -1431,7 +1435,8 @@ pub fn explain(tier: &str) -> anyhow::Result<Explanation> {
         }
         None => (Vec::new(), None),
     };
-    Ok(Explanation { policy, spec, kernel, caches })
+    let config_files = crate::setup::load_config()?.file_report();
+    Ok(Explanation { policy, spec, kernel, caches, config_files })
 }
 /// What this kernel enforces of `spec`: Landlock's ABI and gaps, and every wall missing for this
 /// spec (Landlock's gaps, and unchecked unix socket paths when the configuration allows a socket

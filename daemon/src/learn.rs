@@ -106,6 +106,148 @@ pub fn proposal_text(proposals: &[Proposal], refused: &[GuardRefusal], code: u8)
     out
 }
 
+/// How `sandgate learn --from-log` reads what was recorded.
+#[derive(Debug, Clone, Default)]
+pub struct FromLog {
+    /// The tier whose policy decides what is allowed already.
+    pub tier: String,
+    /// Only traffic of the last DURATION (as typed).
+    pub since: Option<String>,
+    /// Only this sandbox's traffic (default: every sandbox of this directory's project).
+    pub sandbox: Option<String>,
+    /// Add the proposal to this directory's configuration file.
+    pub write: bool,
+}
+
+/// Lines read per sandbox, the newest first (a day of a busy build is far fewer).
+const LOG_LINES: u32 = 100_000;
+
+/// `sandgate learn --from-log`: proposes from traffic already recorded (no re-run): what the
+/// project's sandboxes reached through an answer or a grant, and what they were refused only
+/// because nobody allowed it in time, as far as the tier's policy would still ask about it.
+pub fn from_log(o: FromLog) -> anyhow::Result<Printed> {
+    let since = crate::traffic_log::since(o.since.as_deref())?;
+    let config = crate::setup::load_config()?;
+    let policy = config
+        .policy(&o.tier, &sandgate_config::Overrides::default())
+        .map_err(|e| crate::UsageError(e.to_string()))?;
+    let project = config.paths.project_root.clone();
+    let mut client = crate::control::connect_running().ok().flatten();
+    let store = crate::traffic_log::flushed_store(client.as_mut())?;
+    let sandboxes: Vec<String> = match (&store, &o.sandbox) {
+        (None, _) => Vec::new(),
+        (Some(s), Some(id)) => match s.sandbox(id)? {
+            Some(r) => vec![r.sandbox.id],
+            None => anyhow::bail!(crate::UsageError(format!(
+                "no sandbox {id:?} is recorded (`sandgate ls --all` lists them)"
+            ))),
+        },
+        (Some(s), None) => s
+            .list_sandboxes(false)?
+            .into_iter()
+            .filter(|r| in_project(&r.sandbox, &project))
+            .map(|r| r.sandbox.id)
+            .collect(),
+    };
+    let mut lines = Vec::new();
+    if let Some(store) = &store {
+        for id in &sandboxes {
+            let filter = sandgate_store::TrafficFilter {
+                sandbox: Some(id.clone()),
+                ..sandgate_store::TrafficFilter::default()
+            };
+            lines.extend(store.traffic_lines(&filter, since, LOG_LINES, |e| {
+                let ev = serde_json::from_value::<crate::protocol::Event>(e.event.details.clone())
+                    .ok()?;
+                ev.traffic_line(e.event.time.as_millis())
+            })?);
+        }
+    }
+    let seen = wanted(&lines, |t| policy.net.decide(t));
+    let proposals = propose(&seen);
+    let whose = match &o.sandbox {
+        Some(id) => format!("sandbox {id}"),
+        None => format!("{} sandbox(es) of {}", sandboxes.len(), project.display()),
+    };
+    let when = o.since.as_deref().map_or(String::new(), |s| format!(" in the last {s}"));
+    let mut r = Printed::new(
+        if proposals.is_empty() {
+            format!(
+                "# nothing in the log of {whose}{when} needs more than is allowed already \
+                 ({} line(s) read)\n",
+                lines.len()
+            )
+        } else {
+            format!(
+                "# proposed by `sandgate learn --from-log` from the log of {whose}{when}\n{}",
+                render(&proposals)
+            )
+        },
+        "",
+    );
+    if o.write && !proposals.is_empty() {
+        match write(&proposals) {
+            Ok(line) => r.text.push_str(&line),
+            Err(e) => r = r.note(format!("sandgate: error: {e:#}")).exit(EXIT_ERROR),
+        }
+    }
+    Ok(r)
+}
+
+/// Whether sandbox `s` ran in `project`: the project it was registered with, or (older records,
+/// which named none) a working directory inside it.
+fn in_project(s: &sandgate_store::NewSandbox, project: &std::path::Path) -> bool {
+    match &s.project {
+        Some(p) => std::path::Path::new(p) == project,
+        None => s.cwd.starts_with(project),
+    }
+}
+
+/// The destinations of `lines` worth proposing: connections that went through (an answer, a
+/// grant or a flag let them) and those refused only because nobody allowed them in time (not
+/// a deny rule, not a person's refusal, not a bad request), kept when `decide` (the tier's
+/// policy) would still ask about them. Name lookups and blocked direct packets carry no
+/// destination the proxy could allow.
+pub fn wanted(
+    lines: &[sandgate_store::TrafficLine],
+    decide: impl Fn(&sandgate_config::Target) -> sandgate_config::Decision,
+) -> Vec<(String, u16)> {
+    use sandgate_proxy::Refusal;
+    use sandgate_store::TrafficDecision;
+    // The rules of refusals that were questions nobody answered yes to in time, as the proxy
+    // writes them.
+    let t = String::new;
+    let unanswered = [
+        Refusal::AskTimedOut { target: t(), after: std::time::Duration::ZERO },
+        Refusal::TooManyQuestions { target: t(), open: 0 },
+        Refusal::OverBudget { target: t(), limit: 0, window: std::time::Duration::ZERO },
+        Refusal::NoApprover { target: t() },
+    ]
+    .map(|r| r.rule_text());
+    let mut out: Vec<(String, u16)> = Vec::new();
+    for l in lines {
+        let Some(port) = l.port else { continue };
+        let keep = match l.decision {
+            TrafficDecision::Allow => true,
+            TrafficDecision::Deny => unanswered.iter().any(|u| l.rule.starts_with(u.as_str())),
+            TrafficDecision::Blocked => false,
+        };
+        if !keep || out.iter().any(|(h, p)| *h == l.host && *p == port) {
+            continue;
+        }
+        let spelled = if l.host.contains(':') {
+            format!("[{}]:{port}", l.host)
+        } else {
+            format!("{}:{port}", l.host)
+        };
+        let Ok(target) = sandgate_config::Target::parse(&spelled) else { continue };
+        if matches!(decide(&target), sandgate_config::Decision::Ask) {
+            out.push((l.host.clone(), port));
+        }
+    }
+    out
+}
+
 /// Adds the proposal to this directory's configuration file; returns the line saying so.
 fn write(proposals: &[Proposal]) -> anyhow::Result<String> {
     let cwd = std::env::current_dir()
@@ -120,6 +262,72 @@ fn write(proposals: &[Proposal]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn line(
+        decision: sandgate_store::TrafficDecision,
+        host: &str,
+        port: Option<u16>,
+        rule: &str,
+    ) -> sandgate_store::TrafficLine {
+        sandgate_store::TrafficLine {
+            time: 0,
+            sandbox: "sg-1".into(),
+            decision,
+            method: if port.is_some() { "CONNECT".into() } else { "DNS".into() },
+            host: host.into(),
+            port,
+            path: None,
+            command: None,
+            rule: rule.into(),
+            bytes_up: 0,
+            bytes_down: 0,
+            ms: 0.0,
+            count: 1,
+        }
+    }
+
+    /// What went through or was refused only for want of an answer is proposed, once, unless
+    /// the policy decides it now; refusals by a rule or a person, lookups and blocked packets
+    /// are not.
+    #[test]
+    fn from_the_log_only_what_was_wanted_and_is_still_asked_about() {
+        use sandgate_store::TrafficDecision::{Allow, Blocked, Deny};
+        let lines = [
+            line(Allow, "granted.test", Some(443), "grant #3 (always, project /p) by u via cli"),
+            line(Allow, "granted.test", Some(443), "grant #3 (always, project /p) by u via cli"),
+            line(Deny, "slow.test", Some(443), "approval timed out"),
+            line(Deny, "busy.test", Some(443), "too many questions open"),
+            line(Deny, "spent.test", Some(8443), "question budget spent"),
+            line(Deny, "alone.test", Some(443), "no approver running"),
+            line(Deny, "refused.test", Some(443), "denied by a person"),
+            line(Deny, "ruled.test", Some(443), "deny ruled.test (config.toml:3)"),
+            line(Deny, "bad.test", Some(443), "name does not resolve"),
+            line(Allow, "configured.test", Some(443), "configured.test (config.toml:2)"),
+            line(Allow, "lookup.test", None, "dns"),
+            line(Blocked, "203.0.113.9", Some(22), "firewall: direct connection"),
+            line(Allow, "2001:db8::1", Some(443), "grant #4"),
+        ];
+        let decide = |t: &sandgate_config::Target| match t.host.to_string().as_str() {
+            "configured.test" => {
+                sandgate_config::Decision::Allow(std::sync::Arc::new(sandgate_config::Rule {
+                    pattern: None,
+                    source: sandgate_config::RuleSource::Builtin,
+                }))
+            }
+            _ => sandgate_config::Decision::Ask,
+        };
+        let got = wanted(&lines, decide);
+        let want = [
+            ("granted.test", 443),
+            ("slow.test", 443),
+            ("busy.test", 443),
+            ("spent.test", 8443),
+            ("alone.test", 443),
+            ("2001:db8::1", 443),
+        ];
+        let got: Vec<(&str, u16)> = got.iter().map(|(h, p)| (h.as_str(), *p)).collect();
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn nothing_to_propose() {

@@ -14,7 +14,7 @@
 //!
 //! - Reports ([`report`]): what each command prints, as a value with a text and a JSON form
 //!   ([`control_report`], [`policy_report`], [`firewall_report`], [`install`], [`learn`],
-//!   [`traffic_log`], [`hook`]), so the binary only parses flags and prints them.
+//!   [`traffic_log`], [`hook`], [`doctor`]), so the binary only parses flags and prints them.
 //!
 //! It does not parse arguments or decide about the terminal (colour, raw mode, prompts): that
 //! is the `sandgate` binary.
@@ -55,6 +55,7 @@ pub mod connect;
 pub mod control;
 pub mod control_report;
 mod dns;
+pub mod doctor;
 pub mod event_cap;
 pub mod firewall_report;
 pub mod hook;

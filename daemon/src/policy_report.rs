@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use sandgate_config::edit::CheckError;
 use sandgate_config::{
-    Config, ConfigError, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target, TierSummary,
-    WritablePath,
+    Config, ConfigError, ConfigFile, ConfigPaths, Decision, NetCheck, NetMode, Overrides, Target,
+    TierSummary, WritablePath,
 };
 use sandgate_proxy::secret_report::{SecretInfo, SecretTest, find_secret};
 use serde_json::json;
@@ -137,8 +137,9 @@ pub fn check(q: CheckQuery) -> anyhow::Result<Printed> {
     // As the proxy does: what no rule decides, a live grant (global, or this directory's
     // project) may; a deny grant first.
     let mut warnings = Vec::new();
-    let r =
+    let mut r =
         NetCheck::new(&q.tier, &policy.net, target, |t| stored_grant(&config, t, &mut warnings));
+    r.config_files = config.file_report();
     let guard = match (&r.target.host, &r.decision) {
         (sandgate_config::Host::Name(name), Decision::Allow(_) | Decision::Ask)
             if q.resolve
@@ -242,6 +243,7 @@ pub fn check_text(r: &NetCheck, guard: Option<&GuardCheck>) -> String {
             target
         ));
     }
+    out.extend(config_files_lines(&r.config_files));
     lines(out)
 }
 
@@ -275,6 +277,16 @@ fn guard_lines(target: &Target, g: &GuardCheck) -> Vec<String> {
     out
 }
 
+/// The configuration files that apply (`check`, `explain`): `  config: global ...` and the
+/// per-directory file with the project it is for, absent ones said so.
+pub fn config_files_lines(files: &[ConfigFile]) -> Vec<String> {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("  {:<12}{}", if i == 0 { "config:" } else { "" }, f.line()))
+        .collect()
+}
+
 /// The live grant (global or of this directory's project) that decides `target`, read from the
 /// store; `None` when there is no store or no grant covers it (why the store could not be read
 /// goes to `warnings`). Grants of one sandbox are not considered: `check` runs outside any
@@ -297,9 +309,7 @@ fn stored_grant(config: &Config, target: &Target, warnings: &mut Vec<String>) ->
         warnings.push(e.to_string());
         return None;
     }
-    let p = &config.paths;
-    let project = sandgate_config::project_root(&p.project_dir, &p.dir, p.home.as_deref());
-    let project = project.to_string_lossy();
+    let project = config.paths.project_root.to_string_lossy();
     let find = |e| cache.find(e, "", Some(&project), &target.host, target.port);
     if let Some(rule) = find(sandgate_store::Effect::Deny) {
         return Some(Decision::Deny(rule));
@@ -399,6 +409,8 @@ pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
         let state = if file.exists() { "present" } else { "absent" };
         out.push(format!("{what:14} {state:8} {}", file.display()));
     }
+    // Which directory the per-directory file is for: the project, perhaps above the cwd.
+    out.push(format!("{:23} {}", "project", paths.project_root.display()));
     match sandgate_config::edit::check(paths) {
         Ok(config) => {
             for w in &config.missing_writable() {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandgate_approvals as approvals;
-use sandgate_config::{Config, ConfigPaths, Overrides, project_root};
+use sandgate_config::{Config, ConfigPaths, Overrides};
 use sandgate_store::{EventKind, GrantList, NewSandbox, StoreError, Timestamp};
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt as _, Interest};
@@ -572,11 +572,9 @@ impl Conn {
             let info = info.clone();
             blocking(move || {
                 let paths = ConfigPaths::discover(&info.cwd).map_err(|e| bad(e.to_string()))?;
-                // The project of project grants: the repository root or the nearest configured
-                // directory (not the exact working directory), named by its path.
-                let project = project_root(&paths.project_dir, &paths.dir, paths.home.as_deref())
-                    .to_string_lossy()
-                    .into_owned();
+                // The project of project grants: the directory whose per-directory file applies,
+                // else the repository root (not the exact working directory), named by its path.
+                let project = paths.project_root.to_string_lossy().into_owned();
                 let config = Config::load(paths).map_err(|e| bad(e.to_string()))?;
                 let flags = Overrides {
                     allow: info.allow.clone(),

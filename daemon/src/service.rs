@@ -449,6 +449,23 @@ fn start_telegram(
             approvals::telegram::CONFIG_TOKEN_WARNING
         );
     }
+    let Some((tc, source)) = telegram_config(config)? else { return Ok(false) };
+    let chats = tc.chats.len();
+    let control = Arc::new(adapters::DaemonBot(shared.clone(), std::time::SystemTime::now()));
+    let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
+        .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
+    let _ = shared.telegram.set(handle);
+    tracing::info!(chats, token = ?source, "telegram bot started");
+    Ok(true)
+}
+
+/// The bot's settings from `config` and the environment, with where the token came from;
+/// `None` when no bot is configured, an error saying what is missing when half of one is.
+pub fn telegram_config(
+    config: &sandgate_config::Config,
+) -> anyhow::Result<Option<(approvals::telegram::TelegramConfig, approvals::telegram::TokenSource)>>
+{
+    let settings = config.telegram_settings();
     let token = approvals::telegram::BotToken::from_sources(
         settings.as_ref().and_then(|s| s.token_file.as_deref()),
         settings.as_ref().and_then(|s| s.token.as_deref()),
@@ -464,7 +481,7 @@ fn start_telegram(
                 approvals::telegram::TOKEN_ENV
             );
         }
-        return Ok(false);
+        return Ok(None);
     };
     let Some(settings) = settings else {
         bail!(
@@ -483,12 +500,7 @@ fn start_telegram(
     if let Some(n) = settings.alerts_per_minute {
         tc.alerts_per_window = n;
     }
-    let control = Arc::new(adapters::DaemonBot(shared.clone(), std::time::SystemTime::now()));
-    let handle = approvals::telegram::spawn(tc, shared.broker.clone(), control)
-        .map_err(|e| anyhow::anyhow!("telegram: {e}"))?;
-    let _ = shared.telegram.set(handle);
-    tracing::info!(chats = settings.chats.len(), token = ?source, "telegram bot started");
-    Ok(true)
+    Ok(Some((tc, source)))
 }
 
 /// Broker events → store, subscribers, desktop notifications.

@@ -49,13 +49,7 @@ pub fn traffic_text(ev: &Event) -> Option<(String, bool)> {
 
 /// `sandgate log`: writes the lines to `out` (until the daemon stops, with `follow`).
 pub fn log(q: LogQuery, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let since = match &q.since {
-        Some(s) => Some(sandgate_config::parse_duration(s).map_err(|e| {
-            UsageError(format!("--since {s:?}: {e} (write e.g. 90s, 10m, 2h, 7d)"))
-        })?),
-        None => None,
-    };
-    let since = since.map(|d| Timestamp::now().minus(d));
+    let since = since(q.since.as_deref())?;
     let host = match &q.host {
         Some(h) => Some(
             DomainPattern::parse(h, PatternUse::Deny)
@@ -73,21 +67,8 @@ pub fn log(q: LogQuery, out: &mut dyn Write) -> anyhow::Result<u8> {
         ));
     }
     let mut client = running;
-    if let Some(c) = client.as_mut() {
-        // The daemon writes events in batches: have it commit what it has seen before the
-        // store is read. Without it the log is still right, only perhaps a batch behind.
-        if let Err(e) = c.request(Request::Flush) {
-            eprintln!(
-                "sandgate: the daemon did not flush its events ({e:#}); the newest may be missing"
-            );
-        }
-    }
+    let store = flushed_store(client.as_mut())?;
     let path = Store::default_path()?;
-    let store = if path.exists() {
-        Some(Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?)
-    } else {
-        None
-    };
     if let Some(id) = &q.sandbox
         && store.as_ref().and_then(|s| s.sandbox(id).ok().flatten()).is_none()
     {
@@ -147,6 +128,32 @@ pub fn log(q: LogQuery, out: &mut dyn Write) -> anyhow::Result<u8> {
             }
         }
     }
+}
+
+/// The store, once the daemon (`client`, when one runs) has committed the events it holds:
+/// it writes them in batches, and without the flush the log is still right, only perhaps a
+/// batch behind. `None` when nothing was ever recorded.
+pub fn flushed_store(client: Option<&mut Client>) -> anyhow::Result<Option<Store>> {
+    if let Some(c) = client
+        && let Err(e) = c.request(Request::Flush)
+    {
+        eprintln!(
+            "sandgate: the daemon did not flush its events ({e:#}); the newest may be missing"
+        );
+    }
+    let path = Store::default_path()?;
+    if !path.exists() {
+        return Ok(None);
+    }
+    Ok(Some(Store::open(&path).with_context(|| format!("cannot open {}", path.display()))?))
+}
+
+/// `--since DURATION` as an instant, or the usage error saying how to write one.
+pub fn since(since: Option<&str>) -> anyhow::Result<Option<Timestamp>> {
+    let Some(s) = since else { return Ok(None) };
+    let d = sandgate_config::parse_duration(s)
+        .map_err(|e| UsageError(format!("--since {s:?}: {e} (write e.g. 90s, 10m, 2h, 7d)")))?;
+    Ok(Some(Timestamp::now().minus(d)))
 }
 
 fn write_line(out: &mut dyn Write, l: &TrafficLine, json: bool) -> anyhow::Result<()> {

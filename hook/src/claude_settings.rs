@@ -117,6 +117,36 @@ fn is_ours(hook: &Value) -> bool {
     })
 }
 
+/// The commands of our hook entries in settings `v` (`sandgate doctor` names the file that
+/// registers one and checks the program it runs).
+pub fn our_commands(v: &Value) -> Vec<String> {
+    v.get("hooks")
+        .and_then(|h| h.get("PermissionRequest"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.get("hooks").and_then(Value::as_array))
+        .flatten()
+        .filter(|h| is_ours(h))
+        .filter_map(|h| h.get("command").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// The settings files Claude Code reads in `cwd` besides the user's ([`claude_dir`]'s
+/// `settings.json`): the project's shared and local files, and the managed policy file.
+pub fn project_settings_files(cwd: &Path) -> Vec<PathBuf> {
+    vec![
+        cwd.join(".claude/settings.json"),
+        cwd.join(".claude/settings.local.json"),
+        PathBuf::from("/etc/claude-code/managed-settings.json"),
+    ]
+}
+
+/// The user's settings file in `dir` (`settings.json`, or the file it links to).
+pub fn user_settings_file(dir: &Path) -> PathBuf {
+    settings_file(dir)
+}
+
 /// Removes our entries from `PermissionRequest` (and containers left empty by that).
 fn without_ours(mut v: Value) -> Value {
     let Some(hooks) = v.get_mut("hooks").and_then(Value::as_object_mut) else { return v };
@@ -345,6 +375,23 @@ mod tests {
             assert_eq!(is_ours(&json!({ "command": command })), ours, "{command}");
         }
         assert!(!is_ours(&json!({ "type": "command" })));
+    }
+
+    #[test]
+    fn our_commands_are_found_among_others() {
+        let v = with_ours(
+            json!({ "hooks": { "PermissionRequest": [
+            { "matcher": "Read", "hooks": [{ "type": "command", "command": "other" }] }] } }),
+            CMD,
+        )
+        .unwrap();
+        assert_eq!(our_commands(&v), [CMD]);
+        assert!(our_commands(&without_ours(v)).is_empty());
+        for odd in
+            [json!([]), json!({ "hooks": 1 }), json!({ "hooks": { "PermissionRequest": {} } })]
+        {
+            assert!(our_commands(&odd).is_empty(), "{odd}");
+        }
     }
 
     #[test]

@@ -136,6 +136,7 @@ mod tests {
             global: dir.path().join("config.toml"),
             project: dir.path().join("p.toml"),
             project_dir: dir.path().to_owned(),
+            project_root: dir.path().to_owned(),
             home: None,
         };
         let policy = Config::load(paths).unwrap().policy("net", &Overrides::default()).unwrap();

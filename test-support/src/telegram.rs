@@ -442,7 +442,18 @@ fn handle(st: &State, path: &str, body: Value) -> Option<(&'static str, String)>
             let id = new_id.or(body["message_id"].as_i64()).unwrap_or(0);
             message_json(id, body["chat_id"].as_i64().unwrap_or(0), text(&body))
         }
-        "getMe" => user(123_456, "sandgate_test_bot"),
+        "getMe" => {
+            // As the Bot API describes a bot (`User` with the bot's own fields).
+            let mut me = user(123_456, "sandgate_test_bot");
+            me["is_bot"] = json!(true);
+            for field in
+                ["can_join_groups", "can_read_all_group_messages", "supports_inline_queries"]
+            {
+                me[field] = json!(false);
+            }
+            me["has_main_web_app"] = json!(false);
+            me
+        }
         _ => json!(true),
     };
     Some(("200 OK", json!({ "ok": true, "result": result }).to_string()))

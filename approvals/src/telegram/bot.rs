@@ -120,19 +120,7 @@ pub(crate) fn spawn(
     }
     // The client's own limit only backs up the per-call one (`Shared::call`) and must let a
     // long poll run its course.
-    let client = teloxide_core::net::default_reqwest_settings()
-        .timeout(config.poll_timeout + config.request_timeout)
-        .build()
-        .map_err(|e| TelegramError::HttpClient(redact(&e.to_string(), config.token.expose())))?;
-    let mut bot = Bot::with_client(config.token.expose(), client);
-    if let Some(url) = &config.api_url {
-        // `join` with an absolute URL parses it (reqwest's Url type is not re-exported).
-        let parsed = bot
-            .api_url()
-            .join(url)
-            .map_err(|e| TelegramError::BadApiUrl { url: url.clone(), reason: e.to_string() })?;
-        bot = bot.set_api_url(parsed);
-    }
+    let bot = make_bot(&config, config.poll_timeout + config.request_timeout)?;
     let chats = config.chats.iter().copied().collect();
     let alert_window = config.alert_window;
     let alerts_per_window = config.alerts_per_window;
@@ -164,6 +152,40 @@ pub(crate) fn spawn(
         alerts_per_window,
         tasks,
     })
+}
+
+/// The Bot API client of `config` (its server, its token) whose HTTP client gives up on a call
+/// after `timeout`.
+fn make_bot(config: &TelegramConfig, timeout: Duration) -> Result<Bot, TelegramError> {
+    let client = teloxide_core::net::default_reqwest_settings()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| TelegramError::HttpClient(redact(&e.to_string(), config.token.expose())))?;
+    let mut bot = Bot::with_client(config.token.expose(), client);
+    if let Some(url) = &config.api_url {
+        // `join` with an absolute URL parses it (reqwest's Url type is not re-exported).
+        let parsed = bot
+            .api_url()
+            .join(url)
+            .map_err(|e| TelegramError::BadApiUrl { url: url.clone(), reason: e.to_string() })?;
+        bot = bot.set_api_url(parsed);
+    }
+    Ok(bot)
+}
+
+/// Asks the Bot API once who the bot is (`getMe`), giving up after `timeout`: the bot's
+/// `@username`, or why it could not be reached (the token never shown). `sandgate doctor`'s
+/// reachability check; the bot itself retries instead.
+pub(crate) async fn reachable(
+    config: &TelegramConfig,
+    timeout: Duration,
+) -> Result<String, String> {
+    let bot = make_bot(config, timeout).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(timeout, bot.get_me()).await {
+        Ok(Ok(me)) => Ok(me.user.username.map_or_else(|| me.user.first_name, |u| format!("@{u}"))),
+        Ok(Err(e)) => Err(redact(&e.to_string(), config.token.expose())),
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
 }
 
 impl Shared {

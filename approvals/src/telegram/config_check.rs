@@ -40,6 +40,7 @@ mod tests {
             global: dir.join("config.toml"),
             project: dir.join("p.toml"),
             project_dir: dir.to_owned(),
+            project_root: dir.to_owned(),
             home: None,
         };
         std::fs::write(&paths.global, global).unwrap();

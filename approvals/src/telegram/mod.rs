@@ -234,6 +234,12 @@ pub trait BotControl: Send + Sync + 'static {
     fn status(&self) -> String;
 }
 
+/// Asks the Bot API once who the bot is, giving up after `timeout`: the bot's `@username`, or
+/// why it could not be reached (the token never shown).
+pub async fn reachable(config: &TelegramConfig, timeout: Duration) -> Result<String, String> {
+    bot::reachable(config, timeout).await
+}
+
 /// Starts the bot's tasks on the current tokio runtime.
 pub fn spawn(
     config: TelegramConfig,

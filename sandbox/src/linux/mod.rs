@@ -36,6 +36,7 @@ mod net;
 mod netlink;
 mod netpool;
 mod placeholder;
+mod probe;
 mod report;
 mod spawn;
 mod stderr_tap;
@@ -60,6 +61,7 @@ pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
 };
 pub use netpool::{NetworkFactory, OpenNflog, PreparedNetwork, ProxySockets};
+pub use probe::{NamespaceProbe, probe_namespaces};
 
 /// Work done inside the sandbox's network namespace by code outside this crate (the monitor),
 /// called in the sandbox's init before the command starts.

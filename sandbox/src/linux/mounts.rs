@@ -634,7 +634,6 @@ fn overlay(
     upper: &std::fs::File,
     work: &std::fs::File,
 ) -> io::Result<Option<std::fs::File>> {
-    use std::os::unix::ffi::OsStrExt;
     let open = || {
         std::fs::OpenOptions::new()
             .read(true)
@@ -647,21 +646,8 @@ fn overlay(
     if std::fs::read_link(&at)? != c.path {
         return Ok(None); // changed since the launcher resolved it
     }
-    let mut data = b"lowerdir=".to_vec();
-    data.extend_from_slice(at.as_os_str().as_bytes());
-    let fd_path = |f: &std::fs::File| format!("/proc/self/fd/{}", f.as_raw_fd());
-    for (key, f) in [(",upperdir=", upper), (",workdir=", work)] {
-        data.extend_from_slice(key.as_bytes());
-        data.extend_from_slice(fd_path(f).as_bytes());
-    }
-    // In a user namespace the overlay keeps its metadata (opaque directories, whiteouts) in
-    // `user.overlay.*` attributes; without `userxattr` it cannot, and removing a directory that
-    // comes from the host's cache fails with EIO. Through the overlay, those names are its own:
-    // a process inside can neither set nor read them.
-    data.extend_from_slice(b",userxattr");
-    let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
-    let mounted =
-        nix_mount(Some(Path::new("overlay")), &at, Some(c"overlay"), OVERLAY_FLAGS, Some(&data));
+    let fd_path = |f: &std::fs::File| PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+    let mounted = mount_overlay(&at, &fd_path(upper), &fd_path(work), &at);
     if let Err(e) = mounted {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
@@ -670,7 +656,7 @@ fn overlay(
                  caches start from the sandbox's own layers, without the host's contents"
             );
         });
-        bind(Path::new(&fd_path(upper)), &at)?;
+        bind(&fd_path(upper), &at)?;
     }
     let after = open()?;
     if mount_id(&after)? == mount_id(&before)? {
@@ -686,6 +672,33 @@ fn mount_id(f: &std::fs::File) -> io::Result<u64> {
         .find_map(|l| l.strip_prefix("mnt_id:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| io::Error::other("no mnt_id in fdinfo"))
+}
+
+/// An overlay of `upper` (with `work`) on `lower` at `target`, as a cache layer is mounted
+/// (`sandgate doctor` tries the same call).
+pub(super) fn mount_overlay(
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut data = b"lowerdir=".to_vec();
+    for (i, (key, p)) in
+        [("", lower), (",upperdir=", upper), (",workdir=", work)].into_iter().enumerate()
+    {
+        if i > 0 {
+            data.extend_from_slice(key.as_bytes());
+        }
+        data.extend_from_slice(p.as_os_str().as_bytes());
+    }
+    // In a user namespace the overlay keeps its metadata (opaque directories, whiteouts) in
+    // `user.overlay.*` attributes; without `userxattr` it cannot, and removing a directory that
+    // comes from the host's cache fails with EIO. Through the overlay, those names are its own:
+    // a process inside can neither set nor read them.
+    data.extend_from_slice(b",userxattr");
+    let data = std::ffi::CString::new(data).map_err(io::Error::other)?;
+    nix_mount(Some(Path::new("overlay")), target, Some(c"overlay"), OVERLAY_FLAGS, Some(&data))
 }
 
 fn bind(source: &Path, target: &Path) -> io::Result<()> {

@@ -192,6 +192,94 @@ fn malformed_config_gives_file_line_column_and_help() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.toml:1:2:") && err.contains("unknown field"), "{err}");
+
+    // Issue 32.4: an unclosed string is placed where it opens (the parser stops a line later),
+    // and a pattern with a path says patterns have none.
+    std::fs::write(
+        dir.join("config.toml"),
+        "[network]\nallow = [\"a.test\", \"b.test]\ndeny = []\n",
+    )
+    .unwrap();
+    let out = env.cmd().args(["config", "check"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("config.toml:2:20: unclosed string"), "{err}");
+    std::fs::write(dir.join("config.toml"), "[network]\nallow = [\"pypi.org/simple\"]\n").unwrap();
+    let out = env.cmd().args(["check", "pypi.org"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains(
+            "config.toml:2:10: invalid domain pattern \"pypi.org/simple\": a pattern has no path"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("write `pypi.org`") && err.contains("[[http_rules]]"), "{err}");
+}
+
+/// Issue 32.4: the per-directory file applied only in the exact directory it was made for, so a
+/// project's allowlist was lost in `src/`. The nearest configured ancestor's file applies, and
+/// `check`, `explain` and `config check` name it.
+#[test]
+fn a_projects_configuration_applies_in_its_subdirectories_and_check_names_it() {
+    let env = Env::new();
+    let home = env.root.path().join("home");
+    let demo = home.join("code/demo");
+    let deep = demo.join("src/deep");
+    let other = home.join("code/other");
+    for d in [&deep, &other] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let demo = demo.canonicalize().unwrap();
+    let file = env
+        .config_home()
+        .join("sandgate/projects")
+        .join(format!("{}.toml", sandgate_config::project_key(&demo)));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "[network]\nallow = [\"proj.test\"]\n").unwrap();
+    // A repository inside the project (a sandbox writing it could make one) changes nothing.
+    std::fs::create_dir(demo.join("src/.git")).unwrap();
+    let check = |cwd: &std::path::Path| {
+        let out = env.cmd().current_dir(cwd).args(["check", "proj.test"]).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let named = format!("per-directory {} (for {})", file.display(), demo.display());
+    for cwd in [&demo, &deep] {
+        let (code, text) = check(cwd);
+        assert_eq!(code, Some(0), "{}: {text}", cwd.display());
+        assert!(text.contains(&named), "{text}");
+        assert!(text.contains(&format!("{}:2", file.display())), "the rule's line: {text}");
+    }
+    // Control: outside the project the same question is open, and no file applies.
+    let (code, text) = check(&other);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains(&format!("(for {}) (absent)", other.canonicalize().unwrap().display())));
+
+    let out = env.cmd().current_dir(&deep).args(["check", "proj.test", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = &v["config_files"];
+    assert_eq!(files[0]["layer"], "global");
+    assert_eq!(files[0]["loaded"], false);
+    assert_eq!(files[1]["layer"], "per-directory");
+    assert_eq!(files[1]["loaded"], true);
+    assert_eq!(files[1]["path"], file.to_str().unwrap());
+    assert_eq!(files[1]["directory"], demo.to_str().unwrap());
+    let out = env.cmd().current_dir(&deep).args(["explain", "--tier", "net", "--json"]).output();
+    let v: serde_json::Value = serde_json::from_slice(&out.unwrap().stdout).unwrap();
+    assert_eq!(v["config_files"], *files, "{v}");
+    assert!(v["allow"][0].as_str().unwrap().starts_with("proj.test ("), "{v}");
+    let out = env.cmd().current_dir(&deep).args(["explain", "--tier", "net"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&named), "{text}");
+    let out = env.cmd().current_dir(&deep).args(["config", "check"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("present  {}", file.display())), "{text}");
+    let project = text.lines().find(|l| l.starts_with("project ")).unwrap_or_default();
+    assert_eq!(project.split_whitespace().nth(1), demo.to_str(), "{text}");
+    // Writing commands edit the file that applies, not a new one for the subdirectory.
+    let out = env.cmd().current_dir(&deep).args(["config", "add-path", "."]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("to {}", file.display())), "{text}");
 }
 
 #[test]
@@ -294,6 +382,53 @@ fn config_edit_never_leaves_a_broken_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "[network]\nallow = []\n");
+}
+
+/// Issue 32.4: a new file from `config edit` shows the presets, the cache modes and the common
+/// keys (the global one also its own sections), names the project it is for, and loads as is.
+#[test]
+fn config_edit_starts_from_a_template_of_the_common_keys() {
+    let env = Env::new();
+    let work = env.root.path().join("home/proj");
+    std::fs::create_dir_all(&work).unwrap();
+    let edit = |global: bool| {
+        let mut c = env.cmd();
+        c.current_dir(&work).args(["config", "edit"]).env("VISUAL", "true");
+        if global {
+            c.arg("--global");
+        }
+        let out = c.stdin(std::process::Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let file = text.strip_prefix("ok: ").and_then(|t| t.strip_suffix(" is valid\n")).unwrap();
+        std::fs::read_to_string(file).unwrap()
+    };
+    let project = edit(false);
+    let canonical = work.canonicalize().unwrap();
+    assert!(
+        project.starts_with(&format!(
+            "# Per-directory configuration for {} and its subdirectories\n",
+            canonical.display()
+        )),
+        "{project}"
+    );
+    for want in [
+        "# presets = [\"registries\"]",
+        "\"registries\", \"rust\", \"python\", \"node\", \"github\"",
+        "# caches = \"project\"",
+        "\"shared\", \"off\"",
+        "# default_ports = ",
+        "# git_writable = ",
+        "# pass = ",
+        "# [tiers.build-offline]",
+    ] {
+        assert!(project.contains(want), "{want}: {project}");
+    }
+    assert!(!project.contains("[telegram]"), "global-only sections: {project}");
+    let global = edit(true);
+    for want in ["# [daemon]", "# [telegram]", "# [proxy]", "# caches = \"project\""] {
+        assert!(global.contains(want), "{want}: {global}");
+    }
 }
 
 #[test]

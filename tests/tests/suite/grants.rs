@@ -99,6 +99,53 @@ fn an_always_answer_covers_the_whole_repository_and_rules_name_it() {
     assert!(text.contains("grant #"), "{text}");
 }
 
+/// Issue 32.4: project grants are scoped like the configuration: a configured directory is the
+/// project of every directory below it, a repository inside it included.
+#[test]
+fn a_configured_directory_is_the_project_of_the_repositories_below_it() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"2s\"\n");
+    let root = t.proj.canonicalize().unwrap();
+    let file = t
+        .env
+        .config_home()
+        .join("sandgate/projects")
+        .join(format!("{}.toml", sandgate_config::project_key(&root)));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "# configured\n").unwrap();
+    let (app, other) = (t.proj.join("app"), t.proj.join("other"));
+    std::fs::create_dir_all(app.join(".git")).unwrap();
+    std::fs::create_dir_all(app.join("src")).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let port = origin("hello");
+    let url = format!("http://127.0.0.1:{port}/");
+    let run = t
+        .cmd()
+        .current_dir(app.join("src"))
+        .args(["net", "--"])
+        .args(curl(&url))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_question(&t);
+    ok(&t.sg(&["allow", "127.0.0.1", "--always"]));
+    assert_eq!(finish(run).1, "200\n");
+    let rules = t.json(&["rules", "--json"]);
+    assert_eq!(rules[0]["target"]["project"], root.to_str().unwrap(), "{rules:#}");
+    // Another directory of the project has the grant; a directory outside it does not.
+    let check = |cwd: &std::path::Path| {
+        let out = t.cmd().current_dir(cwd).args(["check", &format!("127.0.0.1:{port}")]).output();
+        out.unwrap().status.code()
+    };
+    assert_eq!(check(&other), Some(0));
+    let outside = t.env.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    assert_eq!(check(&outside), Some(3), "the grant is the project's, not global");
+}
+
 /// Issue 17: `check` said `ask` while a live grant allowed the target.
 #[test]
 fn check_shows_a_live_grant_as_the_deciding_rule() {

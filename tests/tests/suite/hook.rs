@@ -346,6 +346,68 @@ fn install_claude_then_uninstall_restores_settings_exactly() {
     assert!(!home.join(".claude").exists(), "the directory install made is left");
 }
 
+/// Issue 32.4: `install` said "completions and man pages: 34 files" and `uninstall` left them.
+/// It names each file and where its reader looks; `uninstall` takes them away again, and
+/// leaves a same-named file that is not sandgate's.
+#[test]
+fn install_names_completions_and_man_pages_and_uninstall_removes_them() {
+    let env = Env::new();
+    let bin = env.root.path().join("links");
+    let (data, config) = (env.root.path().join("data"), env.root.path().join("config"));
+    let run = |args: &[&str]| {
+        let out = env.cmd().args(args).arg("--dir").arg(&bin).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (text, _) = run(&["install"]);
+    let bash = data.join("bash-completion/completions/sandgate");
+    let zsh = data.join("zsh/site-functions/_sandgate");
+    let fish = config.join("fish/completions/sandgate.fish");
+    let man = data.join("man/man1");
+    assert!(
+        text.contains(&format!("bash completions: {} (read by bash-completion)\n", bash.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "zsh completions: {} (zsh reads it when its directory is in fpath",
+            zsh.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("fish completions: {} (read by fish)\n", fish.display())),
+        "{text}"
+    );
+    let pages = std::fs::read_dir(&man).unwrap().count();
+    assert!(text.contains(&format!("man pages: {pages} in {} (", man.display())), "{text}");
+    assert!(text.contains(&format!("add {} to MANPATH", data.join("man").display())), "{text}");
+    for f in [&bash, &zsh, &fish, &man.join("sandgate.1"), &man.join("sandgate-run.1")] {
+        assert!(f.is_file(), "{}", f.display());
+    }
+    // Someone else's page of a name like ours.
+    let foreign = man.join("sandgate-notes.1");
+    std::fs::write(&foreign, ".TH NOTES 1\n").unwrap();
+    let (text, notes) = run(&["uninstall"]);
+    for f in [&bash, &zsh, &fish] {
+        assert!(text.contains(&format!("removed {}\n", f.display())), "{text}");
+        assert!(!f.exists(), "{}", f.display());
+    }
+    assert!(
+        text.contains(&format!("removed {pages} man pages from {}\n", man.display())),
+        "{text}"
+    );
+    assert!(!man.join("sandgate.1").exists());
+    assert!(foreign.exists(), "not ours: kept");
+    assert!(
+        notes.contains("sandgate-notes.1 was not written by sandgate; left in place"),
+        "{notes}"
+    );
+}
+
 #[test]
 fn check_path_answers_for_any_agent() {
     let f = Fixture::new();

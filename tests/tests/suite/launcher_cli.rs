@@ -313,24 +313,6 @@ fn tools_find_the_proxy_and_keep_their_settings(who: &Who) {
     }
 }
 
-/// Runs its arguments under a seccomp filter that refuses new user namespaces with `EPERM` (as a
-/// kernel with unprivileged user namespaces disabled answers) and `clone3` with `ENOSYS`.
-/// (After [`sandbox::SECCOMP_PY`].)
-const NO_USERNS: &str = r#"ERRNO, ALLOW = 0x00050000, 0x7fff0000
-prog = [
-    (0x20, 0, 0, 0),                   # A = nr
-    (0x15, 0, 1, 435),                 # clone3?
-    (0x06, 0, 0, ERRNO | 38),          #   ENOSYS (libc falls back to clone)
-    (0x15, 1, 0, 56),                  # clone?
-    (0x15, 0, 3, 272),                 # unshare?
-    (0x20, 0, 0, 16),                  # A = flags (low word of args[0])
-    (0x45, 0, 1, 0x10000000),          # CLONE_NEWUSER?
-    (0x06, 0, 0, ERRNO | 1),           #   EPERM
-    (0x06, 0, 0, ALLOW),
-]
-install_and_exec(prog)
-"#;
-
 /// Where the kernel refuses unprivileged user namespaces, an unprivileged launch stops with exit
 /// 2 and says which settings allow them; nothing runs.
 fn a_refused_user_namespace_names_the_settings(who: &Who) {
@@ -339,7 +321,7 @@ fn a_refused_user_namespace_names_the_settings(who: &Who) {
     }
     let s = Scratch::new(who);
     let wrapper = s.root.join("no_userns.py");
-    std::fs::write(&wrapper, format!("{}{NO_USERNS}", sandbox::SECCOMP_PY)).unwrap();
+    std::fs::write(&wrapper, format!("{}{}", sandbox::SECCOMP_PY, sandbox::NO_USERNS)).unwrap();
     let marker = s.proj.join("ran");
     let out = s
         .program(Path::new("python3"))

@@ -19,6 +19,7 @@ mod answers;
 mod check;
 mod connect_cli;
 mod daemon;
+mod doctor;
 mod firewall_cli;
 mod grants;
 mod hook;

@@ -171,6 +171,83 @@ fn learn_proposes_a_wildcard_for_subdomains_and_writes_it() {
     assert!(t.json(&["ls", "--all", "--json"]).as_array().is_none_or(|a| a.is_empty()));
 }
 
+/// Issue 32.4: `learn` needed a re-run of the command. `--from-log` proposes from what the
+/// project's sandboxes already did: hosts whose questions timed out and hosts let through by a
+/// flag (or an answer or a grant), not a host a deny rule refused; `--since` and `--sandbox`
+/// narrow it; once written, nothing is left to propose.
+#[test]
+fn learn_from_the_log_proposes_what_was_wanted_without_a_rerun() {
+    if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
+        return;
+    }
+    let t = DaemonEnv::new("[daemon]\nask_timeout = \"1s\"\n");
+    let ok = origin("allowed by a flag\n");
+    // Through the proxy even for loopback (NO_PROXY would send that one direct).
+    let fetch =
+        |h: &str| format!("curl -s --noproxy '' -o /dev/null --max-time 10 http://{h}/ || true");
+    let script = format!(
+        "{} & {} & {} & {}; wait",
+        fetch("a.fromlog.test"),
+        fetch("b.fromlog.test"),
+        fetch("ruled.example"),
+        fetch(&format!("127.0.0.1:{ok}"))
+    );
+    let allow = format!("--allow=127.0.0.1:{ok}");
+    let (code, stdout, stderr) =
+        finish(t.spawn_net(&[&allow, "--deny=ruled.example"], &["sh", "-c", &script]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let learn = |args: &[&str]| {
+        let out = t.cmd().args(["learn", "--from-log"]).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), text, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, text, stderr) = learn(&[]);
+    assert_eq!(code, Some(0), "{text}\n{stderr}");
+    let proj = t.proj.canonicalize().unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "# proposed by `sandgate learn --from-log` from the log of 1 sandbox(es) of {}\n",
+            proj.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("  \"*.fromlog.test\",  # a.fromlog.test:80, b.fromlog.test:80\n"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  \"127.0.0.1:{ok}\",  # 127.0.0.1:{ok}\n")), "{text}");
+    assert!(!text.contains("ruled.example"), "a deny rule refused it: {text}");
+    // --since: nothing recorded in the last 0 s; --sandbox: the one sandbox gives the same.
+    let (_, text, _) = learn(&["--since", "0s"]);
+    assert!(text.starts_with("# nothing in the log of 1 sandbox(es)"), "{text}");
+    let id = t.json(&["ls", "--all", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let (_, text, _) = learn(&["--sandbox", &id]);
+    assert!(text.contains("\"*.fromlog.test\""), "{text}");
+    // Another project's log is not this one's.
+    let other = t.env.root.path().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    let out = t.cmd().current_dir(&other).args(["learn", "--from-log"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("# nothing in the log of 0 sandbox(es)"), "{text}");
+    // Bad input.
+    for (args, want) in [
+        (&["--since", "yesterday"][..], "--since \"yesterday\""),
+        (&["--sandbox", "sg-nope"][..], "no sandbox \"sg-nope\""),
+        (&["--", "true"][..], "cannot be used with"),
+    ] {
+        let (code, _, stderr) = learn(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    // Written into the project's file, it decides; the log then has nothing more to propose.
+    let (code, text, stderr) = learn(&["--write"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(text.contains("# added 2 to "), "{text}");
+    assert_eq!(t.sg(&["check", "c.fromlog.test", "--tier", "net"]).status.code(), Some(0));
+    let (_, text, _) = learn(&[]);
+    assert!(text.starts_with("# nothing in the log of 1 sandbox(es)"), "{text}");
+}
+
 /// `flush` answers only once every event the daemon took before it is in the store: 2,000 hook
 /// events sent back to back (queued for the batched writer), then `flush`, then the store is read
 /// at once. (With `list` in its place, the request the log used to send, the store held 1,784 of

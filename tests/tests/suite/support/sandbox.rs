@@ -31,6 +31,24 @@ def install_and_exec(prog):
     os.execvp(sys.argv[1], sys.argv[1:])
 "#;
 
+/// Runs its arguments under a seccomp filter that refuses new user namespaces with `EPERM` (as a
+/// kernel with unprivileged user namespaces disabled answers) and `clone3` with `ENOSYS`.
+/// (After [`SECCOMP_PY`].)
+pub const NO_USERNS: &str = r#"ERRNO, ALLOW = 0x00050000, 0x7fff0000
+prog = [
+    (0x20, 0, 0, 0),                   # A = nr
+    (0x15, 0, 1, 435),                 # clone3?
+    (0x06, 0, 0, ERRNO | 38),          #   ENOSYS (libc falls back to clone)
+    (0x15, 1, 0, 56),                  # clone?
+    (0x15, 0, 3, 272),                 # unshare?
+    (0x20, 0, 0, 16),                  # A = flags (low word of args[0])
+    (0x45, 0, 1, 0x10000000),          # CLONE_NEWUSER?
+    (0x06, 0, 0, ERRNO | 1),           #   EPERM
+    (0x06, 0, 0, ALLOW),
+]
+install_and_exec(prog)
+"#;
+
 /// Who runs the launcher.
 #[derive(Debug, Clone)]
 pub struct Who {

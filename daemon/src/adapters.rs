@@ -16,7 +16,7 @@ use sandgate_store::{
 };
 use tokio::sync::broadcast;
 
-use crate::event_cap::{Passed, Refusal, Report, Summary, Traffic, Verdict};
+use crate::event_cap::{CapVerdict, CappedRefusal, Passed, Report, Summary, Traffic};
 use crate::protocol::Event;
 
 /// A sandbox the daemon serves.
@@ -428,9 +428,9 @@ impl Shared {
                     self.wake_cap_at(at);
                 }
                 match a.verdict {
-                    Verdict::Store => true,
-                    Verdict::Count => false,
-                    Verdict::Drop { first } => {
+                    CapVerdict::Store => true,
+                    CapVerdict::Count => false,
+                    CapVerdict::Drop { first } => {
                         if first {
                             tracing::warn!(
                                 sandbox = id,
@@ -487,8 +487,8 @@ impl Shared {
             match r {
                 Report::Dropped { sandbox, refusal, dropped } => {
                     let kind = match refusal {
-                        Refusal::Proxy => EventKind::Decision,
-                        Refusal::Firewall => EventKind::BlockedPacket,
+                        CappedRefusal::Proxy => EventKind::Decision,
+                        CappedRefusal::Firewall => EventKind::BlockedPacket,
                     };
                     let event = Event::EventsCapped {
                         sandbox,
@@ -547,8 +547,8 @@ fn traffic_of(event: &Event) -> Option<Traffic<'_>> {
             ms: *ms,
             requests: *count,
         })),
-        Event::Request { count, .. } => Some(Traffic::Refuse(Refusal::Proxy, *count)),
-        Event::Blocked { count, .. } => Some(Traffic::Refuse(Refusal::Firewall, *count)),
+        Event::Request { count, .. } => Some(Traffic::Refuse(CappedRefusal::Proxy, *count)),
+        Event::Blocked { count, .. } => Some(Traffic::Refuse(CappedRefusal::Firewall, *count)),
         _ => None,
     }
 }

@@ -7,7 +7,7 @@
 //! `[daemon] events_per_minute` (default [`DEFAULT_PER_MINUTE`]). Past it:
 //! - **Refusals** (the proxy's and the DNS stub's denials and rejections, blocked packets) are
 //!   not stored (still shown live, to `watch` and the launcher) and are counted, per kind
-//!   ([`Refusal`]), with what they stood for (a DNS summary stands for many refusals). The
+//!   ([`CappedRefusal`]), with what they stood for (a DNS summary stands for many refusals). The
 //!   counts are reported ([`Report::Dropped`], one stored event per kind that `sandgate log`
 //!   shows) a [`PERIOD`] after the first one dropped, or when the sandbox ends.
 //! - **What was let through** (allowed requests, tunnels and lookups, whether or not the
@@ -54,7 +54,7 @@ pub enum Traffic<'a> {
     /// Let through: never dropped.
     Pass(Passed<'a>),
     /// Refused, standing for `weight` refusals (or packets).
-    Refuse(Refusal, u64),
+    Refuse(CappedRefusal, u64),
 }
 
 /// A let-through request (or tunnel, or lookup), as the cap counts it.
@@ -82,30 +82,30 @@ pub struct Passed<'a> {
 
 /// Which wall refused what is not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Refusal {
+pub enum CappedRefusal {
     /// The proxy or the DNS stub (a denial or a rejection).
     Proxy,
     /// The firewall (blocked packets).
     Firewall,
 }
 
-impl Refusal {
+impl CappedRefusal {
     /// The word the traffic log uses for it: `deny` or `blocked`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Refusal::Proxy => "deny",
-            Refusal::Firewall => "blocked",
+            CappedRefusal::Proxy => "deny",
+            CappedRefusal::Firewall => "blocked",
         }
     }
 
     fn slot(self) -> usize {
         match self {
-            Refusal::Proxy => 0,
-            Refusal::Firewall => 1,
+            CappedRefusal::Proxy => 0,
+            CappedRefusal::Firewall => 1,
         }
     }
 
-    const ALL: [Refusal; 2] = [Refusal::Proxy, Refusal::Firewall];
+    const ALL: [CappedRefusal; 2] = [CappedRefusal::Proxy, CappedRefusal::Firewall];
 }
 
 /// Refusals not stored, to report.
@@ -150,7 +150,7 @@ pub enum Report {
         /// The sandbox.
         sandbox: String,
         /// Which wall refused them.
-        refusal: Refusal,
+        refusal: CappedRefusal,
         /// How many, and what they stood for.
         dropped: Dropped,
     },
@@ -165,7 +165,7 @@ pub enum Report {
 
 /// What to do with one event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CapVerdict {
     /// Store it as it is.
     Store,
     /// Do not store it: counted into a summary that will be (let-through traffic).
@@ -182,7 +182,7 @@ pub enum Verdict {
 #[derive(Debug, PartialEq)]
 pub struct Admission {
     /// What to do with the event.
-    pub verdict: Verdict,
+    pub verdict: CapVerdict,
     /// Reports of this sandbox whose period has ended: store them first.
     pub due: Vec<Report>,
     /// A period began counting: call [`EventCap::due`] at this instant, so that its report is
@@ -266,7 +266,7 @@ impl Window {
 struct Bucket {
     tokens: f64,
     at: Instant,
-    /// Refusals not stored, by [`Refusal::slot`].
+    /// Refusals not stored, by [`CappedRefusal::slot`].
     dropped: [Dropped; 2],
     /// When the first refusal of `dropped` was dropped.
     since: Option<Instant>,
@@ -288,7 +288,7 @@ impl Bucket {
     ) {
         if all || self.since.is_some_and(|s| now.saturating_duration_since(s) >= period) {
             self.since = None;
-            for r in Refusal::ALL {
+            for r in CappedRefusal::ALL {
                 let dropped = std::mem::take(&mut self.dropped[r.slot()]);
                 if dropped.events > 0 {
                     out.push(Report::Dropped { sandbox: sandbox.to_owned(), refusal: r, dropped });
@@ -371,7 +371,7 @@ impl EventCap {
         let admission = |verdict, wake_at| Admission { verdict, due, wake_at };
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
-            return admission(Verdict::Store, None);
+            return admission(CapVerdict::Store, None);
         }
         match traffic {
             Traffic::Refuse(r, weight) => {
@@ -382,7 +382,7 @@ impl EventCap {
                 if first {
                     b.since = Some(now);
                 }
-                admission(Verdict::Drop { first }, first.then_some(now + self.period))
+                admission(CapVerdict::Drop { first }, first.then_some(now + self.period))
             }
             Traffic::Pass(p) => {
                 let key = (p.host.to_owned(), p.port);
@@ -391,12 +391,12 @@ impl EventCap {
                     None => p.method.to_owned(),
                 };
                 if let Some(w) = b.windows.get_mut(&key) {
-                    return admission(Verdict::Count, w.count(&p, sample, self.period));
+                    return admission(CapVerdict::Count, w.count(&p, sample, self.period));
                 }
                 if b.windows.len() < DESTINATIONS {
                     // The first to this destination in a period: stored by itself, at once.
                     b.windows.insert(key, Window::new(now));
-                    return admission(Verdict::Store, None);
+                    return admission(CapVerdict::Store, None);
                 }
                 match &mut b.others {
                     Some(w) => {
@@ -405,11 +405,11 @@ impl EventCap {
                         } else {
                             format!("{}:{}", p.host, p.port)
                         };
-                        admission(Verdict::Count, w.count(&p, dest, self.period))
+                        admission(CapVerdict::Count, w.count(&p, dest, self.period))
                     }
                     None => {
                         b.others = Some(Window::new(now));
-                        admission(Verdict::Store, None)
+                        admission(CapVerdict::Store, None)
                     }
                 }
             }
@@ -452,7 +452,7 @@ impl EventCap {
 mod tests {
     use super::*;
 
-    const DENY: Traffic<'static> = Traffic::Refuse(Refusal::Proxy, 1);
+    const DENY: Traffic<'static> = Traffic::Refuse(CappedRefusal::Proxy, 1);
 
     fn pass(host: &str, port: u16) -> Passed<'_> {
         Passed {
@@ -470,10 +470,10 @@ mod tests {
 
     /// Uses up `sb`'s burst at `t` with refusals.
     fn exhaust(cap: &EventCap, sb: &str, t: Instant) {
-        while cap.admit(sb, t, DENY).verdict == Verdict::Store {}
+        while cap.admit(sb, t, DENY).verdict == CapVerdict::Store {}
     }
 
-    fn dropped(reports: &[Report], refusal: Refusal) -> Option<Dropped> {
+    fn dropped(reports: &[Report], refusal: CappedRefusal) -> Option<Dropped> {
         reports.iter().find_map(|r| match r {
             Report::Dropped { refusal: x, dropped, .. } if *x == refusal => Some(*dropped),
             _ => None,
@@ -495,39 +495,48 @@ mod tests {
         let cap = EventCap::new(60);
         let t0 = Instant::now();
         let stored =
-            (0..BURST + 500).filter(|_| cap.admit("sb", t0, DENY).verdict == Verdict::Store);
+            (0..BURST + 500).filter(|_| cap.admit("sb", t0, DENY).verdict == CapVerdict::Store);
         assert_eq!(stored.count(), BURST as usize, "the burst, then nothing at the same instant");
         // Another sandbox has a bucket of its own.
-        assert_eq!(cap.admit("other", t0, DENY).verdict, Verdict::Store);
+        assert_eq!(cap.admit("other", t0, DENY).verdict, CapVerdict::Store);
         // One a second comes back (60 a minute).
         let t1 = t0 + Duration::from_secs(1);
         let a = cap.admit("sb", t1, DENY);
-        assert_eq!(a, Admission { verdict: Verdict::Store, due: vec![], wake_at: None });
+        assert_eq!(a, Admission { verdict: CapVerdict::Store, due: vec![], wake_at: None });
         let a = cap.admit("sb", t1, DENY);
         assert_eq!(
             a,
-            Admission { verdict: Verdict::Drop { first: false }, due: vec![], wake_at: None }
+            Admission { verdict: CapVerdict::Drop { first: false }, due: vec![], wake_at: None }
         );
         // Blocked packets are counted apart from the proxy's refusals.
-        let a = cap.admit("sb", t1, Traffic::Refuse(Refusal::Firewall, 4));
-        assert_eq!(a.verdict, Verdict::Drop { first: false });
+        let a = cap.admit("sb", t1, Traffic::Refuse(CappedRefusal::Firewall, 4));
+        assert_eq!(a.verdict, CapVerdict::Drop { first: false });
         // A period after the first drop, its report is due (500 + 1 refusals, 4 packets).
         assert!(cap.due(t0 + PERIOD / 2).is_empty());
         let due = cap.due(t0 + PERIOD);
-        assert_eq!(dropped(&due, Refusal::Proxy), Some(Dropped { events: 501, standing_for: 501 }));
-        assert_eq!(dropped(&due, Refusal::Firewall), Some(Dropped { events: 1, standing_for: 4 }));
+        assert_eq!(
+            dropped(&due, CappedRefusal::Proxy),
+            Some(Dropped { events: 501, standing_for: 501 })
+        );
+        assert_eq!(
+            dropped(&due, CappedRefusal::Firewall),
+            Some(Dropped { events: 1, standing_for: 4 })
+        );
         assert_eq!(due.len(), 2);
         assert!(matches!(&due[0], Report::Dropped { sandbox, .. } if sandbox == "sb"));
         // Nothing more dropped: the end has nothing to report; a new bucket starts full.
         assert_eq!(cap.end("sb"), vec![]);
         let t2 = t0 + PERIOD;
-        assert!((0..BURST).all(|_| cap.admit("sb", t2, DENY).verdict == Verdict::Store));
-        let a = cap.admit("sb", t2, Traffic::Refuse(Refusal::Proxy, 7));
-        assert_eq!(a.verdict, Verdict::Drop { first: true }, "a summary of seven refusals");
+        assert!((0..BURST).all(|_| cap.admit("sb", t2, DENY).verdict == CapVerdict::Store));
+        let a = cap.admit("sb", t2, Traffic::Refuse(CappedRefusal::Proxy, 7));
+        assert_eq!(a.verdict, CapVerdict::Drop { first: true }, "a summary of seven refusals");
         assert_eq!(a.wake_at, Some(t2 + PERIOD), "the report is due a period later");
         let end = cap.end("sb");
         assert_eq!(end.len(), 1);
-        assert_eq!(dropped(&end, Refusal::Proxy), Some(Dropped { events: 1, standing_for: 7 }));
+        assert_eq!(
+            dropped(&end, CappedRefusal::Proxy),
+            Some(Dropped { events: 1, standing_for: 7 })
+        );
     }
 
     #[test]
@@ -539,10 +548,10 @@ mod tests {
         for i in 0..total {
             // 10,000 events over 100 seconds.
             let a = cap.admit("sb", t0 + Duration::from_millis(i * 10), DENY);
-            stored += u64::from(a.verdict == Verdict::Store);
-            reported += dropped(&a.due, Refusal::Proxy).map_or(0, |d| d.events);
+            stored += u64::from(a.verdict == CapVerdict::Store);
+            reported += dropped(&a.due, CappedRefusal::Proxy).map_or(0, |d| d.events);
         }
-        reported += dropped(&cap.end("sb"), Refusal::Proxy).map_or(0, |d| d.events);
+        reported += dropped(&cap.end("sb"), CappedRefusal::Proxy).map_or(0, |d| d.events);
         assert_eq!(stored + reported, total);
         // The burst plus two a second for the 100 seconds (give or take one).
         assert!((BURST as u64 + 199..=BURST as u64 + 201).contains(&stored), "{stored}");
@@ -553,7 +562,7 @@ mod tests {
         let cap = EventCap::new(5000);
         assert_eq!((cap.per_minute(), cap.burst()), (5000, 5000));
         let t0 = Instant::now();
-        let stored = (0..6000).filter(|_| cap.admit("sb", t0, DENY).verdict == Verdict::Store);
+        let stored = (0..6000).filter(|_| cap.admit("sb", t0, DENY).verdict == CapVerdict::Store);
         assert_eq!(stored.count(), 5000);
     }
 
@@ -568,15 +577,15 @@ mod tests {
         let post =
             Passed { method: "POST", path: Some("/upload"), bytes_up: 5000, ..pass("h", 80) };
         let a = cap.admit("sb", t0, Traffic::Pass(post));
-        assert_eq!((a.verdict, a.wake_at), (Verdict::Store, None), "the first, by itself");
+        assert_eq!((a.verdict, a.wake_at), (CapVerdict::Store, None), "the first, by itself");
         let a = cap.admit("sb", t0, Traffic::Pass(pass("h", 80)));
-        assert_eq!((a.verdict, a.wake_at), (Verdict::Count, Some(t0 + PERIOD)));
+        assert_eq!((a.verdict, a.wake_at), (CapVerdict::Count, Some(t0 + PERIOD)));
         for _ in 0..98 {
             let p = Passed { path: Some("/more"), method: "GET", ..pass("h", 80) };
-            assert_eq!(cap.admit("sb", t0, Traffic::Pass(p)).verdict, Verdict::Count);
+            assert_eq!(cap.admit("sb", t0, Traffic::Pass(p)).verdict, CapVerdict::Count);
         }
         // Another port is another destination.
-        assert_eq!(cap.admit("sb", t0, Traffic::Pass(pass("h", 443))).verdict, Verdict::Store);
+        assert_eq!(cap.admit("sb", t0, Traffic::Pass(pass("h", 443))).verdict, CapVerdict::Store);
         assert!(summaries(cap.due(t0 + PERIOD / 2)).is_empty());
         let s = summaries(cap.due(t0 + PERIOD));
         assert_eq!(s.len(), 1, "{s:?}");
@@ -598,12 +607,12 @@ mod tests {
         // stored at once again.
         let later = t0 + PERIOD;
         exhaust(&cap, "sb", later);
-        assert_eq!(cap.admit("sb", later, Traffic::Pass(pass("h", 80))).verdict, Verdict::Store);
-        assert_eq!(cap.admit("sb", later, Traffic::Pass(pass("h", 80))).verdict, Verdict::Count);
+        assert_eq!(cap.admit("sb", later, Traffic::Pass(pass("h", 80))).verdict, CapVerdict::Store);
+        assert_eq!(cap.admit("sb", later, Traffic::Pass(pass("h", 80))).verdict, CapVerdict::Count);
         // The sandbox's end brings what is still counted, with the refusals dropped.
         let end = cap.end("sb");
         assert_eq!(summaries(end.clone()).iter().map(|s| s.requests).collect::<Vec<_>>(), [1]);
-        let d = dropped(&end, Refusal::Proxy);
+        let d = dropped(&end, CappedRefusal::Proxy);
         assert_eq!(d, Some(Dropped { events: 1, standing_for: 1 }), "the second period's only");
     }
 
@@ -627,12 +636,12 @@ mod tests {
                 if i % 3 == 0 { format!("h{}.example", i % 7) } else { format!("n{i}.example") };
             let a = cap.admit("sb", now, Traffic::Pass(pass(&host, 443)));
             match a.verdict {
-                Verdict::Store => {
+                CapVerdict::Store => {
                     rows_by_minute[minute] += 1;
                     requests += 1;
                 }
-                Verdict::Count => {}
-                Verdict::Drop { .. } => panic!("a let-through request was dropped"),
+                CapVerdict::Count => {}
+                CapVerdict::Drop { .. } => panic!("a let-through request was dropped"),
             }
             for s in summaries(a.due) {
                 rows_by_minute[minute] += 1;

@@ -178,13 +178,13 @@ impl LineGate {
 }
 
 /// Writes bytes where the command's stderr goes; `false` once that cannot take more.
-pub type Sink = Box<dyn FnMut(&[u8]) -> bool + Send>;
+pub type NoticeSink = Box<dyn FnMut(&[u8]) -> bool + Send>;
 
 /// The process's gate and the stream it guards.
 struct Shared {
     gate: LineGate,
     /// The relay's writer; `None`: no relay, notices go to stderr as lines.
-    sink: Option<Sink>,
+    sink: Option<NoticeSink>,
     /// The thread writing notices held past [`IDLE`] runs.
     flusher: bool,
 }
@@ -199,7 +199,9 @@ fn shared() -> MutexGuard<'static, Shared> {
 }
 
 /// The relay of the command's stderr starts: its bytes and the notices go through `sink`.
-pub(crate) fn attach(sink: Sink) {
+// The stderr relay that calls it is the Linux launcher's.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn attach(sink: NoticeSink) {
     let mut s = shared();
     s.gate = LineGate::new();
     s.sink = Some(sink);
@@ -207,6 +209,8 @@ pub(crate) fn attach(sink: Sink) {
 
 /// The relay writes the command's `bytes`, with any held notice at the first line end;
 /// `false` once the sink cannot take more.
+// The stderr relay that calls it is the Linux launcher's.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn relay(bytes: &[u8]) -> bool {
     let mut s = shared();
     let Shared { gate, sink, .. } = &mut *s;
@@ -223,11 +227,15 @@ pub(crate) fn relay(bytes: &[u8]) -> bool {
 }
 
 /// The terminal went in (`true`) or out of raw mode.
+// The stderr relay that calls it is the Linux launcher's.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn set_crlf(on: bool) {
     shared().gate.set_crlf(on);
 }
 
 /// The command's stream ended: held notices are written.
+// The stderr relay that calls it is the Linux launcher's.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn end() {
     let mut s = shared();
     let Shared { gate, sink, .. } = &mut *s;

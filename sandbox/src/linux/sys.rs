@@ -553,10 +553,13 @@ pub fn close_detached(fd: OwnedFd) {
     // the child has exited and this process has dropped its copy of `fd`.
     let Ok((done_r, done_w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
     let (raw, keep) = (fd.as_raw_fd(), done_r.as_raw_fd());
+    if raw < 3 {
+        return; // not a descriptor the launcher opened for this (0-2 are always open)
+    }
     let clone = || {
         // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
-        // raw system calls (clone, close_range, read, close, exit_group), none of which takes a
-        // lock another thread of the parent might hold.
+        // raw system calls (clone, dup2, close_range, fcntl, execve, read, close, exit_group),
+        // none of which takes a lock another thread of the parent might hold.
         unsafe {
             libc::syscall(
                 libc::SYS_clone,
@@ -568,23 +571,28 @@ pub fn close_detached(fd: OwnedFd) {
             )
         }
     };
+    // Made before the clones: the children may not allocate. The grandchild becomes `cat` on
+    // the pipe (so that it does not show the launcher's command line while it lingers, to `ps`
+    // or to a search for the sandboxed command) and holds `fd` past its exec.
+    let cat = c"/bin/cat";
+    let argv: [*const libc::c_char; 2] = [c"cat".as_ptr(), std::ptr::null()];
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     let child = clone();
     if child == 0 {
         if clone() == 0 {
-            let (low, high) = (raw.min(keep) as u32, raw.max(keep) as u32);
             let mut byte = 0u8;
-            // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
-            // stack; every descriptor but `raw` and `keep` is closed, then `keep` is read to its
-            // end, then `raw` is closed (the last reference: the teardown runs here).
+            // SAFETY: raw system calls on descriptor numbers, constant C strings and arrays
+            // made before the clone, and a one-byte buffer on this stack. `keep` becomes standard
+            // input, every other descriptor but `raw` is closed and `raw` survives the exec; the
+            // program's exit at the pipe's end drops `raw` (the last reference). Should the exec
+            // fail, the pipe is read here to its end and `raw` closed.
             unsafe {
-                if low > 0 {
-                    libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
-                }
-                if high > low + 1 {
-                    libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
-                }
-                libc::syscall(libc::SYS_close_range, high + 1, u32::MAX, 0u32);
-                while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
+                libc::dup2(keep, 0);
+                libc::syscall(libc::SYS_close_range, 1u32, (raw - 1) as u32, 0u32);
+                libc::syscall(libc::SYS_close_range, (raw + 1) as u32, u32::MAX, 0u32);
+                libc::fcntl(raw, libc::F_SETFD, 0);
+                libc::execve(cat.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                while libc::read(0, (&raw mut byte).cast(), 1) > 0 {}
                 libc::close(raw);
             }
         }

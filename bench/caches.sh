@@ -30,7 +30,7 @@
 #
 # Usage: bench/caches.sh [SANDGATE_BINARY]   (without one: `cargo build --release --bins`)
 #   TOOLS="cargo npm pip"  which scenarios; a tool that is not installed is SKIPPED
-#   COLD=2 WARM=3          rounds of cold pairs, and of warm triples (direct, warm, host warm)
+#   COLD=3 WARM=5          rounds of cold pairs, and of warm triples (direct, warm, host warm)
 #   POLL=0.25              the watcher's polling interval, seconds
 #   ANSWER=""              more arguments to `sandgate allow` (e.g. "--for 1h": one question per
 #                          project instead of one per sandbox)
@@ -42,7 +42,7 @@
 # XDG_CONFIG_HOME, XDG_DATA_HOME and XDG_RUNTIME_DIR (so a daemon of its own); removed at exit.
 set -euo pipefail
 
-TOOLS="${TOOLS:-cargo npm pip}" COLD="${COLD:-2}" WARM="${WARM:-3}" POLL="${POLL:-0.25}"
+TOOLS="${TOOLS:-cargo npm pip}" COLD="${COLD:-3}" WARM="${WARM:-5}" POLL="${POLL:-0.25}"
 read -r -a answer <<<"${ANSWER:-}"
 for v in COLD WARM; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "caches: $v must be a positive integer" >&2; exit 2; }

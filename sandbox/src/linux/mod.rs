@@ -124,18 +124,43 @@ struct Cleanup {
 }
 
 impl Cleanup {
-    /// Call once the sandbox's init has been reaped.
+    /// Call once the sandbox's init has been reaped. Says, in one line, which files host tools
+    /// execute or obey changed during the run.
     fn finish(&mut self) {
+        let mut said = None;
         if let Some((pid, mut done)) = self.cleaner.take() {
             // Its last sweep is over when it says so (or when it is gone: EOF); its exit may
             // still be under way (see `warden::start`): reaped if already over, else by init.
-            let mut buf = [0u8; 8];
-            let _ = io::Read::read(&mut done, &mut buf);
+            let mut report = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = io::Read::read(&mut done, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                report.extend_from_slice(&buf[..n]);
+                if report.ends_with(b"done\n") {
+                    break;
+                }
+            }
+            said = Some(warden::read_report(&report)).filter(|(_, complete)| *complete);
             let _ = sys::waitpid(pid, false);
         }
-        // Normally a no-op (the warden did it); covers a warden that could not start or died.
-        if let Some(w) = &mut self.warden {
-            w.sweep();
+        // (Taken: a second call, from `Drop` after `wait`, has nothing left to do.)
+        let changes = match (self.warden.take().as_mut(), said) {
+            // Normally a no-op (the warden did it): the tops once more.
+            (Some(w), Some((changes, _))) => {
+                w.sweep();
+                changes
+            }
+            // The warden could not start or died: what it did not see below the tops is read.
+            (Some(w), None) => {
+                w.sweep_everything();
+                w.changes().iter().cloned().collect()
+            }
+            (None, _) => Vec::new(),
+        };
+        if let Some(line) = warden::changes_line(&changes, 20) {
+            eprintln!("{line}");
         }
         for p in self.placeholders.drain(..) {
             p.release();
@@ -673,7 +698,7 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     // warden process to fork, wait for and reap at every launch.
     let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
     if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
-        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
+        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots, &spec.scan);
         let existing = w.existing_protected();
         plan.warden = Some(w);
         for p in &existing {
@@ -1132,6 +1157,7 @@ mod tests {
                 protected: vec![".envrc".into()],
                 ..Default::default()
             }),
+            scan: Default::default(),
             net: NetSetup::None,
             allowed_unix_sockets: Vec::new(),
             require_full: false,

@@ -815,14 +815,19 @@ pub fn inotify_init() -> io::Result<nix::sys::inotify::Inotify> {
     nx(Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK))
 }
 
-/// `inotify_add_watch(2)` with the `IN_*` bits of `mask`.
-pub fn inotify_add_watch(
-    inotify: &nix::sys::inotify::Inotify,
-    path: &Path,
-    mask: u32,
-) -> io::Result<()> {
-    let mask = nix::sys::inotify::AddWatchFlags::from_bits_retain(mask);
-    nx(inotify.add_watch(path, mask)).map(drop)
+/// `inotify_add_watch(2)`: the watch descriptor (the same one again for a directory already
+/// watched, whose mask `mask` then replaces).
+pub fn inotify_watch(inotify: RawFd, path: &Path, mask: u32) -> io::Result<i32> {
+    let path = cstr(path.as_os_str())?;
+    // SAFETY: a valid descriptor number and a NUL-terminated path that outlives the call.
+    let wd = unsafe { libc::inotify_add_watch(inotify, path.as_ptr(), mask) };
+    if wd < 0 { Err(io::Error::last_os_error()) } else { Ok(wd) }
+}
+
+/// `inotify_rm_watch(2)`; a watch already gone (its directory removed) is no error.
+pub fn inotify_unwatch(inotify: RawFd, wd: i32) {
+    // SAFETY: plain integers; an invalid pair only fails with EINVAL.
+    let _ = unsafe { libc::inotify_rm_watch(inotify, wd) };
 }
 
 /// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: moves the entry itself (a

@@ -239,7 +239,7 @@ pub fn unread_notice(unread: &[Unread], shown: usize) -> Option<String> {
     Some(format!(
         "the scan of the writable paths did not look into {} director{} ({}): {}{tail}; \
          repositories and tool files there are not protected, and new ones there are not taken \
-         away (`sandgate explain build` lists them all; launch in a smaller directory)",
+         away (`sandgate explain --tier build` lists them all; launch in a smaller directory)",
         unread.len(),
         if unread.len() == 1 { "y" } else { "ies" },
         why.join("; "),

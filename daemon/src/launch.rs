@@ -284,6 +284,7 @@ fn spec_and_removed(
     top_level.placeholders = top_placeholders;
     let roots: Vec<PathBuf> =
         writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
+    sandgate_sandbox::timing_mark("hidden and read-only paths listed");
     let scan = sandgate_sandbox::tree::scan(&roots, &top_level);
     sandgate_sandbox::timing_mark("writable trees scanned");
     read_only.extend(scan.protected.iter().cloned());

@@ -96,57 +96,76 @@ impl std::fmt::Display for Stop {
 
 /// What one directory's entries say: the pure part of the scan.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Entries {
+pub(crate) struct Entries {
     /// The directory itself has git's shape.
-    git_dir: bool,
+    pub(crate) git_dir: bool,
     /// Names of entries to protect.
-    protect: Vec<Vec<u8>>,
+    pub(crate) protect: Vec<Vec<u8>>,
     /// A `.git` entry is there.
-    dot_git: bool,
+    pub(crate) dot_git: bool,
     /// Subdirectories to read next.
-    enter: Vec<Vec<u8>>,
+    pub(crate) enter: Vec<Vec<u8>>,
     /// Subdirectories not entered as build output.
-    skip: Vec<Vec<u8>>,
+    pub(crate) skip: Vec<Vec<u8>>,
 }
 
-/// Sorts the entries of one directory (name, is a directory), `top`: the top of a writable
-/// path, whose entries are the top-level rule's.
-fn classify(
-    rule: &Below,
-    top: &crate::TopLevel,
+/// Sorts the entries of one directory as they are read, one at a time (a name is copied only
+/// when it is kept: a protected entry, a subdirectory).
+pub(crate) struct Classifier<'r> {
+    below: &'r Below,
+    top: &'r crate::TopLevel,
+    /// The directory is the top of a writable path, whose entries are the top-level rule's.
     is_top: bool,
-    list: &[(Vec<u8>, bool)],
-) -> Entries {
-    let has = |n: &[u8]| list.iter().any(|(name, _)| name == n);
-    let mut out = Entries {
-        git_dir: has(b"HEAD") && (has(b"objects") && has(b"refs") || has(b"commondir")),
-        ..Entries::default()
-    };
-    if out.git_dir {
-        return out; // its inside is the git wall's
+    out: Entries,
+    /// `HEAD`, `objects`, `refs`, `commondir` seen.
+    shape: [bool; 4],
+}
+
+impl<'r> Classifier<'r> {
+    pub(crate) fn new(below: &'r Below, top: &'r crate::TopLevel, is_top: bool) -> Self {
+        Classifier { below, top, is_top, out: Entries::default(), shape: [false; 4] }
     }
-    for (name, dir) in list {
-        if name == b".git" {
-            out.dot_git = true;
-            continue;
+
+    /// One entry: its name, and whether it is a directory (not through a link).
+    pub(crate) fn add(&mut self, name: &[u8], dir: bool) {
+        match name {
+            b"HEAD" => self.shape[0] = true,
+            b"objects" => self.shape[1] = true,
+            b"refs" => self.shape[2] = true,
+            b"commondir" => self.shape[3] = true,
+            b".git" => {
+                self.out.dot_git = true;
+                return;
+            }
+            _ => {}
         }
-        let protected = if is_top {
-            top.protects(std::ffi::OsStr::from_bytes(name))
+        let protected = if self.is_top {
+            self.top.protects(std::ffi::OsStr::from_bytes(name))
         } else {
-            rule.protects(name)
+            self.below.protects(name)
         };
         if protected {
-            if !is_top {
-                out.protect.push(name.clone());
+            if !self.is_top {
+                self.out.protect.push(name.to_vec());
             }
-        } else if !dir {
-        } else if rule.skips(name) {
-            out.skip.push(name.clone());
-        } else {
-            out.enter.push(name.clone());
+        } else if dir {
+            if self.below.skips(name) {
+                self.out.skip.push(name.to_vec());
+            } else {
+                self.out.enter.push(name.to_vec());
+            }
         }
     }
-    out
+
+    /// What the directory holds. One with git's shape is a git directory and nothing else: its
+    /// inside is the git wall's.
+    pub(crate) fn finish(self) -> Entries {
+        let [head, objects, refs, commondir] = self.shape;
+        if head && (objects && refs || commondir) {
+            return Entries { git_dir: true, ..Entries::default() };
+        }
+        self.out
+    }
 }
 
 /// Reads the trees below `roots` (canonical directories; others are left out) under `rule`.
@@ -176,16 +195,13 @@ pub(crate) fn scan_within(
             break;
         }
         read += 1;
-        let list = match list(&dir) {
-            Ok(l) => l,
-            Err(e) => {
-                out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
-                continue;
-            }
-        };
         // (A top inside another writable path is that path's top too.)
-        let is_top = roots.contains(&dir);
-        let found = classify(&below, rule, is_top, &list);
+        let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
+        if let Err(e) = list(&dir, &mut |name, is_dir| sort.add(name, is_dir)) {
+            out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
+            continue;
+        }
+        let found = sort.finish();
         if found.git_dir {
             out.repositories.push(Repository::GitDir(dir));
             continue;
@@ -210,15 +226,21 @@ pub(crate) fn scan_within(
     out
 }
 
-/// The entries of `dir`: name, and whether it is a directory (not following a symlink).
-fn list(dir: &Path) -> std::io::Result<Vec<(Vec<u8>, bool)>> {
-    let mut out = Vec::new();
+/// Calls `f` with the name of every entry of `dir` and whether it is a directory (not following
+/// a symbolic link).
+#[cfg(target_os = "linux")]
+fn list(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> std::io::Result<()> {
+    crate::linux::each_entry_of(dir, f)
+}
+
+/// (See the Linux one.)
+#[cfg(not(target_os = "linux"))]
+fn list(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
-        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        out.push((e.file_name().as_bytes().to_vec(), is_dir));
+        f(e.file_name().as_bytes(), e.file_type().is_ok_and(|t| t.is_dir()));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The line a launch prints when the scan stopped early: how many directories it did not look

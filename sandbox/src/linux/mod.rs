@@ -55,6 +55,18 @@ use crate::spec::{Enforcement, NetKind, NetSetup, SandboxSpec};
 use crate::{SandboxError, SetupStep};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
+
+/// Calls `f` with the name of every entry of the directory `dir` (not itself a symbolic link)
+/// and whether it is a directory, from one `getdents64` buffer (see `tree`).
+pub(crate) fn each_entry_of(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> io::Result<()> {
+    let fd = sys::open_dir_at(libc::AT_FDCWD, dir.as_os_str())?;
+    sys::each_entry(fd.as_raw_fd(), |name, kind| {
+        let is_dir = kind.unwrap_or_else(|| {
+            sys::is_dir_at(fd.as_raw_fd(), OsStr::from_bytes(name)).unwrap_or(false)
+        });
+        f(name, is_dir);
+    })
+}
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
@@ -699,6 +711,7 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
     if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
         let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots, &spec.scan);
+        crate::timing::mark("writable trees watched");
         let existing = w.existing_protected();
         plan.warden = Some(w);
         for p in &existing {

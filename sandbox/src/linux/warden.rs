@@ -177,6 +177,7 @@ fn open_up(dir: &Path) {
 }
 
 /// Whether the directory `dir` has git's shape (see [`crate::tree`]).
+#[cfg(test)]
 fn git_shaped(dir: &Path) -> bool {
     let has = |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok();
     has("HEAD") && (has("objects") && has("refs") || has("commondir"))
@@ -237,6 +238,8 @@ impl Warden {
                 Some(Ok(wd)) => {
                     w.watches.insert(wd, (dir.clone(), false));
                 }
+                // Gone since the scan: nothing to watch.
+                Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
                 Some(Err(_)) => failed += 1,
                 None => {}
             }
@@ -399,44 +402,105 @@ impl Warden {
     }
 
     /// Watches the new directory `path` and every directory below it, and handles what was
-    /// made in them before their watch as just made.
+    /// made in them before their watch as just made (review files in them count as changed).
     fn watch_new(&mut self, path: &Path) {
-        let Some(fd) = self.raw_fd() else {
+        self.walk_below(path.to_path_buf(), true);
+    }
+
+    /// Reads `start` and every directory below it that the rule enters, through descriptors
+    /// that follow no symbolic link (see [`Warden::open_below`]); watches each (the same watch
+    /// again for one already watched, now under its present name); takes away what is protected
+    /// there and was not at launch, and undoes a repository made there. `new`: everything in it
+    /// is new (a directory made or moved in during the run), so its review files changed.
+    fn walk_below(&mut self, start: PathBuf, new: bool) {
+        let inotify = self.raw_fd();
+        if inotify.is_none() {
             self.lost = true;
-            return;
-        };
-        let mut todo = vec![path.to_path_buf()];
-        while let Some(dir) = todo.pop() {
-            match sys::inotify_watch(fd, &dir, EVENTS) {
-                Ok(wd) => {
-                    self.watches.insert(wd, (dir.clone(), false));
-                }
-                // Gone already, or not a directory (any more): nothing to watch.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-                    continue;
-                }
-                Err(_) => self.lost = true, // ENOSPC: the last sweep reads everything
-            }
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            let list: Vec<(OsString, bool)> = rd
-                .flatten()
-                .map(|e| (e.file_name(), e.file_type().is_ok_and(|t| t.is_dir())))
-                .collect();
-            for (name, is_dir) in list {
-                let p = dir.join(&name);
-                if self.below.protects(name.as_bytes()) && !self.known.contains(&p) {
-                    self.take_away(&dir, &name);
-                } else {
-                    if self.below.reviews(name.as_bytes()) {
-                        self.changed(&p, false);
-                    }
-                    if is_dir && !self.below.skips(name.as_bytes()) {
-                        todo.push(p);
-                    }
-                }
-            }
-            self.neutralise_git_dir(&dir);
         }
+        let mut todo = vec![start];
+        while let Some(dir) = todo.pop() {
+            if self.unread.iter().any(|u| dir.starts_with(u)) {
+                continue; // never read at launch: what is there was never protected
+            }
+            let is_top = self.roots.iter().any(|r| r.path == dir);
+            let Some(fd) = self.open_below(&dir) else { continue };
+            if let (Some(inotify), false) = (inotify, is_top) {
+                match sys::inotify_watch_fd(inotify, fd.as_raw_fd(), EVENTS) {
+                    Ok(wd) => {
+                        self.watches.insert(wd, (dir.clone(), false));
+                    }
+                    Err(_) => self.lost = true, // ENOSPC: the last sweep reads everything
+                }
+            }
+            let mut names: Vec<(Vec<u8>, Option<bool>)> = Vec::new();
+            if sys::each_entry(fd.as_raw_fd(), |n, kind| names.push((n.to_vec(), kind))).is_err() {
+                continue;
+            }
+            let mut sort = crate::tree::Classifier::new(&self.below, &self.rule, is_top);
+            let mut reviewed = Vec::new();
+            for (name, kind) in &names {
+                let name_os = OsStr::from_bytes(name);
+                let is_dir = kind.or_else(|| sys::is_dir_at(fd.as_raw_fd(), name_os));
+                sort.add(name, is_dir.unwrap_or(false));
+                if new && !is_top && self.below.reviews(name) {
+                    reviewed.push(dir.join(name_os));
+                }
+            }
+            let found = sort.finish();
+            for p in reviewed {
+                self.changed(&p, false);
+            }
+            if is_top {
+                // (Its entries are the top-level rule's; a top that is a repository is one.)
+                if !found.git_dir {
+                    todo.extend(found.enter.iter().map(|n| dir.join(OsStr::from_bytes(n))));
+                }
+                continue;
+            }
+            if found.git_dir {
+                if !self.known.contains(&dir) {
+                    self.take_away(&dir, OsStr::new("HEAD"));
+                }
+                continue;
+            }
+            if found.dot_git && !self.known.contains(&dir.join(".git")) {
+                self.take_away(&dir, OsStr::new(".git"));
+            }
+            for name in &found.protect {
+                let name = OsStr::from_bytes(name);
+                if !self.known.contains(&dir.join(name)) {
+                    self.take_away(&dir, name);
+                }
+            }
+            todo.extend(found.enter.iter().map(|n| dir.join(OsStr::from_bytes(n))));
+        }
+    }
+
+    /// The directory `dir` (a top, or a directory below one) opened for the warden's work there:
+    /// below a top, one component at a time with no symbolic link followed, so that a command
+    /// swapping a directory for a link (to `$HOME`, say) between an event and the warden's
+    /// action cannot send the warden to move, list or watch anything outside its writable path.
+    /// A component the command closed (`chmod 000`) is opened again on the way.
+    fn open_below(&self, dir: &Path) -> Option<OwnedFd> {
+        let root = self
+            .roots
+            .iter()
+            .filter(|r| dir.starts_with(&r.path))
+            .max_by_key(|r| r.path.as_os_str().len())?;
+        open_up(&root.path);
+        let mut fd = sys::open_dir_at(libc::AT_FDCWD, root.path.as_os_str()).ok()?;
+        for c in dir.strip_prefix(&root.path).ok()?.components() {
+            let std::path::Component::Normal(name) = c else { return None };
+            fd = match sys::open_dir_at(fd.as_raw_fd(), name) {
+                Ok(next) => next,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    sys::open_up_at(fd.as_raw_fd(), name);
+                    sys::open_dir_at(fd.as_raw_fd(), name).ok()?
+                }
+                Err(_) => return None,
+            };
+        }
+        Some(fd)
     }
 
     /// Stops watching `path` and what is below it (moved away: its watches would report the
@@ -458,7 +522,12 @@ impl Warden {
     /// A watched directory that git would now take as a repository (`git init --bare` there)
     /// loses its `HEAD` (then it is none), unless it was one at launch.
     fn neutralise_git_dir(&mut self, dir: &Path) {
-        if self.known.contains(dir) || !git_shaped(dir) {
+        if self.known.contains(dir) {
+            return;
+        }
+        let Some(fd) = self.open_below(dir) else { return };
+        let has = |n: &str| sys::is_dir_at(fd.as_raw_fd(), OsStr::new(n)).is_some();
+        if !(has("HEAD") && (has("objects") && has("refs") || has("commondir"))) {
             return;
         }
         // (A top that held `HEAD` at launch keeps it: the top-level listing knows its inode.)
@@ -490,66 +559,14 @@ impl Warden {
         }
     }
 
-    /// Reads every directory below the tops again (events were lost) and takes away what is
-    /// protected there and was not at launch; watches what is not watched.
+    /// Reads every directory below the tops again (events were lost), without a bound (a
+    /// command could make a bound's worth of directories to hide one more), and takes away what
+    /// is protected there and was not at launch; watches what is not watched.
     fn sweep_below(&mut self) {
         self.lost = false;
-        let roots: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
-        // Unbounded: a command could make a bound's worth of directories to hide one more.
-        let mut now = crate::tree::scan_within(&roots, &self.rule, usize::MAX, usize::MAX);
-        // Closed with `chmod 000` by the command: opened and read once more.
-        let closed: Vec<PathBuf> = now
-            .unread
-            .iter()
-            .filter(|u| !self.unread.iter().any(|d| u.path.starts_with(d)))
-            .map(|u| u.path.clone())
-            .collect();
-        for d in &closed {
-            open_up(d);
-            let again = crate::tree::scan_within(
-                std::slice::from_ref(d),
-                &self.rule,
-                usize::MAX,
-                usize::MAX,
-            );
-            now.protected.extend(again.protected);
-            now.repositories.extend(again.repositories);
-            now.dirs.extend(again.dirs);
-            now.dirs.push(d.clone());
-        }
-        let launch_unread = self.unread.clone();
-        let unread = |p: &Path| launch_unread.iter().any(|d| p.starts_with(d));
-        for p in now.protected {
-            if !self.known.contains(&p)
-                && !unread(&p)
-                && let (Some(dir), Some(name)) = (p.parent(), p.file_name())
-            {
-                self.take_away(dir, name);
-            }
-        }
-        for r in now.repositories {
-            match r {
-                Repository::DotGit(p) if !self.known.contains(&p) && !unread(&p) => {
-                    if let Some(dir) = p.parent() {
-                        self.take_away(dir, OsStr::new(".git"));
-                    }
-                }
-                Repository::GitDir(d) if !self.known.contains(&d) && !unread(&d) => {
-                    self.neutralise_git_dir(&d);
-                }
-                _ => {}
-            }
-        }
-        if let Some(fd) = self.raw_fd() {
-            let watched: HashSet<PathBuf> = self.watches.values().map(|(d, _)| d.clone()).collect();
-            for d in now.dirs.into_iter().filter(|d| !watched.contains(d) && !roots.contains(d)) {
-                match sys::inotify_watch(fd, &d, EVENTS) {
-                    Ok(wd) => {
-                        self.watches.insert(wd, (d, false));
-                    }
-                    Err(_) => self.lost = true,
-                }
-            }
+        let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
+        for top in tops {
+            self.walk_below(top, false);
         }
     }
 
@@ -565,21 +582,12 @@ impl Warden {
     }
 
     /// Moves `dir/name` out of the way: into the quarantine, or (another filesystem, or a
-    /// directory the caller may not move) renamed in place to a name no tool reads.
+    /// directory the caller may not move) renamed in place to a name no tool reads. `dir` is
+    /// opened as [`Warden::open_below`] does: the entry moved is the one in that directory.
     fn take_away(&mut self, dir: &Path, name: &OsStr) {
         let from = dir.join(name);
-        // A directory the command closed (`chmod 000`), on the way from the top: opened.
-        if std::fs::symlink_metadata(&from).is_err()
-            && let Some(root) = self.roots.iter().find(|r| dir.starts_with(&r.path))
-        {
-            let mut way: Vec<&Path> =
-                dir.ancestors().take_while(|a| a.starts_with(&root.path)).collect();
-            way.reverse();
-            for d in way {
-                open_up(d);
-            }
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&from) else { return };
+        let Some(dir_fd) = self.open_below(dir) else { return };
+        let Some(is_dir) = sys::is_dir_at(dir_fd.as_raw_fd(), name) else { return };
         self.taken += 1;
         let label = format!("{}-{}", self.taken, name.to_string_lossy());
         let mut to = None;
@@ -588,7 +596,7 @@ impl Warden {
             let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&qdir);
             if made.is_ok() {
                 let dest = qdir.join(&label);
-                match sys::rename_noreplace(&from, &dest) {
+                match sys::rename_at(dir_fd.as_raw_fd(), name, libc::AT_FDCWD, &dest) {
                     Ok(()) => to = Some(dest),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return, // gone already
                     Err(_) => {}
@@ -596,9 +604,10 @@ impl Warden {
             }
         }
         if to.is_none() {
-            let dest = dir.join(format!("{QUARANTINED_PREFIX}{}-{label}", self.id));
-            match sys::rename_noreplace(&from, &dest) {
-                Ok(()) => to = Some(dest),
+            let in_place = format!("{QUARANTINED_PREFIX}{}-{label}", self.id);
+            match sys::rename_at(dir_fd.as_raw_fd(), name, dir_fd.as_raw_fd(), Path::new(&in_place))
+            {
+                Ok(()) => to = Some(dir.join(in_place)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return,
                 Err(e) => {
                     eprintln!("sandgate: could not take away {}: {e}", from.display());
@@ -606,7 +615,7 @@ impl Warden {
                 }
             }
         }
-        if meta.is_dir() {
+        if is_dir {
             self.unwatch_below(&from);
         }
         self.changed(&from, true);
@@ -1003,6 +1012,35 @@ mod tests {
         // Control: the bare repository was one before its HEAD went.
         git(&["init", "-q", "--bare", "control.git"], &root.join("src"));
         assert!(git_shaped(&root.join("src/control.git")));
+    }
+
+    /// The command swaps a directory for a link to somewhere else between making an entry and
+    /// the warden's turn: the warden acts on the directory, not on where the path leads now (a
+    /// link to `$HOME` would otherwise have it move `~/.config` into the quarantine).
+    #[test]
+    fn a_directory_swapped_for_a_link_does_not_send_the_warden_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, outside) = (base.join("w"), base.join("home"));
+        std::fs::create_dir_all(root.join("sub/inner")).unwrap();
+        std::fs::create_dir_all(outside.join("inner")).unwrap();
+        std::fs::write(outside.join("inner/.envrc"), "the user's own").unwrap();
+        let mut w = warden(&rule(None), "sg-s", &root);
+        std::fs::write(root.join("sub/inner/.envrc"), "planted").unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // Control: the path the event names leads outside now.
+        let mine = std::fs::read_to_string(root.join("sub/inner/.envrc")).unwrap();
+        assert_eq!(mine, "the user's own");
+        w.sweep();
+        let theirs = std::fs::read_to_string(outside.join("inner/.envrc")).unwrap();
+        assert_eq!(theirs, "the user's own");
+        assert!(!root.join("sub2/inner/.envrc").exists(), "the planted one went, where it is now");
+        // And with every event lost, the walk from the top does not follow the link either.
+        std::fs::write(root.join("sub2/inner/.envrc"), "planted again").unwrap();
+        w.sweep_everything();
+        assert!(outside.join("inner/.envrc").exists());
+        assert!(!root.join("sub2/inner/.envrc").exists());
     }
 
     /// Events lost (a queue overflow, a watch that could not be made): every directory is read

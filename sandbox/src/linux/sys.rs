@@ -857,7 +857,30 @@ pub fn open_dir_at(dir: RawFd, name: &OsStr) -> io::Result<OwnedFd> {
 /// `getdents64` into one buffer: no allocation and no `stat` per entry (a big checkout has a
 /// hundred thousand).
 pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<bool>)) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 * 1024];
+    // One buffer per thread, made once: zeroing 64 KiB for each of a big tree's thousands of
+    // directories cost more than reading them.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 64 * 1024]);
+    }
+    // (A callback that lists another directory from inside `f` gets a buffer of its own.)
+    let mut buf = BUF
+        .with(|b| b.try_borrow_mut().map(|mut b| std::mem::take(&mut *b)).ok())
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| vec![0u8; 64 * 1024]);
+    let result = each_entry_in(dir, &mut buf, &mut f);
+    BUF.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            *b = buf;
+        }
+    });
+    result
+}
+
+fn each_entry_in(
+    dir: RawFd,
+    buf: &mut [u8],
+    f: &mut impl FnMut(&[u8], Option<bool>),
+) -> io::Result<()> {
     loop {
         // SAFETY: the buffer is writable for its whole length, which is passed with it.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) };

@@ -273,17 +273,15 @@ impl Warden {
         out
     }
 
-    /// Whether `path` is an entry that the rule protects at the top of a watched directory, or
-    /// in a directory watched below one (a missing one needs no placeholder: it is taken away if
-    /// it appears).
+    /// Whether `path` is an entry at the top of a watched directory that the rule protects (a
+    /// missing one needs no placeholder: it is taken away if it appears). Below the tops a
+    /// missing protected path (configured, or one the git wall names) still gets its
+    /// placeholder: no window at all, where the warden's taking away has one.
     pub fn covers(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
-        if self.rule.placeholders.iter().any(|p| same_entry(p, path)) {
-            return false;
-        }
-        let top = self.roots.iter().any(|r| r.path == parent) && self.rule.protects(name);
-        top || (self.below.protects(name.as_bytes())
-            && self.watches.values().any(|(d, root)| !root && d == parent))
+        self.roots.iter().any(|r| r.path == parent)
+            && self.rule.protects(name)
+            && !self.rule.placeholders.iter().any(|p| same_entry(p, path))
     }
 
     /// Counts `path` (a placeholder the launcher made after [`Warden::prepare`]) as there at
@@ -829,8 +827,7 @@ mod tests {
         let mut w = warden(&rule(Some(q.path().into())), "sg-t", &root);
         assert_eq!(w.existing_protected(), vec![root.join(".envrc")]);
         assert!(w.covers(&root.join(".cargo")) && !w.covers(&root.join("target")));
-        assert!(w.covers(&root.join("src/.cargo")), "below the top too, by name");
-        assert!(!w.covers(&root.join("src/.zzz")), "by name only below the top");
+        assert!(!w.covers(&root.join("src/.cargo")), "below the top a placeholder has no window");
 
         std::fs::create_dir_all(root.join(".cargo")).unwrap();
         std::fs::write(root.join(".cargo/config.toml"), "x").unwrap();

@@ -51,6 +51,9 @@ pub struct Scan {
     pub unread: Vec<Unread>,
     /// Build output not entered.
     pub skipped: Vec<PathBuf>,
+    /// Directories below the tops holding files the rule reviews: the warden watches them for
+    /// changes to existing files too (elsewhere, what is made is enough to know).
+    pub reviewed: Vec<PathBuf>,
 }
 
 /// A repository as git would find it.
@@ -107,6 +110,8 @@ pub(crate) struct Entries {
     pub(crate) enter: Vec<Vec<u8>>,
     /// Subdirectories not entered as build output.
     pub(crate) skip: Vec<Vec<u8>>,
+    /// Entries the rule reviews are there.
+    pub(crate) review: bool,
 }
 
 /// Sorts the entries of one directory as they are read, one at a time (a name is copied only
@@ -138,6 +143,9 @@ impl<'r> Classifier<'r> {
                 return;
             }
             _ => {}
+        }
+        if self.below.reviews(name) {
+            self.out.review = true;
         }
         let protected = if self.is_top {
             self.top.protects(std::ffi::OsStr::from_bytes(name))
@@ -210,6 +218,9 @@ pub(crate) fn scan_within(
             out.repositories.push(Repository::DotGit(dir.join(".git")));
         }
         if depth > 0 {
+            if found.review {
+                out.reviewed.push(dir.clone());
+            }
             out.dirs.push(dir.clone());
         }
         let child = |n: &Vec<u8>| dir.join(std::ffi::OsStr::from_bytes(n));

@@ -112,16 +112,17 @@ impl Drop for Warden {
 }
 
 /// What inotify reports for every watched directory: entries created in it, moved into or out
-/// of it, written (closed after writing), changed in their metadata or removed; the watch is
-/// made only on a directory, not through a symbolic link.
-const EVENTS: u32 = libc::IN_CREATE
+/// of it; the watch is made only on a directory, not through a symbolic link. A build writing
+/// thousands of files there wakes the warden once for each; their writes do not.
+const EVENTS_NEW: u32 = libc::IN_CREATE
     | libc::IN_MOVED_TO
     | libc::IN_MOVED_FROM
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_ATTRIB
-    | libc::IN_DELETE
     | libc::IN_ONLYDIR
     | libc::IN_DONT_FOLLOW;
+
+/// For a top, and a directory holding files the rule reviews: also their writes (closed after
+/// writing), changes of metadata (`chmod +x`) and removals.
+const EVENTS: u32 = EVENTS_NEW | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DELETE;
 
 /// One inotify event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,8 +234,10 @@ impl Warden {
             w.roots.push(Root { path: path.clone(), known });
         }
         let mut failed = 0;
+        let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
         for dir in scan.dirs.iter().filter(|d| !roots.contains(d)) {
-            match fd.map(|fd| sys::inotify_watch(fd, dir, EVENTS)) {
+            let mask = if reviewed.contains(dir) { EVENTS } else { EVENTS_NEW };
+            match fd.map(|fd| sys::inotify_watch(fd, dir, mask)) {
                 Some(Ok(wd)) => {
                     w.watches.insert(wd, (dir.clone(), false));
                 }
@@ -368,14 +371,23 @@ impl Warden {
                 self.watches.remove(&ev.wd);
                 continue;
             }
-            let Some((dir, is_top)) = self.watches.get(&ev.wd).cloned() else { continue };
+            let Some((dir, is_top)) = self.watches.get(&ev.wd) else { continue };
             if ev.name.is_empty() {
                 continue;
             }
+            let is_top = *is_top;
             let name = OsStr::from_bytes(&ev.name);
-            let path = dir.join(name);
             let is_dir = ev.mask & libc::IN_ISDIR != 0;
             let new = ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
+            // The common case, a build's plain new file: nothing to do, nothing allocated.
+            let matters = is_dir
+                || (new && (is_top || self.below.protects(&ev.name) || shapes_git(&ev.name)))
+                || self.below.reviews(&ev.name);
+            if !matters {
+                continue;
+            }
+            let dir = dir.clone();
+            let path = dir.join(name);
             if is_dir && ev.mask & libc::IN_MOVED_FROM != 0 {
                 self.unwatch_below(&path);
             }
@@ -422,17 +434,25 @@ impl Warden {
             }
             let is_top = self.roots.iter().any(|r| r.path == dir);
             let Some(fd) = self.open_below(&dir) else { continue };
-            if let (Some(inotify), false) = (inotify, is_top) {
-                match sys::inotify_watch_fd(inotify, fd.as_raw_fd(), EVENTS) {
-                    Ok(wd) => {
+            // Watched before it is listed: what is made after the listing began is an event.
+            // (Its review files, if any, make it a directory watched for their writes too: the
+            // mask is set again once they are known.)
+            let watch = |mask| inotify.map(|i| sys::inotify_watch_fd(i, fd.as_raw_fd(), mask));
+            if !is_top {
+                match watch(EVENTS_NEW) {
+                    Some(Ok(wd)) => {
                         self.watches.insert(wd, (dir.clone(), false));
                     }
-                    Err(_) => self.lost = true, // ENOSPC: the last sweep reads everything
+                    Some(Err(_)) => self.lost = true, // ENOSPC: the last sweep reads everything
+                    None => {}
                 }
             }
             let mut names: Vec<(Vec<u8>, Option<bool>)> = Vec::new();
             if sys::each_entry(fd.as_raw_fd(), |n, kind| names.push((n.to_vec(), kind))).is_err() {
                 continue;
+            }
+            if !is_top && names.iter().any(|(n, _)| self.below.reviews(n)) {
+                let _ = watch(EVENTS);
             }
             let mut sort = crate::tree::Classifier::new(&self.below, &self.rule, is_top);
             let mut reviewed = Vec::new();

@@ -907,6 +907,8 @@ mod tests {
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
         std::fs::create_dir_all(root.join("target/debug")).unwrap();
+        std::fs::write(root.join("sub/deeper/plain.rs"), "x").unwrap();
+        std::fs::write(root.join("sub/Makefile"), "all:").unwrap();
         let w = warden(&rule(None), "sg-v", &root);
         let fd = w.raw_fd().expect("inotify");
         let ready = |fd| {
@@ -915,6 +917,11 @@ mod tests {
         };
         std::fs::write(root.join("target/debug/.envrc"), "x").unwrap();
         assert!(!ready(fd), "build output does not wake it");
+        std::fs::write(root.join("sub/deeper/plain.rs"), "y").unwrap();
+        assert!(!ready(fd), "a write where no build code lies does not wake it");
+        std::fs::write(root.join("sub/Makefile"), "all: x").unwrap();
+        assert!(ready(fd), "a write to build code it reports does");
+        w.drain();
         std::fs::write(root.join("sub/deeper/.envrc"), "x").unwrap();
         assert!(ready(fd), "a directory below the top does");
         w.drain();

@@ -51,7 +51,10 @@ mod upstream;
 
 pub use caches::{CacheMode, PackageCache, cache_names, package_caches, program_dirs};
 pub use decision::{Decision, Rule, RuleSource};
-pub use dotfiles::{top_autorun, writable_dotfiles};
+pub use dotfiles::{
+    Discovery, HostToolFile, InvalidToolLine, ToolFileKind, host_tool_files, names_of, top_autorun,
+    writable_dotfiles,
+};
 pub use file::{
     CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
     parse as parse_config, parse_duration, remove_path,

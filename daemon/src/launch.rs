@@ -347,12 +347,23 @@ fn spec_and_removed(
             }
         }
     }
+    // One scan of the writable trees (see `sandgate_sandbox::tree`): the repositories in them
+    // for the git wall, the files host tools execute or obey below their tops.
+    let mut top_level = top_level_rule(policy, ctx);
+    top_level.placeholders = top_placeholders;
+    let roots: Vec<PathBuf> =
+        writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
+    sandgate_sandbox::timing_mark("hidden and read-only paths listed");
+    let scan = sandgate_sandbox::tree::scan(&roots, &top_level);
+    sandgate_sandbox::timing_mark("writable trees scanned");
+    read_only.extend(scan.protected.iter().cloned());
     // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
-    let git = sandgate_sandbox::gitwall::protect_git(
+    let git = sandgate_sandbox::gitwall::protect_git_found(
         &writable,
         policy.fs.git_writable,
         ctx.home.as_deref(),
         &sandgate_sandbox::gitwall::outer_config(&ctx.env),
+        &scan.repositories,
     );
     if let Some(link) = git.links.first() {
         anyhow::bail!(
@@ -437,10 +448,9 @@ fn spec_and_removed(
     } else {
         args.command.clone()
     };
-    let mut top_level = top_level_rule(policy, ctx);
-    top_level.placeholders = top_placeholders;
     let spec = SandboxSpec {
         top_level: Some(top_level),
+        scan,
         id,
         tier_name: policy.tier.clone(),
         cwd: ctx.cwd.clone(),
@@ -483,16 +493,23 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The rule for the top of each writable path: dot-entries read-only unless allowlisted, the
-/// autorun names and the configured top-level `protected` names read-only, new ones moved to the
-/// quarantine in sandgate's data directory (hidden inside every sandbox).
+/// The rule for each writable path: at its top, dot-entries read-only unless allowlisted, the
+/// autorun names and the configured top-level `protected` names read-only; below it, the files
+/// host tools execute or obey (`host_tools.txt`) read-only unless allowlisted, their build
+/// output not entered and their build code reported when changed; new protected entries moved
+/// to the quarantine in sandgate's data directory (hidden inside every sandbox).
 fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLevel {
+    use sandgate_config::ToolFileKind;
     let mut protected: Vec<String> =
         sandgate_config::top_autorun().iter().map(|s| s.to_string()).collect();
     protected.extend(policy.fs.protected.iter().filter(|p| !p.contains('/')).cloned());
+    let names = |kind| sandgate_config::names_of(kind).into_iter().map(str::to_owned).collect();
     sandgate_sandbox::TopLevel {
         writable: policy.fs.writable_dotfiles.clone(),
         protected,
+        below: names(ToolFileKind::Protect),
+        review: names(ToolFileKind::Review),
+        skip: names(ToolFileKind::Skip),
         quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
         placeholders: Vec::new(),
     }
@@ -596,6 +613,9 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     }
     spec.caches = layers.caches.clone();
     spec.hidden.extend(layers.hidden.iter().cloned());
+    if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan.unread, 5) {
+        eprintln!("sandgate: {notice}");
+    }
     sandgate_sandbox::timing_mark("spec built");
     let (code, network_failure) =
         launch(&spec, &args, policy.net, host_listener, (prepared, late))?;
@@ -1319,6 +1339,17 @@ impl Explanation {
             "read_only": shown(&spec.read_only),
             "replaced": spec.provided.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
             "writable_dotfiles": spec.top_level.as_ref().map(|t| &t.writable),
+            "protected_below_the_top": spec.top_level.as_ref().map(|t| &t.below),
+            "reported_when_changed": spec.top_level.as_ref().map(|t| &t.review),
+            "scan": {
+                "directories_read": spec.scan.dirs.len() + spec.writable.len(),
+                "bounds": { "depth": sandgate_sandbox::tree::SCAN_DEPTH,
+                            "directories": sandgate_sandbox::tree::SCAN_DIRS },
+                "not_looked_into": spec.scan.unread.iter()
+                    .map(|u| serde_json::json!({ "path": u.path, "why": u.why.to_string() }))
+                    .collect::<Vec<_>>(),
+                "build_output_not_entered": shown(&spec.scan.skipped),
+            },
             "network": self.network(),
             "allow": rules(policy.net.allow_rules()),
             "deny": rules(policy.net.deny_rules()),
@@ -1372,6 +1403,35 @@ impl Explanation {
                 t.protected.join(" "),
                 t.writable.join(" ")
             ));
+            out.push(format!(
+                "  below the top: {} read-only wherever they are (unless writable above), new \
+                 ones moved to the quarantine; build output not entered: {}; reported at the \
+                 end when changed: {}",
+                t.below.join(" "),
+                t.skip.join(" "),
+                t.review.join(" ")
+            ));
+            let scan = &spec.scan;
+            out.push(format!(
+                "  scan:       {} directories read (bounds: {} levels, {} directories), {} \
+                 repositories, {} build output directories not entered",
+                scan.dirs.len() + spec.writable.len(),
+                sandgate_sandbox::tree::SCAN_DEPTH,
+                sandgate_sandbox::tree::SCAN_DIRS,
+                scan.repositories.len(),
+                scan.skipped.len()
+            ));
+            if !scan.unread.is_empty() {
+                out.push(format!(
+                    "  not looked into ({}; nothing there is protected):",
+                    scan.unread.len()
+                ));
+                out.extend(
+                    scan.unread
+                        .iter()
+                        .map(|u| format!("              {} ({})", u.path.display(), u.why)),
+                );
+            }
         }
         match &self.caches {
             (layered, Some(dir)) => {

@@ -26,8 +26,12 @@
 //!   tree and from a `cd D` before it; any other value naming an existing file, or a directory
 //!   below the work tree, inside a writable path makes it read-only. `GIT_CONFIG_PARAMETERS`
 //!   counts like `GIT_CONFIG_COUNT`; `GIT_DIR`-like variables make the launch refuse;
-//! - **repositories already inside** a writable path that no gitlink names, found by a bounded
-//!   scan (`SCAN_DEPTH`, `SCAN_DIRS`), as the repositories above;
+//! - **repositories already inside** a writable path that no gitlink names, found by the
+//!   launch's one scan of the writable trees ([`crate::tree`], bounded): a `.git` entry as the
+//!   repositories above (one git cannot use today protected as it is), and a directory with
+//!   git's own shape (`HEAD` with `objects` and `refs`, or with `commondir`) whatever its name
+//!   (`fixtures/mirror.git`: the host's `git push ./fixtures/mirror.git` runs its hooks) as a
+//!   git directory of its own: read-only, or its hooks, config and `commondir`;
 //! - an index that cannot be read (a split index without its shared index) makes the launch
 //!   refuse: its gitlinks are unknown.
 //!
@@ -38,15 +42,10 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
+use crate::tree::Repository;
+
 /// Deepest nesting of submodules (and of config includes) followed; git's own include limit is 10.
 const MAX_DEPTH: usize = 16;
-
-/// How deep below a writable path existing repositories (`.git` entries that are not gitlinks:
-/// `src/projA/.git` in a launch from `src/`) are looked for, and how many directories are read
-/// at most: a bound on the launch's cost in a big tree (what is left unread is a note).
-const SCAN_DEPTH: usize = 6;
-/// (See [`SCAN_DEPTH`].)
-const SCAN_DIRS: usize = 20_000;
 
 /// What the git wall protects for one launch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -655,6 +654,31 @@ impl Walk<'_> {
         }
     }
 
+    /// A git directory found by its shape below a writable path (a bare repository, a mirror):
+    /// protected like a repository's git directory, with its config's values (relative ones
+    /// from the git directory, where git runs a bare repository's hooks). It has no work tree,
+    /// so no index and no gitlinks.
+    fn bare(&mut self, d: &Path) {
+        let repo = repo_with_git_dir(d, d.to_path_buf());
+        if !self.visited.insert(real(d)) {
+            return;
+        }
+        self.git_dir(d);
+        self.git_dir(&repo.common_dir.clone());
+        let mut configs = vec![repo.common_dir.join("config")];
+        if d.join("config.worktree").exists() {
+            configs.push(d.join("config.worktree"));
+        }
+        configs.extend(self.outer.files.iter().cloned());
+        for c in configs {
+            self.config_file(&c, d, 0);
+        }
+        if !self.outer.env.is_empty() {
+            let env = self.outer.env.clone();
+            self.config_text(&env, "GIT_CONFIG_COUNT variables", d, d, 0);
+        }
+    }
+
     /// The checkout of a gitlink at `sub`, submodule `name` of `repo`.
     fn gitlink(&mut self, repo: &Repo, sub: &Path, name: &str, depth: usize) {
         let dot_git = sub.join(".git");
@@ -814,12 +838,34 @@ pub fn env_config_text(pairs: impl IntoIterator<Item = (String, String)>) -> Vec
 
 /// What of the git repositories at, above and below the `writable` paths stays read-only (see
 /// the module doc). `git_writable`: `[filesystem] git_writable` (git directories writable but
-/// for what runs code); `home`: for `~/` in config values; `outer`: see [`outer_config`].
+/// for what runs code); `home`: for `~/` in config values; `outer`: see [`outer_config`]. It
+/// scans the writable trees itself (with the built-in build output left out); a launch that
+/// scans them anyway passes what its scan found to [`protect_git_found`].
 pub fn protect_git(
     writable: &[PathBuf],
     git_writable: bool,
     home: Option<&Path>,
     outer: &OuterConfig,
+) -> GitWall {
+    let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).map(|w| real(w)).collect();
+    let own = |v: Vec<&str>| v.into_iter().map(str::to_owned).collect::<Vec<_>>();
+    let rule = crate::TopLevel {
+        writable: own(sandgate_config::writable_dotfiles()),
+        skip: own(sandgate_config::names_of(sandgate_config::ToolFileKind::Skip)),
+        ..crate::TopLevel::default()
+    };
+    let scan = crate::tree::scan(&roots, &rule);
+    protect_git_found(writable, git_writable, home, outer, &scan.repositories)
+}
+
+/// [`protect_git`] with the repositories below the writable paths as the launch's scan found
+/// them ([`crate::tree::scan`] of the same paths).
+pub fn protect_git_found(
+    writable: &[PathBuf],
+    git_writable: bool,
+    home: Option<&Path>,
+    outer: &OuterConfig,
+    found: &[Repository],
 ) -> GitWall {
     let writable: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).map(|w| real(w)).collect();
     let mut walk = Walk {
@@ -853,34 +899,19 @@ pub fn protect_git(
         }
     }
     // Repositories already below a writable path that no gitlink names (a directory of
-    // checkouts, a clone made earlier): git run there later reads their hooks and config.
-    for w in &writable {
-        let mut todo = std::collections::VecDeque::from([(w.clone(), 0)]);
-        let mut read = 0;
-        while let Some((dir, depth)) = todo.pop_front() {
-            read += 1;
-            if read > SCAN_DIRS {
-                walk.notes.push(format!(
-                    "{}: more than {SCAN_DIRS} directories, repositories below the first ones \
-                     not looked for",
-                    w.display()
-                ));
-                break;
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for e in entries.flatten() {
-                let Ok(t) = e.file_type() else { continue };
-                let path = e.path();
-                if e.file_name() == ".git" {
-                    if dir != *w
-                        && let Some(git_dir) = git_dir_of(&path)
-                    {
-                        walk.repo(&repo_with_git_dir(&dir, git_dir), 0);
-                    }
-                } else if t.is_dir() && depth < SCAN_DEPTH {
-                    todo.push_back((path, depth + 1));
+    // checkouts, a clone made earlier, a bare mirror of fixtures): git run there later, or
+    // with one of them as its repository, reads their hooks and config.
+    for found in found {
+        match found {
+            Repository::DotGit(dot_git) => {
+                let Some(dir) = dot_git.parent() else { continue };
+                match git_dir_of(dot_git) {
+                    Some(git_dir) => walk.repo(&repo_with_git_dir(dir, git_dir), 0),
+                    // Something git cannot use today: it must not become something it can.
+                    None => walk.protect(dot_git.clone()),
                 }
             }
+            Repository::GitDir(d) => walk.bare(d),
         }
     }
     GitWall {

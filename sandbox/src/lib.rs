@@ -16,6 +16,11 @@
 //! stack the inner tier's Landlock and socket rules on the outer walls and run the command in
 //! place.
 //!
+//! In `build`, what a writable path holds that runs code later outside is found by one scan of
+//! the writable trees ([`tree::scan`]): repositories the way git recognises them (for
+//! [`gitwall`]) and the files host tools execute or obey ([`TopLevel::below`]), kept read-only;
+//! new ones are taken away while the command runs (Linux: the warden).
+//!
 //! Two helpers serve the rest of the workspace too: [`fdpass`] (descriptors over a unix socket,
 //! `SCM_RIGHTS`: init to launcher, launcher to daemon) and [`tty`] (terminal modes: the relay's
 //! raw mode, `watch`'s single keys).
@@ -52,6 +57,7 @@ pub mod seatbelt;
 mod spec;
 mod timing;
 mod top_level;
+pub mod tree;
 #[cfg(unix)]
 pub mod tty;
 

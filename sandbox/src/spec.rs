@@ -104,7 +104,9 @@ pub struct CacheLayer {
 ///    and removed afterwards by the last sandbox using it);
 /// 6. `hidden` paths covered so that reading them fails;
 /// 7. at the top of each writable directory, the entries [`SandboxSpec::top_level`] protects
-///    read-only, and new ones moved out (no placeholders are made for them).
+///    read-only, and new ones moved out (no placeholders are made for them); in the
+///    directories below the top that [`SandboxSpec::scan`] read, new entries its `below` names
+///    moved out too.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
     /// Sandbox id (NFLOG prefix, hostname suffix, `SANDGATE_SANDBOX` variable).
@@ -136,6 +138,12 @@ pub struct SandboxSpec {
     /// Existing protected entries are bound read-only; new ones are taken away while the
     /// command runs and at its end (Linux; see [`crate::TopLevel`]).
     pub top_level: Option<crate::TopLevel>,
+    /// What the launch's scan of the writable trees found ([`crate::tree::scan`]): the
+    /// directories below their tops are watched while the command runs (Linux), where a new
+    /// entry that [`crate::TopLevel::below`] names is taken away, and a change to one that
+    /// [`crate::TopLevel::review`] names is reported at the end. The existing protected entries
+    /// must be in `read_only` too (this only says they were there at launch).
+    pub scan: crate::tree::Scan,
     /// Network mode.
     pub net: NetSetup,
     /// Pathname unix sockets the command may connect to. Empty: no unix socket can be created

@@ -35,6 +35,7 @@ fn spec(tier: &str) -> SandboxSpec {
             h
         },
         top_level: None,
+        scan: Default::default(),
         read_only: {
             let mut r = vec![home.join(".config/sandgate")];
             if build {

@@ -390,6 +390,41 @@ const ROWS: &[Row] = &[
         protected: &["src/projA/.git/hooks", "src/projA/.git/config"],
         not: &["src/projA/.git", "src/projA"],
     },
+    Row {
+        what: "a bare repository below the writable path, named like anything (issue 31.2)",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("fixtures")).unwrap();
+            git(&t.w.join("fixtures"), &["init", "-q", "--bare", "mirror.git"]);
+            git(&t.w.join("fixtures"), &["init", "-q", "--bare", "data"]);
+        },
+        writable: "",
+        git_writable: false,
+        protected: &["fixtures/mirror.git", "fixtures/data"],
+        not: &["fixtures"],
+    },
+    Row {
+        what: "a bare repository below the writable path, git_writable: its hooks and config",
+        setup: |t| {
+            std::fs::create_dir_all(t.w.join("fixtures")).unwrap();
+            git(&t.w.join("fixtures"), &["init", "-q", "--bare", "mirror.git"]);
+            git(&t.w.join("fixtures/mirror.git"), &["config", "core.hooksPath", "../hooks"]);
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["fixtures/mirror.git/hooks", "fixtures/mirror.git/config", "fixtures/hooks"],
+        not: &["fixtures/mirror.git", "fixtures"],
+    },
+    Row {
+        what: "a .git below that git cannot use today is kept from becoming one it can",
+        setup: |t| {
+            t.write("src/x/.git", "gitdir: ../nowhere\n");
+            t.write("src/y/.git/description", "not a git directory (no HEAD)\n");
+        },
+        writable: "",
+        git_writable: true,
+        protected: &["src/x/.git", "src/y/.git"],
+        not: &["src/x", "src/y"],
+    },
 ];
 
 #[test]

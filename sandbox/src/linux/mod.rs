@@ -56,6 +56,18 @@ use crate::spec::{Enforcement, NetKind, NetSetup, SandboxSpec};
 use crate::{SandboxError, SetupStep};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
+
+/// Calls `f` with the name of every entry of the directory `dir` (not itself a symbolic link)
+/// and whether it is a directory, from one `getdents64` buffer (see `tree`).
+pub(crate) fn each_entry_of(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> io::Result<()> {
+    let fd = sys::open_dir_at(libc::AT_FDCWD, dir.as_os_str())?;
+    sys::each_entry(fd.as_raw_fd(), |name, kind| {
+        let is_dir = kind.unwrap_or_else(|| {
+            sys::is_dir_at(fd.as_raw_fd(), OsStr::from_bytes(name)).unwrap_or(false)
+        });
+        f(name, is_dir);
+    })
+}
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,
@@ -130,18 +142,43 @@ struct Cleanup {
 }
 
 impl Cleanup {
-    /// Call once the sandbox's init has been reaped.
+    /// Call once the sandbox's init has been reaped. Says, in one line, which files host tools
+    /// execute or obey changed during the run.
     fn finish(&mut self) {
+        let mut said = None;
         if let Some((pid, mut done)) = self.cleaner.take() {
             // Its last sweep is over when it says so (or when it is gone: EOF); its exit may
             // still be under way (see `warden::start`): reaped if already over, else by init.
-            let mut buf = [0u8; 8];
-            let _ = io::Read::read(&mut done, &mut buf);
+            let mut report = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = io::Read::read(&mut done, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                report.extend_from_slice(&buf[..n]);
+                if report.ends_with(b"done\n") {
+                    break;
+                }
+            }
+            said = Some(warden::read_report(&report)).filter(|(_, complete)| *complete);
             let _ = sys::waitpid(pid, false);
         }
-        // Normally a no-op (the warden did it); covers a warden that could not start or died.
-        if let Some(w) = &mut self.warden {
-            w.sweep();
+        // (Taken: a second call, from `Drop` after `wait`, has nothing left to do.)
+        let changes = match (self.warden.take().as_mut(), said) {
+            // Normally a no-op (the warden did it): the tops once more.
+            (Some(w), Some((changes, _))) => {
+                w.sweep();
+                changes
+            }
+            // The warden could not start or died: what it did not see below the tops is read.
+            (Some(w), None) => {
+                w.sweep_everything();
+                w.changes().iter().cloned().collect()
+            }
+            (None, _) => Vec::new(),
+        };
+        if let Some(line) = warden::changes_line(&changes, 20) {
+            eprintln!("{line}");
         }
         for p in self.placeholders.drain(..) {
             p.release();
@@ -691,7 +728,8 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     // warden process to fork, wait for and reap at every launch.
     let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
     if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
-        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots);
+        let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots, &spec.scan);
+        crate::timing::mark("writable trees watched");
         let existing = w.existing_protected();
         plan.warden = Some(w);
         for p in &existing {
@@ -1209,6 +1247,7 @@ mod tests {
                 protected: vec![".envrc".into()],
                 ..Default::default()
             }),
+            scan: Default::default(),
             net: NetSetup::None,
             allowed_unix_sockets: Vec::new(),
             require_full: false,

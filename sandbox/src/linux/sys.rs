@@ -885,21 +885,156 @@ pub fn inotify_init() -> io::Result<nix::sys::inotify::Inotify> {
     nx(Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK))
 }
 
-/// `inotify_add_watch(2)` with the `IN_*` bits of `mask`.
-pub fn inotify_add_watch(
-    inotify: &nix::sys::inotify::Inotify,
-    path: &Path,
-    mask: u32,
-) -> io::Result<()> {
-    let mask = nix::sys::inotify::AddWatchFlags::from_bits_retain(mask);
-    nx(inotify.add_watch(path, mask)).map(drop)
+/// `inotify_add_watch(2)`: the watch descriptor (the same one again for a directory already
+/// watched, whose mask `mask` then replaces).
+pub fn inotify_watch(inotify: RawFd, path: &Path, mask: u32) -> io::Result<i32> {
+    let path = cstr(path.as_os_str())?;
+    // SAFETY: a valid descriptor number and a NUL-terminated path that outlives the call.
+    let wd = unsafe { libc::inotify_add_watch(inotify, path.as_ptr(), mask) };
+    if wd < 0 { Err(io::Error::last_os_error()) } else { Ok(wd) }
 }
 
-/// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: moves the entry itself (a
-/// symlink is not followed), never over an existing one.
-pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    use nix::fcntl::{RenameFlags, renameat2};
-    nx(renameat2(None, from, None, to, RenameFlags::RENAME_NOREPLACE))
+/// `inotify_rm_watch(2)`; a watch already gone (its directory removed) is no error.
+pub fn inotify_unwatch(inotify: RawFd, wd: i32) {
+    // SAFETY: plain integers; an invalid pair only fails with EINVAL.
+    let _ = unsafe { libc::inotify_rm_watch(inotify, wd) };
+}
+
+/// Flags of every directory opened below the top of a writable path: read for `getdents`, never
+/// through a symbolic link.
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+fn fd_or_error(fd: libc::c_int) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        // SAFETY: a descriptor the kernel just returned to this process, owned by no one else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+/// The directory `name` (one component) in the directory open at `dir` (`AT_FDCWD` for an
+/// absolute path): refused with `ELOOP` when it is a symbolic link.
+pub fn open_dir_at(dir: RawFd, name: &OsStr) -> io::Result<OwnedFd> {
+    let name = cstr(name)?;
+    // SAFETY: a NUL-terminated name that outlives the call; the flags create nothing.
+    fd_or_error(unsafe { libc::openat(dir, name.as_ptr(), DIR_FLAGS) })
+}
+
+/// Calls `f` with the name of every entry of the directory open at `dir` but `.` and `..`, and
+/// whether it is a directory (`None`: the filesystem does not say; see [`is_dir_at`]), read with
+/// `getdents64` into one buffer: no allocation and no `stat` per entry (a big checkout has a
+/// hundred thousand).
+pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<bool>)) -> io::Result<()> {
+    // One buffer per thread, made once: zeroing 64 KiB for each of a big tree's thousands of
+    // directories cost more than reading them.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 64 * 1024]);
+    }
+    // (A callback that lists another directory from inside `f` gets a buffer of its own.)
+    let mut buf = BUF
+        .with(|b| b.try_borrow_mut().map(|mut b| std::mem::take(&mut *b)).ok())
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| vec![0u8; 64 * 1024]);
+    let result = each_entry_in(dir, &mut buf, &mut f);
+    BUF.with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            *b = buf;
+        }
+    });
+    result
+}
+
+fn each_entry_in(
+    dir: RawFd,
+    buf: &mut [u8],
+    f: &mut impl FnMut(&[u8], Option<bool>),
+) -> io::Result<()> {
+    loop {
+        // SAFETY: the buffer is writable for its whole length, which is passed with it.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name[].
+        let mut at = 0;
+        while at + 19 <= n as usize {
+            let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
+            if reclen == 0 || at + reclen > n as usize {
+                break;
+            }
+            let name = &buf[at + 19..at + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            let kind = match buf[at + 18] {
+                libc::DT_DIR => Some(true),
+                libc::DT_UNKNOWN => None,
+                _ => Some(false),
+            };
+            if name != b"." && name != b".." {
+                f(name, kind);
+            }
+            at += reclen;
+        }
+    }
+}
+
+/// Whether the entry `name` of the directory open at `dir` is a directory (not following a
+/// symbolic link); `None` when it is not there.
+pub fn is_dir_at(dir: RawFd, name: &OsStr) -> Option<bool> {
+    let name = cstr(name).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a NUL-terminated name and a buffer of the size `fstatat` writes.
+    let r =
+        unsafe { libc::fstatat(dir, name.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    // SAFETY: filled in by the successful call.
+    (r == 0).then(|| unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// `renameat2(dir, name, to_dir, to, RENAME_NOREPLACE)`: moves the entry `name` of the directory
+/// open at `dir` (itself, a symbolic link is not followed) to `to` relative to `to_dir`
+/// (`AT_FDCWD`: an absolute path), never over an existing one.
+pub fn rename_at(dir: RawFd, name: &OsStr, to_dir: RawFd, to: &Path) -> io::Result<()> {
+    let (from, to) = (cstr(name)?, cstr(to.as_os_str())?);
+    // SAFETY: NUL-terminated names that outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir,
+            from.as_ptr(),
+            to_dir,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Gives the owner its access back to the directory `name` of the directory open at `dir`, when
+/// the command closed it (`chmod 000`): through an `O_PATH` descriptor of exactly that entry, so
+/// a symbolic link put there is not followed to somebody else's file.
+pub fn open_up_at(dir: RawFd, name: &OsStr) {
+    let Ok(c) = cstr(name) else { return };
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name; O_PATH opens no file for reading or writing.
+    let Ok(fd) = fd_or_error(unsafe { libc::openat(dir, c.as_ptr(), flags) }) else { return };
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let Ok(m) = std::fs::metadata(&proc) else { return };
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = m.permissions().mode() & 0o7777;
+    if m.is_dir() && mode & 0o700 != 0o700 {
+        let _ = std::fs::set_permissions(&proc, std::fs::Permissions::from_mode(mode | 0o700));
+    }
+}
+
+/// `inotify_add_watch(2)` on the directory open at `dir` (through `/proc/self/fd`: exactly that
+/// directory, wherever a path to it leads now).
+pub fn inotify_watch_fd(inotify: RawFd, dir: RawFd, mask: u32) -> io::Result<i32> {
+    let path = format!("/proc/self/fd/{dir}");
+    inotify_watch(inotify, Path::new(&path), mask & !libc::IN_DONT_FOLLOW)
 }
 
 /// Whether this process's descriptors `a` and `b` share one open file description (`kcmp(2)`

@@ -1,6 +1,7 @@
-//! The top of each writable directory: existing protected entries (see [`crate::TopLevel`]) are
-//! bound read-only like any protected path; new ones are taken away by a warden outside the
-//! sandbox, as soon as they appear and once more after the sandbox has ended.
+//! The writable directories while the command runs: existing protected entries (see
+//! [`crate::TopLevel`]) are bound read-only like any protected path; new ones are taken away by a
+//! warden outside the sandbox, as soon as they appear and once more after the sandbox has ended;
+//! and what changed among the files host tools execute or obey is told at the end.
 //!
 //! Why a warden, and not something the kernel enforces inside: no kernel mechanism refuses the
 //! creation of some names in a directory while allowing others. Landlock grants creation per
@@ -15,16 +16,24 @@
 //!
 //! So the rule is enforced by outcome, not by refusal:
 //! - before the sandbox starts, the launcher notes every entry at the top of each writable
-//!   directory (name, device, inode) and opens an inotify watch on the directory;
+//!   directory (name, device, inode) and opens one inotify instance watching the tops and every
+//!   directory below them that the launch's scan read ([`crate::tree`]);
 //! - a warden process (forked by the launcher, outside every namespace of the sandbox) wakes on
-//!   each creation or rename into the directory, lists it, and moves every protected entry that
-//!   was not there at launch (same name and inode) into the quarantine (one directory per
-//!   sandbox under sandgate's data directory, which no sandbox can see), telling the user on
-//!   stderr;
+//!   each event. At a top, it lists the directory and moves every protected entry that was not
+//!   there at launch (same name and inode) into the quarantine (one directory per sandbox under
+//!   sandgate's data directory, which no sandbox can see), telling the user on stderr. Below
+//!   the tops it goes by the events themselves: a new entry (made, renamed or linked there)
+//!   whose name [`crate::TopLevel::below`] protects is moved the same way; a directory git
+//!   would now take as a repository (`HEAD` with `objects` and `refs`) loses its `HEAD`; a new
+//!   directory is watched in turn (and listed, for what was made in it before the watch);
+//! - the events also say which files that [`crate::TopLevel::review`] names changed: the
+//!   launcher prints them in one line at the end (the names only), with what was taken away;
 //! - when the sandbox's init has ended — the pid namespace guarantees that nothing inside is
-//!   left — it lists every directory once more and moves what is still there, and the launcher
-//!   does the same again before it returns (in case the warden could not run). Nothing planted
-//!   there is in place for a tool started on the host after the launcher returned.
+//!   left — it handles the last events and lists every top once more, and the launcher does the
+//!   same again before it returns (in case the warden could not run). Nothing planted there is
+//!   in place for a tool started on the host after the launcher returned. When events were lost
+//!   (the queue overflowed, a watch could not be made, the warden died), every directory is
+//!   read again instead.
 //!
 //! A directory moved into the quarantine while the command still holds a descriptor on it lies
 //! outside the bind mount the command reached it through: the kernel refuses `..` from such a
@@ -37,7 +46,7 @@
 //! says so. An entry the user's own tools create there during the run is taken away too (inotify
 //! does not say who made it); it is in the quarantine.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -48,23 +57,46 @@ use std::path::{Path, PathBuf};
 use super::placeholder::Placeholder;
 use super::sys;
 use crate::TopLevel;
-use crate::top_level::QUARANTINED_PREFIX;
+use crate::top_level::{Below, QUARANTINED_PREFIX};
+use crate::tree::{Repository, Scan};
 
-/// One watched directory and what was at its top at launch.
+/// One watched top and what was at its top at launch.
 #[derive(Debug)]
 struct Root {
     path: PathBuf,
     known: HashSet<(OsString, u64, u64)>,
 }
 
+/// Something the warden saw change in a writable directory, for the line at the end.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Change {
+    /// Relative to its writable path.
+    pub path: PathBuf,
+    /// Taken away (a new protected entry), not merely changed (a review file).
+    pub taken: bool,
+}
+
 /// The rule, the directories it applies to, and the watch on them.
 #[derive(Debug)]
 pub struct Warden {
     rule: TopLevel,
+    below: Below,
     id: String,
     roots: Vec<Root>,
     inotify: Option<nix::sys::inotify::Inotify>,
+    /// Watch descriptor: the directory it watches, and whether that is a top.
+    watches: HashMap<i32, (PathBuf, bool)>,
+    /// Entries below the tops that were there at launch (the scan's protected entries and
+    /// repositories, placeholders made for the launch): never taken away.
+    known: HashSet<PathBuf>,
+    /// Directories the launch's scan did not read: not read by a sweep either (what is there
+    /// was never protected).
+    unread: Vec<PathBuf>,
     taken: usize,
+    changes: BTreeSet<Change>,
+    /// Events were lost (the queue overflowed, a directory could not be watched): the last
+    /// sweep reads every directory below the tops again.
+    lost: bool,
 }
 
 /// Closing an inotify instance waits for an SRCU grace period in the kernel (fsnotify group
@@ -79,9 +111,43 @@ impl Drop for Warden {
     }
 }
 
-/// What inotify reports: entries created in or moved into a watched directory, and the
-/// directory's own disappearance (which ends the watch).
-const EVENTS: u32 = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
+/// What inotify reports for every watched directory: entries created in it, moved into or out
+/// of it; the watch is made only on a directory, not through a symbolic link. A build writing
+/// thousands of files there wakes the warden once for each; their writes do not.
+const EVENTS_NEW: u32 = libc::IN_CREATE
+    | libc::IN_MOVED_TO
+    | libc::IN_MOVED_FROM
+    | libc::IN_ONLYDIR
+    | libc::IN_DONT_FOLLOW;
+
+/// For a top, and a directory holding files the rule reviews: also their writes (closed after
+/// writing), changes of metadata (`chmod +x`) and removals.
+const EVENTS: u32 = EVENTS_NEW | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DELETE;
+
+/// One inotify event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    wd: i32,
+    mask: u32,
+    name: Vec<u8>,
+}
+
+/// The events in `buf` (what one `read` of an inotify descriptor returned).
+fn parse_events(buf: &[u8]) -> Vec<Event> {
+    const HEAD: usize = 16; // wd, mask, cookie, len
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + HEAD <= buf.len() {
+        let word =
+            |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap_or([0; 4]));
+        let len = word(12) as usize;
+        let Some(name) = buf.get(at + HEAD..at + HEAD + len) else { break };
+        let name = name.split(|&b| b == 0).next().unwrap_or_default().to_vec();
+        out.push(Event { wd: word(0) as i32, mask: word(4), name });
+        at += HEAD + len;
+    }
+    out
+}
 
 fn entries(dir: &Path) -> Vec<(OsString, u64, u64)> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
@@ -111,30 +177,92 @@ fn open_up(dir: &Path) {
     }
 }
 
+/// Whether the directory `dir` has git's shape (see [`crate::tree`]).
+#[cfg(test)]
+fn git_shaped(dir: &Path) -> bool {
+    let has = |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok();
+    has("HEAD") && (has("objects") && has("refs") || has("commondir"))
+}
+
+/// Whether `dir` has git's shape but for its `HEAD` (just taken away).
+fn git_shaped_but_head(dir: &Path) -> bool {
+    let has = |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok();
+    has("objects") && has("refs") || has("commondir")
+}
+
+/// Names whose arrival can give a directory git's shape.
+fn shapes_git(name: &[u8]) -> bool {
+    matches!(name, b"HEAD" | b"objects" | b"refs" | b"commondir")
+}
+
 impl Warden {
     /// Notes what is at the top of each of `roots` (canonical directories) and starts watching
-    /// them. A watch that cannot be made (inotify limits) leaves only the sweeps at the end.
-    pub fn prepare(rule: &TopLevel, id: &str, roots: &[PathBuf]) -> Warden {
+    /// them and the directories below them that `scan` read. A watch that cannot be made
+    /// (inotify limits) leaves the sweeps at the end.
+    pub fn prepare(rule: &TopLevel, id: &str, roots: &[PathBuf], scan: &Scan) -> Warden {
         let inotify = sys::inotify_init().ok();
-        let mut watched = Vec::new();
+        let mut w = Warden {
+            rule: rule.clone(),
+            below: Below::new(rule),
+            id: id.to_owned(),
+            roots: Vec::new(),
+            inotify,
+            watches: HashMap::new(),
+            known: scan.protected.iter().cloned().collect(),
+            unread: scan.unread.iter().map(|u| u.path.clone()).collect(),
+            taken: 0,
+            changes: BTreeSet::new(),
+            lost: false,
+        };
+        w.known.extend(scan.repositories.iter().map(|r| match r {
+            Repository::DotGit(p) | Repository::GitDir(p) => p.clone(),
+        }));
+        let fd = w.raw_fd();
         for path in roots {
-            if let Some(fd) = &inotify
-                && let Err(e) = sys::inotify_add_watch(fd, path, EVENTS)
-            {
-                eprintln!(
+            match fd.map(|fd| sys::inotify_watch(fd, path, EVENTS)) {
+                Some(Ok(wd)) => {
+                    w.watches.insert(wd, (path.clone(), true));
+                }
+                Some(Err(e)) => eprintln!(
                     "sandgate: cannot watch {} ({e}); new entries at its top are taken away \
                      only when the command ends",
                     path.display()
-                );
+                ),
+                None => {}
             }
             let known = entries(path).into_iter().collect();
-            watched.push(Root { path: path.clone(), known });
+            w.roots.push(Root { path: path.clone(), known });
         }
-        Warden { rule: rule.clone(), id: id.to_owned(), roots: watched, inotify, taken: 0 }
+        let mut failed = 0;
+        let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
+        for dir in scan.dirs.iter().filter(|d| !roots.contains(d)) {
+            let mask = if reviewed.contains(dir) { EVENTS } else { EVENTS_NEW };
+            match fd.map(|fd| sys::inotify_watch(fd, dir, mask)) {
+                Some(Ok(wd)) => {
+                    w.watches.insert(wd, (dir.clone(), false));
+                }
+                // Gone since the scan: nothing to watch.
+                Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+                Some(Err(_)) => failed += 1,
+                None => {}
+            }
+        }
+        if failed > 0 || (fd.is_none() && !scan.dirs.is_empty()) {
+            w.lost = true;
+            eprintln!(
+                "sandgate: cannot watch {} of {} directories below the writable paths (inotify: \
+                 fs.inotify.max_user_watches); new protected entries there are taken away only \
+                 when the command ends",
+                if fd.is_none() { scan.dirs.len() } else { failed },
+                scan.dirs.len()
+            );
+        }
+        w
     }
 
-    /// Protected entries present at launch, to be bound read-only. `.git` is left to the git
-    /// rules of the caller (it is still noted: a `.git` made during the run is taken away).
+    /// Protected entries present at launch at the tops, to be bound read-only. `.git` is left to
+    /// the git rules of the caller (it is still noted: a `.git` made during the run is taken
+    /// away). Those below the tops are the scan's.
     pub fn existing_protected(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for root in &self.roots {
@@ -149,7 +277,9 @@ impl Warden {
     }
 
     /// Whether `path` is an entry at the top of a watched directory that the rule protects (a
-    /// missing one needs no placeholder: it is taken away if it appears).
+    /// missing one needs no placeholder: it is taken away if it appears). Below the tops a
+    /// missing protected path (configured, or one the git wall names) still gets its
+    /// placeholder: no window at all, where the warden's taking away has one.
     pub fn covers(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
         self.roots.iter().any(|r| r.path == parent)
@@ -165,6 +295,7 @@ impl Warden {
         for root in self.roots.iter_mut().filter(|r| r.path == parent) {
             root.known.insert((name.to_os_string(), m.dev(), m.ino()));
         }
+        self.known.insert(path.to_path_buf());
     }
 
     /// Closes this process's copy of the watch once the warden process holds one: not the last
@@ -178,18 +309,259 @@ impl Warden {
         self.inotify.as_ref().map(|i| i.as_fd().as_raw_fd())
     }
 
-    /// Reads every pending event (they only say "look again").
-    fn drain(&self) {
-        let Some(fd) = &self.inotify else { return };
-        let mut buf = [0u8; 8192];
-        while matches!(sys::read(fd.as_fd().as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
+    /// What was seen to change so far.
+    pub fn changes(&self) -> &BTreeSet<Change> {
+        &self.changes
     }
 
-    /// Lists every watched directory and takes away each protected entry that was not there at
-    /// launch. Returns how many were taken.
+    /// Reads every pending event.
+    fn drain(&self) -> Vec<Event> {
+        let Some(fd) = self.raw_fd() else { return Vec::new() };
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = sys::read(fd, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend(parse_events(&buf[..n]));
+        }
+        out
+    }
+
+    /// Handles every pending event, lists the tops (when an entry appeared at one, or always
+    /// with `all`), and reads every directory again when events were lost. Returns how many
+    /// entries were taken away.
+    fn sweep_with(&mut self, all: bool) -> usize {
+        let before = self.taken;
+        let events = self.drain();
+        let top = self.handle(&events);
+        if all || top {
+            self.sweep_tops();
+        }
+        if self.lost {
+            self.sweep_below();
+        }
+        self.taken - before
+    }
+
+    /// Handles every pending event and lists every top: what the warden does on its last turn
+    /// (and the launcher after it). Returns how many entries were taken away.
     pub fn sweep(&mut self) -> usize {
-        self.drain();
-        let mut n = 0;
+        self.sweep_with(true)
+    }
+
+    /// [`Warden::sweep`] with every event counted as lost: what the launcher does when the
+    /// warden could not finish (its watch is closed in the launcher, so nothing tells what
+    /// changed below the tops).
+    pub fn sweep_everything(&mut self) -> usize {
+        self.lost = true;
+        self.sweep_with(true)
+    }
+
+    /// The events: new entries below the tops taken away, new directories watched, review
+    /// files noted. Whether an entry appeared at a top (to be listed).
+    fn handle(&mut self, events: &[Event]) -> bool {
+        let mut top = false;
+        for ev in events {
+            if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                self.lost = true;
+                continue;
+            }
+            if ev.mask & libc::IN_IGNORED != 0 {
+                self.watches.remove(&ev.wd);
+                continue;
+            }
+            let Some((dir, is_top)) = self.watches.get(&ev.wd) else { continue };
+            if ev.name.is_empty() {
+                continue;
+            }
+            let is_top = *is_top;
+            let name = OsStr::from_bytes(&ev.name);
+            let is_dir = ev.mask & libc::IN_ISDIR != 0;
+            let new = ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
+            // The common case, a build's plain new file: nothing to do, nothing allocated.
+            let matters = is_dir
+                || (new && (is_top || self.below.protects(&ev.name) || shapes_git(&ev.name)))
+                || self.below.reviews(&ev.name);
+            if !matters {
+                continue;
+            }
+            let dir = dir.clone();
+            let path = dir.join(name);
+            if is_dir && ev.mask & libc::IN_MOVED_FROM != 0 {
+                self.unwatch_below(&path);
+            }
+            if is_top {
+                top |= new;
+            } else if new && self.below.protects(&ev.name) && !self.known.contains(&path) {
+                self.take_away(&dir, name);
+                continue;
+            }
+            if self.below.reviews(&ev.name) {
+                self.changed(&path, false);
+            }
+            if new && shapes_git(&ev.name) {
+                self.neutralise_git_dir(&dir);
+            }
+            let protected_top = is_top && self.rule.protects(name);
+            if new && is_dir && !protected_top && !self.below.skips(&ev.name) {
+                self.watch_new(&path);
+            }
+        }
+        top
+    }
+
+    /// Watches the new directory `path` and every directory below it, and handles what was
+    /// made in them before their watch as just made (review files in them count as changed).
+    fn watch_new(&mut self, path: &Path) {
+        self.walk_below(path.to_path_buf(), true);
+    }
+
+    /// Reads `start` and every directory below it that the rule enters, through descriptors
+    /// that follow no symbolic link (see [`Warden::open_below`]); watches each (the same watch
+    /// again for one already watched, now under its present name); takes away what is protected
+    /// there and was not at launch, and undoes a repository made there. `new`: everything in it
+    /// is new (a directory made or moved in during the run), so its review files changed.
+    fn walk_below(&mut self, start: PathBuf, new: bool) {
+        let inotify = self.raw_fd();
+        if inotify.is_none() {
+            self.lost = true;
+        }
+        let mut todo = vec![start];
+        while let Some(dir) = todo.pop() {
+            if self.unread.iter().any(|u| dir.starts_with(u)) {
+                continue; // never read at launch: what is there was never protected
+            }
+            let is_top = self.roots.iter().any(|r| r.path == dir);
+            let Some(fd) = self.open_below(&dir) else { continue };
+            // Watched before it is listed: what is made after the listing began is an event.
+            // (Its review files, if any, make it a directory watched for their writes too: the
+            // mask is set again once they are known.)
+            let watch = |mask| inotify.map(|i| sys::inotify_watch_fd(i, fd.as_raw_fd(), mask));
+            if !is_top {
+                match watch(EVENTS_NEW) {
+                    Some(Ok(wd)) => {
+                        self.watches.insert(wd, (dir.clone(), false));
+                    }
+                    Some(Err(_)) => self.lost = true, // ENOSPC: the last sweep reads everything
+                    None => {}
+                }
+            }
+            let mut names: Vec<(Vec<u8>, Option<bool>)> = Vec::new();
+            if sys::each_entry(fd.as_raw_fd(), |n, kind| names.push((n.to_vec(), kind))).is_err() {
+                continue;
+            }
+            if !is_top && names.iter().any(|(n, _)| self.below.reviews(n)) {
+                let _ = watch(EVENTS);
+            }
+            let mut sort = crate::tree::Classifier::new(&self.below, &self.rule, is_top);
+            let mut reviewed = Vec::new();
+            for (name, kind) in &names {
+                let name_os = OsStr::from_bytes(name);
+                let is_dir = kind.or_else(|| sys::is_dir_at(fd.as_raw_fd(), name_os));
+                sort.add(name, is_dir.unwrap_or(false));
+                if new && !is_top && self.below.reviews(name) {
+                    reviewed.push(dir.join(name_os));
+                }
+            }
+            let found = sort.finish();
+            for p in reviewed {
+                self.changed(&p, false);
+            }
+            if is_top {
+                // (Its entries are the top-level rule's; a top that is a repository is one.)
+                if !found.git_dir {
+                    todo.extend(found.enter.iter().map(|n| dir.join(OsStr::from_bytes(n))));
+                }
+                continue;
+            }
+            if found.git_dir {
+                if !self.known.contains(&dir) {
+                    self.take_away(&dir, OsStr::new("HEAD"));
+                }
+                continue;
+            }
+            if found.dot_git && !self.known.contains(&dir.join(".git")) {
+                self.take_away(&dir, OsStr::new(".git"));
+            }
+            for name in &found.protect {
+                let name = OsStr::from_bytes(name);
+                if !self.known.contains(&dir.join(name)) {
+                    self.take_away(&dir, name);
+                }
+            }
+            todo.extend(found.enter.iter().map(|n| dir.join(OsStr::from_bytes(n))));
+        }
+    }
+
+    /// The directory `dir` (a top, or a directory below one) opened for the warden's work there:
+    /// below a top, one component at a time with no symbolic link followed, so that a command
+    /// swapping a directory for a link (to `$HOME`, say) between an event and the warden's
+    /// action cannot send the warden to move, list or watch anything outside its writable path.
+    /// A component the command closed (`chmod 000`) is opened again on the way.
+    fn open_below(&self, dir: &Path) -> Option<OwnedFd> {
+        let root = self
+            .roots
+            .iter()
+            .filter(|r| dir.starts_with(&r.path))
+            .max_by_key(|r| r.path.as_os_str().len())?;
+        open_up(&root.path);
+        let mut fd = sys::open_dir_at(libc::AT_FDCWD, root.path.as_os_str()).ok()?;
+        for c in dir.strip_prefix(&root.path).ok()?.components() {
+            let std::path::Component::Normal(name) = c else { return None };
+            fd = match sys::open_dir_at(fd.as_raw_fd(), name) {
+                Ok(next) => next,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                    sys::open_up_at(fd.as_raw_fd(), name);
+                    sys::open_dir_at(fd.as_raw_fd(), name).ok()?
+                }
+                Err(_) => return None,
+            };
+        }
+        Some(fd)
+    }
+
+    /// Stops watching `path` and what is below it (moved away: its watches would report the
+    /// old names).
+    fn unwatch_below(&mut self, path: &Path) {
+        let Some(fd) = self.raw_fd() else { return };
+        let gone: Vec<i32> = self
+            .watches
+            .iter()
+            .filter(|(_, (d, root))| !root && d.starts_with(path))
+            .map(|(wd, _)| *wd)
+            .collect();
+        for wd in gone {
+            sys::inotify_unwatch(fd, wd);
+            self.watches.remove(&wd);
+        }
+    }
+
+    /// A watched directory that git would now take as a repository (`git init --bare` there)
+    /// loses its `HEAD` (then it is none), unless it was one at launch.
+    fn neutralise_git_dir(&mut self, dir: &Path) {
+        if self.known.contains(dir) {
+            return;
+        }
+        let Some(fd) = self.open_below(dir) else { return };
+        let has = |n: &str| sys::is_dir_at(fd.as_raw_fd(), OsStr::new(n)).is_some();
+        if !(has("HEAD") && (has("objects") && has("refs") || has("commondir"))) {
+            return;
+        }
+        // (A top that held `HEAD` at launch keeps it: the top-level listing knows its inode.)
+        let known_head = self.roots.iter().any(|r| {
+            r.path == dir
+                && std::fs::symlink_metadata(dir.join("HEAD"))
+                    .is_ok_and(|m| r.known.contains(&("HEAD".into(), m.dev(), m.ino())))
+        });
+        if !known_head {
+            self.take_away(dir, OsStr::new("HEAD"));
+        }
+    }
+
+    /// Lists every watched top and takes away each protected entry that was not there at
+    /// launch.
+    fn sweep_tops(&mut self) {
         for i in 0..self.roots.len() {
             let root = &self.roots[i];
             open_up(&root.path);
@@ -201,25 +573,48 @@ impl Warden {
             let path = root.path.clone();
             for name in new {
                 self.take_away(&path, &name);
-                n += 1;
             }
         }
-        n
     }
 
-    /// Moves `root/name` out of the way: into the quarantine, or (another filesystem, or a
-    /// directory the caller may not move) renamed in place to a name no tool reads.
-    fn take_away(&mut self, root: &Path, name: &OsStr) {
+    /// Reads every directory below the tops again (events were lost), without a bound (a
+    /// command could make a bound's worth of directories to hide one more), and takes away what
+    /// is protected there and was not at launch; watches what is not watched.
+    fn sweep_below(&mut self) {
+        self.lost = false;
+        let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
+        for top in tops {
+            self.walk_below(top, false);
+        }
+    }
+
+    /// Notes a change of `path` for the line at the end.
+    fn changed(&mut self, path: &Path, taken: bool) {
+        let root = self
+            .roots
+            .iter()
+            .filter(|r| path.starts_with(&r.path))
+            .max_by_key(|r| r.path.as_os_str().len());
+        let rel = root.and_then(|r| path.strip_prefix(&r.path).ok()).unwrap_or(path);
+        self.changes.insert(Change { path: rel.to_path_buf(), taken });
+    }
+
+    /// Moves `dir/name` out of the way: into the quarantine, or (another filesystem, or a
+    /// directory the caller may not move) renamed in place to a name no tool reads. `dir` is
+    /// opened as [`Warden::open_below`] does: the entry moved is the one in that directory.
+    fn take_away(&mut self, dir: &Path, name: &OsStr) {
+        let from = dir.join(name);
+        let Some(dir_fd) = self.open_below(dir) else { return };
+        let Some(is_dir) = sys::is_dir_at(dir_fd.as_raw_fd(), name) else { return };
         self.taken += 1;
-        let from = root.join(name);
         let label = format!("{}-{}", self.taken, name.to_string_lossy());
         let mut to = None;
         if let Some(q) = &self.rule.quarantine {
-            let dir = q.join(&self.id);
-            let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir);
+            let qdir = q.join(&self.id);
+            let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&qdir);
             if made.is_ok() {
-                let dest = dir.join(&label);
-                match sys::rename_noreplace(&from, &dest) {
+                let dest = qdir.join(&label);
+                match sys::rename_at(dir_fd.as_raw_fd(), name, libc::AT_FDCWD, &dest) {
                     Ok(()) => to = Some(dest),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return, // gone already
                     Err(_) => {}
@@ -227,9 +622,10 @@ impl Warden {
             }
         }
         if to.is_none() {
-            let dest = root.join(format!("{QUARANTINED_PREFIX}{}-{label}", self.id));
-            match sys::rename_noreplace(&from, &dest) {
-                Ok(()) => to = Some(dest),
+            let in_place = format!("{QUARANTINED_PREFIX}{}-{label}", self.id);
+            match sys::rename_at(dir_fd.as_raw_fd(), name, dir_fd.as_raw_fd(), Path::new(&in_place))
+            {
+                Ok(()) => to = Some(dir.join(in_place)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return,
                 Err(e) => {
                     eprintln!("sandgate: could not take away {}: {e}", from.display());
@@ -237,19 +633,109 @@ impl Warden {
                 }
             }
         }
+        if is_dir {
+            self.unwatch_below(&from);
+        }
+        self.changed(&from, true);
         if let Some(to) = to {
+            let top = self.roots.iter().any(|r| r.path == dir);
+            let allow = format!(
+                "To let builds write it: [filesystem] writable_dotfiles = [{:?}]",
+                name.as_bytes().escape_ascii().to_string()
+            );
+            let (what, fix) = if name == "HEAD" && git_shaped_but_head(dir) {
+                (
+                    "a directory made into a git repository in a writable directory, whose hooks \
+                     and config the host's git would run; without HEAD it is none",
+                    "Make repositories the command needs under /tmp".to_owned(),
+                )
+            } else if name == ".git" && !top {
+                (
+                    "a git repository made below the top of a writable directory: the host's git \
+                     there would run its hooks and config",
+                    "Make repositories the command needs under /tmp".to_owned(),
+                )
+            } else if top {
+                (
+                    "new at the top of a writable directory, where a dot-entry or a tool's \
+                     start-up file can run code outside later",
+                    allow,
+                )
+            } else {
+                ("new in a writable directory: a tool started there later runs or obeys it", allow)
+            };
             // One write, so that it is not interleaved with the command's own output.
             let msg = format!(
-                "sandgate: took away {} (new at the top of a writable directory, where a \
-                 dot-entry or a tool's start-up file can run code outside later); it is now \
-                 {}. To let builds write it: [filesystem] writable_dotfiles = [{:?}]\n",
+                "sandgate: took away {} ({what}); it is now {}. {fix}\n",
                 from.display(),
                 to.display(),
-                name.as_bytes().escape_ascii().to_string(),
             );
             let _ = io::Write::write_all(&mut io::stderr(), msg.as_bytes());
         }
     }
+}
+
+/// The warden's report to the launcher: one line per change (`t` taken away, `c` changed, then
+/// the path relative to its writable path, escaped to one line), then `done`.
+pub fn report(changes: &BTreeSet<Change>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in changes {
+        out.extend_from_slice(if c.taken { b"t " } else { b"c " });
+        out.extend(c.path.as_os_str().as_bytes().escape_ascii().to_string().into_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"done\n");
+    out
+}
+
+/// The changes in a warden's [`report`], and whether it was complete (ended with `done`).
+pub fn read_report(bytes: &[u8]) -> (Vec<Change>, bool) {
+    let complete = bytes.ends_with(b"done\n");
+    let changes = bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|l| {
+            let (kind, path) = (l.get(..2)?, l.get(2..)?);
+            let taken = match kind {
+                b"t " => true,
+                b"c " => false,
+                _ => return None,
+            };
+            Some(Change { path: PathBuf::from(OsStr::from_bytes(path)), taken })
+        })
+        .collect();
+    (changes, complete)
+}
+
+/// The one line said at the end of a launch that changed files host tools execute or obey
+/// (names only, at most `shown` of each kind), or `None`.
+pub fn changes_line(changes: &[Change], shown: usize) -> Option<String> {
+    let list = |taken: bool| {
+        let all: Vec<String> = changes
+            .iter()
+            .filter(|c| c.taken == taken)
+            .map(|c| c.path.display().to_string())
+            .collect();
+        let more = all.len().saturating_sub(shown);
+        let mut text = all.iter().take(shown).cloned().collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        (!all.is_empty()).then_some(text)
+    };
+    let parts: Vec<String> = [
+        list(false).map(|l| format!("changed {l}")),
+        list(true).map(|l| format!("taken away {l}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "sandgate: files host tools execute or obey, {} (review them before you build, \
+             run or commit)",
+            parts.join("; ")
+        )
+    })
 }
 
 /// Forks the warden: it takes new protected entries away while the process behind `pidfd` (the
@@ -261,7 +747,8 @@ pub fn start(
     warden: Option<&mut Warden>,
     placeholders: &[Placeholder],
 ) -> Option<(libc::pid_t, std::io::PipeReader)> {
-    // The warden says "done" on this pipe after its last sweep, before it exits: its exit closes
+    // The warden says what changed and "done" on this pipe after its last sweep (see [`report`]),
+    // before it exits: its exit closes
     // the last reference to the inotify instance, which waits for an SRCU grace period in the
     // kernel (~13-22 ms measured), and the launcher need not wait for that.
     let (done_r, done_w) = std::io::pipe().ok()?;
@@ -292,7 +779,7 @@ pub fn start(
                     Ok(_) if fds[0].revents != 0 => break,
                     Ok(_) => {
                         if let Some(w) = warden.as_deref_mut() {
-                            w.sweep();
+                            w.sweep_with(false);
                         }
                     }
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -300,14 +787,18 @@ pub fn start(
                 }
             }
             // pid 1 of a pid namespace is reported ended only after every process in it is gone.
-            if let Some(w) = warden {
-                w.sweep();
-            }
+            let changes = match warden {
+                Some(w) => {
+                    w.sweep();
+                    report(w.changes())
+                }
+                None => report(&BTreeSet::new()),
+            };
             for p in placeholders {
                 p.release();
             }
             let mut done_w = done_w;
-            let _ = io::Write::write_all(&mut done_w, b"done");
+            let _ = io::Write::write_all(&mut done_w, &changes);
             sys::exit_now(0)
         }
         Err(_) => None,
@@ -322,9 +813,27 @@ mod tests {
         TopLevel {
             writable: vec![".venv".into()],
             protected: vec!["rust-toolchain.toml".into()],
+            below: vec![".git".into(), ".cargo".into(), ".envrc".into(), "mise.toml".into()],
+            review: vec!["build.rs".into(), "Makefile".into()],
+            skip: vec!["target".into(), "node_modules".into()],
             quarantine,
             placeholders: vec![PathBuf::from("/nonexistent/.bashrc")],
         }
+    }
+
+    /// A warden over `root` whose scan is the real one.
+    fn warden(rule: &TopLevel, id: &str, root: &Path) -> Warden {
+        let roots = [root.to_path_buf()];
+        Warden::prepare(rule, id, &roots, &crate::tree::scan(&roots, rule))
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
     }
 
     #[test]
@@ -335,11 +844,10 @@ mod tests {
         std::fs::write(root.join(".envrc"), "old").unwrap();
         std::fs::create_dir(root.join("src")).unwrap();
         std::fs::write(root.join("src/config.toml"), "[build]").unwrap();
-        let mut w =
-            Warden::prepare(&rule(Some(q.path().into())), "sg-t", std::slice::from_ref(&root));
+        let mut w = warden(&rule(Some(q.path().into())), "sg-t", &root);
         assert_eq!(w.existing_protected(), vec![root.join(".envrc")]);
         assert!(w.covers(&root.join(".cargo")) && !w.covers(&root.join("target")));
-        assert!(!w.covers(&root.join("src/.cargo")), "only the top");
+        assert!(!w.covers(&root.join("src/.cargo")), "below the top a placeholder has no window");
 
         std::fs::create_dir_all(root.join(".cargo")).unwrap();
         std::fs::write(root.join(".cargo/config.toml"), "x").unwrap();
@@ -357,10 +865,7 @@ mod tests {
             assert!(root.join(kept).exists(), "{kept}");
         }
         let moved = q.path().join("sg-t");
-        let names: Vec<String> = std::fs::read_dir(&moved)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let names = names(&moved);
         assert_eq!(names.len(), 4, "{names:?}");
         assert!(
             std::fs::read_link(moved.join(names.iter().find(|n| n.ends_with(".zzz")).unwrap()))
@@ -375,7 +880,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let mut w = Warden::prepare(&rule(None), "sg-w", std::slice::from_ref(&root));
+        let mut w = warden(&rule(None), "sg-w", &root);
         std::fs::create_dir(root.join(".cargo")).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o000)).unwrap();
         assert_eq!(w.sweep(), 1);
@@ -386,33 +891,248 @@ mod tests {
     fn without_a_quarantine_entries_are_renamed_in_place() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let mut w = Warden::prepare(&rule(None), "sg-u", std::slice::from_ref(&root));
+        let mut w = warden(&rule(None), "sg-u", &root);
         std::fs::write(root.join(".pre-commit-config.yaml"), "repos: []").unwrap();
         assert_eq!(w.sweep(), 1);
-        let left: Vec<String> = std::fs::read_dir(&root)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(left, vec![format!("{QUARANTINED_PREFIX}sg-u-1-.pre-commit-config.yaml")]);
+        assert_eq!(
+            names(&root),
+            vec![format!("{QUARANTINED_PREFIX}sg-u-1-.pre-commit-config.yaml")]
+        );
         assert_eq!(w.sweep(), 0, "a quarantined name is not taken again");
     }
 
     #[test]
-    fn the_watch_wakes_on_new_entries_only_at_the_top() {
+    fn the_watch_wakes_on_changes_in_every_scanned_directory_but_build_output() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        std::fs::create_dir(root.join("sub")).unwrap();
-        let w = Warden::prepare(&rule(None), "sg-v", std::slice::from_ref(&root));
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::create_dir_all(root.join("target/debug")).unwrap();
+        std::fs::write(root.join("sub/deeper/plain.rs"), "x").unwrap();
+        std::fs::write(root.join("sub/Makefile"), "all:").unwrap();
+        let w = warden(&rule(None), "sg-v", &root);
         let fd = w.raw_fd().expect("inotify");
         let ready = |fd| {
             let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
             sys::poll(&mut p, 0).unwrap() > 0
         };
-        std::fs::write(root.join("sub/.envrc"), "x").unwrap();
-        assert!(!ready(fd), "deeper entries do not wake it");
-        std::fs::write(root.join(".envrc"), "x").unwrap();
-        assert!(ready(fd));
+        std::fs::write(root.join("target/debug/.envrc"), "x").unwrap();
+        assert!(!ready(fd), "build output does not wake it");
+        std::fs::write(root.join("sub/deeper/plain.rs"), "y").unwrap();
+        assert!(!ready(fd), "a write where no build code lies does not wake it");
+        std::fs::write(root.join("sub/Makefile"), "all: x").unwrap();
+        assert!(ready(fd), "a write to build code it reports does");
+        w.drain();
+        std::fs::write(root.join("sub/deeper/.envrc"), "x").unwrap();
+        assert!(ready(fd), "a directory below the top does");
         w.drain();
         assert!(!ready(fd));
+        std::fs::write(root.join(".envrc"), "x").unwrap();
+        assert!(ready(fd));
+    }
+
+    /// Below the top: new protected names go (made, renamed there, in a directory made during
+    /// the run, a symbolic link), the scan's existing ones stay, build output is left alone,
+    /// and what changed is noted for the line at the end.
+    #[test]
+    fn below_the_top_new_tool_files_go_and_changes_are_noted() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["crates/a/.cargo", "crates/b", "sub", "target"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("crates/a/.cargo/config.toml"), "[build]").unwrap();
+        std::fs::write(root.join("crates/a/build.rs"), "fn main() {}").unwrap();
+        let mut w = warden(&rule(Some(q.path().into())), "sg-b", &root);
+        // The scan's own: there at launch (read-only in a sandbox), not taken.
+        std::fs::write(root.join("crates/a/build.rs"), "fn main() { evil() }").unwrap();
+        std::fs::create_dir(root.join("crates/b/.cargo")).unwrap();
+        std::fs::write(root.join("sub/plain"), "x").unwrap();
+        std::fs::rename(root.join("sub/plain"), root.join("sub/mise.toml")).unwrap();
+        std::fs::create_dir_all(root.join("new/deep/er")).unwrap();
+        std::fs::write(root.join("new/deep/er/.envrc"), "x").unwrap();
+        std::fs::write(root.join("new/deep/Makefile"), "all:").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("crates/b/.envrc")).unwrap();
+        std::fs::create_dir_all(root.join("target/x/.cargo")).unwrap();
+        std::fs::write(root.join("sub/lib.rs"), "x").unwrap();
+        assert_eq!(w.sweep(), 4);
+        for gone in ["crates/b/.cargo", "sub/mise.toml", "new/deep/er/.envrc", "crates/b/.envrc"] {
+            assert!(std::fs::symlink_metadata(root.join(gone)).is_err(), "{gone}");
+        }
+        for kept in ["crates/a/.cargo/config.toml", "target/x/.cargo", "sub/lib.rs"] {
+            assert!(root.join(kept).exists(), "{kept}");
+        }
+        let changes: Vec<(String, bool)> =
+            w.changes().iter().map(|c| (c.path.display().to_string(), c.taken)).collect();
+        assert_eq!(
+            changes,
+            [
+                ("crates/a/build.rs".to_owned(), false),
+                ("crates/b/.cargo".to_owned(), true),
+                ("crates/b/.envrc".to_owned(), true),
+                ("new/deep/Makefile".to_owned(), false),
+                ("new/deep/er/.envrc".to_owned(), true),
+                ("sub/mise.toml".to_owned(), true),
+            ]
+        );
+        // A directory made during the run is watched from then on.
+        std::fs::write(root.join("new/deep/er/.cargo"), "x").unwrap();
+        assert_eq!(w.sweep(), 1);
+    }
+
+    /// A directory moved away is no longer watched under its old name, and is watched under its
+    /// new one (with what it brought along).
+    #[test]
+    fn renamed_directories_are_watched_where_they_went() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/inner")).unwrap();
+        std::fs::create_dir_all(root.join("target/hidden")).unwrap();
+        std::fs::write(root.join("target/hidden/.envrc"), "planted in build output").unwrap();
+        let mut w = warden(&rule(None), "sg-r", &root);
+        std::fs::rename(root.join("a"), root.join("b")).unwrap();
+        std::fs::rename(root.join("target/hidden"), root.join("b/inner/hidden")).unwrap();
+        assert_eq!(w.sweep(), 1, "what a moved-in directory brings is new here");
+        assert!(!root.join("b/inner/hidden/.envrc").exists());
+        std::fs::write(root.join("b/inner/.envrc"), "x").unwrap();
+        assert_eq!(w.sweep(), 1);
+        assert!(!root.join("b/inner/.envrc").exists());
+        let paths: Vec<&Path> = w.watches.values().map(|(p, _)| p.as_path()).collect();
+        assert!(!paths.iter().any(|p| p.starts_with(root.join("a"))), "{paths:?}");
+    }
+
+    /// A repository made during the run: a `.git` below the top goes; a directory given git's
+    /// shape (`git init --bare`) loses its `HEAD`. Existing ones stay.
+    #[test]
+    fn repositories_made_during_the_run_are_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["old.git/objects", "old.git/refs", "sub", "src"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("old.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let mut w = warden(&rule(None), "sg-g", &root);
+        let git = |args: &[&str], dir: &Path| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q", "--bare", "fixtures.git"], &root.join("src"));
+        git(&["init", "-q"], &root.join("sub"));
+        w.sweep();
+        assert!(
+            !root.join("src/fixtures.git/HEAD").exists(),
+            "{:?}",
+            names(&root.join("src/fixtures.git"))
+        );
+        assert!(root.join("src/fixtures.git/objects").exists(), "only HEAD goes");
+        assert!(!root.join("sub/.git").exists());
+        assert!(root.join("old.git/HEAD").exists(), "there at launch");
+        // Control: the bare repository was one before its HEAD went.
+        git(&["init", "-q", "--bare", "control.git"], &root.join("src"));
+        assert!(git_shaped(&root.join("src/control.git")));
+    }
+
+    /// The command swaps a directory for a link to somewhere else between making an entry and
+    /// the warden's turn: the warden acts on the directory, not on where the path leads now (a
+    /// link to `$HOME` would otherwise have it move `~/.config` into the quarantine).
+    #[test]
+    fn a_directory_swapped_for_a_link_does_not_send_the_warden_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, outside) = (base.join("w"), base.join("home"));
+        std::fs::create_dir_all(root.join("sub/inner")).unwrap();
+        std::fs::create_dir_all(outside.join("inner")).unwrap();
+        std::fs::write(outside.join("inner/.envrc"), "the user's own").unwrap();
+        let mut w = warden(&rule(None), "sg-s", &root);
+        std::fs::write(root.join("sub/inner/.envrc"), "planted").unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub2")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // Control: the path the event names leads outside now.
+        let mine = std::fs::read_to_string(root.join("sub/inner/.envrc")).unwrap();
+        assert_eq!(mine, "the user's own");
+        w.sweep();
+        let theirs = std::fs::read_to_string(outside.join("inner/.envrc")).unwrap();
+        assert_eq!(theirs, "the user's own");
+        assert!(!root.join("sub2/inner/.envrc").exists(), "the planted one went, where it is now");
+        // And with every event lost, the walk from the top does not follow the link either.
+        std::fs::write(root.join("sub2/inner/.envrc"), "planted again").unwrap();
+        w.sweep_everything();
+        assert!(outside.join("inner/.envrc").exists());
+        assert!(!root.join("sub2/inner/.envrc").exists());
+    }
+
+    /// Events lost (a queue overflow, a watch that could not be made): every directory is read
+    /// again, and what is protected and new there goes.
+    #[test]
+    fn when_events_are_lost_everything_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/.envrc"), "there at launch").unwrap();
+        let mut w = warden(&rule(None), "sg-l", &root);
+        w.release_watch(); // as in the launcher when the warden died: no events at all
+        std::fs::write(root.join("a/b/.envrc"), "x").unwrap();
+        std::fs::create_dir_all(root.join("c/d/.cargo")).unwrap();
+        assert_eq!(w.sweep(), 0, "without events nothing below the top is seen");
+        assert_eq!(w.sweep_everything(), 2);
+        assert!(!root.join("a/b/.envrc").exists() && !root.join("c/d/.cargo").exists());
+        assert!(root.join("a/.envrc").exists(), "there at launch");
+    }
+
+    #[test]
+    fn events_are_read_from_the_kernels_layout() {
+        let mut buf = Vec::new();
+        for (wd, mask, name) in
+            [(1i32, libc::IN_CREATE, &b".envrc"[..]), (7, libc::IN_IGNORED, b"")]
+        {
+            buf.extend(wd.to_ne_bytes());
+            buf.extend(mask.to_ne_bytes());
+            buf.extend(0u32.to_ne_bytes());
+            let padded = if name.is_empty() { 0 } else { 16 };
+            buf.extend((padded as u32).to_ne_bytes());
+            let mut n = name.to_vec();
+            n.resize(padded, 0);
+            buf.extend(n);
+        }
+        assert_eq!(
+            parse_events(&buf),
+            vec![
+                Event { wd: 1, mask: libc::IN_CREATE, name: b".envrc".to_vec() },
+                Event { wd: 7, mask: libc::IN_IGNORED, name: Vec::new() },
+            ]
+        );
+        assert_eq!(parse_events(&buf[..20]).len(), 0, "a cut event is not read");
+    }
+
+    #[test]
+    fn the_report_goes_through_the_pipe_and_becomes_one_line() {
+        let changes: BTreeSet<Change> = [
+            Change { path: "Cargo.toml".into(), taken: false },
+            Change { path: "a\nb/.envrc".into(), taken: true },
+        ]
+        .into();
+        let bytes = report(&changes);
+        let (back, complete) = read_report(&bytes);
+        assert!(complete);
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].path, PathBuf::from("a\\nb/.envrc"), "one line each, escaped");
+        assert!(!read_report(&bytes[..bytes.len() - 2]).1, "cut short");
+        let line = changes_line(&back, 10).unwrap();
+        assert_eq!(
+            line,
+            "sandgate: files host tools execute or obey, changed Cargo.toml; taken away \
+             a\\nb/.envrc (review them before you build, run or commit)"
+        );
+        assert_eq!(changes_line(&[], 10), None);
+        let many: Vec<Change> = (0..5)
+            .map(|i| Change { path: format!("d{i}/build.rs").into(), taken: false })
+            .collect();
+        assert!(changes_line(&many, 2).unwrap().contains("d0/build.rs, d1/build.rs and 3 more"));
     }
 }

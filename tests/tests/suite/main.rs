@@ -44,6 +44,7 @@ mod sandbox_nested;
 mod sandbox_proxy;
 mod sandbox_secrets;
 mod sandbox_socks;
+mod sandbox_tools;
 mod sandbox_top_level;
 mod sandbox_tty;
 mod sandbox_walls;

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What the scan of the writable trees (issue 31: repositories and host tools' files at every
+# depth) costs a `build` launch: `sandgate build -- true` in a generated checkout of N files
+# (default 100,000 in ~6,700 directories, 15 files a directory, up to 10 levels: the shape of a
+# large source tree, no build output), against the same launch in an empty repository.
+#
+# Per launch, from the launcher's own step marks (SANDGATE_DEBUG=launch): the scan (one
+# getdents per directory), the warden's watches (one inotify watch per directory read), and
+# the whole launch's wall time; medians over RUNS launches after one warm-up (page cache warm).
+#
+# Then, when built (`cargo build --release -p sandgate-sandbox --example tree_scan`), the scan
+# alone in CPU time (steadier than wall time on a shared machine), against a plain walk, the
+# watches, and the scan before issue 31 (every directory to 6 levels, build output included).
+#
+# Usage: bench/tree-scan.sh [SANDGATE_BINARY]   (N=100000 RUNS=15 INDEX=0 from the environment;
+# INDEX=1 stages every file, so the git wall reads a 100,000-entry index too, which
+# bench/git-wall.sh measures on its own). Without a binary, uses target/release/sandgate, else
+# target/debug/sandgate (say which one you measured). Needs root or unprivileged user
+# namespaces. Everything lives in a temp dir under /var/tmp (own HOME and XDG dirs, so a daemon
+# of its own), removed at exit. No network.
+set -euo pipefail
+
+N="${N:-100000}" RUNS="${RUNS:-15}" INDEX="${INDEX:-0}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${1:-}"
+if [[ -z "$BIN" ]]; then
+  BIN="$ROOT/target/release/sandgate"
+  [[ -x "$BIN" ]] || BIN="$ROOT/target/debug/sandgate"
+fi
+[[ -x "$BIN" ]] || { echo "tree-scan: $BIN not found" >&2; exit 2; }
+BIN="$(realpath "$BIN")"
+DIR="$(mktemp -d /var/tmp/sandgate-treescan.XXXXXX)"
+export HOME="$DIR/home" XDG_CONFIG_HOME="$DIR/home/.config" XDG_DATA_HOME="$DIR/home/.local/share"
+export XDG_RUNTIME_DIR="$DIR/run" GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+cleanup() {
+  [[ -f "$DIR/run/sandgate/daemon.pid" ]] && kill "$(cat "$DIR/run/sandgate/daemon.pid")" 2>/dev/null
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+mkdir -p "$HOME/.config/sandgate" "$HOME/.local/share/sandgate" "$XDG_RUNTIME_DIR"
+
+git init -q "$DIR/empty"
+git init -q "$DIR/big"
+python3 - "$DIR/big" "$N" <<'PY'
+import os, random, sys
+random.seed(1)
+root, n = sys.argv[1], int(sys.argv[2])
+dirs, made, i = [(root, 0)], 0, 0
+while made < n:
+    d, depth = dirs[i % len(dirs)]
+    i += 1
+    for _ in range(15):
+        if made >= n:
+            break
+        open(os.path.join(d, f"f{made}.rs"), "w").close()
+        made += 1
+    if depth < 10:
+        for _ in range(random.randint(0, 2) if depth > 2 else 3):
+            nd = os.path.join(d, f"d{len(dirs)}")
+            os.mkdir(nd)
+            dirs.append((nd, depth + 1))
+print(f"tree-scan: {made} files in {len(dirs)} directories")
+PY
+if [[ "$INDEX" == 1 ]]; then git -C "$DIR/big" add -A; fi
+
+# One launch's step marks as "name ms" lines, and its wall time.
+launch() {
+  local dir="$1" t0 t1
+  t0=$(date +%s%N)
+  (cd "$dir" && SANDGATE_DEBUG=launch "$BIN" build -- true 2>"$DIR/marks" >/dev/null)
+  t1=$(date +%s%N)
+  awk -v wall=$(((t1 - t0) / 1000)) '
+    /sandgate: launch/ { ms = $3 + 0; sub(/.*\] /, ""); at[$0] = ms }
+    END {
+      printf "scan %.3f\n", at["writable trees scanned"] - at["hidden and read-only paths listed"]
+      printf "watch %.3f\n", at["writable trees watched"] - at["spec built"]
+      printf "wall %.3f\n", wall / 1000
+    }' "$DIR/marks"
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+measure() {
+  local dir="$1" name="$2"
+  launch "$dir" >/dev/null # warm-up: the page cache, and the daemon this launch starts
+  for ((r = 0; r < RUNS; r++)); do launch "$dir"; done >"$DIR/$name.txt"
+  for what in scan watch wall; do
+    printf '%s %s ' "$what" "$(grep "^$what " "$DIR/$name.txt" | cut -d' ' -f2 | median)"
+  done
+}
+
+empty=$(measure "$DIR/empty" empty)
+big=$(measure "$DIR/big" big)
+echo "tree-scan: $BIN, $RUNS launches each, medians in ms"
+echo "tree-scan: empty repository:  $empty"
+echo "tree-scan: $N-file checkout: $big"
+EXAMPLE="$ROOT/target/release/examples/tree_scan"
+if [[ -x "$EXAMPLE" ]]; then "$EXAMPLE" "$DIR/big" "$RUNS"; fi

@@ -1,0 +1,338 @@
+//! Below the top of a writable path in `build` (issue 31): the files host tools execute or obey
+//! wherever they find them (a workspace member's `.cargo/config.toml`, a nested
+//! `rust-toolchain.toml`, a subdirectory's `.envrc`, `mise.toml`, `.npmrc`, ...) are read-only,
+//! new ones are taken away; repositories are recognised the way git does (a bare one named like
+//! anything, one made during the run); build output stays the build's; the launch ends with one
+//! line naming the tool files that changed; a tree deeper than the scan's bound is said. As root
+//! and as an unprivileged user, with the work tree under `/var/tmp` and under `/tmp`.
+//!
+//! Every attack has its control: the same script run on the host, outside any sandbox, does
+//! what the sandboxed one must not (the file is written, the planted program runs), so a test
+//! that passed because its attack was broken would fail there.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::git::{cases, p};
+use crate::support::sandbox::{Scratch, text};
+
+/// `sh -c script` on the host, as the sandbox's user, in `dir`: the control.
+fn on_the_host(s: &Scratch, dir: &Path, script: &str) -> String {
+    let mut c = s.program(Path::new("sh"));
+    c.args(["-c", script]).current_dir(dir);
+    let out = c.output().unwrap();
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// Runs `script` in `build` in `dir`; the sandbox must have run it (a launch that fails would
+/// make every case pass). Returns stdout and stderr.
+fn attack(s: &Scratch, dir: &Path, script: &str) -> (String, String) {
+    let script = format!("{}; echo sandboxed-command-ran", script.trim_end().trim_end_matches(';'));
+    let out = s.command("build", &[], &["sh", "-c", &script]).current_dir(dir).output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("sandboxed-command-ran"), "the launch failed: {stdout}{stderr}");
+    (stdout, stderr)
+}
+
+/// git on the host, as the sandbox's user, in `dir`, whatever its outcome.
+fn host_git(s: &Scratch, dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut c = s.program(Path::new("git"));
+    c.args(["-c", "user.email=a@b", "-c", "user.name=n", "-c", "init.defaultBranch=main"]);
+    c.args(["-c", "protocol.file.allow=always"]).args(args).current_dir(dir);
+    c.output().unwrap()
+}
+
+/// `host_git` that must succeed.
+#[track_caller]
+fn host_git_ok(s: &Scratch, dir: &Path, args: &[&str]) {
+    let out = host_git(s, dir, args);
+    assert!(out.status.success(), "git {args:?}: {}{}", text(&out.stdout), text(&out.stderr));
+}
+
+/// Writes `files` (path relative to `proj/`, contents) as the sandbox's user.
+fn layout(s: &Scratch, files: &[(&str, &str)]) {
+    for (rel, body) in files {
+        let path = s.proj.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    chown(s, &s.proj);
+}
+
+fn chown(s: &Scratch, path: &Path) {
+    let _ = std::process::Command::new("chown")
+        .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(path)])
+        .status();
+}
+
+/// The marker a planted program writes in `outside/` (read-only inside: only a run on the host
+/// makes it), and shell text writing that program at `at`.
+fn evil(s: &Scratch, case: &str, at: &Path) -> (PathBuf, String) {
+    let marker = s.outside.join(format!("pwned-{case}"));
+    let plant = format!(
+        "mkdir -p {dir}; printf '#!/bin/sh\\necho ran > {m}\\necho PLANTED\\n' > {e}; chmod +x {e}; ",
+        dir = p(at.parent().unwrap()),
+        m = p(&marker),
+        e = p(at),
+    );
+    (marker, plant)
+}
+
+/// Existing tool files at every depth stay as they were; new ones (made there, renamed there, in
+/// a directory made during the run, moved in from build output, a link) are taken away and the
+/// user is told. Control: the same script on the host writes every one of them.
+fn nested_tool_files_are_read_only_and_new_ones_go(s: &Scratch) {
+    let existing = [
+        ("crates/a/.cargo/config.toml", "[build]\n"),
+        ("crates/a/rust-toolchain.toml", "[toolchain]\nchannel = \"stable\"\n"),
+        ("sub/.envrc", "export A=1\n"),
+        ("web/.npmrc", "registry=https://registry.npmjs.org/\n"),
+        ("deep/x/y/z/mise.toml", "[tools]\n"),
+        ("deep/x/.tool-versions", "nodejs 20.0.0\n"),
+        ("tools/.pre-commit-config.yaml", "repos: []\n"),
+    ];
+    layout(s, &existing);
+    let overwrite: String = existing
+        .iter()
+        .map(|(rel, _)| format!("echo planted >> {rel} 2>/dev/null && echo WROTE {rel}; "))
+        .collect();
+    let plant = "mkdir -p crates/b/.cargo && echo '[build]' > crates/b/.cargo/config.toml; \
+                 echo x > web/plain && mv web/plain web/.yarnrc.yml; \
+                 mkdir -p new/a/b/c/d && echo 'use flake' > new/a/b/c/d/.envrc; \
+                 mkdir -p target/t && echo x > target/t/.envrc && mv target/t sub/t; \
+                 ln -s /etc/passwd deep/x/y/opencode.json; \
+                 mkdir -p crates/c && echo '{}' > crates/c/.mcp.json";
+    let planted = [
+        "crates/b/.cargo",
+        "web/.yarnrc.yml",
+        "new/a/b/c/d/.envrc",
+        "sub/t/.envrc",
+        "deep/x/y/opencode.json",
+        "crates/c/.mcp.json",
+    ];
+    let (stdout, stderr) = attack(s, &s.proj, &format!("{overwrite}{plant}"));
+    assert!(!stdout.contains("WROTE"), "an existing tool file was written: {stdout}");
+    for (rel, body) in existing {
+        assert_eq!(std::fs::read_to_string(s.proj.join(rel)).unwrap(), body, "{rel}");
+    }
+    for rel in planted {
+        assert!(
+            std::fs::symlink_metadata(s.proj.join(rel)).is_err(),
+            "{rel} is in place after the sandbox ended\n{stderr}"
+        );
+        assert!(stderr.contains(&format!("/{rel} (")), "the user is told about {rel}: {stderr}");
+    }
+    assert!(s.proj.join("sub/t").is_dir(), "ordinary entries stay");
+    // Control: on the host the same script writes every file.
+    let control = s.root.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    for (rel, body) in existing {
+        let path = control.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    chown(s, &control);
+    let out = on_the_host(s, &control, &format!("{overwrite}{plant}"));
+    assert_eq!(out.matches("WROTE").count(), existing.len(), "control: {out}");
+    for rel in planted {
+        assert!(std::fs::symlink_metadata(control.join(rel)).is_ok(), "control: {rel}: {out}");
+    }
+}
+
+/// The review's case one level down: a workspace member's `rust-toolchain.toml` naming a
+/// toolchain of the command's making runs it on the host's next `cargo --version` there.
+/// Control: planted on the host, it does.
+fn a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo(s: &Scratch) {
+    layout(s, &[("crates/a/rust-toolchain.toml", "[toolchain]\nchannel = \"stable\"\n")]);
+    let (_marker, tc) = evil(s, "toolchain", &s.proj.join("tc/bin/cargo"));
+    let plant = |dir: &str| {
+        format!(
+            "mkdir -p {dir}; printf '[toolchain]\\npath = \"%s/tc\"\\n' \"$PWD\" > {dir}/rust-toolchain.toml; "
+        )
+    };
+    let script = format!("{tc}{} {}", plant("crates/a"), plant("crates/b"));
+    let (_, stderr) = attack(s, &s.proj, &script);
+    let host_cargo = |dir: &Path| {
+        std::process::Command::new("cargo")
+            .arg("--version")
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .current_dir(dir)
+            .output()
+    };
+    if host_cargo(&s.proj).is_err() {
+        sandgate_tests::skip("cargo (rustup) on the host");
+        return;
+    }
+    for dir in ["crates/a", "crates/b"] {
+        let out = host_cargo(&s.proj.join(dir)).unwrap();
+        assert!(!text(&out.stdout).contains("PLANTED"), "{dir}: the host's cargo ran it: {stderr}");
+    }
+    // Control: the same file written on the host sends the host's cargo to the planted one.
+    let out = on_the_host(s, &s.proj, &plant("crates/control"));
+    let ran = host_cargo(&s.proj.join("crates/control")).unwrap();
+    assert!(text(&ran.stdout).contains("PLANTED"), "control: {out}{}", text(&ran.stderr));
+}
+
+/// What a build writes below the top stays (build output is not entered, dot-entries below the
+/// top are not protected by default), and the line at the end names the build code that
+/// changed, nothing else.
+fn build_output_stays_and_changed_build_code_is_named(s: &Scratch) {
+    layout(
+        s,
+        &[
+            ("crates/a/build.rs", "fn main() {}\n"),
+            ("crates/a/src/lib.rs", "\n"),
+            ("lib/Makefile", "all:\n"),
+            ("README.md", "# x\n"),
+        ],
+    );
+    let script = "mkdir -p target/debug/.fingerprint crates/a/target/.cargo && \
+                  echo x > target/debug/.fingerprint/f && echo x > crates/a/target/.cargo/y; \
+                  mkdir -p web/node_modules/.bin web/node_modules/p && \
+                  echo x > web/node_modules/.bin/tool && echo x > web/node_modules/p/.npmrc; \
+                  mkdir -p py/.venv/bin py/.pytest_cache && echo x > py/.venv/bin/python; \
+                  mkdir -p src/.deps && echo x > src/.deps/a.Po; \
+                  echo '// more' >> crates/a/build.rs; echo '// x' >> crates/a/src/lib.rs; \
+                  echo 'x:' >> lib/Makefile; echo x >> README.md; echo 'fn main(){}' > new.rs; \
+                  mkdir -p crates/n && echo '[package]' > crates/n/Cargo.toml";
+    let (_, stderr) = attack(s, &s.proj, script);
+    for kept in [
+        "target/debug/.fingerprint/f",
+        "crates/a/target/.cargo/y",
+        "web/node_modules/.bin/tool",
+        "web/node_modules/p/.npmrc",
+        "py/.venv/bin/python",
+        "src/.deps/a.Po",
+    ] {
+        assert!(s.proj.join(kept).exists(), "{kept} was taken: {stderr}");
+    }
+    assert!(!stderr.contains("took away"), "{stderr}");
+    let line: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("files host tools execute or obey")).collect();
+    assert_eq!(line.len(), 1, "one line: {stderr}");
+    for named in ["crates/a/build.rs", "lib/Makefile", "crates/n/Cargo.toml"] {
+        assert!(line[0].contains(named), "{named} not named: {}", line[0]);
+    }
+    for not in ["lib.rs", "README.md", "new.rs", "target", "node_modules"] {
+        assert!(!line[0].contains(not), "{not} named: {}", line[0]);
+    }
+    // Control: a launch that changes nothing of the kind says nothing.
+    let (_, quiet) = attack(s, &s.proj, "echo y >> README.md");
+    assert!(!quiet.contains("files host tools execute or obey"), "{quiet}");
+}
+
+/// Issue 31.2: a bare repository already inside the project, named in no git config: its hooks
+/// and config stay read-only, so the host's `git push ./fixtures/mirror.git` runs nothing the
+/// command planted (nor does a repository-shaped directory named like anything). Control: the
+/// same plant on the host makes the push run it.
+fn a_bare_repository_inside_runs_nothing_planted(s: &Scratch) {
+    host_git_ok(s, &s.proj, &["init", "-q"]);
+    host_git_ok(s, &s.proj, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    std::fs::create_dir_all(s.proj.join("fixtures")).unwrap();
+    chown(s, &s.proj.join("fixtures"));
+    for bare in ["fixtures/mirror.git", "fixtures/data", "fixtures/control.git"] {
+        host_git_ok(s, &s.proj, &["init", "-q", "--bare", bare]);
+    }
+    let plant_in = |bare: &str, case: &str| {
+        let (marker, plant) = evil(s, case, &s.proj.join(bare).join("hooks/pre-receive"));
+        let config = format!(
+            "printf '[core]\\n\\thooksPath = {}\\n' >> {bare}/config 2>/dev/null; ",
+            p(&s.proj.join("evilhooks"))
+        );
+        let (_, hook) = evil(s, case, &s.proj.join("evilhooks/pre-receive"));
+        (marker, format!("{plant}{hook}{config}"))
+    };
+    let (mirror, plant_mirror) = plant_in("fixtures/mirror.git", "bare-mirror");
+    let (data, plant_data) = plant_in("fixtures/data", "bare-data");
+    let (_, stderr) = attack(s, &s.proj, &format!("{plant_mirror}{plant_data}"));
+    for (bare, marker) in [("fixtures/mirror.git", &mirror), ("fixtures/data", &data)] {
+        let _ = host_git(s, &s.proj, &["push", "-q", &format!("./{bare}"), "HEAD:refs/heads/x"]);
+        assert!(!marker.exists(), "the host's push into {bare} ran a planted hook: {stderr}");
+    }
+    // Control: planted on the host, the push runs it.
+    let (control, plant) = plant_in("fixtures/control.git", "bare-control");
+    let out = on_the_host(s, &s.proj, &plant);
+    let _ = host_git(s, &s.proj, &["push", "-q", "./fixtures/control.git", "HEAD:refs/heads/x"]);
+    assert!(control.exists(), "control: the planted hook did not run: {out}");
+}
+
+/// Repositories made during the run: `git init` in a subdirectory and `git init --bare` are
+/// undone (the `.git` taken away, the bare one without its `HEAD`), so the host's git there runs
+/// none of their hooks. Control: on the host, the same repositories run them.
+fn repositories_made_during_the_run_run_nothing(s: &Scratch) {
+    host_git_ok(s, &s.proj, &["init", "-q"]);
+    host_git_ok(s, &s.proj, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let script = |dir: &Path, case: &str| {
+        let (marker, hook) = evil(s, case, &dir.join("made.git/hooks/pre-receive"));
+        let (_, commit_hook) = evil(s, case, &dir.join("sub/.git/hooks/pre-commit"));
+        let script = format!(
+            "cd {d}; git init -q --bare made.git; {hook} mkdir -p sub; git init -q sub; \
+             {commit_hook} true",
+            d = p(dir)
+        );
+        (marker, script)
+    };
+    let (marker, inside) = script(&s.proj, "made");
+    let (_, stderr) = attack(s, &s.proj, &inside);
+    assert!(!s.proj.join("made.git/HEAD").exists(), "{stderr}");
+    assert!(!s.proj.join("sub/.git").exists(), "{stderr}");
+    let _ = host_git(s, &s.proj, &["push", "-q", "./made.git", "HEAD:refs/heads/x"]);
+    let _ = host_git(s, &s.proj.join("sub"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(!marker.exists(), "the host's git ran a hook of a repository made inside: {stderr}");
+    // Control: the same repositories made on the host run their hooks.
+    let control = s.root.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    chown(s, &control);
+    host_git_ok(s, &control, &["init", "-q"]);
+    host_git_ok(s, &control, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let (marker, outside) = script(&control, "made-control");
+    let out = on_the_host(s, &control, &outside);
+    let _ = host_git(s, &control, &["push", "-q", "./made.git", "HEAD:refs/heads/x"]);
+    assert!(marker.exists(), "control: {out}");
+}
+
+/// A repository below the scan's depth bound is not protected, and the launch says so, once, and
+/// `explain` lists it; one within the bound is protected. Control for the notice: a launch in a
+/// shallow tree says nothing of the kind.
+fn a_tree_past_the_scan_bound_is_named(s: &Scratch) {
+    let (_, shallow) = attack(s, &s.proj, "true");
+    assert!(!shallow.contains("did not look into"), "{shallow}");
+    let deep: PathBuf = (0..26).map(|i| format!("d{i}")).collect();
+    let within: PathBuf = (0..20).map(|i| format!("d{i}")).collect();
+    for dir in [&deep, &within] {
+        std::fs::create_dir_all(s.proj.join(dir)).unwrap();
+    }
+    chown(s, &s.proj);
+    for dir in [&deep, &within] {
+        host_git_ok(s, &s.proj.join(dir), &["init", "-q"]);
+    }
+    let hook = |dir: &Path| s.proj.join(dir).join(".git/hooks/pre-commit");
+    let script = format!(
+        "echo x > {} 2>/dev/null && echo WROTE-WITHIN; echo x > {} && echo WROTE-DEEP",
+        p(&hook(&within)),
+        p(&hook(&deep))
+    );
+    let (stdout, stderr) = attack(s, &s.proj, &script);
+    assert!(!stdout.contains("WROTE-WITHIN"), "within the bound: {stdout}");
+    assert!(stdout.contains("WROTE-DEEP"), "past the bound (the documented gap): {stdout}");
+    let notices: Vec<&str> = stderr.lines().filter(|l| l.contains("did not look into")).collect();
+    assert_eq!(notices.len(), 1, "once: {stderr}");
+    let unread: PathBuf = (0..25).map(|i| format!("d{i}")).collect();
+    assert!(notices[0].contains(p(&unread)), "the directory is named: {}", notices[0]);
+    let out = s
+        .program(&sandgate_tests::sandgate_bin())
+        .args(["explain", "--tier", "build"])
+        .output()
+        .unwrap();
+    let explained = text(&out.stdout);
+    assert!(explained.contains("not looked into (1;"), "{explained}{}", text(&out.stderr));
+    assert!(explained.contains(p(&unread)), "{explained}");
+}
+
+cases!(
+    nested_tool_files_are_read_only_and_new_ones_go,
+    a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
+    build_output_stays_and_changed_build_code_is_named,
+    a_bare_repository_inside_runs_nothing_planted,
+    repositories_made_during_the_run_run_nothing,
+    a_tree_past_the_scan_bound_is_named,
+);

@@ -390,6 +390,13 @@ impl Warden {
             let path = dir.join(name);
             if is_dir && ev.mask & libc::IN_MOVED_FROM != 0 {
                 self.unwatch_below(&path);
+                // A directory is there again at once: an exchange (`renameat2(RENAME_EXCHANGE)`,
+                // `mv --exchange`), whose moved-from event for a name comes after the moved-to
+                // that watched the directory now there. Read and watch what is there now (a
+                // red-team pass planted a repository in the unwatched half).
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                    self.watch_new(&path);
+                }
             }
             if is_top {
                 top |= new;
@@ -606,6 +613,16 @@ impl Warden {
         let from = dir.join(name);
         let Some(dir_fd) = self.open_below(dir) else { return };
         let Some(is_dir) = sys::is_dir_at(dir_fd.as_raw_fd(), name) else { return };
+        // A directory its owner made unwritable (`chmod 555`, a red-team pass's way to keep a
+        // planted file): the warden runs as that owner and may give write access back.
+        use std::os::unix::fs::PermissionsExt as _;
+        let at_fd = PathBuf::from(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()));
+        if let Ok(meta) = std::fs::metadata(&at_fd)
+            && meta.permissions().mode() & 0o300 != 0o300
+        {
+            let mode = meta.permissions().mode() | 0o300;
+            let _ = std::fs::set_permissions(&at_fd, std::fs::Permissions::from_mode(mode));
+        }
         self.taken += 1;
         let label = format!("{}-{}", self.taken, name.to_string_lossy());
         let mut to = None;
@@ -999,6 +1016,31 @@ mod tests {
         assert!(!root.join("b/inner/.envrc").exists());
         let paths: Vec<&Path> = w.watches.values().map(|(p, _)| p.as_path()).collect();
         assert!(!paths.iter().any(|p| p.starts_with(root.join("a"))), "{paths:?}");
+    }
+
+    /// Red-team finding: two directories exchanged in one call (`renameat2(RENAME_EXCHANGE)`)
+    /// left the one whose moved-from event came last unwatched, and a repository and tool
+    /// configs planted in it stayed. Both are watched after the exchange.
+    #[test]
+    fn exchanged_directories_stay_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("sub/a")).unwrap();
+        std::fs::create_dir_all(root.join("sub/b")).unwrap();
+        let mut w = warden(&rule(None), "sg-x", &root);
+        nix::fcntl::renameat2(
+            None,
+            &root.join("sub/a"),
+            None,
+            &root.join("sub/b"),
+            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+        )
+        .unwrap();
+        w.sweep();
+        std::fs::write(root.join("sub/b/.envrc"), "planted").unwrap();
+        std::fs::write(root.join("sub/a/.envrc"), "planted").unwrap();
+        assert_eq!(w.sweep(), 2, "both halves of the exchange are watched");
+        assert!(!root.join("sub/b/.envrc").exists() && !root.join("sub/a/.envrc").exists());
     }
 
     /// A repository made during the run: a `.git` below the top goes; a directory given git's

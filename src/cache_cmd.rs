@@ -55,9 +55,9 @@ pub fn run(args: CacheArgs) -> anyhow::Result<u8> {
             for s in &scopes {
                 let who = s.project.as_ref().map_or(s.scope.clone(), |p| p.display().to_string());
                 let busy = if s.in_use { "  (in use)" } else { "" };
-                println!("{who}  {}{busy}", human(s.bytes));
+                println!("{who}  {}{busy}", caches::human(s.bytes));
                 for (name, bytes) in &s.caches {
-                    println!("  {name:<12} {}", human(*bytes));
+                    println!("  {name:<12} {}", caches::human(*bytes));
                 }
             }
             Ok(0)
@@ -81,21 +81,9 @@ pub fn run(args: CacheArgs) -> anyhow::Result<u8> {
                 println!("no cache layers to remove");
             }
             for (scope, bytes) in removed {
-                println!("removed {scope} ({})", human(bytes));
+                println!("removed {scope} ({})", caches::human(bytes));
             }
             Ok(0)
         }
     }
-}
-
-/// Bytes for a person (KiB, MiB, GiB).
-fn human(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", units[u]) }
 }

@@ -319,6 +319,18 @@ pub fn list(data_home: &Path) -> anyhow::Result<Vec<ScopeInfo>> {
     Ok(out)
 }
 
+/// Bytes for a person (B, KiB, MiB, GiB, TiB): `cache ls`, `doctor`.
+pub fn human(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", units[u]) }
+}
+
 /// `scopes` as pretty JSON (`sandgate cache ls --json`).
 pub fn to_json(scopes: &[ScopeInfo]) -> String {
     serde_json::to_string_pretty(scopes).unwrap_or_default()

@@ -515,7 +515,7 @@ fn caches_check(c: &CacheFacts) -> Check {
             "copy-on-write, {mode}, in {}; {layered}; {} set(s) of layers, {} (`sandgate cache ls`)",
             c.dir.display(),
             c.scopes,
-            human(c.bytes)
+            crate::caches::human(c.bytes)
         ),
     )
 }
@@ -632,18 +632,6 @@ fn completions_check(c: &CompletionFacts) -> Check {
         ),
         FileState::Current => Check::ok(name, format!("{} is current", path.display())),
     }
-}
-
-/// Bytes for a person.
-fn human(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", units[u]) }
 }
 
 /// The report: one line per check (and its fix), JSON `{ok, checks}`; exit 1 when a check

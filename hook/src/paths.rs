@@ -282,7 +282,7 @@ fn missing_tail(fs: &dyn Filesystem, abs: &Path) -> Result<PathBuf, RefusalKind>
 }
 
 /// `.` and `..` removed as text (`..` at the root stays at the root).
-fn normalise(p: &Path) -> PathBuf {
+pub(crate) fn normalise(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {

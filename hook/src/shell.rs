@@ -23,6 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use sandgate_config::{RootRefusal, RootRule};
 
 use crate::fs::{Filesystem, Wrapper};
+use crate::paths::normalise;
 
 /// The names that start a sandbox (installed links to the sandgate binary), and their tiers.
 pub const WRAPPERS: &[(&str, &str)] =
@@ -437,21 +438,6 @@ fn follow_cd(fs: &dyn Filesystem, from: &Cwd, arg: &str) -> Result<Cwd, CommandR
         Ok(info) if info.is_dir => Ok(Cwd { logical, real: Some(real) }),
         _ => Err(refuse(format!("{} is not a directory", real.display()))),
     }
-}
-
-/// `.` and `..` removed as text (`..` at the root stays at the root).
-fn normalise(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// The tier of one stage, when it starts with a wrapper of ours with narrowing options only

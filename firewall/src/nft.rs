@@ -30,6 +30,9 @@ pub struct NamespaceRules {
     pub prefix: String,
     /// NFLOG group the monitor socket is bound to.
     pub nflog_group: u16,
+    /// Port of the proxy listener on 127.0.0.1 inside, where TCP to any other IPv4 address is
+    /// redirected (transparent capture).
+    pub proxy_port: u16,
 }
 
 /// The nft text for inside a sandbox's own network namespace.
@@ -38,15 +41,21 @@ pub struct NamespaceRules {
 /// one nf_tables netlink batch of its own: `sandgate_sandbox::namespace_firewall`; a kernel test
 /// checks that both give the kernel the same table). Used by tests and to read.
 ///
-/// Table `inet sandgate`, one output chain with policy drop: loopback is accepted (the proxy
-/// listener lives on 127.0.0.1 inside the namespace); IPv6 neighbour discovery and MLD are dropped
-/// quietly (they are not connection attempts and would only flood the log); everything else is
-/// logged to NFLOG group `nflog_group` with prefix `prefix` and rejected at once — TCP with a reset,
-/// the rest with ICMP admin-prohibited — so a direct connect fails immediately and is reported.
+/// Table `inet sandgate`. Chain `capture` (nat, output, priority -100): TCP to any IPv4 address
+/// outside 127.0.0.0/8 is redirected to the proxy listener on 127.0.0.1:`proxy_port`, where the
+/// proxy reads the original destination back and decides the connection by name (transparent
+/// capture). Chain `output` (filter, policy drop): loopback is accepted (the proxy listener and
+/// DNS stub live on 127.0.0.1 inside the namespace), and so are redirected connections (this
+/// chain still sees their first route's device); IPv6 neighbour discovery and MLD are dropped
+/// quietly (they are not connection attempts and would only flood the log); UDP to port 443
+/// (QUIC) is refused at once and quietly, so clients fall back to TCP; everything else is logged
+/// to NFLOG group `nflog_group` with prefix `prefix` and rejected at once — TCP with a reset, the
+/// rest with ICMP admin-prohibited — so a direct attempt fails immediately and is reported.
 pub fn namespace_ruleset(rules: &NamespaceRules) -> String {
     let t = NAMESPACE_TABLE;
     let prefix = log_prefix(&rules.prefix);
     let group = rules.nflog_group;
+    let proxy_port = rules.proxy_port;
     // One rule per type (not an anonymous set): the launcher's own netlink batch builds these
     // rules the same way, and a kernel test compares the two listings.
     let quiet: String =
@@ -55,10 +64,16 @@ pub fn namespace_ruleset(rules: &NamespaceRules) -> String {
         "add table inet {t}
 delete table inet {t}
 table inet {t} {{
+\tchain capture {{
+\t\ttype nat hook output priority -100; policy accept;
+\t\tip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :{proxy_port}
+\t}}
 \tchain output {{
 \t\ttype filter hook output priority 0; policy drop;
 \t\toif \"lo\" accept
-{quiet}\t\tlog prefix \"{prefix}\" group {group}
+\t\tip daddr 127.0.0.1 tcp dport {proxy_port} accept
+{quiet}\t\tudp dport 443 reject with icmpx port-unreachable
+\t\tlog prefix \"{prefix}\" group {group}
 \t\tmeta l4proto tcp reject with tcp reset
 \t\treject with icmpx admin-prohibited
 \t}}

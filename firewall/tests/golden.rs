@@ -22,6 +22,7 @@ fn namespace_ruleset() {
     let text = nft::namespace_ruleset(&NamespaceRules {
         prefix: "sbx-01J9ZQ\"evil\nrule".into(),
         nflog_group: 7,
+        proxy_port: 3128,
     });
     check("namespace.nft", &text);
 }

@@ -1,5 +1,7 @@
-//! Real kernel: the namespace ruleset inside a network namespace the test created. Direct
-//! connects fail at once and are reported through an NFLOG socket opened inside that namespace.
+//! Real kernel: the namespace ruleset inside a network namespace the test created. TCP over IPv4
+//! is captured (redirected to the proxy listener, original destination readable); every other
+//! direct attempt fails at once and is reported through an NFLOG socket opened inside that
+//! namespace, but QUIC, which is refused at once without a report.
 
 mod common;
 
@@ -79,11 +81,16 @@ fn namespace_ruleset_rejects_at_once_and_reports() {
         TcpStream::connect_timeout(&(host.v4, p4).into(), Duration::from_secs(2))
             .expect("reachable before the rules");
     });
+    l4.accept().expect("the connection made before the rules");
 
     let group = nflog_group();
     let prefix = format!("sbx-test-{group}");
-    let text =
-        nft::namespace_ruleset(&NamespaceRules { prefix: prefix.clone(), nflog_group: group });
+    let proxy_port = 3128;
+    let text = nft::namespace_ruleset(&NamespaceRules {
+        prefix: prefix.clone(),
+        nflog_group: group,
+        proxy_port,
+    });
     let runner = InNetns(sandbox.name.clone());
     nft::apply_with(&runner, &text).expect("apply namespace ruleset");
     nft::apply_with(&runner, &text).expect("apply twice");
@@ -95,7 +102,30 @@ fn namespace_ruleset_rejects_at_once_and_reports() {
         let lo = TcpListener::bind("127.0.0.1:0").unwrap();
         TcpStream::connect(lo.local_addr().unwrap()).expect("loopback allowed");
 
-        for dst in [SocketAddr::new(host.v4.into(), p4), SocketAddr::new(host.v6.into(), p6)] {
+        // QUIC first: refused at once, and (checked below, once later packets were reported)
+        // never reported.
+        let quic = UdpSocket::bind(SocketAddr::new(me.v4.into(), 0)).unwrap();
+        assert!(quic.send_to(b"quic", (host.v4, 443)).is_err(), "UDP 443 was sent");
+
+        // TCP over IPv4 is captured: it reaches the proxy listener, which reads where it was
+        // going; the test host hears nothing.
+        let proxy = TcpListener::bind(("127.0.0.1", proxy_port)).expect("bind the proxy port");
+        let dst = SocketAddr::new(host.v4.into(), p4);
+        let _client = TcpStream::connect_timeout(&dst, Duration::from_secs(2)).expect("captured");
+        // The handshake completed with whoever accepted it: already queued if it was captured.
+        proxy.set_nonblocking(true).unwrap();
+        let (accepted, _) = proxy.accept().expect("not captured: the proxy listener has nothing");
+        let orig = nix::sys::socket::getsockopt(&accepted, nix::sys::socket::sockopt::OriginalDst)
+            .expect("SO_ORIGINAL_DST");
+        let orig = SocketAddr::new(
+            std::net::Ipv4Addr::from(u32::from_be(orig.sin_addr.s_addr)).into(),
+            u16::from_be(orig.sin_port),
+        );
+        assert_eq!(orig, dst);
+        l4.set_nonblocking(true).unwrap();
+        assert!(l4.accept().is_err(), "the test host was reached");
+
+        for dst in [SocketAddr::new(host.v6.into(), p6)] {
             let t = Instant::now();
             let err = TcpStream::connect_timeout(&dst, Duration::from_secs(2)).unwrap_err();
             let took = t.elapsed();
@@ -115,7 +145,6 @@ fn namespace_ruleset_rejects_at_once_and_reports() {
         collect(
             &mut sock,
             &[
-                (Protocol::Tcp, host.v4.into()),
                 (Protocol::Tcp, host.v6.into()),
                 (Protocol::Udp, host.v4.into()),
                 (Protocol::Udp, host.v6.into()),
@@ -130,10 +159,14 @@ fn namespace_ruleset_rejects_at_once_and_reports() {
             .find(|g| g.protocol == p && g.dst == dst)
             .unwrap_or_else(|| panic!("no {p:?} record to {dst} in {got:#?}"))
     };
-    let tcp4 = find(Protocol::Tcp, host.v4.into());
-    assert_eq!((tcp4.dst_port, tcp4.tcp_flags), (Some(p4), Some(0x02)));
-    assert_eq!(tcp4.src, IpAddr::from(me.v4));
-    assert_eq!(find(Protocol::Tcp, host.v6.into()).dst_port, Some(p6));
+    let tcp6 = find(Protocol::Tcp, host.v6.into());
+    assert_eq!((tcp6.dst_port, tcp6.tcp_flags), (Some(p6), Some(0x02)));
+    assert_eq!(tcp6.src, IpAddr::from(me.v6));
+    assert!(
+        !got.iter().any(|g| g.protocol == Protocol::Tcp && g.dst == IpAddr::from(host.v4)),
+        "captured TCP was reported as blocked: {got:#?}"
+    );
+    assert!(!got.iter().any(|g| g.dst_port == Some(443)), "QUIC was reported: {got:#?}");
     assert_eq!(find(Protocol::Udp, host.v4.into()).dst_port, Some(53));
     assert_eq!(find(Protocol::Udp, host.v6.into()).dst_port, Some(53));
     assert_eq!(find(Protocol::Icmp, host.v4.into()).icmp_type, Some(8));
@@ -143,6 +176,6 @@ fn namespace_ruleset_rejects_at_once_and_reports() {
         assert!(!g.dst.is_loopback(), "loopback was logged: {g:?}");
     }
     // Sockets of root in the namespace: the kernel reports their owner.
-    assert_eq!(tcp4.uid, Some(0));
+    assert_eq!(tcp6.uid, Some(0));
     drop((l4, l6));
 }

@@ -72,6 +72,10 @@ impl ProxyShared {
     /// Serves one accepted connection.
     pub(crate) async fn handle(self: Arc<Self>, sandbox: Arc<Sandbox>, mut client: ClientStream) {
         let start = Instant::now();
+        // A connection the namespace's firewall redirected here (transparent capture).
+        if let Some(to) = crate::transparent::original_destination(&client) {
+            return self.serve_transparent(sandbox, client, to, start).await;
+        }
         let mut buf = BytesMut::with_capacity(4096);
         let limit = self.config.max_head_bytes;
         let deadline = start + self.config.header_timeout;

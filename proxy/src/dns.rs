@@ -1,19 +1,17 @@
 //! The DNS stub a sandbox's resolver talks to (UDP and TCP port 53 on the loopback of its network
 //! namespace), put through the same `decide` stage as the proxy, without a port.
 //!
-//! - A name the policy allows (deny rules, then allow rules for any port, then grants) is
-//!   resolved *on the host* ([`Resolver`](crate::Resolver), cached briefly) and answered with the
-//!   addresses that pass the address guard ([`guard`](crate::guard)): a name that resolves only
-//!   to loopback, private, link-local or metadata addresses gets no answer unless that address
-//!   is itself allowed.
-//! - Every other name is answered NXDOMAIN at once, and the refusal is an event (refusals under
-//!   one registrable domain are counted into one event a minute: [`dns_log`](crate::dns_log)).
-//!   Nothing about it
-//!   leaves the host: the name is never resolved, so a name cannot carry data out (`secret.
-//!   attacker.example`), and a name that would need a person's approval is not resolved until a
-//!   person allows it (through the proxy, or `sandgate allow`). A lookup does not ask a person
-//!   itself: resolvers retry within seconds and look up names speculatively (search domains,
-//!   AAAA next to A), so holding a query would only time it out.
+//! - A host name no deny rule refuses is answered with an IPv4 address of the sandbox's own
+//!   ([`names`](crate::names): one per name, from 198.18.0.0/15), and nothing else: AAAA and
+//!   every other type get no data. Nothing is resolved on the host, so a lookup carries no data
+//!   out (`secret.attacker.example`) and asks nobody (resolvers retry within seconds and look up
+//!   names speculatively, so holding a query would only time it out). The connection that
+//!   follows is what is decided — by that name, allowed, granted or asked, as a CONNECT is — and
+//!   the name is resolved then, on the host, through the address guard
+//!   ([`transparent`](crate::transparent)).
+//! - A name a deny rule refuses, and anything that is not a host name, is answered NXDOMAIN at
+//!   once, and the refusal is an event (refusals under one registrable domain are counted into
+//!   one event a minute: [`dns_log`](crate::dns_log)).
 //! - Only standard queries (one question, class IN) are answered; anything else gets FORMERR,
 //!   NOTIMP or REFUSED, and bytes that are not a DNS message at all get no answer. The wire
 //!   format is hickory-proto's (compression pointers must point backwards, so label loops end).
@@ -46,17 +44,15 @@ use crate::traits::Outcome as EventOutcome;
 pub const MAX_QUERY: usize = 1232;
 /// Addresses of one type in an answer: keeps every answer under 512 bytes (no truncation).
 const MAX_ADDRESSES: usize = 8;
-/// How long an answer may be cached by the sandbox's resolver, and by the stub itself.
-pub const TTL: Duration = Duration::from_secs(30);
-/// Names the stub keeps resolved addresses for; the cache is emptied when it is full.
+/// How long an answer may be cached by the sandbox's resolver (a name keeps its address for the
+/// sandbox's life; the TTL only bounds how long a client trusts a name the policy came to deny).
+pub const TTL: Duration = Duration::from_secs(60);
+/// Names whose last refusal the stub remembers; emptied when it is full.
 const CACHE_NAMES: usize = 4096;
 /// The method of a DNS event.
 pub const EVENT_METHOD: &str = "DNS";
 /// Ports whose grants let a name resolve (grants are port-scoped; a lookup has no port).
 const GRANT_PORTS: [u16; 2] = [443, 80];
-/// Host lookups in flight at once, over all sandboxes: more (random names under an allowed
-/// wildcard) get SERVFAIL instead of a thread of the blocking pool each.
-const MAX_LOOKUPS: usize = 64;
 /// A name refused again within this time is not another event (A and AAAA, resolver retries).
 const REFUSAL_QUIET: Duration = Duration::from_secs(5);
 
@@ -240,27 +236,16 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
     out
 }
 
-/// Addresses resolved on the host for one name, and when.
-type Cached = (Instant, Arc<[IpAddr]>);
-
-/// Addresses resolved on the host, per name, for [`TTL`]; host lookups in flight; refusals
-/// recently recorded, and those counted per domain.
+/// Refusals recently recorded, and those counted per domain.
 #[derive(Debug)]
 pub(crate) struct DnsCache {
-    names: Mutex<HashMap<DomainName, Cached>>,
-    lookups: tokio::sync::Semaphore,
     refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
     pub(crate) refusals: Refusals,
 }
 
 impl Default for DnsCache {
     fn default() -> Self {
-        DnsCache {
-            names: Mutex::default(),
-            lookups: tokio::sync::Semaphore::new(MAX_LOOKUPS),
-            refused: Mutex::default(),
-            refusals: Refusals::default(),
-        }
+        DnsCache { refused: Mutex::default(), refusals: Refusals::default() }
     }
 }
 
@@ -281,22 +266,6 @@ impl DnsCache {
         }
         map.insert(key, Instant::now());
         true
-    }
-
-    fn get(&self, name: &DomainName) -> Option<Arc<[IpAddr]>> {
-        let map = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(name).filter(|(at, _)| at.elapsed() < TTL).map(|(_, a)| a.clone())
-    }
-
-    fn put(&self, name: DomainName, addrs: Arc<[IpAddr]>) {
-        let mut map = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= CACHE_NAMES {
-            map.retain(|_, (at, _)| at.elapsed() < TTL);
-            if map.len() >= CACHE_NAMES {
-                map.clear();
-            }
-        }
-        map.insert(name, (Instant::now(), addrs));
     }
 }
 
@@ -461,9 +430,10 @@ impl ProxyShared {
         }
     }
 
-    /// Stages `decide` (without a port) and `upstream_peer` (resolve, guard) for one question.
-    /// Returns the outcome and whether it is worth an event (refusals and host lookups are;
-    /// answers from the cache are not).
+    /// Stage `decide` (without a port) for one question, and the answer: an address of the
+    /// sandbox's own ([`names`](crate::names)) for every host name no deny rule refuses.
+    /// Returns the outcome and whether it is worth an event (refusals are; answers are not: the
+    /// connection that follows is the event).
     async fn decide_dns(&self, sandbox: &Sandbox, q: &DnsQuery, d: &mut Ctx) -> (DnsReply, bool) {
         let refuse = |d: &mut Ctx, verb: EventOutcome, rule: String| {
             d.event.decision = verb;
@@ -480,81 +450,34 @@ impl ProxyShared {
         };
         let host = Host::Name(name.clone());
         let policy = d.policy.clone();
-        let rule = match policy.decide_name(&host) {
-            Decision::Allow(rule) => rule,
+        d.event.rule = match policy.decide_name(&host) {
+            Decision::Allow(rule) => format!("allow {rule}"),
             Decision::Deny(rule) => return refuse(d, EventOutcome::Deny, format!("deny {rule}")),
             Decision::Ask => match self.name_grant(sandbox, &host).await {
-                Some(rule) => rule,
+                Some(rule) => format!("allow {rule}"),
                 None => {
-                    return refuse(
-                        d,
-                        EventOutcome::Deny,
-                        "no rule allows this name; it is not resolved until a person allows it"
-                            .into(),
-                    );
+                    "no rule allows it yet: a connection to it is decided when it is made".into()
                 }
             },
         };
         d.event.decision = EventOutcome::Allow;
-        d.event.rule = format!("allow {rule}");
-        let qtype = q.query.query_type();
-        if !matches!(qtype, RecordType::A | RecordType::AAAA) {
-            // Allowed, but only addresses are looked up on the host (no TXT, MX, SRV...).
+        if q.query.query_type() != RecordType::A {
+            // Only IPv4 addresses are given out (AAAA and every other type: no data), so that
+            // every connection to the name goes to an address the sandbox's capture takes.
             return (DnsReply::Addresses(Vec::new()), false);
         }
-        let (addrs, looked_up) = match self.dns_cache.get(&name) {
-            Some(a) => (a, false),
-            None => match self.lookup(&name).await {
-                Ok(found) => {
-                    let mut ips: Vec<IpAddr> =
-                        found.iter().map(|a| sandgate_config::canonical_ip(a.ip())).collect();
-                    ips.dedup();
-                    let ips: Arc<[IpAddr]> = ips.into();
-                    self.dns_cache.put(name.clone(), ips.clone());
-                    (ips, true)
-                }
-                Err(e) => {
-                    d.event.error = Some(format!("the host could not resolve it: {e}"));
-                    return (DnsReply::ServFail, true);
-                }
-            },
-        };
-        let mut passed = Vec::with_capacity(addrs.len());
-        let mut first_refused = None;
-        for &ip in addrs.iter() {
-            match self.forbidden(ip) {
-                None => passed.push(ip),
-                Some(why) => {
-                    let by_ip = Host::Ip(ip);
-                    let allowed = match policy.decide_name(&by_ip) {
-                        Decision::Allow(_) => true,
-                        Decision::Deny(_) => false,
-                        Decision::Ask => self.name_grant(sandbox, &by_ip).await.is_some(),
-                    };
-                    if allowed {
-                        passed.push(ip);
-                    } else if first_refused.is_none() {
-                        first_refused = Some((ip, why));
-                    }
-                }
+        match sandbox.names.address_for(&name) {
+            Some(ip) => (DnsReply::Addresses(vec![IpAddr::V4(ip)]), false),
+            None => {
+                d.event.decision = EventOutcome::Reject;
+                d.event.rule = format!(
+                    "this sandbox looked up {} names already, the most the DNS stub gives \
+                     addresses to",
+                    crate::names::CAPACITY
+                );
+                (DnsReply::ServFail, true)
             }
         }
-        if passed.is_empty()
-            && let Some((ip, why)) = first_refused
-        {
-            d.event.decision = EventOutcome::Deny;
-            d.event.rule = format!("resolves to {ip}, {why}, and that address is not allowed");
-            return (DnsReply::NxDomain, true);
-        }
-        (DnsReply::Addresses(passed), looked_up)
-    }
-
-    /// Resolves `name` on the host, unless [`MAX_LOOKUPS`] lookups are in flight already.
-    async fn lookup(&self, name: &DomainName) -> io::Result<Vec<SocketAddr>> {
-        let Ok(_permit) = self.dns_cache.lookups.try_acquire() else {
-            return Err(io::Error::other(format!("{MAX_LOOKUPS} lookups in flight already")));
-        };
-        self.resolver.resolve(name, 0).await
     }
 
     /// A grant that lets `host` resolve: one for a port a lookup is usually followed by.

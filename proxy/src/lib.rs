@@ -70,6 +70,7 @@ pub mod head;
 pub mod intercept;
 mod io;
 mod learn;
+pub mod names;
 mod pipeline;
 mod proxy;
 mod reflect;
@@ -80,6 +81,7 @@ pub mod sni;
 pub mod socks;
 mod standalone;
 mod traits;
+pub mod transparent;
 mod tunnel;
 mod upstream;
 

@@ -98,8 +98,15 @@ impl Ctx {
         Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start, recorded: false }
     }
 
-    /// Sets the destination (the event names it from now on).
-    pub(crate) fn set_target(&mut self, target: Target) {
+    /// Sets the destination (the event names it from now on). An address the sandbox's DNS stub
+    /// gave out for a name stands for that name (a client that resolved the name itself before
+    /// asking the proxy, as `socks5://` clients do).
+    pub(crate) fn set_target(&mut self, mut target: Target) {
+        if let sandgate_config::Host::Ip(ip) = target.host
+            && let crate::names::Lookup::Name(name) = self.sandbox.names.lookup(ip)
+        {
+            target.host = sandgate_config::Host::Name(name);
+        }
         self.event.host = target.host.to_string();
         self.event.port = target.port;
         self.target = Some(target);

@@ -88,6 +88,8 @@ pub(crate) struct Sandbox {
     pub(crate) id: SandboxId,
     policy: RwLock<Arc<NetworkPolicy>>,
     pub(crate) token: Option<ProxyToken>,
+    /// The addresses its DNS stub gave out, by name.
+    pub(crate) names: crate::names::Names,
 }
 
 impl Sandbox {
@@ -339,6 +341,7 @@ impl Proxy {
             id: ctx.id.clone(),
             policy: RwLock::new(ctx.policy),
             token: ctx.token,
+            names: Default::default(),
         });
         map.insert(ctx.id, Arc::downgrade(&sb));
         sb

@@ -1,6 +1,7 @@
 //! The DNS stub over real UDP and TCP sockets on 127.0.0.1, with a resolver that counts what it
-//! is asked: allowed names get the host's answer (guarded), every other name NXDOMAIN without
-//! a single lookup, bad messages an error or nothing, and each refusal an event.
+//! is asked: every name no deny rule refuses gets an address of the sandbox's own and nothing is
+//! ever looked up on the host; denied names NXDOMAIN, bad messages an error or nothing, and each
+//! refusal an event.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -69,7 +70,16 @@ async fn stub() -> Stub {
                 "192.0.2.0/24",
                 "2001:db8::/32",
             ],
-            &["denied.test", "*.wild.test:25", "secret.wild.test"],
+            &[
+                "denied.test",
+                "*.wild.test:25",
+                "secret.wild.test",
+                // Denied, so that made-up names under them are refusals (the flood test).
+                "*.exfil.example",
+                "*.attacker.co.uk",
+                "*.other.test",
+                "*.example",
+            ],
         ),
         token: None,
     };
@@ -83,58 +93,59 @@ fn query(name: &str, qtype: RecordType, id: u16) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn allowed_names_resolve_and_every_other_name_is_nxdomain_without_a_lookup() {
+async fn names_get_addresses_of_the_sandboxs_own_and_denied_names_nxdomain_without_a_lookup() {
     let s = stub().await;
-    let rows: &[(&str, RecordType, ResponseCode, &[&str])] = &[
-        ("allowed.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
-        ("ALLOWED.test.", RecordType::AAAA, ResponseCode::NoError, &["2001:db8::1"]),
-        ("www.wild.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
-        // An allow rule for one port lets the name resolve (the proxy decides the port).
-        ("git.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.1"]),
-        // Allowed, but only addresses are looked up: NODATA.
-        ("allowed.test.", RecordType::TXT, ResponseCode::NoError, &[]),
-        ("denied.test.", RecordType::A, ResponseCode::NXDomain, &[]),
-        ("secret.wild.test.", RecordType::A, ResponseCode::NXDomain, &[]),
-        ("unknown.test.", RecordType::A, ResponseCode::NXDomain, &[]),
-        ("c2VjcmV0.exfil.example.", RecordType::A, ResponseCode::NXDomain, &[]),
-        ("_dmarc.allowed.test.", RecordType::TXT, ResponseCode::NXDomain, &[]),
-        ("4.3.2.1.in-addr.arpa.", RecordType::PTR, ResponseCode::NXDomain, &[]),
-        // The address guard: a name that resolves only to loopback gets no answer...
-        ("loop.test.", RecordType::A, ResponseCode::NXDomain, &[]),
-        // ...to a private address allowed by IP, it does...
-        ("lan.test.", RecordType::A, ResponseCode::NoError, &["10.1.2.3"]),
-        // ...and of several addresses only the public ones are given.
-        ("mixed.test.", RecordType::A, ResponseCode::NoError, &["192.0.2.7"]),
+    // (name, type, rcode, whether an address of the block is in the answer)
+    let rows: &[(&str, RecordType, ResponseCode, bool)] = &[
+        ("allowed.test.", RecordType::A, ResponseCode::NoError, true),
+        // IPv4 only: every connection goes where the capture takes it.
+        ("ALLOWED.test.", RecordType::AAAA, ResponseCode::NoError, false),
+        ("www.wild.test.", RecordType::A, ResponseCode::NoError, true),
+        ("git.test.", RecordType::A, ResponseCode::NoError, true),
+        // Names no rule allows get one too: the connection is what is decided (and asked).
+        ("unknown.test.", RecordType::A, ResponseCode::NoError, true),
+        ("c2VjcmV0.exfil.test.", RecordType::A, ResponseCode::NoError, true),
+        // Whatever the host would answer (loopback, private): the guard runs at connect time.
+        ("loop.test.", RecordType::A, ResponseCode::NoError, true),
+        // Only addresses: NODATA.
+        ("allowed.test.", RecordType::TXT, ResponseCode::NoError, false),
+        ("4.3.2.1.in-addr.arpa.", RecordType::PTR, ResponseCode::NoError, false),
+        ("denied.test.", RecordType::A, ResponseCode::NXDomain, false),
+        ("secret.wild.test.", RecordType::A, ResponseCode::NXDomain, false),
     ];
-    for (i, (name, qtype, rcode, want)) in rows.iter().enumerate() {
+    let mut given: std::collections::HashMap<String, IpAddr> = Default::default();
+    for (i, (name, qtype, rcode, addressed)) in rows.iter().enumerate() {
         let id = 100 + i as u16;
         let m = ask_udp(s.udp, &query(name, *qtype, id)).await.unwrap();
         assert_eq!(m.metadata.id, id, "{name}");
         assert_eq!(m.metadata.response_code, *rcode, "{name} {qtype:?}");
-        let want: Vec<IpAddr> = want.iter().map(|w| w.parse().unwrap()).collect();
-        assert_eq!(addrs(&m), want, "{name} {qtype:?}");
+        let got = addrs(&m);
+        assert_eq!(got.len(), usize::from(*addressed), "{name} {qtype:?}: {got:?}");
+        if let Some(&ip) = got.first() {
+            assert!(sandgate_proxy::names::in_block(ip), "{name}: {ip}");
+            let key = name.to_ascii_lowercase();
+            assert!(!given.values().any(|&v| v == ip), "{ip} given to two names");
+            given.insert(key, ip);
+        }
         assert_eq!(m.queries.len(), 1, "{name}: the question is echoed");
     }
+    // The same name again: the same address.
+    let again = ask_udp(s.udp, &query("Allowed.Test.", RecordType::A, 98)).await.unwrap();
+    assert_eq!(addrs(&again), vec![given["allowed.test."]]);
     // The same refused name again (AAAA after A, a retry): answered, but not another event.
     let again = ask_udp(s.udp, &query("denied.test.", RecordType::AAAA, 99)).await.unwrap();
     assert_eq!(again.metadata.response_code, ResponseCode::NXDomain);
     let denied_events = s.events.all().iter().filter(|e| e.host == "denied.test").count();
     assert_eq!(denied_events, 1);
-    let asked = s.asked.0.lock().unwrap().clone();
-    for refused in ["denied.test", "secret.wild.test", "unknown.test", "c2VjcmV0.exfil.example"] {
-        assert!(!asked.iter().any(|a| a == refused), "{refused} was looked up: {asked:?}");
-    }
-    // Cached: the AAAA after the A did not ask again.
-    assert_eq!(asked.iter().filter(|a| *a == "allowed.test").count(), 1, "{asked:?}");
+    // Nothing was looked up on the host.
+    assert!(s.asked.0.lock().unwrap().is_empty(), "{:?}", s.asked.0.lock().unwrap());
     let events = s.events.all();
     let dns: Vec<_> = events.iter().filter(|e| e.method == "DNS").collect();
     let denied = dns.iter().find(|e| e.host == "denied.test").expect("an event for denied.test");
     assert_eq!(denied.decision.as_str(), "deny");
     assert!(denied.rule.contains("denied.test"), "{denied:?}");
-    let unknown = dns.iter().find(|e| e.host == "c2VjcmV0.exfil.example").unwrap();
-    assert!(unknown.rule.contains("not resolved until a person allows it"), "{unknown:?}");
-    let looped = dns.iter().find(|e| e.host == "loop.test").unwrap();
-    assert!(looped.rule.contains("loopback"), "{looped:?}");
+    // Answers are not events (the connection that follows is).
+    assert!(dns.iter().all(|e| e.decision.as_str() != "allow"), "{dns:?}");
 }
 
 #[tokio::test]
@@ -182,7 +193,8 @@ async fn bad_datagrams_get_an_error_or_nothing_and_the_stub_keeps_serving() {
         assert_eq!(m.map(|m| m.metadata.response_code), want, "{what}");
     }
     let m = ask_udp(s.udp, &good).await.unwrap();
-    assert_eq!(addrs(&m), vec!["192.0.2.1".parse::<IpAddr>().unwrap()]);
+    assert!(addrs(&m).iter().all(|&ip| sandgate_proxy::names::in_block(ip)), "{m:?}");
+    assert_eq!(addrs(&m).len(), 1);
     assert!(s.events.all().iter().any(|e| e.method == "DNS" && e.decision.as_str() == "reject"));
 }
 

@@ -38,7 +38,7 @@ fn veth() -> io::Result<()> {
 
 /// Installs the namespace's firewall (one nf_tables batch: all of it or nothing).
 pub fn firewall(prefix: &str, nflog_group: u16) -> io::Result<()> {
-    let batch = netlink::namespace_firewall(prefix, nflog_group);
+    let batch = netlink::namespace_firewall(prefix, nflog_group, PROXY_PORT);
     sys::netlink_transact(sys::Netlink::Netfilter, batch.bytes(), batch.acks)
 }
 

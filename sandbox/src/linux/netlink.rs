@@ -88,7 +88,16 @@ const NFTA_PAYLOAD_DREG: u16 = 1;
 const NFTA_PAYLOAD_BASE: u16 = 2;
 const NFTA_PAYLOAD_OFFSET: u16 = 3;
 const NFTA_PAYLOAD_LEN: u16 = 4;
+const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+const NFT_CMP_NEQ: u32 = 1;
+const NFTA_REDIR_REG_PROTO_MIN: u16 = 1;
+const NFTA_REDIR_FLAGS: u16 = 3;
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
+const NF_IP_PRI_NAT_DST: i32 = -100;
+const NFPROTO_IPV4: u8 = 2;
+const IPPROTO_UDP: u8 = 17;
+const NFT_REJECT_ICMPX_PORT_UNREACH: u8 = 1;
 const NFTA_LOG_GROUP: u16 = 1;
 const NFTA_LOG_PREFIX: u16 = 2;
 const NFTA_REJECT_TYPE: u16 = 1;
@@ -112,8 +121,14 @@ pub const VETH_V4: (Ipv4Addr, u8) = (Ipv4Addr::new(192, 0, 2, 1), 24);
 pub const VETH_V6: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1), 64);
 /// The nf_tables table of a sandbox's namespace.
 pub const TABLE: &str = "sandgate";
-/// Its only chain.
+/// Its filter chain.
 pub const CHAIN: &str = "output";
+/// Its nat chain: every TCP connection to a non-loopback IPv4 address is redirected to the proxy
+/// listener, where the daemon reads the original destination back (`SO_ORIGINAL_DST`) and puts
+/// the connection through the proxy's pipeline (transparent capture).
+pub const CAPTURE_CHAIN: &str = "capture";
+/// The UDP port whose datagrams (QUIC) are refused at once and quietly: clients fall back to TCP.
+pub const QUIC_PORT: u16 = 443;
 /// Longest NFLOG prefix the kernel keeps (NF_LOG_PREFIXLEN - 1).
 pub const MAX_PREFIX_LEN: usize = 127;
 
@@ -315,10 +330,32 @@ fn meta(b: &mut Batch, key: u32) {
 }
 
 fn cmp_eq(b: &mut Batch, value: &[u8]) {
+    cmp(b, NFT_CMP_EQ, value);
+}
+
+fn cmp(b: &mut Batch, op: u32, value: &[u8]) {
     expr(b, "cmp", |b| {
         b.be32(NFTA_CMP_SREG, NFT_REG_1);
-        b.be32(NFTA_CMP_OP, NFT_CMP_EQ);
+        b.be32(NFTA_CMP_OP, op);
         b.nest(NFTA_CMP_DATA, |b| b.attr(NFTA_DATA_VALUE, value));
+    });
+}
+
+/// `len` bytes of the packet at `offset` of header `base` into register 1.
+fn payload(b: &mut Batch, base: u32, offset: u32, len: u32) {
+    expr(b, "payload", |b| {
+        b.be32(NFTA_PAYLOAD_DREG, NFT_REG_1);
+        b.be32(NFTA_PAYLOAD_BASE, base);
+        b.be32(NFTA_PAYLOAD_OFFSET, offset);
+        b.be32(NFTA_PAYLOAD_LEN, len);
+    });
+}
+
+/// Register 1 = `value`.
+fn load(b: &mut Batch, value: &[u8]) {
+    expr(b, "immediate", |b| {
+        b.be32(NFTA_IMMEDIATE_DREG, NFT_REG_1);
+        b.nest(NFTA_IMMEDIATE_DATA, |b| b.attr(NFTA_DATA_VALUE, value));
     });
 }
 
@@ -347,21 +384,50 @@ fn nft_msg(b: &mut Batch, kind: u16, flags: u16, family: u8, body: impl FnOnce(&
 }
 
 fn rule(b: &mut Batch, exprs: impl FnOnce(&mut Batch)) {
+    rule_in(b, CHAIN, exprs);
+}
+
+fn rule_in(b: &mut Batch, chain: &str, exprs: impl FnOnce(&mut Batch)) {
     let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
     nft_msg(b, NFT_MSG_NEWRULE, flags, NFPROTO_INET, |b| {
         b.str_attr(NFTA_RULE_TABLE, TABLE);
-        b.str_attr(NFTA_RULE_CHAIN, CHAIN);
+        b.str_attr(NFTA_RULE_CHAIN, chain);
         b.nest(NFTA_RULE_EXPRESSIONS, exprs);
     });
 }
 
-/// nf_tables: the namespace's whole firewall as one atomic batch — table `inet sandgate`, chain
-/// `output` (hook output, priority 0, policy drop): loopback accepted (the proxy listener lives
-/// on 127.0.0.1 inside); [`QUIET_ICMPV6`] dropped quietly; everything else logged to NFLOG
-/// `group` with the sandbox's `prefix` and rejected at once — TCP with a reset, the rest with
-/// ICMP admin-prohibited — so a direct connect fails immediately and is reported. The same rules
-/// as `sandgate_firewall::nft::namespace_ruleset` (a kernel test compares the two).
-pub fn namespace_firewall(prefix: &str, group: u16) -> Batch {
+fn chain(b: &mut Batch, name: &str, kind: &str, priority: i32, policy: u32) {
+    let create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
+    nft_msg(b, NFT_MSG_NEWCHAIN, create, NFPROTO_INET, |b| {
+        b.str_attr(NFTA_CHAIN_TABLE, TABLE);
+        b.str_attr(NFTA_CHAIN_NAME, name);
+        b.nest(NFTA_CHAIN_HOOK, |b| {
+            b.be32(NFTA_HOOK_HOOKNUM, NF_INET_LOCAL_OUT);
+            b.attr(NFTA_HOOK_PRIORITY, &priority.to_be_bytes());
+        });
+        b.be32(NFTA_CHAIN_POLICY, policy);
+        b.str_attr(NFTA_CHAIN_TYPE, kind);
+    });
+}
+
+/// nf_tables: the namespace's whole firewall as one atomic batch, table `inet sandgate`:
+///
+/// - chain `capture` (nat, hook output, priority -100): TCP to any IPv4 address outside
+///   127.0.0.0/8 is redirected to the proxy listener, 127.0.0.1:`proxy_port` (transparent
+///   capture: the daemon reads the original destination back and decides the connection by
+///   name, as a CONNECT);
+/// - chain `output` (filter, hook output, priority 0, policy drop): loopback accepted (the proxy
+///   listener and the DNS stub live on 127.0.0.1 inside), and so are redirected connections (their
+///   output device is still the route device's when this chain sees them, their destination is
+///   the listener's); [`QUIET_ICMPV6`] dropped quietly; UDP to port [`QUIC_PORT`] refused at once
+///   with port-unreachable and not reported (QUIC: clients fall back to TCP, which is captured);
+///   everything else logged to NFLOG `group` with the sandbox's `prefix` and rejected at once —
+///   TCP with a reset, the rest with ICMP admin-prohibited — so a direct attempt fails
+///   immediately and is reported.
+///
+/// The same rules as `sandgate_firewall::nft::namespace_ruleset` (a kernel test compares the
+/// two).
+pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
     let mut b = Batch::default();
     let batch_marker = |b: &mut Batch, kind: u16| {
         let m = b.begin(kind, NLM_F_REQUEST);
@@ -376,20 +442,38 @@ pub fn namespace_firewall(prefix: &str, group: u16) -> Batch {
         b.str_attr(NFTA_TABLE_NAME, TABLE);
         b.be32(NFTA_TABLE_FLAGS, 0);
     });
-    nft_msg(&mut b, NFT_MSG_NEWCHAIN, create, NFPROTO_INET, |b| {
-        b.str_attr(NFTA_CHAIN_TABLE, TABLE);
-        b.str_attr(NFTA_CHAIN_NAME, CHAIN);
-        b.nest(NFTA_CHAIN_HOOK, |b| {
-            b.be32(NFTA_HOOK_HOOKNUM, NF_INET_LOCAL_OUT);
-            b.be32(NFTA_HOOK_PRIORITY, 0);
+    chain(&mut b, CAPTURE_CHAIN, "nat", NF_IP_PRI_NAT_DST, NF_ACCEPT);
+    // ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :proxy_port
+    rule_in(&mut b, CAPTURE_CHAIN, |b| {
+        meta(b, NFT_META_NFPROTO);
+        cmp_eq(b, &[NFPROTO_IPV4]);
+        payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 1);
+        cmp(b, NFT_CMP_NEQ, &[127]);
+        meta(b, NFT_META_L4PROTO);
+        cmp_eq(b, &[IPPROTO_TCP]);
+        load(b, &proxy_port.to_be_bytes());
+        expr(b, "redir", |b| {
+            b.be32(NFTA_REDIR_REG_PROTO_MIN, NFT_REG_1);
+            b.be32(NFTA_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
         });
-        b.be32(NFTA_CHAIN_POLICY, NF_DROP);
-        b.str_attr(NFTA_CHAIN_TYPE, "filter");
     });
+    chain(&mut b, CHAIN, "filter", 0, NF_DROP);
     // oif "lo" accept (a new namespace's loopback is always index 1)
     rule(&mut b, |b| {
         meta(b, NFT_META_OIF);
         cmp_eq(b, &1u32.to_ne_bytes());
+        verdict(b, NF_ACCEPT);
+    });
+    // ip daddr 127.0.0.1 tcp dport proxy_port accept (what `capture` redirected)
+    rule(&mut b, |b| {
+        meta(b, NFT_META_NFPROTO);
+        cmp_eq(b, &[NFPROTO_IPV4]);
+        payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 4);
+        cmp_eq(b, &Ipv4Addr::LOCALHOST.octets());
+        meta(b, NFT_META_L4PROTO);
+        cmp_eq(b, &[IPPROTO_TCP]);
+        payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        cmp_eq(b, &proxy_port.to_be_bytes());
         verdict(b, NF_ACCEPT);
     });
     for icmp_type in QUIET_ICMPV6 {
@@ -398,16 +482,19 @@ pub fn namespace_firewall(prefix: &str, group: u16) -> Batch {
             cmp_eq(b, &[NFPROTO_IPV6]);
             meta(b, NFT_META_L4PROTO);
             cmp_eq(b, &[IPPROTO_ICMPV6]);
-            expr(b, "payload", |b| {
-                b.be32(NFTA_PAYLOAD_DREG, NFT_REG_1);
-                b.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
-                b.be32(NFTA_PAYLOAD_OFFSET, 0);
-                b.be32(NFTA_PAYLOAD_LEN, 1);
-            });
+            payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
             cmp_eq(b, &[icmp_type]);
             verdict(b, NF_DROP);
         });
     }
+    // udp dport 443 reject with icmpx port-unreachable
+    rule(&mut b, |b| {
+        meta(b, NFT_META_L4PROTO);
+        cmp_eq(b, &[IPPROTO_UDP]);
+        payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        cmp_eq(b, &QUIC_PORT.to_be_bytes());
+        reject(b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_PORT_UNREACH);
+    });
     let prefix = log_prefix(prefix);
     rule(&mut b, |b| {
         expr(b, "log", |b| {
@@ -447,7 +534,7 @@ mod tests {
             ("netlink-veth-create.hex", create_veth()),
             ("netlink-veth-configure.hex", configure_veth(2, 3)),
             ("netlink-tun-configure.hex", configure_tun(2)),
-            ("netlink-nft-namespace.hex", namespace_firewall("sg-123-abc", 7)),
+            ("netlink-nft-namespace.hex", namespace_firewall("sg-123-abc", 7, 3128)),
         ] {
             let path = dir.join(name);
             let got = hex(batch.bytes());
@@ -461,7 +548,7 @@ mod tests {
 
     #[test]
     fn every_message_length_covers_the_buffer_and_is_aligned() {
-        for batch in [create_veth(), configure_veth(2, 3), namespace_firewall("x", 1)] {
+        for batch in [create_veth(), configure_veth(2, 3), namespace_firewall("x", 1, 3128)] {
             let bytes = batch.bytes();
             let mut at = 0;
             let mut count = 0;

@@ -57,6 +57,7 @@ fn the_kernel_holds_the_same_table_as_nft_makes_of_the_text_ruleset() {
         sandgate_firewall::nft::namespace_ruleset(&sandgate_firewall::nft::NamespaceRules {
             prefix: prefix.clone(),
             nflog_group: 7,
+            proxy_port: 3128,
         });
     let file = s.root.join("ns.nft");
     std::fs::write(&file, rules).unwrap();

@@ -1,0 +1,290 @@
+//! The fourth door of the pipeline: a TCP connection the sandbox opened to any non-loopback IPv4
+//! address, redirected by its namespace's firewall (`capture` chain) to the proxy listener
+//! without the client knowing. The original destination is read back from the connection
+//! (`SO_ORIGINAL_DST`), and the connection goes through the same stages as a CONNECT:
+//! `decide → ask → upstream_peer → connect → sni_filter → tunnel | intercept`, held while a
+//! person decides.
+//!
+//! What decides it, by the address the client connected to:
+//!
+//! | destination | decided as | connected to |
+//! |---|---|---|
+//! | an address the DNS stub gave this sandbox for a name ([`names`](crate::names)) | that name and port; a TLS ClientHello must name it too (or a host allowed in its own right) | the name, resolved on the host then, through the address guard |
+//! | in the stub's block, never given to this sandbox | refused | — |
+//! | any other address, the client speaks first with a TLS ClientHello that names a server | that server name and port | the name, resolved on the host |
+//! | any other address, the client speaks first with an HTTP request that has a `Host` | that host and port | the host, resolved on the host |
+//! | any other address otherwise (the server speaks first, or the client sends neither) | the address and port (a grant for `1.2.3.4:5432`) | the address, through the address guard (allowed as itself) |
+//!
+//! A name is never taken from the client when the stub's address already names one: the name
+//! looked up decides, and the SNI check holds the client to it (domain fronting refused). For a
+//! real address, the client's name is only used to *resolve again on the host*: the client
+//! cannot make the proxy connect to an address of its choosing under an allowed name.
+//!
+//! A refusal is told the way the client can read it: a TLS access_denied alert to a client that
+//! sent a ClientHello, an HTTP 403 with the proxy's explanation to one that sent a request, and a
+//! reset otherwise.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use sandgate_config::{Host, Target};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::denial::{Refusal, render_refusal_with_grants};
+use crate::io::ClientStream;
+use crate::names::Lookup;
+use crate::pipeline::Ctx;
+use crate::proxy::{ProxyShared, Sandbox};
+use crate::sni::{self, Opening, OpeningParser};
+
+/// The method of a transparent connection's event.
+pub const EVENT_METHOD: &str = "TCP";
+
+/// How long a connection to a real address waits for the client's first bytes (a ClientHello or
+/// a request that names the host) before it is decided as the address: a client that speaks
+/// first sends at once; a server-speaks-first protocol (SSH, SMTP, MySQL) pays this once.
+pub const FIRST_BYTES_WAIT: Duration = Duration::from_millis(200);
+
+/// How long a refusal waits for the client's first bytes, to answer in its protocol.
+const REFUSAL_WAIT: Duration = Duration::from_millis(100);
+
+/// The destination a redirected connection was opened to, when `client` is one (its original
+/// destination differs from the address it was accepted on); `None` for a client of the proxy
+/// itself.
+#[cfg(target_os = "linux")]
+pub(crate) fn original_destination(client: &ClientStream) -> Option<SocketAddr> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let ClientStream::Tcp(s) = client else { return None };
+    let local = s.local_addr().ok()?;
+    let local = match local {
+        SocketAddr::V4(v4) => v4,
+        // Only IPv4 is redirected (the stub gives out IPv4 addresses only).
+        SocketAddr::V6(_) => return None,
+    };
+    // ENOENT: no connection tracking entry (no capture in this namespace).
+    let raw = getsockopt(s, sockopt::OriginalDst).ok()?;
+    let ip = std::net::Ipv4Addr::from(u32::from_be(raw.sin_addr.s_addr));
+    let orig = std::net::SocketAddrV4::new(ip, u16::from_be(raw.sin_port));
+    (orig != local).then_some(SocketAddr::V4(orig))
+}
+
+/// See the Linux version: elsewhere nothing is redirected.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn original_destination(_client: &ClientStream) -> Option<SocketAddr> {
+    None
+}
+
+/// What the client's first bytes named.
+enum FirstBytes {
+    /// A TLS ClientHello naming this server.
+    Tls(Option<String>),
+    /// An HTTP request with this `Host`.
+    Http(Option<String>),
+    /// Nothing within the wait, or another protocol.
+    Other,
+}
+
+impl ProxyShared {
+    /// Serves one connection redirected from `to` (see the module's table).
+    pub(crate) async fn serve_transparent(
+        self: Arc<Self>,
+        sandbox: Arc<Sandbox>,
+        mut client: ClientStream,
+        to: SocketAddr,
+        start: Instant,
+    ) {
+        let mut ctx = Ctx::new(sandbox.clone(), EVENT_METHOD, start);
+        let mut first = BytesMut::new();
+        let target = match self.transparent_target(&mut ctx, &mut client, to, &mut first).await {
+            Ok(t) => t,
+            Err(r) => {
+                ctx.event.host = to.ip().to_string();
+                ctx.event.port = to.port();
+                self.refuse_transparent(&mut ctx, client, first, &r).await;
+                return self.logging(ctx);
+            }
+        };
+        ctx.set_target(target);
+        match self.open_tunnel(&mut ctx).await {
+            Ok(upstream) => self.tunnel_stages(&mut ctx, client, upstream, first).await,
+            Err(r) => self.refuse_transparent(&mut ctx, client, first, &r).await,
+        }
+        self.logging(ctx);
+    }
+
+    /// Stage `request_filter` of the transparent door: the target, by the module's table.
+    async fn transparent_target(
+        &self,
+        ctx: &mut Ctx,
+        client: &mut ClientStream,
+        to: SocketAddr,
+        first: &mut BytesMut,
+    ) -> Result<Target, Refusal> {
+        let port = to.port();
+        match ctx.sandbox.names.lookup(to.ip()) {
+            Lookup::Name(name) => return Ok(Target { host: Host::Name(name), port }),
+            Lookup::NotGiven => {
+                return Err(Refusal::Malformed {
+                    input: to.to_string(),
+                    why: format!(
+                        "{} is in the block the DNS stub gives addresses from, and was never \
+                         given to this sandbox",
+                        to.ip()
+                    ),
+                });
+            }
+            Lookup::Real => {}
+        }
+        let ip = sandgate_config::canonical_ip(to.ip());
+        let by_address = Target { host: Host::Ip(ip), port };
+        // Allowed as itself: no name can change that, and none is waited for.
+        if self.allowed_outright(&ctx.sandbox, &ctx.policy, &by_address).await {
+            return Ok(by_address);
+        }
+        let named = match self.first_bytes(client, first, FIRST_BYTES_WAIT).await {
+            FirstBytes::Tls(Some(name)) => sni::server_host(&name).ok().map(Host::Name),
+            FirstBytes::Http(Some(host)) => Target::parse_authority(&host, Some(port))
+                .ok()
+                .map(|t| t.host)
+                .filter(|h| matches!(h, Host::Name(_))),
+            FirstBytes::Tls(None) | FirstBytes::Http(None) | FirstBytes::Other => None,
+        };
+        Ok(match named {
+            Some(host) => Target { host, port },
+            None => by_address,
+        })
+    }
+
+    /// Reads the client's first bytes into `first` (waiting up to `wait` for the first of them,
+    /// then up to the header timeout for a whole ClientHello or request head) and says what
+    /// they name.
+    async fn first_bytes(
+        &self,
+        client: &mut ClientStream,
+        first: &mut BytesMut,
+        wait: Duration,
+    ) -> FirstBytes {
+        if first.is_empty() {
+            first.reserve(4096);
+            match tokio::time::timeout(wait, client.read_buf(first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return FirstBytes::Other,
+            }
+        }
+        let deadline = Instant::now() + self.config.header_timeout;
+        let mut tls = OpeningParser::new();
+        loop {
+            let http = looks_like_http(first);
+            match tls.advance(first) {
+                Ok(Opening::ClientHello { server_name }) => return FirstBytes::Tls(server_name),
+                Ok(Opening::NotTls) if !http => return FirstBytes::Other,
+                Ok(Opening::NotTls) => match http_host(first, self.config.max_head_bytes) {
+                    HttpHost::Complete(host) => return FirstBytes::Http(host),
+                    HttpHost::Invalid => return FirstBytes::Other,
+                    HttpHost::NeedMore => {}
+                },
+                Ok(Opening::NeedMore) => {}
+                Err(_) => return FirstBytes::Other,
+            }
+            first.reserve(4096);
+            match tokio::time::timeout_at(deadline, client.read_buf(first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return FirstBytes::Other,
+            }
+        }
+    }
+
+    /// Tells the client of a refusal in the protocol it opened with (see the module), after
+    /// the event is recorded.
+    async fn refuse_transparent(
+        &self,
+        ctx: &mut Ctx,
+        mut client: ClientStream,
+        mut first: BytesMut,
+        r: &Refusal,
+    ) {
+        ctx.refused(r);
+        self.record_refusal(ctx);
+        let said = match self.first_bytes(&mut client, &mut first, REFUSAL_WAIT).await {
+            FirstBytes::Tls(_) => Some(crate::pipeline::TLS_ACCESS_DENIED.to_vec()),
+            FirstBytes::Http(_) => Some(
+                render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox)).to_bytes(),
+            ),
+            FirstBytes::Other => None,
+        };
+        match said {
+            Some(bytes) => {
+                let _ = client.write_all(&bytes).await;
+                let _ = client.shutdown().await;
+            }
+            None => reset(&client),
+        }
+    }
+}
+
+/// Closes `client` with a reset (what a refused connection looks like to a client that said
+/// nothing).
+fn reset(client: &ClientStream) {
+    if let ClientStream::Tcp(s) = client {
+        let _ = s.set_zero_linger();
+    }
+}
+
+/// Whether `bytes` start like an HTTP/1 request line (a token, then a space).
+fn looks_like_http(bytes: &[u8]) -> bool {
+    let method = bytes.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    (3..=10).contains(&method) && bytes.get(method) == Some(&b' ')
+}
+
+enum HttpHost {
+    Complete(Option<String>),
+    NeedMore,
+    Invalid,
+}
+
+/// The `Host` of the HTTP request head at the start of `bytes`.
+fn http_host(bytes: &[u8], limit: usize) -> HttpHost {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(bytes) {
+        Ok(httparse::Status::Complete(_)) => {
+            let host = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("host"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .map(|v| v.trim().to_owned());
+            HttpHost::Complete(host)
+        }
+        Ok(httparse::Status::Partial) if bytes.len() < limit => HttpHost::NeedMore,
+        _ => HttpHost::Invalid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_request_lines_are_told_from_other_bytes() {
+        assert!(looks_like_http(b"GET / HTTP/1.1\r\n"));
+        assert!(looks_like_http(b"OPTIONS * HTTP/1.1\r\n"));
+        assert!(!looks_like_http(b"SSH-2.0-OpenSSH_9.2\r\n"));
+        assert!(!looks_like_http(b"\x16\x03\x01"));
+        assert!(!looks_like_http(b"get / HTTP/1.1"));
+    }
+
+    #[test]
+    fn the_host_of_a_request_head() {
+        let head = b"GET / HTTP/1.1\r\nUser-Agent: x\r\nHost: Example.COM:8080\r\n\r\n";
+        assert!(
+            matches!(http_host(head, 8192), HttpHost::Complete(Some(h)) if h == "Example.COM:8080")
+        );
+        assert!(matches!(http_host(b"GET / HTTP/1.1\r\nHo", 8192), HttpHost::NeedMore));
+        assert!(matches!(http_host(b"GET / HTTP/1.1\r\n\r\n", 8192), HttpHost::Complete(None)));
+        assert!(matches!(http_host(b"GET / HTTP/1.1\r\nHo", 10), HttpHost::Invalid));
+    }
+}

@@ -237,16 +237,10 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
 }
 
 /// Refusals recently recorded, and those counted per domain.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct DnsCache {
     refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
     pub(crate) refusals: Refusals,
-}
-
-impl Default for DnsCache {
-    fn default() -> Self {
-        DnsCache { refused: Mutex::default(), refusals: Refusals::default() }
-    }
 }
 
 impl DnsCache {

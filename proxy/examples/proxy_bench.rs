@@ -185,7 +185,10 @@ async fn serve_sandgate(port_file: &str) {
 }
 
 async fn origin(port_file: &str) {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    // `PROXY_BENCH_BIND`: where the origin listens (bench/transparent.sh puts it on a test
+    // host's address inside a network namespace).
+    let at = std::env::var("PROXY_BENCH_BIND").unwrap_or_else(|_| "127.0.0.1:0".into());
+    let l = TcpListener::bind(at.as_str()).await.expect("bind");
     std::fs::write(port_file, l.local_addr().expect("addr").port().to_string()).expect("write");
     loop {
         let Ok((s, _)) = l.accept().await else { continue };
@@ -505,7 +508,10 @@ where
 /// `ORIGIN [NAME=PROXY]...` as names and targets, direct first.
 fn parse_targets(args: &[String]) -> (SocketAddr, Vec<String>, Vec<Option<SocketAddr>>) {
     let origin: SocketAddr = args[0].parse().expect("origin address");
-    let mut names = vec!["direct".to_owned()];
+    // `PROXY_BENCH_DIRECT_NAME`: what a connection without a proxy is, where it runs (inside a
+    // sandbox it is the transparent capture, not a direct connection).
+    let direct = std::env::var("PROXY_BENCH_DIRECT_NAME").unwrap_or_else(|_| "direct".into());
+    let mut names = vec![direct];
     let mut targets = vec![None];
     for spec in &args[1..] {
         let (name, addr) = spec.split_once('=').expect("NAME=ADDR");

@@ -36,10 +36,21 @@ fn veth() -> io::Result<()> {
     sys::netlink_transact(sys::Netlink::Route, configure.bytes(), configure.acks)
 }
 
-/// Installs the namespace's firewall (one nf_tables batch: all of it or nothing).
-pub fn firewall(prefix: &str, nflog_group: u16) -> io::Result<()> {
-    let batch = netlink::namespace_firewall(prefix, nflog_group, PROXY_PORT);
-    sys::netlink_transact(sys::Netlink::Netfilter, batch.bytes(), batch.acks)
+/// Installs the namespace's firewall (one nf_tables batch: all of it or nothing). A kernel
+/// without NAT for nf_tables (or that will not load it from inside a user namespace) refuses the
+/// `capture` chain: the firewall is then installed without it, and TCP that ignores the proxy
+/// variables is refused and reported as every other direct attempt (transparent capture off,
+/// walls as before). Returns whether capture is on.
+pub fn firewall(prefix: &str, nflog_group: u16) -> io::Result<bool> {
+    let with = netlink::namespace_firewall(prefix, nflog_group, PROXY_PORT, true);
+    match sys::netlink_transact(sys::Netlink::Netfilter, with.bytes(), with.acks) {
+        Ok(()) => Ok(true),
+        Err(_) => {
+            let without = netlink::namespace_firewall(prefix, nflog_group, PROXY_PORT, false);
+            sys::netlink_transact(sys::Netlink::Netfilter, without.bytes(), without.acks)?;
+            Ok(false)
+        }
+    }
 }
 
 /// The proxy listener, bound inside the namespace to 127.0.0.1:[`PROXY_PORT`].

@@ -427,7 +427,7 @@ fn chain(b: &mut Batch, name: &str, kind: &str, priority: i32, policy: u32) {
 ///
 /// The same rules as `sandgate_firewall::nft::namespace_ruleset` (a kernel test compares the
 /// two).
-pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
+pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16, capture: bool) -> Batch {
     let mut b = Batch::default();
     let batch_marker = |b: &mut Batch, kind: u16| {
         let m = b.begin(kind, NLM_F_REQUEST);
@@ -442,9 +442,19 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
         b.str_attr(NFTA_TABLE_NAME, TABLE);
         b.be32(NFTA_TABLE_FLAGS, 0);
     });
-    chain(&mut b, CAPTURE_CHAIN, "nat", NF_IP_PRI_NAT_DST, NF_ACCEPT);
+    if capture {
+        capture_chain(&mut b, proxy_port);
+    }
+    filter_chain(&mut b, prefix, group, proxy_port);
+    batch_marker(&mut b, NFNL_MSG_BATCH_END);
+    b
+}
+
+/// Chain [`CAPTURE_CHAIN`] of [`namespace_firewall`].
+fn capture_chain(b: &mut Batch, proxy_port: u16) {
+    chain(b, CAPTURE_CHAIN, "nat", NF_IP_PRI_NAT_DST, NF_ACCEPT);
     // ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :proxy_port
-    rule_in(&mut b, CAPTURE_CHAIN, |b| {
+    rule_in(b, CAPTURE_CHAIN, |b| {
         meta(b, NFT_META_NFPROTO);
         cmp_eq(b, &[NFPROTO_IPV4]);
         payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 1);
@@ -457,15 +467,19 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
             b.be32(NFTA_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
         });
     });
-    chain(&mut b, CHAIN, "filter", 0, NF_DROP);
+}
+
+/// Chain [`CHAIN`] of [`namespace_firewall`].
+fn filter_chain(b: &mut Batch, prefix: &str, group: u16, proxy_port: u16) {
+    chain(b, CHAIN, "filter", 0, NF_DROP);
     // oif "lo" accept (a new namespace's loopback is always index 1)
-    rule(&mut b, |b| {
+    rule(b, |b| {
         meta(b, NFT_META_OIF);
         cmp_eq(b, &1u32.to_ne_bytes());
         verdict(b, NF_ACCEPT);
     });
     // ip daddr 127.0.0.1 tcp dport proxy_port accept (what `capture` redirected)
-    rule(&mut b, |b| {
+    rule(b, |b| {
         meta(b, NFT_META_NFPROTO);
         cmp_eq(b, &[NFPROTO_IPV4]);
         payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 4);
@@ -477,7 +491,7 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
         verdict(b, NF_ACCEPT);
     });
     for icmp_type in QUIET_ICMPV6 {
-        rule(&mut b, |b| {
+        rule(b, |b| {
             meta(b, NFT_META_NFPROTO);
             cmp_eq(b, &[NFPROTO_IPV6]);
             meta(b, NFT_META_L4PROTO);
@@ -488,7 +502,7 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
         });
     }
     // udp dport 443 reject with icmpx port-unreachable
-    rule(&mut b, |b| {
+    rule(b, |b| {
         meta(b, NFT_META_L4PROTO);
         cmp_eq(b, &[IPPROTO_UDP]);
         payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
@@ -496,20 +510,18 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16) -> Batch {
         reject(b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_PORT_UNREACH);
     });
     let prefix = log_prefix(prefix);
-    rule(&mut b, |b| {
+    rule(b, |b| {
         expr(b, "log", |b| {
             b.attr(NFTA_LOG_GROUP, &group.to_be_bytes());
             b.str_attr(NFTA_LOG_PREFIX, &prefix);
         });
     });
-    rule(&mut b, |b| {
+    rule(b, |b| {
         meta(b, NFT_META_L4PROTO);
         cmp_eq(b, &[IPPROTO_TCP]);
         reject(b, NFT_REJECT_TCP_RST, 0);
     });
-    rule(&mut b, |b| reject(b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
-    batch_marker(&mut b, NFNL_MSG_BATCH_END);
-    b
+    rule(b, |b| reject(b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
 }
 
 #[cfg(test)]
@@ -534,7 +546,7 @@ mod tests {
             ("netlink-veth-create.hex", create_veth()),
             ("netlink-veth-configure.hex", configure_veth(2, 3)),
             ("netlink-tun-configure.hex", configure_tun(2)),
-            ("netlink-nft-namespace.hex", namespace_firewall("sg-123-abc", 7, 3128)),
+            ("netlink-nft-namespace.hex", namespace_firewall("sg-123-abc", 7, 3128, true)),
         ] {
             let path = dir.join(name);
             let got = hex(batch.bytes());
@@ -548,7 +560,12 @@ mod tests {
 
     #[test]
     fn every_message_length_covers_the_buffer_and_is_aligned() {
-        for batch in [create_veth(), configure_veth(2, 3), namespace_firewall("x", 1, 3128)] {
+        for batch in [
+            create_veth(),
+            configure_veth(2, 3),
+            namespace_firewall("x", 1, 3128, true),
+            namespace_firewall("x", 1, 3128, false),
+        ] {
             let bytes = batch.bytes();
             let mut at = 0;
             let mut count = 0;
@@ -561,6 +578,19 @@ mod tests {
             assert_eq!(at, bytes.len());
             assert!(count >= batch.acks);
         }
+    }
+
+    /// Without capture (a kernel that refuses NAT), the filter chain is the same, and there is no
+    /// nat chain to fail again.
+    #[test]
+    fn without_capture_the_batch_has_the_filter_chain_only() {
+        let find = |b: &Batch, what: &[u8]| b.bytes().windows(what.len()).any(|w| w == what);
+        let (with, without) =
+            (namespace_firewall("p", 1, 3128, true), namespace_firewall("p", 1, 3128, false));
+        assert!(find(&with, b"capture\0") && find(&with, b"redir\0"));
+        assert!(!find(&without, b"capture\0") && !find(&without, b"redir\0"));
+        assert!(find(&without, b"output\0") && find(&without, b"log\0"));
+        assert_eq!(with.acks - without.acks, 2, "one chain and one rule fewer");
     }
 
     #[test]

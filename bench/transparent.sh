@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Benchmarks transparent capture (issue 33): a client inside a `sandbox-net` sandbox that knows
+# nothing of the proxy, against the same client through the sandbox's CONNECT proxy, in one
+# interleaved run; and the same client outside, connecting directly, for reference.
+#   (a) one 1 GiB transfer                                  (goal: transparent >= 0.95x CONNECT)
+#   (b) new connection + first byte (a small GET), p50/p99   (goal: <= CONNECT's p50 + 20 us)
+#   (c) new connections per second, 64 concurrent clients   (goal: no worse than CONNECT)
+# The origin is examples/proxy_bench.rs on a test host in a network namespace of this script's,
+# on a public-looking address (45.90.0.2) routed only to the script's own veth: nothing leaves the
+# machine, and the address guard passes it as any public host (allowed by `--allow 45.90.0.2`).
+# The daemon is a private one (its own runtime, config and data directories).
+# Usage: bench/transparent.sh      (root; release build; takes about four minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
+
+cargo build --release -q -p sandgate --bin sandgate
+cargo build --release -q -p sandgate-proxy --example proxy_bench
+BIN=$PWD/target/release
+T=$(mktemp -d)
+NS=sgbench$$
+HOST=45.90.0.2
+PIDS=()
+cleanup() {
+    XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data" \
+        "$BIN/sandgate" stop >/dev/null 2>&1 || true
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    ip netns del "$NS" 2>/dev/null || true
+    ip link del "v$NS" 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+# The test host: a namespace with one veth; the host routes only 45.90.0.2/32 to it.
+ip netns add "$NS"
+ip link add "v$NS" type veth peer name eth0 netns "$NS"
+ip addr add 45.90.0.1/32 dev "v$NS"
+ip link set "v$NS" up
+ip route add "$HOST/32" dev "v$NS"
+ip -n "$NS" addr add "$HOST/32" dev eth0
+ip -n "$NS" link set eth0 up
+ip -n "$NS" link set lo up
+ip -n "$NS" route add 45.90.0.1/32 dev eth0
+
+ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
+PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
+ORIGIN="$HOST:$(cat "$T/origin.port")"
+
+mkdir -p "$T/run" "$T/config" "$T/data" "$T/work"
+chmod 700 "$T/run"
+export XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data"
+
+echo "== inside sandbox-net: transparent capture vs the sandbox's CONNECT proxy (interleaved)"
+(cd "$T/work" && "$BIN/sandgate" net --allow "$HOST" -- \
+    env PROXY_BENCH_DIRECT_NAME=transparent "$BIN/examples/proxy_bench" client "$ORIGIN" \
+    connect=127.0.0.1:3128)
+
+echo
+echo "== outside: the same client, direct to the test host (reference)"
+"$BIN/examples/proxy_bench" client "$ORIGIN"

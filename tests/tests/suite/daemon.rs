@@ -950,10 +950,11 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
     let mut watch = t.cmd().args(["watch", "--json"]).stdout(Stdio::piped()).spawn().unwrap();
     let seen = lines_of(watch.stdout.take().unwrap());
     let (ok, no) = (origin("ok"), origin("no"));
-    // The net tier's firewall refuses (and logs) any direct connection, here to an address on
-    // the sandbox's own veth.
+    // The net tier's firewall refuses (and logs) direct UDP, here to an address on the
+    // sandbox's own veth; a direct TCP connection there is captured into the proxy, which asks
+    // about the address and refuses it when nobody answers.
     let script = format!(
-        "{}; {}; python3 -c 'import socket\ntry: socket.create_connection((\"10.203.0.2\", 8080), timeout=3)\nexcept OSError: pass'",
+        "{}; {}; python3 -c 'import socket\ntry: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"10.203.0.2\", 8080))\nexcept OSError: pass\ntry: socket.create_connection((\"10.203.0.2\", 8081), timeout=3).recv(1)\nexcept OSError: pass'",
         curl_sh(&format!("http://127.0.0.1:{ok}/")),
         curl_sh(&format!("http://127.0.0.1:{no}/")),
     );
@@ -984,6 +985,13 @@ fn decisions_approvals_and_blocked_packets_reach_the_store_and_watch() {
     };
     assert!(has(&events, "decision", &decision(ok, "allow")), "{events:#?}");
     assert!(has(&events, "decision", &decision(no, "deny")), "{events:#?}");
+    assert!(
+        has(&events, "decision", &|d: &Value| d["host"] == "10.203.0.2"
+            && d["port"] == 8081
+            && d["method"] == "TCP"
+            && d["decision"] == "deny"),
+        "{events:#?}"
+    );
     assert!(has(&events, "approval", &|d| d["event"] == "asked"), "{events:#?}");
     assert!(has(&events, "approval", &|d| d["event"] == "timed_out"), "{events:#?}");
     assert!(has(&events, "sandbox", &|d| d["event"] == "sandbox_started"), "{events:#?}");

@@ -1,7 +1,8 @@
 //! The DNS stub inside a `net` sandbox, against its own daemon whose host-side resolver is a
 //! counting DNS server of this test (`SANDGATE_DNS_SERVER`): `getent hosts` and Python's
-//! `getaddrinfo` get the real answer for an allowed name, NXDOMAIN for the rest, DNS over TCP
-//! works, and the counting server proves that no refused name was ever asked about on the host.
+//! `getaddrinfo` get an address of the sandbox's own (198.18.0.0/15) for every name no deny rule
+//! refuses, NXDOMAIN for denied names, DNS over TCP works, and the counting server proves that no
+//! name is asked about on the host until a connection to it was decided.
 
 use crate::support::daemon::*;
 use crate::support::dns::counting_dns;
@@ -24,7 +25,7 @@ print('tcp id=%x rcode=%d answers=%d ip=%s' % (struct.unpack('>H', r[:2])[0], r[
 "#;
 
 #[test]
-fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_host() {
+fn the_dns_stub_answers_with_addresses_of_its_own_and_asks_the_host_nothing() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
@@ -41,21 +42,7 @@ fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_ho
     let mut run = t.cmd();
     run.env("TCPQ", TCP_QUERY);
     let child = run
-        .args([
-            "net",
-            "--allow",
-            "allowed.sgtest",
-            "--allow",
-            "loop.sgtest",
-            "--deny",
-            "denied.sgtest",
-            // The test resolver answers with documentation addresses, which the address guard
-            // refuses like any non-public range unless allowed by IP.
-            "--allow",
-            "192.0.2.0/24",
-            "--allow",
-            "2001:db8::/32",
-        ])
+        .args(["net", "--allow", "allowed.sgtest", "--deny", "denied.sgtest"])
         .args(["--", "sh", "-c", script])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -64,48 +51,59 @@ fn the_dns_stub_answers_allowed_names_and_refuses_the_rest_without_asking_the_ho
     let (code, stdout, stderr) = finish(child);
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("nameserver 127.0.0.1"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("allowed.sgtest rc=0"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("192.0.2.10") || stdout.contains("2001:db8::10"), "{stdout}\n{stderr}");
+    // Every name no deny rule refuses has an address of the block, one per name.
+    let given = |name: &str| -> String {
+        let line = stdout
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")) || l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no answer for {name}:\n{stdout}\n{stderr}"));
+        let ip = line.split_whitespace().next().unwrap().to_owned();
+        assert!(ip.starts_with("198.18.") || ip.starts_with("198.19."), "{name}: {line}");
+        ip
+    };
+    let addresses = ["allowed.sgtest", "c2VjcmV0.unknown.sgtest", "loop.sgtest"].map(given);
+    assert!(
+        addresses[0] != addresses[1]
+            && addresses[1] != addresses[2]
+            && addresses[0] != addresses[2],
+        "{addresses:?}"
+    );
+    for name in ["allowed.sgtest", "c2VjcmV0.unknown.sgtest", "loop.sgtest"] {
+        assert!(stdout.contains(&format!("{name} rc=0")), "{name}\n{stdout}\n{stderr}");
+    }
     // getent: 2 = not found.
-    for refused in ["denied.sgtest", "c2VjcmV0.unknown.sgtest", "loop.sgtest"] {
-        assert!(stdout.contains(&format!("{refused} rc=2")), "{refused}\n{stdout}\n{stderr}");
-    }
-    assert!(stdout.contains("py ['192.0.2.10', '2001:db8::10']"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("denied.sgtest rc=2"), "{stdout}\n{stderr}");
+    // IPv4 only, the same address as `getent` was given.
+    assert!(stdout.contains(&format!("py ['{}']", addresses[0])), "{stdout}\n{stderr}");
     assert!(stdout.contains("py denied True"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("tcp id=4242 rcode=0 answers=1 ip=192.0.2.10"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("tcp id=4242 rcode=0 answers=1 ip={}", addresses[0])),
+        "{stdout}\n{stderr}"
+    );
 
-    // Only allowed names reached the host's resolver.
-    let asked = asked.lock().unwrap().clone();
-    assert!(asked.iter().any(|n| n == "allowed.sgtest"), "{asked:?}");
-    for refused in ["denied.sgtest", "c2VjcmV0.unknown.sgtest"] {
-        assert!(
-            !asked.iter().any(|n| n.contains(refused)),
-            "{refused} reached the host: {asked:?}"
-        );
-    }
+    // Nothing reached the host's resolver: no connection was made.
+    assert!(asked.lock().unwrap().is_empty(), "{:?}", asked.lock().unwrap());
     // Refusals are events: `sandgate log` shows them.
     let log = t.json_lines(&["log", "--json"]);
-    let dns = |host: &str| {
-        log.iter()
-            .find(|e| e["method"] == "DNS" && e["host"] == host)
-            .unwrap_or_else(|| panic!("no DNS event for {host}: {log:#?}"))
-            .clone()
-    };
-    assert_eq!(dns("denied.sgtest")["decision"], "deny");
-    assert!(dns("denied.sgtest")["rule"].as_str().unwrap().contains("denied.sgtest"));
-    assert_eq!(dns("c2VjcmV0.unknown.sgtest")["decision"], "deny");
-    assert!(dns("loop.sgtest")["rule"].as_str().unwrap().contains("loopback"));
+    let denied = log
+        .iter()
+        .find(|e| e["method"] == "DNS" && e["host"] == "denied.sgtest")
+        .unwrap_or_else(|| panic!("no DNS event for denied.sgtest: {log:#?}"));
+    assert_eq!(denied["decision"], "deny");
+    assert!(denied["rule"].as_str().unwrap().contains("denied.sgtest"));
     let text = String::from_utf8_lossy(&t.sg(&["log"]).stdout).into_owned();
     let line = text.lines().find(|l| l.contains("denied.sgtest")).unwrap_or_default();
     assert!(line.contains("DNS") && !line.contains("denied.sgtest:0"), "{text}");
     assert!(pending_is_empty(&t), "a lookup must not ask a person");
     // The command's stderr says why, once per name (not once per A and AAAA query).
-    let notice = "sandgate: DNS: no answer for c2VjcmV0.unknown.sgtest";
+    let notice = "sandgate: DNS: no answer for denied.sgtest";
     assert_eq!(stderr.matches(notice).count(), 1, "{stderr}");
 }
 
+/// A name no rule allows resolves at once (to an address of the sandbox's own); the connection
+/// to it is held until a person answers, and only then is the name looked up on the host.
 #[test]
-fn an_unknown_name_resolves_only_after_a_person_allows_it() {
+fn a_name_is_looked_up_on_the_host_only_once_a_person_allowed_the_connection() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
@@ -113,24 +111,37 @@ fn an_unknown_name_resolves_only_after_a_person_allows_it() {
     let mut t = DaemonEnv::new("");
     t.vars.push(("SANDGATE_DNS_SERVER".into(), Some(format!("127.0.0.1:{port}"))));
     start_daemon(&t);
-    let script = "getent hosts granted.sgtest; echo first rc=$?; i=0; \
-                  until getent hosts granted.sgtest; do i=$((i+1)); [ $i -gt 200 ] && break; \
-                  sleep 0.1; done; getent hosts granted.sgtest >/dev/null; echo later rc=$?";
-    let mut child = t.spawn_net(&["--allow", "192.0.2.0/24"], &["sh", "-c", script]);
-    let lines = lines_of(child.stdout.take().unwrap());
-    expect_line(&lines, std::time::Duration::from_secs(30), |l| l == "first rc=2");
-    assert!(
-        !asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"),
-        "looked up before anyone allowed it"
+    // The service: on the host's loopback, where `loop.sgtest` resolves.
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::Write as _;
+        if let Ok((mut s, _)) = service.accept() {
+            let _ = s.write_all(b"hello\n");
+        }
+    });
+    let script = format!(
+        "getent hosts loop.sgtest; echo first rc=$?; \
+         python3 -c 'import socket; s = socket.create_connection((\"loop.sgtest\", {service_port}), timeout=60); s.settimeout(60); print(\"got\", s.recv(16))'"
     );
-    let out = t.sg(&["allow", "granted.sgtest", "--for", "1h"]);
+    let mut child = t.spawn_net(&["--allow", "127.0.0.1"], &["sh", "-c", &script]);
+    let lines = lines_of(child.stdout.take().unwrap());
+    let first = expect_line(&lines, std::time::Duration::from_secs(30), |l| l.contains("rc="));
+    assert_eq!(first, "first rc=0");
+    let question = wait_for_question(&t);
+    assert_eq!(
+        (question["host"].as_str(), question["port"].as_u64(), question["method"].as_str()),
+        (Some("loop.sgtest"), Some(u64::from(service_port)), Some("TCP")),
+        "{question}"
+    );
+    assert!(asked.lock().unwrap().is_empty(), "looked up before anyone allowed it");
+    let target = format!("loop.sgtest:{service_port}");
+    let out = t.sg(&["allow", &target]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let answer =
-        expect_line(&lines, std::time::Duration::from_secs(30), |l| l.contains("192.0.2.20"));
-    assert!(answer.contains("granted.sgtest"), "{answer}");
-    expect_line(&lines, std::time::Duration::from_secs(5), |l| l == "later rc=0");
+    let got = expect_line(&lines, std::time::Duration::from_secs(30), |l| l.starts_with("got"));
+    assert_eq!(got, "got b'hello\\n'");
     let _ = child.wait();
-    assert!(asked.lock().unwrap().iter().any(|n| n == "granted.sgtest"));
+    assert!(asked.lock().unwrap().iter().any(|n| n == "loop.sgtest"));
 }
 
 fn pending_is_empty(t: &DaemonEnv) -> bool {
@@ -170,7 +181,9 @@ for i in range(10000):
 print('nxdomain', nx)
 "#;
     let started = std::time::Instant::now();
-    let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", script]));
+    // Denied, so that every made-up name is a refusal (names no rule mentions get addresses).
+    let (code, stdout, stderr) =
+        finish(t.spawn_net(&["--deny", "*.sgtest"], &["python3", "-c", script]));
     let secs = started.elapsed().as_secs();
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("nxdomain 10000"), "{stdout}\n{stderr}");

@@ -701,14 +701,15 @@ fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
 }
 
 /// A burst of blocked direct connections, counted by the daemon's monitor.
+// UDP: a direct datagram is refused and reported by the sandbox's firewall (TCP would be
+// captured into the proxy instead).
 const BURST: &str = r#"
 import socket
 refused = 0
 for i in range(1000):
-    s = socket.socket()
-    s.settimeout(2)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        s.connect(("10.203.0.2", 9))
+        s.sendto(b"x", ("10.203.0.2", 9))
     except OSError:
         refused += 1
     finally:
@@ -723,10 +724,11 @@ fn an_alert_burst_of_1000_blocked_connections_is_a_handful_of_messages_with_coun
     }
     let fake = FakeTelegram::start();
     let t = DaemonEnv::with_bot(&fake, "alert_window = \"2s\"\n");
-    // 10.203.0.2 is nobody: the sandbox's own firewall rejects the SYN inside its namespace.
+    // 10.203.0.2 is nobody: the sandbox's own firewall rejects the datagrams inside its
+    // namespace.
     let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", BURST]));
     assert_eq!((code, stdout.as_str()), (0, "refused 1000\n"), "{stderr}");
-    let dest = "10.203.0.2:9/tcp";
+    let dest = "10.203.0.2:9/udp";
     // The first alert at once, then one summary per window with the count.
     let count = |bodies: &[Value]| -> u64 {
         bodies
@@ -755,7 +757,7 @@ fn an_alert_burst_of_1000_blocked_connections_is_a_handful_of_messages_with_coun
     let texts: Vec<&str> = alerts.iter().map(text).collect();
     eprintln!("1000 blocked connections -> {} alert message(s): {texts:#?}", alerts.len());
     assert!(!alerts.is_empty() && alerts.len() <= 5, "{texts:#?}");
-    assert!(texts[0].contains("blocked direct connection to 10.203.0.2:9/tcp"), "{texts:#?}");
+    assert!(texts[0].contains("blocked direct connection to 10.203.0.2:9/udp"), "{texts:#?}");
     assert_eq!(count(&alerts), 1000, "every blocked packet is counted: {texts:#?}");
 }
 
@@ -769,11 +771,11 @@ fn a_blocked_connection_just_before_the_sandbox_ends_is_alerted() {
     // One refused connection, and the sandbox ends at once: the packet may be in the kernel's
     // last NFLOG batch, which arrives after the launcher unregistered.
     let one = "import socket\n\
-               try:\n    socket.create_connection(('10.203.0.3', 443), timeout=2)\n\
+               try:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('10.203.0.3', 53))\n\
                except OSError:\n    print('refused')\n";
     let (code, stdout, stderr) = finish(t.spawn_net(&[], &["python3", "-c", one]));
     assert_eq!((code, stdout.as_str()), (0, "refused\n"), "{stderr}");
-    let alert = fake.wait_call("sendMessage", text_has("10.203.0.3:443/tcp"));
+    let alert = fake.wait_call("sendMessage", text_has("10.203.0.3:53/udp"));
     assert!(text(&alert.body).contains("blocked direct connection"), "{}", alert.body);
 }
 

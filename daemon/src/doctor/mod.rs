@@ -96,6 +96,9 @@ pub struct KernelFacts {
     pub seccomp: bool,
     /// An overlay in a user namespace over the cache layers' file system (`None`: not tried).
     pub overlay: Option<Result<(), String>>,
+    /// The sandbox firewall's transparent-capture chain (NAT redirect) in a network namespace
+    /// inside a user namespace (`None`: not tried).
+    pub capture: Option<Result<(), String>>,
     /// A `net`/`build` network made as a launch makes it (route device, nf_tables batch, NFLOG,
     /// listener): `Ok(None)` with a tun route device, `Ok(Some(why))` with the veth pair made
     /// instead (why there was no tun), `Err` why it could not be made.
@@ -324,6 +327,22 @@ fn kernel_checks(k: &KernelFacts) -> Vec<Check> {
         None => {
             Check::warn("overlayfs", "not tried: no user namespace", "fix user_namespaces first")
         }
+    });
+    out.push(match &k.capture {
+        Some(Ok(())) => Check::ok(
+            "capture",
+            "TCP that ignores the proxy variables is captured into the proxy (transparent)",
+        ),
+        Some(Err(why)) => Check::warn(
+            "capture",
+            format!(
+                "{why}: sandboxes get their firewall without transparent capture, so only \
+                 clients that honour the proxy variables reach the network (the rest are refused \
+                 and reported)"
+            ),
+            "a kernel with nf_tables NAT (CONFIG_NFT_REDIR, CONFIG_NF_NAT)",
+        ),
+        None => Check::warn("capture", "not tried: no user namespace", "fix user_namespaces first"),
     });
     out.push(match &k.network {
         Ok(None) => Check::ok(

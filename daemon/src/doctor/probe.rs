@@ -55,6 +55,7 @@ fn kernel(layers: &Path) -> Option<KernelFacts> {
         landlock_gaps: sandgate_sandbox::landlock_gaps(k.landlock_abi),
         seccomp: k.seccomp,
         overlay: None,
+        capture: None,
         network: Ok(None),
     };
     if sandgate_sandbox::inside_sandbox().is_some() {
@@ -68,6 +69,7 @@ fn kernel(layers: &Path) -> Option<KernelFacts> {
     let ns = sandgate_sandbox::probe_namespaces(base);
     facts.user_namespace = ns.user_namespace;
     facts.overlay = ns.overlay;
+    facts.capture = ns.capture;
     facts.network = network();
     Some(facts)
 }

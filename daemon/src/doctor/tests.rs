@@ -18,6 +18,7 @@ fn healthy() -> Facts {
             landlock_gaps: Vec::new(),
             seccomp: true,
             overlay: Some(Ok(())),
+            capture: Some(Ok(())),
             network: Ok(None),
         }),
         wrappers: ["sandbox-run", "sandbox-net", "sandbox-build"]
@@ -90,6 +91,7 @@ fn a_healthy_system_passes_every_check() {
             "landlock",
             "seccomp",
             "overlayfs",
+            "capture",
             "network",
             "sandbox_links",
             "daemon",
@@ -127,6 +129,7 @@ fn each_check_fails_with_its_message_and_fix() {
                 k.userns_settings =
                     vec![("kernel.apparmor_restrict_unprivileged_userns".into(), "1".into())];
                 k.overlay = None;
+                k.capture = None;
             },
             "user_namespaces",
             Status::Fail,
@@ -204,6 +207,14 @@ fn each_check_fails_with_its_message_and_fix() {
             Status::Warn,
             "refuses an overlay in a user namespace (mount -t overlay: EINVAL)",
             "5.11",
+        ),
+        (
+            "capture refused",
+            |f| kernel(f).capture = Some(Err("nf_tables refused the capture chain".into())),
+            "capture",
+            Status::Warn,
+            "without transparent capture",
+            "CONFIG_NFT_REDIR",
         ),
         (
             "overlay not tried",

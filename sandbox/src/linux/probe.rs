@@ -1,7 +1,8 @@
 //! `sandgate doctor`'s namespace probe: a launch's first steps tried for real in a throwaway
 //! child — a user namespace with a mount namespace (as every launch makes, root's included), its
-//! id maps, and a copy-on-write overlay (as a package cache is mounted) — so that what fails is
-//! found before a launch fails on it. Nothing the child does outlives it.
+//! id maps, a copy-on-write overlay (as a package cache is mounted), and a network namespace
+//! whose firewall has its transparent-capture chain (NAT) — so that what fails is found before
+//! a launch fails on it (or, for capture, goes without it). Nothing the child does outlives it.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -22,6 +23,9 @@ pub struct NamespaceProbe {
     /// it, and a file written through it landing in the upper layer; `None` when there was no
     /// namespace to try it in.
     pub overlay: Option<Result<(), String>>,
+    /// The sandbox firewall with its `capture` chain (transparent capture) installed in a new
+    /// network namespace inside it; `None` when there was no namespace to try it in.
+    pub capture: Option<Result<(), String>>,
 }
 
 /// Tries the namespaces and an overlay in a child, with its layers in a new directory under
@@ -32,7 +36,7 @@ pub fn probe_namespaces(base: &Path) -> NamespaceProbe {
     let threads = sys::thread_count();
     if threads > 1 {
         let why = format!("not probed: this process has {threads} threads");
-        return NamespaceProbe { user_namespace: Err(why), overlay: None };
+        return NamespaceProbe { user_namespace: Err(why), overlay: None, capture: None };
     }
     let dir = base.join(format!(".doctor-{}", std::process::id()));
     let made = ["lower", "upper", "work", "merged"]
@@ -73,10 +77,11 @@ fn remove(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Forks the child that tries, and reads its one-line answer: empty for success, `U why` for a
-/// namespace step, `O why` for an overlay step.
+/// Forks the child that tries, and reads its answer: lines `U why` for a namespace step, `O why`
+/// for an overlay step, `N why` for the capture chain; nothing for success.
 fn run(dir: &Path) -> NamespaceProbe {
-    let failed = |why: String| NamespaceProbe { user_namespace: Err(why), overlay: None };
+    let failed =
+        |why: String| NamespaceProbe { user_namespace: Err(why), overlay: None, capture: None };
     let (read, write) = match nix::unistd::pipe() {
         Ok(p) => p,
         Err(e) => return failed(format!("pipe: {e}")),
@@ -94,25 +99,29 @@ fn run(dir: &Path) -> NamespaceProbe {
     let mut answer = Vec::new();
     let _ = io::Read::read_to_end(&mut std::fs::File::from(read), &mut answer);
     let ended = sys::waitpid(pid, true);
-    let answer = String::from_utf8_lossy(&answer).trim().to_owned();
-    match answer.split_at_checked(1) {
-        Some(("U", why)) => failed(why.trim().to_owned()),
-        Some(("O", why)) => {
-            NamespaceProbe { user_namespace: Ok(()), overlay: Some(Err(why.trim().to_owned())) }
-        }
-        _ if matches!(ended, Ok(Some((_, sys::Ended::Exit(0))))) => {
-            // The copy-up must have landed in the upper layer, and the lower layer kept its own.
-            let upper = std::fs::read(dir.join("upper/file")).unwrap_or_default();
-            let lower = std::fs::read(dir.join("lower/file")).unwrap_or_default();
-            let overlay = if upper == b"sandbox\n" && lower == b"host\n" {
-                Ok(())
-            } else {
-                Err("a write through the overlay did not land in its upper layer".to_owned())
-            };
-            NamespaceProbe { user_namespace: Ok(()), overlay: Some(overlay) }
-        }
-        _ => failed(format!("the probe ended without an answer ({ended:?})")),
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let said = |tag: &str| {
+        answer.lines().find_map(|l| l.strip_prefix(tag)).map(|why| why.trim().to_owned())
+    };
+    if let Some(why) = said("U ") {
+        return failed(why);
     }
+    let capture = Some(said("N ").map_or(Ok(()), Err));
+    if let Some(why) = said("O ") {
+        return NamespaceProbe { user_namespace: Ok(()), overlay: Some(Err(why)), capture };
+    }
+    if !matches!(ended, Ok(Some((_, sys::Ended::Exit(0))))) {
+        return failed(format!("the probe ended without an answer ({ended:?})"));
+    }
+    // The copy-up must have landed in the upper layer, and the lower layer kept its own.
+    let upper = std::fs::read(dir.join("upper/file")).unwrap_or_default();
+    let lower = std::fs::read(dir.join("lower/file")).unwrap_or_default();
+    let overlay = if upper == b"sandbox\n" && lower == b"host\n" {
+        Ok(())
+    } else {
+        Err("a write through the overlay did not land in its upper layer".to_owned())
+    };
+    NamespaceProbe { user_namespace: Ok(()), overlay: Some(overlay), capture }
 }
 
 /// The child: each step in turn, the first failure written to `out`.
@@ -139,8 +148,21 @@ fn child(dir: &Path, uid: u32, gid: u32, out: OwnedFd) -> ! {
             .map_err(|e| format!("making the mounts private: {e}"))
         });
     if let Err(why) = userns {
-        say(&format!("U {why}"));
+        say(&format!("U {why}\n"));
         sys::exit_now(1);
+    }
+    // The capture chain first (the overlay's failure ends the child).
+    let capture = nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("unshare(net): {e}"))
+        .and_then(|()| {
+            super::net::loopback_up().map_err(|e| format!("loopback: {e}"))?;
+            let batch =
+                super::netlink::namespace_firewall("doctor", 1, crate::spec::PROXY_PORT, true);
+            sys::netlink_transact(sys::Netlink::Netfilter, batch.bytes(), batch.acks)
+                .map_err(|e| format!("nf_tables refused the capture chain (NAT redirect): {e}"))
+        });
+    if let Err(why) = capture {
+        say(&format!("N {why}\n"));
     }
     let merged = dir.join("merged");
     let overlay =
@@ -151,7 +173,7 @@ fn child(dir: &Path, uid: u32, gid: u32, out: OwnedFd) -> ! {
                     .map_err(|e| format!("writing through the overlay: {e}"))
             });
     if let Err(why) = overlay {
-        say(&format!("O {why}"));
+        say(&format!("O {why}\n"));
         sys::exit_now(1);
     }
     sys::exit_now(0)

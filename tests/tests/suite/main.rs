@@ -51,4 +51,5 @@ mod sandbox_walls;
 mod small_launcher;
 mod telegram;
 mod traffic_log;
+mod transparent;
 mod type_names;

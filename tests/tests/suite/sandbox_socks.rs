@@ -7,6 +7,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use crate::support::daemon::*;
+use crate::support::ssh::{bare_repo, have_tools, keygen, sshd};
 use sandgate_tests::{origin, skip_unless};
 use serde_json::Value;
 
@@ -125,71 +126,12 @@ fn ssh_inside_net_goes_through_sandgate_connect() {
     assert!(stdout.contains("rc=255"), "{stdout}");
 }
 
-/// A real sshd on 127.0.0.1 (Debian's openssh-server), with a host key and an authorized client
-/// key made for the test; killed on drop.
-struct Sshd {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run_ok(cmd: &mut std::process::Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn sshd(dir: &std::path::Path, client_pub: &std::path::Path) -> Sshd {
-    let host_key = dir.join("host_key");
-    run_ok(
-        std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&host_key),
-    );
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let config = dir.join("sshd_config");
-    std::fs::write(
-        &config,
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-             PidFile {}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n",
-            host_key.display(),
-            client_pub.display(),
-            dir.join("sshd.pid").display()
-        ),
-    )
-    .unwrap();
-    // sshd's privilege separation directory.
-    std::fs::create_dir_all("/run/sshd").unwrap();
-    let child = std::process::Command::new("/usr/sbin/sshd")
-        .args(["-D", "-e", "-f"])
-        .arg(&config)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("sshd listening", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    Sshd { child, port }
-}
-
 #[test]
 fn git_clone_over_ssh_goes_through_the_proxy_and_a_denied_host_names_the_rule() {
     if skip_unless(can_sandbox(), "root, curl and python3 (net tier)") {
         return;
     }
-    let tools = ["/usr/sbin/sshd", "ssh-keygen", "git"].iter().all(|t| {
-        std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
+    let tools = have_tools();
     if skip_unless(tools, "openssh-server, ssh-keygen and git") {
         return;
     }
@@ -199,36 +141,9 @@ fn git_clone_over_ssh_goes_through_the_proxy_and_a_denied_host_names_the_rule() 
     std::fs::create_dir_all(&dir).unwrap();
     // The client key lives in the project (visible inside); the test passes it explicitly.
     let key = t.proj.join("id_test");
-    run_ok(
-        std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key),
-    );
+    keygen(&key);
     let server = sshd(&dir, &key.with_extension("pub"));
-    // A repository with one commit, served bare.
-    let work = dir.join("work");
-    let git = |args: &[&str], cwd: &std::path::Path| {
-        run_ok(
-            std::process::Command::new("git")
-                .args([
-                    "-c",
-                    "user.name=t",
-                    "-c",
-                    "user.email=t@t",
-                    "-c",
-                    "init.defaultBranch=main",
-                ])
-                .args(args)
-                .current_dir(cwd),
-        )
-    };
-    std::fs::create_dir_all(&work).unwrap();
-    git(&["init", "-q"], &work);
-    std::fs::write(work.join("README"), "cloned through sandgate\n").unwrap();
-    git(&["add", "README"], &work);
-    git(&["commit", "-qm", "first"], &work);
-    let bare = dir.join("repo.git");
-    git(&["clone", "-q", "--bare", work.to_str().unwrap(), bare.to_str().unwrap()], &dir);
+    let bare = bare_repo(&dir, "cloned through sandgate\n");
 
     let opts = format!(
         "-i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no \

@@ -40,6 +40,16 @@ pub fn counting_dns() -> (u16, Arc<Mutex<Vec<String>>>) {
                 ("granted.sgtest", _) => vec![],
                 ("loop.sgtest", RecordType::A) => vec![RData::A(A("127.0.0.1".parse().unwrap()))],
                 ("loop.sgtest", _) => vec![],
+                // Every name under `lo.sgtest` is 127.0.0.1: a test that needs names which differ
+                // only in the decision (allowed, held) takes as many as it needs.
+                (n, RecordType::A) if n.ends_with(".lo.sgtest") => {
+                    vec![RData::A(A("127.0.0.1".parse().unwrap()))]
+                }
+                (n, _) if n.ends_with(".lo.sgtest") => vec![],
+                // A public-looking address, routed only to a test host's namespace
+                // (`support::sandbox::PUBLIC`).
+                ("pub.sgtest", RecordType::A) => vec![RData::A(A("45.90.0.2".parse().unwrap()))],
+                ("pub.sgtest", _) => vec![],
                 _ => {
                     r.metadata.response_code = ResponseCode::NXDomain;
                     vec![]

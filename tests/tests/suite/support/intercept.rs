@@ -26,6 +26,17 @@ pub struct TlsOrigin {
 /// `[[redacted secret]]` (so the sandbox never receives the secret back, and the leak check can
 /// include every output).
 pub fn tls_origin(ip: &str, redact: &str) -> TlsOrigin {
+    tls_origin_with(ip, vec![SanType::IpAddress(ip.parse().unwrap())], redact)
+}
+
+/// [`tls_origin`] whose leaf names `names` (DNS names), for clients that connect by a name the
+/// test's DNS server resolves to `ip`.
+pub fn tls_origin_named(ip: &str, names: &[&str]) -> TlsOrigin {
+    let sans = names.iter().map(|n| SanType::DnsName((*n).try_into().unwrap())).collect();
+    tls_origin_with(ip, sans, "")
+}
+
+fn tls_origin_with(ip: &str, sans: Vec<SanType>, redact: &str) -> TlsOrigin {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::default();
     // A name of its own: a CA that shares another's name would fail as a bad signature instead
@@ -38,7 +49,7 @@ pub fn tls_origin(ip: &str, redact: &str) -> TlsOrigin {
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let leaf_key = KeyPair::generate().unwrap();
     let mut leaf = CertificateParams::default();
-    leaf.subject_alt_names = vec![SanType::IpAddress(ip.parse().unwrap())];
+    leaf.subject_alt_names = sans;
     let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).unwrap();
     let pem = leaf_cert.pem();
     let leaf_b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();

@@ -6,6 +6,7 @@ pub mod git;
 pub mod hook;
 pub mod intercept;
 pub mod sandbox;
+pub mod ssh;
 
 /// Waits until something accepts TCP connections on `listen` (`sandgate proxy` started as
 /// `child`); fails if `child` exits first or nothing listens within 20 s.

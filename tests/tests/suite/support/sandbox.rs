@@ -318,7 +318,8 @@ pub fn refused(answer: &str, allowed: &[&str], what: &str) {
 pub const WRITE_REFUSED: &[&str] = &["EACCES", "EPERM", "EROFS"];
 
 /// A test host in a network namespace made by the test: host side 10.202.0.1 / fd00:5a9d::1,
-/// the host at 10.202.0.2 / fd00:5a9d::2 with a TCP listener on 8080 and a UDP one on 53.
+/// the host at 10.202.0.2 / fd00:5a9d::2 with a TCP listener on 8080 and a UDP one on 53
+/// ([`TestHost::start`]); or the same on other IPv4 addresses ([`TestHost::start_at`]).
 pub struct TestHost {
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
     ns: String,
@@ -329,23 +330,45 @@ pub struct TestHost {
 pub const HOST4: &str = "10.202.0.2";
 pub const HOST6: &str = "fd00:5a9d::2";
 
+/// The IPv4 side of a test host's link: the host's end, the test host, the prefix length.
+#[derive(Debug, Clone, Copy)]
+pub struct Link4 {
+    pub host_side: &'static str,
+    pub host: &'static str,
+    pub prefix: u8,
+}
+
+/// The test host of [`TestHost::start`], on a private address (10.202.0.2).
+pub const PRIVATE: Link4 = Link4 { host_side: "10.202.0.1", host: HOST4, prefix: 24 };
+
+/// A test host on a public-looking address, outside every special-purpose range (so the address
+/// guard has no reason to refuse it): 45.90.0.2 in a /30 routed only to the test's veth, so
+/// nothing sent to it can leave the machine.
+pub const PUBLIC: Link4 = Link4 { host_side: "45.90.0.1", host: "45.90.0.2", prefix: 30 };
+
 impl TestHost {
     pub fn start() -> Option<TestHost> {
-        // The host side address is fixed: one test host at a time.
+        TestHost::start_at(PRIVATE)
+    }
+
+    /// A test host on `v4` (and fd00:5a9d::2), with the listeners of [`TestHost::start`].
+    pub fn start_at(v4: Link4) -> Option<TestHost> {
+        // The host side addresses and the names are fixed: one test host at a time.
         static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let guard = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let n = std::process::id() % 100_000;
         let ns = format!("sgt{n}");
         let link = format!("sgh{n}");
         let peer = format!("sgp{n}");
+        let Link4 { host_side, host: host4, prefix } = v4;
         let sh =
             |cmd: &str| Command::new("sh").arg("-c").arg(cmd).status().is_ok_and(|s| s.success());
         let ok = sh(&format!(
             "ip netns add {ns} && ip link add {link} type veth peer name {peer} && \
              ip link set {peer} netns {ns} && \
-             ip addr add 10.202.0.1/24 dev {link} && ip -6 addr add fd00:5a9d::1/64 dev {link} nodad && \
+             ip addr add {host_side}/{prefix} dev {link} && ip -6 addr add fd00:5a9d::1/64 dev {link} nodad && \
              ip link set {link} up && \
-             ip -n {ns} addr add 10.202.0.2/24 dev {peer} && \
+             ip -n {ns} addr add {host4}/{prefix} dev {peer} && \
              ip -n {ns} -6 addr add fd00:5a9d::2/64 dev {peer} nodad && \
              ip -n {ns} link set {peer} up && ip -n {ns} link set lo up"
         ));
@@ -367,7 +390,7 @@ impl TestHost {
         // Control: the host is reachable from outside any sandbox (poll until socat listens).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            let addr = format!("{HOST4}:8080").parse().unwrap();
+            let addr = format!("{host4}:8080").parse().unwrap();
             if std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
                 .is_ok()
             {
@@ -377,6 +400,19 @@ impl TestHost {
             std::thread::yield_now();
         }
         Some(host)
+    }
+
+    /// Starts `program ARGS` inside the test host's namespace (killed when the host goes).
+    pub fn spawn(&mut self, program: &str, args: &[&str]) {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        self.listeners.push(child);
     }
 }
 

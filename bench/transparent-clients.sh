@@ -82,7 +82,8 @@ while True:
 PY
 PIDS+=($!)
 for _ in $(seq 1 100); do [ -s "$T/dns.port" ] && curl -s -o /dev/null "http://$HOST:8080/" && break; sleep 0.1; done
-export SANDGATE_DNS_SERVER="127.0.0.1:$(cat "$T/dns.port")"
+SANDGATE_DNS_SERVER="127.0.0.1:$(cat "$T/dns.port")"
+export SANDGATE_DNS_SERVER
 
 if command -v go >/dev/null; then
     mkdir -p "$T/go"

@@ -7,10 +7,10 @@
 #   Proxy: nil, built here if `go` is installed), Java's HttpClient (`java Main.java`: through
 #   JAVA_TOOL_OPTIONS against without it, if `javac` is installed; fewer runs, it takes seconds).
 # The origin is on a test host in a network namespace of this script's, on a public-looking
-# address (45.90.0.2) routed only to the script's own veth (nothing leaves the machine); its name
+# address (45.90.8.2) routed only to the script's own veth (nothing leaves the machine); its name
 # `origin.bench` resolves there through a DNS server of the script on 127.0.0.1
 # (SANDGATE_DNS_SERVER), and only the name is allowed. The daemon is a private one.
-# Not to be run at the same time as bench/transparent.sh (same addresses).
+# Its addresses are its own (not bench/transparent.sh's nor the suite's): they can run at once.
 # Usage: bench/transparent-clients.sh [RUNS] [--release]   (root; default 30 runs; debug build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ BIN=$PWD/target/$PROFILE/sandgate
 T=$(mktemp -d /var/tmp/sandgate-clientbench.XXXXXX)
 chmod 755 "$T"
 NS=sgcb$$
-HOST=45.90.0.2
+HOST=45.90.8.2
 PIDS=()
 cleanup() {
     XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data" \
@@ -39,13 +39,13 @@ trap cleanup EXIT
 
 ip netns add "$NS"
 ip link add "v$NS" type veth peer name eth0 netns "$NS"
-ip addr add 45.90.0.1/32 dev "v$NS"
+ip addr add 45.90.8.1/32 dev "v$NS"
 ip link set "v$NS" up
 ip route add "$HOST/32" dev "v$NS"
 ip -n "$NS" addr add "$HOST/32" dev eth0
 ip -n "$NS" link set eth0 up
 ip -n "$NS" link set lo up
-ip -n "$NS" route add 45.90.0.1/32 dev eth0
+ip -n "$NS" route add 45.90.8.1/32 dev eth0
 
 mkdir -p "$T/run" "$T/config/sandgate" "$T/data" "$T/work" "$T/www"
 chmod 700 "$T/run"
@@ -59,7 +59,7 @@ ip netns exec "$NS" openssl s_server -quiet -www -accept "$HOST:8443" -cert "$T/
     -key "$T/key.pem" >/dev/null 2>&1 &
 PIDS+=($!)
 
-# The host's resolver for the daemon: origin.bench is 45.90.0.2, everything else NXDOMAIN.
+# The host's resolver for the daemon: origin.bench is 45.90.8.2, everything else NXDOMAIN.
 python3 - "$T/dns.port" <<'PY' &
 import socket, struct, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -75,7 +75,7 @@ while True:
     if ".".join(labels) != "origin.bench":
         s.sendto(d[:2] + struct.pack(">HHHHH", 0x8183, 1, 0, 0, 0) + q, a)
     elif qtype == 1:
-        rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton("45.90.0.2")
+        rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton("45.90.8.2")
         s.sendto(d[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + q + rr, a)
     else:
         s.sendto(d[:2] + struct.pack(">HHHHH", 0x8180, 1, 0, 0, 0) + q, a)

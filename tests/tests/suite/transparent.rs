@@ -587,7 +587,7 @@ fn java_without_java_tool_options(who: &Who) {
     );
 }
 
-/// A test host on a public-looking address (45.90.0.2, in a namespace of the test, routed only
+/// A test host on a public-looking address (45.90.7.2, in a namespace of the test, routed only
 /// to its veth) is reached with a grant for its name alone: the address guard, active in the
 /// same sandbox (the control: a name allowed the same way that resolves to 127.0.0.1 is
 /// refused), passes it because the address is public, not because anything allows it. Both a

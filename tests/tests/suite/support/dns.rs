@@ -48,7 +48,7 @@ pub fn counting_dns() -> (u16, Arc<Mutex<Vec<String>>>) {
                 (n, _) if n.ends_with(".lo.sgtest") => vec![],
                 // A public-looking address, routed only to a test host's namespace
                 // (`support::sandbox::PUBLIC`).
-                ("pub.sgtest", RecordType::A) => vec![RData::A(A("45.90.0.2".parse().unwrap()))],
+                ("pub.sgtest", RecordType::A) => vec![RData::A(A("45.90.7.2".parse().unwrap()))],
                 ("pub.sgtest", _) => vec![],
                 _ => {
                     r.metadata.response_code = ResponseCode::NXDomain;

@@ -342,9 +342,10 @@ pub struct Link4 {
 pub const PRIVATE: Link4 = Link4 { host_side: "10.202.0.1", host: HOST4, prefix: 24 };
 
 /// A test host on a public-looking address, outside every special-purpose range (so the address
-/// guard has no reason to refuse it): 45.90.0.2 in a /30 routed only to the test's veth, so
-/// nothing sent to it can leave the machine.
-pub const PUBLIC: Link4 = Link4 { host_side: "45.90.0.1", host: "45.90.0.2", prefix: 30 };
+/// guard has no reason to refuse it): 45.90.7.2 in a /30 routed only to the test's veth, so
+/// nothing sent to it can leave the machine. Not `bench/transparent.sh`'s 45.90.0.2: the suite
+/// and the bench can run at once.
+pub const PUBLIC: Link4 = Link4 { host_side: "45.90.7.1", host: "45.90.7.2", prefix: 30 };
 
 impl TestHost {
     pub fn start() -> Option<TestHost> {

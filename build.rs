@@ -1,8 +1,8 @@
 //! Links GCC's unwinder into the binaries statically on Linux with glibc (what `gcc
 //! -static-libgcc` does), so that they load one shared library fewer: without this, every start
 //! of `sandgate-launch` (each `sandbox-*` command) has the dynamic loader find, map and relocate
-//! `libgcc_s.so.1` only for Rust's unwinding, ~0.2 ms of a ~4.5 ms launch (see the README's
-//! "The small launcher").
+//! `libgcc_s.so.1` only for Rust's unwinding, ~0.2 ms of a ~4.5 ms launch (see
+//! docs/internals.md, "The small launcher").
 //!
 //! The archive is named among the binary's own native libraries, before the `-lgcc_s` that
 //! Rust's standard library asks for; the unwinder's symbols are then taken from it and

@@ -10,7 +10,7 @@
 # launcher next to it) instead of building them (a release build takes minutes on a shared
 # machine).
 # Results: bench/launch.md (hyperfine's table: means) and bench/launch-median.md (medians and the
-# overhead over bare `true`, the figures the README quotes). bench/launch-cpu.sh measures the same
+# overhead over bare `true`, the figures docs/performance.md quotes). bench/launch-cpu.sh measures the same
 # commands' CPU time, which a loaded machine disturbs far less than wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."

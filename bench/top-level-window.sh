@@ -1,6 +1,6 @@
 #!/bin/sh
 # How long a new dot-entry planted at the top of a writable directory stays in place before the
-# warden takes it away (the window the README's threat model names). Run from any scratch
+# warden takes it away (the window docs/threat-model/writable-directories.md names). Run from any scratch
 # directory outside /tmp: `bench/top-level-window.sh [path/to/sandgate]`.
 set -e
 SANDGATE=${1:-target/debug/sandgate}

@@ -78,7 +78,7 @@ fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Installs completions for bash, zsh and fish and the man pages under `data_home`
 /// (`$XDG_DATA_HOME`, or `~/.local/share`) and `config_home` (fish reads its own directory);
-/// returns what was written. Where each shell and `man` look by default is in the README.
+/// returns what was written. Where each shell and `man` look by default is in docs/getting-started.md.
 pub fn install_docs(data_home: &Path, config_home: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (name, path) in install::completion_paths(data_home, config_home) {

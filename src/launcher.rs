@@ -28,8 +28,8 @@ mod tier_cli;
 /// The process's entry, called by the C runtime in place of Rust's own start (`lang_start`).
 /// On Linux that start also finds the main thread's stack by reading and parsing
 /// `/proc/self/maps` (glibc's `pthread_getattr_np`) and installs a stack-overflow handler: ~90,000
-/// instructions and eight system calls, 0.06 ms of every `sandbox-*` launch (README, "The small
-/// launcher"). What of it the launcher needs is done here: descriptors 0, 1 and 2 open,
+/// instructions and eight system calls, 0.06 ms of every `sandbox-*` launch
+/// (docs/internals.md, "The small launcher"). What of it the launcher needs is done here: descriptors 0, 1 and 2 open,
 /// `SIGPIPE` ignored, standard output flushed at the end (`std::process::exit` flushes it too).
 /// A panic ends it with status 101, as from Rust's start (a panic cannot unwind out of a C
 /// function: it would abort); a stack overflow ends it with `SIGSEGV` instead of a message.

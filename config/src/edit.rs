@@ -18,7 +18,7 @@ pub fn template(global: bool) -> String {
     let presets = presets.join(", ");
     let mut t = format!(
         r#"# sandgate configuration. Lines starting with `# ` are examples: remove the `# ` to use
-# one. The README's "Configuration" section lists every key.
+# one. docs/configuration.md lists every key.
 #
 # [network]
 # allow = ["crates.io", "*.example.org", "api.example.com:8443"]

@@ -477,11 +477,17 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         if let Some(open) = unclosed_string(text)
             && e.span().is_none_or(|s| open.at <= s.start)
         {
-            return ConfigError::at(path, text, Some(open.at..open.at), open.message(), open.help());
+            return ConfigError::at(
+                path,
+                text,
+                Some(open.at..open.at),
+                open.message(),
+                open.help(),
+            );
         }
         let message = e.message().trim().to_owned();
         let help = if message.starts_with("unknown field") {
-            "remove the key or fix its spelling; the README's \"Configuration\" section lists every key"
+            "remove the key or fix its spelling; docs/configuration.md lists every key"
         } else if message.contains("invalid type") {
             "check the value's type: lists are written [\"a\", \"b\"], strings in double quotes"
         } else {
@@ -811,7 +817,7 @@ fn pattern_help(kind: &crate::pattern::PatternErrorKind) -> &'static str {
         K::Url(_) => "drop the scheme and path: a pattern is a host, optionally with :PORT",
         K::Path { .. } => {
             "drop the path; to allow only some paths of a host, list the host here and add \
-             [[http_rules]] for it (README: \"Secrets and HTTP rules\")"
+             [[http_rules]] for it (docs/secrets-and-http-rules.md)"
         }
     }
 }

@@ -6,7 +6,7 @@
 //! that is not a request gets an error reply with `"id": null` and the connection stays usable.
 //! After `register` or `subscribe`, the daemon also writes event lines, `{"event": "...", ...}`,
 //! on that connection. `register` carries file descriptors (SCM_RIGHTS) with its line.
-//! The README's "Control protocol" section documents every request with an example.
+//! The "Control protocol" section of docs/internals.md documents every request with an example.
 
 use std::path::PathBuf;
 

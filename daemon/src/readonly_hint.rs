@@ -113,7 +113,7 @@ fn line(cx: &Context<'_>, path: &Path, advice: &Advice) -> String {
         ),
         Advice::Protected => format!(
             "{shown} is read-only on purpose, even in a writable directory: it could make code \
-             run outside the sandbox later (see the README's threat model)"
+             run outside the sandbox later (see docs/threat-model/writable-directories.md)"
         ),
         Advice::Shims(rehash) => format!(
             "{shown} is read-only in every tier: a version manager's shims run outside the \

@@ -76,7 +76,7 @@ fn walk(w: &Walk<'_>, dir: &Path, rel: &mut Vec<OsString>, out: &mut Vec<PathBuf
     for entry in entries.flatten() {
         let name = entry.file_name();
         // In the home directory itself only dot-entries are decided: `~/src`, `~/Documents`
-        // stay readable (the README's threat model says so).
+        // stay readable (docs/threat-model/secrets.md says so).
         if rel.is_empty() && !name.as_bytes().starts_with(b".") {
             continue;
         }

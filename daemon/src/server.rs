@@ -388,7 +388,7 @@ impl Conn {
                 let reply = Reply::err(
                     id,
                     "bad_request",
-                    format!("not a request: {e}; see the README's \"Control protocol\""),
+                    format!("not a request: {e}; see docs/internals.md, \"Control protocol\""),
                 );
                 let _ = self.tx.send(line(&reply)).await;
                 return;

@@ -37,7 +37,7 @@
 //!
 //! The pure parts ([`gitlinks`], [`submodule_paths`], [`config_refs`], [`command_words`]) work on
 //! bytes; [`protect_git`] is the I/O edge that walks the disk. What this does not cover is in the
-//! README's "Threat model: git metadata".
+//! docs/threat-model/git-metadata.md.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -553,7 +553,7 @@ impl Walk<'_> {
     /// `d` is a linked worktree's (`linked`: whether `extensions.worktreeConfig` is on is in the
     /// common directory's config, which may change; an empty placeholder is a valid config);
     /// `commondir` when it exists (an empty placeholder there would break git; creating one is
-    /// what `git_writable` cannot stop: see the README).
+    /// what `git_writable` cannot stop: see docs/threat-model/git-metadata.md).
     fn git_dir_files(&mut self, d: &Path, linked: bool) {
         self.protect(d.join("hooks"));
         self.protect(d.join("config"));

@@ -20,7 +20,7 @@
 //! top-level rule's: the warden lists the top itself.
 //!
 //! What it costs: one `getdents` per directory and nothing per file (the entry's type comes with
-//! its name); see the README's Performance section for a 100,000-file tree. The bound
+//! its name); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
 //! ([`SCAN_DEPTH`] levels, [`SCAN_DIRS`] directories) keeps a huge tree from delaying every
 //! launch without limit; what lies past it is listed in [`Scan::unread`] and said at launch.
 

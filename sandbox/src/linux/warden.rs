@@ -42,8 +42,8 @@
 //!
 //! The window: while the command runs, a new protected entry exists from its creation until the
 //! warden has moved it (the time for the kernel to wake the warden and for one directory
-//! listing). A host-side tool started in that window in that directory could read it; the README
-//! says so. An entry the user's own tools create there during the run is taken away too (inotify
+//! listing). A host-side tool started in that window in that directory could read it;
+//! docs/threat-model/writable-directories.md says so. An entry the user's own tools create there during the run is taken away too (inotify
 //! does not say who made it); it is in the quarantine.
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -19,6 +19,7 @@ mod answers;
 mod check;
 mod connect_cli;
 mod daemon;
+mod docs;
 mod doctor;
 mod firewall_cli;
 mod grants;

@@ -297,8 +297,8 @@ fn status(s: &Scratch) -> serde_json::Value {
 /// A sandbox in a prepared network whose daemon is killed (`kill -9`) while it runs: the
 /// daemon held its route device, and that descriptor is gone with it. Direct connections stay
 /// refused by the firewall (at once, IPv4, IPv6 and UDP; never open, never unroutable); the
-/// launcher starts the next daemon and registers the sandbox's sockets with it (as the README
-/// says), and a direct attempt made once the new daemon lists the sandbox is reported again (its
+/// launcher starts the next daemon and registers the sandbox's sockets with it (as
+/// docs/approvals.md says), and a direct attempt made once the new daemon lists the sandbox is reported again (its
 /// port, 9002, is its own: no earlier attempt's report can pass for it). Control: the step-0
 /// attempt is reported by the first daemon, before the kill.
 fn a_pooled_sandbox_whose_daemon_was_killed_is_still_refused(who: &Who) {

@@ -6,7 +6,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::sandbox::{HOST4, HOST6, Scratch, TestHost, Who, both, in_netns, init_of, root, text};
+use crate::support::sandbox::{
+    HOST4, HOST6, Scratch, TestHost, Who, both, in_netns, init_of, root, text,
+};
 use sandgate_tests::skip_unless;
 
 fn have(tool: &str) -> bool {

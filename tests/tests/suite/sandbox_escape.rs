@@ -31,7 +31,8 @@ fn direct_network_is_refused(who: &Who) {
         // IPv4 TCP in `net`/`build` is captured: the connect reaches the proxy, which refuses
         // (a reset or the end of the stream), so the echo host's answer never comes back.
         let tcp4 = if tier == "run" { "tcp" } else { "talk" };
-        for (op, host, port) in [(tcp4, HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
+        for (op, host, port) in
+            [(tcp4, HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
         {
             let answer = s.probe(tier, &[], &[op, host, port]);
             refused_fast(&answer, &format!("{tier} {op} {host}:{port}"));

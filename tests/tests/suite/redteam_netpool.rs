@@ -66,12 +66,14 @@ impl Running {
         Running { child, lines, stderr: Some(stderr), err_so_far }
     }
 
-    /// Waits (up to 10 s) until the launcher's stderr has a line `line`.
+    /// Waits (up to 10 s) until the launcher's stderr has a line `line` (or one that starts
+    /// with it, then a space: a denial's line goes on to say why).
     fn wait_stderr(&self, line: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
+        let longer = format!("{line} ");
         loop {
             let so_far = self.err_so_far.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if so_far.lines().any(|l| l == line) {
+            if so_far.lines().any(|l| l == line || l.starts_with(&longer)) {
                 return;
             }
             assert!(Instant::now() < deadline, "no {line:?} from the launcher:\n{so_far}");

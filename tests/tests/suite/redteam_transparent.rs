@@ -294,7 +294,7 @@ fn event_with<'a>(events: &'a [Value], rule: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no TCP event whose rule says {rule:?}: {events:#?}"))
 }
 
-/// 1. Domain fronting: a name the sandbox resolved (and is allowed) opened with a ClientHello
+/// Attack 1: Domain fronting: a name the sandbox resolved (and is allowed) opened with a ClientHello
 /// that names another server, none, or an address; or a second ClientHello after a
 /// HelloRetryRequest that names another server or none. Each is refused with a TLS alert, the
 /// event says why, and the other name never reaches the host. Control: the same connections
@@ -352,7 +352,7 @@ fn fronting_is_refused(who: &Who) {
     }
 }
 
-/// 2. An address the sandbox did not resolve is decided as the address: refused without a
+/// Attack 2: An address the sandbox did not resolve is decided as the address: refused without a
 /// grant for it (nothing reaches the host), let through with one (control). A ClientHello or an
 /// HTTP `Host` naming an allowed name, sent to another real address, reaches the name's own
 /// address (the proxy resolves it), never the address the client chose; a first `Host` naming
@@ -459,7 +459,7 @@ const DISGUISES: &[Disguise] = &[
     Disguise { label: "own", ip: OWN_IP, reason: "own host" },
 ];
 
-/// 3. The address guard on the transparent path: an allowed name that the host's resolver
+/// Attack 3: The address guard on the transparent path: an allowed name that the host's resolver
 /// answers with an internal address in any disguise is refused (403, the event names the guard
 /// and the reason), and nothing reaches the test host; the same names through the proxy path are
 /// refused alike. Controls: a name answered with the test host's public address reaches it, and
@@ -537,7 +537,7 @@ fn the_address_guard_holds(who: &Who) {
     assert!(host.received().is_empty());
 }
 
-/// 4. Another sandbox's names: sandbox A resolves a name and holds its connection; sandbox B,
+/// Attack 4: Another sandbox's names: sandbox A resolves a name and holds its connection; sandbox B,
 /// at the same time under the same daemon, connecting to A's address (and every other address
 /// of the block it was never given) is refused as such and reaches nothing; a PTR query for the
 /// address names nothing; B's own lookup gets the same number for its own name, which decides
@@ -599,7 +599,7 @@ fn another_sandboxs_names_are_out_of_reach(who: &Who) {
     }
 }
 
-/// 5. Addresses of the block never given (its first and last, one in the middle) are refused
+/// Attack 5: Addresses of the block never given (its first and last, one in the middle) are refused
 /// and reported; UDP to a synthetic address and to the test host, and IPv6 TCP, are refused at
 /// once and reported by the firewall (not captured); QUIC (UDP 443) is refused at once and not
 /// reported. Control: the test host is reached by name in the same run.
@@ -659,7 +659,7 @@ fn what_the_names_do_not_cover(who: &Who) {
     }
 }
 
-/// 6. Ways around the capture: raw sockets, IP_TRANSPARENT and SO_MARK are refused; a socket
+/// Attack 6: Ways around the capture: raw sockets, IP_TRANSPARENT and SO_MARK are refused; a socket
 /// bound to the route device, or opening with TCP Fast Open, is captured all the same (refused
 /// without a grant, nothing reaches the host); 127.0.0.2 is the sandbox's own loopback, not the
 /// host's (a host service listening there is not reached; control: it is from outside); the

@@ -743,7 +743,29 @@ fn a_client_that_stalls_is_decided_in_bounded_time(who: &Who) {
     assert!(host.received().is_empty());
 }
 
+/// A flood of connections to names nobody allowed (each a new name, so each a new question) is
+/// held to the question budget: past it, refused at once without asking (the event says so),
+/// nothing reaches the test host. Control: the first ones within the budget were asked (held
+/// until the ask timeout, the event says so).
+fn a_flood_of_unknown_names_is_held_to_the_question_budget(who: &Who) {
+    let Some(host) = PublicHost::start() else { return };
+    let a = Attacker::new(who, table_dns(Vec::new()));
+    let config = a.s.home.join(".config/sandgate/config.toml");
+    std::fs::write(config, "[daemon]\nask_timeout = \"2s\"\nquestions_per_minute = 3\n").unwrap();
+    let (r, stderr) = a.run("net", &[], &["flood flood 20 flood.rt.sgtest 5432"]);
+    let v = got(&r, "flood");
+    assert!(v.starts_with("reset=20 "), "{v}\n{stderr}");
+    let quick: u32 = v.rsplit_once("quick=").unwrap().1.parse().unwrap();
+    assert!(quick >= 17, "more than the budget was held: {v}");
+    assert!(host.received().is_empty());
+    let events = a.tcp_events();
+    let rule = |r: &str| events.iter().filter(|e| e["rule"] == r).count();
+    assert_eq!(rule("question budget spent"), 17, "{events:#?}");
+    assert_eq!(rule("approval timed out"), 3, "{events:#?}");
+}
+
 both!(
+    a_flood_of_unknown_names_is_held_to_the_question_budget,
     fronting_is_refused,
     ip_literals_need_an_address_grant,
     the_address_guard_holds,

@@ -178,6 +178,23 @@ def names(count, suffix):
     return f"resolved {got}"
 
 
+def flood(count, suffix, port):
+    """Resolves `count` new names under `suffix` and connects to each (waiting up to 5 s for an
+    answer); the verdicts, counted, and how many connections were answered within 1 s."""
+    seen = {}
+    quick = 0
+    for i in range(int(count)):
+        t = time.monotonic()
+        try:
+            ip = socket.getaddrinfo(f"f{i}.{suffix}", 443, socket.AF_INET)[0][4][0]
+            v = tcp(ip, port, "5")
+        except Exception as e:  # noqa: BLE001 - the error name is the result
+            v = errname(e)
+        quick += time.monotonic() - t < 1
+        seen[v] = seen.get(v, 0) + 1
+    return " ".join(f"{k}={v}" for k, v in sorted(seen.items())) + f" quick={quick}"
+
+
 def connect_each(first, count, port):
     """Connects to `count` synthetic addresses from `first` up; the verdicts, counted."""
     base = struct.unpack("!I", socket.inet_aton(first))[0]
@@ -207,6 +224,7 @@ OPS = {
     "fastopen": fastopen,
     "names": names,
     "connect_each": connect_each,
+    "flood": flood,
 }
 
 

@@ -477,6 +477,13 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
     if decision == "reject" {
         return format!("sandgate: refused a malformed request ({rule})");
     }
+    if rule == sandgate_proxy::Refusal::NOT_GIVEN {
+        // Nothing to allow: the address stands for no destination in this sandbox.
+        return format!(
+            "sandgate: denied {host}:{port}: {rule} (it stands for no destination here; \
+             connect to the host by name)"
+        );
+    }
     if let Some((ip, why)) = sandgate_proxy::guard::refusal_in_rule(&rule) {
         // Allowing the name (what the line below suggests) would not help: the address must be.
         let ip_target = match ip {
@@ -607,6 +614,14 @@ mod tests {
             "address guard: fd00::1 is a private network address",
         ));
         assert!(v6.unwrap().contains("`sandgate allow [fd00::1]:443`"));
+        // An address of the stub's block never given: nothing to allow, said so.
+        let not_given =
+            line(request("deny", "198.18.0.9", 443, sandgate_proxy::Refusal::NOT_GIVEN)).unwrap();
+        assert!(
+            not_given.starts_with("sandgate: denied 198.18.0.9:443: an address"),
+            "{not_given}"
+        );
+        assert!(!not_given.contains("sandgate allow"), "{not_given}");
         // Another denial keeps the usual line: asking for the name does help there.
         let other = line(request("deny", "x.test", 443, "deny x.test (command line)")).unwrap();
         assert!(other.contains("have a person run `sandgate allow x.test`"), "{other}");

@@ -293,6 +293,12 @@ impl ProxyShared {
                 // The server is gone before it said anything: nothing the client holds matters.
                 return Ok(());
             }
+            if !client_open && held.is_empty() && verdict == sni::ServerFirst::NeedMore {
+                // The client is gone after its one hello: no second hello can follow, so there
+                // is nothing to check; the tunnel passes the end on (a server that never answers
+                // would otherwise hold the upstream open until the idle deadline).
+                return Ok(());
+            }
             // Hold at most one opening's worth: a client that sends more waits (back-pressure).
             let read_client = client_open && held.len() <= sni::MAX_OPENING;
             down.clear();

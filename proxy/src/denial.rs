@@ -82,6 +82,13 @@ pub enum Refusal {
         /// Why.
         why: Forbidden,
     },
+    /// An address of the DNS stub's block (198.18.0.0/15) that the stub never gave this sandbox
+    /// for a name: it stands for no destination here (403). Another sandbox's name may stand
+    /// behind it; this sandbox learns nothing of it.
+    NotGiven {
+        /// `ip:port`.
+        target: String,
+    },
     /// The name does not resolve (502).
     Unresolvable {
         /// `host:port`.
@@ -130,6 +137,10 @@ impl Refusal {
     /// launcher tells it apart.
     pub const UNRESOLVABLE: &'static str = "name does not resolve";
 
+    /// The rule text of [`Refusal::NotGiven`].
+    pub const NOT_GIVEN: &'static str =
+        "an address of the DNS stub's block never given to this sandbox";
+
     /// The HTTP status code.
     pub fn status(&self) -> u16 {
         match self {
@@ -144,6 +155,7 @@ impl Refusal {
             | Refusal::OverBudget { .. }
             | Refusal::NoApprover { .. }
             | Refusal::ForbiddenAddress { .. }
+            | Refusal::NotGiven { .. }
             | Refusal::PathNotAllowed { .. } => 403,
             Refusal::Unresolvable { .. }
             | Refusal::Unreachable { .. }
@@ -178,6 +190,7 @@ impl Refusal {
             Refusal::ForbiddenAddress { ip, why, .. } => {
                 format!("{}{ip} is {why}", crate::guard::RULE_PREFIX)
             }
+            Refusal::NotGiven { .. } => Refusal::NOT_GIVEN.into(),
             Refusal::Unresolvable { .. } => Refusal::UNRESOLVABLE.into(),
             Refusal::Unreachable { .. } => "upstream unreachable".into(),
             Refusal::PathNotAllowed { rules_at, .. } => format!("http_rules ({rules_at})"),
@@ -232,6 +245,7 @@ impl Refusal {
             Refusal::OverBudget { .. } => "not in allowlist (question budget spent)".into(),
             Refusal::NoApprover { .. } => "not in allowlist (no approver running)".into(),
             Refusal::ForbiddenAddress { why, .. } => format!("resolves to {why}"),
+            Refusal::NotGiven { .. } => "address never given to this sandbox".into(),
         };
         header_safe(&format!("Blocked by sandgate: {why}"))
     }
@@ -248,6 +262,7 @@ impl Refusal {
             | Refusal::OverBudget { target, .. }
             | Refusal::NoApprover { target }
             | Refusal::ForbiddenAddress { target, .. }
+            | Refusal::NotGiven { target }
             | Refusal::Unresolvable { target, .. }
             | Refusal::Unreachable { target, .. }
             | Refusal::PathNotAllowed { target, .. }
@@ -453,6 +468,16 @@ pub fn render_refusal_with_grants(
                  retrying will be refused the same way. If {ip} is meant, ask the person you are \
                  working for to allow the address itself: `sandgate allow {ip_target}` in a \
                  terminal outside the sandbox, or {ip} in `[network] allow`."
+            );
+        }
+        Refusal::NotGiven { .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: the address is one of those the \
+                 sandbox's DNS stub gives out for names (198.18.0.0/15), and it was never given \
+                 to this sandbox, so it stands for no destination. Connect to a host by its name \
+                 (looked up in this sandbox) instead; retrying the address will be refused the \
+                 same way."
             );
         }
         Refusal::Unresolvable { error, .. } => {
@@ -667,6 +692,10 @@ mod tests {
                     why: Forbidden::Loopback,
                 },
                 "Blocked by sandgate: resolves to a loopback address",
+            ),
+            (
+                Refusal::NotGiven { target: "198.18.0.9:443".into() },
+                "Blocked by sandgate: address never given to this sandbox",
             ),
             (
                 Refusal::Unauthenticated,

@@ -126,16 +126,7 @@ impl ProxyShared {
         let port = to.port();
         match ctx.sandbox.names.lookup(to.ip()) {
             Lookup::Name(name) => return Ok(Target { host: Host::Name(name), port }),
-            Lookup::NotGiven => {
-                return Err(Refusal::Malformed {
-                    input: to.to_string(),
-                    why: format!(
-                        "{} is in the block the DNS stub gives addresses from, and was never \
-                         given to this sandbox",
-                        to.ip()
-                    ),
-                });
-            }
+            Lookup::NotGiven => return Err(Refusal::NotGiven { target: to.to_string() }),
             Lookup::Real => {}
         }
         let ip = sandgate_config::canonical_ip(to.ip());

@@ -36,6 +36,7 @@ mod redteam_net;
 mod redteam_netpool;
 mod redteam_open;
 mod redteam_proxy;
+mod redteam_transparent;
 mod redteam_walls;
 mod sandbox_caches;
 mod sandbox_dns;

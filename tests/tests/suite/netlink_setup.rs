@@ -6,7 +6,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::sandbox::{HOST4, Scratch, TestHost, Who, both, in_netns, init_of, root, text};
+use crate::support::sandbox::{
+    HOST4, HOST6, Scratch, TestHost, Who, both, in_netns, init_of, root, text,
+};
 use sandgate_tests::skip_unless;
 
 fn have(tool: &str) -> bool {
@@ -83,11 +85,13 @@ fn blocked_and_reported_without_nft_and_ip(who: &Who) {
     // A mount namespace of the test's own hides both tools; the launcher runs as `who` inside it.
     let hide = "/usr/bin/mount --bind /dev/null /usr/sbin/nft && \
                 /usr/bin/mount --bind /dev/null /usr/sbin/ip && exec /usr/bin/env PATH=/nonexistent \"$@\"";
-    let inner = s.command(
-        "net",
-        &["--report-blocked"],
-        &["/usr/bin/python3", s.probe.to_str().unwrap(), "tcp", HOST4, "8080"],
+    // IPv4 TCP is captured (refused by the proxy's side: a reset or EOF, never the echo);
+    // IPv6 TCP is refused and reported by the firewall.
+    let probe = s.probe.to_str().unwrap();
+    let script = format!(
+        "/usr/bin/python3 {probe} talk {HOST4} 8080; /usr/bin/python3 {probe} tcp {HOST6} 8080"
     );
+    let inner = s.command("net", &["--report-blocked"], &["/bin/sh", "-c", &script]);
     let program = match inner.get_program().to_str().unwrap() {
         "setpriv" => "/usr/bin/setpriv".into(),
         other => other.to_owned(),
@@ -109,8 +113,18 @@ fn blocked_and_reported_without_nft_and_ip(who: &Who) {
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ECONNREFUSED"), "{stdout}\n{stderr}");
-    assert!(stderr.contains(&format!("sandgate: blocked tcp {HOST4}:8080")), "{stderr}");
+    refused_v4_reported_v6(&stdout, &stderr);
+}
+
+/// The probe lines of `talk HOST4` then `tcp HOST6`: the first refused (reset or end of
+/// stream: no echo came back), the second refused at once and reported by the firewall.
+#[track_caller]
+fn refused_v4_reported_v6(stdout: &str, stderr: &str) {
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.split(' ').count() == 2).collect();
+    let [v4, v6] = lines[..] else { panic!("two probe lines expected:\n{stdout}\n{stderr}") };
+    assert!(v4.starts_with("ECONNRESET ") || v4.starts_with("EOF "), "{v4}\n{stderr}");
+    assert!(v6.starts_with("ECONNREFUSED "), "{v6}\n{stderr}");
+    assert!(stderr.contains(&format!("sandgate: blocked tcp [{HOST6}]:8080")), "{stderr}");
 }
 
 both!(blocked_and_reported_without_nft_and_ip);
@@ -166,8 +180,9 @@ fn blocked_and_reported_without_dev_net_tun(who: &Who) {
             "/bin/sh",
             "-c",
             &format!(
-                "cat /proc/net/dev; /usr/bin/python3 {} tcp {HOST4} 8080",
-                s.probe.to_str().unwrap()
+                "cat /proc/net/dev; /usr/bin/python3 {p} talk {HOST4} 8080; \
+                 /usr/bin/python3 {p} tcp {HOST6} 8080",
+                p = s.probe.to_str().unwrap()
             ),
         ],
     );
@@ -193,8 +208,7 @@ fn blocked_and_reported_without_dev_net_tun(who: &Who) {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("sg1:"), "no veth pair:\n{stdout}");
-    assert!(stdout.contains("ECONNREFUSED"), "{stdout}\n{stderr}");
-    assert!(stderr.contains(&format!("sandgate: blocked tcp {HOST4}:8080")), "{stderr}");
+    refused_v4_reported_v6(&stdout, &stderr);
 }
 
 both!(blocked_and_reported_without_dev_net_tun);

@@ -25,16 +25,23 @@ fn refused_fast(answer: &str, what: &str) {
 fn direct_network_is_refused(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
+    // Nobody answers the question a captured connection asks: refused after a second.
+    s.ask_timeout(1);
     for tier in ["run", "net", "build"] {
+        // IPv4 TCP in `net`/`build` is captured: the connect reaches the proxy, which refuses
+        // (a reset or the end of the stream), so the echo host's answer never comes back.
+        let tcp4 = if tier == "run" { "tcp" } else { "talk" };
         for (op, host, port) in
-            [("tcp", HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
+            [(tcp4, HOST4, "8080"), ("tcp", HOST6, "8080"), ("udp", HOST4, "53")]
         {
             let answer = s.probe(tier, &[], &[op, host, port]);
             refused_fast(&answer, &format!("{tier} {op} {host}:{port}"));
         }
         // Without any proxy variable (an empty environment, curl told to go direct) nothing
-        // changes: curl's connect is refused at once (exit 7, "couldn't connect"), where the
-        // test host's listener would have accepted it (exit 52/56 from a non-HTTP peer).
+        // gets through: in `run` curl's connect is refused at once (exit 7, "couldn't
+        // connect"), where the test host's listener would have accepted it (exit 52/56 from a
+        // non-HTTP peer); in `net`/`build` the captured request is answered by the proxy with a
+        // 403 that says so (the echo host would have sent the request back, not a response).
         for url in [format!("http://{HOST4}:8080/"), format!("http://[{HOST6}]:8080/")] {
             let out = s.run(
                 tier,
@@ -49,6 +56,8 @@ fn direct_network_is_refused(who: &Who) {
                     "*",
                     "--max-time",
                     "5",
+                    "-D",
+                    "-",
                     "-o",
                     "/dev/null",
                     "-w",
@@ -56,12 +65,20 @@ fn direct_network_is_refused(who: &Who) {
                     &url,
                 ],
             );
-            let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(99.0);
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            if tier != "run" && url.contains(HOST4) {
+                assert_eq!(out.status.code(), Some(0), "{tier}: curl {url}: {stderr}");
+                assert!(stdout.starts_with("HTTP/1.1 403"), "{tier}: curl {url}: {stdout}");
+                assert!(stdout.to_ascii_lowercase().contains("x-sandgate-decision: "), "{stdout}");
+                eprintln!("{tier}: curl {url} refused by the proxy");
+                continue;
+            }
+            let secs: f64 = stdout.trim().parse().unwrap_or(99.0);
             assert_eq!(
                 out.status.code(),
                 Some(7),
-                "{tier}: curl {url} without proxy variables: {}",
-                String::from_utf8_lossy(&out.stderr)
+                "{tier}: curl {url} without proxy variables: {stderr}"
             );
             // Exit 7 is "couldn't connect" (refused); a drop would be 28 (timed out). The time
             // is printed, not bounded: a loaded machine is not a dropping firewall.
@@ -73,9 +90,10 @@ fn direct_network_is_refused(who: &Who) {
 fn blocked_attempts_are_reported(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
+    s.ask_timeout(1);
     let probe = s.probe.to_str().unwrap();
     let script = format!(
-        "python3 {probe} tcp {HOST4} 8080; python3 {probe} udp {HOST4} 53; python3 {probe} tcp {HOST6} 8443"
+        "python3 {probe} talk {HOST4} 8080; python3 {probe} udp {HOST4} 53; python3 {probe} tcp {HOST6} 8443"
     );
     for tier in ["net", "build"] {
         let out = s.run(tier, &["--report-blocked"], &["sh", "-c", &script]);
@@ -84,13 +102,15 @@ fn blocked_attempts_are_reported(who: &Who) {
             refused_fast(line, &format!("{tier}: {line}"));
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
+        // UDP and IPv6 by the firewall (NFLOG); IPv4 TCP, captured, by the proxy.
         for want in [
-            format!("sandgate: blocked tcp {HOST4}:8080"),
+            format!("sandgate: denied {HOST4}:8080"),
             format!("sandgate: blocked udp {HOST4}:53"),
             format!("sandgate: blocked tcp [{HOST6}]:8443"),
         ] {
-            assert!(stderr.contains(&want), "{tier}: no NFLOG record {want:?} in:\n{stderr}");
+            assert!(stderr.contains(&want), "{tier}: no report {want:?} in:\n{stderr}");
         }
+        assert!(!stderr.contains(&format!("blocked tcp {HOST4}")), "{tier}: {stderr}");
     }
 }
 
@@ -313,6 +333,7 @@ fn fails_for(s: &Scratch, tier: &str, cmd: &[&str], reasons: &[&str]) {
 fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
+    s.ask_timeout(1);
     let probe = s.probe.to_str().unwrap();
     const EPERM: &str = "Operation not permitted";
     // util-linux's mount says "permission denied" for the kernel's EPERM, and refuses by itself
@@ -360,11 +381,18 @@ fn namespaces_mounts_and_firewall_stay_shut(who: &Who) {
             "{tier}"
         );
     }
-    // The firewall survives an attempt to flush it from inside.
+    // The firewall survives an attempt to flush it from inside: IPv4 TCP is still captured
+    // (refused by the proxy: no echo comes back), IPv6 TCP still refused at once.
     for tier in ["net", "build"] {
-        let script = format!("nft flush ruleset 2>/dev/null; python3 {probe} tcp {HOST4} 8080");
+        let script = format!(
+            "nft flush ruleset 2>/dev/null; python3 {probe} talk {HOST4} 8080; \
+             python3 {probe} tcp {HOST6} 8080"
+        );
         let (out, _) = s.sh(tier, &[], &script);
-        refused_fast(out.trim(), &format!("{tier}: tcp after nft flush"));
+        for line in out.lines() {
+            refused_fast(line, &format!("{tier}: tcp after nft flush"));
+        }
+        assert_eq!(out.lines().count(), 2, "{tier}: {out}");
     }
 }
 

@@ -119,6 +119,7 @@ fn store_and_config_stay_unwritable(s: &Scratch, tier: &str, args: &[&str]) {
 fn children_inherit_the_walls(who: &Who) {
     let Some(_host) = TestHost::start() else { return };
     let s = Scratch::new(who);
+    s.ask_timeout(1);
     let probe = p(&s.probe);
     let (victim, key) = (s.outside.join("victim.txt"), s.home.join(".ssh/id_rsa"));
     let (victim, key) = (p(&victim), p(&key));
@@ -128,7 +129,7 @@ fn children_inherit_the_walls(who: &Who) {
         format!(
             "python3 {probe} write {victim}\n\
              python3 {probe} read {key}\n\
-             python3 {probe} tcp {HOST4} 8080\n\
+             python3 {probe} talk {HOST4} 8080\n\
              python3 -c 'import subprocess, sys; subprocess.run(sys.argv[1:])' \
              python3 {probe} write {victim}\n"
         ),
@@ -142,9 +143,11 @@ fn children_inherit_the_walls(who: &Who) {
         assert_eq!(lines.len(), 4, "{tier}: {text} {}", String::from_utf8_lossy(&out.stderr));
         refused(lines[0], WRITE_REFUSED, &format!("{tier}: grandchild write outside"));
         refused(lines[1], &["EACCES", "EPERM"], &format!("{tier}: grandchild reads the key"));
+        // `run` has no route; in `net`/`build` the capture hands the connection to the proxy,
+        // which refuses it (a reset or the end of the stream, never the echo host's answer).
         let tcp = lines[2].split_whitespace().next().unwrap_or("");
         assert!(
-            ["ENETUNREACH", "ECONNREFUSED", "EHOSTUNREACH"].contains(&tcp),
+            ["ENETUNREACH", "ECONNREFUSED", "EHOSTUNREACH", "ECONNRESET", "EOF"].contains(&tcp),
             "{tier}: grandchild direct tcp: {}",
             lines[2]
         );

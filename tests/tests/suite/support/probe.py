@@ -12,6 +12,8 @@ import time
 
 
 def name(e):
+    if isinstance(e, OSError) and e.strerror == "EOF":
+        return "EOF"
     return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) and e.errno else type(e).__name__
 
 
@@ -49,6 +51,18 @@ def tcp(host, port):
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.settimeout(3)
     s.connect((host, int(port)))
+
+
+def talk(host, port):
+    """A TCP exchange: connect, send a line, read the answer. Through the transparent capture
+    the connect itself succeeds (the proxy accepts it); the refusal is what comes back: a reset
+    (ECONNRESET) or the end of the stream (EOF) instead of the echo host's answer."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect((host, int(port)))
+    s.sendall(b"probe\n")
+    if not s.recv(512):
+        raise OSError(0, "EOF")
 
 
 def udp(host, port):
@@ -132,6 +146,7 @@ def main():
         "hardlink": lambda: attempt(lambda: os.link(args[0], args[1])),
         "tcp": lambda: timed(lambda: tcp(args[0], args[1])),
         "udp": lambda: timed(lambda: udp(args[0], args[1])),
+        "talk": lambda: timed(lambda: talk(args[0], args[1])),
         "unix": lambda: attempt(lambda: unix(args[0])),
         "abstract": lambda: attempt(lambda: abstract(args[0])),
         "raw": lambda: attempt(raw),

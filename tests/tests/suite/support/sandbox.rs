@@ -158,6 +158,14 @@ impl Scratch {
         }
     }
 
+    /// Has a held question end in a refusal after `secs` seconds (nobody answers in these
+    /// tests): a TCP connection the `net`/`build` capture hands to the proxy for an address
+    /// nobody allowed is refused then, instead of after the default minute.
+    pub fn ask_timeout(&self, secs: u32) {
+        let config = self.home.join(".config/sandgate/config.toml");
+        std::fs::write(config, format!("[daemon]\nask_timeout = \"{secs}s\"\n")).unwrap();
+    }
+
     /// `sandgate TIER ARGS -- CMD` as `who`, in `proj/`, with this tree's HOME and XDG dirs.
     pub fn command(&self, tier: &str, args: &[&str], cmd: &[&str]) -> Command {
         let mut c = self.program(&sandgate_bin());

@@ -226,9 +226,14 @@ impl ProxyShared {
         if self.allowed_outright(&ctx.sandbox, &ctx.policy, &sni_target).await {
             return opened(first, hello);
         }
+        let decided = match ctx.event.method.as_str() {
+            crate::transparent::EVENT_METHOD => "the name the connection was decided by",
+            "SOCKS5" => "the SOCKS host",
+            _ => "the CONNECT host",
+        };
         Err(SniRefusal {
             why: format!(
-                "TLS server name {} differs from the CONNECT host {} and is not allowed \
+                "TLS server name {} differs from {decided} {} and is not allowed \
                  (domain fronting)",
                 sni_target.host, target.host
             ),

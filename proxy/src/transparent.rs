@@ -33,7 +33,7 @@ use sandgate_config::{Host, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::denial::{Refusal, render_refusal_with_grants};
+use crate::denial::{Refusal, quote, render_refusal_with_grants};
 use crate::io::ClientStream;
 use crate::names::Lookup;
 use crate::pipeline::Ctx;
@@ -109,10 +109,75 @@ impl ProxyShared {
         };
         ctx.set_target(target);
         match self.open_tunnel(&mut ctx).await {
-            Ok(upstream) => self.tunnel_stages(&mut ctx, client, upstream, first).await,
+            Ok(upstream) => {
+                if let Err(why) =
+                    self.pin_http_host(&mut ctx, &mut client, &upstream, &mut first).await
+                {
+                    let r = Refusal::Malformed { input: quote(&first[..first.len().min(80)]), why };
+                    self.refuse_transparent(&mut ctx, client, first, &r).await;
+                    return self.logging(ctx);
+                }
+                self.tunnel_stages(&mut ctx, client, upstream, first).await;
+            }
             Err(r) => self.refuse_transparent(&mut ctx, client, first, &r).await,
         }
         self.logging(ctx);
+    }
+
+    /// Plain HTTP through the transparent door: the client's first request head, once it has
+    /// come, is sent upstream with the `Host` made from the decided target (every `Host` the
+    /// client wrote dropped, as the proxy's forwarding does) and `Connection: close`
+    /// (`Upgrade, close` for an upgrade), so that no later request on the connection can name
+    /// another site to a server that serves several (HTTP domain fronting): a keep-alive client
+    /// opens a new connection, which is decided again. Anything else (TLS, a server that speaks
+    /// first, another protocol) is left to `sni_filter`. `Err`: a head that is not HTTP/1 after
+    /// all, or too large.
+    async fn pin_http_host(
+        &self,
+        ctx: &mut Ctx,
+        client: &mut ClientStream,
+        upstream: &tokio::net::TcpStream,
+        first: &mut BytesMut,
+    ) -> Result<(), String> {
+        if first.is_empty() {
+            first.reserve(4096);
+            tokio::select! {
+                r = client.read_buf(first) => {
+                    if r.is_err() {
+                        return Ok(());
+                    }
+                }
+                // The server speaks first: not HTTP.
+                _ = upstream.readable() => return Ok(()),
+                () = tokio::time::sleep(self.config.idle_timeout) => return Ok(()),
+            }
+        }
+        if !looks_like_http(first) {
+            return Ok(());
+        }
+        let target = ctx.target().map_err(|r| r.rule_text())?.clone();
+        let deadline = Instant::now() + self.config.header_timeout;
+        let head = loop {
+            match rewrite_http_head(first, &target, self.config.max_head_bytes) {
+                HeadRewrite::Done { head, len, path } => {
+                    ctx.event.path = Some(path.chars().take(1000).collect());
+                    break (head, len);
+                }
+                HeadRewrite::Invalid(why) => return Err(why),
+                HeadRewrite::NeedMore => {}
+            }
+            first.reserve(4096);
+            match tokio::time::timeout_at(deadline, client.read_buf(first)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return Err("the HTTP request head did not come whole".into()),
+            }
+        };
+        let (head, len) = head;
+        let rest = first.split_off(len);
+        first.clear();
+        first.extend_from_slice(&head);
+        first.extend_from_slice(&rest);
+        Ok(())
     }
 
     /// Stage `request_filter` of the transparent door: the target, by the module's table.
@@ -255,6 +320,64 @@ fn http_host(bytes: &[u8], limit: usize) -> HttpHost {
     }
 }
 
+/// What [`rewrite_http_head`] made of a buffer.
+enum HeadRewrite {
+    /// The rewritten head, the length of the original one, and its request target.
+    Done {
+        head: Vec<u8>,
+        len: usize,
+        path: String,
+    },
+    NeedMore,
+    Invalid(String),
+}
+
+/// Headers the rewritten head leaves out: the client's `Host`s (one is made from the target) and
+/// what says how the connection goes on (one `Connection` is written).
+const DROPPED: [&str; 4] = ["host", "connection", "keep-alive", "proxy-connection"];
+
+/// The HTTP/1 request head at the start of `bytes`, rewritten for the decided `target` (see
+/// `pin_http_host`).
+fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite {
+    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() < limit => return HeadRewrite::NeedMore,
+        Ok(httparse::Status::Partial) => {
+            return HeadRewrite::Invalid(format!("the request head exceeds {limit} bytes"));
+        }
+        Err(e) => return HeadRewrite::Invalid(format!("not an HTTP/1 request head: {e}")),
+    };
+    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+        return HeadRewrite::Invalid("an incomplete request line".into());
+    };
+    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"))
+        && req.headers.iter().any(|h| {
+            h.name.eq_ignore_ascii_case("connection")
+                && std::str::from_utf8(h.value)
+                    .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+        });
+    let mut head = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
+    head.extend_from_slice(
+        format!("Host: {}\r\n", crate::pipeline::host_header(target)).as_bytes(),
+    );
+    for h in req.headers.iter() {
+        if DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        head.extend_from_slice(h.name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(h.value);
+        head.extend_from_slice(b"\r\n");
+    }
+    let connection: &[u8] =
+        if upgrade { b"Connection: Upgrade, close\r\n" } else { b"Connection: close\r\n" };
+    head.extend_from_slice(connection);
+    head.extend_from_slice(b"\r\n");
+    HeadRewrite::Done { head, len, path: path.to_owned() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +389,51 @@ mod tests {
         assert!(!looks_like_http(b"SSH-2.0-OpenSSH_9.2\r\n"));
         assert!(!looks_like_http(b"\x16\x03\x01"));
         assert!(!looks_like_http(b"get / HTTP/1.1"));
+    }
+
+    fn target(s: &str) -> Target {
+        Target::parse_authority(s, Some(80)).unwrap()
+    }
+
+    fn rewritten(head: &[u8], to: &str) -> String {
+        match rewrite_http_head(head, &target(to), 8192) {
+            HeadRewrite::Done { head: h, len, .. } => {
+                assert_eq!(len, head.len());
+                String::from_utf8(h).unwrap()
+            }
+            HeadRewrite::NeedMore => panic!("need more"),
+            HeadRewrite::Invalid(why) => panic!("{why}"),
+        }
+    }
+
+    /// HTTP domain fronting: whatever `Host`s the client wrote (none, another site, two), the
+    /// server hears the decided one, once, and the connection ends after this request.
+    #[test]
+    fn the_first_request_names_the_decided_host_and_closes_the_connection() {
+        for head in [
+            &b"GET /a HTTP/1.1\r\nHost: evil.example\r\nAccept: */*\r\n\r\n"[..],
+            b"GET /a HTTP/1.1\r\nHost: front.example\r\nHost: evil.example\r\nAccept: */*\r\n\r\n",
+            b"GET /a HTTP/1.1\r\nAccept: */*\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n\r\n",
+        ] {
+            let got = rewritten(head, "front.example:80");
+            assert_eq!(
+                got,
+                "GET /a HTTP/1.1\r\nHost: front.example\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+            );
+        }
+        let got = rewritten(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n", "front.example:8080");
+        assert!(got.starts_with("GET / HTTP/1.0\r\nHost: front.example:8080\r\n"), "{got}");
+        let ws = b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n\r\n";
+        let got = rewritten(ws, "front.example:80");
+        assert!(got.contains("Upgrade: websocket\r\nConnection: Upgrade, close\r\n"), "{got}");
+        assert!(matches!(
+            rewrite_http_head(b"GET / HTTP/1.1\r\nHost: a", &target("a:80"), 8192),
+            HeadRewrite::NeedMore
+        ));
+        assert!(matches!(
+            rewrite_http_head(b"GET / HTTP/1.1\r\nHo\x01st: a\r\n\r\n", &target("a:80"), 8192),
+            HeadRewrite::Invalid(_)
+        ));
     }
 
     #[test]

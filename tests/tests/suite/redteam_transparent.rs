@@ -316,6 +316,8 @@ fn fronting_is_refused(who: &Who) {
                 "retry_none tls $front 8443 front.rt.sgtest -",
                 "control tls $front 443 front.rt.sgtest",
                 "control_retry tls $front 8443 front.rt.sgtest front.rt.sgtest",
+                "http_other http $front 80 evil.rt.sgtest",
+                "http_two http $front 80 front.rt.sgtest evil.rt.sgtest",
             ],
         );
         assert!(synthetic(got(&r, "front")), "{tier}: {r:#?}");
@@ -327,6 +329,10 @@ fn fronting_is_refused(who: &Who) {
         }
         assert_eq!(got(&r, "control"), "server-alert", "{tier}: {r:#?}\n{stderr}");
         assert_eq!(got(&r, "control_retry"), "hrr-then-silent", "{tier}: {r:#?}\n{stderr}");
+        // Plain HTTP: the request reaches the name's server, under the name looked up (the
+        // `Host`s the client wrote are replaced; checked below with the rest).
+        assert_eq!(got(&r, "http_other"), "http 200", "{tier}: {r:#?}\n{stderr}");
+        assert_eq!(got(&r, "http_two"), "http 200", "{tier}: {r:#?}\n{stderr}");
         let conns = host.received();
         let evil = hex(b"evil.rt.sgtest");
         let front = hex(b"front.rt.sgtest");
@@ -393,6 +399,16 @@ fn ip_literals_need_an_address_grant(who: &Who) {
         // The name-decided ones reached the name's address: hello on 443, two requests on 80.
         let to = |p: &str| conns.iter().filter(|c| c.to == format!("{NAME_IP}:{p}")).count();
         assert_eq!((to("443"), to("80")), (1, 2), "{tier}: {conns:#?}");
+        // HTTP domain fronting: the server hears the decided name once, whatever `Host`s the
+        // client wrote, and the connection ends after that request (no later request can name
+        // another site).
+        for c in conns.iter().filter(|c| c.to == format!("{NAME_IP}:80")) {
+            let text = String::from_utf8_lossy(&unhex(&c.hex)).into_owned();
+            assert_eq!(text.matches("Host: ").count(), 1, "{tier}: {text:?}");
+            assert!(text.contains("\r\nHost: front.rt.sgtest\r\n"), "{tier}: {text:?}");
+            assert!(!text.contains("evil"), "{tier}: {text:?}");
+            assert!(text.contains("\r\nConnection: close\r\n"), "{tier}: {text:?}");
+        }
         host.clear();
         let events = a.tcp_events();
         let bare = events
@@ -774,3 +790,8 @@ both!(
     the_capture_has_no_way_around,
     a_client_that_stalls_is_decided_in_bounded_time,
 );
+
+/// The bytes of a recorder line's hex.
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()).collect()
+}

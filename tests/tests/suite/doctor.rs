@@ -21,6 +21,7 @@ const CHECKS: &[&str] = &[
     "landlock",
     "seccomp",
     "overlayfs",
+    "capture",
     "network",
     "sandbox_links",
     "daemon",
@@ -71,7 +72,7 @@ fn every_check_answers_and_a_broken_config_fails_with_its_line(who: &Who) {
         assert_eq!(c["fix"].is_null(), status == "ok", "a fix exactly for what is not ok: {c}");
     }
     // This machine has what a launch needs, root or not.
-    for name in ["user_namespaces", "seccomp", "overlayfs", "config"] {
+    for name in ["user_namespaces", "seccomp", "overlayfs", "capture", "config"] {
         assert_eq!(check(&v, name)["status"], "ok", "{name}: {v:#}");
     }
     assert_ne!(check(&v, "network")["status"], "fail", "{v:#}");

@@ -96,6 +96,7 @@ mod tests {
             target: Target::parse(target).unwrap(),
             method: "CONNECT".into(),
             path: None,
+            process: None,
         }
     }
 

@@ -59,6 +59,7 @@
 #![forbid(unsafe_code)]
 
 mod ask;
+mod attribution;
 pub mod ca;
 mod conn;
 mod denial;
@@ -85,6 +86,7 @@ pub mod transparent;
 mod tunnel;
 mod upstream;
 
+pub use attribution::Attributor;
 pub use denial::{Refusal, render_refusal, render_refusal_with_grants};
 pub use dns::UdpResolver;
 pub use intercept::Interceptor;
@@ -96,4 +98,5 @@ pub use traits::{
     ApprovalRequest, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
     ProxyToken, Resolver, Ruling, SandboxId, SystemResolver, TracingSink,
 };
+pub use sandgate_config::ProcessInfo;
 pub use upstream::Upstream;

@@ -37,16 +37,26 @@ impl ProcessInfo {
         let from_exe = self.exe.rsplit('/').next().filter(|n| !n.is_empty());
         // The kernel adds " (deleted)" to the link of a file removed while it runs.
         let from_exe = from_exe.map(|n| n.strip_suffix(" (deleted)").unwrap_or(n));
-        from_exe
-            .or_else(|| self.command.split(' ').next().filter(|w| !w.is_empty()))
-            .unwrap_or("?")
+        from_exe.or_else(|| self.command.split(' ').next().filter(|w| !w.is_empty())).unwrap_or("?")
     }
 }
 
-/// "`cargo` (pid 412)": the form every channel uses, with backquotes around the name.
+/// Most characters of the name [`ProcessInfo`]'s `Display` shows.
+const MAX_NAME_CHARS: usize = 32;
+
+/// "`cargo` (pid 412)": the form every channel uses. The name is a file name the sandbox may
+/// choose (a copy of an interpreter named like a host): shown sanitised, at most 32
+/// characters, with no backquote of its own, so it cannot close its quotes and pose as the
+/// destination or the answer keys that follow it.
 impl fmt::Display for ProcessInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` (pid {})", crate::sanitize(self.name()), self.pid)
+        let name = crate::sanitize(self.name()).replace('`', "'");
+        let mut shown: String = name.chars().take(MAX_NAME_CHARS).collect();
+        if name.chars().nth(MAX_NAME_CHARS).is_some() {
+            shown.pop();
+            shown.push('…');
+        }
+        write!(f, "`{shown}` (pid {})", self.pid)
     }
 }
 
@@ -126,6 +136,11 @@ mod tests {
             (p("", "make -j4"), "`make` (pid 412)"),
             (p("", ""), "`?` (pid 412)"),
             (p("/tmp/\x1b[2J", ""), "`?[2J` (pid 412)"),
+            (p("/tmp/a`b", ""), "`a'b` (pid 412)"),
+            (
+                p("/tmp/github.com:443 — [o]nce [s]ession [h]our", ""),
+                "`github.com:443 — [o]nce [s]essi…` (pid 412)",
+            ),
         ];
         for (process, shown) in rows {
             assert_eq!(process.to_string(), shown, "{process:?}");

@@ -278,6 +278,7 @@ mod tests {
             port,
             path: None,
             command: None,
+            process: None,
             rule: rule.into(),
             bytes_up: 0,
             bytes_down: 0,

@@ -310,6 +310,7 @@ async fn serve(
         .approver(Arc::new(adapters::Asker(shared.clone())))
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
+        .attributor(Arc::new(crate::attribution::ProcAttributor::new(shared.sandboxes.clone())))
         .resolver(dns::resolver()?);
     let proxy = match crate::setup::interceptor() {
         Some(i) => proxy.interceptor(i),

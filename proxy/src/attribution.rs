@@ -138,7 +138,11 @@ mod tests {
         ) -> BoxFuture<'a, Option<ProcessInfo>> {
             Box::pin(async move {
                 self.0.notified().await;
-                Some(ProcessInfo { pid: client.port().into(), exe: "/bin/x".into(), command: "x".into() })
+                Some(ProcessInfo {
+                    pid: client.port().into(),
+                    exe: "/bin/x".into(),
+                    command: "x".into(),
+                })
             })
         }
     }

@@ -370,7 +370,16 @@ impl ProxyShared {
             let (sandbox, policy) = (ctx.sandbox.clone(), ctx.policy.clone());
             let (method, uri, headers) = (req.method().as_str(), req.uri(), req.headers());
             if let Err(r) = self
-                .http_rules(&sandbox, &policy, &target, method, uri, headers, &mut ctx.event, &ctx.process)
+                .http_rules(
+                    &sandbox,
+                    &policy,
+                    &target,
+                    method,
+                    uri,
+                    headers,
+                    &mut ctx.event,
+                    &ctx.process,
+                )
                 .await
             {
                 return Err((r, ctx));

@@ -93,10 +93,10 @@ pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use learn::{GuardRefusal, Learner};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
+pub use sandgate_config::ProcessInfo;
 pub use standalone::Standalone;
 pub use traits::{
     ApprovalRequest, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,
     ProxyToken, Resolver, Ruling, SandboxId, SystemResolver, TracingSink,
 };
-pub use sandgate_config::ProcessInfo;
 pub use upstream::Upstream;

@@ -100,7 +100,16 @@ impl Ctx {
             process: None,
         };
         let process = Attribution::none();
-        Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, process, start, recorded: false }
+        Ctx {
+            sandbox,
+            policy,
+            target: None,
+            addrs: Vec::new(),
+            event,
+            process,
+            start,
+            recorded: false,
+        }
     }
 
     /// The same context, for a request of a connection whose process `process` looks up.
@@ -257,8 +266,14 @@ impl ProxyShared {
     /// into the event, the checked addresses into `ctx.addrs`.
     pub(crate) async fn admit(&self, ctx: &mut Ctx, path: Option<&str>) -> Result<(), Refusal> {
         let target = ctx.target()?;
-        let admitted =
-            self.admit_target(&ctx.sandbox, &ctx.policy, target, &ctx.event.method, path, &ctx.process);
+        let admitted = self.admit_target(
+            &ctx.sandbox,
+            &ctx.policy,
+            target,
+            &ctx.event.method,
+            path,
+            &ctx.process,
+        );
         let admitted = admitted.await?;
         ctx.event.decision = Outcome::Allow;
         ctx.event.rule = admitted.rule.to_string();

@@ -163,13 +163,20 @@ pub(crate) fn keyboard(run: u64, id: QuestionId) -> InlineKeyboardMarkup {
 /// The text of a question message.
 pub(crate) fn question_text(q: &PendingQuestion) -> String {
     let x = &q.question;
-    let mut s = format!("🔒 {} wants {}:{}", sanitize(&x.sandbox), sanitize(&x.host), x.port);
+    let who = match &x.process {
+        Some(p) => format!("{}: {p}", sanitize(&x.sandbox)),
+        None => sanitize(&x.sandbox),
+    };
+    let mut s = format!("🔒 {who} wants {}:{}", sanitize(&x.host), x.port);
     if let Some(m) = &x.method {
         s.push_str(&format!(
             "\n{} {}",
             sanitize(m),
             sanitize(&shorten(x.path.as_deref().unwrap_or(""), 200))
         ));
+    }
+    if let Some(p) = &x.process {
+        s.push_str(&format!("\nprocess: {} ({})", sanitize(&p.command), sanitize(&p.exe)));
     }
     s.push_str(&format!("\ncommand: {}", sanitize(&shorten(&x.command.join(" "), 200))));
     if let Some(cwd) = &x.cwd {
@@ -259,10 +266,13 @@ pub(crate) fn pending_text(pending: &[PendingQuestion], now: SystemTime) -> Stri
     let mut s = format!("{} pending:", pending.len());
     for q in pending {
         let left = q.deadline.duration_since(now).unwrap_or(Duration::ZERO);
+        let who = match &q.question.process {
+            Some(p) => format!("{}: {p}", sanitize(&q.question.sandbox)),
+            None => sanitize(&q.question.sandbox),
+        };
         s.push_str(&format!(
-            "\n{} · {} wants {}:{} · {} waiting · {} left",
+            "\n{} · {who} wants {}:{} · {} waiting · {} left",
             q.id,
-            sanitize(&q.question.sandbox),
             sanitize(&q.question.host),
             q.question.port,
             q.waiters,

@@ -48,19 +48,37 @@ use sandgate_proxy::{Attributor, BoxFuture, SandboxId};
 
 use crate::adapters::Registry;
 
-/// Finds processes in the sandboxes of a [`Registry`] from `/proc`.
+/// Finds processes in sandboxes from `/proc`.
 pub struct ProcAttributor {
-    sandboxes: Registry,
-    /// Off when the daemon started with `SANDGATE_NO_ATTRIBUTION` set (for measuring what the
-    /// lookup costs, and for the tests' control).
+    launchers: Launchers,
+    /// Off when the process started with `SANDGATE_NO_ATTRIBUTION` set (for measuring what
+    /// the lookup costs, and for the tests' control).
     enabled: bool,
+}
+
+/// Where the launcher of a sandbox is known.
+enum Launchers {
+    /// The daemon's registry (`register` gave each launcher's pid).
+    Registry(Registry),
+    /// This process launched the one sandbox it serves (`sandgate learn`, a launch without a
+    /// daemon).
+    Me,
 }
 
 impl ProcAttributor {
     /// An attributor for the sandboxes `sandboxes` holds.
     pub fn new(sandboxes: Registry) -> ProcAttributor {
+        ProcAttributor::with(Launchers::Registry(sandboxes))
+    }
+
+    /// An attributor for the one sandbox this process launched and serves.
+    pub fn launched_here() -> ProcAttributor {
+        ProcAttributor::with(Launchers::Me)
+    }
+
+    fn with(launchers: Launchers) -> ProcAttributor {
         let enabled = std::env::var_os("SANDGATE_NO_ATTRIBUTION").is_none();
-        ProcAttributor { sandboxes, enabled }
+        ProcAttributor { launchers, enabled }
     }
 }
 
@@ -75,9 +93,12 @@ impl Attributor for ProcAttributor {
             if !self.enabled {
                 return None;
             }
-            let launcher = {
-                let map = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
-                map.get(sandbox.as_str())?.info.pid
+            let launcher = match &self.launchers {
+                Launchers::Registry(r) => {
+                    let map = r.lock().unwrap_or_else(|e| e.into_inner());
+                    map.get(sandbox.as_str())?.info.pid
+                }
+                Launchers::Me => std::process::id(),
             };
             // procfs and pidfd calls only: nothing here waits for a device or the network, so
             // it runs on the task (a blocking-pool hop would cost more than the lookup).

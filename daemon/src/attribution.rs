@@ -12,7 +12,8 @@
 //! 2. The socket: each process's descriptors that are sockets (`/proc/PID/fd/N` →
 //!    `socket:[inode]`) are copied into the daemon with `pidfd_getfd(2)`, and the copy's
 //!    `getsockname`/`getpeername` compared with the two addresses; the copy is closed at once.
-//!    Processes are searched newest first (the client is usually a leaf: a shell's child).
+//!    Processes are searched from the leaves of the tree up (the client is usually a leaf: a
+//!    shell's child).
 //! 3. The process: its pid in the sandbox (`NSpid` in `/proc/PID/status`, last field), its
 //!    executable (`/proc/PID/exe`), its argv (`/proc/PID/cmdline`, shortened by
 //!    [`command_line`]).
@@ -37,7 +38,7 @@
 //!
 //! The pid and the executable come from the kernel; the command line is the process's own
 //! (it can write any argv). A socket two processes hold (inherited over a fork, or passed with
-//! `SCM_RIGHTS`) is named for the newest holder found. A client that exits before the lookup
+//! `SCM_RIGHTS`) is named for the holder found first from the leaves up. A client that exits before the lookup
 //! runs (it starts when the connection is accepted) is not named.
 
 use std::net::{IpAddr, SocketAddr};
@@ -171,7 +172,8 @@ fn sockets(pid: u32) -> Vec<(i32, u64)> {
         .collect()
 }
 
-/// Searches the sockets of `pids` (newest first) through copies of them. `Err` when the kernel
+/// Searches the sockets of `pids` (the last first: leaves before their parents) through copies
+/// of them. `Err` when the kernel
 /// refuses the copies (then nothing is known).
 #[cfg(target_os = "linux")]
 fn by_pidfd(pids: &[u32], want: (SocketAddr, SocketAddr)) -> std::io::Result<Option<u32>> {

@@ -127,10 +127,8 @@ fn every_door_names_the_process_that_opened_the_connection() {
     // The child opened it: the child is named, the parent (which printed `child pid`) is not.
     let parent = pid_of(&stdout, "child");
     assert_eq!(by_pid(parent).count(), 0, "the parent held no socket: {lines:#?}");
-    let tcp_pids: Vec<u64> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("tcp pid ")?.trim().parse().ok())
-        .collect();
+    let tcp_pids: Vec<u64> =
+        stdout.lines().filter_map(|l| l.strip_prefix("tcp pid ")?.trim().parse().ok()).collect();
     assert_eq!(tcp_pids.len(), 2, "{stdout}");
     let child = tcp_pids[1];
     assert_ne!(child, parent);

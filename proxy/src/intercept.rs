@@ -706,9 +706,7 @@ impl ProxyShared {
                 Some(rule) => {
                     event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
                 }
-                None => {
-                    self.ask_request(sandbox, policy, target, method, path, rules, process).await?
-                }
+                None => self.ask_request(sandbox, target, method, path, rules, process).await?,
             }
         }
         Ok(())

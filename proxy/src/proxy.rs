@@ -468,7 +468,6 @@ impl ProxyShared {
     pub(crate) async fn ask_request(
         &self,
         sandbox: &Sandbox,
-        _policy: &NetworkPolicy,
         target: &Target,
         method: &str,
         path: &str,

@@ -94,7 +94,7 @@ async fn every_door_is_attributed_to_the_clients_own_socket() {
         .attributor(attributor.clone())
         .build();
     let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
-    let get = format!("GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n");
+    let get = "GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n";
     let port = origin.port();
     let doors: [(&str, Vec<Vec<u8>>); 3] = [
         ("CONNECT", vec![format!("CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n").into_bytes()]),

@@ -463,9 +463,9 @@ fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
     use sandgate_approvals::terminal::sanitize;
     let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
     let wait = q.deadline.duration_since(q.first_asked).unwrap_or_default().as_secs();
-    let who = q.question.process.as_ref().map(|p| format!(" (asked by {p})")).unwrap_or_default();
+    let who = q.question.process.as_ref().map(|p| format!(", asked by {p}")).unwrap_or_default();
     format!(
-        "sandgate: waiting for approval of {target}{who} ({wait} s) — a person runs `sandgate \
+        "sandgate: waiting for approval of {target} ({wait} s){who} — a person runs `sandgate \
          allow {target}` or `sandgate deny {target}` (or answers in `sandgate watch` or the \
          chat); clients may give up first (cargo 30 s, pip 15 s)"
     )

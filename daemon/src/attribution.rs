@@ -33,6 +33,8 @@
 //!   for a sandbox with tens of sockets) and needs only what the daemon has over its sandboxes
 //!   anyway: ptrace access (same user; the owner of their user namespace when rootless). The
 //!   copies are sockets only (checked by the link first), read for their names, and closed.
+//!   The lookup runs on the blocking pool and stops after 4,096 sockets: how much it reads is
+//!   the sandbox's to choose, and it must not hold up the workers that serve other sandboxes.
 //!
 //! # What it is worth
 //!
@@ -101,9 +103,10 @@ impl Attributor for ProcAttributor {
                 }
                 Launchers::Me => std::process::id(),
             };
-            // procfs and pidfd calls only: nothing here waits for a device or the network, so
-            // it runs on the task (a blocking-pool hop would cost more than the lookup).
-            find(launcher, client, server)
+            // procfs and pidfd calls only, but their number is the sandbox's to choose (its
+            // processes and sockets): on the blocking pool, so that a sandbox with a great many
+            // cannot hold up the workers that serve every sandbox's connections.
+            tokio::task::spawn_blocking(move || find(launcher, client, server)).await.ok().flatten()
         })
     }
 }
@@ -147,12 +150,18 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Most processes of a sandbox searched (a fork bomb is not worth a full walk).
+const MAX_PROCESSES: usize = 10_000;
+
+/// Most sockets of a sandbox copied for one lookup (a sandbox holding more has its connections
+/// unnamed beyond them, rather than each lookup costing it without bound).
+const MAX_SOCKETS: usize = 4_096;
+
 /// `init` and its descendants, parents before children.
 fn descendants(init: u32) -> Vec<u32> {
     let mut all = vec![init];
     let mut i = 0;
-    // Bounded: a pid namespace holds at most this many (a fork bomb is not worth a full walk).
-    while i < all.len() && all.len() < 10_000 {
+    while i < all.len() && all.len() < MAX_PROCESSES {
         let kids = children(all[i]);
         all.extend(kids);
         i += 1;
@@ -189,6 +198,9 @@ fn by_pidfd(pids: &[u32], want: (SocketAddr, SocketAddr)) -> std::io::Result<Opt
         for (fd, inode) in sockets(pid) {
             if !seen.insert(inode) {
                 continue;
+            }
+            if seen.len() > MAX_SOCKETS {
+                return Ok(None);
             }
             let copy = match sandgate_sandbox::fdpass::pidfd_getfd(&pidfd, fd) {
                 Ok(c) => c,

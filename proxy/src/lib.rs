@@ -29,6 +29,10 @@
 //! Each stage is a function over one per-request context (`pipeline.rs`), shared by every front
 //! end: HTTP CONNECT, plain HTTP on keep-alive connections, and SOCKS5 ([`socks`]).
 //!
+//! As a connection is accepted, an [`Attributor`] (the daemon's) is asked, off the accept path,
+//! which process in the sandbox opened it; `ask` waits for the answer a bounded while, and
+//! events carry it (`attribution.rs` says when each waits).
+//!
 //! The same `decide` stage answers the sandbox's DNS stub ([`dns`]): allowed names resolve on the
 //! host, every other name is NXDOMAIN without leaving it.
 //!

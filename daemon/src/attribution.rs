@@ -54,6 +54,9 @@ use crate::adapters::Registry;
 /// Finds processes in sandboxes from `/proc`.
 pub struct ProcAttributor {
     launchers: Launchers,
+    /// Each sandbox's init, once found (it lives as long as its sandbox, so its pid cannot be
+    /// reused while the sandbox is served); entries of sandboxes no longer served are dropped.
+    inits: std::sync::Mutex<std::collections::HashMap<SandboxId, u32>>,
     /// Off when the process started with `SANDGATE_NO_ATTRIBUTION` set (for measuring what
     /// the lookup costs, and for the tests' control).
     enabled: bool,
@@ -81,7 +84,7 @@ impl ProcAttributor {
 
     fn with(launchers: Launchers) -> ProcAttributor {
         let enabled = std::env::var_os("SANDGATE_NO_ATTRIBUTION").is_none();
-        ProcAttributor { launchers, enabled }
+        ProcAttributor { launchers, inits: Default::default(), enabled }
     }
 }
 
@@ -103,18 +106,33 @@ impl Attributor for ProcAttributor {
                 }
                 Launchers::Me => std::process::id(),
             };
+            let known = self.inits.lock().unwrap_or_else(|e| e.into_inner()).get(sandbox).copied();
             // procfs and pidfd calls only, but their number is the sandbox's to choose (its
             // processes and sockets): on the blocking pool, so that a sandbox with a great many
             // cannot hold up the workers that serve every sandbox's connections.
-            tokio::task::spawn_blocking(move || find(launcher, client, server)).await.ok().flatten()
+            let (init, found) = tokio::task::spawn_blocking(move || {
+                let init = known.or_else(|| sandbox_init(launcher))?;
+                Some((init, find(init, client, server)))
+            })
+            .await
+            .ok()
+            .flatten()?;
+            if known.is_none() {
+                let mut inits = self.inits.lock().unwrap_or_else(|e| e.into_inner());
+                if let Launchers::Registry(r) = &self.launchers {
+                    let live = r.lock().unwrap_or_else(|e| e.into_inner());
+                    inits.retain(|id, _| live.contains_key(id.as_str()));
+                }
+                inits.insert(sandbox.clone(), init);
+            }
+            found
         })
     }
 }
 
-/// The process of the sandbox under `launcher` whose socket is `client` → `server`.
+/// The process of the sandbox whose init is `init` whose socket is `client` → `server`.
 #[cfg(target_os = "linux")]
-pub fn find(launcher: u32, client: SocketAddr, server: SocketAddr) -> Option<ProcessInfo> {
-    let init = sandbox_init(launcher)?;
+pub fn find(init: u32, client: SocketAddr, server: SocketAddr) -> Option<ProcessInfo> {
     let pids = descendants(init);
     let want = (canonical(client), canonical(server));
     let pid = match by_pidfd(&pids, want) {
@@ -127,14 +145,14 @@ pub fn find(launcher: u32, client: SocketAddr, server: SocketAddr) -> Option<Pro
 
 /// See the Linux version: elsewhere no process is named.
 #[cfg(not(target_os = "linux"))]
-pub fn find(_launcher: u32, _client: SocketAddr, _server: SocketAddr) -> Option<ProcessInfo> {
+pub fn find(_init: u32, _client: SocketAddr, _server: SocketAddr) -> Option<ProcessInfo> {
     None
 }
 
 /// The child of `launcher` that is pid 1 of its own pid namespace.
 fn sandbox_init(launcher: u32) -> Option<u32> {
     children(launcher).into_iter().find(|&c| {
-        let status = std::fs::read_to_string(format!("/proc/{c}/status")).unwrap_or_default();
+        let status = read_proc(&format!("/proc/{c}/status")).unwrap_or_default();
         ns_pids(&status).is_some_and(|p| p.len() >= 2 && p.last() == Some(&1))
     })
 }
@@ -144,7 +162,7 @@ fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for task in tasks.flatten() {
-        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        let text = read_proc(task.path().join("children")).unwrap_or_default();
         out.extend(text.split_ascii_whitespace().filter_map(|p| p.parse::<u32>().ok()));
     }
     out
@@ -244,13 +262,40 @@ fn by_table(init: u32, pids: &[u32], want: (SocketAddr, SocketAddr)) -> Option<u
 }
 
 fn process_info(pid: u32) -> Option<ProcessInfo> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = read_proc(format!("/proc/{pid}/status"))?;
     let in_sandbox = *ns_pids(&status)?.last()?;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = read_proc_bytes(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     Some(ProcessInfo { pid: in_sandbox, exe, command: command_line(&cmdline) })
+}
+
+/// A small procfs file, read without the size query `fs::read_to_string` makes first (procfs
+/// files say size 0): open, read to the end, close.
+fn read_proc(path: impl AsRef<Path>) -> Option<String> {
+    String::from_utf8(read_proc_bytes(path)?).ok()
+}
+
+/// [`read_proc`], as bytes.
+fn read_proc_bytes(path: impl AsRef<Path>) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    Some(buf)
 }
 
 /// The `NSpid` line of a `/proc/PID/status`: the pid in each pid namespace, outermost first.

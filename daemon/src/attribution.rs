@@ -152,7 +152,7 @@ pub fn find(_init: u32, _client: SocketAddr, _server: SocketAddr) -> Option<Proc
 /// The child of `launcher` that is pid 1 of its own pid namespace.
 fn sandbox_init(launcher: u32) -> Option<u32> {
     children(launcher).into_iter().find(|&c| {
-        let status = read_proc(&format!("/proc/{c}/status")).unwrap_or_default();
+        let status = read_proc(format!("/proc/{c}/status")).unwrap_or_default();
         ns_pids(&status).is_some_and(|p| p.len() >= 2 && p.last() == Some(&1))
     })
 }

@@ -120,6 +120,9 @@ pub struct Question {
     pub cwd: Option<PathBuf>,
     /// The sandbox's project key, for `always` grants.
     pub project: Option<String>,
+    /// The process in the sandbox that opened the connection, when it was found in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<sandgate_config::ProcessInfo>,
 }
 
 /// A question's id, unique for the broker's life. Written `q12` everywhere (terminal, chat,

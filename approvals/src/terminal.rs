@@ -56,11 +56,17 @@ pub fn format_prompt(q: &PendingQuestion, now: SystemTime) -> String {
     let left = format_duration(Duration::from_secs(left.as_secs().max(1)));
     let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
     format!(
-        "sandgate: wants {target} — [o]nce [s]ession [h]our [a]lways [d]eny ({left} left; or: sandgate allow {target}) — sandbox {:?}{}, command {:?}",
+        "sandgate: {}wants {target} — [o]nce [s]ession [h]our [a]lways [d]eny ({left} left; or: sandgate allow {target}) — sandbox {:?}{}, command {:?}",
+        who(q),
         sanitize(&q.question.sandbox),
         request_line(q),
         sanitize(&shorten(&q.question.command.join(" "), 60)),
     )
+}
+
+/// "`cargo` (pid 412) " when the question knows the process that asked.
+fn who(q: &PendingQuestion) -> String {
+    q.question.process.as_ref().map(|p| format!("{p} ")).unwrap_or_default()
 }
 
 /// The line shown when a question ends, e.g.
@@ -207,6 +213,7 @@ mod tests {
                 command: vec!["curl".into(), "https://x.example/".into()],
                 cwd: Some("/p".into()),
                 project: None,
+                process: None,
             },
             first_asked: t,
             deadline: t + Duration::from_secs(60),
@@ -255,6 +262,18 @@ mod tests {
         assert!(line.find("github.com") > line.find("command \""), "{line}");
         assert!(line.ends_with("[o]nce [s]ession\""), "{line}");
         assert!(line.contains("fetch\\\")"), "the quote is escaped: {line}");
+        // The process that opened the connection comes first, named by its executable.
+        let mut cargo = q.clone();
+        cargo.question.process = Some(sandgate_config::ProcessInfo {
+            pid: 412,
+            exe: "/usr/bin/cargo".into(),
+            command: "cargo fetch".into(),
+        });
+        let line = format_prompt(&cargo, q.first_asked + Duration::from_secs(2));
+        assert!(
+            line.starts_with("sandgate: `cargo` (pid 412) wants x.example:443 — [o]nce"),
+            "{line}"
+        );
     }
 
     #[test]

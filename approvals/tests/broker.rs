@@ -19,6 +19,7 @@ fn q(sandbox: &str, host: &str, port: u16) -> Question {
         command: vec!["agent".into()],
         cwd: Some("/p".into()),
         project: Some(format!("proj-{sandbox}")),
+        process: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn question(sandbox: &str, host: &str) -> Question {
         command: vec!["cargo".into(), "build".into()],
         cwd: Some("/home/u/proj".into()),
         project: Some("proj".into()),
+        process: None,
     }
 }
 

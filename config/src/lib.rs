@@ -40,6 +40,7 @@ pub mod learn;
 mod matcher;
 mod pattern;
 mod policy;
+mod process;
 mod project;
 mod report;
 mod roots;
@@ -73,6 +74,7 @@ pub use pattern::{
 pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
+pub use process::{MAX_COMMAND_CHARS, ProcessInfo, command_line};
 pub use project::project_root;
 pub use report::{ConfigFile, HttpRulesInfo, NetCheck, TierSummary, WritablePath};
 pub use roots::{HOME_PLACES, RootRefusal, RootRefusalKind, RootRule, SHARED_DIRS, SYSTEM_PLACES};

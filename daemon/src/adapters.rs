@@ -583,6 +583,7 @@ fn summary_event(sandbox: String, s: Summary, period: std::time::Duration) -> Ev
         error: None,
         count: s.requests,
         samples: s.samples,
+        process: None,
     }
 }
 
@@ -655,6 +656,7 @@ impl Approver for Asker {
                 command: live.as_ref().map(|l| l.info.command.clone()).unwrap_or_default(),
                 cwd: live.as_ref().map(|l| l.info.cwd.clone()),
                 project,
+                process: q.process.clone(),
             };
             outcome_to_answer(s.broker.ask(question).await)
         })
@@ -702,6 +704,7 @@ impl EventSink for Sink {
             error: e.error,
             count: e.count,
             samples: e.samples,
+            process: e.process,
         };
         self.0.publish(EventKind::Decision, Some(&sandbox), event);
     }
@@ -1206,6 +1209,7 @@ mod tests {
             error: None,
             count: 1,
             samples: Vec::new(),
+            process: None,
         };
         for _ in 0..BURST + 5 {
             shared.publish(EventKind::Decision, Some("sg-1"), request("deny", "/d"));

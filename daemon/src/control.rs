@@ -418,8 +418,9 @@ pub fn pending_line(q: &PendingQuestion) -> String {
         (Some(m), None) => format!(" {m}"),
         _ => String::new(),
     };
+    let who = q.question.process.as_ref().map(|p| format!("{p} wants ")).unwrap_or_default();
     let line = format!(
-        "{:<4} {}  {}:{}{req}  ({} waiting, denied in {left}s)",
+        "{:<4} {}  {who}{}:{}{req}  ({} waiting, denied in {left}s)",
         q.id.to_string(),
         q.question.sandbox,
         q.question.host,
@@ -493,8 +494,11 @@ pub fn event_line(ev: &Event, now: SystemTime) -> (String, &'static str) {
             ),
             "31",
         ),
-        Event::Request { sandbox, method, host, port, decision, rule, ms, .. } => (
-            format!("sandgate: {sandbox} {method} {host}:{port} {decision} ({rule}) {ms:.1} ms"),
+        Event::Request { sandbox, method, host, port, decision, rule, ms, process, .. } => (
+            format!(
+                "sandgate: {sandbox} {method} {host}:{port} {decision} ({rule}) {ms:.1} ms{}",
+                process.as_ref().map(|p| format!(" by {p}")).unwrap_or_default()
+            ),
             if decision == "allow" { "2" } else { "31" },
         ),
         Event::SandboxStarted { sandbox, tier, command } => {

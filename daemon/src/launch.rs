@@ -1081,7 +1081,8 @@ impl InProcessProxy {
                 upstream: crate::setup::upstream(&config)?,
                 ..sandgate_proxy::ProxyConfig::default()
             })
-            .resolver(crate::dns::resolver()?);
+            .resolver(crate::dns::resolver()?)
+            .attributor(std::sync::Arc::new(crate::attribution::ProcAttributor::launched_here()));
         if let Some(a) = approver {
             builder = builder.approver(a);
         }

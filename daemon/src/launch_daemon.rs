@@ -450,8 +450,9 @@ fn asked_line(q: &sandgate_approvals::Question) -> String {
     // Host and port first, the sandbox's own text (its name) last and quoted: it cannot pose as
     // the host or the suggested answer.
     let (sandbox, target) = (sanitize(&q.sandbox), sanitize(&format!("{}:{}", q.host, q.port)));
+    let who = q.process.as_ref().map(|p| format!("{p} ")).unwrap_or_default();
     format!(
-        "sandgate: wants {target} — `sandgate allow {target}` (--once, --for 1h, --always) or \
+        "sandgate: {who}wants {target} — `sandgate allow {target}` (--once, --for 1h, --always) or \
          `sandgate deny {target}`; keys in `sandgate watch` — sandbox {sandbox:?}"
     )
 }
@@ -462,8 +463,9 @@ fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
     use sandgate_approvals::terminal::sanitize;
     let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
     let wait = q.deadline.duration_since(q.first_asked).unwrap_or_default().as_secs();
+    let who = q.question.process.as_ref().map(|p| format!(", asked by {p}")).unwrap_or_default();
     format!(
-        "sandgate: waiting for approval of {target} ({wait} s) — a person runs `sandgate \
+        "sandgate: waiting for approval of {target} ({wait} s){who} — a person runs `sandgate \
          allow {target}` or `sandgate deny {target}` (or answers in `sandgate watch` or the \
          chat); clients may give up first (cargo 30 s, pip 15 s)"
     )
@@ -582,6 +584,7 @@ mod tests {
             error: None,
             count: 1,
             samples: Vec::new(),
+            process: None,
         }
     }
 
@@ -655,6 +658,7 @@ mod tests {
                 command: vec!["curl".into()],
                 cwd: None,
                 project: None,
+                process: None,
             },
             first_asked: std::time::SystemTime::now(),
             deadline: std::time::SystemTime::now(),
@@ -703,6 +707,7 @@ mod tests {
             command: vec!["curl\x1b[H".into()],
             cwd: Some("/p\r".into()),
             project: None,
+            process: None,
         };
         let line = asked_line(&q);
         assert!(!line.chars().any(char::is_control), "{line:?}");

@@ -9,6 +9,7 @@
 //! link-local, metadata addresses) apply as on any launch, so `--allow-all-but-private` still
 //! cannot reach the host's own services.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,7 +57,9 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
     let code = crate::launch::run(&o.tier, launch)?;
     let proposals = propose(&learner.seen());
     let refused = learner.guard_refusals();
-    let mut r = Printed::new(proposal_text(&proposals, &refused, code), "").exit(code);
+    let mut text = proposal_text(&proposals, &refused, code);
+    text.push_str(&asked_by_text(&learner.asked_by()));
+    let mut r = Printed::new(text, "").exit(code);
     if o.write && !proposals.is_empty() {
         match write(&proposals) {
             Ok(line) => r.text.push_str(&line),
@@ -165,6 +168,7 @@ pub fn from_log(o: FromLog) -> anyhow::Result<Printed> {
     }
     let seen = wanted(&lines, |t| policy.net.decide(t));
     let proposals = propose(&seen);
+    let asked_by = asked_by(&lines, &seen);
     let whose = match &o.sandbox {
         Some(id) => format!("sandbox {id}"),
         None => format!("{} sandbox(es) of {}", sandboxes.len(), project.display()),
@@ -179,8 +183,9 @@ pub fn from_log(o: FromLog) -> anyhow::Result<Printed> {
             )
         } else {
             format!(
-                "# proposed by `sandgate learn --from-log` from the log of {whose}{when}\n{}",
-                render(&proposals)
+                "# proposed by `sandgate learn --from-log` from the log of {whose}{when}\n{}{}",
+                render(&proposals),
+                asked_by_text(&asked_by)
             )
         },
         "",
@@ -248,6 +253,36 @@ pub fn wanted(
     out
 }
 
+/// Which commands wanted the destinations `seen`, from the processes `lines` name.
+pub fn asked_by(
+    lines: &[sandgate_store::TrafficLine],
+    seen: &[(String, u16)],
+) -> BTreeMap<(String, u16), BTreeSet<String>> {
+    let mut out: BTreeMap<(String, u16), BTreeSet<String>> = BTreeMap::new();
+    for l in lines {
+        let (Some(port), Some(p)) = (l.port, &l.process) else { continue };
+        let key = (l.host.clone(), port);
+        if seen.contains(&key) {
+            out.entry(key).or_default().insert(p.name().to_owned());
+        }
+    }
+    out
+}
+
+/// The comment block under a proposal that says which commands wanted what (names of
+/// executables, as the kernel reports them); nothing when no process was found.
+pub fn asked_by_text(asked_by: &BTreeMap<(String, u16), BTreeSet<String>>) -> String {
+    if asked_by.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("# wanted by (the executables that opened the connections):\n");
+    for ((host, port), names) in asked_by {
+        let names: Vec<String> = names.iter().map(|n| format!("`{}`", sanitize(n))).collect();
+        out.push_str(&format!("#   {}:{port} by {}\n", sanitize(host), names.join(", ")));
+    }
+    out
+}
+
 /// Adds the proposal to this directory's configuration file; returns the line saying so.
 fn write(proposals: &[Proposal]) -> anyhow::Result<String> {
     let cwd = std::env::current_dir()
@@ -278,6 +313,7 @@ mod tests {
             port,
             path: None,
             command: None,
+            process: None,
             rule: rule.into(),
             bytes_up: 0,
             bytes_down: 0,
@@ -289,6 +325,33 @@ mod tests {
     /// What went through or was refused only for want of an answer is proposed, once, unless
     /// the policy decides it now; refusals by a rule or a person, lookups and blocked packets
     /// are not.
+    #[test]
+    fn the_commands_that_wanted_a_destination_are_listed() {
+        use sandgate_store::TrafficDecision::Allow;
+        let by = |exe: &str| {
+            Some(sandgate_config::ProcessInfo { pid: 7, exe: exe.into(), command: "x".into() })
+        };
+        let mut lines = vec![
+            line(Allow, "index.crates.io", Some(443), ""),
+            line(Allow, "index.crates.io", Some(443), ""),
+            line(Allow, "index.crates.io", Some(443), ""),
+            line(Allow, "pypi.org", Some(443), ""),
+            line(Allow, "not.proposed", Some(443), ""),
+        ];
+        lines[0].process = by("/usr/bin/cargo");
+        lines[1].process = by("/usr/bin/curl");
+        lines[2].process = by("/usr/bin/cargo");
+        lines[4].process = by("/usr/bin/curl");
+        let seen = vec![("index.crates.io".to_owned(), 443), ("pypi.org".to_owned(), 443)];
+        let text = asked_by_text(&asked_by(&lines, &seen));
+        assert_eq!(
+            text,
+            "# wanted by (the executables that opened the connections):\n\
+             #   index.crates.io:443 by `cargo`, `curl`\n"
+        );
+        assert_eq!(asked_by_text(&BTreeMap::new()), "");
+    }
+
     #[test]
     fn from_the_log_only_what_was_wanted_and_is_still_asked_about() {
         use sandgate_store::TrafficDecision::{Allow, Blocked, Deny};

@@ -49,6 +49,7 @@
 
 pub mod adapters;
 mod agent_env;
+mod attribution;
 pub mod caches;
 pub mod client;
 pub mod connect;

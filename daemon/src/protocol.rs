@@ -330,6 +330,10 @@ pub enum Event {
         /// A summary's examples: names (DNS), requests or destinations (the event cap's).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         samples: Vec<String>,
+        /// The process in the sandbox that opened the connection, when it was found (never for
+        /// the DNS stub or a summary). Absent from events stored before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        process: Option<sandgate_config::ProcessInfo>,
     },
     /// Refusals of a sandbox that came faster than `[daemon] events_per_minute` and were not
     /// stored (shown live only), counted since the last such report; one per wall. (What was let
@@ -443,6 +447,7 @@ impl Event {
                 error,
                 count,
                 samples: _,
+                process,
             } => Some(sandgate_store::TrafficLine {
                 time,
                 sandbox: sandbox.clone(),
@@ -458,6 +463,7 @@ impl Event {
                 port: (method != "DNS" && *port != 0).then_some(*port),
                 path: path.clone(),
                 command: None,
+                process: process.clone(),
                 rule: match error {
                     Some(e) => format!("{rule} ({e})"),
                     None => rule.clone(),
@@ -490,6 +496,7 @@ impl Event {
                     port: None,
                     path: None,
                     command: None,
+                    process: None,
                     rule: format!(
                         "over the sandbox's cap on stored events ({burst} at once, then \
                          {per_minute} a minute): {standing_for} {what} in {not_stored} events"
@@ -510,6 +517,7 @@ impl Event {
                     port: *port,
                     path: None,
                     command: None,
+                    process: None,
                     rule: "firewall: direct connection".into(),
                     bytes_up: 0,
                     bytes_down: 0,

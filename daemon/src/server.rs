@@ -1066,6 +1066,7 @@ mod forwarding {
             error: None,
             count: 1,
             samples: Vec::new(),
+            process: None,
         }
     }
 

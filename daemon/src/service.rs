@@ -310,6 +310,7 @@ async fn serve(
         .approver(Arc::new(adapters::Asker(shared.clone())))
         .grants(Arc::new(adapters::Grants(shared.clone())))
         .events(Arc::new(adapters::Sink(shared.clone())))
+        .attributor(Arc::new(crate::attribution::ProcAttributor::new(shared.sandboxes.clone())))
         .resolver(dns::resolver()?);
     let proxy = match crate::setup::interceptor() {
         Some(i) => proxy.interceptor(i),
@@ -546,8 +547,9 @@ async fn approval_events(shared: Arc<adapters::Shared>, desktop: bool) {
 fn notify(q: &approvals::PendingQuestion) {
     // Host and port first; the sandbox's name (its own text) last and quoted.
     let target = format!("{}:{}", q.question.host, q.question.port);
+    let who = q.question.process.as_ref().map(|p| format!("{p} ")).unwrap_or_default();
     notify_text(&format!(
-        "wants {target} — `sandgate allow {target}` or answer in `sandgate watch` — sandbox {:?}",
+        "{who}wants {target} — `sandgate allow {target}` or answer in `sandgate watch` — sandbox {:?}",
         sandgate_config::sanitize(&q.question.sandbox)
     ));
 }

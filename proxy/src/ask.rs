@@ -115,6 +115,7 @@ mod tests {
             target: Target::parse("pypi.org:443").unwrap(),
             method: "CONNECT".into(),
             path: None,
+            process: None,
         };
         let mut waiters = Vec::new();
         for _ in 0..50 {
@@ -144,6 +145,7 @@ mod tests {
             target: Target::parse("pypi.org:443").unwrap(),
             method: "CONNECT".into(),
             path: None,
+            process: None,
         };
         let answer = asks.ask(&approver, q, Duration::from_millis(50)).await;
         assert_eq!(answer, Ruling::Deny(DenyReason::TimedOut));

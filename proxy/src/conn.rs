@@ -73,15 +73,17 @@ impl ProxyShared {
     pub(crate) async fn handle(self: Arc<Self>, sandbox: Arc<Sandbox>, mut client: ClientStream) {
         let start = Instant::now();
         // A connection the namespace's firewall redirected here (transparent capture).
-        if let Some(to) = crate::transparent::original_destination(&client) {
-            return self.serve_transparent(sandbox, client, to, start).await;
+        let redirected = crate::transparent::original_destination(&client);
+        let process = self.attribute(&sandbox, &client, redirected);
+        if let Some(to) = redirected {
+            return self.serve_transparent(sandbox, client, to, start, process).await;
         }
         let mut buf = BytesMut::with_capacity(4096);
         let limit = self.config.max_head_bytes;
         let deadline = start + self.config.header_timeout;
         // The first byte tells the protocols apart: 0x05 is a SOCKS5 greeting, never HTTP.
         if crate::socks::sniff(&mut client, &mut buf, deadline).await {
-            return self.serve_socks(sandbox, client, buf, start).await;
+            return self.serve_socks(sandbox, client, buf, start, process).await;
         }
         let head = tokio::time::timeout_at(deadline, read_head(&mut client, &mut buf, limit)).await;
         let head = match head {
@@ -92,13 +94,13 @@ impl ProxyShared {
                     input: quote(&buf[..buf.len().min(80)]),
                     why: e.to_string(),
                 };
-                let mut ctx = Ctx::new(sandbox, "", start);
+                let mut ctx = Ctx::new(sandbox, "", start).with_process(&process);
                 self.refuse_head(&mut client, &mut ctx, &r).await;
                 return self.logging(ctx);
             }
             Err(_) => {
                 // A slow client (slowloris): drop it without a word.
-                let mut ctx = Ctx::new(sandbox, "", start);
+                let mut ctx = Ctx::new(sandbox, "", start).with_process(&process);
                 ctx.event.rule = "request head timeout".into();
                 ctx.event.error = Some(format!(
                     "no complete request head within {}s",
@@ -110,10 +112,10 @@ impl ProxyShared {
         if !head.is_connect() {
             // Every request of a keep-alive connection, this first one included, goes through
             // the relay (`relay.rs`), or hyper's path in `forward.rs` for what the relay hands on.
-            self.relay_http(sandbox, client, buf).await;
+            self.relay_http(sandbox, client, buf, process).await;
             return;
         }
-        let mut ctx = Ctx::new(sandbox, "CONNECT", start);
+        let mut ctx = Ctx::new(sandbox, "CONNECT", start).with_process(&process);
         let pending = buf.split_off(head.len);
         self.connect_request(&mut ctx, client, &head, pending).await;
         self.logging(ctx);
@@ -353,7 +355,7 @@ impl ProxyShared {
     /// client hears, see `record_refusal`), the refusal's response, then the connection's end.
     async fn refuse_head<W: AsyncWrite + Unpin>(&self, client: &mut W, ctx: &mut Ctx, r: &Refusal) {
         ctx.refused(r);
-        self.record_refusal(ctx);
+        self.record_refusal(ctx).await;
         let bytes =
             render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox)).to_bytes();
         let _ = client.write_all(&bytes).await;

@@ -199,6 +199,7 @@ fn summary(key: &Key, w: Window) -> Option<ProxyEvent> {
         error: None,
         count: w.counted,
         samples: w.samples,
+        process: None,
     })
 }
 

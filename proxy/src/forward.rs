@@ -24,6 +24,7 @@ use sandgate_config::{NetworkPolicy, Target};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::attribution::Attribution;
 use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
@@ -281,11 +282,12 @@ impl ProxyShared {
         self: Arc<Self>,
         sandbox: Arc<Sandbox>,
         io: Rewind<ClientStream>,
+        process: Attribution,
     ) {
         let this = self.clone();
         let svc = hyper::service::service_fn(move |req| {
-            let (this, sandbox) = (this.clone(), sandbox.clone());
-            async move { Ok::<_, Infallible>(this.request(sandbox, req).await) }
+            let (this, sandbox, process) = (this.clone(), sandbox.clone(), process.clone());
+            async move { Ok::<_, Infallible>(this.request(sandbox, req, process).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -304,8 +306,10 @@ impl ProxyShared {
         self: Arc<Self>,
         sandbox: Arc<Sandbox>,
         req: Request<Incoming>,
+        process: Attribution,
     ) -> Response<Body> {
-        let mut ctx = Ctx::new(sandbox, req.method().as_str(), Instant::now());
+        let mut ctx =
+            Ctx::new(sandbox, req.method().as_str(), Instant::now()).with_process(&process);
         let connect = req.method() == Method::CONNECT;
         let filtered = {
             let auth = req.headers().get(header::PROXY_AUTHORIZATION).map(|v| v.as_bytes());
@@ -326,6 +330,7 @@ impl ProxyShared {
             Err((r, mut ctx)) => {
                 ctx.refused(&r);
                 let resp = refusal_response(&r, &ctx.policy, &self.granted(&ctx.sandbox));
+                self.settle(&mut ctx).await;
                 self.logging(ctx);
                 resp
             }
@@ -365,7 +370,16 @@ impl ProxyShared {
             let (sandbox, policy) = (ctx.sandbox.clone(), ctx.policy.clone());
             let (method, uri, headers) = (req.method().as_str(), req.uri(), req.headers());
             if let Err(r) = self
-                .http_rules(&sandbox, &policy, &target, method, uri, headers, &mut ctx.event)
+                .http_rules(
+                    &sandbox,
+                    &policy,
+                    &target,
+                    method,
+                    uri,
+                    headers,
+                    &mut ctx.event,
+                    &ctx.process,
+                )
                 .await
             {
                 return Err((r, ctx));

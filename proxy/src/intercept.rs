@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
+use crate::attribution::Attribution;
 use crate::ca::{CaError, CertificateAuthority};
 use crate::denial::Refusal;
 use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
@@ -389,6 +390,8 @@ struct Conn {
     h2: bool,
     /// The first upstream connection (made before the client's handshake), then later ones.
     upstream: tokio::sync::Mutex<Upstream>,
+    /// The lookup of the process that opened the tunnel.
+    process: Attribution,
 }
 
 enum Upstream {
@@ -406,7 +409,8 @@ enum Upstream {
 
 impl Conn {
     async fn request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
-        let mut draft = Ctx::new(self.sandbox.clone(), req.method().as_str(), Instant::now());
+        let mut draft = Ctx::new(self.sandbox.clone(), req.method().as_str(), Instant::now())
+            .with_process(&self.process);
         draft.set_target(self.target.clone());
         draft.event.decision = Outcome::Allow;
         draft.event.rule = self.rule.clone();
@@ -465,6 +469,7 @@ impl Conn {
                 req.uri(),
                 req.headers(),
                 &mut draft.event,
+                &self.process,
             )
             .await?;
         // After an upgrade the connection is bytes the rules never read: on a host with rules
@@ -688,6 +693,7 @@ impl ProxyShared {
         uri: &hyper::Uri,
         headers: &hyper::HeaderMap,
         event: &mut ProxyEvent,
+        process: &Attribution,
     ) -> Result<(), Refusal> {
         let settings = policy.intercept();
         let Some(rules) = settings.rules_for(target) else { return Ok(()) };
@@ -700,7 +706,7 @@ impl ProxyShared {
                 Some(rule) => {
                     event.rule.push_str(&format!(" + http rule {rule} ({})", rules.origin));
                 }
-                None => self.ask_request(sandbox, policy, target, method, path, rules).await?,
+                None => self.ask_request(sandbox, target, method, path, rules, process).await?,
             }
         }
         Ok(())
@@ -720,6 +726,7 @@ pub(crate) async fn serve<C>(
     upstream: TcpStream,
     addrs: Vec<SocketAddr>,
     event: &mut ProxyEvent,
+    process: Attribution,
 ) where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -788,6 +795,7 @@ pub(crate) async fn serve<C>(
         rule: event.rule.clone(),
         h2,
         upstream: tokio::sync::Mutex::new(first),
+        process,
     });
     let svc = hyper::service::service_fn(move |req| {
         let conn = conn.clone();

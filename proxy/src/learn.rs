@@ -6,7 +6,7 @@
 //! recorded too ([`Learner::guard_refusals`]): allowing those names would not help, so they are
 //! reported apart from the proposal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use sandgate_config::{DomainPattern, PatternUse, Rule, RuleSource};
@@ -18,6 +18,8 @@ use crate::{ApprovalRequest, Approver, BoxFuture, DenyReason, Ruling};
 pub struct Learner {
     allow: bool,
     seen: Mutex<BTreeSet<(String, u16)>>,
+    /// The processes that asked, by destination (their executables' names).
+    asked_by: Mutex<BTreeMap<(String, u16), BTreeSet<String>>>,
     refused: Mutex<BTreeSet<GuardRefusal>>,
 }
 
@@ -45,6 +47,12 @@ impl Learner {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
     }
 
+    /// Which processes asked for each destination (the names of their executables, sorted):
+    /// only the destinations whose process was found.
+    pub fn asked_by(&self) -> BTreeMap<(String, u16), BTreeSet<String>> {
+        self.asked_by.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The destinations the address guard refused so far, sorted.
     pub fn guard_refusals(&self) -> Vec<GuardRefusal> {
         self.refused.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
@@ -55,6 +63,10 @@ impl Approver for Learner {
     fn ask(&self, q: ApprovalRequest) -> BoxFuture<'_, Ruling> {
         let host = q.target.host.to_string();
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert((host.clone(), q.target.port));
+        if let Some(p) = &q.process {
+            let mut by = self.asked_by.lock().unwrap_or_else(|e| e.into_inner());
+            by.entry((host.clone(), q.target.port)).or_default().insert(p.name().to_owned());
+        }
         let answer = if self.allow {
             Ruling::Allow(Arc::new(Rule {
                 pattern: DomainPattern::parse(&host, PatternUse::Allow).ok(),
@@ -96,6 +108,7 @@ mod tests {
             target: Target::parse(target).unwrap(),
             method: "CONNECT".into(),
             path: None,
+            process: None,
         }
     }
 

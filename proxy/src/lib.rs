@@ -29,6 +29,10 @@
 //! Each stage is a function over one per-request context (`pipeline.rs`), shared by every front
 //! end: HTTP CONNECT, plain HTTP on keep-alive connections, and SOCKS5 ([`socks`]).
 //!
+//! As a connection is accepted, an [`Attributor`] (the daemon's) is asked, off the accept path,
+//! which process in the sandbox opened it; `ask` waits for the answer a bounded while, and
+//! events carry it (`attribution.rs` says when each waits).
+//!
 //! The same `decide` stage answers the sandbox's DNS stub ([`dns`]): allowed names resolve on the
 //! host, every other name is NXDOMAIN without leaving it.
 //!
@@ -59,6 +63,7 @@
 #![forbid(unsafe_code)]
 
 mod ask;
+mod attribution;
 pub mod ca;
 mod conn;
 mod denial;
@@ -85,12 +90,14 @@ pub mod transparent;
 mod tunnel;
 mod upstream;
 
+pub use attribution::Attributor;
 pub use denial::{Refusal, render_refusal, render_refusal_with_grants};
 pub use dns::UdpResolver;
 pub use intercept::Interceptor;
 pub use io::{Listener, raise_nofile_limit};
 pub use learn::{GuardRefusal, Learner};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};
+pub use sandgate_config::ProcessInfo;
 pub use standalone::Standalone;
 pub use traits::{
     ApprovalRequest, Approver, BoxFuture, DenyReason, EventSink, GrantSource, Outcome, ProxyEvent,

@@ -23,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::attribution::Attribution;
 use crate::conn::{Opened, SniEnd, SniRefusal, send_up};
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
@@ -47,6 +48,8 @@ pub(crate) struct Ctx {
     pub(crate) addrs: Vec<SocketAddr>,
     /// The event `logging` records.
     pub(crate) event: ProxyEvent,
+    /// The lookup of the process that opened the connection (see [`crate::attribution`]).
+    pub(crate) process: Attribution,
     start: Instant,
     /// Recorded already ([`ProxyShared::record_refusal`]): `logging` does nothing.
     recorded: bool,
@@ -94,8 +97,25 @@ impl Ctx {
             error: None,
             count: 1,
             samples: Vec::new(),
+            process: None,
         };
-        Ctx { sandbox, policy, target: None, addrs: Vec::new(), event, start, recorded: false }
+        let process = Attribution::none();
+        Ctx {
+            sandbox,
+            policy,
+            target: None,
+            addrs: Vec::new(),
+            event,
+            process,
+            start,
+            recorded: false,
+        }
+    }
+
+    /// The same context, for a request of a connection whose process `process` looks up.
+    pub(crate) fn with_process(mut self, process: &Attribution) -> Ctx {
+        self.process = process.clone();
+        self
     }
 
     /// Sets the destination (the event names it from now on). An address the sandbox's DNS stub
@@ -246,8 +266,14 @@ impl ProxyShared {
     /// into the event, the checked addresses into `ctx.addrs`.
     pub(crate) async fn admit(&self, ctx: &mut Ctx, path: Option<&str>) -> Result<(), Refusal> {
         let target = ctx.target()?;
-        let admitted =
-            self.admit_target(&ctx.sandbox, &ctx.policy, target, &ctx.event.method, path);
+        let admitted = self.admit_target(
+            &ctx.sandbox,
+            &ctx.policy,
+            target,
+            &ctx.event.method,
+            path,
+            &ctx.process,
+        );
         let admitted = admitted.await?;
         ctx.event.decision = Outcome::Allow;
         ctx.event.rule = admitted.rule.to_string();
@@ -326,6 +352,7 @@ impl ProxyShared {
             upstream,
             addrs,
             &mut ctx.event,
+            ctx.process.clone(),
         )
         .await;
         Route::Intercepted
@@ -391,20 +418,47 @@ impl ProxyShared {
         }
     }
 
-    /// Stage `logging`: the request's one event, with its duration.
+    /// Stage `logging`: the request's one event, with its duration and the process, when its
+    /// lookup has ended; a lookup still running records the event when it ends (at most
+    /// [`ProxyConfig::attribution_wait`](crate::ProxyConfig) later), so that no connection
+    /// waits for it.
     pub(crate) fn logging(&self, ctx: Ctx) {
         if ctx.recorded {
             return;
         }
         let mut event = ctx.event;
         event.duration = ctx.start.elapsed();
-        self.events.record(event);
+        if event.process.is_none() {
+            event.process = ctx.process.now();
+        }
+        let runtime = tokio::runtime::Handle::try_current();
+        match runtime {
+            Ok(rt) if event.process.is_none() && ctx.process.looking() => {
+                let (events, wait) = (self.events.clone(), self.config.attribution_wait);
+                rt.spawn(async move {
+                    event.process = ctx.process.wait(wait).await;
+                    events.record(event);
+                });
+            }
+            _ => self.events.record(event),
+        }
+    }
+
+    /// Puts the process in `ctx`'s event, waiting for its lookup at most
+    /// [`ProxyConfig::attribution_wait`](crate::ProxyConfig): for an event that must be recorded
+    /// before the client hears of it.
+    pub(crate) async fn settle(&self, ctx: &mut Ctx) {
+        if ctx.event.process.is_none() {
+            ctx.event.process = ctx.process.wait(self.config.attribution_wait).await;
+        }
     }
 
     /// `logging` for a refusal, before the client is told: whoever follows the events (the
     /// launcher saying "denied" on the command's stderr) hears of it before the command can
-    /// have seen the refusal and ended. The later `logging` of `ctx` does nothing.
-    pub(crate) fn record_refusal(&self, ctx: &mut Ctx) {
+    /// have seen the refusal and ended. Waits for the process's lookup (bounded: refusals are
+    /// not the path whose speed counts). The later `logging` of `ctx` does nothing.
+    pub(crate) async fn record_refusal(&self, ctx: &mut Ctx) {
+        self.settle(ctx).await;
         let mut event = ctx.event.clone();
         event.duration = ctx.start.elapsed();
         self.events.record(event);
@@ -417,7 +471,7 @@ impl ProxyShared {
         ctx.event.decision = Outcome::Deny;
         ctx.event.rule = refusal.why.clone();
         ctx.event.error = Some(refusal.why);
-        self.record_refusal(ctx);
+        self.record_refusal(ctx).await;
         // Server bytes may still be unacknowledged (a HelloRetryRequest went down): send the
         // alert at once, or Nagle holds it and the reset below discards it.
         if let ClientStream::Tcp(s) = client {

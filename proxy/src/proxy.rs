@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 
 use crate::ask::Asks;
+use crate::attribution::{Attribution, Attributor};
 use crate::denial::Refusal;
 use crate::forward::Pool;
 use crate::guard::{self, OwnAddresses};
@@ -54,6 +55,9 @@ pub struct ProxyConfig {
     pub tunnel_mode: TunnelMode,
     /// An upstream proxy every admitted connection leaves through (but for its bypass list).
     pub upstream: Option<Arc<crate::upstream::Upstream>>,
+    /// How long a question, or a refusal's event, waits for the [`Attributor`] to name the
+    /// process that opened the connection (then it goes on without it).
+    pub attribution_wait: Duration,
 }
 
 impl Default for ProxyConfig {
@@ -67,6 +71,7 @@ impl Default for ProxyConfig {
             tunnel_buffer: 256 * 1024,
             tunnel_mode: TunnelMode::Splice,
             upstream: None,
+            attribution_wait: Duration::from_millis(100),
         }
     }
 }
@@ -106,9 +111,17 @@ pub struct ProxyBuilder {
     events: Arc<dyn EventSink>,
     resolver: Arc<dyn Resolver>,
     interceptor: Option<Arc<crate::intercept::Interceptor>>,
+    attributor: Option<Arc<dyn Attributor>>,
 }
 
 impl ProxyBuilder {
+    /// Names the process behind each connection (in questions and events). Without it, none is
+    /// named.
+    pub fn attributor(mut self, attributor: Arc<dyn Attributor>) -> Self {
+        self.attributor = Some(attributor);
+        self
+    }
+
     /// Enables the `intercept` stage (hosts named by a sandbox's secrets or HTTP rules). Without
     /// it, a tunnel to such a host is closed rather than spliced.
     pub fn interceptor(mut self, interceptor: Arc<crate::intercept::Interceptor>) -> Self {
@@ -157,6 +170,7 @@ impl ProxyBuilder {
                 events: self.events,
                 resolver: self.resolver,
                 interceptor: self.interceptor,
+                attributor: self.attributor,
                 asks: Asks::default(),
                 dns_cache: Default::default(),
                 own: OwnAddresses::default(),
@@ -187,6 +201,7 @@ pub(crate) struct ProxyShared {
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) resolver: Arc<dyn Resolver>,
     pub(crate) interceptor: Option<Arc<crate::intercept::Interceptor>>,
+    pub(crate) attributor: Option<Arc<dyn Attributor>>,
     asks: Asks,
     /// Addresses the DNS stub resolved, per name.
     pub(crate) dns_cache: crate::dns::DnsCache,
@@ -219,6 +234,7 @@ impl Proxy {
             events: Arc::new(TracingSink),
             resolver: Arc::new(SystemResolver),
             interceptor: None,
+            attributor: None,
         }
     }
 
@@ -376,8 +392,9 @@ impl ProxyShared {
         target: &Target,
         method: &str,
         path: Option<&str>,
+        process: &Attribution,
     ) -> Result<Admitted, Refusal> {
-        let rule = self.decide(sandbox, policy, target, method, path).await?;
+        let rule = self.decide(sandbox, policy, target, method, path, process).await?;
         let addrs = match target.host {
             // An address asked for by number was itself allowed (by a rule, a grant or a
             // person's answer): that is the "allowed by IP" exception of the guard.
@@ -404,6 +421,7 @@ impl ProxyShared {
         target: &Target,
         method: &str,
         path: Option<&str>,
+        process: &Attribution,
     ) -> Result<Arc<Rule>, Refusal> {
         match policy.decide(target) {
             Decision::Allow(rule) => return Ok(rule),
@@ -423,6 +441,7 @@ impl ProxyShared {
             target: target.clone(),
             method: method.to_owned(),
             path: path.map(str::to_owned),
+            process: process.wait(self.config.attribution_wait).await,
         };
         match self.asks.ask(approver, question, self.config.ask_timeout).await {
             Ruling::Allow(rule) => Ok(rule),
@@ -449,11 +468,11 @@ impl ProxyShared {
     pub(crate) async fn ask_request(
         &self,
         sandbox: &Sandbox,
-        _policy: &NetworkPolicy,
         target: &Target,
         method: &str,
         path: &str,
         rules: &sandgate_config::HttpRules,
+        process: &Attribution,
     ) -> Result<(), Refusal> {
         let refusal = || Refusal::PathNotAllowed {
             target: target.to_string(),
@@ -468,6 +487,7 @@ impl ProxyShared {
             target: target.clone(),
             method: method.to_owned(),
             path: Some(path.to_owned()),
+            process: process.wait(self.config.attribution_wait).await,
         };
         match self.asks.ask(approver, question, self.config.ask_timeout).await {
             Ruling::Allow(_) => Ok(()),

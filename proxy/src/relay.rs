@@ -48,6 +48,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::attribution::Attribution;
 use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
 use crate::pipeline::{Ctx, RequestTarget, host_header};
@@ -444,6 +445,7 @@ impl ProxyShared {
         sandbox: Arc<Sandbox>,
         mut client: ClientStream,
         mut buf: BytesMut,
+        process: Attribution,
     ) {
         let limit = self.config.max_head_bytes.max(8192);
         let mut upbuf = BytesMut::with_capacity(8192);
@@ -455,7 +457,9 @@ impl ProxyShared {
                 if !buf.is_empty() {
                     match classify(&buf, limit) {
                         Parsed::Simple(s) => break s,
-                        Parsed::Handoff => return self.handoff(sandbox, client, buf, None).await,
+                        Parsed::Handoff => {
+                            return self.handoff(sandbox, client, buf, None, process).await;
+                        }
                         Parsed::Partial => {}
                     }
                 }
@@ -466,7 +470,8 @@ impl ProxyShared {
                     // with an event, as for the first head (`conn.rs`). An idle keep-alive
                     // connection that sent nothing just ends.
                     Err(_) if !buf.is_empty() => {
-                        let mut ctx = Ctx::new(sandbox, "", deadline - self.config.header_timeout);
+                        let began = deadline - self.config.header_timeout;
+                        let mut ctx = Ctx::new(sandbox, "", began).with_process(&process);
                         ctx.event.rule = "request head timeout".into();
                         ctx.event.error = Some(format!(
                             "no complete request head within {}s",
@@ -481,10 +486,10 @@ impl ProxyShared {
             let start = Instant::now();
             let head = buf.split_to(simple.len).freeze();
             let Ok(uri) = Uri::from_maybe_shared(head.slice(simple.target.clone())) else {
-                return self.handoff(sandbox, client, buf, Some(head)).await;
+                return self.handoff(sandbox, client, buf, Some(head), process).await;
             };
             let method = std::str::from_utf8(&head[simple.method.clone()]).unwrap_or("");
-            let mut ctx = Ctx::new(sandbox.clone(), method, start);
+            let mut ctx = Ctx::new(sandbox.clone(), method, start).with_process(&process);
             let auth = simple.proxy_authorization.clone().map(|r| &head[r]);
             let filtered = self.request_filter(&mut ctx, RequestTarget::Absolute(&uri), auth);
             let policy = ctx.policy.intercept();
@@ -495,7 +500,7 @@ impl ProxyShared {
             if hyper_path {
                 // hyper's path runs the whole pipeline for it again (this context is dropped
                 // unrecorded): refusals, HTTP rules, placeholders, the upstream proxy.
-                return self.handoff(sandbox, client, buf, Some(head)).await;
+                return self.handoff(sandbox, client, buf, Some(head), process).await;
             }
             let path = uri.path_and_query().map_or("/", |p| p.as_str());
             // `http://host?q` goes upstream as `/?q` (the path-and-query's Display): the event
@@ -586,6 +591,7 @@ impl ProxyShared {
         client: ClientStream,
         rest: BytesMut,
         head: Option<Bytes>,
+        process: Attribution,
     ) {
         let prefix = match head {
             Some(head) => {
@@ -596,7 +602,7 @@ impl ProxyShared {
             }
             None => rest.freeze(),
         };
-        self.serve_http(sandbox, Rewind::new(prefix, client)).await;
+        self.serve_http(sandbox, Rewind::new(prefix, client), process).await;
     }
 
     /// Records the event of a refusal and answers it as hyper's path does
@@ -632,6 +638,7 @@ impl ProxyShared {
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(rendered.body.as_bytes());
         // Recorded before the client can read it (see `record_refusal`).
+        self.settle(&mut ctx).await;
         self.logging(ctx);
         let written = client.write_all(&out).await.is_ok();
         if !alive {

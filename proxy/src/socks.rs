@@ -14,6 +14,7 @@ use sandgate_config::{Host, Target};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::attribution::Attribution;
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
 use crate::pipeline::{Ctx, Presented, token_matches};
@@ -336,8 +337,9 @@ impl ProxyShared {
         mut client: ClientStream,
         mut buf: BytesMut,
         start: Instant,
+        process: Attribution,
     ) {
-        let mut ctx = Ctx::new(sandbox.clone(), "SOCKS5", start);
+        let mut ctx = Ctx::new(sandbox.clone(), "SOCKS5", start).with_process(&process);
         let deadline = start + self.config.header_timeout;
         let ended = |ctx: &mut Ctx, end: FrameEnd, what: &str| match end {
             FrameEnd::Closed => {
@@ -472,7 +474,8 @@ impl ProxyShared {
 
     /// Records `ctx`'s event, then sends `reply` (if any): whoever follows the events hears of
     /// an ending before the client does (see `record_refusal`).
-    async fn recorded_then_told(&self, client: &mut ClientStream, ctx: Ctx, reply: &[u8]) {
+    async fn recorded_then_told(&self, client: &mut ClientStream, mut ctx: Ctx, reply: &[u8]) {
+        self.settle(&mut ctx).await;
         self.logging(ctx);
         if !reply.is_empty() {
             let _ = client.write_all(reply).await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 // The sandbox id is the config crate's, shared with the launcher and the daemon.
 pub use sandgate_config::SandboxId;
-use sandgate_config::{DomainName, Rule, Target};
+use sandgate_config::{DomainName, ProcessInfo, Rule, Target};
 
 /// A boxed future, so the traits below can be used as `Arc<dyn Trait>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -68,6 +68,9 @@ pub struct ApprovalRequest {
     pub method: String,
     /// The path of the first request, for plain HTTP (a tunnel has none).
     pub path: Option<String>,
+    /// The process in the sandbox that opened the connection, when the
+    /// [`Attributor`](crate::Attributor) found it in time.
+    pub process: Option<ProcessInfo>,
 }
 
 /// Why a question ended in a denial.
@@ -180,6 +183,9 @@ pub struct ProxyEvent {
     pub count: u64,
     /// Names the event stands for besides `host` (a DNS summary's examples; empty otherwise).
     pub samples: Vec<String>,
+    /// The process in the sandbox that opened the connection, when the
+    /// [`Attributor`](crate::Attributor) found it (never for the DNS stub).
+    pub process: Option<ProcessInfo>,
 }
 
 /// Where events go. `record` is called on the proxy's hot path: it must not block.
@@ -207,6 +213,7 @@ impl EventSink for TracingSink {
             duration_ms = e.duration.as_secs_f64() * 1e3,
             error = e.error.as_deref().unwrap_or(""),
             count = e.count,
+            process = e.process.as_ref().map(ToString::to_string).unwrap_or_default(),
         );
     }
 }

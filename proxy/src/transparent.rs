@@ -95,8 +95,9 @@ impl ProxyShared {
         mut client: ClientStream,
         to: SocketAddr,
         start: Instant,
+        process: crate::attribution::Attribution,
     ) {
-        let mut ctx = Ctx::new(sandbox.clone(), EVENT_METHOD, start);
+        let mut ctx = Ctx::new(sandbox.clone(), EVENT_METHOD, start).with_process(&process);
         let mut first = BytesMut::new();
         let target = match self.transparent_target(&mut ctx, &mut client, to, &mut first).await {
             Ok(t) => t,
@@ -263,7 +264,7 @@ impl ProxyShared {
         r: &Refusal,
     ) {
         ctx.refused(r);
-        self.record_refusal(ctx);
+        self.record_refusal(ctx).await;
         let said = match self.first_bytes(&mut client, &mut first, REFUSAL_WAIT).await {
             FirstBytes::Tls(_) => Some(crate::pipeline::TLS_ACCESS_DENIED.to_vec()),
             FirstBytes::Http(_) => Some(

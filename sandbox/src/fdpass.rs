@@ -140,6 +140,35 @@ pub fn peer_pidfd(stream: impl AsFd) -> std::io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// A copy of descriptor `fd` of the process `pidfd` refers to (`pidfd_getfd(2)`, Linux 5.6+;
+/// the caller needs ptrace access to the process). The copy is close-on-exec. The daemon takes
+/// a sandboxed process's sockets this way to read their addresses, then closes them.
+#[cfg(target_os = "linux")]
+pub fn pidfd_getfd(pidfd: impl AsFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // raw: nix 0.29 has neither pidfd_open nor pidfd_getfd.
+    // SAFETY: integer arguments; on success the kernel installed a new descriptor for us.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_fd().as_raw_fd(), fd, 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just made this descriptor, owned by nobody else; wrapped once.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// A pidfd of process `pid` (`pidfd_open(2)`): the process itself, whatever later reuses its pid.
+#[cfg(target_os = "linux")]
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: integer arguments; on success the kernel installed a new descriptor for us.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd as _;

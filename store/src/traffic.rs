@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use sandgate_config::{DomainPattern, Host, sanitize};
+use sandgate_config::{DomainPattern, Host, ProcessInfo, sanitize};
 use serde::Serialize;
 
 use crate::{HostSummary, Store, StoreError, StoredEvent, Timestamp, TrafficDecision};
@@ -46,6 +46,9 @@ pub struct TrafficLine {
     pub path: Option<String>,
     /// The sandbox's command line, when the store knows the sandbox.
     pub command: Option<Vec<String>>,
+    /// The process in the sandbox that opened the connection, when it was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessInfo>,
     /// The rule that decided (and the upstream error, if any).
     pub rule: String,
     /// Bytes sent.
@@ -82,6 +85,11 @@ impl TrafficLine {
         } else {
             format!("↑{} ↓{} {:.0}ms", self.bytes_up, self.bytes_down, self.ms)
         };
+        // Who opened it: `curl` (pid 7), by the executable the kernel names.
+        let process = match &self.process {
+            Some(p) => format!(" by {p}"),
+            None => String::new(),
+        };
         // The command line is the sandbox's own text: last and quoted, so it cannot pose as
         // the host or the decision (as in the approval prompts).
         let command = match &self.command {
@@ -95,7 +103,7 @@ impl TrafficLine {
             None => String::new(),
         };
         format!(
-            "{} {} {:<7} {:<7} {} {} [{}]{command}",
+            "{} {} {:<7} {:<7} {} {} [{}]{process}{command}",
             clock(self.time),
             sanitize(&self.sandbox),
             self.decision.as_str(),
@@ -305,6 +313,7 @@ mod tests {
             port: Some(443),
             path: None,
             command: None,
+            process: None,
             rule: String::new(),
             bytes_up: 0,
             bytes_down: 0,
@@ -369,6 +378,22 @@ mod tests {
         let mut n = line(TrafficDecision::Deny, NOT_STORED);
         (n.method, n.port) = ("*".into(), None);
         assert_eq!(n.text(), "00:00:00.000 sg-1 deny    *       (not stored) x1 []");
+        // The process that opened the connection, by its executable, before the command line.
+        let mut p = line(TrafficDecision::Allow, "index.crates.io");
+        p.process = Some(ProcessInfo {
+            pid: 412,
+            exe: "/usr/bin/cargo".into(),
+            command: "cargo fetch".into(),
+        });
+        p.command = Some(vec!["sh".into()]);
+        assert_eq!(
+            p.text(),
+            "00:00:00.000 sg-1 allow   CONNECT index.crates.io:443 ↑0 ↓0 0ms [] by `cargo` (pid 412) \"sh\""
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["process"]["pid"], 412);
+        assert_eq!(v["process"]["exe"], "/usr/bin/cargo");
+        assert_eq!(v["process"]["command"], "cargo fetch");
     }
 
     #[test]
@@ -377,6 +402,7 @@ mod tests {
         assert_eq!(v["decision"], "blocked");
         assert_eq!(v["port"], 443);
         assert!(v["command"].is_null());
+        assert!(v.get("process").is_none(), "no process, no key");
     }
 
     #[test]

@@ -440,6 +440,7 @@ fn version_6_counts_what_the_cap_did_not_store_and_moves_the_rows_of_an_older_fi
                     port: None,
                     path: None,
                     command: None,
+                    process: None,
                     rule: String::new(),
                     bytes_up: 0,
                     bytes_down: 0,

@@ -164,12 +164,20 @@ pub(crate) fn keyboard(run: u64, id: QuestionId) -> InlineKeyboardMarkup {
 pub(crate) fn question_text(q: &PendingQuestion) -> String {
     let x = &q.question;
     let mut s = format!("🔒 {} wants {}:{}", sanitize(&x.sandbox), sanitize(&x.host), x.port);
+    // The process on a line of its own, first: "`cargo` (pid 412) wants index.crates.io:443".
+    if let Some(p) = &x.process {
+        s.push_str(&format!("\n{p} wants {}:{}", sanitize(&x.host), x.port));
+    }
     if let Some(m) = &x.method {
         s.push_str(&format!(
             "\n{} {}",
             sanitize(m),
             sanitize(&shorten(x.path.as_deref().unwrap_or(""), 200))
         ));
+    }
+    if let Some(p) = &x.process {
+        let (command, exe) = (shorten(&p.command, 200), shorten(&p.exe, 200));
+        s.push_str(&format!("\nprocess: {} ({})", sanitize(&command), sanitize(&exe)));
     }
     s.push_str(&format!("\ncommand: {}", sanitize(&shorten(&x.command.join(" "), 200))));
     if let Some(cwd) = &x.cwd {
@@ -259,8 +267,9 @@ pub(crate) fn pending_text(pending: &[PendingQuestion], now: SystemTime) -> Stri
     let mut s = format!("{} pending:", pending.len());
     for q in pending {
         let left = q.deadline.duration_since(now).unwrap_or(Duration::ZERO);
+        let by = q.question.process.as_ref().map(|p| format!(" · by {p}")).unwrap_or_default();
         s.push_str(&format!(
-            "\n{} · {} wants {}:{} · {} waiting · {} left",
+            "\n{} · {} wants {}:{} · {} waiting · {} left{by}",
             q.id,
             sanitize(&q.question.sandbox),
             sanitize(&q.question.host),
@@ -366,5 +375,47 @@ mod tests {
         for stale in [callback_data(run - 1, QuestionId(1), 'o'), "q1:o".to_owned()] {
             assert_eq!(parse_callback(run, &stale), Some(Callback::Stale), "{stale}");
         }
+    }
+
+    #[test]
+    fn a_question_names_the_process_that_asked() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut q = PendingQuestion {
+            id: QuestionId(3),
+            question: crate::broker::Question {
+                sandbox: "sg-1".into(),
+                host: "index.crates.io".into(),
+                port: 443,
+                method: None,
+                path: None,
+                command: vec!["sh".into()],
+                cwd: None,
+                project: None,
+                process: None,
+            },
+            first_asked: t,
+            deadline: t + Duration::from_secs(60),
+            waiters: 1,
+        };
+        let without = question_text(&q);
+        assert!(
+            without.starts_with("🔒 sg-1 wants index.crates.io:443\ncommand: sh\n"),
+            "{without}"
+        );
+        q.question.process = Some(sandgate_config::ProcessInfo {
+            pid: 412,
+            exe: "/usr/bin/cargo".into(),
+            command: "cargo fetch\x1b[2J".into(),
+        });
+        let with = question_text(&q);
+        assert!(
+            with.starts_with(
+                "🔒 sg-1 wants index.crates.io:443\n`cargo` (pid 412) wants index.crates.io:443\n\
+                 process: cargo fetch?[2J (/usr/bin/cargo)\ncommand: sh\n"
+            ),
+            "{with}"
+        );
+        let list = pending_text(&[q], t);
+        assert!(list.ends_with(" · 1 waiting · 1m left · by `cargo` (pid 412)"), "{list}");
     }
 }

@@ -12,6 +12,7 @@
 
 mod common;
 
+mod attribution_e2e;
 mod dns_e2e;
 mod dns_fuzz;
 mod intercept_e2e;

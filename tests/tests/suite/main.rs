@@ -16,6 +16,7 @@ mod support;
 
 mod address_guard;
 mod answers;
+mod attribution;
 mod check;
 mod connect_cli;
 mod daemon;

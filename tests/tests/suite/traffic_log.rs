@@ -61,7 +61,10 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
     assert_eq!(text.lines().count(), 6, "{text}");
     assert_eq!(text.lines().filter(|l| l.contains(" allow ")).count(), 3, "{text}");
     assert!(text.contains(&format!("{HOST4}:8080 x1")), "{text}");
-    assert!(text.lines().all(|l| l.contains("] \"sh -c curl")), "command last, quoted: {text}");
+    // The process that opened a connection (issue 33.4) comes between the rule and the command.
+    let last = |l: &str| l.contains("] \"sh -c curl") || l.contains(") \"sh -c curl");
+    assert!(text.lines().all(last), "command last, quoted: {text}");
+    assert!(text.lines().filter(|l| l.contains("] by `curl` (pid ")).count() == 5, "{text}");
 
     // Filters.
     assert_eq!(t.json_lines(&["log", "--json", "--decision", "deny"]).len(), 2);

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# What naming the process behind each connection costs (issue 33, part 4): new connections per
+# second (64 concurrent clients, examples/proxy_bench.rs `rate`, median of 3 runs of 2 s) from
+# inside a `sandbox-net` sandbox, through transparent capture and through the sandbox's CONNECT
+# proxy, with the daemon's lookup on and off (`SANDGATE_NO_ATTRIBUTION=1`), interleaved:
+# ROUNDS (default 3) rounds of on, off. Goal: no change beyond noise. KIND=latency measures
+# instead new connection + first byte, p50/p99 of 3,000 from one client (`direct` is then the
+# transparent path).
+# The origin is on a test host in a network namespace of this script's (45.90.0.2, routed only
+# to the script's own veth, as in bench/transparent.sh); the daemon is a private one.
+# Usage: bench/attribution.sh      (root; release build)
+#        BUILD=debug bench/attribution.sh   (the debug build, for a quick look; not a figure)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
+
+BUILD=${BUILD:-release}
+if [ "$BUILD" = release ]; then
+    cargo build --release -q -p sandgate --bin sandgate
+    cargo build --release -q -p sandgate-proxy --example proxy_bench
+else
+    cargo build -q -p sandgate --bin sandgate
+    cargo build -q -p sandgate-proxy --example proxy_bench
+fi
+BIN=$PWD/target/$BUILD
+ROUNDS=${ROUNDS:-3}
+KIND=${KIND:-rate}
+T=$(mktemp -d)
+NS=sgattr$$
+HOST=45.90.0.2
+PIDS=()
+cleanup() {
+    "$BIN/sandgate" stop >/dev/null 2>&1 || true
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    ip netns del "$NS" 2>/dev/null || true
+    ip link del "v$NS" 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+ip netns add "$NS"
+ip link add "v$NS" type veth peer name eth0 netns "$NS"
+ip addr add 45.90.0.1/32 dev "v$NS"
+ip link set "v$NS" up
+ip route add "$HOST/32" dev "v$NS"
+ip -n "$NS" addr add "$HOST/32" dev eth0
+ip -n "$NS" link set eth0 up
+ip -n "$NS" link set lo up
+ip -n "$NS" route add 45.90.0.1/32 dev eth0
+
+ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
+PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
+ORIGIN="$HOST:$(cat "$T/origin.port")"
+
+mkdir -p "$T/run" "$T/config" "$T/data" "$T/work"
+chmod 700 "$T/run"
+export XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data"
+
+# One measurement: a fresh daemon (started by the launch, with the switch in its environment).
+measure() { # on|off
+    "$BIN/sandgate" stop >/dev/null 2>&1 || true
+    local switch=()
+    [ "$1" = off ] && switch=(SANDGATE_NO_ATTRIBUTION=1)
+    (cd "$T/work" && env "${switch[@]}" "$BIN/sandgate" net --quiet --allow "$HOST" -- \
+        env PROXY_BENCH_DIRECT_NAME=transparent "$BIN/examples/proxy_bench" "$KIND" "$ORIGIN" \
+        connect=127.0.0.1:3128) | sed "s/^/$1 /"
+}
+
+# A run leaves ~25,000 connections in TIME_WAIT on the host (the daemon's side), nearly the
+# whole ephemeral port range: the next run would fail to connect. Wait until they are gone.
+settle() {
+    for _ in $(seq 1 90); do
+        [ "$(ss -Htan state time-wait | wc -l)" -lt 2000 ] && return 0
+        sleep 1
+    done
+}
+
+echo "== $KIND inside sandbox-net ($BUILD build), lookup on and off, $ROUNDS rounds"
+for _ in $(seq 1 "$ROUNDS"); do
+    settle; measure on
+    settle; measure off
+done

@@ -64,7 +64,12 @@ fn three_allowed_two_denied_and_one_direct_connection_are_six_lines() {
     // The process that opened a connection (issue 33.4) comes between the rule and the command.
     let last = |l: &str| l.contains("] \"sh -c curl") || l.contains(") \"sh -c curl");
     assert!(text.lines().all(last), "command last, quoted: {text}");
-    assert!(text.lines().filter(|l| l.contains("] by `curl` (pid ")).count() == 5, "{text}");
+    // A connection of a few milliseconds may end before its lookup has run (the lookup never
+    // holds a connection up; `suite::attribution` pins when it is waited for): some line names
+    // `curl`, and no line names anything else.
+    let named = text.lines().filter(|l| l.contains("] by `")).collect::<Vec<_>>();
+    assert!(!named.is_empty(), "{text}");
+    assert!(named.iter().all(|l| l.contains("] by `curl` (pid ")), "{text}");
 
     // Filters.
     assert_eq!(t.json_lines(&["log", "--json", "--decision", "deny"]).len(), 2);

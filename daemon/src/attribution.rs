@@ -57,6 +57,9 @@ pub struct ProcAttributor {
     /// Each sandbox's init, once found (it lives as long as its sandbox, so its pid cannot be
     /// reused while the sandbox is served); entries of sandboxes no longer served are dropped.
     inits: std::sync::Mutex<std::collections::HashMap<SandboxId, u32>>,
+    /// Each sandbox's process named last: searched first (a build opens its connections from
+    /// one process, one after another), before the walk of the whole tree.
+    last: std::sync::Mutex<std::collections::HashMap<SandboxId, u32>>,
     /// Off when the process started with `SANDGATE_NO_ATTRIBUTION` set (for measuring what
     /// the lookup costs, and for the tests' control).
     enabled: bool,
@@ -84,7 +87,7 @@ impl ProcAttributor {
 
     fn with(launchers: Launchers) -> ProcAttributor {
         let enabled = std::env::var_os("SANDGATE_NO_ATTRIBUTION").is_none();
-        ProcAttributor { launchers, inits: Default::default(), enabled }
+        ProcAttributor { launchers, inits: Default::default(), last: Default::default(), enabled }
     }
 }
 
@@ -107,21 +110,28 @@ impl Attributor for ProcAttributor {
                 Launchers::Me => std::process::id(),
             };
             let known = self.inits.lock().unwrap_or_else(|e| e.into_inner()).get(sandbox).copied();
+            let hint = self.last.lock().unwrap_or_else(|e| e.into_inner()).get(sandbox).copied();
             // procfs and pidfd calls only, but their number is the sandbox's to choose (its
             // processes and sockets): on the blocking pool, so that a sandbox with a great many
             // cannot hold up the workers that serve every sandbox's connections.
             let (init, found) = tokio::task::spawn_blocking(move || {
                 let init = known.or_else(|| sandbox_init(launcher))?;
-                Some((init, find(init, client, server)))
+                Some((init, find_from(init, hint, client, server)))
             })
             .await
             .ok()
             .flatten()?;
+            if let Some((pid, _)) = &found {
+                self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(sandbox.clone(), *pid);
+            }
+            let found = found.map(|(_, info)| info);
             if known.is_none() {
                 let mut inits = self.inits.lock().unwrap_or_else(|e| e.into_inner());
                 if let Launchers::Registry(r) = &self.launchers {
                     let live = r.lock().unwrap_or_else(|e| e.into_inner());
                     inits.retain(|id, _| live.contains_key(id.as_str()));
+                    let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+                    last.retain(|id, _| live.contains_key(id.as_str()));
                 }
                 inits.insert(sandbox.clone(), init);
             }
@@ -130,23 +140,49 @@ impl Attributor for ProcAttributor {
     }
 }
 
-/// The process of the sandbox whose init is `init` whose socket is `client` → `server`.
+/// The process of the sandbox whose init is `init` whose socket is `client` → `server`, with
+/// its pid: `hint` (the process named last in this sandbox) first, when it is still a process of
+/// the sandbox's pid namespace (its pid may have been reused by a process elsewhere, whose
+/// sockets must not name a sandbox's connection); then the whole tree, leaves first, through
+/// copies of the sockets, or (no ptrace access or no pidfd_getfd) the namespace's TCP table and
+/// the inode.
 #[cfg(target_os = "linux")]
-pub fn find(init: u32, client: SocketAddr, server: SocketAddr) -> Option<ProcessInfo> {
-    let pids = descendants(init);
+fn find_from(
+    init: u32,
+    hint: Option<u32>,
+    client: SocketAddr,
+    server: SocketAddr,
+) -> Option<(u32, ProcessInfo)> {
     let want = (canonical(client), canonical(server));
+    if let Some(pid) = hint
+        && same_pid_namespace(pid, init)
+        && let Ok(Some(pid)) = by_pidfd(&[pid], want)
+    {
+        return Some((pid, process_info(pid)?));
+    }
+    let pids = descendants(init);
     let pid = match by_pidfd(&pids, want) {
         Ok(found) => found,
-        // No ptrace access or no pidfd_getfd: the namespace's TCP table, then the inode.
         Err(_) => by_table(init, &pids, want),
     }?;
-    process_info(pid)
+    Some((pid, process_info(pid)?))
 }
 
 /// See the Linux version: elsewhere no process is named.
 #[cfg(not(target_os = "linux"))]
-pub fn find(_init: u32, _client: SocketAddr, _server: SocketAddr) -> Option<ProcessInfo> {
+fn find_from(
+    _init: u32,
+    _hint: Option<u32>,
+    _client: SocketAddr,
+    _server: SocketAddr,
+) -> Option<(u32, ProcessInfo)> {
     None
+}
+
+/// Whether `pid` is in the pid namespace whose init is `init`.
+fn same_pid_namespace(pid: u32, init: u32) -> bool {
+    let ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    matches!((ns(pid), ns(init)), (Some(a), Some(b)) if a == b)
 }
 
 /// The child of `launcher` that is pid 1 of its own pid namespace.

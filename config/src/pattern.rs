@@ -426,6 +426,7 @@ mod tests {
             ("https://crates.io/api/v1?q=1", "crates.io"),
             ("https://user:pw@Example.com:8443/", "Example.com"),
             ("http://[2001:db8::1]:80/", "[2001:db8::1]"),
+            ("http://x]y:80/", "x]y"), // a bracket that opens no address is part of the name
         ] {
             let e = DomainPattern::parse(text, PatternUse::Allow).unwrap_err();
             assert_eq!(e.kind, PatternErrorKind::Url(want.into()), "{text}");
@@ -622,6 +623,9 @@ mod tests {
             HostPattern::Cidr([10, 1, 2, 3].into(), 32)
         );
         assert_eq!(p("::ffff:0.0.0.0/95").unwrap_err().kind, PatternErrorKind::Prefix);
+        // Not read as an IPv4 prefix: `/8` of IPv6 is far wider than any IPv4 block.
+        assert_eq!(p("::ffff:10.0.0.0/8").unwrap_err().kind, PatternErrorKind::Prefix);
+        assert_eq!(p("::ffff:0.0.0.0/32").unwrap_err().kind, PatternErrorKind::Prefix);
         assert_eq!(p("10.0.0.0/33").unwrap_err().kind, PatternErrorKind::Prefix);
         assert_eq!(p("2001:db8::/129").unwrap_err().kind, PatternErrorKind::Prefix);
         assert!(p("2001:db8::/128").is_ok());

@@ -332,6 +332,15 @@ mod tests {
         assert_eq!(decide(&format!("{padded} "), false).verb(), "none");
     }
 
+    /// The limit is a mebibyte: a command line of half a mebibyte (a long here-document, a
+    /// generated file) is still decided.
+    #[test]
+    fn a_long_input_under_the_limit_is_decided() {
+        let long = format!("sandbox-run echo '{}'", "x".repeat(512 * 1024));
+        assert_eq!(decide(&input("Bash", json!({ "command": long })), false).verb(), "allow");
+        assert_eq!(MAX_INPUT, 1 << 20);
+    }
+
     #[test]
     fn reasons_name_the_tiers_and_the_path() {
         let got =

@@ -631,6 +631,29 @@ mod tests {
         }
     }
 
+    /// The refusal says which construct it refused, so the person reading it can rewrite the
+    /// line: an empty part is named by where it is.
+    #[test]
+    fn syntax_refusals_name_the_construct() {
+        for (line, said) in [
+            ("a ;; b", "`;;`"),
+            ("a;;", "`;;`"),
+            ("a || b", "`||` or `|&`"),
+            ("a |", "an empty pipeline stage"),
+            ("a | ; b", "an empty command before `;` or `&&`"),
+            ("| a", "an empty pipeline stage"),
+            ("a ;", "an empty command after `;` or `&&`"),
+            ("a &&", "an empty command after `;` or `&&`"),
+            ("a && b ;", "an empty command after `;` or `&&`"),
+            ("; a", "an empty command before `;` or `&&`"),
+            ("a ; && b", "an empty command before `;` or `&&`"),
+            ("", "an empty command"),
+            ("  ", "an empty command"),
+        ] {
+            assert_eq!(split_line(line), Err(CommandRefusal::Syntax(said.into())), "{line:?}");
+        }
+    }
+
     /// A small tree: the home `/home/u` with a project (`sub`, a file, a link `ln` into
     /// `/srv/real/inner` and `tohome` to the home), `/srv`, `/etc`, and our wrappers in
     /// `/opt/bin`, an impostor in `/fake`.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the walls' decision cores (issue 37). cargo-mutants changes one operator or
-# return value at a time and runs the crate's own unit tests (`cargo test --lib`); a mutant that
-# survives is a decision no test pins. Equivalent mutants are excluded in .cargo/mutants.toml,
+# return value at a time and runs the crate's own unit tests (`cargo test --lib`, plus the
+# property tests for `decision`); a mutant that survives is a decision no test pins. Equivalent mutants are excluded in .cargo/mutants.toml,
 # each with its reason.
 #
 # Usage: bench/mutants.sh [CORE...]
@@ -28,30 +28,36 @@ cores=("$@")
 [ ${#cores[@]} -gt 0 ] || cores=(guard patterns hook)
 
 read -ra extra <<< "${EXTRA:-}"
+note=""
+[ ${#extra[@]} -eq 0 ] || note=" (${extra[*]}: only the mutants this run tested)"
 apart=()
 for p in sandgate-config sandgate-proxy sandgate-hook sandgate-sandbox sandgate-test-support; do
     apart+=("--cargo-arg=--config=profile.dev.package.$p.codegen-units=255")
 done
 
 for core in "${cores[@]}"; do
+    tests=(--cargo-arg=--lib)
     case $core in
         guard) args=(-p sandgate-proxy -f proxy/src/guard.rs) ;;
         patterns) args=(-p sandgate-config -f config/src/pattern.rs -f config/src/matcher.rs) ;;
         hook) args=(-p sandgate-hook -f hook/src/shell.rs -f hook/src/claude.rs) ;;
         sni) args=(-p sandgate-proxy -f proxy/src/sni.rs) ;;
         filter) args=(-p sandgate-sandbox -f sandbox/src/linux/filter.rs) ;;
-        decision) args=(-p sandgate-config -f config/src/policy.rs -f config/src/decision.rs) ;;
+        decision)
+            args=(-p sandgate-config -f config/src/policy.rs -f config/src/decision.rs)
+            tests+=(--cargo-arg=--test=derive_props) # "a child never allows what its parent denies"
+            ;;
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac
     start=$(date +%s)
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target} CARGO_BUILD_JOBS=$JOBS \
         nice -n "$NICE" cargo mutants -j "$JOBS" --no-shuffle -o "$OUT/$core" "${args[@]}" \
-        --cargo-arg=--lib "${apart[@]}" "${extra[@]}" || true # survivors make it exit non-zero
+        "${tests[@]}" "${apart[@]}" "${extra[@]}" || true # survivors make it exit non-zero
     dir=$OUT/$core/mutants.out
     n() { wc -l < "$dir/$1.txt"; }
     caught=$(( $(n caught) + $(n timeout) ))
     viable=$(( caught + $(n missed) ))
     echo "== $core: $(( viable + $(n unviable) )) mutants, $viable viable, $caught caught" \
         "($(( viable ? 100 * caught / viable : 100 ))%), $(n missed) missed," \
-        "$(( $(date +%s) - start ))s; survivors in $dir/missed.txt"
+        "$(( $(date +%s) - start ))s$note; survivors in $dir/missed.txt"
 done

@@ -4,7 +4,7 @@
 //! resolver.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use crate::common::{Events, dns_addrs as addrs, dns_ask_udp as ask, dns_query as query, policy};

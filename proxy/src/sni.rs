@@ -578,6 +578,40 @@ pub(crate) mod tests {
         OpeningParser::new().advance(wire)
     }
 
+    /// A hello of exactly [`MAX_HELLO`] bytes (a large padding extension), in records of the
+    /// largest size, is read; one byte more is refused, however it arrives.
+    #[test]
+    fn a_hello_up_to_the_limit_is_read_and_one_byte_more_is_not() {
+        let sized = |total: usize| {
+            let without = hello(&[sni_ext("crates.io"), (0x0015, Vec::new())]).len();
+            let msg = hello(&[sni_ext("crates.io"), (0x0015, vec![0; total - without])]);
+            assert_eq!(msg.len(), total);
+            msg
+        };
+        let largest = sized(MAX_HELLO);
+        assert_eq!(MAX_HELLO, 64 * 1024);
+        let wire = records(&largest, MAX_RECORD);
+        assert_eq!(parse_client_hello(&wire), name("crates.io"));
+        assert_eq!(
+            opening(&wire),
+            Ok(Opening::ClientHello { server_name: Some("crates.io".into()) })
+        );
+        let over = records(&sized(MAX_HELLO + 1), MAX_RECORD);
+        assert_eq!(parse_client_hello(&over), Err(BadHello::TooLarge));
+        assert_eq!(opening(&over), Err(BadHello::TooLarge));
+    }
+
+    /// The implicit-TLS ports must open with a hello; the others may speak anything.
+    #[test]
+    fn tls_ports_are_the_implicit_tls_ones() {
+        for port in [443, 465, 563, 636, 853, 989, 990, 992, 993, 994, 995, 5061, 8443] {
+            assert!(is_tls_port(port), "{port}");
+        }
+        for port in [0, 22, 25, 80, 444, 587, 8080, 8444, 65535] {
+            assert!(!is_tls_port(port), "{port}");
+        }
+    }
+
     #[test]
     fn reads_the_server_name() {
         let msg = hello(&[(0x000a, vec![0, 2, 0, 29]), sni_ext("crates.io")]);

@@ -51,10 +51,12 @@ for core in "${cores[@]}"; do
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac
     start=$(date +%s)
+    mkdir -p "$OUT/$core"
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target} CARGO_BUILD_JOBS=$JOBS \
         nice -n "$NICE" cargo mutants -j "$JOBS" --no-shuffle -o "$OUT/$core" "${args[@]}" \
         "${tests[@]}" "${apart[@]}" "${extra[@]}" "${only[@]}" || true # survivors: non-zero
     dir=$OUT/$core/mutants.out
+    [ -f "$dir/caught.txt" ] || { echo "== $core: cargo mutants did not run" >&2; exit 1; }
     n() { wc -l < "$dir/$1.txt"; }
     caught=$(( $(n caught) + $(n timeout) ))
     viable=$(( caught + $(n missed) ))

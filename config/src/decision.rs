@@ -107,3 +107,58 @@ impl fmt::Display for Decision {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pattern::PatternUse;
+
+    /// How a decision and its rule's origin read in a refusal, an event and `sandgate check`:
+    /// the person must be able to find the rule from it.
+    #[test]
+    fn a_decision_names_its_rule_and_where_it_came_from() {
+        let rule = |source| {
+            let pattern = Some(DomainPattern::parse("example.com:443", PatternUse::Deny).unwrap());
+            Arc::new(Rule { pattern, source })
+        };
+        let file = RuleSource::File { path: "/etc/sg.toml".into(), line: 7 };
+        for (decision, shown) in [
+            (
+                Decision::Allow(rule(RuleSource::Tier("net".into()))),
+                "allow: example.com:443 (tier net)",
+            ),
+            (
+                Decision::Deny(rule(RuleSource::Preset("reg".into()))),
+                "deny: example.com:443 (preset reg)",
+            ),
+            (Decision::Deny(rule(file)), "deny: example.com:443 (/etc/sg.toml:7)"),
+            (
+                Decision::Allow(rule(RuleSource::CommandLine)),
+                "allow: example.com:443 (command line)",
+            ),
+            (
+                Decision::Allow(rule(RuleSource::Grant("g1".into()))),
+                "allow: example.com:443 (grant g1)",
+            ),
+            (
+                Decision::Allow(rule(RuleSource::CurrentDirectory)),
+                "allow: example.com:443 (current directory)",
+            ),
+            (Decision::Deny(rule(RuleSource::Builtin)), "deny: example.com:443 (built-in)"),
+            (
+                Decision::Deny(rule(RuleSource::Env("SG_DENY".into()))),
+                "deny: example.com:443 ($SG_DENY)",
+            ),
+            (
+                Decision::Deny(Arc::new(Rule {
+                    pattern: None,
+                    source: RuleSource::NoNetwork("run".into()),
+                })),
+                "deny: tier run has no network",
+            ),
+            (Decision::Ask, "ask: no rule matches; a person must approve"),
+        ] {
+            assert_eq!(decision.to_string(), shown);
+        }
+    }
+}

@@ -151,3 +151,121 @@ fn pick(entries: &Entries, ports: Ports) -> Option<&Arc<Rule>> {
     }
     .map(|(_, r)| r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::RuleSource;
+    use crate::pattern::{DomainPattern, PatternUse};
+
+    /// The rules of `patterns`, in that order (deny-list syntax, so `*` and wide blocks parse).
+    fn set(patterns: &[&str]) -> PatternSet {
+        PatternSet::new(patterns.iter().map(|p| Rule {
+            pattern: Some(DomainPattern::parse(p, PatternUse::Deny).unwrap()),
+            source: RuleSource::CommandLine,
+        }))
+    }
+
+    /// The pattern of the rule that decides `host:port`, as written back.
+    fn found(set: &PatternSet, host: &str, port: u16) -> Option<String> {
+        let host = Host::parse(host).unwrap();
+        set.find(&host, port).and_then(|r| r.pattern.as_ref()).map(|p| p.to_string())
+    }
+
+    const RULES: &[&str] = &[
+        "a.example.com",
+        "*.example.com",
+        "*.b.example.com",
+        "10.1.2.3",
+        "10.0.0.0/8",
+        "10.1.0.0/16",
+        "10.1.2.0/24",
+        "2001:db8::/32",
+        "2001:db8:1::/48",
+        "[2001:db8::1]",
+        "2001::/16", // as long as an IPv4 /16: a group of its own family
+        "192.168.0.0/16",
+    ];
+
+    /// Each row: a host and port, the rule that decides (see [`PatternSet`] for the order).
+    const WINNERS: &[(&str, u16, Option<&str>)] = &[
+        ("a.example.com", 443, Some("a.example.com")),
+        ("x.a.example.com", 443, Some("*.example.com")),
+        ("x.b.example.com", 443, Some("*.b.example.com")), // the longest suffix
+        ("b.example.com", 443, Some("*.example.com")),     // `*.b` is not its apex
+        ("example.com", 443, None),
+        ("example.org", 443, None),
+        ("10.1.2.3", 443, Some("10.1.2.3")), // an address before any block
+        ("10.1.2.4", 443, Some("10.1.2.0/24")),
+        ("10.1.3.4", 443, Some("10.1.0.0/16")),
+        ("10.2.3.4", 443, Some("10.0.0.0/8")),
+        ("11.1.2.3", 443, None),
+        ("192.168.4.4", 443, Some("192.168.0.0/16")),
+        ("192.169.4.4", 443, None),
+        ("[2001:db8::1]", 443, Some("[2001:db8::1]")),
+        ("[2001:db8:1::5]", 443, Some("2001:db8:1::/48")),
+        ("[2001:db8:2::5]", 443, Some("2001:db8::/32")),
+        ("[2001:dead::5]", 443, Some("2001::/16")),
+        ("[2002::5]", 443, None),
+        ("[::ffff:10.1.3.4]", 443, Some("10.1.0.0/16")), // mapped: the IPv4 rules
+        ("[::a01:304]", 443, None),                      // the same bits, but IPv6
+    ];
+
+    #[test]
+    fn the_most_specific_rule_decides_whatever_the_order_rules_were_added() {
+        let forward = set(RULES);
+        let reversed: Vec<&str> = RULES.iter().rev().copied().collect();
+        let backward = set(&reversed);
+        for &(host, port, want) in WINNERS {
+            assert_eq!(found(&forward, host, port).as_deref(), want, "{host}:{port}");
+            assert_eq!(found(&backward, host, port).as_deref(), want, "{host}:{port} (reversed)");
+        }
+        assert_eq!(forward.rules().len(), RULES.len());
+        assert!(!forward.is_empty());
+        assert!(set(&[]).is_empty());
+        assert!(set(&[]).rules().is_empty());
+    }
+
+    /// `*` decides only where no other rule does.
+    #[test]
+    fn everything_is_the_last_resort() {
+        let s = set(&["*.example.com", "10.0.0.0/8", "*"]);
+        assert_eq!(found(&s, "a.example.com", 1).as_deref(), Some("*.example.com"));
+        assert_eq!(found(&s, "10.0.0.1", 1).as_deref(), Some("10.0.0.0/8"));
+        assert_eq!(found(&s, "example.org", 1).as_deref(), Some("*"));
+        assert_eq!(found(&s, "[::1]", 1).as_deref(), Some("*"));
+    }
+
+    /// Within one key the rule for the exact port wins; a rule for another port never decides.
+    /// `find_on_some_port` takes either; `find_on_every_port` only a rule without a port.
+    #[test]
+    fn ports_within_one_key() {
+        let s = set(&["p.test:443", "p.test", "only.test:22", "*.w.test:8080", "10.0.0.0/8:53"]);
+        let h = |s: &str| Host::parse(s).unwrap();
+        let text =
+            |r: Option<&Arc<Rule>>| r.and_then(|r| r.pattern.as_ref()).map(|p| p.to_string());
+        assert_eq!(found(&s, "p.test", 443).as_deref(), Some("p.test:443"));
+        assert_eq!(found(&s, "p.test", 80).as_deref(), Some("p.test"));
+        assert_eq!(found(&s, "only.test", 22).as_deref(), Some("only.test:22"));
+        assert_eq!(found(&s, "only.test", 23), None);
+        assert_eq!(found(&s, "a.w.test", 8080).as_deref(), Some("*.w.test:8080"));
+        assert_eq!(found(&s, "a.w.test", 80), None);
+        assert_eq!(found(&s, "10.9.9.9", 53).as_deref(), Some("10.0.0.0/8:53"));
+        assert_eq!(found(&s, "10.9.9.9", 54), None);
+        assert_eq!(text(s.find_on_some_port(&h("only.test"))).as_deref(), Some("only.test:22"));
+        assert_eq!(text(s.find_on_some_port(&h("p.test"))).as_deref(), Some("p.test:443"));
+        assert_eq!(text(s.find_on_some_port(&h("nope.test"))), None);
+        assert_eq!(text(s.find_on_every_port(&h("only.test"))), None);
+        assert_eq!(text(s.find_on_every_port(&h("p.test"))).as_deref(), Some("p.test"));
+        assert_eq!(text(s.find_on_every_port(&h("10.9.9.9"))), None);
+        assert_eq!(text(s.find_on_some_port(&h("10.9.9.9"))).as_deref(), Some("10.0.0.0/8:53"));
+    }
+
+    /// Rules without a pattern (no network) are not entries of the set.
+    #[test]
+    fn a_rule_without_a_pattern_is_ignored() {
+        let s = PatternSet::new([Rule { pattern: None, source: RuleSource::CommandLine }]);
+        assert!(s.is_empty());
+        assert_eq!(found(&s, "example.com", 443), None);
+    }
+}

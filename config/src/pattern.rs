@@ -426,6 +426,7 @@ mod tests {
             ("https://crates.io/api/v1?q=1", "crates.io"),
             ("https://user:pw@Example.com:8443/", "Example.com"),
             ("http://[2001:db8::1]:80/", "[2001:db8::1]"),
+            ("http://x]y:80/", "x]y"), // a bracket that opens no address is part of the name
         ] {
             let e = DomainPattern::parse(text, PatternUse::Allow).unwrap_err();
             assert_eq!(e.kind, PatternErrorKind::Url(want.into()), "{text}");
@@ -457,6 +458,180 @@ mod tests {
         }
         let e = DomainPattern::parse("10.0.0.0/x", PatternUse::Deny).unwrap_err();
         assert_eq!(e.kind, PatternErrorKind::Prefix);
+    }
+
+    /// Each row: a pattern, a host and port, whether it matches. Every shape has a row that
+    /// matches and one just outside it (the wrong port, the apex, the next block, the other
+    /// family).
+    #[test]
+    fn a_pattern_matches_its_hosts_and_ports_only() {
+        let rows: &[(&str, &str, u16, bool)] = &[
+            ("example.com", "example.com", 443, true),
+            ("example.com", "a.example.com", 443, false),
+            ("example.com", "example.org", 443, false),
+            ("example.com:443", "example.com", 443, true),
+            ("example.com:443", "example.com", 80, false),
+            ("*.example.com", "a.example.com", 80, true),
+            ("*.example.com", "a.b.example.com", 80, true),
+            ("*.example.com", "example.com", 80, false),
+            ("*.example.com", "badexample.com", 80, false),
+            ("*.example.com:8080", "a.example.com", 8080, true),
+            ("*.example.com:8080", "a.example.com", 8081, false),
+            ("203.0.113.7", "203.0.113.7", 1, true),
+            ("203.0.113.7", "203.0.113.8", 1, false),
+            ("203.0.113.7:22", "203.0.113.7", 23, false),
+            ("[2001:db8::1]", "[2001:db8::1]", 443, true),
+            ("[2001:db8::1]", "[2001:db8::2]", 443, false),
+            ("10.0.0.0/8", "10.255.255.255", 5, true),
+            ("10.0.0.0/8", "11.0.0.0", 5, false),
+            ("10.0.0.0/8", "9.255.255.255", 5, false),
+            ("10.0.0.0/8:5", "10.0.0.1", 6, false),
+            ("10.0.0.0/8", "[::ffff:10.0.0.1]", 5, true), // mapped: judged as IPv4
+            ("10.0.0.0/8", "[::a00:1]", 5, false),        // IPv6, same low bits
+            ("0.0.0.0/0", "[::1]", 5, false),             // a block holds its own family only
+            ("::/0", "1.2.3.4", 5, false),
+            ("::/0", "[::1]", 5, true),
+            ("0.0.0.0/0", "1.2.3.4", 5, true),
+            ("2001:db8::/32", "[2001:db8:ffff::1]", 5, true),
+            ("2001:db8::/32", "[2001:db9::1]", 5, false),
+            ("10.0.0.0/32", "10.0.0.0", 5, true),
+            ("10.0.0.0/32", "10.0.0.1", 5, false),
+            ("*", "anything.test", 1, true),
+            ("*", "[::1]", 65535, true),
+            ("*:443", "anything.test", 80, false),
+            // A name pattern never matches an address, an address pattern never a name.
+            ("example.com", "93.184.216.34", 443, false),
+            ("*.example.com", "[2001:db8::1]", 443, false),
+            ("10.0.0.0/8", "ten.test", 443, false),
+            ("10.0.0.1", "ten.test", 443, false),
+        ];
+        for &(pattern, host, port, want) in rows {
+            let p = DomainPattern::parse(pattern, PatternUse::Deny).unwrap();
+            let h = Host::parse(host).unwrap();
+            assert_eq!(p.matches(&h, port), want, "{pattern} on {host}:{port}");
+        }
+    }
+
+    /// Each row: a pattern, another, whether everything the first matches the second matches
+    /// too. Used to drop rules that another already covers, so a wrong `true` loses a rule.
+    #[test]
+    fn coverage_holds_only_when_every_match_is_shared() {
+        let rows: &[(&str, &str, bool)] = &[
+            ("a.example.com", "*.example.com", true),
+            ("example.com", "*.example.com", false),
+            ("*.a.example.com", "*.example.com", true),
+            ("*.example.com", "*.example.com", true),
+            ("*.example.com", "*.a.example.com", false),
+            ("*.example.com", "a.example.com", false),
+            ("*.example.com", "example.com", false),
+            ("a.example.com", "a.example.com", true),
+            ("a.example.com", "b.example.com", false),
+            ("example.com:443", "example.com", true),
+            ("example.com:443", "example.com:443", true),
+            ("example.com:443", "example.com:80", false),
+            ("example.com", "example.com:443", false),
+            ("example.com", "*", true),
+            ("10.0.0.0/8", "*", true),
+            ("*", "*", true),
+            ("*", "example.com", false),
+            ("*", "10.0.0.0/8", false),
+            ("*:443", "*", true),
+            ("*", "*:443", false),
+            ("10.1.2.3", "10.1.2.3", true),
+            ("10.1.2.3", "10.1.2.4", false),
+            ("10.1.2.3", "10.0.0.0/8", true),
+            ("11.1.2.3", "10.0.0.0/8", false),
+            ("10.1.0.0/16", "10.0.0.0/8", true),
+            ("10.0.0.0/8", "10.0.0.0/8", true),
+            ("10.0.0.0/8", "10.1.0.0/16", false),
+            ("10.0.0.0/8", "10.0.0.0/16", false), // same start, wider
+            ("11.1.0.0/16", "10.0.0.0/8", false),
+            ("10.0.0.0/8", "10.0.0.1", false),
+            ("10.0.0.1", "example.com", false),
+            ("example.com", "10.0.0.0/8", false),
+            ("*.example.com", "10.0.0.1", false),
+            ("10.0.0.0/8", "*.example.com", false),
+            ("[2001:db8::1]", "2001:db8::/32", true),
+            ("10.0.0.1", "::/0", false), // the other family
+        ];
+        for &(a, b, want) in rows {
+            let p = |s| DomainPattern::parse(s, PatternUse::Deny).unwrap();
+            assert_eq!(p(a).is_covered_by(&p(b)), want, "{a} covered by {b}");
+        }
+    }
+
+    /// The port after a host, in every spelling a pattern may have; a bracket without its
+    /// address, or junk after it, is refused.
+    #[test]
+    fn the_port_is_split_from_every_host_spelling() {
+        let ok: &[(&str, &str, Option<u16>)] = &[
+            ("example.com", "example.com", None),
+            ("example.com:443", "example.com", Some(443)),
+            ("[::1]", "[::1]", None),
+            ("[::1]:443", "[::1]", Some(443)),
+            ("::1", "::1", None),
+            ("2001:db8::/32", "2001:db8::/32", None),
+            ("[2001:db8::/32]:443", "2001:db8::/32", Some(443)),
+            ("[2001:db8::/32]", "2001:db8::/32", None),
+            ("10.0.0.0/8:22", "10.0.0.0/8", Some(22)),
+        ];
+        for &(text, body, port) in ok {
+            assert_eq!(split_port(text), Ok((body, port)), "{text}");
+        }
+        for text in ["[::1", "[::1]x", "[::1]:", "[::1]:0", "[::1]:65536", "a.test:", "a.test:0"] {
+            assert!(split_port(text).is_err(), "{text}");
+        }
+    }
+
+    /// Allow lists refuse what opens a whole suffix or a huge block, and accept what is just
+    /// narrow enough.
+    #[test]
+    fn breadth_limits_sit_at_their_boundaries() {
+        let rows: &[(&str, bool)] = &[
+            ("*.example.com", true),
+            ("*.example.co.uk", true),
+            ("*.co.uk", false),
+            ("*.github.io", false),
+            ("*.com", false),
+            ("10.0.0.0/8", true),
+            ("10.0.0.0/7", false),
+            ("2001::/16", true),
+            ("2000::/15", false),
+            ("::ffff:10.0.0.0/104", true),
+            ("::ffff:10.0.0.0/103", false),
+            ("example.com", true),
+            ("10.0.0.1", true),
+        ];
+        for &(text, accepted) in rows {
+            let got = DomainPattern::parse(text, PatternUse::Allow);
+            assert_eq!(got.is_ok(), accepted, "{text}: {got:?}");
+            if let Err(e) = got {
+                assert!(matches!(e.kind, PatternErrorKind::TooBroad(_)), "{text}: {e}");
+            }
+        }
+    }
+
+    /// A mapped IPv6 block becomes the IPv4 block it covers; a prefix shorter than the mapping
+    /// covers more than IPv4 and is refused.
+    #[test]
+    fn a_mapped_ipv6_block_becomes_its_ipv4_block() {
+        let p = |s| DomainPattern::parse(s, PatternUse::Deny);
+        let v4 = |s: &str| HostPattern::Cidr(s.parse().unwrap(), 0);
+        assert_eq!(p("::ffff:0.0.0.0/96").unwrap().host, v4("0.0.0.0"));
+        assert_eq!(
+            p("::ffff:10.1.2.3/128").unwrap().host,
+            HostPattern::Cidr([10, 1, 2, 3].into(), 32)
+        );
+        assert_eq!(p("::ffff:0.0.0.0/95").unwrap_err().kind, PatternErrorKind::Prefix);
+        // Not read as an IPv4 prefix: `/8` of IPv6 is far wider than any IPv4 block.
+        assert_eq!(p("::ffff:10.0.0.0/8").unwrap_err().kind, PatternErrorKind::Prefix);
+        assert_eq!(p("::ffff:0.0.0.0/32").unwrap_err().kind, PatternErrorKind::Prefix);
+        assert_eq!(p("10.0.0.0/33").unwrap_err().kind, PatternErrorKind::Prefix);
+        assert_eq!(p("2001:db8::/129").unwrap_err().kind, PatternErrorKind::Prefix);
+        assert!(p("2001:db8::/128").is_ok());
+        assert!(p("10.0.0.0/32").is_ok());
+        // A name where an address belongs.
+        assert!(matches!(p("example.com/8").unwrap_err().kind, PatternErrorKind::Path { .. }));
     }
 
     #[test]

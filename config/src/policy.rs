@@ -496,6 +496,109 @@ mod tests {
         assert_eq!(none.decide_name(&Host::parse("example.com").unwrap()).verb(), "deny");
     }
 
+    fn parent(mode: NetMode, writable: &[&str]) -> Policy {
+        let fs = FsPolicy {
+            writable: writable
+                .iter()
+                .map(|p| PathRule { path: p.into(), source: RuleSource::CommandLine })
+                .collect(),
+            ..FsPolicy::default()
+        };
+        let net = NetworkPolicy::new(
+            "t",
+            mode,
+            rules(&["example.com"], PatternUse::Allow),
+            rules(&["evil.test"], PatternUse::Deny),
+        );
+        Policy { tier: "t".into(), fs, net, env_pass: Vec::new() }
+    }
+
+    /// Each row: a path a child asks to write, whether the parent (writing `/p` and `/srv/x`)
+    /// lets it. Containment is by whole components, on absolute paths without `..` only.
+    #[test]
+    fn a_child_writes_only_inside_what_its_parent_writes() {
+        let parent = parent(NetMode::Proxy, &["/p", "/srv/x"]);
+        for (path, ok) in [
+            ("/p", true),
+            ("/p/sub/deeper", true),
+            ("/srv/x/y", true),
+            ("/srv", false),
+            ("/pp", false),
+            ("/", false),
+            ("/p/../etc", false),
+            ("/p/sub/..", false),
+            ("p/sub", false),
+            ("sub", false),
+        ] {
+            let n = Narrowing { writable: Some(vec![path.into()]), ..Narrowing::default() };
+            let got = parent.derive(&n);
+            assert_eq!(got.is_ok(), ok, "{path}: {got:?}");
+            match got {
+                Ok(child) => {
+                    assert_eq!(child.fs.writable.len(), 1);
+                    assert!(child.fs.is_writable(Path::new(path)), "{path}");
+                    assert!(!child.fs.is_writable(Path::new("/srv/x/other")), "{path}");
+                }
+                Err(e) => {
+                    assert_eq!(e.requested, format!("write access to {path}"));
+                    assert_eq!(e.parent_allows, "/p, /srv/x");
+                }
+            }
+        }
+        // A parent that writes nothing says so.
+        let n = Narrowing { writable: Some(vec!["/p".into()]), ..Narrowing::default() };
+        let e = parent_none_writable().derive(&n).unwrap_err();
+        assert_eq!(e.parent_allows, "nothing");
+        // Not narrowing keeps the parent's paths.
+        let same = parent.derive(&Narrowing::default()).unwrap();
+        assert!(same.fs.is_writable(Path::new("/srv/x/a")));
+        assert!(!same.fs.is_writable(Path::new("/srv/y")));
+    }
+
+    fn parent_none_writable() -> Policy {
+        parent(NetMode::Proxy, &[])
+    }
+
+    /// A child may give up the network, never get it back; every parent deny rule stays.
+    #[test]
+    fn a_child_cannot_regain_the_network_and_keeps_the_denials() {
+        let proxy = parent(NetMode::Proxy, &[]);
+        let none = parent(NetMode::None, &[]);
+        let to = |mode| Narrowing { net: Some(mode), ..Narrowing::default() };
+        assert_eq!(proxy.derive(&to(NetMode::None)).unwrap().net.mode, NetMode::None);
+        assert_eq!(proxy.derive(&to(NetMode::Proxy)).unwrap().net.mode, NetMode::Proxy);
+        assert_eq!(none.derive(&to(NetMode::None)).unwrap().net.mode, NetMode::None);
+        assert_eq!(none.derive(&Narrowing::default()).unwrap().net.mode, NetMode::None);
+        let e = none.derive(&to(NetMode::Proxy)).unwrap_err();
+        assert_eq!(e.requested, "network through the proxy");
+        let child = proxy.derive(&Narrowing::default()).unwrap();
+        assert_eq!(verb(&child.net, "evil.test:443"), "deny");
+        assert_eq!(verb(&child.net, "example.com:443"), "allow");
+        let texts = |p: &NetworkPolicy| -> Vec<String> {
+            p.deny_rules().iter().map(|r| r.to_string()).collect()
+        };
+        assert_eq!(texts(&child.net), ["evil.test (command line)"]);
+        assert_eq!(texts(&proxy.net), ["evil.test (command line)"]);
+    }
+
+    #[test]
+    fn net_modes_parse_and_print() {
+        for (text, mode) in [("none", NetMode::None), ("proxy", NetMode::Proxy)] {
+            assert_eq!(NetMode::parse(text), Some(mode));
+            assert_eq!(mode.to_string(), text);
+        }
+        assert_eq!(NetMode::parse("host"), None);
+        assert_eq!(NetMode::parse("Proxy"), None);
+    }
+
+    /// What the proxy intercepts is what the launcher set, not a default.
+    #[test]
+    fn the_intercept_settings_are_the_ones_given() {
+        let settings = Arc::new(crate::InterceptSettings::default());
+        let p = policy(&[], &[], None).with_intercept(settings.clone());
+        assert!(Arc::ptr_eq(p.intercept(), &settings));
+    }
+
     #[test]
     fn a_derived_policy_keeps_default_ports_and_cannot_widen_past_them() {
         let parent = Policy {

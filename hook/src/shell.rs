@@ -631,6 +631,29 @@ mod tests {
         }
     }
 
+    /// The refusal says which construct it refused, so the person reading it can rewrite the
+    /// line: an empty part is named by where it is.
+    #[test]
+    fn syntax_refusals_name_the_construct() {
+        for (line, said) in [
+            ("a ;; b", "`;;`"),
+            ("a;;", "`;;`"),
+            ("a || b", "`||` or `|&`"),
+            ("a |", "an empty pipeline stage"),
+            ("a | ; b", "an empty command before `;` or `&&`"),
+            ("| a", "an empty pipeline stage"),
+            ("a ;", "an empty command after `;` or `&&`"),
+            ("a &&", "an empty command after `;` or `&&`"),
+            ("a && b ;", "an empty command after `;` or `&&`"),
+            ("; a", "an empty command before `;` or `&&`"),
+            ("a ; && b", "an empty command before `;` or `&&`"),
+            ("", "an empty command"),
+            ("  ", "an empty command"),
+        ] {
+            assert_eq!(split_line(line), Err(CommandRefusal::Syntax(said.into())), "{line:?}");
+        }
+    }
+
     /// A small tree: the home `/home/u` with a project (`sub`, a file, a link `ln` into
     /// `/srv/real/inner` and `tohome` to the home), `/srv`, `/etc`, and our wrappers in
     /// `/opt/bin`, an impostor in `/fake`.
@@ -801,6 +824,155 @@ mod tests {
                 }
                 _ => panic!("{line:?} in {cwd}: {why}: got {got:?}, want {want:?}"),
             }
+        }
+    }
+
+    /// Each row: a line judged in the project, the tiers approved or the refusal's variant.
+    /// Options before the command may only narrow the tier; anything else needs a person.
+    #[test]
+    fn wrapper_options_narrow_or_are_refused() {
+        let rows: &[(&str, Result<&[&str], &str>)] = &[
+            ("sandbox-run --require-full ls", Ok(&["run"])),
+            ("sandbox-run --report-blocked ls", Ok(&["run"])),
+            ("sandbox-net --net=none curl x", Ok(&["net"])),
+            ("sandbox-net --net none curl x", Ok(&["net"])),
+            ("sandbox-net --net host curl x", Err("Widens")),
+            ("sandbox-net --net=host curl x", Err("Widens")),
+            ("sandbox-net --net '' curl x", Err("Widens")),
+            ("sandbox-net --net no* curl x", Err("Widens")), // expands
+            ("sandbox-run --deny x.test ls", Ok(&["run"])),
+            ("sandbox-run --deny=x.test ls", Ok(&["run"])),
+            ("sandbox-run --deny= ls", Err("Widens")),
+            ("sandbox-run --deny '' ls", Err("Widens")),
+            ("sandbox-run --deny --allow ls", Err("Widens")),
+            ("sandbox-run --deny x* ls", Err("Widens")),
+            ("sandbox-run --allow x.test ls", Err("Widens")),
+            ("sandbox-run --allow-write /h ls", Err("Widens")),
+            ("sandbox-run -x ls", Err("Widens")),
+            ("sandbox-run --deny", Err("NoCommand")),
+            ("sandbox-net --net", Err("NoCommand")),
+            ("sandbox-run --require-full", Err("NoCommand")),
+            ("sandbox-run", Err("NoCommand")),
+            ("sandbox-run ''", Err("NoCommand")),
+            ("sandbox-run -- ls", Ok(&["run"])),
+            ("sandbox-run -- --help", Ok(&["run"])), // after `--`, the command's own word
+            ("sandbox-run --", Err("NoCommand")),
+            ("sandbox-run -- ''", Err("NoCommand")),
+            ("sandbox-run -- *", Err("Expands")),
+            ("sandbox-run * ls", Err("Expands")),
+            ("sandbox-run -* ls", Err("Expands")),
+            ("sandbox-run --require-full -- ls", Ok(&["run"])),
+        ];
+        let fs = Tree { cdpath: false };
+        let roots = RootRule::new([PathBuf::from("/home/u")]);
+        for (line, want) in rows {
+            let got = check_command(line, Path::new("/home/u/proj"), &fs, &roots);
+            match (&got, want) {
+                (Ok(tiers), Ok(t)) => assert_eq!(tiers, t, "{line:?}"),
+                (Err(e), Err(variant)) => {
+                    assert!(format!("{e:?}").starts_with(variant), "{line:?}: {e:?}");
+                }
+                _ => panic!("{line:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    /// Only sandgate's names start a sandbox: a command whose later words look like a tier is
+    /// still not wrapped, whatever `PATH` holds; `sandgate` needs one of the tiers after it.
+    #[test]
+    fn only_our_names_start_a_sandbox() {
+        let rows: &[(&str, Result<&[&str], &str>)] = &[
+            ("sandgate run ls", Ok(&["run"])),
+            ("sandgate net curl x", Ok(&["net"])),
+            ("sandgate build make", Ok(&["build"])),
+            ("/opt/bin/sandgate run ls", Ok(&["run"])),
+            ("/opt/bin/sandbox-net curl x", Ok(&["net"])),
+            ("sandgate", Err("NoCommand")),
+            ("sandgate exec ls", Err("NotWrapped")),
+            ("sandgate ru* ls", Err("NotWrapped")),
+            ("sandgate sandbox-run ls", Err("NotWrapped")),
+            ("ls run x", Err("NotWrapped")),
+            ("sandgatex run ls", Err("NotWrapped")),
+            ("sandbox-runner ls", Err("NotWrapped")),
+            ("/opt/bin/ls run x", Err("NotWrapped")),
+            ("./sandbox-run ls", Err("NotWrapped")), // relative: whatever the directory holds
+            ("opt/bin/sandbox-run ls", Err("NotWrapped")),
+            ("sandbox-ru? ls", Err("Expands")),
+            ("=sandbox-run ls", Err("Expands")), // zsh's `=cmd`
+        ];
+        let fs = Tree { cdpath: false };
+        let roots = RootRule::new([PathBuf::from("/home/u")]);
+        for (line, want) in rows {
+            let got = check_command(line, Path::new("/home/u/proj"), &fs, &roots);
+            match (&got, want) {
+                (Ok(tiers), Ok(t)) => assert_eq!(tiers, t, "{line:?}"),
+                (Err(e), Err(variant)) => {
+                    assert!(format!("{e:?}").starts_with(variant), "{line:?}: {e:?}");
+                }
+                _ => panic!("{line:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    /// A control character ends a shell word or a command where the hook would not see it:
+    /// refused inside single and double quotes as outside; a tab is a blank, outside quotes only.
+    #[test]
+    fn control_characters_are_refused_even_inside_quotes() {
+        for bad in
+            ["'a\nb'", "\"a\nb\"", "'a\rb'", "\"a\u{7}b\"", "a\u{1b}b", "'\u{0}'", "\"\u{85}\""]
+        {
+            let line = format!("sandbox-run echo {bad}");
+            assert!(
+                matches!(split_line(&line), Err(CommandRefusal::Syntax(_))),
+                "{line:?}: {:?}",
+                split_line(&line)
+            );
+        }
+        let s = split_line("sandbox-run\techo\ta").unwrap();
+        let texts: Vec<&str> = s[0].stages[0].words.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(texts, ["sandbox-run", "echo", "a"]);
+        for bad in ["'a\tb'", "\"a\tb\""] {
+            assert!(split_line(&format!("sandbox-run {bad}")).is_err(), "a tab inside {bad:?}");
+        }
+    }
+
+    /// Quotes keep what is inside them from the shell: not an operator, not a glob.
+    #[test]
+    fn quoted_characters_neither_split_nor_expand() {
+        let s = split_line("sandbox-run a '*' \"?\" b* '|' \"&&\" x=y =z").unwrap();
+        let words: Vec<(&str, bool)> =
+            s[0].stages[0].words.iter().map(|w| (w.text.as_str(), w.expands)).collect();
+        assert_eq!(
+            words,
+            [
+                ("sandbox-run", false),
+                ("a", false),
+                ("*", false),
+                ("?", false),
+                ("b*", true),
+                ("|", false),
+                ("&&", false),
+                ("x=y", false),
+                ("=z", true),
+            ]
+        );
+        for refused in
+            ["\"$x\"", "\"`x`\"", "\"a\\b\"", "\"!x\"", "'unterminated", "\"unterminated"]
+        {
+            assert!(split_line(&format!("sandbox-run {refused}")).is_err(), "{refused}");
+        }
+        // Redirections are words of their own, only from the safe list.
+        let s = split_line("sandbox-run ls 2>&1 >/dev/null </dev/null 1>/dev/null 2>/dev/null")
+            .unwrap();
+        assert_eq!(
+            s[0].stages[0].redirections,
+            ["2>&1", ">/dev/null", "</dev/null", "1>/dev/null", "2>/dev/null"]
+        );
+        assert_eq!(s[0].stages[0].words.len(), 2);
+        for refused in
+            ["ls 2>&1x", "ls a>/dev/null", "ls b*>/dev/null", "ls 1>/dev/nul", "ls &>/dev/null"]
+        {
+            assert!(split_line(&format!("sandbox-run {refused}")).is_err(), "{refused}");
         }
     }
 

@@ -240,31 +240,43 @@ pub fn classify(ip: IpAddr) -> Option<Forbidden> {
     }
 }
 
-/// The addresses of this host's interfaces, re-read at most every few seconds.
+/// How long [`OwnAddresses`] trusts what it read: an address added to an interface is refused at
+/// the latest this long after it appeared.
+pub const OWN_ADDRESSES_TTL: Duration = Duration::from_secs(5);
+
+/// The addresses of this host's interfaces, re-read at most every [`OWN_ADDRESSES_TTL`].
 #[derive(Debug)]
 pub struct OwnAddresses {
     cache: Mutex<(Option<Instant>, Arc<HashSet<IpAddr>>)>,
     ttl: Duration,
+    /// Where the addresses come from: the interfaces, or a test's list.
+    read: fn() -> HashSet<IpAddr>,
 }
 
 impl Default for OwnAddresses {
     fn default() -> Self {
-        OwnAddresses { cache: Mutex::new((None, Arc::default())), ttl: Duration::from_secs(5) }
+        OwnAddresses::reading(interface_addresses, OWN_ADDRESSES_TTL)
     }
 }
 
 impl OwnAddresses {
-    /// Whether `ip` is an address of one of this host's interfaces.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        self.current().contains(&canonical_ip(ip))
+    /// A cache over `read`, re-read when what it holds is `ttl` old.
+    fn reading(read: fn() -> HashSet<IpAddr>, ttl: Duration) -> Self {
+        OwnAddresses { cache: Mutex::new((None, Arc::default())), ttl, read }
     }
 
-    fn current(&self) -> Arc<HashSet<IpAddr>> {
+    /// Whether `ip` is an address of one of this host's interfaces.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.current(Instant::now()).contains(&canonical_ip(ip))
+    }
+
+    /// The addresses as of `now`: what was read less than the lifetime before, else read again.
+    fn current(&self, now: Instant) -> Arc<HashSet<IpAddr>> {
         let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        let fresh = guard.0.is_some_and(|at| at.elapsed() < self.ttl);
+        let fresh = guard.0.is_some_and(|at| now.saturating_duration_since(at) < self.ttl);
         if !fresh {
-            guard.1 = Arc::new(interface_addresses());
-            guard.0 = Some(Instant::now());
+            guard.1 = Arc::new((self.read)());
+            guard.0 = Some(now);
         }
         guard.1.clone()
     }
@@ -448,10 +460,70 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// What the interfaces of [`fake_interfaces`] hold, and how often they were read.
+        static FAKE: std::cell::RefCell<(Vec<IpAddr>, usize)> = const {
+            std::cell::RefCell::new((Vec::new(), 0))
+        };
+    }
+
+    fn fake_interfaces() -> HashSet<IpAddr> {
+        FAKE.with_borrow_mut(|(list, reads)| {
+            *reads += 1;
+            list.iter().copied().collect()
+        })
+    }
+
+    /// An address added to an interface is unknown for at most the lifetime, and known from then
+    /// on; within the lifetime the interfaces are not read again.
+    #[test]
+    fn an_added_own_address_is_seen_once_the_cache_is_a_lifetime_old() {
+        let a: IpAddr = "45.90.9.1".parse().unwrap();
+        let b: IpAddr = "45.90.9.2".parse().unwrap();
+        FAKE.with_borrow_mut(|f| *f = (vec![a], 0));
+        let ttl = Duration::from_secs(5);
+        let own = OwnAddresses::reading(fake_interfaces, ttl);
+        let t0 = Instant::now();
+        let reads = || FAKE.with_borrow(|f| f.1);
+        // (when, the address added before it, b known, reads so far)
+        let rows: &[(Duration, bool, bool, usize)] = &[
+            (Duration::ZERO, false, false, 1),
+            (Duration::from_millis(1), true, false, 1), // added: the cache is fresh
+            (ttl - Duration::from_millis(1), false, false, 1), // still fresh
+            (ttl, false, true, 2),                      // a lifetime old: read again
+            (ttl + Duration::from_secs(1), false, true, 2), // fresh again
+            (ttl * 3, false, true, 3),
+        ];
+        for &(at, add, known, want_reads) in rows {
+            if add {
+                FAKE.with_borrow_mut(|f| f.0.push(b));
+            }
+            let now = own.current(t0 + at);
+            assert_eq!(now.contains(&b), known, "at {at:?}");
+            assert!(now.contains(&a), "at {at:?}");
+            assert_eq!(reads(), want_reads, "at {at:?}");
+        }
+    }
+
+    /// An address that left its interface is no longer refused as the host's own once the
+    /// cache is a lifetime old (the host's old address may be someone else's now).
+    #[test]
+    fn a_removed_own_address_is_forgotten_after_a_lifetime() {
+        let a: IpAddr = "45.90.9.1".parse().unwrap();
+        FAKE.with_borrow_mut(|f| *f = (vec![a], 0));
+        let own = OwnAddresses::reading(fake_interfaces, Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert!(own.current(t0).contains(&a));
+        FAKE.with_borrow_mut(|f| f.0.clear());
+        assert!(own.current(t0 + Duration::from_secs(1)).contains(&a));
+        assert!(!own.current(t0 + Duration::from_secs(5)).contains(&a));
+    }
+
     #[test]
     fn own_addresses_include_loopback() {
         let own = OwnAddresses::default();
         assert!(own.contains("127.0.0.1".parse().unwrap()));
+        assert!(own.contains("::ffff:127.0.0.1".parse().unwrap()), "judged as IPv4");
         assert!(!own.contains("192.0.2.1".parse().unwrap()));
     }
 }

@@ -578,6 +578,142 @@ pub(crate) mod tests {
         OpeningParser::new().advance(wire)
     }
 
+    /// A hello of exactly [`MAX_HELLO`] bytes (a large padding extension), in records of the
+    /// largest size, is read; one byte more is refused, however it arrives.
+    #[test]
+    fn a_hello_up_to_the_limit_is_read_and_one_byte_more_is_not() {
+        let sized = |total: usize| {
+            let without = hello(&[sni_ext("crates.io"), (0x0015, Vec::new())]).len();
+            let msg = hello(&[sni_ext("crates.io"), (0x0015, vec![0; total - without])]);
+            assert_eq!(msg.len(), total);
+            msg
+        };
+        let largest = sized(MAX_HELLO);
+        assert_eq!(MAX_HELLO, 64 * 1024);
+        let wire = records(&largest, MAX_RECORD);
+        assert_eq!(parse_client_hello(&wire), name("crates.io"));
+        assert_eq!(
+            opening(&wire),
+            Ok(Opening::ClientHello { server_name: Some("crates.io".into()) })
+        );
+        let over = records(&sized(MAX_HELLO + 1), MAX_RECORD);
+        assert_eq!(parse_client_hello(&over), Err(BadHello::TooLarge));
+        assert_eq!(opening(&over), Err(BadHello::TooLarge));
+    }
+
+    /// The opening may take [`MAX_OPENING`] bytes on the wire (a hello in many small records),
+    /// not one more: at the limit it is read, or waited for when incomplete.
+    #[test]
+    fn the_opening_may_take_exactly_its_limit_on_the_wire() {
+        // `count` records for a hello of `total` bytes: its wire is `total + 5 * count` bytes.
+        let spread = |total: usize, count: usize| {
+            let without = hello(&[sni_ext("crates.io"), (0x0015, Vec::new())]).len();
+            let msg = hello(&[sni_ext("crates.io"), (0x0015, vec![0; total - without])]);
+            let (each, extra) = (msg.len() / count, msg.len() % count);
+            let mut wire = Vec::new();
+            let mut at = 0;
+            for i in 0..count {
+                let len = each + usize::from(i < extra);
+                wire.extend([HANDSHAKE, 3, 1]);
+                wire.extend((len as u16).to_be_bytes());
+                wire.extend(&msg[at..at + len]);
+                at += len;
+            }
+            wire
+        };
+        let at_limit = spread(MAX_HELLO - 4, (MAX_OPENING - (MAX_HELLO - 4)) / 5);
+        assert_eq!(at_limit.len(), MAX_OPENING);
+        let read = Ok(Opening::ClientHello { server_name: Some("crates.io".into()) });
+        assert_eq!(opening(&at_limit), read);
+        assert_eq!(opening(&at_limit[..MAX_OPENING - 1]), Ok(Opening::NeedMore));
+        let over = spread(MAX_HELLO - 3, (MAX_OPENING - (MAX_HELLO - 4)) / 5);
+        assert_eq!(over.len(), MAX_OPENING + 1);
+        assert_eq!(opening(&over[..MAX_OPENING]), Ok(Opening::NeedMore));
+        assert_eq!(opening(&over), Err(BadHello::TooLarge));
+    }
+
+    /// A record may carry up to 2^14 bytes and say version 3.0 to 3.4, from either side.
+    #[test]
+    fn record_limits_sit_at_their_boundaries() {
+        assert_eq!(opening(&[0x16, 3, 4, 0x40, 0]), Ok(Opening::NeedMore));
+        assert_eq!(opening(&[0x16, 3, 5]), Err(BadHello::RecordVersion(3, 5)));
+        assert_eq!(opening(&[0x16, 3, 1, 0x40, 1]), Err(BadHello::RecordLength(16385)));
+        let mut hrr = server_hello(HELLO_RETRY_RANDOM);
+        hrr.resize(MAX_RECORD, 0);
+        let mut wire = vec![HANDSHAKE, 3, 3, 0x40, 0];
+        wire.extend(&hrr);
+        assert_eq!(server_first(&wire), ServerFirst::HelloRetry);
+        wire[4] = 1; // 16385
+        assert_eq!(server_first(&wire), ServerFirst::Other);
+    }
+
+    /// A first byte that starts no TLS or SSLv2 record is another protocol at once: the tunnel
+    /// need not wait for a second byte.
+    #[test]
+    fn another_protocol_is_told_by_its_first_byte() {
+        for first in [b'G', b'S', 0, 0x7f] {
+            assert_eq!(opening(&[first]), Ok(Opening::NotTls), "{first:#x}");
+            assert_eq!(opening(&[first, 0, 1]), Ok(Opening::NotTls), "{first:#x}");
+        }
+    }
+
+    /// The fields of a hello at and past their limits: a session id of 32 bytes, an even,
+    /// non-empty list of cipher suites, nothing after the extensions or the name list, a name
+    /// of 1 to 255 bytes.
+    #[test]
+    fn hello_fields_at_their_limits() {
+        // A hello whose body is built by hand: session id, suites, extensions, trailing bytes.
+        let custom = |session: usize, suites: &[u8], exts: &[u8], trailing: &[u8]| {
+            let mut body = vec![0x03, 0x03];
+            body.extend([7u8; 32]);
+            body.push(session as u8);
+            body.extend(vec![1; session]);
+            body.extend((suites.len() as u16).to_be_bytes());
+            body.extend(suites);
+            body.extend([1, 0]);
+            body.extend((exts.len() as u16).to_be_bytes());
+            body.extend(exts);
+            body.extend(trailing);
+            let mut msg = vec![0x01];
+            msg.extend(&(body.len() as u32).to_be_bytes()[1..]);
+            msg.extend(body);
+            parse_client_hello(&records(&msg, 16384))
+        };
+        let ext = |(kind, data): (u16, Vec<u8>)| {
+            [&kind.to_be_bytes()[..], &(data.len() as u16).to_be_bytes(), &data].concat()
+        };
+        let sni = ext(sni_ext("crates.io"));
+        let suites = [0x13, 0x01];
+        assert_eq!(custom(32, &suites, &sni, &[]), name("crates.io"));
+        let long_session = Err(BadHello::Truncated("session id longer than 32 bytes"));
+        assert_eq!(custom(33, &suites, &sni, &[]), long_session);
+        assert_eq!(custom(0, &[], &sni, &[]), Err(BadHello::Truncated("cipher suites")));
+        assert_eq!(custom(0, &[0x13], &sni, &[]), Err(BadHello::Truncated("cipher suites")));
+        let after = Err(BadHello::Truncated("bytes after the extensions"));
+        assert_eq!(custom(0, &suites, &sni, &[0]), after);
+        // The server name extension with a byte after its list.
+        let (kind, mut data) = sni_ext("crates.io");
+        data.push(0);
+        let after_list = Err(BadHello::Truncated("bytes after the server name list"));
+        assert_eq!(custom(0, &suites, &ext((kind, data)), &[]), after_list);
+        let longest = "a".repeat(255);
+        assert_eq!(custom(0, &suites, &ext(sni_ext(&longest)), &[]), name(&longest));
+        let not_printable = Err(BadHello::BadServerName("not printable ASCII"));
+        assert_eq!(custom(0, &suites, &ext(sni_ext(&"a".repeat(256))), &[]), not_printable);
+        assert_eq!(custom(0, &suites, &ext(sni_ext("")), &[]), not_printable);
+    }
+
+    /// The implicit-TLS ports must open with a hello; the others may speak anything.
+    #[test]
+    fn tls_ports_are_the_implicit_tls_ones() {
+        for port in [443, 465, 563, 636, 853, 989, 990, 992, 993, 994, 995, 5061, 8443] {
+            assert!(is_tls_port(port), "{port}");
+        }
+        for port in [0, 22, 25, 80, 444, 587, 8080, 8444, 65535] {
+            assert!(!is_tls_port(port), "{port}");
+        }
+    }
+
     #[test]
     fn reads_the_server_name() {
         let msg = hello(&[(0x000a, vec![0, 2, 0, 29]), sni_ext("crates.io")]);

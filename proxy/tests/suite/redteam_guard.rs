@@ -79,3 +79,123 @@ fn disguised_internal_addresses_are_refused() {
         assert_eq!(judged(spelling), Ok(None), "{spelling}");
     }
 }
+
+/// A network namespace of the test (`lo` up), deleted on drop.
+struct TestNs(String);
+
+impl TestNs {
+    fn new() -> TestNs {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!("sgp-own-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        ip(&["netns", "add", &name]);
+        let ns = TestNs(name);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn ip(&self, args: &[&str]) {
+        ip(&[&["-n", self.0.as_str()], args].concat());
+    }
+
+    /// Runs `f` on a thread of its own inside the namespace (threads it starts are inside too).
+    fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ns = std::fs::File::open(&path).unwrap();
+                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+                f()
+            })
+            .join()
+            .expect("the namespace's thread panicked")
+        })
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().expect("ip");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `own.test` resolves to one address.
+struct OneAddress(std::net::SocketAddr);
+
+impl sandgate_proxy::Resolver for OneAddress {
+    fn resolve<'a>(
+        &'a self,
+        _: &'a sandgate_config::DomainName,
+        _: u16,
+    ) -> sandgate_proxy::BoxFuture<'a, std::io::Result<Vec<std::net::SocketAddr>>> {
+        Box::pin(async move { Ok(vec![self.0]) })
+    }
+}
+
+/// Issue 37, part 3: an address added to one of the host's interfaces after the proxy started
+/// is refused as the host's own once the proxy's own-address cache is a lifetime old (the
+/// address is public by its class, so only the own-address check stands in the way). Controls:
+/// before it is added the request is not refused by the guard (it finds nothing there), and
+/// once added the address answers a direct connection.
+#[test]
+fn an_address_added_after_the_proxy_started_is_refused_within_the_cache_lifetime() {
+    let root = nix::unistd::geteuid().is_root();
+    let have_ip =
+        std::process::Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    if sandgate_test_support::skip_unless(root && have_ip, "root and the `ip` command") {
+        return;
+    }
+    let ns = TestNs::new();
+    let added: std::net::IpAddr = "45.90.9.2".parse().unwrap();
+    assert_eq!(classify(added), None, "a public address by its class");
+    ns.enter(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            use crate::common::{policy, raw, serve};
+            use tokio::io::AsyncWriteExt;
+            // An origin on every address of the namespace, present and future.
+            let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                while let Ok((mut s, _)) = listener.accept().await {
+                    let hello =
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+                    let _ = s.write_all(hello).await;
+                }
+            });
+            let target = std::net::SocketAddr::new(added, port);
+            let proxy = sandgate_proxy::Proxy::builder()
+                .resolver(std::sync::Arc::new(OneAddress(target)))
+                .build();
+            let addr = serve(&proxy, "own", policy(&["own.test"], &[])).await;
+            let connect =
+                format!("CONNECT own.test:{port} HTTP/1.1\r\nHost: own.test:{port}\r\n\r\n");
+            let refused = "an address of the proxy's own host";
+
+            // Before: not the host's; nothing answers there (no route), and the guard let it by.
+            let before = raw(addr, connect.as_bytes()).await;
+            let read_by = std::time::Instant::now(); // the cache was read before this
+            assert!(before.starts_with("HTTP/1.1 502"), "{before}");
+            assert!(!before.contains(refused), "{before}");
+
+            ns.ip(&["addr", "add", "45.90.9.2/32", "dev", "lo"]);
+            // Control: the address answers now, so a refusal is the guard's.
+            let mut direct = tokio::net::TcpStream::connect(target).await.expect("direct");
+            let mut got = String::new();
+            tokio::io::AsyncReadExt::read_to_string(&mut direct, &mut got).await.unwrap();
+            assert!(got.ends_with("hello"), "{got}");
+
+            // The cache was read at the latest at `read_by`: one lifetime later it is read again.
+            tokio::time::sleep_until((read_by + sandgate_proxy::guard::OWN_ADDRESSES_TTL).into())
+                .await;
+            let after = raw(addr, connect.as_bytes()).await;
+            assert!(after.starts_with("HTTP/1.1 403"), "{after}");
+            assert!(after.contains(&format!("45.90.9.2 is {refused}")), "{after}");
+        })
+    });
+}

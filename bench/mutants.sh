@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Mutation testing of the walls' decision cores (issue 37). cargo-mutants changes one operator or
+# return value at a time and runs the crate's own unit tests (`cargo test --lib`, plus the
+# property tests for `decision`); a mutant that survives is a decision no test pins. Equivalent mutants are excluded in .cargo/mutants.toml,
+# each with its reason.
+#
+# Usage: bench/mutants.sh [CORE...]
+#   cores: guard patterns hook (the default: the three of issue 37), sni filter decision
+#   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
+#   EXTRA="--iterate" (test again only what the last run of the core did not catch)
+# Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
+#
+# Where the time goes: each mutant is one incremental build of the mutated crate's lib test
+# binary (10-20 s on one core) and one run of its unit tests (under a second, except for the
+# survivors, which run them all). The first build of a run compiles the workspace crates once.
+#
+# The mutated tree is a copy (under /tmp); it builds into this checkout's target directory so
+# the dependencies are not built again. Cargo names a workspace crate's artifacts the same
+# wherever the tree is, so a build of this checkout and a mutant's build would take each other's
+# artifacts for their own (a mutant's tests could then run unmutated code and "survive"): a
+# per-package profile setting that changes nothing but the artifacts' names keeps them apart.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-1}
+NICE=${NICE:-15}
+OUT=${OUT:-target/mutants}
+cores=("$@")
+[ ${#cores[@]} -gt 0 ] || cores=(guard patterns hook)
+
+read -ra extra <<< "${EXTRA:-}"
+note=""
+[ ${#extra[@]} -eq 0 ] || note=" (${extra[*]}: only the mutants this run tested)"
+apart=()
+for p in sandgate-config sandgate-proxy sandgate-hook sandgate-sandbox sandgate-test-support; do
+    apart+=("--cargo-arg=--config=profile.dev.package.$p.codegen-units=255")
+done
+
+for core in "${cores[@]}"; do
+    tests=(--cargo-arg=--lib)
+    only=() # test names to run, when the crate's other unit tests are slow and cannot catch these
+    case $core in
+        guard) args=(-p sandgate-proxy -f proxy/src/guard.rs) ;;
+        patterns) args=(-p sandgate-config -f config/src/pattern.rs -f config/src/matcher.rs) ;;
+        hook) args=(-p sandgate-hook -f hook/src/shell.rs -f hook/src/claude.rs) ;;
+        sni) args=(-p sandgate-proxy -f proxy/src/sni.rs) ;;
+        filter) args=(-p sandgate-sandbox -f sandbox/src/linux/filter.rs) only=(-- linux::filter::) ;;
+        decision)
+            args=(-p sandgate-config -f config/src/policy.rs -f config/src/decision.rs)
+            tests+=(--cargo-arg=--test=derive_props) # "a child never allows what its parent denies"
+            ;;
+        *) echo "unknown core: $core" >&2; exit 2 ;;
+    esac
+    start=$(date +%s)
+    mkdir -p "$OUT/$core"
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target} CARGO_BUILD_JOBS=$JOBS \
+        nice -n "$NICE" cargo mutants -j "$JOBS" --no-shuffle -o "$OUT/$core" "${args[@]}" \
+        "${tests[@]}" "${apart[@]}" "${extra[@]}" "${only[@]}" || true # survivors: non-zero
+    dir=$OUT/$core/mutants.out
+    [ -f "$dir/caught.txt" ] || { echo "== $core: cargo mutants did not run" >&2; exit 1; }
+    n() { wc -l < "$dir/$1.txt"; }
+    caught=$(( $(n caught) + $(n timeout) ))
+    viable=$(( caught + $(n missed) ))
+    echo "== $core: $(( viable + $(n unviable) )) mutants, $viable viable, $caught caught" \
+        "($(( viable ? 100 * caught / viable : 100 ))%), $(n missed) missed," \
+        "$(( $(date +%s) - start ))s$note; survivors in $dir/missed.txt"
+done

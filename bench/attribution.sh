@@ -6,12 +6,14 @@
 # ROUNDS (default 3) rounds of on, off. Goal: no change beyond noise. KIND=latency measures
 # instead new connection + first byte, p50/p99 of 3,000 from one client (`direct` is then the
 # transparent path).
-# The origin is on a test host in a network namespace of this script's (45.90.0.2, routed only
+# The origin is on a test host in a network namespace of this script's (45.90.9.2, routed only
 # to the script's own veth, as in bench/transparent.sh); the daemon is a private one.
 # Usage: bench/attribution.sh      (root; release build)
 #        BUILD=debug bench/attribution.sh   (the debug build, for a quick look; not a figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib/test-host.sh
+. bench/lib/test-host.sh
 [ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
 
 BUILD=${BUILD:-release}
@@ -27,27 +29,18 @@ ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-rate}
 T=$(mktemp -d)
 NS=sgattr$$
-HOST=45.90.0.2
+HOST=45.90.9.2
 PIDS=()
 cleanup() {
     "$BIN/sandgate" stop >/dev/null 2>&1 || true
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    ip netns del "$NS" 2>/dev/null || true
-    ip link del "v$NS" 2>/dev/null || true
+    remove_test_host "$NS"
     rm -rf "$T"
 }
 trap cleanup EXIT
 
-ip netns add "$NS"
-ip link add "v$NS" type veth peer name eth0 netns "$NS"
-ip addr add 45.90.0.1/32 dev "v$NS"
-ip link set "v$NS" up
-ip route add "$HOST/32" dev "v$NS"
-ip -n "$NS" addr add "$HOST/32" dev eth0
-ip -n "$NS" link set eth0 up
-ip -n "$NS" link set lo up
-ip -n "$NS" route add 45.90.0.1/32 dev eth0
+test_host "$NS" "$HOST" 45.90.9.1
 
 ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
 PIDS+=($!)

@@ -14,6 +14,8 @@
 # Usage: bench/transparent-clients.sh [RUNS] [--release]   (root; default 30 runs; debug build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib/test-host.sh
+. bench/lib/test-host.sh
 [ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
 RUNS=${1:-30}
 PROFILE=debug
@@ -31,21 +33,12 @@ cleanup() {
         "$BIN" stop >/dev/null 2>&1 || true
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    ip netns del "$NS" 2>/dev/null || true
-    ip link del "v$NS" 2>/dev/null || true
+    remove_test_host "$NS"
     rm -rf "$T"
 }
 trap cleanup EXIT
 
-ip netns add "$NS"
-ip link add "v$NS" type veth peer name eth0 netns "$NS"
-ip addr add 45.90.8.1/32 dev "v$NS"
-ip link set "v$NS" up
-ip route add "$HOST/32" dev "v$NS"
-ip -n "$NS" addr add "$HOST/32" dev eth0
-ip -n "$NS" link set eth0 up
-ip -n "$NS" link set lo up
-ip -n "$NS" route add 45.90.8.1/32 dev eth0
+test_host "$NS" "$HOST" 45.90.8.1
 
 mkdir -p "$T/run" "$T/config/sandgate" "$T/data" "$T/work" "$T/www"
 chmod 700 "$T/run"

@@ -12,6 +12,8 @@
 # Usage: bench/transparent.sh      (root; release build; ROUNDS=3 rounds, about ten minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib/test-host.sh
+. bench/lib/test-host.sh
 [ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
 
 cargo build --release -q -p sandgate --bin sandgate
@@ -26,22 +28,13 @@ cleanup() {
         "$BIN/sandgate" stop >/dev/null 2>&1 || true
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    ip netns del "$NS" 2>/dev/null || true
-    ip link del "v$NS" 2>/dev/null || true
+    remove_test_host "$NS"
     rm -rf "$T"
 }
 trap cleanup EXIT
 
 # The test host: a namespace with one veth; the host routes only 45.90.0.2/32 to it.
-ip netns add "$NS"
-ip link add "v$NS" type veth peer name eth0 netns "$NS"
-ip addr add 45.90.0.1/32 dev "v$NS"
-ip link set "v$NS" up
-ip route add "$HOST/32" dev "v$NS"
-ip -n "$NS" addr add "$HOST/32" dev eth0
-ip -n "$NS" link set eth0 up
-ip -n "$NS" link set lo up
-ip -n "$NS" route add 45.90.0.1/32 dev eth0
+test_host "$NS" "$HOST" 45.90.0.1
 
 ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
 PIDS+=($!)

@@ -43,6 +43,8 @@
 //! `SCM_RIGHTS`) is named for the holder found first from the leaves up. A client that exits before the lookup
 //! runs (it starts when the connection is accepted) is not named.
 
+// Elsewhere no process is named: the procfs helpers serve only the Linux search.
+#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 

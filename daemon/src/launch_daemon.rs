@@ -461,7 +461,7 @@ fn asked_line(q: &sandgate_approvals::Question) -> String {
 /// the question waits, next to what common clients wait.
 fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
     use sandgate_approvals::terminal::sanitize;
-    let target = sanitize(&format!("{}:{}", q.question.host, q.question.port));
+    let target = sanitize(&host_port(&q.question.host, q.question.port));
     let wait = q.deadline.duration_since(q.first_asked).unwrap_or_default().as_secs();
     let who = q.question.process.as_ref().map(|p| format!(", asked by {p}")).unwrap_or_default();
     format!(
@@ -471,9 +471,19 @@ fn held_line(q: &sandgate_approvals::PendingQuestion) -> String {
     )
 }
 
+/// `host:port`, an IPv6 address in brackets (`[2a01:4f8::2]:443`, as `sandgate allow` takes it).
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// The stderr line for a request the proxy refused without asking.
 fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
     use sandgate_approvals::terminal::sanitize;
+    let target = sanitize(&host_port(host, port));
     let host = sanitize(host);
     let rule = sanitize(rule);
     if decision == "reject" {
@@ -482,7 +492,7 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
     if rule == sandgate_proxy::Refusal::NOT_GIVEN {
         // Nothing to allow: the address stands for no destination in this sandbox.
         return format!(
-            "sandgate: denied {host}:{port}: {rule} (it stands for no destination here; \
+            "sandgate: denied {target}: {rule} (it stands for no destination here; \
              connect to the host by name)"
         );
     }
@@ -493,15 +503,15 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
             std::net::IpAddr::V6(_) => format!("[{ip}]:{port}"),
         };
         return format!(
-            "sandgate: denied {host}:{port}: the name resolves to {ip}, {why}, which sandboxes \
+            "sandgate: denied {target}: the name resolves to {ip}, {why}, which sandboxes \
              may not reach (the address guard); allowing {host} does not change that. If {ip} \
              is meant, a person allows the address itself: `sandgate allow {ip_target}`, or \
-             {ip} in [network] allow (`sandgate check {host}:{port}` explains)"
+             {ip} in [network] allow (`sandgate check {target}` explains)"
         );
     }
     format!(
-        "sandgate: denied {host}:{port} ({rule}); to ask for it, have a person run `sandgate \
-         allow {host}`, or add it to [network] allow (`sandgate check {host}:{port}` \
+        "sandgate: denied {target} ({rule}); to ask for it, have a person run `sandgate \
+         allow {host}`, or add it to [network] allow (`sandgate check {target}` \
          explains)"
     )
 }
@@ -567,7 +577,7 @@ fn ended_line(ev: &Event) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Event, Output, asked_line, event_line};
+    use super::{Event, Output, asked_line, event_line, host_port, refused_line};
 
     fn request(decision: &str, host: &str, port: u16, rule: &str) -> Event {
         Event::Request {
@@ -585,6 +595,22 @@ mod tests {
             count: 1,
             samples: Vec::new(),
             process: None,
+        }
+    }
+
+    /// An IPv6 destination is written `[address]:port` however the event names it (the
+    /// transparent path already brackets it), so the port cannot be read as part of it.
+    #[test]
+    fn ipv6_destinations_are_written_in_brackets() {
+        for (host, port, want) in [
+            ("example.com", 443, "example.com:443"),
+            ("45.90.7.2", 5432, "45.90.7.2:5432"),
+            ("2a0e:97c0:3e0::2", 5432, "[2a0e:97c0:3e0::2]:5432"),
+            ("[2a0e:97c0:3e0::2]", 5432, "[2a0e:97c0:3e0::2]:5432"),
+        ] {
+            assert_eq!(host_port(host, port), want);
+            let line = refused_line("deny", host, port, "approval timed out");
+            assert!(line.starts_with(&format!("sandgate: denied {want} (")), "{line}");
         }
     }
 

@@ -30,7 +30,7 @@ pub struct NamespaceRules {
     pub prefix: String,
     /// NFLOG group the monitor socket is bound to.
     pub nflog_group: u16,
-    /// Port of the proxy listener on 127.0.0.1 inside, where TCP to any other IPv4 address is
+    /// Port of the proxy listener on 127.0.0.1 and ::1 inside, where TCP to any other address is
     /// redirected (transparent capture).
     pub proxy_port: u16,
 }
@@ -41,8 +41,9 @@ pub struct NamespaceRules {
 /// one nf_tables netlink batch of its own: `sandgate_sandbox::namespace_firewall`; a kernel test
 /// checks that both give the kernel the same table). Used by tests and to read.
 ///
-/// Table `inet sandgate`. Chain `capture` (nat, output, priority -100): TCP to any IPv4 address
-/// outside 127.0.0.0/8 is redirected to the proxy listener on 127.0.0.1:`proxy_port`, where the
+/// Table `inet sandgate`. Chain `capture` (nat, output, priority -100): TCP to any address
+/// outside 127.0.0.0/8 and `::1` is redirected to the proxy listener (dual-stack, so on
+/// 127.0.0.1 or `::1`:`proxy_port`), where the
 /// proxy reads the original destination back and decides the connection by name (transparent
 /// capture). Chain `output` (filter, policy drop): loopback is accepted (the proxy listener and
 /// DNS stub live on 127.0.0.1 inside the namespace), and so are redirected connections (this
@@ -67,11 +68,13 @@ table inet {t} {{
 \tchain capture {{
 \t\ttype nat hook output priority -100; policy accept;
 \t\tip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :{proxy_port}
+\t\tip6 daddr != ::1 meta l4proto tcp redirect to :{proxy_port}
 \t}}
 \tchain output {{
 \t\ttype filter hook output priority 0; policy drop;
 \t\toif \"lo\" accept
 \t\tip daddr 127.0.0.1 tcp dport {proxy_port} accept
+\t\tip6 daddr ::1 tcp dport {proxy_port} accept
 {quiet}\t\tudp dport 443 reject with icmpx port-unreachable
 \t\tlog prefix \"{prefix}\" group {group}
 \t\tmeta l4proto tcp reject with tcp reset

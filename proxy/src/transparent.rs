@@ -58,17 +58,29 @@ const REFUSAL_WAIT: Duration = Duration::from_millis(100);
 pub(crate) fn original_destination(client: &ClientStream) -> Option<SocketAddr> {
     use nix::sys::socket::{getsockopt, sockopt};
     let ClientStream::Tcp(s) = client else { return None };
-    let local = s.local_addr().ok()?;
-    let local = match local {
-        SocketAddr::V4(v4) => v4,
-        // Only IPv4 is redirected (the stub gives out IPv4 addresses only).
-        SocketAddr::V6(_) => return None,
+    let local = canonical(s.local_addr().ok()?);
+    // The listener is dual-stack: an IPv4 connection's addresses are IPv4-mapped, and its
+    // original destination is read with the IPv4 option. ENOENT: no connection tracking entry
+    // (no capture in this namespace).
+    let orig = match local {
+        SocketAddr::V4(_) => {
+            let raw = getsockopt(s, sockopt::OriginalDst).ok()?;
+            let ip = std::net::Ipv4Addr::from(u32::from_be(raw.sin_addr.s_addr));
+            SocketAddr::from((ip, u16::from_be(raw.sin_port)))
+        }
+        SocketAddr::V6(_) => {
+            let raw = getsockopt(s, sockopt::Ip6tOriginalDst).ok()?;
+            let ip = std::net::Ipv6Addr::from(raw.sin6_addr.s6_addr);
+            canonical(SocketAddr::from((ip, u16::from_be(raw.sin6_port))))
+        }
     };
-    // ENOENT: no connection tracking entry (no capture in this namespace).
-    let raw = getsockopt(s, sockopt::OriginalDst).ok()?;
-    let ip = std::net::Ipv4Addr::from(u32::from_be(raw.sin_addr.s_addr));
-    let orig = std::net::SocketAddrV4::new(ip, u16::from_be(raw.sin_port));
-    (orig != local).then_some(SocketAddr::V4(orig))
+    (orig != local).then_some(orig)
+}
+
+/// IPv4-mapped IPv6 addresses as the IPv4 address they are.
+#[cfg(target_os = "linux")]
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(sandgate_config::canonical_ip(a.ip()), a.port())
 }
 
 /// See the Linux version: elsewhere nothing is redirected.

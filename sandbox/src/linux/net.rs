@@ -53,10 +53,36 @@ pub fn firewall(prefix: &str, nflog_group: u16) -> io::Result<bool> {
     }
 }
 
-/// The proxy listener, bound inside the namespace to 127.0.0.1:[`PROXY_PORT`].
+/// The proxy listener, bound inside the namespace to port [`PROXY_PORT`] of every address, IPv4
+/// and IPv6 on one socket: clients of the proxy come to 127.0.0.1 (the proxy variables say so),
+/// and transparent capture redirects IPv4 to 127.0.0.1 and IPv6 to `::1`. Nothing outside the
+/// namespace can reach its other addresses (the route device's far end is ours, and reads
+/// nothing back in). Where the namespace has no IPv6 (a kernel booted with `ipv6.disable=1`), it
+/// is bound to 127.0.0.1 alone: IPv6 could not leave either.
 pub fn proxy_listener() -> io::Result<OwnedFd> {
-    let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_PORT))?;
-    Ok(OwnedFd::from(l))
+    match dual_stack_listener(PROXY_PORT) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.raw_os_error() == Some(nix::libc::EAFNOSUPPORT) => {
+            let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_PORT))?;
+            Ok(OwnedFd::from(l))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A TCP listener on `[::]:port` that takes IPv4 too (`IPV6_V6ONLY` off whatever the
+/// namespace's `bindv6only` says), close-on-exec.
+fn dual_stack_listener(port: u16) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrIn6, bind, listen, setsockopt, socket,
+        sockopt,
+    };
+    let fd = socket(AddressFamily::Inet6, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
+    let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn6::from(any))?;
+    listen(&fd, Backlog::MAXCONN)?;
+    Ok(fd)
 }
 
 /// The DNS stub's sockets, bound inside the namespace to 127.0.0.1:[`DNS_PORT`]: UDP, then a TCP

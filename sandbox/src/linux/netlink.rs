@@ -454,19 +454,26 @@ pub fn namespace_firewall(prefix: &str, group: u16, proxy_port: u16, capture: bo
 fn capture_chain(b: &mut Batch, proxy_port: u16) {
     chain(b, CAPTURE_CHAIN, "nat", NF_IP_PRI_NAT_DST, NF_ACCEPT);
     // ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :proxy_port
-    rule_in(b, CAPTURE_CHAIN, |b| {
-        meta(b, NFT_META_NFPROTO);
-        cmp_eq(b, &[NFPROTO_IPV4]);
-        payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 1);
-        cmp(b, NFT_CMP_NEQ, &[127]);
-        meta(b, NFT_META_L4PROTO);
-        cmp_eq(b, &[IPPROTO_TCP]);
-        load(b, &proxy_port.to_be_bytes());
-        expr(b, "redir", |b| {
-            b.be32(NFTA_REDIR_REG_PROTO_MIN, NFT_REG_1);
-            b.be32(NFTA_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
+    // ip6 daddr != ::1 meta l4proto tcp redirect to :proxy_port
+    // (the kernel redirects IPv4 to 127.0.0.1 and IPv6 to ::1: the listener is dual-stack)
+    let loopback_v6 = Ipv6Addr::LOCALHOST.octets();
+    for (family, offset, not) in
+        [(NFPROTO_IPV4, 16, &[127][..]), (NFPROTO_IPV6, 24, &loopback_v6[..])]
+    {
+        rule_in(b, CAPTURE_CHAIN, |b| {
+            meta(b, NFT_META_NFPROTO);
+            cmp_eq(b, &[family]);
+            payload(b, NFT_PAYLOAD_NETWORK_HEADER, offset, not.len() as u32);
+            cmp(b, NFT_CMP_NEQ, not);
+            meta(b, NFT_META_L4PROTO);
+            cmp_eq(b, &[IPPROTO_TCP]);
+            load(b, &proxy_port.to_be_bytes());
+            expr(b, "redir", |b| {
+                b.be32(NFTA_REDIR_REG_PROTO_MIN, NFT_REG_1);
+                b.be32(NFTA_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
+            });
         });
-    });
+    }
 }
 
 /// Chain [`CHAIN`] of [`namespace_firewall`].
@@ -479,17 +486,21 @@ fn filter_chain(b: &mut Batch, prefix: &str, group: u16, proxy_port: u16) {
         verdict(b, NF_ACCEPT);
     });
     // ip daddr 127.0.0.1 tcp dport proxy_port accept (what `capture` redirected)
-    rule(b, |b| {
-        meta(b, NFT_META_NFPROTO);
-        cmp_eq(b, &[NFPROTO_IPV4]);
-        payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 4);
-        cmp_eq(b, &Ipv4Addr::LOCALHOST.octets());
-        meta(b, NFT_META_L4PROTO);
-        cmp_eq(b, &[IPPROTO_TCP]);
-        payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
-        cmp_eq(b, &proxy_port.to_be_bytes());
-        verdict(b, NF_ACCEPT);
-    });
+    // ip6 daddr ::1 tcp dport proxy_port accept
+    let (v4, v6) = (Ipv4Addr::LOCALHOST.octets(), Ipv6Addr::LOCALHOST.octets());
+    for (family, offset, to) in [(NFPROTO_IPV4, 16, &v4[..]), (NFPROTO_IPV6, 24, &v6[..])] {
+        rule(b, |b| {
+            meta(b, NFT_META_NFPROTO);
+            cmp_eq(b, &[family]);
+            payload(b, NFT_PAYLOAD_NETWORK_HEADER, offset, to.len() as u32);
+            cmp_eq(b, to);
+            meta(b, NFT_META_L4PROTO);
+            cmp_eq(b, &[IPPROTO_TCP]);
+            payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+            cmp_eq(b, &proxy_port.to_be_bytes());
+            verdict(b, NF_ACCEPT);
+        });
+    }
     for icmp_type in QUIET_ICMPV6 {
         rule(b, |b| {
             meta(b, NFT_META_NFPROTO);
@@ -590,7 +601,7 @@ mod tests {
         assert!(find(&with, b"capture\0") && find(&with, b"redir\0"));
         assert!(!find(&without, b"capture\0") && !find(&without, b"redir\0"));
         assert!(find(&without, b"output\0") && find(&without, b"log\0"));
-        assert_eq!(with.acks - without.acks, 2, "one chain and one rule fewer");
+        assert_eq!(with.acks - without.acks, 3, "one chain and its two rules (IPv4, IPv6) fewer");
     }
 
     #[test]

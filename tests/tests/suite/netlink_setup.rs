@@ -85,12 +85,9 @@ fn blocked_and_reported_without_nft_and_ip(who: &Who) {
     // A mount namespace of the test's own hides both tools; the launcher runs as `who` inside it.
     let hide = "/usr/bin/mount --bind /dev/null /usr/sbin/nft && \
                 /usr/bin/mount --bind /dev/null /usr/sbin/ip && exec /usr/bin/env PATH=/nonexistent \"$@\"";
-    // IPv4 TCP is captured (refused by the proxy's side: a reset or EOF, never the echo);
-    // IPv6 TCP is refused and reported by the firewall.
-    let probe = s.probe.to_str().unwrap();
-    let script = format!(
-        "/usr/bin/python3 {probe} talk {HOST4} 8080; /usr/bin/python3 {probe} tcp {HOST6} 8080"
-    );
+    // TCP is captured (refused by the proxy's side: a reset or EOF, never the echo); UDP is
+    // refused and reported by the firewall.
+    let script = probes(s.probe.to_str().unwrap());
     let inner = s.command("net", &["--report-blocked"], &["/bin/sh", "-c", &script]);
     let program = match inner.get_program().to_str().unwrap() {
         "setpriv" => "/usr/bin/setpriv".into(),
@@ -113,18 +110,32 @@ fn blocked_and_reported_without_nft_and_ip(who: &Who) {
         .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    refused_v4_reported_v6(&stdout, &stderr);
+    captured_tcp_reported_udp(&stdout, &stderr);
 }
 
-/// The probe lines of `talk HOST4` then `tcp HOST6`: the first refused (reset or end of
-/// stream: no echo came back), the second refused at once and reported by the firewall.
+/// The probe lines of [`PROBES`]: TCP over IPv4 and IPv6 captured and refused by the proxy's
+/// side (a reset or end of stream: no echo came back), UDP refused at once and reported by the
+/// firewall.
 #[track_caller]
-fn refused_v4_reported_v6(stdout: &str, stderr: &str) {
+fn captured_tcp_reported_udp(stdout: &str, stderr: &str) {
     let lines: Vec<&str> = stdout.lines().filter(|l| l.split(' ').count() == 2).collect();
-    let [v4, v6] = lines[..] else { panic!("two probe lines expected:\n{stdout}\n{stderr}") };
-    assert!(v4.starts_with("ECONNRESET ") || v4.starts_with("EOF "), "{v4}\n{stderr}");
-    assert!(v6.starts_with("ECONNREFUSED "), "{v6}\n{stderr}");
-    assert!(stderr.contains(&format!("sandgate: blocked tcp [{HOST6}]:8080")), "{stderr}");
+    let [v4, v6, udp] = lines[..] else {
+        panic!("three probe lines expected:\n{stdout}\n{stderr}")
+    };
+    for tcp in [v4, v6] {
+        assert!(tcp.starts_with("ECONNRESET ") || tcp.starts_with("EOF "), "{tcp}\n{stderr}");
+    }
+    assert!(!udp.starts_with("ok ") && !udp.starts_with("ETIMEDOUT "), "{udp}\n{stderr}");
+    assert!(stderr.contains(&format!("sandgate: blocked udp [{HOST6}]:53")), "{stderr}");
+    assert!(!stderr.contains("sandgate: blocked tcp"), "{stderr}");
+}
+
+/// The probes of the tests here, each `python3 PROBE op host port`.
+fn probes(probe: &str) -> String {
+    format!(
+        "/usr/bin/python3 {probe} talk {HOST4} 8080; /usr/bin/python3 {probe} talk {HOST6} 8080; \
+         /usr/bin/python3 {probe} udp {HOST6} 53"
+    )
 }
 
 both!(blocked_and_reported_without_nft_and_ip);
@@ -176,15 +187,7 @@ fn blocked_and_reported_without_dev_net_tun(who: &Who) {
     let inner = s.command(
         "net",
         &["--report-blocked"],
-        &[
-            "/bin/sh",
-            "-c",
-            &format!(
-                "cat /proc/net/dev; /usr/bin/python3 {p} talk {HOST4} 8080; \
-                 /usr/bin/python3 {p} tcp {HOST6} 8080",
-                p = s.probe.to_str().unwrap()
-            ),
-        ],
+        &["/bin/sh", "-c", &format!("cat /proc/net/dev; {}", probes(s.probe.to_str().unwrap()))],
     );
     let program = match inner.get_program().to_str().unwrap() {
         "setpriv" => "/usr/bin/setpriv".into(),
@@ -208,7 +211,7 @@ fn blocked_and_reported_without_dev_net_tun(who: &Who) {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("sg1:"), "no veth pair:\n{stdout}");
-    refused_v4_reported_v6(&stdout, &stderr);
+    captured_tcp_reported_udp(&stdout, &stderr);
 }
 
 both!(blocked_and_reported_without_dev_net_tun);

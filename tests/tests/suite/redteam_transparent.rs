@@ -29,6 +29,11 @@ const NAME_IP: &str = "45.133.201.2";
 const LITERAL_IP: &str = "45.133.201.3";
 /// The host's own address on the test host's link.
 const OWN_IP: &str = "45.133.201.1";
+/// The test host's IPv6 address (global unicast, outside every special-purpose block), which no
+/// name resolves to.
+const LITERAL_IP6: &str = "2a0e:97c0:3e0::2";
+/// The host's own IPv6 address on the test host's link.
+const OWN_IP6: &str = "2a0e:97c0:3e0::1";
 
 /// The test host's ports (see `support/recorder.py`).
 const PORTS: [u16; 4] = [443, 8443, 80, 5432];
@@ -46,8 +51,8 @@ struct Conn {
     hex: String,
 }
 
-/// The test host: a network namespace with [`NAME_IP`] and [`LITERAL_IP`], reached from the host
-/// through a veth pair whose host side is [`OWN_IP`].
+/// The test host: a network namespace with [`NAME_IP`], [`LITERAL_IP`] and [`LITERAL_IP6`],
+/// reached from the host through a veth pair whose host side is [`OWN_IP`] and [`OWN_IP6`].
 struct PublicHost {
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
     _dir: tempfile::TempDir,
@@ -69,6 +74,8 @@ impl PublicHost {
              ip link set {peer} netns {ns} && ip addr add {OWN_IP}/24 dev {link} && \
              ip link set {link} up && ip -n {ns} addr add {NAME_IP}/24 dev {peer} && \
              ip -n {ns} addr add {LITERAL_IP}/24 dev {peer} && \
+             ip addr add {OWN_IP6}/64 dev {link} nodad && \
+             ip -n {ns} addr add {LITERAL_IP6}/64 dev {peer} nodad && \
              ip -n {ns} link set {peer} up && ip -n {ns} link set lo up"
         ));
         if skip_unless(ok, "ip netns / veth (test host)") {
@@ -442,6 +449,61 @@ fn ip_literals_need_an_address_grant(who: &Who) {
     }
 }
 
+/// IPv6 is captured and decided like IPv4: a connection to the test host's IPv6 address, which no
+/// name resolves to, is decided by the name its first bytes give (SNI, `Host`) and then reaches
+/// that name's own address, never the literal; without a name it needs a grant for the address
+/// itself (refused after the question times out, a TLS alert, nothing reaching the host). Control:
+/// with the address allowed, the same attempts reach the test host over IPv6.
+fn ipv6_is_captured_and_decided_like_ipv4(who: &Who) {
+    let Some(host) = PublicHost::start() else { return };
+    let dns = table_dns(names(&[("front", NAME_IP), ("evil", NAME_IP)]));
+    let a = Attacker::new(who, dns);
+    let v6 = LITERAL_IP6;
+    for tier in ["net", "build"] {
+        let lines = [
+            format!("banner tcp {v6} 5432 5"),
+            format!("tls_bare tls {v6} 443 -"),
+            format!("sni tls {v6} 443 front.rt.sgtest"),
+            format!("host http {v6} 80 front.rt.sgtest"),
+            format!("unknown_sni tls {v6} 443 evil.rt.sgtest"),
+        ];
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let (r, stderr) = a.run(tier, &["--allow", "front.rt.sgtest"], &lines);
+        reset(&r, "banner");
+        assert_eq!(got(&r, "tls_bare"), "alert", "{tier}: {r:#?}\n{stderr}");
+        assert_eq!(got(&r, "sni"), "server-alert", "{tier}: {r:#?}\n{stderr}");
+        assert_eq!(got(&r, "host"), "http 200", "{tier}: {r:#?}\n{stderr}");
+        assert_eq!(got(&r, "unknown_sni"), "alert", "{tier}: {r:#?}\n{stderr}");
+        let conns = host.received();
+        assert!(conns.iter().all(|c| !c.to.starts_with(v6)), "{tier}: {conns:#?}");
+        let to = |p: &str| conns.iter().filter(|c| c.to == format!("{NAME_IP}:{p}")).count();
+        assert_eq!((to("443"), to("80")), (1, 1), "{tier}: {conns:#?}");
+        let events = a.tcp_events();
+        let bare = events
+            .iter()
+            .rev()
+            .find(|e| e["host"] == format!("[{v6}]") && e["port"] == 5432)
+            .unwrap_or_else(|| panic!("{tier}: no event for [{v6}]:5432: {events:#?}"));
+        assert_eq!(bare["decision"], "deny", "{bare}");
+
+        // Control: with the address allowed, IPv6 reaches the test host itself.
+        let grant = format!("[{v6}]:5432");
+        let (r, stderr) = a.run(
+            tier,
+            &["--allow", &grant, "--allow", v6],
+            &[&format!("banner tcp {v6} 5432"), &format!("tls_bare tls {v6} 443 -")],
+        );
+        assert_eq!(got(&r, "banner"), "banner BANNER", "{tier}: {r:#?}\n{stderr}");
+        assert_eq!(got(&r, "tls_bare"), "server-alert", "{tier}: {r:#?}\n{stderr}");
+        let conns = host.received();
+        for port in ["5432", "443"] {
+            let at = format!("{v6}:{port}");
+            assert!(conns.iter().any(|c| c.to == at), "{tier}: nothing at {at}: {conns:#?}");
+        }
+        host.clear();
+    }
+}
+
 /// An address of the address guard's table, how a name that resolves to it is refused.
 struct Disguise {
     label: &'static str,
@@ -616,13 +678,16 @@ fn another_sandboxs_names_are_out_of_reach(who: &Who) {
 }
 
 /// Attack 5: Addresses of the block never given (its first and last, one in the middle) are refused
-/// and reported; UDP to a synthetic address and to the test host, and IPv6 TCP, are refused at
-/// once and reported by the firewall (not captured); QUIC (UDP 443) is refused at once and not
-/// reported. Control: the test host is reached by name in the same run.
+/// and reported; UDP to a synthetic address and to the test host is refused at once and reported
+/// by the firewall (not captured); IPv6 TCP to the test host, which nothing allowed, is captured
+/// and refused by the proxy; QUIC (UDP 443) is refused at once and not reported. Control: the
+/// test host is reached by name in the same run.
 fn what_the_names_do_not_cover(who: &Who) {
     let Some(host) = PublicHost::start() else { return };
     let dns = table_dns(names(&[("public", NAME_IP)]));
     let a = Attacker::new(who, dns);
+    // Waits past the question's two seconds: decided by address, after a question.
+    let tcp6 = format!("tcp6 tcp {LITERAL_IP6} 5432 5");
     for tier in ["net", "build"] {
         let (r, stderr) = a.run(
             tier,
@@ -635,25 +700,24 @@ fn what_the_names_do_not_cover(who: &Who) {
                 "udp_synthetic udp $public 5432",
                 "udp_host udp 45.133.201.2 53",
                 "quic udp 45.133.201.2 443",
-                "tcp6 tcp 2a01:4f8::2 5432",
+                &tcp6,
                 "control tcp $public 5432",
             ],
         );
-        for name in ["first", "last", "middle"] {
+        for name in ["first", "last", "middle", "tcp6"] {
             reset(&r, name);
         }
         // Refused at once: UDP (QUIC too) by the firewall's reject, which the send itself
-        // reports (EPERM: a locally sent packet dropped on the way out); IPv6 TCP with a reset.
+        // reports (EPERM: a locally sent packet dropped on the way out).
         for name in ["udp_synthetic", "udp_host", "quic"] {
             assert_eq!(got(&r, name), "EPERM", "{tier} {name}: {r:#?}\n{stderr}");
         }
-        assert_eq!(got(&r, "tcp6"), "ECONNREFUSED", "{tier}: {r:#?}\n{stderr}");
         assert_eq!(got(&r, "control"), "banner BANNER", "{tier}: {r:#?}\n{stderr}");
         let public = got(&r, "public");
         for blocked in [
             format!("sandgate: blocked udp {public}:5432"),
             format!("sandgate: blocked udp {NAME_IP}:53"),
-            "sandgate: blocked tcp [2a01:4f8::2]:5432".to_owned(),
+            format!("sandgate: denied [{LITERAL_IP6}]:5432"),
         ] {
             assert!(stderr.contains(&blocked), "{tier}: no {blocked:?} in:\n{stderr}");
         }
@@ -787,6 +851,7 @@ both!(
     the_address_guard_holds,
     another_sandboxs_names_are_out_of_reach,
     what_the_names_do_not_cover,
+    ipv6_is_captured_and_decided_like_ipv4,
     the_capture_has_no_way_around,
     a_client_that_stalls_is_decided_in_bounded_time,
 );

@@ -57,7 +57,8 @@ def talk(host, port):
     """A TCP exchange: connect, send a line, read the answer. Through the transparent capture
     the connect itself succeeds (the proxy accepts it); the refusal is what comes back: a reset
     (ECONNRESET) or the end of the stream (EOF) instead of the echo host's answer."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect((host, int(port)))
     s.sendall(b"probe\n")

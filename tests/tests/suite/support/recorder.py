@@ -1,6 +1,6 @@
 """A test host that records what reaches it, for `suite::redteam_transparent`.
 
-Listens on every address of its namespace: 443 (answers the first bytes with a TLS
+Listens on every address of its namespace, IPv4 and IPv6: 443 (answers the first bytes with a TLS
 handshake_failure alert, then reads), 8443 (answers the first
 TLS record with a HelloRetryRequest, then reads), 80 (answers each request head with 200 `ok`),
 5432 (speaks first: `BANNER`). When a connection ends it appends one line to the log (the first
@@ -26,8 +26,14 @@ def hrr():
     return b"\x16\x03\x03" + struct.pack("!H", len(hs)) + hs
 
 
+def local_ip(conn):
+    """The address the connection was made to (an IPv4 one as IPv4, not IPv4-mapped)."""
+    ip = conn.getsockname()[0]
+    return ip[7:] if ip.startswith("::ffff:") else ip
+
+
 def serve(conn, port):
-    local = conn.getsockname()[0]
+    local = local_ip(conn)
     got = b""
     answered = False
     try:
@@ -56,9 +62,10 @@ def serve(conn, port):
 
 
 def listen(port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port))
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", port))
     s.listen(64)
     return s
 
@@ -69,7 +76,7 @@ def accept(s, port):
         # Logged here, in accept order: a connection accepted later (the test's sentinel) is
         # logged after every one before it on this port.
         with LOCK, open(LOG, "a") as f:
-            f.write(f"open {conn.getsockname()[0]}:{port}\n")
+            f.write(f"open {local_ip(conn)}:{port}\n")
         threading.Thread(target=serve, args=(conn, port), daemon=True).start()
 
 

@@ -804,7 +804,17 @@ fn run_nested_seatbelt(tier: &str, args: &LaunchOptions) -> anyhow::Result<u8> {
     let outer = std::env::var("SANDGATE_TIER")
         .ok()
         .filter(|_| std::env::var_os("SANDGATE_SANDBOX").is_some());
-    match nested(outer.as_deref(), tier, !args.allow_write.is_empty()) {
+    // Flags that change the walls: none can be applied without a second profile.
+    let flags: Vec<&str> = [
+        ("--allow-write", !args.allow_write.is_empty()),
+        ("--net", args.net.is_some()),
+        ("--allow", !args.allow.is_empty()),
+        ("--deny", !args.deny.is_empty()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    match nested(outer.as_deref(), tier, &flags) {
         Nested::Refuse { message } => Err(crate::UsageError(message).into()),
         Nested::RunInPlace { note } => {
             if !args.quiet {
@@ -1198,6 +1208,9 @@ fn launch(
         None => sandgate_sandbox::PROXY_PORT,
     };
     let launched = sandgate_sandbox::launch_with_proxy_port(spec, port)?;
+    for m in &launched.enforcement.missing {
+        eprintln!("sandgate: warning: not enforced: {m}");
+    }
     let served = match listener {
         Some(l) => serve(spec, args, net, l.into(), None, None, None)?,
         None => Served::None,
@@ -1528,10 +1541,16 @@ pub fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
     })
 }
 
-/// Outside Linux: the backend used.
+/// Outside Linux: the backend used, and what its profile enforces of `spec` wall by wall (the
+/// verdict `--require-full` acts on).
 #[cfg(not(target_os = "linux"))]
-pub fn kernel_report(_spec: &SandboxSpec) -> serde_json::Value {
-    serde_json::json!({ "backend": "seatbelt (sandbox-exec)" })
+pub fn kernel_report(spec: &SandboxSpec) -> serde_json::Value {
+    let e = sandgate_sandbox::seatbelt::enforcement(spec);
+    serde_json::json!({
+        "backend": "seatbelt (sandbox-exec)",
+        "not_enforced": e.missing,
+        "substitutes": e.substitutes,
+    })
 }
 
 #[cfg(test)]

@@ -71,6 +71,15 @@ pub enum SandboxError {
         /// The kernel's answer.
         source: io::Error,
     },
+    /// The sandbox's private temporary directory could not be made as asked (macOS): it existed
+    /// already, or what was made is not a 0700 directory of the launching user.
+    #[error("private TMPDIR {}: {reason}", path.display())]
+    PrivateTmp {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
     /// The platform has no sandbox backend.
     #[error("sandboxing is not supported on this platform")]
     Unsupported,

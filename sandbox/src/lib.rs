@@ -52,6 +52,8 @@ pub mod fdpass;
 mod forward;
 pub mod gitwall;
 pub mod notice;
+#[cfg(unix)]
+pub mod private_tmp;
 pub mod readonly;
 pub mod seatbelt;
 mod spec;

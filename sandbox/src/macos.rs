@@ -3,7 +3,9 @@
 //! `sandbox-exec` applies the profile and execs the command, so its pid is the command's. The
 //! launcher blocks the signals it forwards before starting it (none is lost in between; the
 //! command itself starts with an empty mask, as `std::process` gives every child) and, while it
-//! waits, takes them with `sigwait` and passes them on ([`crate::forward::step`]).
+//! waits, takes them with `sigwait` and passes them on ([`crate::forward::step`]). When the
+//! command has ended, every process still under this launch's profile is killed
+//! ([`seatbelt::reap`]: found with `proc_listallpids` and `sandbox_check`).
 
 use std::process::{Child, Command};
 
@@ -13,11 +15,16 @@ use crate::forward::{self, FORWARDED, Step};
 use crate::seatbelt;
 use crate::spec::{Enforcement, PROXY_PORT, SandboxSpec};
 
+/// Rounds of SIGKILL before the launcher gives up on processes that outlive the command.
+const REAP_ROUNDS: usize = 100;
+
 /// A started sandbox.
 #[derive(Debug)]
 pub struct Launched {
     child: Child,
     tmp: std::path::PathBuf,
+    /// The Mach name only this launch's profile allows ([`seatbelt::reap::launch_service`]).
+    service: std::ffi::CString,
     /// The launcher's signal mask before the forwarded signals were blocked.
     saved_mask: sys::Mask,
     /// What was enforced (Seatbelt enforces the whole profile or refuses to start).
@@ -54,9 +61,27 @@ impl Launched {
             }
         };
         sys::restore(&self.saved_mask);
+        self.reap_leftovers();
         let _ = std::fs::remove_dir_all(&self.tmp);
         let status = status?;
         Ok(forward::exit_code(status.code(), status.signal()))
+    }
+}
+
+impl Launched {
+    /// Kills the processes still under this launch's profile (a double fork outlives the
+    /// command: no pid namespace) and says so on stderr.
+    fn reap_leftovers(&self) {
+        let mut table = sys::Confined { service: &self.service, uid: sys::uid() };
+        match seatbelt::reap::reap(&mut table, REAP_ROUNDS) {
+            seatbelt::reap::Reaped::AllGone { killed: 0 } => {}
+            seatbelt::reap::Reaped::AllGone { killed } => eprintln!(
+                "sandgate: {killed} process(es) of the sandbox outlived the command: killed"
+            ),
+            seatbelt::reap::Reaped::Left { pids, why } => {
+                eprintln!("sandgate: warning: processes of the sandbox still run ({why}): {pids:?}")
+            }
+        }
     }
 }
 
@@ -92,18 +117,40 @@ pub fn launch_with_proxy_port(
     spec: &SandboxSpec,
     proxy_port: u16,
 ) -> Result<Launched, SandboxError> {
-    let tmp = std::env::temp_dir().join(format!("sandgate-{}", spec.id));
-    std::fs::create_dir_all(&tmp).map_err(SandboxError::io("create private TMPDIR"))?;
-    let tmp = tmp.canonicalize().map_err(SandboxError::io("resolve private TMPDIR"))?;
+    let enforcement = seatbelt::enforcement(spec);
+    if spec.require_full && !enforcement.is_full() {
+        return Err(SandboxError::NotFullyEnforced { missing: enforcement.missing.join("; ") });
+    }
+    let tmp = crate::private_tmp::create(
+        &std::env::temp_dir().join(format!("sandgate-{}", spec.id)),
+        sys::uid(),
+    )?;
     let host = seatbelt::HostFacts {
         tmp: tmp.clone(),
         proxy_port,
         user_temp_dir: sys::user_dir(libc::_CS_DARWIN_USER_TEMP_DIR),
         user_cache_dir: sys::user_dir(libc::_CS_DARWIN_USER_CACHE_DIR),
+        home: spec
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .or_else(|| std::env::var_os("HOME").map(Into::into))
+            .filter(|h| h.is_absolute()),
+        terminals: sys::terminals(),
+        // What `xcode-select -p` reads, without starting it at each launch.
+        developer_dir: std::fs::read_link("/var/db/xcode_select_link").ok().or_else(|| {
+            let clt = std::path::PathBuf::from("/Library/Developer/CommandLineTools");
+            clt.is_dir().then_some(clt)
+        }),
         trustd: seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref()),
     };
     let profile = seatbelt::render(spec, &host, &RealLinks);
-    let env = seatbelt::environment(&spec.env, &spec.net);
+    let mut env = seatbelt::environment(&spec.env, &spec.net);
+    seatbelt::toolchain_env(&mut env, &host, &tmp);
+    let service = std::ffi::CString::new(seatbelt::reap::launch_service(spec.id.as_str()))
+        .map_err(|e| SandboxError::io("name the launch")(e.into()))?;
     let (program, args) = spec
         .command
         .split_first()
@@ -128,7 +175,7 @@ pub fn launch_with_proxy_port(
             return Err(SandboxError::io("start sandbox-exec")(e));
         }
     };
-    Ok(Launched { child, tmp, saved_mask, enforcement: Enforcement::default() })
+    Ok(Launched { child, tmp, service, saved_mask, enforcement })
 }
 
 /// The few libc calls of the macOS launcher.
@@ -239,13 +286,123 @@ mod sys {
 
     unsafe extern "C" {
         /// libsandbox (part of libSystem): with a null operation and `SANDBOX_FILTER_NONE`,
-        /// non-zero when process `pid` runs under a Seatbelt profile.
+        /// non-zero when process `pid` runs under a Seatbelt profile; with an operation, non-zero
+        /// when `pid`'s profile denies it for the filter argument that follows.
         fn sandbox_check(
             pid: libc::pid_t,
             operation: *const libc::c_char,
             kind: libc::c_int,
             ...
         ) -> libc::c_int;
+        /// Flag for `kind`: ask without logging a denial.
+        static SANDBOX_CHECK_NO_REPORT: libc::c_int;
+    }
+
+    /// `SANDBOX_FILTER_GLOBAL_NAME` of `enum sandbox_filter_type` (a Mach service name follows).
+    const SANDBOX_FILTER_GLOBAL_NAME: libc::c_int = 2;
+
+    /// The launching user's uid.
+    pub fn uid() -> u32 {
+        // SAFETY: getuid has no failure and no memory effects.
+        unsafe { libc::getuid() }
+    }
+
+    /// The processes of `uid` under the profile that allows `service` (see
+    /// [`crate::seatbelt::reap`]).
+    pub struct Confined<'a> {
+        pub service: &'a std::ffi::CStr,
+        pub uid: u32,
+    }
+
+    impl crate::seatbelt::reap::Processes for Confined<'_> {
+        fn confined(&mut self) -> io::Result<Vec<u32>> {
+            let mut out = Vec::new();
+            for pid in all_pids()? {
+                if pid == std::process::id() as libc::pid_t || !live_of(pid, self.uid) {
+                    continue;
+                }
+                // SAFETY: a NUL-terminated operation name and service name, valid for the call;
+                // the filter type takes exactly one string argument.
+                let denied = unsafe {
+                    sandbox_check(
+                        pid,
+                        c"mach-lookup".as_ptr(),
+                        SANDBOX_FILTER_GLOBAL_NAME | SANDBOX_CHECK_NO_REPORT,
+                        self.service.as_ptr(),
+                    )
+                };
+                if sandboxed(pid) && denied == 0 {
+                    out.push(pid as u32);
+                }
+            }
+            Ok(out)
+        }
+
+        fn kill(&mut self, pid: u32) {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Every pid on the system (`proc_listallpids`, with room for those started meanwhile).
+    fn all_pids() -> io::Result<Vec<libc::pid_t>> {
+        // SAFETY: a null buffer asks for the count only.
+        let n = unsafe { libc::proc_listallpids(std::ptr::null_mut(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut pids = vec![0 as libc::pid_t; n as usize + 64];
+        let bytes = (pids.len() * std::mem::size_of::<libc::pid_t>()) as libc::c_int;
+        // SAFETY: the buffer is valid for `bytes` bytes.
+        let got = unsafe { libc::proc_listallpids(pids.as_mut_ptr().cast(), bytes) };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        pids.truncate((got as usize).min(pids.len()));
+        Ok(pids)
+    }
+
+    /// Whether `pid` is a live (not zombie) process of `uid`.
+    fn live_of(pid: libc::pid_t, uid: u32) -> bool {
+        // SAFETY: proc_bsdinfo is plain data; the call writes at most its size.
+        unsafe {
+            let mut info = std::mem::zeroed::<libc::proc_bsdinfo>();
+            let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+            let n = libc::proc_pidinfo(
+                pid,
+                libc::PROC_PIDTBSDINFO,
+                0,
+                (&mut info as *mut libc::proc_bsdinfo).cast(),
+                size,
+            );
+            n == size && info.pbi_uid == uid && info.pbi_status != libc::SZOMB
+        }
+    }
+
+    /// The launch's own terminals: the devices of stdin, stdout and stderr that are terminals.
+    pub fn terminals() -> Vec<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut out: Vec<std::path::PathBuf> = Vec::new();
+        for fd in 0..3 {
+            let mut buf = [0u8; 128];
+            // SAFETY: the buffer is valid for its length; ttyname_r NUL-terminates on success.
+            let rc = unsafe {
+                if libc::isatty(fd) != 1 {
+                    continue;
+                }
+                libc::ttyname_r(fd, buf.as_mut_ptr().cast(), buf.len())
+            };
+            if rc != 0 {
+                continue;
+            }
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&buf[..end]));
+            if path.is_absolute() && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+        out
     }
 
     /// Whether process `pid` is inside a Seatbelt sandbox.

@@ -3,11 +3,14 @@
 //! through a fake filesystem with the macOS layout (`/tmp` → `/private/tmp`, `/var` →
 //! `/private/var`) and a symlinked `~/.ssh`.
 
+#[path = "seatbelt_golden/eval.rs"]
+mod eval;
+
 use std::path::{Path, PathBuf};
 
 use sandgate_sandbox::canon::MapLinks;
 use sandgate_sandbox::seatbelt::{self, HostFacts, Nested, Trustd};
-use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec, TopLevel};
 
 fn fs() -> MapLinks {
     MapLinks::macos().link("/Users/u/.ssh", "/Users/u/dotfiles/ssh")
@@ -58,6 +61,9 @@ fn host() -> HostFacts {
         proxy_port: 3128,
         user_temp_dir: Some(PathBuf::from("/var/folders/xx/T")),
         user_cache_dir: Some(PathBuf::from("/var/folders/xx/C")),
+        home: Some(PathBuf::from("/Users/u")),
+        terminals: vec![PathBuf::from("/dev/ttys003")],
+        developer_dir: Some(PathBuf::from("/Library/Developer/CommandLineTools")),
         trustd: Trustd::Deny,
     }
 }
@@ -203,11 +209,15 @@ fn ancestors_between_writable_roots_and_protected_paths_are_pinned() {
             assert!(p.text.contains(&rule), "{rule}");
         }
     }
-    // nested repositories: hooks and config at any depth of a writable path
-    assert!(p.text.contains(
-        "(deny file-write* (require-all (subpath (param \"WRITABLE_0\")) \
-         (regex #\"/\\.git/(modules/.+/)?(hooks(/.*)?|config)$\"))"
-    ));
+    // nested repositories: hooks and config at any depth of a writable path, in any case
+    rows(
+        &p,
+        &[
+            ("file-write-create", "/Users/u/project/vendor/x/.git/hooks/post-checkout", false),
+            ("file-write-data", "/Users/u/project/.git/modules/sub/CONFIG", false),
+            ("file-write-data", "/Users/u/project/vendor/x/.git/index", true),
+        ],
+    );
 }
 
 // Item 3: TIOCSTI, numerically, after the terminal allowances.
@@ -219,7 +229,10 @@ fn tiocsti_is_denied_after_the_terminal_allowances() {
         .text
         .find("(deny file-ioctl (ioctl-command 2147578994) (with message \"sandgate:golden\"))")
         .expect("TIOCSTI deny");
-    let allow = p.text.find("(allow file-write-data file-ioctl (require-all (regex").unwrap();
+    let allow = p
+        .text
+        .find("(allow file-read-data file-write-data file-ioctl (literal (param \"TTY_0\")))")
+        .unwrap();
     assert!(allow < deny);
 }
 
@@ -250,9 +263,9 @@ fn trustd_is_a_setting() {
     }
 }
 
-// Item 8: the JVM connects over IPv4 in tiers with network.
+// Item 8: the JVM connects over IPv4, in every tier (loopback servers in `run` too).
 #[test]
-fn jvm_prefers_ipv4_with_network() {
+fn jvm_prefers_ipv4_in_every_tier() {
     let env = vec![("JAVA_TOOL_OPTIONS".into(), "-Xmx1g -Dhttp.proxyPort=3128".into())];
     let proxy = spec("net").net;
     let got = seatbelt::environment(&env, &proxy);
@@ -261,37 +274,33 @@ fn jvm_prefers_ipv4_with_network() {
         "appended last"
     );
     assert_eq!(seatbelt::environment(&[], &proxy)[0].1, "-Djava.net.preferIPv4Stack=true");
-    assert_eq!(seatbelt::environment(&env, &NetSetup::None), env);
+    assert_eq!(seatbelt::environment(&env, &NetSetup::None), got);
 }
 
-// Item 9: xcrun shims: dirhelper and the user's temp (xcrun_db) and cache directories.
+// Item 9: xcrun shims reach dirhelper; the caches the host trusts are not written (round two).
 #[test]
-fn xcrun_shims_reach_dirhelper_and_the_user_dirs() {
+fn xcrun_shims_reach_dirhelper() {
     let p = render(&spec("run"));
     assert!(p.text.contains("(allow mach-lookup (global-name \"com.apple.bsd.dirhelper\"))"));
-    assert_eq!(param(&p, "USER_TEMP_0"), Path::new("/private/var/folders/xx/T"));
     assert_eq!(param(&p, "USER_CACHE_0"), Path::new("/private/var/folders/xx/C"));
-    assert!(p.text.contains(
-        "(allow file-write* (require-all (subpath (param \"USER_TEMP_0\")) (regex #\"/xcrun_db[^/]*$\")))"
-    ));
-    assert!(p.text.contains("(allow file-write* (subpath (param \"USER_CACHE_0\")))"));
+    assert!(!p.text.contains("(allow file-write* (subpath (param \"USER_CACHE_0\")))"));
 }
 
 // Item 10: nested launches are explained, never silently widened.
 #[test]
 fn nested_launches_run_in_place_only_in_the_same_tier() {
-    assert!(matches!(seatbelt::nested(Some("build"), "build", false), Nested::RunInPlace { .. }));
-    for (outer, inner, extra) in [
-        (Some("build"), "run", false),
-        (Some("run"), "build", false),
-        (Some("build"), "build", true),
-        (None, "run", false),
+    assert!(matches!(seatbelt::nested(Some("build"), "build", &[]), Nested::RunInPlace { .. }));
+    for (outer, inner, flags) in [
+        (Some("build"), "run", &[][..]),
+        (Some("run"), "build", &[]),
+        (Some("build"), "build", &["--allow-write"]),
+        (None, "run", &[]),
     ] {
-        match seatbelt::nested(outer, inner, extra) {
+        match seatbelt::nested(outer, inner, flags) {
             Nested::Refuse { message } => {
                 assert!(message.contains("sandbox_apply: Operation not permitted"), "{message}")
             }
-            Nested::RunInPlace { .. } => panic!("{outer:?} {inner} {extra}: ran in place"),
+            Nested::RunInPlace { .. } => panic!("{outer:?} {inner} {flags:?}: ran in place"),
         }
     }
 }
@@ -330,4 +339,336 @@ fn ps_sysctls() {
     let p = render(&spec("run"));
     assert!(p.text.contains("(sysctl-name \"kern.proc.all\")"));
     assert!(!p.text.contains("procargs2\")"));
+}
+
+// ---- Round two (issue 34): each hole as rows evaluated against the profile ----
+
+/// `build` with the top-level rule as the daemon fills it (a few names of each kind).
+fn build_with_rule() -> SandboxSpec {
+    let mut s = spec("build");
+    s.top_level = Some(TopLevel {
+        writable: vec![".venv".into(), ".tmp*".into()],
+        protected: vec![
+            "rust-toolchain.toml".into(),
+            "mise.toml".into(),
+            "gradle.properties".into(),
+            "*.code-workspace".into(),
+        ],
+        below: vec![
+            ".git".into(),
+            ".cargo".into(),
+            ".envrc".into(),
+            "rust-toolchain.toml".into(),
+            ".npmrc".into(),
+            ".yarnrc.yml".into(),
+            "mise.*.toml".into(),
+            ".venv".into(), // allowlisted as well: not protected below
+        ],
+        review: vec!["build.rs".into()],
+        skip: vec!["node_modules".into(), "target".into()],
+        ..TopLevel::default()
+    });
+    s
+}
+
+/// Checks `(op, path, allowed)` rows against `p`; ops are Seatbelt operations.
+fn rows(p: &seatbelt::Profile, rows: &[(&str, &str, bool)]) {
+    let mut wrong = Vec::new();
+    for &(op, path, want) in rows {
+        if eval::allows(p, op, path) != want {
+            wrong.push(format!("{op} {path}: want {}", if want { "allowed" } else { "denied" }));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn build_with_the_top_level_rule() {
+    check("build-top-level", &render(&build_with_rule()));
+}
+
+// Hole 1: the top-level rule (and the host-tool names below the top) in the profile.
+#[test]
+fn top_level_rule_is_enforced_by_the_profile() {
+    let p = render(&build_with_rule());
+    let w = "file-write-create";
+    rows(
+        &p,
+        &[
+            (w, "/Users/u/project/src/main.rs", true),
+            (w, "/Users/u/project/.cargo", false),
+            (w, "/Users/u/project/.cargo/config.toml", false),
+            (w, "/Users/u/project/.CARGO/config.toml", false),
+            (w, "/Users/u/project/.yarnrc.yml", false),
+            (w, "/Users/u/project/.zzz-anything", false),
+            (w, "/Users/u/project/rust-toolchain.toml", false),
+            (w, "/Users/u/project/RUST-TOOLCHAIN.TOML", false),
+            (w, "/Users/u/project/mise.toml", false),
+            (w, "/Users/u/project/gradle.properties", false),
+            (w, "/Users/u/project/a.code-workspace", false),
+            (w, "/Users/u/project/rust-toolchain.toml.bak", true),
+            (w, "/Users/u/project/.venv/lib/x.py", true),
+            (w, "/Users/u/project/.VENV/lib/x.py", false), // the allowlist matches exactly
+            (w, "/Users/u/project/.tmpA1b2", true),
+            (w, "/Users/u/project/.venv2", false),
+            // an existing .git follows the git rules; a new one below the top is refused
+            (w, "/Users/u/project/.git/objects/ab/cd", true),
+            ("file-write-data", "/Users/u/project/.git/index", true),
+            (w, "/Users/u/project/.git/hooks/pre-commit", false),
+            (w, "/Users/u/project/.GIT/Hooks/pre-commit", false),
+            ("file-write-data", "/Users/u/project/.git/CONFIG", false),
+            (w, "/Users/u/project/sub/.git", false),
+            // below the top: the host-tool names, in any case; build output is not entered
+            (w, "/Users/u/project/sub/.envrc", false),
+            (w, "/Users/u/project/sub/deeper/.Cargo/config.toml", false),
+            (w, "/Users/u/project/sub/mise.ci.toml", false),
+            (w, "/Users/u/project/sub/.bin/x", true),
+            (w, "/Users/u/project/sub/.venv/x", true),
+            (w, "/Users/u/project/node_modules/pkg/.npmrc", true),
+            (w, "/Users/u/project/target/debug/.cargo/x", true),
+            (w, "/Users/u/project/sub/build.rs", true), // review: writable, reported on Linux
+        ],
+    );
+    // control: without the rule the same dot-entry is writable (what issue 34 found)
+    rows(&render(&spec("build")), &[(w, "/Users/u/project/.cargo/config.toml", true)]);
+}
+
+// Hole 1: the report is honest, so --require-full refuses on macOS.
+#[test]
+fn enforcement_names_what_seatbelt_does_not_enforce() {
+    let e = seatbelt::enforcement(&build_with_rule());
+    assert!(!e.is_full(), "--require-full must refuse: {e:?}");
+    for wall in ["private /tmp", "pid namespace", "private loopback"] {
+        assert!(e.missing.iter().any(|m| m.starts_with(wall)), "{wall}: {:?}", e.missing);
+    }
+    assert!(e.substitutes.iter().any(|s| s.starts_with("top-level rule")));
+    assert!(e.substitutes.iter().any(|s| s.starts_with("processes outliving")));
+    assert!(
+        !seatbelt::enforcement(&spec("run")).substitutes.iter().any(|s| s.contains("top-level"))
+    );
+}
+
+// Hole 2: ~/Library hidden, but for the allowlist (read-only); hole 7: in any case.
+#[test]
+fn library_is_hidden_but_for_what_tools_read() {
+    let r = "file-read-data";
+    let rows_all: &[(&str, &str, bool)] = &[
+        (r, "/Users/u/Library/Keychains/login.keychain-db", false),
+        (r, "/Users/u/library/keychains/login.keychain-db", false),
+        (r, "/Users/u/Library/Application Support/Google/Chrome/Default/Cookies", false),
+        (r, "/Users/u/Library/Group Containers/x.slack/token", false),
+        (r, "/Users/u/Library/Containers/com.x/Data/a", false),
+        (r, "/Users/u/Library/Caches/com.tinyspeck.slackmacgap/x", false),
+        (r, "/Users/u/Library/Developer/Xcode/UserData/x", true),
+        (r, "/Users/u/Library/Caches/pip/http/x", true),
+        (r, "/Users/u/Library/Preferences/.GlobalPreferences.plist", true),
+        (r, "/Users/u/Library/Preferences/com.apple.Terminal.plist", false),
+        ("file-read-metadata", "/Users/u/Library", true),
+        ("file-read-metadata", "/Users/u/Library/Caches", true),
+        ("file-read-metadata", "/Users/u/Library/Mail", false),
+        ("file-write-create", "/Users/u/Library/Caches/go-build/ab/x-d", false),
+        ("file-write-create", "/Users/u/Library/LaunchAgents/x.plist", false),
+        (r, "/Users/u/Documents/notes.txt", true), // reads elsewhere: as before
+    ];
+    for tier in ["run", "net", "build"] {
+        rows(&render(&spec(tier)), rows_all);
+    }
+    // control: without a home the keychain would be readable
+    let mut h = host();
+    h.home = None;
+    rows(
+        &seatbelt::render(&spec("run"), &h, &fs()),
+        &[(r, "/Users/u/Library/Keychains/login.keychain-db", true)],
+    );
+    // a path the caller made writable inside Library stays so
+    let mut s = spec("run");
+    s.writable.push(PathBuf::from("/Users/u/Library/Caches/mytool"));
+    rows(&render(&s), &[("file-write-create", "/Users/u/Library/Caches/mytool/x", true)]);
+}
+
+// Hole 3: caches the host trusts: never written, even under a writable path; the sandbox's own.
+#[test]
+fn host_caches_are_never_written() {
+    let mut s = spec("build");
+    s.writable.push(PathBuf::from("/var/folders/xx"));
+    let w = "file-write-create";
+    let table: &[(&str, &str, bool)] = &[
+        (w, "/private/var/folders/xx/C/clang/ModuleCache/ABC/Foo.pcm", false),
+        (w, "/private/var/folders/xx/C/com.apple.DeveloperTools/xcrun_db", false),
+        (w, "/private/var/folders/xx/T/xcrun_db", false),
+        (w, "/private/var/folders/xx/T/xcrun_db-Xa1", false),
+        (w, "/private/var/folders/xx/T/sandgate-golden/clang-module-cache/x.pcm", true),
+    ];
+    rows(&seatbelt::render(&s, &host(), &fs()), table);
+    rows(&render(&spec("run")), table);
+    // control: before round two the user cache directory was writable
+    let mut h = host();
+    h.user_cache_dir = None;
+    h.user_temp_dir = None;
+    rows(
+        &seatbelt::render(&s, &h, &fs()),
+        &[(w, "/private/var/folders/xx/C/clang/ModuleCache/ABC/Foo.pcm", true)],
+    );
+}
+
+#[test]
+fn the_sandbox_gets_its_own_toolchain_caches() {
+    use std::ffi::OsString;
+    let tmp = Path::new("/private/var/folders/xx/T/sandgate-golden");
+    let get = |env: &[(OsString, OsString)], k: &str| {
+        env.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    // (developer dir, caller's PATH, caller's DEVELOPER_DIR, PATH after)
+    let table = [
+        (
+            Some("/Library/Developer/CommandLineTools"),
+            Some("/opt/homebrew/bin:/usr/bin"),
+            None,
+            "/Library/Developer/CommandLineTools/usr/bin:/opt/homebrew/bin:/usr/bin",
+        ),
+        (
+            Some("/Applications/Xcode.app/Contents/Developer"),
+            Some("/usr/bin"),
+            None,
+            "/Applications/Xcode.app/Contents/Developer/usr/bin:/Applications/Xcode.app/Contents/\
+             Developer/Toolchains/XcodeDefault.xctoolchain/usr/bin:/usr/bin",
+        ),
+        (
+            Some("/Library/Developer/CommandLineTools"),
+            Some("/usr/bin"),
+            Some("/opt/Xcode-beta.app/Contents/Developer"),
+            "/opt/Xcode-beta.app/Contents/Developer/usr/bin:/opt/Xcode-beta.app/Contents/\
+             Developer/Toolchains/XcodeDefault.xctoolchain/usr/bin:/usr/bin",
+        ),
+        (None, Some("/usr/bin"), None, "/usr/bin"),
+    ];
+    for (dev, path, given, want) in table {
+        let mut h = host();
+        h.developer_dir = dev.map(PathBuf::from);
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("CLANG_MODULE_CACHE_PATH".into(), "/Users/u/.cache/clang".into()),
+            ("GOCACHE".into(), "/Users/u/Library/Caches/go-build".into()),
+        ];
+        env.extend(path.map(|p| ("PATH".into(), p.into())));
+        env.extend(given.map(|d| ("DEVELOPER_DIR".into(), d.into())));
+        seatbelt::toolchain_env(&mut env, &h, tmp);
+        assert_eq!(get(&env, "PATH").as_deref(), Some(want), "{dev:?}");
+        assert_eq!(get(&env, "DEVELOPER_DIR").as_deref(), given.or(dev), "{dev:?}");
+        for (k, dir) in [
+            ("CLANG_MODULE_CACHE_PATH", "clang-module-cache"),
+            ("GOCACHE", "go-build"),
+            ("YARN_CACHE_FOLDER", "yarn-cache"),
+        ] {
+            assert_eq!(get(&env, k), Some(tmp.join(dir).display().to_string()), "{k}");
+            assert_eq!(env.iter().filter(|(n, _)| n == k).count(), 1, "{k} once");
+        }
+    }
+}
+
+// Hole 4: other terminals refused; the launch's own, /dev/tty and stat allowed.
+#[test]
+fn other_terminals_are_refused() {
+    for tier in ["run", "build"] {
+        let p = render(&spec(tier));
+        rows(
+            &p,
+            &[
+                ("file-read-data", "/dev/ttys004", false),
+                ("file-write-data", "/dev/ttys004", false),
+                ("file-ioctl", "/dev/ttys004", false),
+                ("file-read-data", "/dev/ttys003", true),
+                ("file-write-data", "/dev/ttys003", true),
+                ("file-ioctl", "/dev/ttys003", true),
+                ("file-read-data", "/dev/tty", true),
+                ("file-write-data", "/dev/tty", true),
+                ("file-read-metadata", "/dev/ttys004", true),
+            ],
+        );
+        // ptys made inside: by the kernel's pty extension
+        assert!(p.text.contains(
+            "(allow file-read-data file-write-data file-ioctl (require-all (regex #\"^/dev/ttys[0-9]+$\") \
+             (extension \"com.apple.sandbox.pty\")))"
+        ));
+    }
+    // control: with no terminal of its own, its former one is refused too
+    let mut h = host();
+    h.terminals.clear();
+    rows(&seatbelt::render(&spec("run"), &h, &fs()), &[("file-read-data", "/dev/ttys003", false)]);
+}
+
+// Hole 5: each launch's profile allows its own Mach name, which the launcher asks about.
+#[test]
+fn each_launch_has_a_name_of_its_own() {
+    let p = render(&spec("run"));
+    let own = seatbelt::reap::launch_service("golden");
+    assert!(p.text.contains(&format!("(allow mach-lookup (global-name \"{own}\"))")));
+    let mut other = spec("run");
+    other.id = SandboxId::try_from("other").unwrap();
+    assert!(!seatbelt::render(&other, &host(), &fs()).text.contains(&own));
+}
+
+// Hole 6: narrowing flags are never dropped in place.
+#[test]
+fn nested_launches_refuse_flags_they_cannot_apply() {
+    for flags in [&["--net"][..], &["--deny"], &["--allow"], &["--allow-write", "--deny"]] {
+        match seatbelt::nested(Some("net"), "net", flags) {
+            Nested::Refuse { message } => {
+                for f in flags {
+                    assert!(message.contains(f), "{message}");
+                }
+            }
+            Nested::RunInPlace { .. } => panic!("{flags:?}: ran in place"),
+        }
+    }
+    assert!(matches!(seatbelt::nested(Some("net"), "net", &[]), Nested::RunInPlace { .. }));
+}
+
+// Hole 7: hidden and read-only paths in any case.
+#[test]
+fn names_match_in_any_case() {
+    let p = render(&spec("build"));
+    rows(
+        &p,
+        &[
+            ("file-read-data", "/Users/u/.SSH/id_ed25519", false),
+            ("file-read-data", "/users/U/Dotfiles/SSH/id_ed25519", false),
+            ("file-read-data", "/Users/u/.Aws/credentials", false),
+            ("file-write-data", "/Users/u/project/.ENVRC", false),
+            ("file-write-data", "/Users/u/.CONFIG/Sandgate/config.toml", false),
+            ("file-read-data", "/Users/u/.sshx/ok", true),
+        ],
+    );
+}
+
+// Hole 9: other sandboxes' temporary directories are hidden; this one's is its own.
+#[test]
+fn other_sandboxes_tmp_is_hidden() {
+    rows(
+        &render(&spec("run")),
+        &[
+            ("file-read-data", "/private/var/folders/xx/T/sandgate-sg-1-abc/secret", false),
+            ("file-read-data", "/private/var/folders/xx/T/SANDGATE-sg-1-abc/secret", false),
+            ("file-read-data", "/private/var/folders/xx/T/sandgate-golden/x", true),
+            ("file-write-create", "/private/var/folders/xx/T/sandgate-golden/x", true),
+            ("file-read-data", "/private/var/folders/xx/T/other-tool/x", true),
+        ],
+    );
+}
+
+// Item 10: the command's own descriptors by name, DTrace probes, shared memory of its own.
+#[test]
+fn small_allowances_of_round_two() {
+    let p = render(&spec("run"));
+    rows(
+        &p,
+        &[
+            ("file-write-data", "/dev/stdout", true),
+            ("file-write-data", "/dev/stderr", true),
+            ("file-write-data", "/dev/fd/3", true),
+            ("file-write-data", "/dev/fd/3/x", false),
+            ("file-ioctl", "/dev/dtracehelper", true),
+        ],
+    );
+    assert!(p.text.contains("(ipc-posix-name-prefix \"/psm_\")"));
+    assert!(!p.text.contains("(allow ipc-posix-shm)"), "not every segment of the host");
 }

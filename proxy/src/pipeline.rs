@@ -303,13 +303,32 @@ impl ProxyShared {
         upstream: TcpStream,
         pending: BytesMut,
     ) {
-        let opened = match self.sni_filter(ctx, &mut client, &upstream, pending).await {
+        let mut opened = match self.sni_filter(ctx, &mut client, &upstream, pending).await {
             Ok(opened) => opened,
             Err(refusal) => {
                 self.refuse_tls(ctx, &mut client, refusal).await;
                 return;
             }
         };
+        // Plain HTTP in a CONNECT or SOCKS tunnel: its `Host` is pinned to the decided target as
+        // on the transparent door (which pinned it before the decision's connect already).
+        if opened.hello.is_none()
+            && ctx.event.method != crate::transparent::EVENT_METHOD
+            && let Err(why) = self.pin_http_head(ctx, &mut client, &mut opened.first).await
+        {
+            let input = crate::denial::quote(&opened.first[..opened.first.len().min(80)]);
+            let r = Refusal::Malformed { input, why };
+            ctx.refused(&r);
+            self.record_refusal(ctx).await;
+            let page = crate::denial::render_refusal_with_grants(
+                &r,
+                &ctx.policy,
+                &self.granted(&ctx.sandbox),
+            );
+            let _ = client.write_all(&page.to_bytes()).await;
+            let _ = client.shutdown().await;
+            return;
+        }
         match self.intercept(ctx, client, upstream, opened).await {
             Route::Tunnel { client, upstream, opened } => {
                 self.tunnel(ctx, client, upstream, opened).await;

@@ -165,6 +165,19 @@ impl ProxyShared {
                 () = tokio::time::sleep(self.config.idle_timeout) => return Ok(()),
             }
         }
+        self.pin_http_head(ctx, client, first).await
+    }
+
+    /// The rewrite of [`ProxyShared::pin_http_host`] on bytes already read (`first`): when they
+    /// start like an HTTP/1 request, the head is read whole and its `Host` made the decided
+    /// target's, with `Connection: close`. Also run on CONNECT and SOCKS tunnels that carry plain
+    /// HTTP (`tunnel_stages`): the same fronting is open there (a SOCKS client's `http://` URL).
+    pub(crate) async fn pin_http_head<C: tokio::io::AsyncRead + Unpin>(
+        &self,
+        ctx: &mut Ctx,
+        client: &mut C,
+        first: &mut BytesMut,
+    ) -> Result<(), String> {
         if !looks_like_http(first) {
             return Ok(());
         }

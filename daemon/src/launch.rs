@@ -10,6 +10,10 @@ use anyhow::{Context as _, bail};
 use sandgate_config::{Overrides, Policy};
 use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 
+use crate::launch_env::new_id;
+pub use crate::launch_env::{LaunchEnv, defaults};
+pub use crate::launch_error::LaunchError;
+
 /// What a launch asks for beyond the tier: the command-line flags of `run`, `net` and `build`.
 #[derive(Clone, Default)]
 pub struct LaunchOptions {
@@ -32,7 +36,8 @@ pub struct LaunchOptions {
     pub approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
     /// Serves the sandbox's proxy in this process when no daemon does: [`serve_here`] in the
     /// `sandgate` binary. `None` in the small launcher (`sandgate-launch`), which has no proxy
-    /// linked in: such a launch is handed to `sandgate` before it starts ([`HandOver`]).
+    /// linked in: such a launch is handed to `sandgate` before it starts
+    /// ([`LaunchError::HandOver`]).
     pub serve_here: Option<ServeHere>,
     /// The command and its arguments (empty: an interactive `$SHELL`).
     pub command: Vec<OsString>,
@@ -96,113 +101,8 @@ pub fn serve_here(
     bail!("sandboxing is not implemented on this platform")
 }
 
-/// The launch needs what the small launcher does not have (a proxy served in this process, or
-/// the whole command line's help and errors): the launcher runs `sandgate` with the same
-/// arguments instead. Returned before anything is started.
-#[derive(Debug)]
-pub struct HandOver;
-
-impl std::fmt::Display for HandOver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("this launch is for the sandgate binary")
-    }
-}
-
-impl std::error::Error for HandOver {}
-
-/// Launcher constants that are not policy (policy lists live in `sandgate_config`).
-pub mod defaults {
-    /// Shell start-up files and other autorun entries kept read-only in `$HOME` when `$HOME` is
-    /// writable.
-    pub use sandgate_config::{HOME_AUTORUN, SHELL_RC};
-    /// NFLOG group the namespace's firewall logs refused packets to.
-    pub const NFLOG_GROUP: u16 = 7;
-}
-
-/// Environment values the spec depends on (taken from the process, replaceable in tests).
-#[derive(Debug, Clone)]
-pub struct LaunchEnv {
-    /// Current directory.
-    pub cwd: PathBuf,
-    /// `$HOME`.
-    pub home: Option<PathBuf>,
-    /// The account's home directory from the password database (tools fall back to it when
-    /// `$HOME` points elsewhere): its dot-entries are hidden like `$HOME`'s.
-    pub passwd_home: Option<PathBuf>,
-    /// The running launcher, and the `sandgate` binary when that is another (the small
-    /// launcher's), kept visible inside: a nested launch executes the one, `git`'s ssh command
-    /// the other.
-    pub exes: Vec<PathBuf>,
-    /// `$XDG_CONFIG_HOME` (or `~/.config`).
-    pub config_home: Option<PathBuf>,
-    /// `$XDG_DATA_HOME` (or `~/.local/share`).
-    pub data_home: Option<PathBuf>,
-    /// The daemon's runtime directory (control socket), hidden inside.
-    pub runtime_dir: PathBuf,
-    /// Where another session's daemon of this user could have its socket (another
-    /// `XDG_RUNTIME_DIR`), hidden inside too.
-    pub other_runtime_dirs: Vec<PathBuf>,
-    /// The environment passed to the command (before proxy variables are added).
-    pub env: Vec<(OsString, OsString)>,
-    /// Port of the proxy as the command sees it on 127.0.0.1: [`sandgate_sandbox::PROXY_PORT`]
-    /// in the sandbox's own network namespace on Linux, a port bound for the sandbox on macOS.
-    pub proxy_port: u16,
-}
-
-impl LaunchEnv {
-    /// Reads the process's environment.
-    pub fn from_process() -> anyhow::Result<LaunchEnv> {
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-        let xdg = |var: &str, fallback: &str| {
-            std::env::var_os(var)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| home.as_ref().map(|h| h.join(fallback)))
-        };
-        let data_home = xdg("XDG_DATA_HOME", ".local/share");
-        let paths = crate::Paths::discover();
-        // (`/run/user/UID/sandgate` is made before the launch if missing; a missing other one
-        // needs no hiding: a missing hidden path would become a placeholder.)
-        let mut other_runtime_dirs: Vec<PathBuf> = paths
-            .others()
-            .into_iter()
-            .filter(|d| d.starts_with("/run/user") || d.exists())
-            .collect();
-        let runtime_dir = paths.dir;
-        // The running daemon's own, wherever its session's XDG_RUNTIME_DIR put it (recorded in
-        // daemon.lock next to the store).
-        if let Some(sock) = data_home
-            .as_ref()
-            .and_then(|d| std::fs::read_to_string(d.join("sandgate/daemon.lock")).ok())
-            && let Some(dir) = std::path::Path::new(sock.trim()).parent()
-            && dir.is_absolute()
-            && dir.exists()
-            && dir != runtime_dir
-            && !other_runtime_dirs.iter().any(|o| o == dir)
-        {
-            other_runtime_dirs.push(dir.to_path_buf());
-        }
-        Ok(LaunchEnv {
-            cwd: std::env::current_dir().context("current directory")?,
-            config_home: xdg("XDG_CONFIG_HOME", ".config"),
-            data_home,
-            env: std::env::vars_os().collect(),
-            proxy_port: sandgate_sandbox::PROXY_PORT,
-            runtime_dir,
-            other_runtime_dirs,
-            home,
-            passwd_home: crate::secrets::passwd_home(),
-            exes: {
-                let mut exes: Vec<PathBuf> = std::env::current_exe().into_iter().collect();
-                exes.extend(crate::sandgate_exe().ok().filter(|m| !exes.contains(m)));
-                exes
-            },
-        })
-    }
-}
-
 /// Resolves the policy of `tier` from the configuration layers and the command-line flags.
-pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy> {
+pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> Result<Policy, LaunchError> {
     let config = crate::setup::load_config()?;
     sandgate_sandbox::timing_mark("configuration files loaded");
     let flags = Overrides {
@@ -217,7 +117,7 @@ pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> anyhow::Result<Policy
 /// Refuses a launch whose tier would make a working directory writable that may not be a
 /// writable root (`/`, a home or what holds one, a system place: [`sandgate_config::RootRule`]),
 /// unless `--allow-write` names it. The agent hook applies the same rule before it approves.
-pub fn refuse_writable_cwd(policy: &Policy, ctx: &LaunchEnv) -> anyhow::Result<()> {
+pub fn refuse_writable_cwd(policy: &Policy, ctx: &LaunchEnv) -> Result<(), LaunchError> {
     let rule =
         sandgate_config::RootRule::resolved(ctx.home.iter().chain(&ctx.passwd_home).cloned());
     if let Some(r) = policy.fs.cwd_refusal(&rule) {
@@ -271,7 +171,7 @@ pub fn spec_from_policy(
     args: &LaunchOptions,
     ctx: &LaunchEnv,
     id: SandboxId,
-) -> anyhow::Result<SandboxSpec> {
+) -> Result<SandboxSpec, LaunchError> {
     spec_and_removed(policy, args, ctx, id).map(|(spec, _)| spec)
 }
 
@@ -282,7 +182,7 @@ fn spec_and_removed(
     args: &LaunchOptions,
     ctx: &LaunchEnv,
     id: SandboxId,
-) -> anyhow::Result<(SandboxSpec, Vec<String>)> {
+) -> Result<(SandboxSpec, Vec<String>), LaunchError> {
     let writable: Vec<PathBuf> = present_writable(&policy.fs.writable);
     // The policy already holds the built-in credential list, config `deny_read` and
     // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
@@ -366,20 +266,10 @@ fn spec_and_removed(
         &scan.repositories,
     );
     if let Some(link) = git.links.first() {
-        anyhow::bail!(
-            "{} is a symbolic link inside a writable path on the way to git metadata that must \
-             stay read-only (hooks, config, a submodule's .git): a link cannot be kept in place \
-             from inside, so the command could replace it with its own. Replace the link with \
-             the directory or file it points to, or use a tier without writable paths here",
-            link.display()
-        );
+        return Err(LaunchError::GitLink { link: link.clone() });
     }
     if let Some(why) = git.refuse.first() {
-        anyhow::bail!(
-            "the git metadata around the writable paths cannot be protected: {why}. Unset the \
-             variable, or fix the repository (`git status` shows what git makes of it), or use a \
-             tier without writable paths here"
-        );
+        return Err(LaunchError::GitUnprotected { why: why.to_string() });
     }
     for note in &git.notes {
         eprintln!("sandgate: git metadata not fully read (protected as far as read): {note}");
@@ -485,7 +375,7 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
                 sandgate_config::RuleSource::File { .. } | sandgate_config::RuleSource::Preset(_)
             ) || std::fs::symlink_metadata(&w.path).is_ok();
             if !present {
-                eprintln!("sandgate: warning: {}", missing_path_notice(w));
+                eprintln!("sandgate: warning: {}", crate::policy_report::missing_path_notice(w));
             }
             present
         })
@@ -526,34 +416,8 @@ fn removal_notice(removed: &[String]) {
     }
 }
 
-/// What to say about writable path `w` that does not exist.
-pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
-    let fix = match &w.source {
-        sandgate_config::RuleSource::File { path, line } => format!(
-            "from {}:{line}; remove it with `sandgate config remove-path {}`{}",
-            path.display(),
-            w.path.display(),
-            if path.ends_with("config.toml") { " --global" } else { "" }
-        ),
-        other => format!("from {other}"),
-    };
-    format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
-}
-
-/// A new sandbox id, `sg-PID-NANOS` (the launcher's pid, or the daemon's for a network made
-/// ahead; a count keeps two made in the same nanosecond apart).
-pub(crate) fn new_id() -> Option<SandboxId> {
-    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tail = if n == 0 { String::new() } else { format!("-{n}") };
-    SandboxId::try_from(format!("sg-{}-{nanos:08x}{tail}", std::process::id())).ok()
-}
-
 /// Runs a command in the named tier; returns its exit status.
-pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
+pub fn run(tier: &str, args: LaunchOptions) -> Result<u8, LaunchError> {
     // Inside one of our own sandboxes no namespace can be made (by design): narrow it instead.
     #[cfg(target_os = "linux")]
     if let Some(outer) = sandgate_sandbox::inside_sandbox() {
@@ -598,11 +462,11 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
             || !answered
                 .unwrap_or_else(crate::launch_daemon::Greeting::running_speaks_this_protocol))
     {
-        return Err(HandOver.into());
+        return Err(LaunchError::HandOver);
     }
     let id = match prepared_id(&prepared) {
         Some(id) => id,
-        None => new_id().context("no sandbox id")?,
+        None => new_id().ok_or(LaunchError::NoSandboxId)?,
     };
     let (mut spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
     removal_notice(&removed);
@@ -739,13 +603,13 @@ fn run_nested(
     tier: &str,
     args: &LaunchOptions,
     outer: &sandgate_sandbox::OuterSandbox,
-) -> anyhow::Result<u8> {
+) -> Result<u8, LaunchError> {
     use sandgate_sandbox::SandboxError;
     let ctx = LaunchEnv::from_process()?;
     let policy = resolve_policy(tier, args)?;
     refuse_writable_cwd(&policy, &ctx)?;
     let (mut spec, removed) =
-        spec_and_removed(&policy, args, &ctx, new_id().context("no sandbox id")?)?;
+        spec_and_removed(&policy, args, &ctx, new_id().ok_or(LaunchError::NoSandboxId)?)?;
     removal_notice(&removed);
     let filter = sandgate_config::EnvFilter::new(&policy.env_pass);
     let (caller, _) = crate::secrets::scrub_env(&ctx.env, &filter);
@@ -796,7 +660,7 @@ fn run_nested(
 /// A launch inside a Seatbelt sandbox (macOS cannot stack profiles): in place under the outer
 /// walls when they are the ones asked for, else a clear refusal ([`sandgate_sandbox::seatbelt::nested`]).
 #[cfg(target_os = "macos")]
-fn run_nested_seatbelt(tier: &str, args: &LaunchOptions) -> anyhow::Result<u8> {
+fn run_nested_seatbelt(tier: &str, args: &LaunchOptions) -> Result<u8, LaunchError> {
     use sandgate_sandbox::seatbelt::{Nested, nested};
     use std::os::unix::process::CommandExt as _;
     // Only a sandgate sandbox names its tier (a variable the command could change, but only to
@@ -814,7 +678,9 @@ fn run_nested_seatbelt(tier: &str, args: &LaunchOptions) -> anyhow::Result<u8> {
             let shell = std::env::var_os("SHELL").filter(|s| !s.is_empty());
             let default = [shell.unwrap_or_else(|| "/bin/sh".into()), "-i".into()];
             let command = if args.command.is_empty() { &default[..] } else { &args.command[..] };
-            let (program, rest) = command.split_first().context("empty command")?;
+            let (program, rest) = command
+                .split_first()
+                .ok_or_else(|| LaunchError::Host(anyhow::anyhow!("empty command")))?;
             let err = std::process::Command::new(program).args(rest).exec();
             eprintln!("sandgate: {}: {err}", program.to_string_lossy());
             Ok(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
@@ -852,7 +718,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     (prepared, asked): (PreparedNet, AskedNet),
-) -> anyhow::Result<(u8, Option<bool>)> {
+) -> Result<(u8, Option<bool>), LaunchError> {
     use sandgate_sandbox::SandboxError;
     let hooks = Hooks {
         greet: !no_daemon(args) && matches!(spec.net, NetSetup::Proxy { .. }),
@@ -975,7 +841,7 @@ fn serve(
     nflog: Option<std::os::fd::OwnedFd>,
     dns: Option<[std::os::fd::OwnedFd; 2]>,
     greeting: Option<anyhow::Result<crate::launch_daemon::Greeting>>,
-) -> anyhow::Result<Served> {
+) -> Result<Served, LaunchError> {
     use std::io::IsTerminal as _;
     if !no_daemon(args) {
         let info = crate::protocol::SandboxInfo {
@@ -1005,12 +871,9 @@ fn serve(
             Ok(link) => return Ok(Served::Daemon(link)),
             // The small launcher: the daemon answered before the launch (or it would have been
             // handed to `sandgate`), and went away or refused it since.
-            Err(e) if args.serve_here.is_none() => bail!(
-                "the daemon did not take the sandbox's proxy ({e:#}), and {} cannot serve it \
-                 itself: run the command again, or with `sandgate {}`",
-                crate::LAUNCHER_NAME,
-                spec.tier_name
-            ),
+            Err(reason) if args.serve_here.is_none() => {
+                return Err(LaunchError::DaemonRefused { reason, tier: spec.tier_name.clone() });
+            }
             Err(e) => eprintln!(
                 "sandgate: warning: no daemon ({e:#}); serving the proxy in this process: \
                  destinations outside the allowlist are refused instead of asked"
@@ -1019,7 +882,7 @@ fn serve(
     }
     // (A launch without a daemon is handed to `sandgate` before it starts: see `HandOver`.)
     let Some(serve_here) = args.serve_here else {
-        bail!("{} cannot serve the sandbox's proxy itself", crate::LAUNCHER_NAME);
+        return Err(LaunchError::NoProxyHere);
     };
     let proxy = serve_here(listener, dns, spec.id.as_str(), net, args.approver.clone())?;
     let reporter = match (args.report_blocked, nflog) {
@@ -1192,7 +1055,7 @@ fn launch(
     net: sandgate_config::NetworkPolicy,
     listener: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<(u8, Option<bool>)> {
+) -> Result<(u8, Option<bool>), LaunchError> {
     let port = match &listener {
         Some(l) => l.local_addr()?.port(),
         None => sandgate_sandbox::PROXY_PORT,
@@ -1214,17 +1077,21 @@ type HostListener = Option<std::net::TcpListener>;
 
 /// Binds the host's proxy listener of a sandbox with proxy network, and points `ctx` at it.
 #[cfg(target_os = "macos")]
-fn host_proxy_listener(policy: &Policy, ctx: &mut LaunchEnv) -> anyhow::Result<HostListener> {
+fn host_proxy_listener(policy: &Policy, ctx: &mut LaunchEnv) -> Result<HostListener, LaunchError> {
     if policy.net.mode != sandgate_config::NetMode::Proxy {
         return Ok(None);
     }
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind the proxy listener")?;
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(LaunchError::io("cannot bind the proxy listener"))?;
     ctx.proxy_port = l.local_addr()?.port();
     Ok(Some(l))
 }
 
 #[cfg(not(target_os = "macos"))]
-fn host_proxy_listener(_policy: &Policy, _ctx: &mut LaunchEnv) -> anyhow::Result<HostListener> {
+fn host_proxy_listener(
+    _policy: &Policy,
+    _ctx: &mut LaunchEnv,
+) -> Result<HostListener, LaunchError> {
     Ok(None)
 }
 
@@ -1235,8 +1102,8 @@ fn launch(
     _net: sandgate_config::NetworkPolicy,
     _on_host: HostListener,
     _prepared: (PreparedNet, AskedNet),
-) -> anyhow::Result<(u8, Option<bool>)> {
-    bail!("sandboxing is not implemented on this platform")
+) -> Result<(u8, Option<bool>), LaunchError> {
+    Err(LaunchError::Unsupported)
 }
 
 /// The monitor, called inside the sandbox's network namespace, and the daemon's greeting,
@@ -1473,6 +1340,15 @@ impl Explanation {
     }
 }
 
+impl crate::report::Report for Explanation {
+    fn text(&self) -> String {
+        crate::report::lines(self.lines())
+    }
+    fn json(&self) -> String {
+        format!("{}\n", serde_json::to_string_pretty(&self.json()).unwrap_or_default())
+    }
+}
+
 /// Paths as text.
 fn shown(v: &[PathBuf]) -> Vec<String> {
     v.iter().map(|p| p.display().to_string()).collect()
@@ -1612,7 +1488,7 @@ mod tests {
             p
         };
         let err = refuse_writable_cwd(&at("/home/u"), &ctx()).unwrap_err();
-        let text = err.downcast_ref::<crate::UsageError>().expect("a usage error").to_string();
+        let text = err.usage().expect("a usage error").to_string();
         assert!(text.contains("/home/u is your home directory"), "{text}");
         assert!(text.contains("the `build` tier writes where it starts"), "{text}");
         assert!(text.ends_with("--allow-write /home/u"), "{text}");

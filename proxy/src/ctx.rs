@@ -188,3 +188,41 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub(crate) fn host_header(target: &Target) -> String {
     if target.port == 80 { target.host.to_string() } else { target.to_string() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked() {
+        let t = ProxyToken::new("s3cret");
+        let h = |v: &'static [u8]| Presented::Header(v);
+        assert!(token_matches(None, Presented::Nothing));
+        assert!(!token_matches(Some(&t), Presented::Nothing));
+        assert!(token_matches(Some(&t), h(b"Basic dXNlcjpzM2NyZXQ=")));
+        assert!(token_matches(Some(&t), h(b"bearer s3cret")));
+        assert!(token_matches(Some(&t), Presented::Password(b"s3cret")));
+        assert!(!token_matches(Some(&t), Presented::Password(b"s3cre")));
+        assert!(!token_matches(Some(&t), h(b"Bearer s3cre")));
+        assert!(!token_matches(Some(&t), h(b"Basic eDp5")));
+        assert!(!token_matches(Some(&t), h(b"Basic eDp")));
+        assert!(!token_matches(Some(&t), h(b"Digest s3cret")));
+        assert!(!token_matches(Some(&t), h(b"Basic czNjcmV0"))); // no colon
+    }
+
+    #[test]
+    fn the_host_header_is_the_decided_target() {
+        for (authority, header) in [
+            ("Example.COM", "example.com"),
+            ("example.com.:80", "example.com"),
+            ("EXAMPLE.com.:8080", "example.com:8080"),
+            ("bücher.example", "xn--bcher-kva.example"),
+            ("127.0.0.1:81", "127.0.0.1:81"),
+            ("[::1]", "[::1]"),
+            ("[::1]:81", "[::1]:81"),
+        ] {
+            let t = Target::parse_authority(authority, Some(80)).unwrap();
+            assert_eq!(host_header(&t), header, "{authority}");
+        }
+    }
+}

@@ -1,18 +1,35 @@
 //! The launcher: a tier's policy resolved from the configuration and the flags, turned into a
-//! sandbox spec (hidden and read-only paths, the environment without secrets, git metadata
-//! protected), started, its proxy served by the daemon or by this process; and what `install`
+//! sandbox spec, started, its proxy served by the daemon or by this process; and what `install`
 //! and `explain` need.
-
+//!
+//! Read it in this order:
+//!
+//! - `spec.rs`: building — the policy of a tier, the refusals before anything starts, the
+//!   sandbox spec (hidden and read-only paths, the environment without secrets, git metadata
+//!   protected). Pure but for reading the host's files; tested without a sandbox.
+//! - `run.rs`: running — [`run`] asks the daemon for a network made ahead, builds the spec,
+//!   starts the sandbox (or narrows the current one when nested), waits, explains a failure.
+//! - `serve.rs`: the sandbox's proxy — handed to the daemon, or served in this process.
+//! - `explain.rs`: `sandgate explain`, the spec and what this kernel enforces of it.
+//!
+//! What a launch reads from the host (`LaunchEnv`) is in `launch_env.rs`, its errors in
+//! `launch_error.rs`: the daemon's networks made ahead and the cache layers use them too.
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use sandgate_config::{Overrides, Policy};
-use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 
-use crate::launch_env::new_id;
+mod explain;
+mod run;
+mod serve;
+mod spec;
+
 pub use crate::launch_env::{LaunchEnv, defaults};
 pub use crate::launch_error::LaunchError;
+pub use explain::{Explanation, explain, kernel_report};
+pub use run::run;
+pub use serve::serve_here;
+pub use spec::{refuse_writable_cwd, resolve_policy, spec_from_policy};
 
 /// What a launch asks for beyond the tier: the command-line flags of `run`, `net` and `build`.
 #[derive(Clone, Default)]

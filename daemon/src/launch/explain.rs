@@ -1,3 +1,13 @@
+//! `sandgate explain`: the tier's policy, the spec a launch here would get, and what this kernel
+//! enforces of it.
+
+use std::path::PathBuf;
+
+use sandgate_config::Policy;
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
+
+use super::*;
+
 /// What `sandgate explain` shows: the tier's policy, the spec a launch here would get, and what
 /// this kernel enforces of it.
 #[derive(Debug)]

@@ -1,3 +1,18 @@
+//! Running a launch: a network asked of the daemon ahead, the spec built, the sandbox started
+//! (or the current one narrowed, when nested), the command waited for, a failure explained.
+
+use std::path::PathBuf;
+
+use sandgate_config::Policy;
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
+
+use super::serve::{Served, no_daemon, serve};
+#[cfg(target_os = "linux")]
+use super::spec::nested_env;
+use super::spec::{removal_notice, spec_and_removed};
+use super::*;
+use crate::launch_env::new_id;
+
 /// Runs a command in the named tier; returns its exit status.
 pub fn run(tier: &str, args: LaunchOptions) -> Result<u8, LaunchError> {
     // Inside one of our own sandboxes no namespace can be made (by design): narrow it instead.

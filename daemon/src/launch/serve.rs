@@ -1,3 +1,11 @@
+//! The sandbox's proxy: handed to the daemon, or served in this process (`--learn`,
+//! `SANDGATE_NO_DAEMON=1`, no daemon), with the blocked-traffic lines of `--report-blocked`.
+
+use anyhow::Context as _;
+use sandgate_sandbox::SandboxSpec;
+
+use super::*;
+
 /// The [`ServeHere`] of the `sandgate` binary: the allowlist proxy on a small runtime of its
 /// own in this process.
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -24,7 +32,7 @@ pub fn serve_here(
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-enum Served {
+pub(super) enum Served {
     None,
     Daemon(crate::launch_daemon::DaemonLink),
     InProcess(Box<dyn ServedHere>, Option<BlockedReporter>),
@@ -35,7 +43,7 @@ impl Served {
     /// The command ended with `code` (the sandbox may still be going away): tell the daemon,
     /// without waiting for its answer.
     #[cfg(target_os = "linux")]
-    fn unregister(&mut self, code: u8, report_blocked: bool) {
+    pub(super) fn unregister(&mut self, code: u8, report_blocked: bool) {
         if let Served::Daemon(link) = self {
             link.unregister(i32::from(code), report_blocked);
         }
@@ -44,7 +52,7 @@ impl Served {
     /// The command ended with `code`: tell the daemon (unless `unregister` did) and wait for its
     /// answer (with the last blocked-traffic lines with `report_blocked`), or stop serving the
     /// proxy here.
-    fn finish(self, code: u8, report_blocked: bool) {
+    pub(super) fn finish(self, code: u8, report_blocked: bool) {
         match self {
             Served::Daemon(link) => link.finish(i32::from(code), report_blocked),
             Served::InProcess(proxy, reporter) => {
@@ -60,13 +68,13 @@ impl Served {
 
 /// Whether this launch serves its proxy itself (`--learn`, or `SANDGATE_NO_DAEMON=1`).
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-fn no_daemon(args: &LaunchOptions) -> bool {
+pub(super) fn no_daemon(args: &LaunchOptions) -> bool {
     args.approver.is_some()
         || std::env::var_os("SANDGATE_NO_DAEMON").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-fn serve(
+pub(super) fn serve(
     spec: &SandboxSpec,
     args: &LaunchOptions,
     net: sandgate_config::NetworkPolicy,
@@ -216,7 +224,7 @@ impl InProcessProxy {
 
 /// No NFLOG outside Linux (pf's log is read by the host-wide monitor).
 #[cfg(target_os = "macos")]
-struct BlockedReporter;
+pub(super) struct BlockedReporter;
 
 #[cfg(target_os = "macos")]
 impl BlockedReporter {
@@ -231,7 +239,7 @@ impl BlockedReporter {
 /// Prints each blocked packet of the sandbox's NFLOG socket as
 /// `sandgate: blocked PROTO DST:PORT` on stderr (`--report-blocked`).
 #[cfg(target_os = "linux")]
-struct BlockedReporter {
+pub(super) struct BlockedReporter {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<()>,
 }

@@ -1,3 +1,15 @@
+//! Building a launch: the tier's policy from the configuration and the flags, the refusals made
+//! before anything starts (a working directory that may not be writable), and the sandbox spec
+//! (hidden and read-only paths, the environment without secrets, git metadata protected).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use sandgate_config::{Overrides, Policy};
+use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
+
+use super::*;
+
 /// Resolves the policy of `tier` from the configuration layers and the command-line flags.
 pub fn resolve_policy(tier: &str, args: &LaunchOptions) -> Result<Policy, LaunchError> {
     let config = crate::setup::load_config()?;
@@ -74,7 +86,7 @@ pub fn spec_from_policy(
 
 /// [`spec_from_policy`], and the names of the secret-looking variables it left out (in order,
 /// each once), found in the same pass over the environment.
-fn spec_and_removed(
+pub(super) fn spec_and_removed(
     policy: &Policy,
     args: &LaunchOptions,
     ctx: &LaunchEnv,
@@ -303,7 +315,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
 }
 
 /// Says once, on stderr, which secret-looking variables the command will not get (names only).
-fn removal_notice(removed: &[String]) {
+pub(super) fn removal_notice(removed: &[String]) {
     if !removed.is_empty() {
         eprintln!(
             "sandgate: not passed to the command (secret-looking): {}; keep one with \
@@ -318,7 +330,7 @@ fn removal_notice(removed: &[String]) {
 /// network the proxy variables go. `SANDGATE_SANDBOX` stays the outer's id (the sandbox whose
 /// network and proxy these are), or is `id` when missing.
 #[cfg(target_os = "linux")]
-fn nested_env(
+pub(super) fn nested_env(
     caller: &[(OsString, OsString)],
     net: &NetSetup,
     id: &SandboxId,

@@ -1,8 +1,6 @@
 //! Running a launch: a network asked of the daemon ahead, the spec built, the sandbox started
 //! (or the current one narrowed, when nested), the command waited for, a failure explained.
 
-use std::path::PathBuf;
-
 use sandgate_config::Policy;
 use sandgate_sandbox::{NetSetup, SandboxId, SandboxSpec};
 

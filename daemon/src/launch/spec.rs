@@ -2,7 +2,6 @@
 //! before anything starts (a working directory that may not be writable), and the sandbox spec
 //! (hidden and read-only paths, the environment without secrets, git metadata protected).
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use sandgate_config::{Overrides, Policy};

@@ -33,10 +33,10 @@ use sandgate_config::{Host, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::ctx::{Ctx, TLS_ACCESS_DENIED, host_header};
 use crate::denial::{Refusal, quote, render_refusal_with_grants};
 use crate::io::ClientStream;
 use crate::names::Lookup;
-use crate::pipeline::Ctx;
 use crate::proxy::{ProxyShared, Sandbox};
 use crate::sni::{self, Opening, OpeningParser};
 
@@ -291,7 +291,7 @@ impl ProxyShared {
         ctx.refused(r);
         self.record_refusal(ctx).await;
         let said = match self.first_bytes(&mut client, &mut first, REFUSAL_WAIT).await {
-            FirstBytes::Tls(_) => Some(crate::pipeline::TLS_ACCESS_DENIED.to_vec()),
+            FirstBytes::Tls(_) => Some(TLS_ACCESS_DENIED.to_vec()),
             FirstBytes::Http(_) => Some(
                 render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox)).to_bytes(),
             ),
@@ -385,9 +385,7 @@ fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite
                     .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
         });
     let mut head = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
-    head.extend_from_slice(
-        format!("Host: {}\r\n", crate::pipeline::host_header(target)).as_bytes(),
-    );
+    head.extend_from_slice(format!("Host: {}\r\n", host_header(target)).as_bytes());
     for h in req.headers.iter() {
         if DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
             continue;

@@ -62,10 +62,57 @@ pub struct ProcAttributor {
     /// Each sandbox's process named last: searched first (a build opens its connections from
     /// one process, one after another), before the walk of the whole tree.
     last: std::sync::Mutex<std::collections::HashMap<SandboxId, u32>>,
+    /// The names of connected sockets copied before, by inode (see [`Names`]).
+    names: Names,
+    /// Each sandbox's lookups, taken in batches (see [`Batch`]).
+    batches: std::sync::Mutex<
+        std::collections::HashMap<SandboxId, std::sync::Arc<std::sync::Mutex<Batch>>>,
+    >,
     /// Off when the process started with `SANDGATE_NO_ATTRIBUTION` set (for measuring what
     /// the lookup costs, and for the tests' control).
     enabled: bool,
 }
+
+/// The two addresses of every connected socket a lookup has copied, by the socket's inode, so
+/// that the next lookup skips it without copying it again: a process with many connections
+/// open (a build's 64 downloads) costs one `readlink` per socket it holds instead of four
+/// system calls. A socket's inode is not reused while it lives (sockfs numbers them from a
+/// counter), and a connected socket keeps its addresses unless its holder re-addresses it
+/// (`connect` with `AF_UNSPEC`, then another `connect`): such a socket is then skipped by its
+/// old names — its connection goes unnamed, which its holder could have had anyway by exiting
+/// first — and a match is always read again from the socket itself, so no connection is ever
+/// named for a process that does not hold it. Entries of closed sockets are dropped when the
+/// map reaches [`MAX_NAMES`].
+type Names =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, (SocketAddr, SocketAddr)>>>;
+
+/// Most socket names kept (about 4 MiB).
+const MAX_NAMES: usize = 65_536;
+
+/// One sandbox's lookups, in batches. A lookup that finds nothing waiting for it reads every
+/// socket of the process named last (one `stat` per descriptor, a copy of each socket not seen
+/// before) and keeps where each connection is, so that the lookups of connections made before
+/// that read are answered without another: a client opening connections as fast as it can
+/// (64 at a time) costs one read of its descriptors per batch, not one per connection. Reads
+/// start at most one per [`BATCH_SPACING`] per sandbox; lookups that come meanwhile wait for
+/// the next (a question's wait for its process is bounded by the proxy; an event's is not
+/// felt). Each answer kept is checked against the socket itself before it is given (the
+/// descriptor copied again, its names read): a connection is never named for a process that
+/// does not hold it.
+#[derive(Default)]
+struct Batch {
+    /// When the last read of the hint's descriptors started.
+    last: Option<std::time::Instant>,
+    /// Where each connection seen in that read is: its holder and descriptor.
+    at: std::collections::HashMap<(SocketAddr, SocketAddr), (u32, i32)>,
+    /// The processes of those answers, read once per batch.
+    infos: std::collections::HashMap<u32, ProcessInfo>,
+}
+
+/// How far apart one sandbox's batch reads start (so that a flood of connections costs the
+/// daemon a bounded share of a core: ~0.2 ms of reading per 2 ms, for a process holding 130
+/// sockets).
+const BATCH_SPACING: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Where the launcher of a sandbox is known.
 enum Launchers {
@@ -89,7 +136,14 @@ impl ProcAttributor {
 
     fn with(launchers: Launchers) -> ProcAttributor {
         let enabled = std::env::var_os("SANDGATE_NO_ATTRIBUTION").is_none();
-        ProcAttributor { launchers, inits: Default::default(), last: Default::default(), enabled }
+        ProcAttributor {
+            launchers,
+            inits: Default::default(),
+            last: Default::default(),
+            names: Default::default(),
+            batches: Default::default(),
+            enabled,
+        }
     }
 }
 
@@ -116,9 +170,17 @@ impl Attributor for ProcAttributor {
             // procfs and pidfd calls only, but their number is the sandbox's to choose (its
             // processes and sockets): on the blocking pool, so that a sandbox with a great many
             // cannot hold up the workers that serve every sandbox's connections.
+            let names = self.names.clone();
+            let batch = self
+                .batches
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(sandbox.clone())
+                .or_default()
+                .clone();
             let (init, found) = tokio::task::spawn_blocking(move || {
                 let init = known.or_else(|| sandbox_init(launcher))?;
-                Some((init, find_from(init, hint, client, server)))
+                Some((init, find_from(init, hint, client, server, &names, &batch)))
             })
             .await
             .ok()
@@ -134,6 +196,8 @@ impl Attributor for ProcAttributor {
                     inits.retain(|id, _| live.contains_key(id.as_str()));
                     let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
                     last.retain(|id, _| live.contains_key(id.as_str()));
+                    let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+                    batches.retain(|id, _| live.contains_key(id.as_str()));
                 }
                 inits.insert(sandbox.clone(), init);
             }
@@ -154,16 +218,35 @@ fn find_from(
     hint: Option<u32>,
     client: SocketAddr,
     server: SocketAddr,
+    names: &Names,
+    batch: &std::sync::Mutex<Batch>,
 ) -> Option<(u32, ProcessInfo)> {
     let want = (canonical(client), canonical(server));
-    if let Some(pid) = hint
-        && same_pid_namespace(pid, init)
-        && let Ok(Some(pid)) = by_pidfd(&[pid], want)
     {
-        return Some((pid, process_info(pid)?));
+        // Held while reading: the sandbox's other lookups wait for this read's answers.
+        let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = b.answer(want) {
+            return Some(found);
+        }
+        if let Some(pid) = hint
+            && same_pid_namespace(pid, init)
+        {
+            if let Some(wait) = b.last.map(|t| BATCH_SPACING.saturating_sub(t.elapsed())) {
+                std::thread::sleep(wait);
+            }
+            b.last = Some(std::time::Instant::now());
+            b.at.clear();
+            b.infos.clear();
+            for (fd, named) in connections(pid, names) {
+                b.at.insert(named, (pid, fd));
+            }
+            if let Some(found) = b.answer(want) {
+                return Some(found);
+            }
+        }
     }
     let pids = descendants(init);
-    let pid = match by_pidfd(&pids, want) {
+    let pid = match by_pidfd(&pids, want, names) {
         Ok(found) => found,
         Err(_) => by_table(init, &pids, want),
     }?;
@@ -177,6 +260,8 @@ fn find_from(
     _hint: Option<u32>,
     _client: SocketAddr,
     _server: SocketAddr,
+    _names: &Names,
+    _batch: &std::sync::Mutex<Batch>,
 ) -> Option<(u32, ProcessInfo)> {
     None
 }
@@ -225,23 +310,104 @@ fn descendants(init: u32) -> Vec<u32> {
     all
 }
 
-/// The descriptors of `pid` that are sockets, with their inodes.
+/// The descriptors of `pid` that are sockets, with their inodes: each entry of `/proc/PID/fd`
+/// is `stat`ed relative to the directory (the link's target's type and inode, without walking
+/// `/proc/PID/fd/` again or formatting the link's text for each descriptor).
+#[cfg(target_os = "linux")]
 fn sockets(pid: u32) -> Vec<(i32, u64)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
-    dir.flatten()
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{Mode, SFlag, fstatat};
+
+    let Ok(dir) = nix::dir::Dir::open(
+        format!("/proc/{pid}/fd").as_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let fd_of_dir = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    let mut dir = dir;
+    dir.iter()
+        .flatten()
         .filter_map(|e| {
-            let fd = e.file_name().to_str()?.parse::<i32>().ok()?;
-            let inode = socket_inode(&std::fs::read_link(e.path()).ok()?)?;
-            Some((fd, inode))
+            let fd = e.file_name().to_str().ok()?.parse::<i32>().ok()?;
+            let st = fstatat(Some(fd_of_dir), e.file_name(), AtFlags::empty()).ok()?;
+            let is_socket =
+                SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFSOCK;
+            is_socket.then_some((fd, st.st_ino))
         })
         .collect()
 }
 
-/// Searches the sockets of `pids` (the last first: leaves before their parents) through copies
-/// of them. `Err` when the kernel
-/// refuses the copies (then nothing is known).
+/// See the Linux version: elsewhere no process is searched.
+#[cfg(not(target_os = "linux"))]
+fn sockets(_pid: u32) -> Vec<(i32, u64)> {
+    Vec::new()
+}
+
+impl Batch {
+    /// The kept answer for `want`, once the socket itself says it still is (taken: each
+    /// connection is looked up once).
+    #[cfg(target_os = "linux")]
+    fn answer(&mut self, want: (SocketAddr, SocketAddr)) -> Option<(u32, ProcessInfo)> {
+        let (pid, fd) = self.at.remove(&want)?;
+        if socket_names(pid, fd) != Some(want) {
+            return None;
+        }
+        let info = match self.infos.entry(pid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(process_info(pid)?),
+        };
+        Some((pid, info.clone()))
+    }
+}
+
+/// The names of descriptor `fd` of `pid` (a copy, read and closed), as the lookup compares them.
 #[cfg(target_os = "linux")]
-fn by_pidfd(pids: &[u32], want: (SocketAddr, SocketAddr)) -> std::io::Result<Option<u32>> {
+fn socket_names(pid: u32, fd: i32) -> Option<(SocketAddr, SocketAddr)> {
+    use nix::sys::socket::{SockaddrStorage, getpeername, getsockname};
+    use std::os::fd::AsRawFd as _;
+
+    let pidfd = sandgate_sandbox::fdpass::pidfd_open(pid).ok()?;
+    let copy = sandgate_sandbox::fdpass::pidfd_getfd(&pidfd, fd).ok()?;
+    let local = getsockname::<SockaddrStorage>(copy.as_raw_fd()).ok()?;
+    let peer = getpeername::<SockaddrStorage>(copy.as_raw_fd()).ok()?;
+    Some((canonical(socket_addr(&local)?), canonical(socket_addr(&peer)?)))
+}
+
+/// Every connected socket of `pid` with its names: known ones from `names`, the rest copied
+/// (and added there). Nothing when the kernel refuses the copies.
+#[cfg(target_os = "linux")]
+fn connections(pid: u32, names: &Names) -> Vec<(i32, (SocketAddr, SocketAddr))> {
+    let mut out = Vec::new();
+    for (fd, inode) in sockets(pid).into_iter().take(MAX_SOCKETS) {
+        let known = names.lock().unwrap_or_else(|e| e.into_inner()).get(&inode).copied();
+        let named = match known {
+            Some(named) => named,
+            None => {
+                let Some(named) = socket_names(pid, fd) else { continue };
+                let mut known = names.lock().unwrap_or_else(|e| e.into_inner());
+                if known.len() >= MAX_NAMES {
+                    known.clear();
+                }
+                known.insert(inode, named);
+                named
+            }
+        };
+        out.push((fd, named));
+    }
+    out
+}
+
+/// Searches the sockets of `pids` (the last first: leaves before their parents) through copies
+/// of them, skipping those whose names `names` knows (and adding those it did not). `Err` when
+/// the kernel refuses the copies (then nothing is known).
+#[cfg(target_os = "linux")]
+fn by_pidfd(
+    pids: &[u32],
+    want: (SocketAddr, SocketAddr),
+    names: &Names,
+) -> std::io::Result<Option<u32>> {
     use nix::sys::socket::{SockaddrStorage, getpeername, getsockname};
     use std::os::fd::AsRawFd as _;
 
@@ -258,6 +424,13 @@ fn by_pidfd(pids: &[u32], want: (SocketAddr, SocketAddr)) -> std::io::Result<Opt
             if seen.len() > MAX_SOCKETS {
                 return Ok(None);
             }
+            // Known by other names: not this connection, no copy needed. Known by these names:
+            // copied and read again below, so that a socket re-addressed since (`connect` with
+            // `AF_UNSPEC`, then another `connect`) never names a connection it does not carry.
+            let known = names.lock().unwrap_or_else(|e| e.into_inner()).get(&inode).copied();
+            if known.is_some_and(|named| named != want) {
+                continue;
+            }
             let copy = match sandgate_sandbox::fdpass::pidfd_getfd(&pidfd, fd) {
                 Ok(c) => c,
                 Err(e) => {
@@ -269,10 +442,16 @@ fn by_pidfd(pids: &[u32], want: (SocketAddr, SocketAddr)) -> std::io::Result<Opt
             let named = |s: Option<SockaddrStorage>| s.and_then(|s| socket_addr(&s));
             let local = named(getsockname::<SockaddrStorage>(copy.as_raw_fd()).ok());
             let peer = named(getpeername::<SockaddrStorage>(copy.as_raw_fd()).ok());
-            if let (Some(l), Some(p)) = (local, peer)
-                && (canonical(l), canonical(p)) == want
-            {
-                return Ok(Some(pid));
+            if let (Some(l), Some(p)) = (local, peer) {
+                let named = (canonical(l), canonical(p));
+                let mut known = names.lock().unwrap_or_else(|e| e.into_inner());
+                if known.len() >= MAX_NAMES {
+                    known.clear();
+                }
+                known.insert(inode, named);
+                if named == want {
+                    return Ok(Some(pid));
+                }
             }
         }
     }
@@ -341,11 +520,6 @@ fn ns_pids(status: &str) -> Option<Vec<u32>> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     let pids: Vec<u32> = line.split_ascii_whitespace().filter_map(|p| p.parse().ok()).collect();
     (!pids.is_empty()).then_some(pids)
-}
-
-/// The inode of a descriptor's link `socket:[12345]`.
-fn socket_inode(link: &Path) -> Option<u64> {
-    link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// IPv4-mapped IPv6 addresses as the IPv4 address they are (a dual-stack client's socket).
@@ -460,15 +634,61 @@ mod tests {
     }
 
     #[test]
-    fn status_and_fd_links_are_read() {
+    fn status_lines_are_read() {
         let status = "Name:\tcurl\nTgid:\t4242\nPid:\t4242\nNSpid:\t4242\t7\n";
         assert_eq!(ns_pids(status), Some(vec![4242, 7]));
         assert_eq!(ns_pids("Name:\tx\nNSpid:\t1\n"), Some(vec![1]));
         assert_eq!(ns_pids("Name:\tx\n"), None);
-        assert_eq!(socket_inode(Path::new("socket:[12345]")), Some(12345));
-        for link in ["pipe:[12345]", "/dev/null", "socket:[]", "socket:[12x]", "anon_inode:[x]"] {
-            assert_eq!(socket_inode(Path::new(link)), None, "{link}");
+    }
+
+    /// A batch read answers the lookups of connections made before it, and each kept answer is
+    /// read again from the socket before it is given: one whose descriptor now holds another
+    /// socket names nobody.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_answers_later_lookups_and_checks_each_answer() {
+        let me = std::process::id();
+        let (names, batch) = (Names::default(), std::sync::Mutex::new(Batch::default()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let conns: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(to).unwrap()).collect();
+        let want = |s: &std::net::TcpStream| (s.local_addr().unwrap(), s.peer_addr().unwrap());
+        let find = |w: (SocketAddr, SocketAddr)| {
+            find_from(me, Some(me), w.0, w.1, &names, &batch).map(|f| f.0)
+        };
+        let (a, b) = (want(&conns[0]), want(&conns[1]));
+        if socket_names(me, std::os::fd::AsRawFd::as_raw_fd(&conns[0])).is_none() {
+            println!("SKIPPED pidfd path: no copies here");
+            return;
         }
+        assert_eq!(find(a), Some(me));
+        let read = batch.lock().unwrap().last;
+        assert!(batch.lock().unwrap().at.contains_key(&b), "the read kept no answer for b");
+        assert_eq!(find(b), Some(me));
+        assert_eq!(batch.lock().unwrap().last, read, "b was read again, not answered");
+        // c's descriptor is given to another socket: its kept answer no longer holds.
+        let c = want(&conns[2]);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&conns[2]);
+        let other = std::net::TcpStream::connect(to).unwrap();
+        nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&other), fd).unwrap();
+        assert_eq!(find(c), None, "named by an answer the socket no longer gives");
+    }
+
+    /// The descriptors that are sockets are listed with their inodes (what `fstat` of the
+    /// socket says); pipes and files are not.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_socket_descriptors_are_listed() {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let listed = sockets(std::process::id());
+        let ino = nix::sys::stat::fstat(sock.as_raw_fd()).unwrap().st_ino;
+        assert!(listed.contains(&(sock.as_raw_fd(), ino)), "{listed:?}");
+        assert!(listed.iter().all(|&(fd, _)| fd != file.as_raw_fd() && fd != r.as_raw_fd()));
+        assert!(file.metadata().unwrap().ino() != ino);
     }
 
     /// This test's own socket, found by its addresses among this process's descriptors: the
@@ -480,15 +700,109 @@ mod tests {
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let want = (client.local_addr().unwrap(), client.peer_addr().unwrap());
         let me = std::process::id();
-        match by_pidfd(&[me], want) {
+        let names = Names::default();
+        match by_pidfd(&[me], want, &names) {
             Ok(found) => assert_eq!(found, Some(me)),
             Err(e) => println!("SKIPPED pidfd path: {e}"),
         }
         assert_eq!(by_table(me, &[me], want), Some(me));
         let other = (want.0, SocketAddr::from(([127, 0, 0, 1], 1)));
-        assert_eq!(by_pidfd(&[me], other).ok().flatten(), None);
+        assert_eq!(by_pidfd(&[me], other, &names).ok().flatten(), None);
         assert_eq!(by_table(me, &[me], other), None);
         let info = process_info(me).expect("own status");
         assert!(!info.exe.is_empty());
+    }
+
+    /// Names read once are reused (the second lookup finds a new socket among known ones), and
+    /// a socket re-addressed after its names were kept never names its old connection.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kept_names_skip_known_sockets_and_never_name_a_stale_one() {
+        let me = std::process::id();
+        let names = Names::default();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let first = std::net::TcpStream::connect(to).unwrap();
+        let want = |s: &std::net::TcpStream| (s.local_addr().unwrap(), s.peer_addr().unwrap());
+        if let Err(e) = by_pidfd(&[me], want(&first), &names) {
+            println!("SKIPPED pidfd path: {e}");
+            return;
+        }
+        let kept = names.lock().unwrap().len();
+        assert!(kept >= 1, "nothing kept");
+        let second = std::net::TcpStream::connect(to).unwrap();
+        assert_eq!(by_pidfd(&[me], want(&second), &names).unwrap(), Some(me));
+        assert_eq!(by_pidfd(&[me], want(&first), &names).unwrap(), Some(me));
+
+        // A UDP socket connected, named, then connected elsewhere: its old names name nothing.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.connect("127.0.0.1:9").unwrap();
+        let old = (u.local_addr().unwrap(), u.peer_addr().unwrap());
+        assert_eq!(by_pidfd(&[me], old, &names).unwrap(), Some(me));
+        u.connect("127.0.0.1:7").unwrap();
+        assert_eq!(by_pidfd(&[me], old, &names).unwrap(), None, "named by stale names");
+    }
+}
+
+/// What a lookup costs in CPU (not a test of time: it prints, for docs/performance.md):
+/// `cargo test -p sandgate-daemon --release lookup_cpu -- --ignored --nocapture`. This process
+/// holds ~160 sockets (a client with 64 connections open and their accepted ends) and opens 16
+/// more at a time; each is looked up by copying every socket, by the kept names, and in a batch.
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    fn cpu_us() -> u128 {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let u = getrusage(UsageWho::RUSAGE_THREAD).unwrap();
+        let t =
+            |tv: nix::sys::time::TimeVal| tv.tv_sec() as u128 * 1_000_000 + tv.tv_usec() as u128;
+        t(u.user_time()) + t(u.system_time())
+    }
+
+    #[test]
+    #[ignore = "a measurement: run it in release with --nocapture"]
+    fn lookup_cpu_per_connection() {
+        let me = std::process::id();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let keep: Vec<_> = (0..64).map(|_| std::net::TcpStream::connect(to).unwrap()).collect();
+        let _acc: Vec<_> = (0..64).map(|_| listener.accept().unwrap()).collect();
+        for mode in ["copy-all", "inode-names", "batch-of-16"] {
+            let names = Names::default();
+            let batch = std::sync::Mutex::new(Batch::default());
+            let (mut cpu, mut n) = (0u128, 0u128);
+            for round in 0..40 {
+                let conns: Vec<_> = (0..16)
+                    .map(|_| {
+                        let s = std::net::TcpStream::connect(to).unwrap();
+                        let a = listener.accept().unwrap();
+                        (s, a)
+                    })
+                    .collect();
+                let start = cpu_us();
+                for (s, _) in &conns {
+                    let want = (s.local_addr().unwrap(), s.peer_addr().unwrap());
+                    match mode {
+                        "copy-all" => {
+                            names.lock().unwrap().clear();
+                            assert_eq!(by_pidfd(&[me], want, &names).unwrap(), Some(me));
+                        }
+                        "inode-names" => {
+                            assert_eq!(by_pidfd(&[me], want, &names).unwrap(), Some(me))
+                        }
+                        _ => {
+                            let found = find_from(me, Some(me), want.0, want.1, &names, &batch);
+                            assert_eq!(found.map(|f| f.0), Some(me));
+                        }
+                    }
+                }
+                if round >= 5 {
+                    cpu += cpu_us() - start;
+                    n += 16;
+                }
+            }
+            println!("{mode}: {} sockets held, {} us CPU per lookup", keep.len() * 2 + 35, cpu / n);
+        }
     }
 }

@@ -365,6 +365,9 @@ fn spec_and_removed(
         &sandgate_sandbox::gitwall::outer_config(&ctx.env),
         &scan.repositories,
     );
+    if let Some(way_in) = scan.ways_in.first() {
+        anyhow::bail!("{}", sandgate_sandbox::tree::way_in_refusal(way_in));
+    }
     if let Some(link) = git.links.first() {
         anyhow::bail!(
             "{} is a symbolic link inside a writable path on the way to git metadata that must \
@@ -512,6 +515,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
         skip: names(ToolFileKind::Skip),
         quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
         placeholders: Vec::new(),
+        scan_directories: policy.fs.scan_directories,
     }
 }
 
@@ -613,7 +617,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> anyhow::Result<u8> {
     }
     spec.caches = layers.caches.clone();
     spec.hidden.extend(layers.hidden.iter().cloned());
-    if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan.unread, 5) {
+    if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan, 5) {
         eprintln!("sandgate: {notice}");
     }
     sandgate_sandbox::timing_mark("spec built");
@@ -1424,7 +1428,7 @@ impl Explanation {
             ));
             if !scan.unread.is_empty() {
                 out.push(format!(
-                    "  not looked into ({}; nothing there is protected):",
+                    "  not looked into ({}; read-only for the launch):",
                     scan.unread.len()
                 ));
                 out.extend(

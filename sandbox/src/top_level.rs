@@ -52,6 +52,9 @@ pub struct TopLevel {
     /// user at all during the run's short window (a new terminal runs the shell's start-up
     /// files of a writable `$HOME`). Every other missing name needs none.
     pub placeholders: Vec<PathBuf>,
+    /// How many directories the scan of the writable trees reads at most (`[filesystem]
+    /// scan_directories`; `None`: [`crate::tree::SCAN_DIRS`]).
+    pub scan_directories: Option<usize>,
 }
 
 /// Whether `name` matches `pattern`, where each `*` stands for any run of bytes.

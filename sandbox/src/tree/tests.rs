@@ -182,7 +182,7 @@ fn past_the_depth_bound_the_directories_are_listed_as_unread() {
     assert_eq!(scan.unread[0].why, Stop::Depth);
     let want: PathBuf = (0..=SCAN_DEPTH).map(|i| format!("d{i}")).collect();
     assert_eq!(scan.unread[0].path, root.join(want));
-    let notice = unread_notice(&scan.unread, 3).unwrap();
+    let notice = unread_notice(&scan, 3).unwrap();
     assert!(notice.contains("1 directory (deeper than 24 levels)"), "{notice}");
 }
 
@@ -198,10 +198,16 @@ fn past_the_count_bound_what_is_queued_is_listed_as_unread() {
     // The top and `w` count: SCAN_DIRS - 2 of its subdirectories are read.
     assert_eq!(scan.dirs.len(), SCAN_DIRS - 1);
     assert_eq!(scan.unread.len(), 7);
-    assert!(scan.unread.iter().all(|u| u.why == Stop::Count));
-    let notice = unread_notice(&scan.unread, 2).unwrap();
+    assert!(scan.unread.iter().all(|u| u.why == Stop::Count(SCAN_DIRS)));
+    let notice = unread_notice(&scan, 2).unwrap();
     assert!(notice.contains("7 directories (past 20000 directories)"), "{notice}");
     assert!(notice.contains(" and 5 more;"), "{notice}");
+    assert!(notice.contains("scan_directories"), "the way to raise it: {notice}");
+    // What was not read is read-only for the launch.
+    let mut unread: Vec<PathBuf> = scan.unread.iter().map(|u| u.path.clone()).collect();
+    unread.sort();
+    assert_eq!(scan.closed, unread);
+    assert!(scan.closed.iter().all(|c| scan.protected.contains(c)));
 }
 
 #[test]
@@ -231,5 +237,133 @@ fn nested_writable_paths_are_read_once() {
 
 #[test]
 fn no_notice_when_everything_was_read() {
-    assert_eq!(unread_notice(&[], 5), None);
+    assert_eq!(unread_notice(&Scan::default(), 5), None);
+}
+
+/// Issue 31, third round: a flood of directories makes the next scan stop early. What it did
+/// not read is read-only, in a bounded number of mounts: past [`CLOSED_MOUNTS`] unread
+/// directories, their parent stands for them (more read-only than needed, never unprotected).
+#[test]
+fn what_the_scan_did_not_read_is_closed_in_few_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    for i in 0..40 {
+        std::fs::create_dir_all(root.join(format!("flood/{i}/x"))).unwrap();
+    }
+    std::fs::create_dir_all(root.join("src/a")).unwrap();
+    // Few unread: each one closed as it is.
+    // (84 directories: the top, `flood`, `src`, `src/a`, 40 `flood/N` and 40 `flood/N/x`.)
+    let few = scan_within(std::slice::from_ref(&root), &rule(), SCAN_DEPTH, 79);
+    assert!(!few.unread.is_empty() && few.unread.len() <= CLOSED_MOUNTS, "{:?}", few.unread);
+    assert_eq!(few.closed.len(), few.unread.len());
+    // Many: their parent `flood` (read, but standing for its unread children) is closed.
+    let many = scan_within(std::slice::from_ref(&root), &rule(), SCAN_DEPTH, 10);
+    assert!(many.unread.len() > CLOSED_MOUNTS, "{}", many.unread.len());
+    assert!(many.closed.len() <= CLOSED_MOUNTS, "{:?}", many.closed);
+    for u in &many.unread {
+        assert!(
+            many.closed.iter().any(|c| u.path.starts_with(c)),
+            "{} not closed",
+            u.path.display()
+        );
+    }
+    assert!(many.closed.contains(&root.join("flood")), "{:?}", many.closed);
+    let notice = unread_notice(&many, 3).unwrap();
+    assert!(
+        notice.contains(&format!("read-only for this launch: {}", root.join("flood").display())),
+        "{notice}"
+    );
+    // Control: a bound that reads everything closes nothing.
+    let all = scan(std::slice::from_ref(&root), &rule());
+    assert!(all.unread.is_empty() && all.closed.is_empty());
+    // Past the depth bound too; and never above a top, however many.
+    let deep: String = (0..SCAN_DEPTH + 2).map(|i| format!("d{i}/")).collect();
+    let (_d, root2) = tree(&[deep.as_str()]);
+    let s2 = scan(std::slice::from_ref(&root2), &rule());
+    assert_eq!(s2.closed, vec![s2.unread[0].path.clone()]);
+    let tops: Vec<PathBuf> =
+        (0..CLOSED_MOUNTS + 3).map(|i| root.join(format!("flood/{i}"))).collect();
+    let unread: Vec<Unread> =
+        tops.iter().map(|p| Unread { path: p.clone(), why: Stop::Count(1) }).collect();
+    assert_eq!(closed(&unread, &tops).len(), tops.len(), "tops are never coarsened");
+}
+
+/// The review files are listed, at the top and below (the warden watches each inode).
+#[test]
+fn review_files_are_listed() {
+    let (_dir, root) = tree(&["build.rs", "sub/build.rs", "sub/lib.rs", "target/build.rs"]);
+    let scan = scan(std::slice::from_ref(&root), &rule());
+    assert_eq!(rel(&root, &scan.review_files), ["build.rs", "sub/build.rs"]);
+}
+
+/// Issue 31, third round: a project directory replaced by a symbolic link into build output
+/// (`crates/foo` → `target/foo`, which the scan does not enter) is a way in; a link to a
+/// directory the scan reads, to a file in build output, out of the writable path, to a
+/// read-only place, or named like build output is not.
+#[test]
+fn a_link_into_build_output_is_a_way_in() {
+    let (_dir, root) = tree(&[
+        "target/foo/.envrc",
+        "target/app",
+        "src/a/lib.rs",
+        "crates/a/.cargo/config.toml",
+        "crates/foo -> ../target/foo",
+        "crates/deep -> ../crates/../target/foo/",
+        "crates/src -> ../src/a",
+        "crates/app -> ../target/app",
+        "crates/out -> /etc",
+        "crates/cfg -> a/.cargo",
+        "crates/node_modules -> ../target/foo",
+        "top -> target",
+        "dangling -> target/later",
+    ]);
+    let scan = scan(std::slice::from_ref(&root), &rule());
+    let mut ways: Vec<String> = scan
+        .ways_in
+        .iter()
+        .map(|w| {
+            format!(
+                "{} {}",
+                w.link.strip_prefix(&root).unwrap().display(),
+                w.target.strip_prefix(&root).unwrap().display()
+            )
+        })
+        .collect();
+    ways.sort();
+    assert_eq!(ways, ["crates/deep target/foo", "crates/foo target/foo", "top target"]);
+    assert!(!rel(&root, &scan.links).contains(&"crates/node_modules".to_owned()));
+    assert!(rel(&root, &scan.links).contains(&"dangling".to_owned()), "judged again at the end");
+    let refusal = way_in_refusal(&scan.ways_in[0]);
+    assert!(refusal.contains("Replace the link with the directory"), "{refusal}");
+}
+
+/// The rule a new link is judged by (the warden's): a file or nothing yet where a directory
+/// could be made unwatched is a way in too.
+#[test]
+fn a_new_link_is_judged_by_where_a_directory_could_appear() {
+    let (_dir, root) = tree(&["src/x.rs", "target/app", "crates/a/.cargo/config.toml"]);
+    let top = TopLevel { ..rule() };
+    let below = crate::top_level::Below::new(&top);
+    let protected = vec![root.join("crates/a/.cargo")];
+    let ro = ReadOnly { rule: &top, protected: &protected };
+    let tops = vec![root.clone()];
+    let read = |d: &Path| {
+        d == root || d == root.join("src") || d == root.join("crates") || d == root.join("crates/a")
+    };
+    let table: &[(&str, Option<Kind>, bool)] = &[
+        ("target/app", Some(Kind::Other), true), // a file in build output
+        ("target/later", None, true),            // nothing yet, in build output
+        ("src/x.rs", Some(Kind::Other), false),  // a file in a watched directory
+        ("src/later", None, false),              // made there, it would be watched
+        ("src/target", None, true),              // made there, it would be build output
+        ("src", Some(Kind::Dir), false),
+        ("target", Some(Kind::Dir), true),
+        ("crates/a/.cargo/x", None, false), // read-only
+        ("src/../target/x", None, true),    // `..` in what is still to be made
+    ];
+    for (rel, kind, want) in table {
+        let t = root.join(rel);
+        assert_eq!(leads_in(&t, *kind, &tops, &read, &ro, &below), *want, "{rel}");
+    }
+    assert!(!leads_in(Path::new("/etc"), Some(Kind::Dir), &tops, &read, &ro, &below), "outside");
 }

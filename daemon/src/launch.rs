@@ -516,6 +516,7 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
         quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
         placeholders: Vec::new(),
         scan_directories: policy.fs.scan_directories,
+        scan_memory: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("scan")),
     }
 }
 

@@ -55,6 +55,9 @@ pub struct TopLevel {
     /// How many directories the scan of the writable trees reads at most (`[filesystem]
     /// scan_directories`; `None`: [`crate::tree::SCAN_DIRS`]).
     pub scan_directories: Option<usize>,
+    /// Where the scan keeps its memory of the previous launch (`None`: it lists every
+    /// directory every time; see [`crate::tree`]).
+    pub scan_memory: Option<PathBuf>,
 }
 
 /// Whether `name` matches `pattern`, where each `*` stands for any run of bytes.

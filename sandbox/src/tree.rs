@@ -26,17 +26,23 @@
 //! top-level rule's: the warden lists the top itself.
 //!
 //! What it costs: one `getdents` per directory and nothing per file (the entry's type comes with
-//! its name); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
+//! its name), and for a directory unchanged since the previous launch in the same writable
+//! paths only a `stat`: its listing is remembered (see the `memory` module for why that is as
+//! safe as listing it); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
 //! ([`SCAN_DEPTH`] levels, [`SCAN_DIRS`] directories) keeps a huge tree from delaying every
 //! launch without limit; what lies past it is listed in [`Scan::unread`], said at launch, and
 //! made read-only for the launch ([`Scan::closed`], at most [`CLOSED_MOUNTS`] mounts): what the
 //! scan did not read is never writable and unprotected.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::top_level::Below;
+
+mod memory;
+
+pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
 pub const SCAN_DEPTH: usize = 24;
@@ -91,6 +97,12 @@ pub struct Scan {
     /// not read (build output, a repository's inside): a tool started there on the host would
     /// read what the command wrote unwatched. The launch refuses them ([`way_in_refusal`]).
     pub ways_in: Vec<WayIn>,
+    /// How many of the directories read were taken from the previous launch's memory (a
+    /// `stat` showed them unchanged) instead of listed.
+    pub recalled: usize,
+    /// What to remember for the next launch, when it differs from what was remembered: the
+    /// warden writes it, off the launch's path ([`Memory::write`]).
+    pub memory: Option<std::sync::Arc<Memory>>,
 }
 
 /// A symbolic link into a part of a writable path the scan does not read.
@@ -144,7 +156,7 @@ impl std::fmt::Display for Stop {
 }
 
 /// What one directory's entries say: the pure part of the scan.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Entries {
     /// The directory itself has git's shape.
     pub(crate) git_dir: bool,
@@ -238,6 +250,17 @@ pub(crate) fn scan_within(
     max_depth: usize,
     max_dirs: usize,
 ) -> Scan {
+    scan_at(roots, rule, (max_depth, max_dirs), memory::now())
+}
+
+/// [`scan_within`] as if it began at `start` (seconds, nanoseconds since the epoch): what the
+/// memory counts as settled.
+pub(crate) fn scan_at(
+    roots: &[PathBuf],
+    rule: &crate::TopLevel,
+    (max_depth, max_dirs): (usize, usize),
+    start: (i64, i64),
+) -> Scan {
     let below = Below::new(rule);
     let mut out = Scan::default();
     // A writable path inside another is read as part of the outer one.
@@ -245,6 +268,18 @@ pub(crate) fn scan_within(
     tops.sort();
     tops.dedup_by(|inner, outer| inner.starts_with(outer));
     let mut todo: VecDeque<(PathBuf, usize)> = tops.iter().map(|t| ((*t).clone(), 0)).collect();
+    // The previous launch's memory of these trees, and what this one leaves for the next.
+    let mut all_roots = roots.to_vec();
+    all_roots.sort();
+    let place = rule.scan_memory.as_ref().map(|dir| {
+        let header = memory::header(&all_roots, rule, (max_depth, max_dirs));
+        (memory::file_for(dir, &all_roots), header)
+    });
+    let recall = place.as_ref().and_then(|(file, header)| memory::recall(file, header, start));
+    let mut changed = recall.is_none();
+    let mut recall = recall.unwrap_or_default();
+    let mut trusted = HashMap::new();
+    let mut records = Vec::new();
     let mut read = 0;
     while let Some((dir, depth)) = todo.pop_front() {
         if read == max_dirs {
@@ -254,13 +289,38 @@ pub(crate) fn scan_within(
             break;
         }
         read += 1;
-        // (A top inside another writable path is that path's top too.)
-        let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
-        if let Err(e) = list(&dir, &mut |name, kind| sort.add(name, kind)) {
-            out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
-            continue;
-        }
-        let found = sort.finish();
+        let key = place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted));
+        let found = match recall.take(&dir, key.as_ref()) {
+            Some(entries) => {
+                out.recalled += 1;
+                entries
+            }
+            None => {
+                // (A top inside another writable path is that path's top too.)
+                let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
+                if let Err(e) = list(&dir, &mut |name, kind| sort.add(name, kind)) {
+                    out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
+                    continue;
+                }
+                let found = sort.finish();
+                // Remembered only when settled (see `memory`): one changed within the clock's
+                // tick before the scan is listed again next time.
+                changed |= key.is_some_and(|k| k.settled(start));
+                found
+            }
+        };
+        // (Kept in the memory for the next launch when settled, and read from there.)
+        let unsettled;
+        let found = match key.filter(|k| k.settled(start)) {
+            Some(key) => {
+                records.push((dir.clone(), memory::Record { key, entries: found }));
+                &records[records.len() - 1].1.entries
+            }
+            None => {
+                unsettled = found;
+                &unsettled
+            }
+        };
         if found.git_dir {
             out.repositories.push(Repository::GitDir(dir));
             continue;
@@ -286,6 +346,9 @@ pub(crate) fn scan_within(
                 out.unread.push(Unread { path: child(name), why: Stop::Depth });
             }
         }
+    }
+    if let Some((file, header)) = place.filter(|_| changed) {
+        out.memory = Some(std::sync::Arc::new(Memory::new(file, header, start, records)));
     }
     let tops: Vec<PathBuf> = tops.into_iter().cloned().collect();
     out.closed = closed(&out.unread, &tops);

@@ -105,6 +105,8 @@ pub struct Warden {
     /// nowhere unwatched then): judged again on the last sweep, when the command can no longer
     /// change where they lead.
     links: BTreeSet<PathBuf>,
+    /// The scan's memory for the next launch, written by the warden process once it runs.
+    memory: Option<std::sync::Arc<crate::tree::Memory>>,
     taken: usize,
     changes: BTreeSet<Change>,
     /// Events were lost (the queue overflowed, a directory could not be watched): the last
@@ -231,6 +233,7 @@ impl Warden {
             files: HashMap::new(),
             known_links: scan.links.iter().cloned().collect(),
             links: scan.links.iter().cloned().collect(),
+            memory: scan.memory.clone(),
             taken: 0,
             changes: BTreeSet::new(),
             lost: false,
@@ -898,6 +901,11 @@ pub fn start(
             let watch = warden.as_ref().and_then(|w| w.raw_fd());
             keep.extend(watch);
             sys::close_all_except(&keep);
+            // The scan's memory for the next launch: written here, beside the sandbox's start,
+            // not before it (a failure only costs the next launch a full scan).
+            if let Some(memory) = warden.as_ref().and_then(|w| w.memory.as_ref()) {
+                let _ = memory.write();
+            }
             let mut warden = warden;
             loop {
                 let mut fds = [
@@ -948,6 +956,7 @@ mod tests {
             quarantine,
             placeholders: vec![PathBuf::from("/nonexistent/.bashrc")],
             scan_directories: None,
+            scan_memory: None,
         }
     }
 

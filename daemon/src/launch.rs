@@ -1599,6 +1599,7 @@ mod tests {
                 readable_home: vec![],
                 writable_dotfiles: vec![".venv".into()],
                 caches: Default::default(),
+                scan_directories: None,
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
             env_pass: vec!["KEEP_TOKEN".into()],

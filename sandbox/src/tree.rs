@@ -405,7 +405,9 @@ pub(crate) struct ReadOnly<'a> {
 impl ReadOnly<'_> {
     fn covers(&self, root: &Path, path: &Path) -> bool {
         let first = path.strip_prefix(root).ok().and_then(|r| r.components().next());
-        let top = first.is_some_and(|c| self.rule.protects(c.as_os_str()));
+        // (`.git` is the git wall's: writable but for hooks and config with `git_writable`.)
+        let top =
+            first.is_some_and(|c| c.as_os_str() != ".git" && self.rule.protects(c.as_os_str()));
         top || self.protected.iter().any(|p| path.starts_with(p))
     }
 }

@@ -87,6 +87,8 @@ impl Key {
 
 /// Whether the filesystem of `path` is one of [`TRUSTED_FS`].
 #[cfg(target_os = "linux")]
+// (`c_long`: `i64` here, `i32` on 32-bit targets.)
+#[allow(clippy::unnecessary_cast)]
 fn trusted_fs(path: &Path) -> bool {
     nix::sys::statfs::statfs(path)
         .is_ok_and(|s| TRUSTED_FS.contains(&(s.filesystem_type().0 as i64)))
@@ -145,7 +147,8 @@ pub(crate) fn file_for(dir: &Path, tops: &[PathBuf]) -> PathBuf {
 
 /// What must be the same for a memory to apply: the writable paths, the rule, the bounds.
 pub(crate) fn header(tops: &[PathBuf], rule: &crate::TopLevel, bounds: (usize, usize)) -> Vec<u8> {
-    let mut out = Vec::new();
+    // (The version too: what a listing says may change with the code that sorts it.)
+    let mut out = format!("{}\n", env!("CARGO_PKG_VERSION")).into_bytes();
     for t in tops {
         out.extend_from_slice(t.as_os_str().as_bytes());
         out.push(0);

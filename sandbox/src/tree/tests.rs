@@ -359,6 +359,8 @@ fn a_new_link_is_judged_by_where_a_directory_could_appear() {
         ("src", Some(Kind::Dir), false),
         ("target", Some(Kind::Dir), true),
         ("crates/a/.cargo/x", None, false), // read-only
+        (".cargo/x", None, false),          // read-only at the top
+        (".git/x", None, true),             // the git wall's: writable in part
         ("src/../target/x", None, true),    // `..` in what is still to be made
     ];
     for (rel, kind, want) in table {

@@ -568,22 +568,17 @@ impl Warden {
             return;
         }
         let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
-        let watched: HashSet<PathBuf> =
-            self.watches.values().map(|(p, _)| p.clone()).chain(tops.iter().cloned()).collect();
+        // (A walk over the watches for each question: links are few, the watches many.)
+        let watches = &self.watches;
+        let watched =
+            |d: &Path| tops.iter().any(|t| t == d) || watches.values().any(|(p, _)| p == d);
         let mut take = Vec::new();
         for link in links {
             let Some((target, kind)) = crate::tree::leads_to(&link) else { continue };
             let strict = !self.known_links.contains(&link);
             let read_only = ReadOnly { rule: &self.rule, protected: &self.read_only };
             let way_in = (strict || kind == Some(Kind::Dir))
-                && crate::tree::leads_in(
-                    &target,
-                    kind,
-                    &tops,
-                    &|d| watched.contains(d),
-                    &read_only,
-                    &self.below,
-                );
+                && crate::tree::leads_in(&target, kind, &tops, &watched, &read_only, &self.below);
             if way_in {
                 take.push(link);
             } else {

@@ -222,7 +222,10 @@ impl<'r> Classifier<'r> {
             } else {
                 self.out.enter.push(name.to_vec());
             }
-        } else if kind == Kind::Link && !self.below.skips(name) {
+        } else if kind == Kind::Link
+            && !self.below.skips(name)
+            && !name.starts_with(crate::top_level::QUARANTINED_PREFIX.as_bytes())
+        {
             self.out.links.push(name.to_vec());
         }
     }

@@ -105,6 +105,12 @@ pub struct Warden {
     /// nowhere unwatched then): judged again on the last sweep, when the command can no longer
     /// change where they lead.
     links: BTreeSet<PathBuf>,
+    /// Watches on the directories of unwatched build output on the way to where a link there at
+    /// launch leads (a build artifact, or nothing yet): an entry made there (the artifact made
+    /// a directory) judges the links again at once, not only on the last sweep.
+    guards: HashMap<i32, PathBuf>,
+    /// Where those links lead.
+    guarded: Vec<PathBuf>,
     /// The scan's memory for the next launch, written by the warden process once it runs.
     memory: Option<std::sync::Arc<crate::tree::Memory>>,
     taken: usize,
@@ -233,6 +239,8 @@ impl Warden {
             files: HashMap::new(),
             known_links: scan.links.iter().cloned().collect(),
             links: scan.links.iter().cloned().collect(),
+            guards: HashMap::new(),
+            guarded: Vec::new(),
             memory: scan.memory.clone(),
             taken: 0,
             changes: BTreeSet::new(),
@@ -271,6 +279,7 @@ impl Warden {
                 None => {}
             }
         }
+        w.guard_links();
         for file in &scan.review_files {
             match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS)) {
                 Some(Ok(wd)) => {
@@ -400,6 +409,8 @@ impl Warden {
     /// files noted. Whether an entry appeared at a top (to be listed).
     fn handle(&mut self, events: &[Event]) -> bool {
         let mut top = false;
+        // An entry made on the way to where a link there at launch leads: judge them again.
+        let mut relink = false;
         for ev in events {
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 self.lost = true;
@@ -408,6 +419,11 @@ impl Warden {
             if ev.mask & libc::IN_IGNORED != 0 {
                 self.watches.remove(&ev.wd);
                 self.files.remove(&ev.wd);
+                self.guards.remove(&ev.wd);
+                continue;
+            }
+            if self.guards.contains_key(&ev.wd) {
+                relink = true;
                 continue;
             }
             if let Some(file) = self.files.get(&ev.wd) {
@@ -427,7 +443,8 @@ impl Warden {
             // each new file in a watched directory (build output is not watched).
             let protected =
                 if is_top { self.rule.protects(name) } else { self.below.protects(&ev.name) };
-            if new && !is_dir && !protected && !self.below.skips(&ev.name) {
+            let quarantined = ev.name.starts_with(QUARANTINED_PREFIX.as_bytes());
+            if new && !is_dir && !protected && !quarantined && !self.below.skips(&ev.name) {
                 let path = dir.join(name);
                 if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
                     self.check_links(vec![path]);
@@ -441,6 +458,9 @@ impl Warden {
                 continue;
             }
             let path = dir.join(name);
+            if is_dir && self.guarded.iter().any(|g| g.starts_with(&path)) {
+                relink = true;
+            }
             if is_dir && ev.mask & libc::IN_MOVED_FROM != 0 {
                 self.unwatch_below(&path);
                 // A directory is there again at once: an exchange (`renameat2(RENAME_EXCHANGE)`,
@@ -468,7 +488,58 @@ impl Warden {
                 self.watch_new(&path);
             }
         }
+        if relink {
+            let links: Vec<PathBuf> = std::mem::take(&mut self.links).into_iter().collect();
+            self.check_links(links);
+            self.guard_links();
+        }
         top
+    }
+
+    /// Watches the directories of unwatched build output on the way to where each link there
+    /// at launch leads when that is not a directory (a build artifact, nothing yet): the
+    /// command making it a directory, or swapping a directory on the way, wakes the warden,
+    /// which judges the links again. Directories already guarded are left as they are.
+    fn guard_links(&mut self) {
+        let Some(fd) = self.raw_fd() else { return };
+        let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
+        let mut on_the_way = Vec::new();
+        self.guarded.clear();
+        for link in self.links.iter().filter(|l| self.known_links.contains(*l)) {
+            let Some((target, kind)) = crate::tree::leads_to(link) else { continue };
+            let Some(top) = tops.iter().find(|t| target.starts_with(t)) else { continue };
+            if kind == Some(Kind::Dir) {
+                continue; // (judged already: one not watched was refused or taken away)
+            }
+            on_the_way.extend(
+                target
+                    .ancestors()
+                    .skip(1)
+                    .take_while(|a| a.starts_with(top) && *a != top.as_path())
+                    .map(Path::to_path_buf),
+            );
+            self.guarded.push(target);
+        }
+        // Made again from where the paths lead now (a guarded directory renamed away keeps its
+        // watch under its old name).
+        for wd in std::mem::take(&mut self.guards).into_keys() {
+            sys::inotify_unwatch(fd, wd);
+        }
+        if on_the_way.is_empty() {
+            return;
+        }
+        let watched: HashSet<PathBuf> = self.watches.values().map(|(p, _)| p.clone()).collect();
+        for dir in on_the_way {
+            if watched.contains(&dir) || !dir.is_dir() {
+                continue;
+            }
+            match sys::inotify_watch(fd, &dir, EVENTS_NEW) {
+                Ok(wd) => {
+                    self.guards.insert(wd, dir);
+                }
+                Err(_) => self.lost = true,
+            }
+        }
     }
 
     /// Watches the new directory `path` and every directory below it, and handles what was
@@ -1284,26 +1355,49 @@ mod tests {
         assert!(w.changes().iter().any(|c| c.path == Path::new("crates/foo") && c.taken));
     }
 
-    /// A link there at launch to a build artifact (a file) stays; when the command makes that
-    /// file a directory, the last sweep takes the link away. Control: left to a file, it stays.
+    /// A link there at launch to a build artifact (a file) or to nothing yet stays; when the
+    /// command makes its target a directory, the warden takes the link away at once (it watches
+    /// the build output on the way there), and the last sweep judges it again anyway. Control:
+    /// a link left leading to a file stays.
     #[test]
-    fn a_link_there_at_launch_is_judged_again_at_the_end() {
+    fn a_link_there_at_launch_is_judged_again_when_its_target_changes() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join("target")).unwrap();
+        std::fs::create_dir_all(root.join("target/release")).unwrap();
         std::fs::create_dir_all(root.join("bin")).unwrap();
-        std::fs::write(root.join("target/app"), "x").unwrap();
+        std::fs::write(root.join("target/release/app"), "x").unwrap();
         std::fs::write(root.join("target/tool"), "x").unwrap();
-        std::os::unix::fs::symlink("../target/app", root.join("bin/app")).unwrap();
-        std::os::unix::fs::symlink("../target/tool", root.join("bin/tool")).unwrap();
+        for (to, at) in [
+            ("../target/release/app", "bin/app"),
+            ("../target/tool", "bin/tool"),
+            ("../target/later/x", "bin/later"),
+        ] {
+            std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        }
         let mut w = warden(&rule(None), "sg-e", &root);
-        assert_eq!(w.sweep_with(false), 0);
-        std::fs::remove_file(root.join("target/app")).unwrap();
-        std::fs::create_dir(root.join("target/app")).unwrap();
-        std::fs::write(root.join("target/app/.envrc"), "planted").unwrap();
-        assert_eq!(w.sweep(), 1);
+        assert_eq!(w.sweep_with(false), 0, "a link to an artifact, or to nothing yet, stays");
+        std::fs::remove_file(root.join("target/release/app")).unwrap();
+        std::fs::create_dir(root.join("target/release/app")).unwrap();
+        std::fs::write(root.join("target/release/app/.envrc"), "planted").unwrap();
+        assert_eq!(w.sweep_with(false), 1, "during the run");
         assert!(std::fs::symlink_metadata(root.join("bin/app")).is_err());
-        assert!(std::fs::symlink_metadata(root.join("bin/tool")).is_ok(), "control");
+        // Nothing there yet, made step by step: each step is watched in turn.
+        std::fs::create_dir(root.join("target/later")).unwrap();
+        assert_eq!(w.sweep_with(false), 0);
+        std::fs::create_dir(root.join("target/later/x")).unwrap();
+        assert_eq!(w.sweep_with(false), 1);
+        assert!(std::fs::symlink_metadata(root.join("bin/later")).is_err());
+        // A directory on the way swapped for another, step by step: watched in turn.
+        std::fs::rename(root.join("target"), root.join("old")).unwrap();
+        // (`old` is no build output: read, and the `.envrc` planted above goes.)
+        assert_eq!(w.sweep_with(false), 1);
+        std::fs::create_dir(root.join("target")).unwrap();
+        assert_eq!(w.sweep_with(false), 0);
+        assert!(std::fs::symlink_metadata(root.join("bin/tool")).is_ok(), "control: dangling");
+        std::fs::create_dir(root.join("target/tool")).unwrap();
+        assert_eq!(w.sweep_with(false), 1);
+        assert!(std::fs::symlink_metadata(root.join("bin/tool")).is_err());
+        assert!(std::fs::symlink_metadata(root.join("old/tool")).is_ok(), "still a file there");
     }
 
     /// Issue 31, third round: build code rewritten through a hard link made in build output

@@ -417,6 +417,47 @@ fn a_link_into_build_output_reaches_nothing_planted(s: &Scratch) {
     assert!(marker.exists(), "control: {out}");
 }
 
+/// A link there at launch to a build artifact (`bin/app` → `target/release/app`, a file) is
+/// allowed; the command making the artifact a repository-holding directory gets the link taken
+/// away, so the host's git started in `bin/app` runs no planted hook. Control: the same script
+/// on the host does make it run.
+fn a_link_to_an_artifact_made_a_directory_goes(s: &Scratch) {
+    host_git_ok(s, &s.proj, &["init", "-q"]);
+    host_git_ok(s, &s.proj, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let arrange = |dir: &Path| {
+        std::fs::create_dir_all(dir.join("target/release")).unwrap();
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(dir.join("target/release/app"), "artifact").unwrap();
+        std::os::unix::fs::symlink("../target/release/app", dir.join("bin/app")).unwrap();
+        chown(s, dir);
+    };
+    arrange(&s.proj);
+    let script = |dir: &Path, case: &str| {
+        let (marker, hook) = evil(s, case, &dir.join("target/release/app/.git/hooks/pre-commit"));
+        let script = format!(
+            "cd {d}; rm target/release/app; mkdir target/release/app; \
+             git init -q target/release/app; {hook} true",
+            d = p(dir)
+        );
+        (marker, script)
+    };
+    let (marker, inside) = script(&s.proj, "artifact");
+    let (_, stderr) = attack(s, &s.proj, &inside);
+    assert!(std::fs::symlink_metadata(s.proj.join("bin/app")).is_err(), "stayed: {stderr}");
+    assert!(stderr.contains("/bin/app (a symbolic link"), "{stderr}");
+    let _ = host_git(s, &s.proj.join("bin"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(!marker.exists(), "{stderr}");
+    // Control: on the host the link stays and leads the host's git to the planted hook.
+    let control = s.root.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    arrange(&control);
+    host_git_ok(s, &control, &["init", "-q"]);
+    let (marker, outside) = script(&control, "artifact-control");
+    let out = on_the_host(s, &control, &outside);
+    let _ = host_git(s, &control.join("bin/app"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(marker.exists(), "control: {out}");
+}
+
 /// Issue 31, third round: build code rewritten through a hard link made in build output
 /// (`ln src/build.rs target/b`, then a write to `target/b`): the change is real, and the line
 /// at the end names `src/build.rs`. Control: a launch writing a plain file of build output says
@@ -453,5 +494,6 @@ cases!(
     a_tree_past_the_scan_bound_is_named,
     a_flood_of_directories_leaves_nothing_writable_and_unprotected,
     a_link_into_build_output_reaches_nothing_planted,
+    a_link_to_an_artifact_made_a_directory_goes,
     build_code_written_through_a_hard_link_is_named,
 );

@@ -370,210 +370,221 @@ fn a_new_link_is_judged_by_where_a_directory_could_appear() {
     assert!(!leads_in(Path::new("/etc"), Some(Kind::Dir), &tops, &read, &ro, &below), "outside");
 }
 
-/// A rule that remembers its scans in `dir`.
-fn remembering(dir: &Path) -> TopLevel {
-    TopLevel { scan_memory: Some(dir.to_path_buf()), ..rule() }
-}
+/// The scan's memory (Linux: elsewhere nothing is remembered).
+#[cfg(target_os = "linux")]
+mod memory_tests {
+    use super::*;
 
-/// A start ten seconds from now: everything made so far counts as settled.
-fn later() -> (i64, i64) {
-    let (s, n) = memory::now();
-    (s + 10, n)
-}
-
-/// Waits until the filesystem's clock has moved past every timestamp made so far in `dir` (a
-/// tick of the kernel's coarse clock): the changes that follow get times of their own, as a
-/// change made after a real launch's settled margin does.
-fn next_tick(dir: &Path) {
-    use std::os::unix::fs::MetadataExt as _;
-    // (Beside the tree, on the same filesystem: a probe inside would change the top.)
-    let beside = tempfile::tempdir_in(dir.parent().unwrap()).unwrap();
-    let probe = beside.path().join("tick");
-    std::fs::write(&probe, "").unwrap();
-    let first = std::fs::metadata(&probe).unwrap();
-    let t0 = (first.ctime(), first.ctime_nsec());
-    loop {
-        std::fs::write(&probe, "x").unwrap();
-        let m = std::fs::metadata(&probe).unwrap();
-        if (m.ctime(), m.ctime_nsec()) > t0 {
-            break;
-        }
+    /// A rule that remembers its scans in `dir`.
+    fn remembering(dir: &Path) -> TopLevel {
+        TopLevel { scan_memory: Some(dir.to_path_buf()), ..rule() }
     }
-    std::fs::remove_file(probe).unwrap();
-}
 
-/// What must be the same whether a scan listed or recalled.
-fn found(root: &Path, scan: &Scan) -> Vec<Vec<String>> {
-    vec![
-        rel(root, &scan.protected),
-        rel(root, &scan.dirs),
-        rel(root, &scan.skipped),
-        rel(root, &scan.review_files),
-        rel(root, &scan.links),
-        repos(root, scan),
-    ]
-}
+    /// A start ten seconds from now: everything made so far counts as settled.
+    fn later() -> (i64, i64) {
+        let (s, n) = memory::now();
+        (s + 10, n)
+    }
 
-const LAYOUT: &[&str] = &[
-    "crates/a/.cargo/config.toml",
-    "crates/a/build.rs",
-    "crates/a/src/lib.rs",
-    "sub/x/y/plain.rs",
-    "sub/keep.rs",
-    "deep/a/b/c/d.rs",
-    "fixtures/m.git/HEAD",
-    "fixtures/m.git/objects/",
-    "fixtures/m.git/refs/",
-    "target/debug/x",
-    "bin/app -> ../target/debug/x",
-];
+    /// Waits until the filesystem's clock has moved past every timestamp made so far in `dir` (a
+    /// tick of the kernel's coarse clock): the changes that follow get times of their own, as a
+    /// change made after a real launch's settled margin does.
+    fn next_tick(dir: &Path) {
+        use std::os::unix::fs::MetadataExt as _;
+        // (Beside the tree, on the same filesystem: a probe inside would change the top.)
+        let beside = tempfile::tempdir_in(dir.parent().unwrap()).unwrap();
+        let probe = beside.path().join("tick");
+        std::fs::write(&probe, "").unwrap();
+        let first = std::fs::metadata(&probe).unwrap();
+        let t0 = (first.ctime(), first.ctime_nsec());
+        loop {
+            std::fs::write(&probe, "x").unwrap();
+            let m = std::fs::metadata(&probe).unwrap();
+            if (m.ctime(), m.ctime_nsec()) > t0 {
+                break;
+            }
+        }
+        std::fs::remove_file(probe).unwrap();
+    }
 
-/// The previous launch's memory: an unchanged tree is recalled, not listed, and found the same.
-#[test]
-fn an_unchanged_tree_is_recalled_not_listed() {
-    let (_dir, root) = tree(LAYOUT);
-    let mem = tempfile::tempdir().unwrap();
-    let rule = remembering(mem.path());
-    let roots = [root.clone()];
-    let first = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
-    assert_eq!(first.recalled, 0, "nothing remembered yet");
-    let memory = first.memory.clone().expect("a memory to write");
-    // Every directory read: the top, those below it, the bare repository.
-    let read = first.dirs.len() + 2;
-    assert_eq!(memory.len(), read);
-    memory.write().unwrap();
-    let second = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
-    assert_eq!(second.recalled, read, "every directory recalled");
-    assert_eq!(found(&root, &second), found(&root, &first));
-    assert!(second.memory.is_none(), "nothing new to remember");
-    // Control: without the memory, the same.
-    assert_eq!(found(&root, &scan(&roots, &super::tests::rule())), found(&root, &first));
-}
+    /// What must be the same whether a scan listed or recalled.
+    fn found(root: &Path, scan: &Scan) -> Vec<Vec<String>> {
+        vec![
+            rel(root, &scan.protected),
+            rel(root, &scan.dirs),
+            rel(root, &scan.skipped),
+            rel(root, &scan.review_files),
+            rel(root, &scan.links),
+            repos(root, scan),
+        ]
+    }
 
-/// Every way a tree can change between launches that a key could miss: the scan with the
-/// memory finds what a fresh scan finds, and lists again exactly the directories that changed
-/// (the control that the memory was used: the rest were recalled).
-#[test]
-fn every_change_between_launches_is_seen() {
-    use std::os::unix::fs::MetadataExt as _;
-    type Change = fn(&Path);
-    let rows: &[(&str, Change, &[&str])] = &[
-        (
-            "a planted file, the directory's mtime set back (same mtime, same second)",
-            |root| {
-                let before = std::fs::metadata(root.join("sub")).unwrap();
-                std::fs::write(root.join("sub/.envrc"), "planted").unwrap();
-                let t = nix::sys::time::TimeSpec::new(before.mtime(), before.mtime_nsec());
-                let flags = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
-                nix::sys::stat::utimensat(None, &root.join("sub"), &t, &t, flags).unwrap();
-                assert_eq!(std::fs::metadata(root.join("sub")).unwrap().mtime(), before.mtime());
-            },
-            &["sub"],
-        ),
-        (
-            "a directory holding a tool config renamed in from outside the tree",
-            |root| {
-                let outside = root
-                    .parent()
-                    .unwrap()
-                    .join(format!("{}-out", root.file_name().unwrap().to_string_lossy()));
-                std::fs::create_dir_all(outside.join("m/.cargo")).unwrap();
-                std::fs::rename(outside.join("m"), root.join("sub/x/m")).unwrap();
-                std::fs::remove_dir_all(outside).unwrap();
-            },
-            &["sub/x", "sub/x/m"],
-        ),
-        (
-            "a hard link named like a tool config",
-            |root| {
-                std::fs::hard_link(root.join("sub/keep.rs"), root.join("deep/a/.npmrc")).unwrap();
-            },
-            &["deep/a"],
-        ),
-        (
-            "a directory swapped for another with the same times",
-            |root| {
-                let old = std::fs::metadata(root.join("deep/a/b")).unwrap();
-                std::fs::create_dir_all(root.join("deep/a/new/c")).unwrap();
-                std::fs::write(root.join("deep/a/new/.envrc"), "planted").unwrap();
-                let t = nix::sys::time::TimeSpec::new(old.mtime(), old.mtime_nsec());
-                let flags = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
-                nix::sys::stat::utimensat(None, &root.join("deep/a/new"), &t, &t, flags).unwrap();
-                nix::fcntl::renameat2(
-                    None,
-                    &root.join("deep/a/new"),
-                    None,
-                    &root.join("deep/a/b"),
-                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
-                )
-                .unwrap();
-                nix::sys::stat::utimensat(None, &root.join("deep/a"), &t, &t, flags).unwrap();
-            },
-            &["deep/a", "deep/a/b", "deep/a/b/c", "deep/a/new", "deep/a/new/c"],
-        ),
-        (
-            "a change deep down only",
-            |root| std::fs::write(root.join("deep/a/b/c/.envrc"), "planted").unwrap(),
-            &["deep/a/b/c"],
-        ),
-        (
-            "a repository made of a plain directory",
-            |root| {
-                std::fs::write(root.join("sub/x/y/HEAD"), "ref: refs/heads/main\n").unwrap();
-                std::fs::create_dir_all(root.join("sub/x/y/objects")).unwrap();
-                std::fs::create_dir_all(root.join("sub/x/y/refs")).unwrap();
-            },
-            &["sub/x/y"],
-        ),
-        (
-            "a link into build output replacing a directory",
-            |root| {
-                std::fs::remove_dir_all(root.join("crates/a/src")).unwrap();
-                std::os::unix::fs::symlink("../../target", root.join("crates/a/src")).unwrap();
-            },
-            &["crates/a"],
-        ),
+    const LAYOUT: &[&str] = &[
+        "crates/a/.cargo/config.toml",
+        "crates/a/build.rs",
+        "crates/a/src/lib.rs",
+        "sub/x/y/plain.rs",
+        "sub/keep.rs",
+        "deep/a/b/c/d.rs",
+        "fixtures/m.git/HEAD",
+        "fixtures/m.git/objects/",
+        "fixtures/m.git/refs/",
+        "target/debug/x",
+        "bin/app -> ../target/debug/x",
     ];
-    for (what, change, relisted) in rows {
+
+    /// The previous launch's memory: an unchanged tree is recalled, not listed, and found the same.
+    #[test]
+    fn an_unchanged_tree_is_recalled_not_listed() {
         let (_dir, root) = tree(LAYOUT);
         let mem = tempfile::tempdir().unwrap();
         let rule = remembering(mem.path());
         let roots = [root.clone()];
         let first = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
-        first.memory.clone().unwrap().write().unwrap();
-        next_tick(&root);
-        change(&root);
-        let fresh = scan(&roots, &super::tests::rule());
-        let recalled = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
-        assert_eq!(found(&root, &recalled), found(&root, &fresh), "{what}");
-        assert_ne!(found(&root, &fresh), found(&root, &first), "{what}: the change matters");
-        let read = fresh.dirs.len() + 2; // (the top and the bare repository too)
-        let listed = read - recalled.recalled;
-        let existed = relisted.iter().filter(|d| fresh.dirs.contains(&root.join(d))).count();
-        assert_eq!(listed, existed, "{what}: only the changed directories are listed again");
+        assert_eq!(first.recalled, 0, "nothing remembered yet");
+        let memory = first.memory.clone().expect("a memory to write");
+        // Every directory read: the top, those below it, the bare repository.
+        let read = first.dirs.len() + 2;
+        assert_eq!(memory.len(), read);
+        memory.write().unwrap();
+        let second = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
+        assert_eq!(second.recalled, read, "every directory recalled");
+        assert_eq!(found(&root, &second), found(&root, &first));
+        assert!(second.memory.is_none(), "nothing new to remember");
+        // Control: without the memory, the same.
+        assert_eq!(found(&root, &scan(&roots, &super::rule())), found(&root, &first));
     }
-}
 
-/// A directory changed within the clock's tick before the scan is not remembered (the key of a
-/// change in the same tick could be the same); nor is a memory used under another rule, from
-/// a scan that began after this one (the clock set back), or cut short.
-#[test]
-fn what_could_be_stale_is_not_remembered_or_used() {
-    let (_dir, root) = tree(LAYOUT);
-    let mem = tempfile::tempdir().unwrap();
-    let rule = remembering(mem.path());
-    let roots = [root.clone()];
-    let now = scan(&roots, &rule);
-    assert!(now.memory.is_none_or(|m| m.is_empty()), "everything was changed just now");
-    let first = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
-    first.memory.clone().unwrap().write().unwrap();
-    let n = first.dirs.len() + 2; // (the top and the bare repository too)
-    assert_eq!(scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, n, "control");
-    let other = TopLevel { below: vec![".envrc".into()], ..remembering(mem.path()) };
-    assert_eq!(scan_at(&roots, &other, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, 0, "rule");
-    assert_eq!(scan(&roots, &rule).recalled, 0, "a memory from the future");
-    let file = std::fs::read_dir(mem.path()).unwrap().next().unwrap().unwrap().path();
-    let bytes = std::fs::read(&file).unwrap();
-    std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
-    assert_eq!(scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, 0, "cut");
+    /// Every way a tree can change between launches that a key could miss: the scan with the
+    /// memory finds what a fresh scan finds, and lists again exactly the directories that changed
+    /// (the control that the memory was used: the rest were recalled).
+    #[test]
+    fn every_change_between_launches_is_seen() {
+        use std::os::unix::fs::MetadataExt as _;
+        type Change = fn(&Path);
+        let rows: &[(&str, Change, &[&str])] = &[
+            (
+                "a planted file, the directory's mtime set back (same mtime, same second)",
+                |root| {
+                    let before = std::fs::metadata(root.join("sub")).unwrap();
+                    std::fs::write(root.join("sub/.envrc"), "planted").unwrap();
+                    let t = nix::sys::time::TimeSpec::new(before.mtime(), before.mtime_nsec());
+                    let flags = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
+                    nix::sys::stat::utimensat(None, &root.join("sub"), &t, &t, flags).unwrap();
+                    assert_eq!(
+                        std::fs::metadata(root.join("sub")).unwrap().mtime(),
+                        before.mtime()
+                    );
+                },
+                &["sub"],
+            ),
+            (
+                "a directory holding a tool config renamed in from outside the tree",
+                |root| {
+                    let outside = root
+                        .parent()
+                        .unwrap()
+                        .join(format!("{}-out", root.file_name().unwrap().to_string_lossy()));
+                    std::fs::create_dir_all(outside.join("m/.cargo")).unwrap();
+                    std::fs::rename(outside.join("m"), root.join("sub/x/m")).unwrap();
+                    std::fs::remove_dir_all(outside).unwrap();
+                },
+                &["sub/x", "sub/x/m"],
+            ),
+            (
+                "a hard link named like a tool config",
+                |root| {
+                    std::fs::hard_link(root.join("sub/keep.rs"), root.join("deep/a/.npmrc"))
+                        .unwrap();
+                },
+                &["deep/a"],
+            ),
+            (
+                "a directory swapped for another with the same times",
+                |root| {
+                    let old = std::fs::metadata(root.join("deep/a/b")).unwrap();
+                    std::fs::create_dir_all(root.join("deep/a/new/c")).unwrap();
+                    std::fs::write(root.join("deep/a/new/.envrc"), "planted").unwrap();
+                    let t = nix::sys::time::TimeSpec::new(old.mtime(), old.mtime_nsec());
+                    let flags = nix::sys::stat::UtimensatFlags::NoFollowSymlink;
+                    nix::sys::stat::utimensat(None, &root.join("deep/a/new"), &t, &t, flags)
+                        .unwrap();
+                    nix::fcntl::renameat2(
+                        None,
+                        &root.join("deep/a/new"),
+                        None,
+                        &root.join("deep/a/b"),
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    )
+                    .unwrap();
+                    nix::sys::stat::utimensat(None, &root.join("deep/a"), &t, &t, flags).unwrap();
+                },
+                &["deep/a", "deep/a/b", "deep/a/b/c", "deep/a/new", "deep/a/new/c"],
+            ),
+            (
+                "a change deep down only",
+                |root| std::fs::write(root.join("deep/a/b/c/.envrc"), "planted").unwrap(),
+                &["deep/a/b/c"],
+            ),
+            (
+                "a repository made of a plain directory",
+                |root| {
+                    std::fs::write(root.join("sub/x/y/HEAD"), "ref: refs/heads/main\n").unwrap();
+                    std::fs::create_dir_all(root.join("sub/x/y/objects")).unwrap();
+                    std::fs::create_dir_all(root.join("sub/x/y/refs")).unwrap();
+                },
+                &["sub/x/y"],
+            ),
+            (
+                "a link into build output replacing a directory",
+                |root| {
+                    std::fs::remove_dir_all(root.join("crates/a/src")).unwrap();
+                    std::os::unix::fs::symlink("../../target", root.join("crates/a/src")).unwrap();
+                },
+                &["crates/a"],
+            ),
+        ];
+        for (what, change, relisted) in rows {
+            let (_dir, root) = tree(LAYOUT);
+            let mem = tempfile::tempdir().unwrap();
+            let rule = remembering(mem.path());
+            let roots = [root.clone()];
+            let first = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
+            first.memory.clone().unwrap().write().unwrap();
+            next_tick(&root);
+            change(&root);
+            let fresh = scan(&roots, &super::rule());
+            let recalled = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
+            assert_eq!(found(&root, &recalled), found(&root, &fresh), "{what}");
+            assert_ne!(found(&root, &fresh), found(&root, &first), "{what}: the change matters");
+            let read = fresh.dirs.len() + 2; // (the top and the bare repository too)
+            let listed = read - recalled.recalled;
+            let existed = relisted.iter().filter(|d| fresh.dirs.contains(&root.join(d))).count();
+            assert_eq!(listed, existed, "{what}: only the changed directories are listed again");
+        }
+    }
+
+    /// A directory changed within the clock's tick before the scan is not remembered (the key of a
+    /// change in the same tick could be the same); nor is a memory used under another rule, from
+    /// a scan that began after this one (the clock set back), or cut short.
+    #[test]
+    fn what_could_be_stale_is_not_remembered_or_used() {
+        let (_dir, root) = tree(LAYOUT);
+        let mem = tempfile::tempdir().unwrap();
+        let rule = remembering(mem.path());
+        let roots = [root.clone()];
+        let now = scan(&roots, &rule);
+        assert!(now.memory.is_none_or(|m| m.is_empty()), "everything was changed just now");
+        let first = scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later());
+        first.memory.clone().unwrap().write().unwrap();
+        let n = first.dirs.len() + 2; // (the top and the bare repository too)
+        assert_eq!(scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, n, "control");
+        let other = TopLevel { below: vec![".envrc".into()], ..remembering(mem.path()) };
+        assert_eq!(scan_at(&roots, &other, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, 0, "rule");
+        assert_eq!(scan(&roots, &rule).recalled, 0, "a memory from the future");
+        let file = std::fs::read_dir(mem.path()).unwrap().next().unwrap().unwrap().path();
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+        assert_eq!(scan_at(&roots, &rule, (SCAN_DEPTH, SCAN_DIRS), later()).recalled, 0, "cut");
+    }
 }

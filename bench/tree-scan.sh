@@ -5,12 +5,16 @@
 # large source tree, no build output), against the same launch in an empty repository.
 #
 # Per launch, from the launcher's own step marks (SANDGATE_DEBUG=launch): the scan (one
-# getdents per directory), the warden's watches (one inotify watch per directory read), and
-# the whole launch's wall time; medians over RUNS launches after one warm-up (page cache warm).
+# getdents per directory, or one stat for a directory unchanged since the previous launch: the
+# scan's memory), the warden's watches (one inotify watch per directory read), and the whole
+# launch's wall time; medians over RUNS launches after one warm-up (page cache warm; the
+# warm-up leaves the memory the measured launches use). The tree is left to settle for three
+# seconds first: a directory changed within two seconds of a scan is listed, not remembered.
 #
 # Then, when built (`cargo build --release -p sandgate-sandbox --example tree_scan`), the scan
 # alone in CPU time (steadier than wall time on a shared machine), against a plain walk, the
-# watches, and the scan before issue 31 (every directory to 6 levels, build output included).
+# watches, the scan with the memory, and the scan before issue 31 (every directory to 6 levels,
+# build output included). EXAMPLE=path picks another build of it (a debug one).
 #
 # Usage: bench/tree-scan.sh [SANDGATE_BINARY]   (N=100000 RUNS=15 INDEX=0 from the environment;
 # INDEX=1 stages every file, so the git wall reads a 100,000-entry index too, which
@@ -62,6 +66,7 @@ while made < n:
 print(f"tree-scan: {made} files in {len(dirs)} directories")
 PY
 if [[ "$INDEX" == 1 ]]; then git -C "$DIR/big" add -A; fi
+sleep 3 # settled: see the scan's memory (sandbox/src/tree/memory.rs)
 
 # One launch's step marks as "name ms" lines, and its wall time.
 launch() {
@@ -94,5 +99,5 @@ big=$(measure "$DIR/big" big)
 echo "tree-scan: $BIN, $RUNS launches each, medians in ms"
 echo "tree-scan: empty repository:  $empty"
 echo "tree-scan: $N-file checkout: $big"
-EXAMPLE="$ROOT/target/release/examples/tree_scan"
+EXAMPLE="${EXAMPLE:-$ROOT/target/release/examples/tree_scan}"
 if [[ -x "$EXAMPLE" ]]; then "$EXAMPLE" "$DIR/big" "$RUNS"; fi

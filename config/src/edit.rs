@@ -35,6 +35,7 @@ pub fn template(global: bool) -> String {
 # readable_home = [".sdkman"]                    # home dot-entries readable beyond the defaults
 # unix_sockets = []                              # pathname unix sockets a sandbox may connect to
 # git_writable = false                           # true: commits from inside (.git writable)
+# scan_directories = 20000                       # directories a build launch scans at most
 #
 # [env]
 # pass = ["GH_TOKEN"]                            # secret-looking variables kept (names or `*`)

@@ -14,6 +14,7 @@
 //! protected = ["Makefile.local"]        # stays read-only inside writable directories
 //! unix_sockets = []                     # pathname sockets the sandbox may connect to
 //! git_writable = false                  # true: commits from inside (.git writable but hooks/config)
+//! scan_directories = 20000              # directories a build launch's scan reads at most
 //! writable_dotfiles = [".eslintcache2", "!.venv"]  # add to / take from the top-level allowlist
 //! readable_home = [".sdkman"]           # home dot-entries readable beyond the built-in allowlist
 //!
@@ -124,6 +125,12 @@ struct RawNetwork {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+/// The most `[filesystem] scan_directories` may say: a scan of a million directories already
+/// costs a launch seconds.
+pub const MAX_SCAN_DIRECTORIES: usize = 1_000_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 struct RawFs {
     allow_write: Vec<Spanned<String>>,
     presets: Vec<Spanned<String>>,
@@ -131,6 +138,7 @@ struct RawFs {
     protected: Vec<Spanned<String>>,
     unix_sockets: Vec<Spanned<String>>,
     git_writable: Option<bool>,
+    scan_directories: Option<Spanned<i64>>,
     readable_home: Vec<Spanned<String>>,
     writable_dotfiles: Vec<Spanned<String>>,
     caches: Option<Spanned<String>>,
@@ -188,6 +196,8 @@ pub struct CheckedFile {
     pub unix_sockets: Vec<PathRule>,
     /// `[filesystem] git_writable`, when set.
     pub git_writable: Option<bool>,
+    /// `[filesystem] scan_directories`, when set (1 to [`MAX_SCAN_DIRECTORIES`]).
+    pub scan_directories: Option<usize>,
     /// `[filesystem] caches`, when set.
     pub caches: Option<crate::CacheMode>,
     /// `[filesystem] readable_home`: home entries readable beyond the built-in allowlist.
@@ -393,6 +403,23 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         protected: Vec::new(),
         unix_sockets: cx.paths(&raw.filesystem.unix_sockets)?,
         git_writable: raw.filesystem.git_writable,
+        scan_directories: match &raw.filesystem.scan_directories {
+            None => None,
+            Some(n) => Some(
+                usize::try_from(*n.get_ref())
+                    .ok()
+                    .filter(|n| (1..=MAX_SCAN_DIRECTORIES).contains(n))
+                    .ok_or_else(|| {
+                        cx.err(
+                            n.span(),
+                            format!("scan_directories = {} is out of range", n.get_ref()),
+                            format!(
+                                "give a number of directories from 1 to {MAX_SCAN_DIRECTORIES}"
+                            ),
+                        )
+                    })?,
+            ),
+        },
         caches: match &raw.filesystem.caches {
             None => None,
             Some(m) => Some(crate::CacheMode::from_name(m.get_ref()).ok_or_else(|| {

@@ -356,6 +356,7 @@ impl Config {
         // As git_writable: the later file decides (caches, default ports).
         let caches = self.files().filter_map(|f| f.content.caches).last().unwrap_or_default();
         let default_ports = self.files().filter_map(|f| f.content.default_ports.clone()).last();
+        let scan_directories = self.files().filter_map(|f| f.content.scan_directories).last();
 
         let mode = flags.net.unwrap_or(tier.net);
         Ok(Policy {
@@ -369,6 +370,7 @@ impl Config {
                 readable_home,
                 writable_dotfiles,
                 caches,
+                scan_directories,
             },
             net: NetworkPolicy::new(name, mode, allow, deny)
                 .with_default_ports(default_ports)
@@ -471,6 +473,28 @@ mod tests {
             let (_d, c) = config(global, project);
             let p = c.policy("build", &Overrides::default()).unwrap();
             assert_eq!(p.fs.caches, want, "{global:?} {project:?}");
+        }
+    }
+
+    #[test]
+    fn scan_directories_the_later_file_decides_and_out_of_range_is_an_error() {
+        for (global, project, want) in [
+            ("", "", None),
+            ("[filesystem]\nscan_directories = 50000\n", "", Some(50_000)),
+            (
+                "[filesystem]\nscan_directories = 50000\n",
+                "[filesystem]\nscan_directories = 300\n",
+                Some(300),
+            ),
+        ] {
+            let (_d, c) = config(global, project);
+            let p = c.policy("build", &Overrides::default()).unwrap();
+            assert_eq!(p.fs.scan_directories, want, "{global:?} {project:?}");
+        }
+        for bad in ["0", "-1", "1000001"] {
+            let text = format!("[filesystem]\nscan_directories = {bad}\n");
+            let e = crate::parse_config(Path::new("/c.toml"), &text, None).unwrap_err();
+            assert!(e.to_string().contains("out of range"), "{bad}: {e}");
         }
     }
 

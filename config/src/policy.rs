@@ -76,6 +76,10 @@ pub struct FsPolicy {
     /// How package caches are layered in tiers that write or reach the network
     /// (`[filesystem] caches`): copy-on-write, never the host's own (see [`crate::CacheMode`]).
     pub caches: crate::CacheMode,
+    /// How many directories the scan of a `build` launch's writable trees reads at most
+    /// (`[filesystem] scan_directories`; `None`: the launcher's default). What it does not read
+    /// is read-only for that launch.
+    pub scan_directories: Option<usize>,
 }
 
 impl FsPolicy {
@@ -367,6 +371,7 @@ impl Policy {
                 readable_home: self.fs.readable_home.clone(),
                 writable_dotfiles: self.fs.writable_dotfiles.clone(),
                 caches: self.fs.caches,
+                scan_directories: self.fs.scan_directories,
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny)
                 .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec)),

@@ -41,6 +41,13 @@ pub enum LaunchError {
         /// The link.
         link: PathBuf,
     },
+    /// A symbolic link in a writable path leads into a directory the scan does not enter (build
+    /// output): host tools started through it would read what the command planted there.
+    #[error("{why}")]
+    WayIn {
+        /// The refusal, with its fix (`sandgate_sandbox::tree::way_in_refusal`).
+        why: String,
+    },
     /// The git metadata around the writable paths cannot be read well enough to protect it.
     #[error(
         "the git metadata around the writable paths cannot be protected: {why}. Unset the \

@@ -1,7 +1,8 @@
 //! What the scan of the writable trees costs, alone: `tree::scan` with the launch's rule on a
 //! directory, against a plain walk of the same tree (`std::fs::read_dir`, nothing decided), the
-//! warden's watch over what the scan read (one inotify watch a directory), and the scan the git
-//! wall made before (every directory to 6 levels, build output included), each taken in turn, `ROUNDS` times; CPU time of this process (user + system, from `getrusage`: steadier
+//! warden's watch over what the scan read (one inotify watch a directory), the scan with the
+//! previous launch's memory of the tree (every directory unchanged: `stat`ed, not listed), and
+//! the scan the git wall made before (every directory to 6 levels, build output included), each taken in turn, `ROUNDS` times; CPU time of this process (user + system, from `getrusage`: steadier
 //! than wall time on a shared machine) and wall time, medians. Run by `bench/tree-scan.sh`.
 //!
 //! Usage: `cargo run --release -p sandgate-sandbox --example tree_scan -- DIR [ROUNDS]`
@@ -90,7 +91,16 @@ fn main() {
         ..TopLevel::default()
     };
     let roots = [dir.clone()];
-    let mut rows: [(Vec<Duration>, Vec<Duration>); 4] = Default::default();
+    // The memory of a previous launch: made once the tree has settled (a directory changed
+    // within two seconds of a scan is not remembered), as a launch after the first finds it.
+    let mem = std::env::temp_dir().join(format!("tree-scan-memory-{}", std::process::id()));
+    let remembering = TopLevel { scan_memory: Some(mem.clone()), ..rule.clone() };
+    std::thread::sleep(Duration::from_secs(3));
+    if let Some(m) = sandgate_sandbox::tree::scan(&roots, &remembering).memory {
+        m.write().expect("the memory written");
+    }
+    let mut recalled = 0;
+    let mut rows: [(Vec<Duration>, Vec<Duration>); 5] = Default::default();
     let mut last = None;
     for _ in 0..rounds {
         let (c, w, n) = timed(|| plain_walk(&dir));
@@ -109,6 +119,10 @@ fn main() {
         let (c, w, _) = timed(|| old_scan(&dir));
         rows[3].0.push(c);
         rows[3].1.push(w);
+        let (c, w, again) = timed(|| sandgate_sandbox::tree::scan(&roots, &remembering));
+        rows[4].0.push(c);
+        rows[4].1.push(w);
+        recalled = again.recalled;
         // Closing an instance with thousands of watches takes a while: not the launch's cost
         // (the warden's exit pays it, off the launch's path).
         std::mem::forget(inotify);
@@ -125,7 +139,9 @@ fn main() {
         scan.skipped.len(),
         scan.unread.len()
     );
-    let names = ["plain walk", "scan", "watches", "old scan"];
+    let _ = std::fs::remove_dir_all(&mem);
+    println!("tree_scan: with the memory, {recalled} directories recalled");
+    let names = ["plain walk", "scan", "watches", "old scan", "remembered"];
     for (name, (c, w)) in names.iter().zip(rows.iter_mut()) {
         println!(
             "tree_scan: {name:<10} cpu {:>8.2} ms  wall {:>8.2} ms (medians of {rounds})",

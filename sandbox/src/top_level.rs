@@ -52,6 +52,12 @@ pub struct TopLevel {
     /// user at all during the run's short window (a new terminal runs the shell's start-up
     /// files of a writable `$HOME`). Every other missing name needs none.
     pub placeholders: Vec<PathBuf>,
+    /// How many directories the scan of the writable trees reads at most (`[filesystem]
+    /// scan_directories`; `None`: [`crate::tree::SCAN_DIRS`]).
+    pub scan_directories: Option<usize>,
+    /// Where the scan keeps its memory of the previous launch (`None`: it lists every
+    /// directory every time; see [`crate::tree`]).
+    pub scan_memory: Option<PathBuf>,
 }
 
 /// Whether `name` matches `pattern`, where each `*` stands for any run of bytes.

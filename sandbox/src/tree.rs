@@ -14,26 +14,55 @@
 //! - **build output** ([`crate::TopLevel::skip`] and the allowlisted dot-directories): not
 //!   entered;
 //! - every other directory: read in turn, and watched by the Linux warden while the command
-//!   runs (a new protected name is taken away, a changed review name is reported).
+//!   runs (a new protected name is taken away, a changed review name is reported);
+//! - **symbolic links** (neither protected nor named as build output): a link to a directory of
+//!   a writable path that the scan does not read (`crates/foo` → `target/foo`) is a way into an
+//!   unprotected tree by a path host tools take for source ([`Scan::ways_in`]: the launch is
+//!   refused; one made during the run is taken away by the warden);
+//! - **review files** ([`Scan::review_files`]): the warden watches each one's inode as well, so
+//!   that a write through a hard link made elsewhere (`ln src/build.rs target/b`) is named.
 //!
 //! The top of each writable path is read too (for a repository there), but its entries are the
 //! top-level rule's: the warden lists the top itself.
 //!
 //! What it costs: one `getdents` per directory and nothing per file (the entry's type comes with
-//! its name); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
+//! its name), and for a directory unchanged since the previous launch in the same writable
+//! paths only a `stat`: its listing is remembered (see the `memory` module for why that is as
+//! safe as listing it); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
 //! ([`SCAN_DEPTH`] levels, [`SCAN_DIRS`] directories) keeps a huge tree from delaying every
-//! launch without limit; what lies past it is listed in [`Scan::unread`] and said at launch.
+//! launch without limit; what lies past it is listed in [`Scan::unread`], said at launch, and
+//! made read-only for the launch ([`Scan::closed`], at most [`CLOSED_MOUNTS`] mounts): what the
+//! scan did not read is never writable and unprotected.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::top_level::Below;
 
+mod memory;
+
+pub use memory::Memory;
+
 /// How many levels below the top of a writable path are read.
 pub const SCAN_DEPTH: usize = 24;
-/// How many directories are read at most, over all writable paths.
+/// How many directories are read at most, over all writable paths, unless `[filesystem]
+/// scan_directories` says otherwise ([`crate::TopLevel::scan_directories`]).
 pub const SCAN_DIRS: usize = 20_000;
+/// How many read-only mounts at most cover what the scan did not read: past it, parents stand
+/// for their children (more is read-only than strictly needed, the mounts stay few).
+pub const CLOSED_MOUNTS: usize = 16;
+
+/// What a directory entry is, as its listing says (a symbolic link is not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Link,
+    /// Anything else (a file, a socket, ...).
+    Other,
+}
 
 /// What the scan found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,13 +76,42 @@ pub struct Scan {
     /// Repositories at and below the tops (not the `.git` at a top, which the git wall finds by
     /// itself, walking up).
     pub repositories: Vec<Repository>,
-    /// Directories not looked into: nothing below them is protected or watched.
+    /// Directories not looked into: nothing below them is protected or watched, so they are
+    /// read-only for the launch ([`Scan::closed`]).
     pub unread: Vec<Unread>,
+    /// What covers [`Scan::unread`] read-only: the unread directories, or (more than
+    /// [`CLOSED_MOUNTS`] of them) their parents. Also in [`Scan::protected`].
+    pub closed: Vec<PathBuf>,
     /// Build output not entered.
     pub skipped: Vec<PathBuf>,
     /// Directories below the tops holding files the rule reviews: the warden watches them for
     /// changes to existing files too (elsewhere, what is made is enough to know).
     pub reviewed: Vec<PathBuf>,
+    /// The files the rule reviews, at the tops and below: the warden watches each one's inode,
+    /// which reports a write by whatever path (a hard link in build output) reached it.
+    pub review_files: Vec<PathBuf>,
+    /// Symbolic links in the directories read (but those the rule protects or names as build
+    /// output): checked at launch ([`Scan::ways_in`]) and again by the warden at the end.
+    pub links: Vec<PathBuf>,
+    /// Links among [`Scan::links`] that lead to a directory of a writable path that the scan did
+    /// not read (build output, a repository's inside): a tool started there on the host would
+    /// read what the command wrote unwatched. The launch refuses them ([`way_in_refusal`]).
+    pub ways_in: Vec<WayIn>,
+    /// How many of the directories read were taken from the previous launch's memory (a
+    /// `stat` showed them unchanged) instead of listed.
+    pub recalled: usize,
+    /// What to remember for the next launch, when it differs from what was remembered: the
+    /// warden writes it, off the launch's path ([`Memory::write`]).
+    pub memory: Option<std::sync::Arc<Memory>>,
+}
+
+/// A symbolic link into a part of a writable path the scan does not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WayIn {
+    /// The link.
+    pub link: PathBuf,
+    /// The directory it leads to.
+    pub target: PathBuf,
 }
 
 /// A repository as git would find it.
@@ -81,8 +139,8 @@ pub struct Unread {
 pub enum Stop {
     /// It lies deeper than [`SCAN_DEPTH`].
     Depth,
-    /// [`SCAN_DIRS`] directories had been read.
-    Count,
+    /// This many directories had been read (the bound: [`SCAN_DIRS`] unless configured).
+    Count(usize),
     /// Listing it failed (permissions).
     Unreadable(std::io::ErrorKind),
 }
@@ -91,14 +149,14 @@ impl std::fmt::Display for Stop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Stop::Depth => write!(f, "deeper than {SCAN_DEPTH} levels"),
-            Stop::Count => write!(f, "past {SCAN_DIRS} directories"),
+            Stop::Count(bound) => write!(f, "past {bound} directories"),
             Stop::Unreadable(kind) => write!(f, "unreadable: {kind}"),
         }
     }
 }
 
 /// What one directory's entries say: the pure part of the scan.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Entries {
     /// The directory itself has git's shape.
     pub(crate) git_dir: bool,
@@ -110,8 +168,10 @@ pub(crate) struct Entries {
     pub(crate) enter: Vec<Vec<u8>>,
     /// Subdirectories not entered as build output.
     pub(crate) skip: Vec<Vec<u8>>,
-    /// Entries the rule reviews are there.
-    pub(crate) review: bool,
+    /// Names of the entries the rule reviews.
+    pub(crate) review: Vec<Vec<u8>>,
+    /// Names of symbolic links neither protected nor named as build output.
+    pub(crate) links: Vec<Vec<u8>>,
 }
 
 /// Sorts the entries of one directory as they are read, one at a time (a name is copied only
@@ -131,8 +191,8 @@ impl<'r> Classifier<'r> {
         Classifier { below, top, is_top, out: Entries::default(), shape: [false; 4] }
     }
 
-    /// One entry: its name, and whether it is a directory (not through a link).
-    pub(crate) fn add(&mut self, name: &[u8], dir: bool) {
+    /// One entry: its name, and what it is (not through a link).
+    pub(crate) fn add(&mut self, name: &[u8], kind: Kind) {
         match name {
             b"HEAD" => self.shape[0] = true,
             b"objects" => self.shape[1] = true,
@@ -145,7 +205,7 @@ impl<'r> Classifier<'r> {
             _ => {}
         }
         if self.below.reviews(name) {
-            self.out.review = true;
+            self.out.review.push(name.to_vec());
         }
         let protected = if self.is_top {
             self.top.protects(std::ffi::OsStr::from_bytes(name))
@@ -156,12 +216,17 @@ impl<'r> Classifier<'r> {
             if !self.is_top {
                 self.out.protect.push(name.to_vec());
             }
-        } else if dir {
+        } else if kind == Kind::Dir {
             if self.below.skips(name) {
                 self.out.skip.push(name.to_vec());
             } else {
                 self.out.enter.push(name.to_vec());
             }
+        } else if kind == Kind::Link
+            && !self.below.skips(name)
+            && !name.starts_with(crate::top_level::QUARANTINED_PREFIX.as_bytes())
+        {
+            self.out.links.push(name.to_vec());
         }
     }
 
@@ -178,7 +243,7 @@ impl<'r> Classifier<'r> {
 
 /// Reads the trees below `roots` (canonical directories; others are left out) under `rule`.
 pub fn scan(roots: &[PathBuf], rule: &crate::TopLevel) -> Scan {
-    scan_within(roots, rule, SCAN_DEPTH, SCAN_DIRS)
+    scan_within(roots, rule, SCAN_DEPTH, rule.scan_directories.unwrap_or(SCAN_DIRS))
 }
 
 /// [`scan`] with other bounds.
@@ -188,6 +253,17 @@ pub(crate) fn scan_within(
     max_depth: usize,
     max_dirs: usize,
 ) -> Scan {
+    scan_at(roots, rule, (max_depth, max_dirs), memory::now())
+}
+
+/// [`scan_within`] as if it began at `start` (seconds, nanoseconds since the epoch): what the
+/// memory counts as settled.
+pub(crate) fn scan_at(
+    roots: &[PathBuf],
+    rule: &crate::TopLevel,
+    (max_depth, max_dirs): (usize, usize),
+    start: (i64, i64),
+) -> Scan {
     let below = Below::new(rule);
     let mut out = Scan::default();
     // A writable path inside another is read as part of the outer one.
@@ -195,21 +271,59 @@ pub(crate) fn scan_within(
     tops.sort();
     tops.dedup_by(|inner, outer| inner.starts_with(outer));
     let mut todo: VecDeque<(PathBuf, usize)> = tops.iter().map(|t| ((*t).clone(), 0)).collect();
+    // The previous launch's memory of these trees, and what this one leaves for the next.
+    let mut all_roots = roots.to_vec();
+    all_roots.sort();
+    let place = rule.scan_memory.as_ref().map(|dir| {
+        let header = memory::header(&all_roots, rule, (max_depth, max_dirs));
+        (memory::file_for(dir, &all_roots), header)
+    });
+    let recall = place.as_ref().and_then(|(file, header)| memory::recall(file, header, start));
+    let mut changed = recall.is_none();
+    let mut recall = recall.unwrap_or_default();
+    let mut trusted = HashMap::new();
+    let mut records = Vec::new();
     let mut read = 0;
     while let Some((dir, depth)) = todo.pop_front() {
         if read == max_dirs {
-            out.unread.push(Unread { path: dir, why: Stop::Count });
-            out.unread.extend(todo.drain(..).map(|(path, _)| Unread { path, why: Stop::Count }));
+            let why = Stop::Count(max_dirs);
+            out.unread.push(Unread { path: dir, why });
+            out.unread.extend(todo.drain(..).map(|(path, _)| Unread { path, why }));
             break;
         }
         read += 1;
-        // (A top inside another writable path is that path's top too.)
-        let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
-        if let Err(e) = list(&dir, &mut |name, is_dir| sort.add(name, is_dir)) {
-            out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
-            continue;
-        }
-        let found = sort.finish();
+        let key = place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted));
+        let found = match recall.take(&dir, key.as_ref()) {
+            Some(entries) => {
+                out.recalled += 1;
+                entries
+            }
+            None => {
+                // (A top inside another writable path is that path's top too.)
+                let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
+                if let Err(e) = list(&dir, &mut |name, kind| sort.add(name, kind)) {
+                    out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
+                    continue;
+                }
+                let found = sort.finish();
+                // Remembered only when settled (see `memory`): one changed within the clock's
+                // tick before the scan is listed again next time.
+                changed |= key.is_some_and(|k| k.settled(start));
+                found
+            }
+        };
+        // (Kept in the memory for the next launch when settled, and read from there.)
+        let unsettled;
+        let found = match key.filter(|k| k.settled(start)) {
+            Some(key) => {
+                records.push((dir.clone(), memory::Record { key, entries: found }));
+                &records[records.len() - 1].1.entries
+            }
+            None => {
+                unsettled = found;
+                &unsettled
+            }
+        };
         if found.git_dir {
             out.repositories.push(Repository::GitDir(dir));
             continue;
@@ -218,7 +332,7 @@ pub(crate) fn scan_within(
             out.repositories.push(Repository::DotGit(dir.join(".git")));
         }
         if depth > 0 {
-            if found.review {
+            if !found.review.is_empty() {
                 out.reviewed.push(dir.clone());
             }
             out.dirs.push(dir.clone());
@@ -226,6 +340,8 @@ pub(crate) fn scan_within(
         let child = |n: &Vec<u8>| dir.join(std::ffi::OsStr::from_bytes(n));
         out.protected.extend(found.protect.iter().map(child));
         out.skipped.extend(found.skip.iter().map(child));
+        out.review_files.extend(found.review.iter().map(child));
+        out.links.extend(found.links.iter().map(child));
         for name in &found.enter {
             if depth < max_depth {
                 todo.push_back((child(name), depth + 1));
@@ -234,29 +350,165 @@ pub(crate) fn scan_within(
             }
         }
     }
+    if let Some((file, header)) = place.filter(|_| changed) {
+        out.memory = Some(std::sync::Arc::new(Memory::new(file, header, start, records)));
+    }
+    let tops: Vec<PathBuf> = tops.into_iter().cloned().collect();
+    out.closed = closed(&out.unread, &tops);
+    out.protected.extend(out.closed.iter().cloned());
+    if !out.links.is_empty() {
+        let read: HashSet<&Path> =
+            out.dirs.iter().chain(tops.iter()).map(PathBuf::as_path).collect();
+        let read_only = ReadOnly { rule, protected: &out.protected };
+        let ways_in = out
+            .links
+            .iter()
+            .filter_map(|link| {
+                let (target, kind) = leads_to(link)?;
+                let way_in = kind == Some(Kind::Dir)
+                    && leads_in(&target, kind, &tops, &|d| read.contains(d), &read_only, &below);
+                way_in.then(|| WayIn { link: link.clone(), target })
+            })
+            .collect();
+        out.ways_in = ways_in;
+    }
     out
 }
 
-/// Calls `f` with the name of every entry of `dir` and whether it is a directory (not following
-/// a symbolic link).
+/// The directories that cover `unread` read-only with at most [`CLOSED_MOUNTS`] mounts: the
+/// unread directories themselves, or, while there are too many, the deepest of them replaced by
+/// their parents (never above a top).
+fn closed(unread: &[Unread], tops: &[PathBuf]) -> Vec<PathBuf> {
+    let mut set: Vec<PathBuf> = unread.iter().map(|u| u.path.clone()).collect();
+    loop {
+        set.sort();
+        set.dedup_by(|inner, outer| inner.starts_with(&*outer));
+        if set.len() <= CLOSED_MOUNTS {
+            return set;
+        }
+        let deepest = set.iter().filter(|p| !tops.contains(p)).map(|p| p.components().count());
+        let Some(deepest) = deepest.max() else { return set };
+        for p in set.iter_mut() {
+            if p.components().count() == deepest
+                && let Some(parent) = p.parent()
+            {
+                *p = parent.to_path_buf();
+            }
+        }
+    }
+}
+
+/// What the launch makes read-only: a path below a protected entry (or a top-level one) cannot
+/// receive what a host tool would read.
+pub(crate) struct ReadOnly<'a> {
+    pub(crate) rule: &'a crate::TopLevel,
+    pub(crate) protected: &'a [PathBuf],
+}
+
+impl ReadOnly<'_> {
+    fn covers(&self, root: &Path, path: &Path) -> bool {
+        let first = path.strip_prefix(root).ok().and_then(|r| r.components().next());
+        // (`.git` is the git wall's: writable but for hooks and config with `git_writable`.)
+        let top =
+            first.is_some_and(|c| c.as_os_str() != ".git" && self.rule.protects(c.as_os_str()));
+        top || self.protected.iter().any(|p| path.starts_with(p))
+    }
+}
+
+/// Where the symbolic link `link` leads now: canonical as far as it exists, the rest as written
+/// (a target still to be made), and what is there (`None`: nothing yet). `None` when it cannot
+/// be read.
+pub(crate) fn leads_to(link: &Path) -> Option<(PathBuf, Option<Kind>)> {
+    if let Ok(target) = std::fs::canonicalize(link) {
+        let kind = if target.is_dir() { Kind::Dir } else { Kind::Other };
+        return Some((target, Some(kind)));
+    }
+    let text = std::fs::read_link(link).ok()?;
+    let written = link.parent()?.join(text);
+    // The longest part that exists, made canonical, and the rest appended as written.
+    let mut base = written.as_path();
+    while let Some(parent) = base.parent() {
+        base = parent;
+        if let Ok(real) = std::fs::canonicalize(base) {
+            let rest = written.strip_prefix(base).ok()?;
+            return Some((real.join(rest), None));
+        }
+    }
+    None
+}
+
+/// Whether a link leading to `target` (what is there: `kind`) opens a way into a part of a
+/// writable path (`tops`) that nobody watches (`read`: a directory read and watched): a
+/// directory not read; or something else (or nothing yet) where a directory could be made
+/// unwatched (its parent not read, or named as build output). A target outside every writable
+/// path, or one the launch makes read-only, is none.
+pub(crate) fn leads_in(
+    target: &Path,
+    kind: Option<Kind>,
+    tops: &[PathBuf],
+    read: &dyn Fn(&Path) -> bool,
+    read_only: &ReadOnly<'_>,
+    below: &Below,
+) -> bool {
+    let Some(root) =
+        tops.iter().filter(|t| target.starts_with(t)).max_by_key(|t| t.as_os_str().len())
+    else {
+        return false;
+    };
+    // `..` left in a target still to be made: where it ends is not known.
+    let unknown = target.components().any(|c| c == std::path::Component::ParentDir);
+    if target == root || (!unknown && read_only.covers(root, target)) {
+        return false;
+    }
+    match kind {
+        Some(Kind::Dir) => !read(target),
+        _ => {
+            let name = target.file_name().map(OsStrExt::as_bytes);
+            unknown || !target.parent().is_some_and(read) || name.is_none_or(|n| below.skips(n))
+        }
+    }
+}
+
+/// Why a launch refuses a link the scan found ([`Scan::ways_in`]), with the way out.
+pub fn way_in_refusal(w: &WayIn) -> String {
+    format!(
+        "{} is a symbolic link to {}, which the scan of the writable paths does not read (build \
+         output): a tool started in the link on the host would run or obey files the command \
+         wrote there unwatched. Replace the link with the directory, or move the directory out \
+         of the build output, or name the link like build output, or use a tier without \
+         writable paths here",
+        w.link.display(),
+        w.target.display()
+    )
+}
+
+/// Calls `f` with the name of every entry of `dir` and what it is (not following a symbolic
+/// link).
 #[cfg(target_os = "linux")]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> std::io::Result<()> {
+fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     crate::linux::each_entry_of(dir, f)
 }
 
 /// (See the Linux one.)
 #[cfg(not(target_os = "linux"))]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> std::io::Result<()> {
+fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
-        f(e.file_name().as_bytes(), e.file_type().is_ok_and(|t| t.is_dir()));
+        let kind = match e.file_type() {
+            Ok(t) if t.is_dir() => Kind::Dir,
+            Ok(t) if t.is_symlink() => Kind::Link,
+            _ => Kind::Other,
+        };
+        f(e.file_name().as_bytes(), kind);
     }
     Ok(())
 }
 
 /// The line a launch prints when the scan stopped early: how many directories it did not look
-/// into and the first few (`explain` lists them all), or `None` when it read everything.
-pub fn unread_notice(unread: &[Unread], shown: usize) -> Option<String> {
+/// into, the first `shown` (`explain` lists them all), what is read-only for that, and the way
+/// to raise the bound; `None` when it read everything.
+pub fn unread_notice(scan: &Scan, shown: usize) -> Option<String> {
+    let unread = &scan.unread;
     unread.first()?;
     let mut why: Vec<String> = Vec::new();
     for u in unread {
@@ -265,18 +517,34 @@ pub fn unread_notice(unread: &[Unread], shown: usize) -> Option<String> {
             why.push(w);
         }
     }
-    let names: Vec<String> =
-        unread.iter().take(shown).map(|u| u.path.display().to_string()).collect();
-    let more = unread.len().saturating_sub(shown);
-    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let list = |paths: &mut dyn Iterator<Item = &Path>, len: usize| {
+        let names: Vec<String> = paths.take(shown).map(|p| p.display().to_string()).collect();
+        let more = len.saturating_sub(shown);
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+        format!("{}{tail}", names.join(", "))
+    };
+    let unread_paths = list(&mut unread.iter().map(|u| u.path.as_path()), unread.len());
+    let closed = &scan.closed;
+    let read_only = if closed.len() == unread.len() {
+        "they are read-only for this launch".to_owned()
+    } else {
+        format!(
+            "read-only for this launch: {}",
+            list(&mut closed.iter().map(PathBuf::as_path), closed.len())
+        )
+    };
+    let raise = if unread.iter().any(|u| matches!(u.why, Stop::Count(_))) {
+        "raise `[filesystem] scan_directories`, or launch in a smaller directory"
+    } else {
+        "launch in a smaller directory"
+    };
     Some(format!(
-        "the scan of the writable paths did not look into {} director{} ({}): {}{tail}; \
-         repositories and tool files there are not protected, and new ones there are not taken \
-         away (`sandgate explain --tier build` lists them all; launch in a smaller directory)",
+        "the scan of the writable paths did not look into {} director{} ({}): {unread_paths}; \
+         repositories and tool files there cannot be protected, so {read_only} (`sandgate \
+         explain --tier build` lists them all; {raise})",
         unread.len(),
         if unread.len() == 1 { "y" } else { "ies" },
         why.join("; "),
-        names.join(", "),
     ))
 }
 

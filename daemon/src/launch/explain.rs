@@ -46,7 +46,8 @@ impl Explanation {
             "scan": {
                 "directories_read": spec.scan.dirs.len() + spec.writable.len(),
                 "bounds": { "depth": sandgate_sandbox::tree::SCAN_DEPTH,
-                            "directories": sandgate_sandbox::tree::SCAN_DIRS },
+                            "directories": spec.top_level.as_ref().and_then(|t| t.scan_directories)
+                                .unwrap_or(sandgate_sandbox::tree::SCAN_DIRS) },
                 "not_looked_into": spec.scan.unread.iter()
                     .map(|u| serde_json::json!({ "path": u.path, "why": u.why.to_string() }))
                     .collect::<Vec<_>>(),
@@ -119,13 +120,13 @@ impl Explanation {
                  repositories, {} build output directories not entered",
                 scan.dirs.len() + spec.writable.len(),
                 sandgate_sandbox::tree::SCAN_DEPTH,
-                sandgate_sandbox::tree::SCAN_DIRS,
+                t.scan_directories.unwrap_or(sandgate_sandbox::tree::SCAN_DIRS),
                 scan.repositories.len(),
                 scan.skipped.len()
             ));
             if !scan.unread.is_empty() {
                 out.push(format!(
-                    "  not looked into ({}; nothing there is protected):",
+                    "  not looked into ({}; read-only for the launch):",
                     scan.unread.len()
                 ));
                 out.extend(

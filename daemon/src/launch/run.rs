@@ -72,7 +72,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> Result<u8, LaunchError> {
     }
     spec.caches = layers.caches.clone();
     spec.hidden.extend(layers.hidden.iter().cloned());
-    if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan.unread, 5) {
+    if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan, 5) {
         eprintln!("sandgate: {notice}");
     }
     sandgate_sandbox::timing_mark("spec built");

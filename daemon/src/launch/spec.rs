@@ -173,6 +173,9 @@ pub(super) fn spec_and_removed(
         &sandgate_sandbox::gitwall::outer_config(&ctx.env),
         &scan.repositories,
     );
+    if let Some(way_in) = scan.ways_in.first() {
+        return Err(LaunchError::WayIn { why: sandgate_sandbox::tree::way_in_refusal(way_in) });
+    }
     if let Some(link) = git.links.first() {
         return Err(LaunchError::GitLink { link: link.clone() });
     }
@@ -310,6 +313,8 @@ fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLeve
         skip: names(ToolFileKind::Skip),
         quarantine: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("quarantine")),
         placeholders: Vec::new(),
+        scan_directories: policy.fs.scan_directories,
+        scan_memory: ctx.data_home.as_ref().map(|d| d.join("sandgate").join("scan")),
     }
 }
 
@@ -407,6 +412,7 @@ mod tests {
                 readable_home: vec![],
                 writable_dotfiles: vec![".venv".into()],
                 caches: Default::default(),
+                scan_directories: None,
             },
             net: NetworkPolicy::new(tier, net, vec![], vec![]),
             env_pass: vec!["KEEP_TOKEN".into()],

@@ -58,14 +58,15 @@ use crate::{SandboxError, SetupStep};
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 
 /// Calls `f` with the name of every entry of the directory `dir` (not itself a symbolic link)
-/// and whether it is a directory, from one `getdents64` buffer (see `tree`).
-pub(crate) fn each_entry_of(dir: &Path, f: &mut dyn FnMut(&[u8], bool)) -> io::Result<()> {
+/// and what it is (not following a symbolic link).
+pub(crate) fn each_entry_of(
+    dir: &Path,
+    f: &mut dyn FnMut(&[u8], crate::tree::Kind),
+) -> io::Result<()> {
     let fd = sys::open_dir_at(libc::AT_FDCWD, dir.as_os_str())?;
     sys::each_entry(fd.as_raw_fd(), |name, kind| {
-        let is_dir = kind.unwrap_or_else(|| {
-            sys::is_dir_at(fd.as_raw_fd(), OsStr::from_bytes(name)).unwrap_or(false)
-        });
-        f(name, is_dir);
+        let kind = kind.or_else(|| sys::kind_at(fd.as_raw_fd(), OsStr::from_bytes(name)));
+        f(name, kind.unwrap_or(crate::tree::Kind::Other));
     })
 }
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};

@@ -35,6 +35,8 @@ use nix::sys::signal::{SigHandler, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
+use crate::tree::Kind;
+
 /// `struct mount_attr` of `mount_setattr(2)`.
 #[repr(C)]
 struct MountAttr {
@@ -923,10 +925,10 @@ pub fn open_dir_at(dir: RawFd, name: &OsStr) -> io::Result<OwnedFd> {
 }
 
 /// Calls `f` with the name of every entry of the directory open at `dir` but `.` and `..`, and
-/// whether it is a directory (`None`: the filesystem does not say; see [`is_dir_at`]), read with
+/// what it is (`None`: the filesystem does not say; see [`kind_at`]), read with
 /// `getdents64` into one buffer: no allocation and no `stat` per entry (a big checkout has a
 /// hundred thousand).
-pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<bool>)) -> io::Result<()> {
+pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
     // One buffer per thread, made once: zeroing 64 KiB for each of a big tree's thousands of
     // directories cost more than reading them.
     thread_local! {
@@ -949,7 +951,7 @@ pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<bool>)) -> io::Res
 fn each_entry_in(
     dir: RawFd,
     buf: &mut [u8],
-    f: &mut impl FnMut(&[u8], Option<bool>),
+    f: &mut impl FnMut(&[u8], Option<Kind>),
 ) -> io::Result<()> {
     loop {
         // SAFETY: the buffer is writable for its whole length, which is passed with it.
@@ -970,9 +972,10 @@ fn each_entry_in(
             let name = &buf[at + 19..at + reclen];
             let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
             let kind = match buf[at + 18] {
-                libc::DT_DIR => Some(true),
+                libc::DT_DIR => Some(Kind::Dir),
+                libc::DT_LNK => Some(Kind::Link),
                 libc::DT_UNKNOWN => None,
-                _ => Some(false),
+                _ => Some(Kind::Other),
             };
             if name != b"." && name != b".." {
                 f(name, kind);
@@ -980,6 +983,22 @@ fn each_entry_in(
             at += reclen;
         }
     }
+}
+
+/// What the entry `name` of the directory open at `dir` is (not following a symbolic link);
+/// `None` when it is not there.
+pub fn kind_at(dir: RawFd, name: &OsStr) -> Option<Kind> {
+    let name = cstr(name).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a NUL-terminated name and a buffer of the size `fstatat` writes.
+    let r =
+        unsafe { libc::fstatat(dir, name.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    // SAFETY: filled in by the successful call.
+    (r == 0).then(|| match unsafe { st.assume_init() }.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFLNK => Kind::Link,
+        _ => Kind::Other,
+    })
 }
 
 /// Whether the entry `name` of the directory open at `dir` is a directory (not following a

@@ -58,7 +58,7 @@ use super::placeholder::Placeholder;
 use super::sys;
 use crate::TopLevel;
 use crate::top_level::{Below, QUARANTINED_PREFIX};
-use crate::tree::{Repository, Scan};
+use crate::tree::{Kind, ReadOnly, Repository, Scan};
 
 /// One watched top and what was at its top at launch.
 #[derive(Debug)]
@@ -89,9 +89,30 @@ pub struct Warden {
     /// Entries below the tops that were there at launch (the scan's protected entries and
     /// repositories, placeholders made for the launch): never taken away.
     known: HashSet<PathBuf>,
-    /// Directories the launch's scan did not read: not read by a sweep either (what is there
-    /// was never protected).
+    /// Directories the launch's scan did not read: not read by a sweep either (they are
+    /// read-only for the launch).
     unread: Vec<PathBuf>,
+    /// What the launch made read-only below the tops (the scan's protected entries): a link
+    /// leading there opens no way in.
+    read_only: Vec<PathBuf>,
+    /// Review files watched by their inode (watch descriptor: the path): a write by any path
+    /// (a hard link made in build output) is reported under this name.
+    files: HashMap<i32, PathBuf>,
+    /// Symbolic links there at launch (the scan's): judged as the launch judged them, and again
+    /// at the end.
+    known_links: HashSet<PathBuf>,
+    /// Symbolic links left in place (there at launch, or made during the run and leading
+    /// nowhere unwatched then): judged again on the last sweep, when the command can no longer
+    /// change where they lead.
+    links: BTreeSet<PathBuf>,
+    /// Watches on the directories of unwatched build output on the way to where a link there at
+    /// launch leads (a build artifact, or nothing yet): an entry made there (the artifact made
+    /// a directory) judges the links again at once, not only on the last sweep.
+    guards: HashMap<i32, PathBuf>,
+    /// Where those links lead.
+    guarded: Vec<PathBuf>,
+    /// The scan's memory for the next launch, written by the warden process once it runs.
+    memory: Option<std::sync::Arc<crate::tree::Memory>>,
     taken: usize,
     changes: BTreeSet<Change>,
     /// Events were lost (the queue overflowed, a directory could not be watched): the last
@@ -123,6 +144,10 @@ const EVENTS_NEW: u32 = libc::IN_CREATE
 /// For a top, and a directory holding files the rule reviews: also their writes (closed after
 /// writing), changes of metadata (`chmod +x`) and removals.
 const EVENTS: u32 = EVENTS_NEW | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DELETE;
+
+/// For a review file itself (its inode, whatever path reaches it): writes and changes of
+/// metadata (a new hard link to it counts too).
+const FILE_EVENTS: u32 = libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DONT_FOLLOW;
 
 /// One inotify event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,6 +235,13 @@ impl Warden {
             watches: HashMap::new(),
             known: scan.protected.iter().cloned().collect(),
             unread: scan.unread.iter().map(|u| u.path.clone()).collect(),
+            read_only: scan.protected.clone(),
+            files: HashMap::new(),
+            known_links: scan.links.iter().cloned().collect(),
+            links: scan.links.iter().cloned().collect(),
+            guards: HashMap::new(),
+            guarded: Vec::new(),
+            memory: scan.memory.clone(),
             taken: 0,
             changes: BTreeSet::new(),
             lost: false,
@@ -242,6 +274,17 @@ impl Warden {
                     w.watches.insert(wd, (dir.clone(), false));
                 }
                 // Gone since the scan: nothing to watch.
+                Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+                Some(Err(_)) => failed += 1,
+                None => {}
+            }
+        }
+        w.guard_links();
+        for file in &scan.review_files {
+            match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS)) {
+                Some(Ok(wd)) => {
+                    w.files.insert(wd, file.clone());
+                }
                 Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
                 Some(Err(_)) => failed += 1,
                 None => {}
@@ -341,6 +384,10 @@ impl Warden {
         if self.lost {
             self.sweep_below();
         }
+        if all {
+            let links: Vec<PathBuf> = std::mem::take(&mut self.links).into_iter().collect();
+            self.check_links(links);
+        }
         self.taken - before
     }
 
@@ -362,6 +409,8 @@ impl Warden {
     /// files noted. Whether an entry appeared at a top (to be listed).
     fn handle(&mut self, events: &[Event]) -> bool {
         let mut top = false;
+        // An entry made on the way to where a link there at launch leads: judge them again.
+        let mut relink = false;
         for ev in events {
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 self.lost = true;
@@ -369,16 +418,38 @@ impl Warden {
             }
             if ev.mask & libc::IN_IGNORED != 0 {
                 self.watches.remove(&ev.wd);
+                self.files.remove(&ev.wd);
+                self.guards.remove(&ev.wd);
+                continue;
+            }
+            if self.guards.contains_key(&ev.wd) {
+                relink = true;
+                continue;
+            }
+            if let Some(file) = self.files.get(&ev.wd) {
+                let file = file.clone();
+                self.changed(&file, false);
                 continue;
             }
             let Some((dir, is_top)) = self.watches.get(&ev.wd) else { continue };
             if ev.name.is_empty() {
                 continue;
             }
-            let is_top = *is_top;
+            let (dir, is_top) = (dir.clone(), *is_top);
             let name = OsStr::from_bytes(&ev.name);
             let is_dir = ev.mask & libc::IN_ISDIR != 0;
             let new = ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
+            // A new entry that may be a symbolic link (inotify does not say): one `lstat` for
+            // each new file in a watched directory (build output is not watched).
+            let protected =
+                if is_top { self.rule.protects(name) } else { self.below.protects(&ev.name) };
+            let quarantined = ev.name.starts_with(QUARANTINED_PREFIX.as_bytes());
+            if new && !is_dir && !protected && !quarantined && !self.below.skips(&ev.name) {
+                let path = dir.join(name);
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    self.check_links(vec![path]);
+                }
+            }
             // The common case, a build's plain new file: nothing to do, nothing allocated.
             let matters = is_dir
                 || (new && (is_top || self.below.protects(&ev.name) || shapes_git(&ev.name)))
@@ -386,8 +457,10 @@ impl Warden {
             if !matters {
                 continue;
             }
-            let dir = dir.clone();
             let path = dir.join(name);
+            if is_dir && self.guarded.iter().any(|g| g.starts_with(&path)) {
+                relink = true;
+            }
             if is_dir && ev.mask & libc::IN_MOVED_FROM != 0 {
                 self.unwatch_below(&path);
                 // A directory is there again at once: an exchange (`renameat2(RENAME_EXCHANGE)`,
@@ -415,7 +488,58 @@ impl Warden {
                 self.watch_new(&path);
             }
         }
+        if relink {
+            let links: Vec<PathBuf> = std::mem::take(&mut self.links).into_iter().collect();
+            self.check_links(links);
+            self.guard_links();
+        }
         top
+    }
+
+    /// Watches the directories of unwatched build output on the way to where each link there
+    /// at launch leads when that is not a directory (a build artifact, nothing yet): the
+    /// command making it a directory, or swapping a directory on the way, wakes the warden,
+    /// which judges the links again. Directories already guarded are left as they are.
+    fn guard_links(&mut self) {
+        let Some(fd) = self.raw_fd() else { return };
+        let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
+        let mut on_the_way = Vec::new();
+        self.guarded.clear();
+        for link in self.links.iter().filter(|l| self.known_links.contains(*l)) {
+            let Some((target, kind)) = crate::tree::leads_to(link) else { continue };
+            let Some(top) = tops.iter().find(|t| target.starts_with(t)) else { continue };
+            if kind == Some(Kind::Dir) {
+                continue; // (judged already: one not watched was refused or taken away)
+            }
+            on_the_way.extend(
+                target
+                    .ancestors()
+                    .skip(1)
+                    .take_while(|a| a.starts_with(top) && *a != top.as_path())
+                    .map(Path::to_path_buf),
+            );
+            self.guarded.push(target);
+        }
+        // Made again from where the paths lead now (a guarded directory renamed away keeps its
+        // watch under its old name).
+        for wd in std::mem::take(&mut self.guards).into_keys() {
+            sys::inotify_unwatch(fd, wd);
+        }
+        if on_the_way.is_empty() {
+            return;
+        }
+        let watched: HashSet<PathBuf> = self.watches.values().map(|(p, _)| p.clone()).collect();
+        for dir in on_the_way {
+            if watched.contains(&dir) || !dir.is_dir() {
+                continue;
+            }
+            match sys::inotify_watch(fd, &dir, EVENTS_NEW) {
+                Ok(wd) => {
+                    self.guards.insert(wd, dir);
+                }
+                Err(_) => self.lost = true,
+            }
+        }
     }
 
     /// Watches the new directory `path` and every directory below it, and handles what was
@@ -435,6 +559,8 @@ impl Warden {
             self.lost = true;
         }
         let mut todo = vec![start];
+        // Judged once the walk is done: a link to a directory the walk has yet to watch.
+        let mut links = Vec::new();
         while let Some(dir) = todo.pop() {
             if self.unread.iter().any(|u| dir.starts_with(u)) {
                 continue; // never read at launch: what is there was never protected
@@ -454,7 +580,7 @@ impl Warden {
                     None => {}
                 }
             }
-            let mut names: Vec<(Vec<u8>, Option<bool>)> = Vec::new();
+            let mut names: Vec<(Vec<u8>, Option<Kind>)> = Vec::new();
             if sys::each_entry(fd.as_raw_fd(), |n, kind| names.push((n.to_vec(), kind))).is_err() {
                 continue;
             }
@@ -465,8 +591,8 @@ impl Warden {
             let mut reviewed = Vec::new();
             for (name, kind) in &names {
                 let name_os = OsStr::from_bytes(name);
-                let is_dir = kind.or_else(|| sys::is_dir_at(fd.as_raw_fd(), name_os));
-                sort.add(name, is_dir.unwrap_or(false));
+                let kind = kind.or_else(|| sys::kind_at(fd.as_raw_fd(), name_os));
+                sort.add(name, kind.unwrap_or(Kind::Other));
                 if new && !is_top && self.below.reviews(name) {
                     reviewed.push(dir.join(name_os));
                 }
@@ -475,6 +601,7 @@ impl Warden {
             for p in reviewed {
                 self.changed(&p, false);
             }
+            links.extend(found.links.iter().map(|n| dir.join(OsStr::from_bytes(n))));
             if is_top {
                 // (Its entries are the top-level rule's; a top that is a repository is one.)
                 if !found.git_dir {
@@ -498,6 +625,41 @@ impl Warden {
                 }
             }
             todo.extend(found.enter.iter().map(|n| dir.join(OsStr::from_bytes(n))));
+        }
+        self.check_links(links);
+    }
+
+    /// Judges the symbolic links `links` (in watched directories): one that leads into a part of
+    /// a writable path that nobody watches is taken away (see [`crate::tree::leads_in`]); the
+    /// rest are kept for the last sweep. A link there at launch is judged as the launch judged
+    /// it (only a directory it leads to counts: a link to a build artifact stays); a new one
+    /// also when it leads to a file or to nothing yet there, where a directory could be made.
+    fn check_links(&mut self, links: Vec<PathBuf>) {
+        if links.is_empty() {
+            return;
+        }
+        let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
+        // (A walk over the watches for each question: links are few, the watches many.)
+        let watches = &self.watches;
+        let watched =
+            |d: &Path| tops.iter().any(|t| t == d) || watches.values().any(|(p, _)| p == d);
+        let mut take = Vec::new();
+        for link in links {
+            let Some((target, kind)) = crate::tree::leads_to(&link) else { continue };
+            let strict = !self.known_links.contains(&link);
+            let read_only = ReadOnly { rule: &self.rule, protected: &self.read_only };
+            let way_in = (strict || kind == Some(Kind::Dir))
+                && crate::tree::leads_in(&target, kind, &tops, &watched, &read_only, &self.below);
+            if way_in {
+                take.push(link);
+            } else {
+                self.links.insert(link);
+            }
+        }
+        for link in take {
+            let (Some(dir), Some(name)) = (link.parent(), link.file_name()) else { continue };
+            self.links.remove(&link);
+            self.take_away_as(dir, name, Some(Why::Link));
         }
     }
 
@@ -610,6 +772,11 @@ impl Warden {
     /// directory the caller may not move) renamed in place to a name no tool reads. `dir` is
     /// opened as [`Warden::open_below`] does: the entry moved is the one in that directory.
     fn take_away(&mut self, dir: &Path, name: &OsStr) {
+        self.take_away_as(dir, name, None);
+    }
+
+    /// [`Warden::take_away`], saying `why` when it is not the entry's name.
+    fn take_away_as(&mut self, dir: &Path, name: &OsStr, why: Option<Why>) {
         let from = dir.join(name);
         let Some(dir_fd) = self.open_below(dir) else { return };
         let Some(is_dir) = sys::is_dir_at(dir_fd.as_raw_fd(), name) else { return };
@@ -660,7 +827,14 @@ impl Warden {
                 "To let builds write it: [filesystem] writable_dotfiles = [{:?}]",
                 name.as_bytes().escape_ascii().to_string()
             );
-            let (what, fix) = if name == "HEAD" && git_shaped_but_head(dir) {
+            let (what, fix) = if let Some(Why::Link) = why {
+                (
+                    "a symbolic link in a writable directory leading into build output that \
+                     nobody watches: a tool started in it on the host would run or obey what \
+                     the command wrote there",
+                    "Make the link on the host if you want it".to_owned(),
+                )
+            } else if name == "HEAD" && git_shaped_but_head(dir) {
                 (
                     "a directory made into a git repository in a writable directory, whose hooks \
                      and config the host's git would run; without HEAD it is none",
@@ -690,6 +864,13 @@ impl Warden {
             let _ = io::Write::write_all(&mut io::stderr(), msg.as_bytes());
         }
     }
+}
+
+/// Why an entry is taken away, when its name does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// A symbolic link into a part of a writable path nobody watches.
+    Link,
 }
 
 /// The warden's report to the launcher: one line per change (`t` taken away, `c` changed, then
@@ -786,6 +967,11 @@ pub fn start(
             let watch = warden.as_ref().and_then(|w| w.raw_fd());
             keep.extend(watch);
             sys::close_all_except(&keep);
+            // The scan's memory for the next launch: written here, beside the sandbox's start,
+            // not before it (a failure only costs the next launch a full scan).
+            if let Some(memory) = warden.as_ref().and_then(|w| w.memory.as_ref()) {
+                let _ = memory.write();
+            }
             let mut warden = warden;
             loop {
                 let mut fds = [
@@ -835,6 +1021,8 @@ mod tests {
             skip: vec!["target".into(), "node_modules".into()],
             quarantine,
             placeholders: vec![PathBuf::from("/nonexistent/.bashrc")],
+            scan_directories: None,
+            scan_memory: None,
         }
     }
 
@@ -1125,6 +1313,127 @@ mod tests {
         assert_eq!(w.sweep_everything(), 2);
         assert!(!root.join("a/b/.envrc").exists() && !root.join("c/d/.cargo").exists());
         assert!(root.join("a/.envrc").exists(), "there at launch");
+    }
+
+    /// Issue 31, third round: a symbolic link made during the run from a watched directory into
+    /// build output (a directory, a file that could become one, nothing yet) is taken away,
+    /// whether made there, moved in, or in a directory moved in; a link to a watched directory,
+    /// and a link inside build output, stay. Control: the same link to a watched directory is
+    /// kept, and the taken one did lead to the planted file.
+    #[test]
+    fn links_into_build_output_made_during_the_run_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["crates/a", "src/a", "target/foo", "target/t"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("target/app"), "x").unwrap();
+        let mut w = warden(&rule(None), "sg-k", &root);
+        std::fs::write(root.join("target/foo/.envrc"), "planted in build output").unwrap();
+        let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        link("../target/foo", "crates/foo");
+        // Control: before the warden's turn, the link leads to the planted file.
+        assert!(root.join("crates/foo/.envrc").exists());
+        link("../target/app", "crates/app");
+        link("../target/later", "crates/later");
+        link("target/foo", "top");
+        link("../src/a", "crates/src");
+        link("../../src", "target/t/back"); // inside build output: not watched, not the class
+        let absolute = root.join("target/foo");
+        link(absolute.to_str().unwrap(), "target/t/in");
+        std::fs::rename(root.join("target/t/in"), root.join("src/moved")).unwrap();
+        std::fs::create_dir_all(root.join("target/m")).unwrap();
+        link("../../target/foo", "target/m/x"); // (from where it is moved to)
+        std::fs::rename(root.join("target/m"), root.join("src/m")).unwrap();
+        w.sweep();
+        for gone in ["crates/foo", "crates/app", "crates/later", "top", "src/moved", "src/m/x"] {
+            assert!(std::fs::symlink_metadata(root.join(gone)).is_err(), "{gone} stayed");
+        }
+        for kept in ["crates/src", "target/t/back"] {
+            assert!(std::fs::symlink_metadata(root.join(kept)).is_ok(), "{kept} went");
+        }
+        assert!(w.changes().iter().any(|c| c.path == Path::new("crates/foo") && c.taken));
+    }
+
+    /// A link there at launch to a build artifact (a file) or to nothing yet stays; when the
+    /// command makes its target a directory, the warden takes the link away at once (it watches
+    /// the build output on the way there), and the last sweep judges it again anyway. Control:
+    /// a link left leading to a file stays.
+    #[test]
+    fn a_link_there_at_launch_is_judged_again_when_its_target_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("target/release")).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("target/release/app"), "x").unwrap();
+        std::fs::write(root.join("target/tool"), "x").unwrap();
+        for (to, at) in [
+            ("../target/release/app", "bin/app"),
+            ("../target/tool", "bin/tool"),
+            ("../target/later/x", "bin/later"),
+        ] {
+            std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        }
+        let mut w = warden(&rule(None), "sg-e", &root);
+        assert_eq!(w.sweep_with(false), 0, "a link to an artifact, or to nothing yet, stays");
+        std::fs::remove_file(root.join("target/release/app")).unwrap();
+        std::fs::create_dir(root.join("target/release/app")).unwrap();
+        std::fs::write(root.join("target/release/app/.envrc"), "planted").unwrap();
+        assert_eq!(w.sweep_with(false), 1, "during the run");
+        assert!(std::fs::symlink_metadata(root.join("bin/app")).is_err());
+        // Nothing there yet, made step by step: each step is watched in turn.
+        std::fs::create_dir(root.join("target/later")).unwrap();
+        assert_eq!(w.sweep_with(false), 0);
+        std::fs::create_dir(root.join("target/later/x")).unwrap();
+        assert_eq!(w.sweep_with(false), 1);
+        assert!(std::fs::symlink_metadata(root.join("bin/later")).is_err());
+        // A directory on the way swapped for another, step by step: watched in turn.
+        std::fs::rename(root.join("target"), root.join("old")).unwrap();
+        // (`old` is no build output: read, and the `.envrc` planted above goes.)
+        assert_eq!(w.sweep_with(false), 1);
+        std::fs::create_dir(root.join("target")).unwrap();
+        assert_eq!(w.sweep_with(false), 0);
+        assert!(std::fs::symlink_metadata(root.join("bin/tool")).is_ok(), "control: dangling");
+        std::fs::create_dir(root.join("target/tool")).unwrap();
+        assert_eq!(w.sweep_with(false), 1);
+        assert!(std::fs::symlink_metadata(root.join("bin/tool")).is_err());
+        assert!(std::fs::symlink_metadata(root.join("old/tool")).is_ok(), "still a file there");
+    }
+
+    /// Issue 31, third round: build code rewritten through a hard link made in build output
+    /// (`ln src/build.rs target/b`, then a write to `target/b`) is named: the review file's own
+    /// inode is watched. Control: with the directories' watches alone, nothing is named.
+    #[test]
+    fn a_write_through_a_hard_link_names_the_review_file() {
+        for inode_watch in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            std::fs::create_dir_all(root.join("src")).unwrap();
+            std::fs::create_dir_all(root.join("target")).unwrap();
+            std::fs::write(root.join("src/build.rs"), "fn main() {}").unwrap();
+            std::fs::write(root.join("Makefile"), "all:").unwrap();
+            let mut w = warden(&rule(None), "sg-h", &root);
+            if !inode_watch {
+                let fd = w.raw_fd().unwrap();
+                for wd in std::mem::take(&mut w.files).into_keys() {
+                    sys::inotify_unwatch(fd, wd);
+                }
+            }
+            std::fs::hard_link(root.join("src/build.rs"), root.join("target/b")).unwrap();
+            std::fs::hard_link(root.join("Makefile"), root.join("target/m")).unwrap();
+            w.sweep();
+            w.changes.clear(); // (the new links themselves change the files' link counts)
+            std::fs::write(root.join("target/b"), "fn main() { evil() }").unwrap();
+            std::fs::write(root.join("target/m"), "all: evil").unwrap();
+            w.sweep();
+            let named: Vec<String> =
+                w.changes().iter().map(|c| c.path.display().to_string()).collect();
+            if inode_watch {
+                assert_eq!(named, ["Makefile", "src/build.rs"]);
+            } else {
+                assert!(named.is_empty(), "control: {named:?}");
+            }
+        }
     }
 
     #[test]

@@ -290,9 +290,10 @@ fn repositories_made_during_the_run_run_nothing(s: &Scratch) {
     assert!(marker.exists(), "control: {out}");
 }
 
-/// A repository below the scan's depth bound is not protected, and the launch says so, once, and
-/// `explain` lists it; one within the bound is protected. Control for the notice: a launch in a
-/// shallow tree says nothing of the kind.
+/// A repository below the scan's depth bound cannot be protected: what the scan did not read is
+/// read-only for the launch, the launch says so, once, and `explain` lists it; one within the
+/// bound is protected. Controls: a launch in a shallow tree says nothing of the kind, and a plain
+/// file within the bound is written where the same write past it is refused.
 fn a_tree_past_the_scan_bound_is_named(s: &Scratch) {
     let (_, shallow) = attack(s, &s.proj, "true");
     assert!(!shallow.contains("did not look into"), "{shallow}");
@@ -307,17 +308,23 @@ fn a_tree_past_the_scan_bound_is_named(s: &Scratch) {
     }
     let hook = |dir: &Path| s.proj.join(dir).join(".git/hooks/pre-commit");
     let script = format!(
-        "echo x > {} 2>/dev/null && echo WROTE-WITHIN; echo x > {} && echo WROTE-DEEP",
+        "echo x > {} 2>/dev/null && echo WROTE-WITHIN; echo x > {} 2>/dev/null && echo WROTE-DEEP; \
+         echo x > {} && echo WROTE-PLAIN-WITHIN; echo x > {} 2>/dev/null && echo WROTE-PLAIN-DEEP",
         p(&hook(&within)),
-        p(&hook(&deep))
+        p(&hook(&deep)),
+        p(&s.proj.join(&within).join("plain")),
+        p(&s.proj.join(&deep).join("plain")),
     );
     let (stdout, stderr) = attack(s, &s.proj, &script);
     assert!(!stdout.contains("WROTE-WITHIN"), "within the bound: {stdout}");
-    assert!(stdout.contains("WROTE-DEEP"), "past the bound (the documented gap): {stdout}");
+    assert!(!stdout.contains("WROTE-DEEP"), "past the bound: {stdout}");
+    assert!(stdout.contains("WROTE-PLAIN-WITHIN"), "control: {stdout}{stderr}");
+    assert!(!stdout.contains("WROTE-PLAIN-DEEP"), "past the bound, read-only: {stdout}");
     let notices: Vec<&str> = stderr.lines().filter(|l| l.contains("did not look into")).collect();
     assert_eq!(notices.len(), 1, "once: {stderr}");
     let unread: PathBuf = (0..25).map(|i| format!("d{i}")).collect();
     assert!(notices[0].contains(p(&unread)), "the directory is named: {}", notices[0]);
+    assert!(notices[0].contains("read-only for this launch"), "{}", notices[0]);
     let out = s
         .program(&sandgate_tests::sandgate_bin())
         .args(["explain", "--tier", "build"])
@@ -328,6 +335,156 @@ fn a_tree_past_the_scan_bound_is_named(s: &Scratch) {
     assert!(explained.contains(p(&unread)), "{explained}");
 }
 
+/// Issue 31, third round: a flood of directories made in one run makes the next launch's scan
+/// stop early; what it did not read is read-only for that launch (in a few mounts), so a
+/// repository past the bound runs nothing planted, and the launch names the key that raises the
+/// bound. Control: with the bound raised, the same plain write there succeeds.
+fn a_flood_of_directories_leaves_nothing_writable_and_unprotected(s: &Scratch) {
+    std::fs::create_dir_all(s.proj.join("deep/er/repo")).unwrap();
+    chown(s, &s.proj);
+    host_git_ok(s, &s.proj.join("deep/er/repo"), &["init", "-q"]);
+    attack(s, &s.proj, "for i in $(seq 60); do mkdir -p flood/$i/x; done");
+    let config = s.home.join(".config/sandgate/config.toml");
+    std::fs::write(&config, "[filesystem]\nscan_directories = 40\n").unwrap();
+    let hook = s.proj.join("deep/er/repo/.git/hooks/pre-commit");
+    let plain = s.proj.join("deep/er/repo/plain");
+    let script = format!(
+        "echo x > {} 2>/dev/null && echo WROTE-HOOK; echo x > {} 2>/dev/null && echo WROTE-PLAIN",
+        p(&hook),
+        p(&plain)
+    );
+    let (stdout, stderr) = attack(s, &s.proj, &script);
+    assert!(!stdout.contains("WROTE-HOOK"), "a hook past the bound was written: {stderr}");
+    assert!(!stdout.contains("WROTE-PLAIN"), "past the bound is read-only: {stderr}");
+    let notices: Vec<&str> = stderr.lines().filter(|l| l.contains("did not look into")).collect();
+    assert_eq!(notices.len(), 1, "once: {stderr}");
+    assert!(notices[0].contains("scan_directories"), "{}", notices[0]);
+    assert!(notices[0].contains("past 40 directories"), "the bound in force: {}", notices[0]);
+    // Control: with the bound raised, the tree is read (the hook is protected as a repository's)
+    // and the plain write succeeds.
+    std::fs::write(&config, "[filesystem]\nscan_directories = 20000\n").unwrap();
+    let (stdout, stderr) = attack(s, &s.proj, &script);
+    assert!(stdout.contains("WROTE-PLAIN"), "control: {stdout}{stderr}");
+    assert!(!stdout.contains("WROTE-HOOK"), "{stdout}");
+    assert!(!stderr.contains("did not look into"), "{stderr}");
+}
+
+/// Issue 31, third round: a project directory replaced by a symbolic link into build output
+/// (`crates/foo` → `target/foo`, which the scan does not enter), with a repository planted
+/// behind it: the link is taken away, so the host's git started in `crates/foo` runs no planted
+/// hook; and a launch refuses such a link that is there already. Controls: the same script run
+/// on the host makes the host's git run the hook; without the link the launch runs.
+fn a_link_into_build_output_reaches_nothing_planted(s: &Scratch) {
+    host_git_ok(s, &s.proj, &["init", "-q"]);
+    host_git_ok(s, &s.proj, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    layout(s, &[("crates/foo/src/lib.rs", "\n")]);
+    let script = |dir: &Path, case: &str| {
+        let (marker, hook) = evil(s, case, &dir.join("target/foo/.git/hooks/pre-commit"));
+        let script = format!(
+            "cd {d}; mkdir -p target/foo; git init -q target/foo; {hook} rm -rf crates/foo; \
+             ln -s ../target/foo crates/foo; ln -s target/foo top; true",
+            d = p(dir)
+        );
+        (marker, script)
+    };
+    let (marker, inside) = script(&s.proj, "link");
+    let (_, stderr) = attack(s, &s.proj, &inside);
+    for link in ["crates/foo", "top"] {
+        assert!(std::fs::symlink_metadata(s.proj.join(link)).is_err(), "{link} stayed: {stderr}");
+        assert!(stderr.contains(&format!("/{link} (a symbolic link")), "{link}: {stderr}");
+    }
+    // The host's git where the link was: the project's own repository, not the planted one.
+    let _ = host_git(s, &s.proj.join("crates"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(!marker.exists(), "the host's git ran a hook planted behind a link: {stderr}");
+    // A link there before the launch: refused, with the way out.
+    std::os::unix::fs::symlink("../target/foo", s.proj.join("crates/bar")).unwrap();
+    chown(s, &s.proj.join("crates"));
+    let out = s.command("build", &[], &["true"]).output().unwrap();
+    let refused = text(&out.stderr);
+    assert!(!out.status.success(), "a launch with a way in ran: {refused}");
+    assert!(refused.contains("crates/bar is a symbolic link to"), "{refused}");
+    assert!(refused.contains("Replace the link with the directory"), "{refused}");
+    std::fs::remove_file(s.proj.join("crates/bar")).unwrap();
+    attack(s, &s.proj, "true"); // control: without it the launch runs
+    // Control: the same script on the host leaves the links, and the host's git runs the hook.
+    let control = s.root.join("control");
+    std::fs::create_dir_all(control.join("crates/foo")).unwrap();
+    chown(s, &control);
+    host_git_ok(s, &control, &["init", "-q"]);
+    let (marker, outside) = script(&control, "link-control");
+    let out = on_the_host(s, &control, &outside);
+    let _ = host_git(s, &control.join("crates/foo"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(marker.exists(), "control: {out}");
+}
+
+/// A link there at launch to a build artifact (`bin/app` → `target/release/app`, a file) is
+/// allowed; the command making the artifact a repository-holding directory gets the link taken
+/// away, so the host's git started in `bin/app` runs no planted hook. Control: the same script
+/// on the host does make it run.
+fn a_link_to_an_artifact_made_a_directory_goes(s: &Scratch) {
+    host_git_ok(s, &s.proj, &["init", "-q"]);
+    host_git_ok(s, &s.proj, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    let arrange = |dir: &Path| {
+        std::fs::create_dir_all(dir.join("target/release")).unwrap();
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(dir.join("target/release/app"), "artifact").unwrap();
+        std::os::unix::fs::symlink("../target/release/app", dir.join("bin/app")).unwrap();
+        chown(s, dir);
+    };
+    arrange(&s.proj);
+    let script = |dir: &Path, case: &str| {
+        let (marker, hook) = evil(s, case, &dir.join("target/release/app/.git/hooks/pre-commit"));
+        let script = format!(
+            "cd {d}; rm target/release/app; mkdir target/release/app; \
+             git init -q target/release/app; {hook} true",
+            d = p(dir)
+        );
+        (marker, script)
+    };
+    let (marker, inside) = script(&s.proj, "artifact");
+    let (_, stderr) = attack(s, &s.proj, &inside);
+    assert!(std::fs::symlink_metadata(s.proj.join("bin/app")).is_err(), "stayed: {stderr}");
+    assert!(stderr.contains("/bin/app (a symbolic link"), "{stderr}");
+    let _ = host_git(s, &s.proj.join("bin"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(!marker.exists(), "{stderr}");
+    // Control: on the host the link stays and leads the host's git to the planted hook.
+    let control = s.root.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    arrange(&control);
+    host_git_ok(s, &control, &["init", "-q"]);
+    let (marker, outside) = script(&control, "artifact-control");
+    let out = on_the_host(s, &control, &outside);
+    let _ = host_git(s, &control.join("bin/app"), &["commit", "-q", "--allow-empty", "-m", "h"]);
+    assert!(marker.exists(), "control: {out}");
+}
+
+/// Issue 31, third round: build code rewritten through a hard link made in build output
+/// (`ln src/build.rs target/b`, then a write to `target/b`): the change is real, and the line
+/// at the end names `src/build.rs`. Control: a launch writing a plain file of build output says
+/// nothing.
+fn build_code_written_through_a_hard_link_is_named(s: &Scratch) {
+    layout(s, &[("src/build.rs", "fn main() {}\n"), ("lib/Makefile", "all:\n")]);
+    // (Made before the launch too: a link left by an earlier run.)
+    std::fs::create_dir_all(s.proj.join("target")).unwrap();
+    std::fs::hard_link(s.proj.join("lib/Makefile"), s.proj.join("target/m")).unwrap();
+    chown(s, &s.proj);
+    let (_, stderr) = attack(
+        s,
+        &s.proj,
+        "ln src/build.rs target/b && echo '// evil' >> target/b; echo 'evil:' >> target/m",
+    );
+    let body = std::fs::read_to_string(s.proj.join("src/build.rs")).unwrap();
+    assert!(body.contains("evil"), "the write went through the link: {body}");
+    let line: Vec<&str> =
+        stderr.lines().filter(|l| l.contains("files host tools execute or obey")).collect();
+    assert_eq!(line.len(), 1, "one line: {stderr}");
+    for named in ["src/build.rs", "lib/Makefile"] {
+        assert!(line[0].contains(named), "{named} not named: {}", line[0]);
+    }
+    let (_, quiet) = attack(s, &s.proj, "echo x > target/plain");
+    assert!(!quiet.contains("files host tools execute or obey"), "control: {quiet}");
+}
+
 cases!(
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
@@ -335,4 +492,8 @@ cases!(
     a_bare_repository_inside_runs_nothing_planted,
     repositories_made_during_the_run_run_nothing,
     a_tree_past_the_scan_bound_is_named,
+    a_flood_of_directories_leaves_nothing_writable_and_unprotected,
+    a_link_into_build_output_reaches_nothing_planted,
+    a_link_to_an_artifact_made_a_directory_goes,
+    build_code_written_through_a_hard_link_is_named,
 );

@@ -123,8 +123,6 @@ struct RawNetwork {
     default_ports: Option<Spanned<Vec<u16>>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
 /// The most `[filesystem] scan_directories` may say: a scan of a million directories already
 /// costs a launch seconds.
 pub const MAX_SCAN_DIRECTORIES: usize = 1_000_000;

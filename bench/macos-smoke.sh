@@ -247,6 +247,40 @@ mkdir -p "$other_tmp" && echo x >"$other_tmp/secret"
 escape "another sandbox's TMPDIR" run "$EPERM" "cat '$other_tmp/secret'"
 rm -rf "$other_tmp"
 
+# ---- issue 34, the red team of round two's profile ----
+# Another spelling of a hidden path: the data volume's (firmlinks), and `ſ` (U+017F), which
+# APFS's case folding takes for `s` (the row is skipped where the volume does not fold it).
+escape "hidden path, data volume spelling" run "$EPERM" "cat '/System/Volumes/Data/private$dir/secret/token'"
+if (cat "$dir/ſecret/token" >/dev/null 2>&1); then
+  escape "hidden path spelled with ſ (APFS folds it to s)" run "$EPERM" "cat '$dir/ſecret/token'"
+else
+  echo "SKIP  run   hidden path spelled with ſ: this volume does not fold ſ to s"
+fi
+# Devices are read by name only: an unused BSD pty, a serial port (other terminals, ports).
+escape "a device not named (BSD pty /dev/ptyp9)" run "$EPERM" \
+  "python3 -c 'import os; os.close(os.open(\"/dev/ptyp9\", os.O_RDONLY | os.O_NOCTTY))'"
+if ls /dev/cu.* >/dev/null 2>&1; then
+  escape "a serial port (/dev/cu.*)" run "$EPERM" \
+    "python3 -c 'import glob, os; os.close(os.open(sorted(glob.glob(\"/dev/cu.*\"))[0], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))'"
+fi
+works "/dev/stdin, /dev/fd listing, /dev/urandom" run 'echo x | cat /dev/stdin >/dev/null && ls /dev/fd >/dev/null && head -c1 /dev/urandom >/dev/null'
+# A writable path that is ~/Library itself: the keychains stay hidden, LaunchAgents read-only.
+SGF="--allow-write $HOME/Library" escape "LaunchAgents under --allow-write ~/Library" run "$EPERM" \
+  "touch ~/Library/LaunchAgents/sandgate-smoke.plist" "rm -f ~/Library/LaunchAgents/sandgate-smoke.plist"
+SGF="--allow-write $HOME/Library" escape "Keychains under --allow-write ~/Library" run "$EPERM" \
+  "ls ~/Library/Keychains >/dev/null"
+# The reaping kills this launch's processes only: one under another program's profile that
+# allows everything (as Homebrew's build sandbox) lives on.
+sandbox-exec -p '(version 1)(allow default)' sleep 300 </dev/null >/dev/null 2>&1 &
+foreign=$!
+pids+=("$foreign")
+out="$(cd "$repo" && "$bin" run -- true 2>&1)"
+if kill -0 "$foreign" 2>/dev/null; then
+  pass run "a process under another program's (allow default) profile is not reaped"
+else
+  fail run "a process under another program's (allow default) profile was killed" "$out"
+fi
+
 security delete-generic-password -s sandgate-smoke >/dev/null 2>&1
 
 # ---- the guest-user pf fence (root) ----

@@ -112,7 +112,7 @@ for tier in run net build; do
     'printf "#include <stdio.h>\nint main(void){return 0;}\n" | clang -fmodules -x c - -o "$TMPDIR/a.out" && "$TMPDIR/a.out"'
   works "unix socket in the private TMPDIR" "$tier" \
     'python3 -c "import os, socket; s=socket.socket(socket.AF_UNIX); s.bind(os.environ[\"TMPDIR\"]+\"/s\"); s.listen(1)"'
-  works "loopback listen (test server)" "$tier" \
+  escape "loopback listen (off by default: the host's loopback)" "$tier" "$EPERM" \
     'python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(1)"'
   works "TMPDIR is its own, 0700" "$tier" 'test "$(stat -f %Lp "$TMPDIR")" = 700 && test -O "$TMPDIR"'
   works "/dev/stdout, /dev/fd/1" "$tier" 'echo a >/dev/stdout && echo b >/dev/fd/1'
@@ -122,6 +122,14 @@ for tier in run net build; do
   works "~/Library is searchable (stat)" "$tier" 'stat ~/Library >/dev/null'
   works "nested, same tier: runs in place" "$tier" "\"$bin\" $tier -- true"
 done
+# [macos] loopback_listen = true: listening on loopback (test servers), asked for by name.
+cp "$XDG_CONFIG_HOME/sandgate/config.toml" "$dir/config.saved"
+printf '[macos]\nloopback_listen = true\n' >>"$XDG_CONFIG_HOME/sandgate/config.toml"
+for tier in run net build; do
+  works "loopback listen with [macos] loopback_listen" "$tier" \
+    'python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(1)"'
+done
+cp "$dir/config.saved" "$XDG_CONFIG_HOME/sandgate/config.toml"
 works "write in the working directory" build 'touch built && rm built'
 works "git commit (objects, refs, index of the existing .git)" build \
   'git -c user.email=s@x -c user.name=s commit -q --allow-empty -m inside'
@@ -301,12 +309,60 @@ if [ "${SANDGATE_SMOKE_PF:-}" = 1 ] && sudo -n true 2>/dev/null; then
   out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
   sudo -n pfctl -q -f /etc/pf.conf 2>/dev/null
   ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
-  if [ $rc -ne 0 ] && grep -qF "passes everything before it" <<<"$out" && [ $crc -eq 0 ]; then
+  if [ $rc -ne 0 ] && grep -qF "passes the guest's traffic before the fence" <<<"$out" && [ $crc -eq 0 ]; then
     pass pf "a ruleset that skips the anchor is refused (control: the stock one is accepted)"
   else
     fail pf "a ruleset that skips the anchor is refused (exit $rc, control exit $crc)" "$out$ctl"
   fi
+  # An anchor under com.apple/ whose name sorts before the fence's and passes everything.
+  echo 'pass out quick all' | sudo -n pfctl -q -a 'com.apple/!early' -f - 2>/dev/null
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
+  sudo -n pfctl -q -a 'com.apple/!early' -F all 2>/dev/null
+  ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
+  if [ $rc -ne 0 ] && grep -qF '`pass out quick all`' <<<"$out" && [ $crc -eq 0 ]; then
+    pass pf "an anchor evaluated before the fence that passes is refused (control: without it)"
+  else
+    fail pf "an anchor evaluated before the fence is refused (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  # set skip on lo0: the guest would reach every loopback service.
+  (echo 'set skip on lo0'; cat /etc/pf.conf) | sudo -n pfctl -q -f - 2>/dev/null
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
+  sudo -n pfctl -q -f /etc/pf.conf 2>/dev/null
+  ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
+  if [ $rc -ne 0 ] && grep -qF "set skip on lo0" <<<"$out" && [ $crc -eq 0 ]; then
+    pass pf "set skip on lo0 is refused (control: the stock pf.conf is accepted)"
+  else
+    fail pf "set skip on lo0 is refused (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  # The fence gone after apply: `firewall check` says so (the daemon's periodic check runs the
+  # same); control: on the applied fence it exits 0.
+  ctl="$(fence check)"; crc=$?
+  sudo -n pfctl -q -a "com.apple/0.sandgate.u$guest" -F all 2>/dev/null
+  out="$(fence check)"; rc=$?
+  if [ $crc -eq 0 ] && [ $rc -ne 0 ] && grep -qF "no block rule" <<<"$out"; then
+    pass pf "a flushed fence is reported by firewall check (control: exit 0 before)"
+  else
+    fail pf "a flushed fence is reported (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  fence apply --uid "$guest" --proxy "127.0.0.1:1" >/dev/null
+  sudo -n pfctl -q -d 2>/dev/null
+  out="$(fence check)"; rc=$?
+  sudo -n pfctl -q -e 2>/dev/null
+  if [ $rc -ne 0 ] && grep -qF "pf is disabled" <<<"$out"; then
+    pass pf "pfctl -d is reported by firewall check"
+  else
+    fail pf "pfctl -d is reported by firewall check (exit $rc)" "$out"
+  fi
+  # The boot job: written when this sandgate is root's to change, else apply says why not.
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"
+  plist="/Library/LaunchDaemons/org.sandgate.fence.u$guest.plist"
+  if { [ -f "$plist" ] && plutil -lint "$plist" >/dev/null; } || grep -qF "NOT applied again at boot" <<<"$out"; then
+    pass pf "apply writes the boot job, or says why it cannot"
+  else
+    fail pf "apply writes the boot job, or says why it cannot" "$out"
+  fi
   fence remove --uid "$guest" >/dev/null
+  if [ -e "$plist" ]; then fail pf "remove leaves $plist"; else pass pf "remove takes the boot job away"; fi
 else
   echo "SKIP  pf    the pf rows need SANDGATE_SMOKE_PF=1 and sudo without a password"
 fi

@@ -57,8 +57,8 @@ pub use dotfiles::{
     writable_dotfiles,
 };
 pub use file::{
-    CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
-    parse as parse_config, parse_duration, remove_path,
+    CheckedFile, ConfigError, DaemonSettings, FileTier, MacosSettings, TelegramSettings, add_allow,
+    add_path, parse as parse_config, parse_duration, remove_path,
 };
 pub use grant::{Effect, GrantTarget};
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};

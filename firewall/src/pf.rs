@@ -62,9 +62,8 @@ pub fn anchor(scope: &GuestScope) -> String {
 /// The scope of an anchor path made by [`anchor`] (or by an earlier release's name).
 pub fn scope_of_anchor(path: &str) -> Option<GuestScope> {
     let child = path.strip_prefix(PARENT_ANCHOR)?.strip_prefix('/')?;
-    let rest = child
-        .strip_prefix(ANCHOR_PREFIX)
-        .or_else(|| child.strip_prefix(LEGACY_ANCHOR_PREFIX))?;
+    let rest =
+        child.strip_prefix(ANCHOR_PREFIX).or_else(|| child.strip_prefix(LEGACY_ANCHOR_PREFIX))?;
     GuestScope::parse_label(rest, '.')
 }
 

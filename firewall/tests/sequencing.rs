@@ -82,7 +82,10 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
         format!("{PFCTL} -a com.apple/0.sandgate.u501 -f -"),
     ];
     want.extend(verify_commands());
-    want.extend([format!("{IFCONFIG} pflog0"), format!("{PFCTL} -a com.apple/0.sandgate.u501 -f -")]);
+    want.extend([
+        format!("{IFCONFIG} pflog0"),
+        format!("{PFCTL} -a com.apple/0.sandgate.u501 -f -"),
+    ]);
     want.extend(verify_commands());
     assert_eq!(fw.runner().commands(), want);
     assert_eq!(fw.runner().calls()[2].stdin.as_deref(), Some(plan.text.as_str()));
@@ -159,7 +162,10 @@ fn pf_verify_sees_the_fence_gone() {
     let runner = RecordingRunner::new();
     stock_host(&runner);
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
-    assert_eq!(fw.verify(&GuestScope::user(501)).unwrap(), sandgate_firewall::pf::fence::Verdict::Hold);
+    assert_eq!(
+        fw.verify(&GuestScope::user(501)).unwrap(),
+        sandgate_firewall::pf::fence::Verdict::Hold
+    );
 }
 
 #[test]

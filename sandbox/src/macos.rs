@@ -147,7 +147,12 @@ pub fn launch_with_proxy_port(
             let clt = std::path::PathBuf::from("/Library/Developer/CommandLineTools");
             clt.is_dir().then_some(clt)
         }),
-        trustd: seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref()),
+        // `[macos] trustd = "allow"`, or the variable (either names the way out).
+        trustd: if spec.macos.trustd_allow {
+            seatbelt::Trustd::Allow
+        } else {
+            seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref())
+        },
     };
     let profile = seatbelt::render(spec, &host, &RealLinks);
     let mut env = seatbelt::environment(&spec.env, &spec.net);

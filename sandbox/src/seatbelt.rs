@@ -24,7 +24,7 @@
 //! 1. `(deny default)`, logged with the sandbox id (`sandgate:ID`, read back from `log stream`);
 //! 2. the base allowances, the launch's own Mach name ([`reap::launch_service`]), reads
 //!    everywhere but devices (read by name only), writes to the private temporary directory and
-//!    the writable paths; loopback listening; the proxy; unix sockets under the private
+//!    the writable paths; loopback listening when asked for ([`crate::MacosOptions`]); the proxy; unix sockets under the private
 //!    temporary directory and the allowed ones;
 //! 3. caches the host trusts (the user cache directory, `xcrun_db`): never written;
 //! 4. `~/Library` hidden, but for [`library::READABLE`] (read-only) and writable paths inside
@@ -92,8 +92,8 @@ pub const TRUSTD_ENV: &str = "SANDGATE_MACOS_TRUSTD";
 /// x509 error. trustd is outside the sandbox and fetches OCSP, CRL and intermediate-certificate
 /// URLs named in the certificates it is handed, *without* the proxy, so a command that can talk
 /// to it has a way out (a certificate of its own making whose URL carries data). Default: deny
-/// (the proxy stays the only way out); `SANDGATE_MACOS_TRUSTD=allow` allows it in tiers with
-/// network, as Codex does.
+/// (the proxy stays the only way out); `[macos] trustd = "allow"` in the configuration (or
+/// `SANDGATE_MACOS_TRUSTD=allow`) allows it in tiers with network, as Codex does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Trustd {
     /// No `mach-lookup` of trustd (default).
@@ -294,9 +294,15 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
         writable_keys.push(key);
     }
 
-    t.push_str("\n; network: listening on loopback (test servers), as on Linux\n");
+    if spec.macos.loopback_listen {
+        t.push_str("\n; network: listening on loopback (test servers; [macos] loopback_listen):\n");
+        t.push_str("; the host's loopback, where host processes and browser pages reach them\n");
+        t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
+    } else {
+        t.push_str("\n; network: no listening (the host's loopback is not the sandbox's own;\n");
+        t.push_str("; [macos] loopback_listen = true allows it)\n");
+    }
     t.push_str("(allow system-socket (socket-domain AF_INET) (socket-domain AF_INET6))\n");
-    t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
     match &spec.net {
         NetSetup::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
         NetSetup::Proxy { .. } => {
@@ -335,7 +341,8 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
     tmp_parents.push(real(Path::new("/tmp")));
     let mut seen = BTreeSet::new();
     for parent in tmp_parents.iter().filter(|p| seen.insert(p.to_path_buf())) {
-        let re = params.regex("TMP_SIBLINGS", regex::below(parent, &regex::name("sandgate-", true)));
+        let re =
+            params.regex("TMP_SIBLINGS", regex::below(parent, &regex::name("sandgate-", true)));
         let _ = writeln!(t, "(deny file-read* file-write* (regex (param \"{re}\")) {msg})");
     }
     let _ = writeln!(t, "(allow file-read* file-write* (subpath (param \"{tmp_key}\")))");
@@ -618,10 +625,14 @@ pub fn enforcement(spec: &SandboxSpec) -> Enforcement {
         "pid namespace: other processes of the host are listed (ps, kern.proc); their \
          arguments and environment are not readable and they cannot be signalled"
             .to_owned(),
-        "private loopback: servers the command starts listen on the host's loopback, where host \
-         processes and browser pages can reach them"
-            .to_owned(),
     ];
+    if spec.macos.loopback_listen {
+        missing.push(
+            "private loopback: servers the command starts listen on the host's loopback, where \
+             host processes and browser pages can reach them ([macos] loopback_listen)"
+                .to_owned(),
+        );
+    }
     if !spec.caches.is_empty() {
         missing.push(
             "copy-on-write package caches: Seatbelt has no overlay; the caches are read-only \
@@ -636,6 +647,13 @@ pub fn enforcement(spec: &SandboxSpec) -> Enforcement {
         "network namespace: the profile allows connections only to the proxy's loopback port"
             .to_owned(),
     ];
+    if !spec.macos.loopback_listen {
+        substitutes.push(
+            "private loopback: listening is refused ([macos] loopback_listen = true allows it, \
+             on the host's loopback)"
+                .to_owned(),
+        );
+    }
     if spec.top_level.is_some() && !spec.writable.is_empty() {
         substitutes.push(
             "top-level rule: a new protected entry cannot be made (the profile refuses it; \

@@ -52,6 +52,7 @@ fn spec(tier: &str) -> SandboxSpec {
         visible: vec![],
         require_full: false,
         report_read_only: false,
+        macos: Default::default(),
     }
 }
 
@@ -305,22 +306,35 @@ fn nested_launches_run_in_place_only_in_the_same_tier() {
     }
 }
 
-// Item 11: unix sockets under the private temporary directory and loopback listening, every tier.
+// Item 11: unix sockets under the private temporary directory in every tier; loopback
+// listening only when asked for (item 10 of issue 34: the host's loopback is not private).
 #[test]
-fn private_unix_sockets_and_loopback_listening() {
+fn private_unix_sockets_and_loopback_listening_by_name() {
+    let listen = "(allow network-bind network-inbound (local ip \"localhost:*\"))";
     for tier in ["run", "net", "build"] {
         let p = render(&spec(tier));
         for rule in [
             "(allow system-socket (socket-domain AF_UNIX))",
             "(allow network-bind network-inbound (local unix-socket (subpath (param \"TMP_0\"))))",
             "(allow network-outbound (remote unix-socket (subpath (param \"TMP_0\"))))",
-            "(allow network-bind network-inbound (local ip \"localhost:*\"))",
         ] {
             assert!(p.text.contains(rule), "{tier}: {rule}");
         }
+        assert!(!p.text.contains(listen), "{tier}: listening is opt-in");
+        let mut s = spec(tier);
+        s.macos.loopback_listen = true;
+        let p = render(&s);
+        assert!(p.text.contains(listen), "{tier}: [macos] loopback_listen");
         // listening, not connecting: out only to the proxy
         assert!(!p.text.contains("(allow network-outbound (remote ip"), "{tier}");
     }
+}
+
+#[test]
+fn run_with_loopback_listening() {
+    let mut s = spec("run");
+    s.macos.loopback_listen = true;
+    check("run-loopback-listen", &render(&s));
 }
 
 // Item 12: every denial carries the sandbox id for the log reader.
@@ -438,9 +452,15 @@ fn top_level_rule_is_enforced_by_the_profile() {
 fn enforcement_names_what_seatbelt_does_not_enforce() {
     let e = seatbelt::enforcement(&build_with_rule());
     assert!(!e.is_full(), "--require-full must refuse: {e:?}");
-    for wall in ["private /tmp", "pid namespace", "private loopback"] {
+    for wall in ["private /tmp", "pid namespace"] {
         assert!(e.missing.iter().any(|m| m.starts_with(wall)), "{wall}: {:?}", e.missing);
     }
+    // no listening by default: the private loopback's purpose holds another way
+    assert!(e.substitutes.iter().any(|s| s.starts_with("private loopback")), "{e:?}");
+    let mut listening = build_with_rule();
+    listening.macos.loopback_listen = true;
+    let e = seatbelt::enforcement(&listening);
+    assert!(e.missing.iter().any(|m| m.starts_with("private loopback")), "{e:?}");
     assert!(e.substitutes.iter().any(|s| s.starts_with("top-level rule")));
     assert!(e.substitutes.iter().any(|s| s.starts_with("processes outliving")));
     assert!(
@@ -819,10 +839,7 @@ fn other_sandboxes_tmp_is_hidden_whatever_their_tmpdir() {
             ("file-read-data", "/private/var/folders/xx/T/other-tool/x", true),
         ],
     );
-    rows(
-        &render(&spec("run")),
-        &[("file-read-data", "/private/tmp/sandgate-sg-2/secret", false)],
-    );
+    rows(&render(&spec("run")), &[("file-read-data", "/private/tmp/sandgate-sg-2/secret", false)]);
 }
 
 // The reaping asks whether a process's profile allows this launch's name. A process under a

@@ -127,13 +127,20 @@ mod tests {
     #[test]
     fn only_a_root_owned_executable_runs_at_boot() {
         let p = |path: &str, uid, mode| PathOwner { path: path.into(), uid, mode };
-        let ok = [p("/", 0, 0o755), p("/usr/local/bin", 0, 0o755), p("/usr/local/bin/sandgate", 0, 0o755)];
+        let ok = [
+            p("/", 0, 0o755),
+            p("/usr/local/bin", 0, 0o755),
+            p("/usr/local/bin/sandgate", 0, 0o755),
+        ];
         assert_eq!(check_boot_executable(&ok), Ok(()));
         // (chain, the path named)
         let table = [
             (vec![p("/", 0, 0o755), p("/Users/u/.cargo/bin", 501, 0o755)], "/Users/u/.cargo/bin"),
             (vec![p("/", 0, 0o755), p("/opt/homebrew/bin", 0, 0o775)], "/opt/homebrew/bin"),
-            (vec![p("/", 0, 0o755), p("/usr/local/bin/sandgate", 0, 0o777)], "/usr/local/bin/sandgate"),
+            (
+                vec![p("/", 0, 0o755), p("/usr/local/bin/sandgate", 0, 0o777)],
+                "/usr/local/bin/sandgate",
+            ),
         ];
         for (chain, named) in table {
             let err = check_boot_executable(&chain).unwrap_err();

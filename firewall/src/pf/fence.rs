@@ -332,9 +332,11 @@ fn walk(rules: &[Entry], ours: Option<&str>, uid: u32, findings: &mut Vec<Findin
                 for child in sorted {
                     match child {
                         Entry::Anchor { name, rules, .. } if name == ours => {
-                            let blocks = rules.as_deref().unwrap_or(&[]).iter().any(|r| {
-                                matches!(r, Entry::Rule(t) if is_fence_block(t, uid))
-                            });
+                            let blocks = rules
+                                .as_deref()
+                                .unwrap_or(&[])
+                                .iter()
+                                .any(|r| matches!(r, Entry::Rule(t) if is_fence_block(t, uid)));
                             if !blocks {
                                 findings.push(Finding {
                                     rule: format!("anchor \"com.apple/{ours}\""),

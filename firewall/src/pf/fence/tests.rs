@@ -7,7 +7,8 @@ const FENCE: &str = "pass out quick on lo0 inet proto tcp from any to 127.0.0.1 
      block return out log (user, to pflog0) quick inet proto tcp all user = 501\n\
      block return out log (user, to pflog0) quick inet proto udp all user = 501\n";
 
-const STOCK: &str = "scrub-anchor \"com.apple/*\" all fragment reassemble\nanchor \"com.apple/*\" all\n";
+const STOCK: &str =
+    "scrub-anchor \"com.apple/*\" all fragment reassemble\nanchor \"com.apple/*\" all\n";
 
 /// The stock main ruleset with `children` under `com.apple/` (the fence's own rules for OURS).
 fn host(main: &str, children: &[(&str, &str)]) -> Snapshot {
@@ -69,18 +70,18 @@ fn what_gets_past_the_fence_is_named() {
             &["pass out quick proto tcp all user = 501"],
         ),
         // an anchor under com.apple/ whose name sorts before the fence's
-        (
-            STOCK,
-            &[("0.aaa-vpn", "pass out quick all\n"), (OURS, FENCE)],
-            &["pass out quick all"],
-        ),
+        (STOCK, &[("0.aaa-vpn", "pass out quick all\n"), (OURS, FENCE)], &["pass out quick all"]),
         (
             STOCK,
             &[("!early", "pass out quick proto udp to any port = 53\n"), (OURS, FENCE)],
             &["pass out quick proto udp to any port = 53"],
         ),
         // the anchor evaluated for one interface or one direction only
-        ("anchor \"com.apple/*\" on en0 all\n", &[(OURS, FENCE)], &["anchor \"com.apple/*\" on en0 all"]),
+        (
+            "anchor \"com.apple/*\" on en0 all\n",
+            &[(OURS, FENCE)],
+            &["anchor \"com.apple/*\" on en0 all"],
+        ),
         ("anchor \"com.apple/*\" in all\n", &[(OURS, FENCE)], &["anchor \"com.apple/*\" in all"]),
         // gone: a pf.conf without the anchor, the fence flushed or not loaded
         ("scrub in all\npass out all\n", &[(OURS, FENCE)], &["anchor \"com.apple/*\""]),
@@ -126,7 +127,10 @@ fn pfctl_listings_are_read_in_each_form() {
                   anchor \"com.apple/*\" all {\n  anchor \"250.ApplicationFirewall\" all {\n  }\n\
                     anchor \"0.sandgate.u501\" all {\n    block return out log (user, to pflog0) quick inet proto tcp all user = 501\n  }\n}\n";
     assert_eq!(verify(&Snapshot::parse(nested), OURS, 501), Verdict::Hold);
-    let leak = nested.replace("  anchor \"250.ApplicationFirewall\" all {\n  }\n", "  anchor \"!x\" all {\n    pass out quick all\n  }\n");
+    let leak = nested.replace(
+        "  anchor \"250.ApplicationFirewall\" all {\n  }\n",
+        "  anchor \"!x\" all {\n    pass out quick all\n  }\n",
+    );
     assert_eq!(rules_of(&verify(&Snapshot::parse(&leak), OURS, 501)), ["pass out quick all"]);
     // `pfctl -s all`: sections; `pfctl -s Interfaces -v`; `set skip`
     let all = "No ALTQ support in kernel\nALTQ related functions disabled\nFILTER RULES:\n\

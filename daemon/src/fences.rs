@@ -93,7 +93,7 @@ mod tests {
         let f = Fences::default();
         assert_eq!(f.set(vec![state(501, &[])]), []);
         let open = state(501, &["pf is disabled"]);
-        assert_eq!(f.set(vec![open.clone()]), [open.clone()]);
+        assert_eq!(f.set(vec![open.clone()]), std::slice::from_ref(&open));
         assert_eq!(f.set(vec![open.clone()]), [], "the same finding again: already said");
         assert_eq!(f.get(), [open]);
     }

@@ -401,9 +401,10 @@ fn passes_first(rule: &str, uid: u32) -> bool {
 /// Whether `rule` is the fence's block (`block ... quick ... user = UID`, TCP or UDP).
 fn is_fence_block(rule: &str, uid: u32) -> bool {
     let w: Vec<&str> = rule.split_whitespace().collect();
+    let inbound_only = w.contains(&"in") && !w.contains(&"out");
     w.first() == Some(&"block")
         && w.contains(&"quick")
-        && !(w.contains(&"in") && !w.contains(&"out"))
+        && !inbound_only
         && matches!(user_test(&w), Some(UserTest::Is(u)) if u == uid)
 }
 

@@ -47,7 +47,8 @@ fn the_fence_holds_on_the_stock_ruleset() {
 #[test]
 fn what_gets_past_the_fence_is_named() {
     // (main ruleset, children of com.apple/, the rules named)
-    let table: &[(&str, &[(&str, &str)], &[&str])] = &[
+    type Row<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let table: &[Row<'_>] = &[
         // a pass quick before the wildcard anchor, on any interface (lo0: local services)
         (
             "pass out quick all\nanchor \"com.apple/*\" all\n",

@@ -112,7 +112,7 @@ for tier in run net build; do
     'printf "#include <stdio.h>\nint main(void){return 0;}\n" | clang -fmodules -x c - -o "$TMPDIR/a.out" && "$TMPDIR/a.out"'
   works "unix socket in the private TMPDIR" "$tier" \
     'python3 -c "import os, socket; s=socket.socket(socket.AF_UNIX); s.bind(os.environ[\"TMPDIR\"]+\"/s\"); s.listen(1)"'
-  works "loopback listen (test server)" "$tier" \
+  escape "loopback listen (off by default: the host's loopback)" "$tier" "$EPERM" \
     'python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(1)"'
   works "TMPDIR is its own, 0700" "$tier" 'test "$(stat -f %Lp "$TMPDIR")" = 700 && test -O "$TMPDIR"'
   works "/dev/stdout, /dev/fd/1" "$tier" 'echo a >/dev/stdout && echo b >/dev/fd/1'
@@ -122,6 +122,14 @@ for tier in run net build; do
   works "~/Library is searchable (stat)" "$tier" 'stat ~/Library >/dev/null'
   works "nested, same tier: runs in place" "$tier" "\"$bin\" $tier -- true"
 done
+# [macos] loopback_listen = true: listening on loopback (test servers), asked for by name.
+cp "$XDG_CONFIG_HOME/sandgate/config.toml" "$dir/config.saved"
+printf '[macos]\nloopback_listen = true\n' >>"$XDG_CONFIG_HOME/sandgate/config.toml"
+for tier in run net build; do
+  works "loopback listen with [macos] loopback_listen" "$tier" \
+    'python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(1)"'
+done
+cp "$dir/config.saved" "$XDG_CONFIG_HOME/sandgate/config.toml"
 works "write in the working directory" build 'touch built && rm built'
 works "git commit (objects, refs, index of the existing .git)" build \
   'git -c user.email=s@x -c user.name=s commit -q --allow-empty -m inside'
@@ -247,6 +255,40 @@ mkdir -p "$other_tmp" && echo x >"$other_tmp/secret"
 escape "another sandbox's TMPDIR" run "$EPERM" "cat '$other_tmp/secret'"
 rm -rf "$other_tmp"
 
+# ---- issue 34, the red team of round two's profile ----
+# Another spelling of a hidden path: the data volume's (firmlinks), and `ſ` (U+017F), which
+# APFS's case folding takes for `s` (the row is skipped where the volume does not fold it).
+escape "hidden path, data volume spelling" run "$EPERM" "cat '/System/Volumes/Data/private$dir/secret/token'"
+if (cat "$dir/ſecret/token" >/dev/null 2>&1); then
+  escape "hidden path spelled with ſ (APFS folds it to s)" run "$EPERM" "cat '$dir/ſecret/token'"
+else
+  echo "SKIP  run   hidden path spelled with ſ: this volume does not fold ſ to s"
+fi
+# Devices are read by name only: an unused BSD pty, a serial port (other terminals, ports).
+escape "a device not named (BSD pty /dev/ptyp9)" run "$EPERM" \
+  "python3 -c 'import os; os.close(os.open(\"/dev/ptyp9\", os.O_RDONLY | os.O_NOCTTY))'"
+if ls /dev/cu.* >/dev/null 2>&1; then
+  escape "a serial port (/dev/cu.*)" run "$EPERM" \
+    "python3 -c 'import glob, os; os.close(os.open(sorted(glob.glob(\"/dev/cu.*\"))[0], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))'"
+fi
+works "/dev/stdin, /dev/fd listing, /dev/urandom" run 'echo x | cat /dev/stdin >/dev/null && ls /dev/fd >/dev/null && head -c1 /dev/urandom >/dev/null'
+# A writable path that is ~/Library itself: the keychains stay hidden, LaunchAgents read-only.
+SGF="--allow-write $HOME/Library" escape "LaunchAgents under --allow-write ~/Library" run "$EPERM" \
+  "touch ~/Library/LaunchAgents/sandgate-smoke.plist" "rm -f ~/Library/LaunchAgents/sandgate-smoke.plist"
+SGF="--allow-write $HOME/Library" escape "Keychains under --allow-write ~/Library" run "$EPERM" \
+  "ls ~/Library/Keychains >/dev/null"
+# The reaping kills this launch's processes only: one under another program's profile that
+# allows everything (as Homebrew's build sandbox) lives on.
+sandbox-exec -p '(version 1)(allow default)' sleep 300 </dev/null >/dev/null 2>&1 &
+foreign=$!
+pids+=("$foreign")
+out="$(cd "$repo" && "$bin" run -- true 2>&1)"
+if kill -0 "$foreign" 2>/dev/null; then
+  pass run "a process under another program's (allow default) profile is not reaped"
+else
+  fail run "a process under another program's (allow default) profile was killed" "$out"
+fi
+
 security delete-generic-password -s sandgate-smoke >/dev/null 2>&1
 
 # ---- the guest-user pf fence (root) ----
@@ -267,12 +309,60 @@ if [ "${SANDGATE_SMOKE_PF:-}" = 1 ] && sudo -n true 2>/dev/null; then
   out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
   sudo -n pfctl -q -f /etc/pf.conf 2>/dev/null
   ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
-  if [ $rc -ne 0 ] && grep -qF "passes everything before it" <<<"$out" && [ $crc -eq 0 ]; then
+  if [ $rc -ne 0 ] && grep -qF "passes the guest's traffic before the fence" <<<"$out" && [ $crc -eq 0 ]; then
     pass pf "a ruleset that skips the anchor is refused (control: the stock one is accepted)"
   else
     fail pf "a ruleset that skips the anchor is refused (exit $rc, control exit $crc)" "$out$ctl"
   fi
+  # An anchor under com.apple/ whose name sorts before the fence's and passes everything.
+  echo 'pass out quick all' | sudo -n pfctl -q -a 'com.apple/!early' -f - 2>/dev/null
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
+  sudo -n pfctl -q -a 'com.apple/!early' -F all 2>/dev/null
+  ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
+  if [ $rc -ne 0 ] && grep -qF '`pass out quick all`' <<<"$out" && [ $crc -eq 0 ]; then
+    pass pf "an anchor evaluated before the fence that passes is refused (control: without it)"
+  else
+    fail pf "an anchor evaluated before the fence is refused (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  # set skip on lo0: the guest would reach every loopback service.
+  (echo 'set skip on lo0'; cat /etc/pf.conf) | sudo -n pfctl -q -f - 2>/dev/null
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; rc=$?
+  sudo -n pfctl -q -f /etc/pf.conf 2>/dev/null
+  ctl="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"; crc=$?
+  if [ $rc -ne 0 ] && grep -qF "set skip on lo0" <<<"$out" && [ $crc -eq 0 ]; then
+    pass pf "set skip on lo0 is refused (control: the stock pf.conf is accepted)"
+  else
+    fail pf "set skip on lo0 is refused (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  # The fence gone after apply: `firewall check` says so (the daemon's periodic check runs the
+  # same); control: on the applied fence it exits 0.
+  ctl="$(fence check)"; crc=$?
+  sudo -n pfctl -q -a "com.apple/0.sandgate.u$guest" -F all 2>/dev/null
+  out="$(fence check)"; rc=$?
+  if [ $crc -eq 0 ] && [ $rc -ne 0 ] && grep -qF "no block rule" <<<"$out"; then
+    pass pf "a flushed fence is reported by firewall check (control: exit 0 before)"
+  else
+    fail pf "a flushed fence is reported (exit $rc, control exit $crc)" "$out$ctl"
+  fi
+  fence apply --uid "$guest" --proxy "127.0.0.1:1" >/dev/null
+  sudo -n pfctl -q -d 2>/dev/null
+  out="$(fence check)"; rc=$?
+  sudo -n pfctl -q -e 2>/dev/null
+  if [ $rc -ne 0 ] && grep -qF "pf is disabled" <<<"$out"; then
+    pass pf "pfctl -d is reported by firewall check"
+  else
+    fail pf "pfctl -d is reported by firewall check (exit $rc)" "$out"
+  fi
+  # The boot job: written when this sandgate is root's to change, else apply says why not.
+  out="$(fence apply --uid "$guest" --proxy "127.0.0.1:1")"
+  plist="/Library/LaunchDaemons/org.sandgate.fence.u$guest.plist"
+  if { [ -f "$plist" ] && plutil -lint "$plist" >/dev/null; } || grep -qF "NOT applied again at boot" <<<"$out"; then
+    pass pf "apply writes the boot job, or says why it cannot"
+  else
+    fail pf "apply writes the boot job, or says why it cannot" "$out"
+  fi
   fence remove --uid "$guest" >/dev/null
+  if [ -e "$plist" ]; then fail pf "remove leaves $plist"; else pass pf "remove takes the boot job away"; fi
 else
   echo "SKIP  pf    the pf rows need SANDGATE_SMOKE_PF=1 and sudo without a password"
 fi

@@ -1,7 +1,7 @@
 //! `sandgate firewall`: host-wide guest-user firewall rules (root).
 //!
 //! Linux: an nftables table `inet sandgate_u<UID>` matching the user's uid and its subordinate
-//! uid/gid ranges (`/etc/subuid`, `/etc/subgid`); macOS: a pf anchor `com.apple/sandgate.u<UID>`.
+//! uid/gid ranges (`/etc/subuid`, `/etc/subgid`); macOS: a pf anchor `com.apple/0.sandgate.u<UID>`, applied again at boot by a LaunchDaemon.
 //! Both accept the proxy, log the rest (NFLOG group / pflog0) and reject it. `show` and `check`
 //! compare the ranges recorded at apply time with the files now. The operations are
 //! [`sandgate_firewall`]'s, what they print [`sandgate_daemon::firewall_report`]'s.
@@ -47,6 +47,9 @@ enum Action {
         /// Print the exact rules instead of applying them.
         #[arg(long)]
         dry_run: bool,
+        /// Run by the boot job (macOS LaunchDaemon): do not write that job again.
+        #[arg(long)]
+        at_boot: bool,
     },
     /// Remove a user's rules.
     Remove {
@@ -62,8 +65,9 @@ enum Action {
         #[arg(long)]
         json: bool,
     },
-    /// Compare each installed fence with the user's subordinate ids now; exit 1 when one changed
-    /// (run it from a timer, or after `usermod --add-subuids`).
+    /// Compare each installed fence with the user's subordinate ids now, and (macOS) with what
+    /// pf evaluates before it; exit 1 when one changed or is open (run it from a timer, or after
+    /// `usermod --add-subuids`).
     Check,
     /// Remove rules whose user no longer exists or whose owner process has exited.
     Gc {
@@ -99,6 +103,7 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
             allow_syncookies,
             allow_multicast_reports,
             dry_run,
+            at_boot,
         } => {
             let scope = scope.scope();
             let policy = GuestPolicy {
@@ -108,7 +113,7 @@ pub fn run(args: FirewallArgs) -> anyhow::Result<u8> {
                 allow_syncookies,
                 allow_multicast_reports,
             };
-            emit(firewall_report::apply(scope, policy, dry_run), false)
+            emit(firewall_report::apply(scope, policy, dry_run, at_boot), false)
         }
         Action::Remove { scope, dry_run } => {
             emit(firewall_report::remove(scope.scope(), dry_run), false)
@@ -142,6 +147,7 @@ mod tests {
             allow_syncookies,
             allow_multicast_reports,
             dry_run,
+            ..
         } = t.a.action
         else {
             panic!()

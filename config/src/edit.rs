@@ -43,6 +43,10 @@ pub fn template(global: bool) -> String {
 # [shell]
 # prompt_marker = true                           # false: no `[sandgate:TIER] ` in prompts
 #
+# [macos]                                        # Seatbelt only
+# loopback_listen = false                        # true: servers may listen on the host's loopback
+# trustd = "deny"                                # "allow": trustd checks certificates (past the proxy)
+#
 # [tiers.build-offline]                          # a tier of your own, narrowing a built-in one
 # base = "build"
 # network = "none"
@@ -212,6 +216,8 @@ mod tests {
                 "git_writable",
                 "pass",
                 "prompt_marker",
+                "loopback_listen",
+                "trustd",
             ] {
                 assert!(uncommented.contains(&format!("\n{key} = ")), "{global}: {key}");
             }

@@ -24,6 +24,10 @@
 //! [shell]
 //! prompt_marker = true                  # false: no `[sandgate:TIER] ` in interactive prompts
 //!
+//! [macos]                               # Seatbelt only
+//! loopback_listen = false               # true: servers may listen on the host's loopback
+//! trustd = "deny"                       # "allow": certificate checks by trustd (past the proxy)
+//!
 //! [tiers.build-offline]
 //! base = "build"
 //! network = "none"
@@ -73,6 +77,7 @@ struct RawFile {
     tiers: BTreeMap<String, RawTier>,
     env: RawEnv,
     daemon: RawDaemon,
+    macos: RawMacos,
     telegram: Option<RawTelegram>,
     secrets: Vec<crate::intercept::RawSecret>,
     http_rules: Vec<crate::intercept::RawHttpRules>,
@@ -89,6 +94,13 @@ struct RawEnv {
 #[serde(deny_unknown_fields, default)]
 struct RawShell {
     prompt_marker: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMacos {
+    loopback_listen: Option<bool>,
+    trustd: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -213,12 +225,25 @@ pub struct CheckedFile {
     pub tiers: Vec<FileTier>,
     /// `[daemon]` settings (unset fields are `None`).
     pub daemon: DaemonSettings,
+    /// `[macos]` settings (unset fields are `None`).
+    pub macos: MacosSettings,
     /// `[telegram]`, when the section is present.
     pub telegram: Option<TelegramSettings>,
     /// `[proxy] upstream`, when set.
     pub upstream: Option<crate::upstream::UpstreamSettings>,
     /// `[[secrets]]`, `[[http_rules]]` and `[tls]`.
     pub intercept: crate::intercept::InterceptSettings,
+}
+
+/// The `[macos]` section: ways out of the Seatbelt profile's defaults, each named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MacosSettings {
+    /// `loopback_listen`: servers the command starts may listen on the host's loopback (off by
+    /// default: there, unlike Linux, host processes and browser pages can reach them).
+    pub loopback_listen: Option<bool>,
+    /// `trustd = "allow"` (`Some(true)`): Security.framework certificate checks through trustd,
+    /// which fetches OCSP/CRL/issuer URLs itself, past the proxy (off by default).
+    pub trustd_allow: Option<bool>,
 }
 
 /// The `[daemon]` section.
@@ -435,6 +460,25 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         writable_dotfiles: Vec::new(),
         default_ports: cx.default_ports(raw.network.default_ports.as_ref())?,
         tiers: Vec::new(),
+        macos: MacosSettings {
+            loopback_listen: raw.macos.loopback_listen,
+            trustd_allow: match &raw.macos.trustd {
+                None => None,
+                Some(v) => Some(match v.get_ref().as_str() {
+                    "allow" => true,
+                    "deny" => false,
+                    other => {
+                        return Err(cx.err(
+                            v.span(),
+                            format!("unknown trustd setting {other:?}"),
+                            "trustd = \"deny\" (the default: the proxy stays the only way out) \
+                             or \"allow\" (go, gh, terraform verify certificates; trustd then \
+                             fetches URLs named in certificates past the proxy)",
+                        ));
+                    }
+                }),
+            },
+        },
         daemon: DaemonSettings {
             ask_timeout: cx.duration(raw.daemon.ask_timeout.as_ref())?,
             event_retention: cx.duration(raw.daemon.event_retention.as_ref())?,
@@ -701,6 +745,24 @@ fn edit_list(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macos_ways_out_are_named_and_off_by_default() {
+        let m = |text: &str| parse(Path::new("c.toml"), text, None).map(|f| f.macos);
+        // (text, loopback_listen, trustd_allow)
+        for (text, listen, trustd) in [
+            ("", None, None),
+            ("[macos]\nloopback_listen = true\n", Some(true), None),
+            ("[macos]\ntrustd = \"allow\"\n", None, Some(true)),
+            ("[macos]\ntrustd = \"deny\"\nloopback_listen = false\n", Some(false), Some(false)),
+        ] {
+            let got = m(text).unwrap();
+            assert_eq!((got.loopback_listen, got.trustd_allow), (listen, trustd), "{text}");
+        }
+        let e = m("[macos]\ntrustd = \"yes\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown trustd setting") && e.line == 2, "{e}");
+        assert!(m("[macos]\nlisten = true\n").is_err(), "unknown keys are errors");
+    }
 
     fn err(text: &str) -> ConfigError {
         parse(Path::new("c.toml"), text, Some(Path::new("/home/u"))).unwrap_err()

@@ -193,6 +193,16 @@ impl Config {
         self.files().filter_map(|f| f.content.prompt_marker).last().unwrap_or(true)
     }
 
+    /// `[macos] loopback_listen` (the later file decides; off by default).
+    pub fn macos_loopback_listen(&self) -> bool {
+        self.files().filter_map(|f| f.content.macos.loopback_listen).last().unwrap_or(false)
+    }
+
+    /// `[macos] trustd = "allow"` (the later file decides; off by default).
+    pub fn macos_trustd_allow(&self) -> bool {
+        self.files().filter_map(|f| f.content.macos.trustd_allow).last().unwrap_or(false)
+    }
+
     /// The loaded files, global first.
     pub fn files(&self) -> impl Iterator<Item = &LoadedFile> {
         self.global.iter().chain(self.project.iter())

@@ -59,7 +59,7 @@ pub use dotfiles::{
     writable_dotfiles,
 };
 pub use file::{
-    CheckedFile, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
+    CheckedFile, DaemonSettings, FileTier, MacosSettings, TelegramSettings, add_allow, add_path,
     parse as parse_config, remove_path,
 };
 pub use grant::{Effect, GrantTarget};

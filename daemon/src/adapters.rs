@@ -391,6 +391,11 @@ pub struct Shared {
     /// This, for the timers that store what the cap counted when its period ends (build with
     /// `Arc::new_cyclic`).
     pub me: std::sync::Weak<Shared>,
+    /// The host's guest-user fences as last checked (macOS, as root).
+    pub fences: crate::fences::Fences,
+    /// Why a blocked-traffic source stopped (macOS: `log stream` needs an admin account), for
+    /// `status`.
+    pub monitor_error: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -1194,6 +1199,8 @@ mod tests {
             bus,
             cap: EventCap::with_period(1, Duration::from_millis(200)),
             me: me.clone(),
+            fences: Default::default(),
+            monitor_error: Default::default(),
         });
         let request = |decision: &str, path: &str| Event::Request {
             sandbox: "sg-1".into(),

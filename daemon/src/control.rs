@@ -290,6 +290,9 @@ pub fn status_lines(v: &Value) -> Vec<String> {
     if let Some(e) = d["telegram_error"].as_str() {
         out.push(format!("  telegram bot not running: {}", sanitize(e)));
     }
+    if let Some(e) = d["monitor_error"].as_str() {
+        out.push(format!("  {}", sanitize(e)));
+    }
     out.push(format!("  socket  {}", d["socket"].as_str().unwrap_or("?")));
     out.push(format!("  store   {}", d["store"].as_str().unwrap_or("?")));
     let pool = &v["network_pool"];
@@ -302,6 +305,7 @@ pub fn status_lines(v: &Value) -> Vec<String> {
     if let Some(e) = pool["error"].as_str() {
         out.push(format!("  networks made ahead: {}", sanitize(e)));
     }
+    out.extend(crate::fences::status_lines(&crate::fences::from_value(&v["fences"])));
     let sandboxes = v["sandboxes"].as_array().cloned().unwrap_or_default();
     out.push(format!("sandboxes running: {}", sandboxes.len()));
     for s in &sandboxes {

@@ -8,8 +8,15 @@ use sandgate_firewall::{
 
 use crate::report::{Printed, lines};
 
-/// `apply`: fences the user of `scope` in (with `dry_run`, prints the rules instead).
-pub fn apply(scope: GuestScope, policy: GuestPolicy, dry_run: bool) -> anyhow::Result<Printed> {
+/// `apply`: fences the user of `scope` in (with `dry_run`, prints the rules instead). On macOS it
+/// also writes the LaunchDaemon that applies the fence again at boot (unless `at_boot`: run by
+/// that job).
+pub fn apply(
+    scope: GuestScope,
+    policy: GuestPolicy,
+    dry_run: bool,
+    at_boot: bool,
+) -> anyhow::Result<Printed> {
     let fw = sandgate_firewall::system_backend();
     let subids = policy.subids.clone();
     let (allow_syncookies, allow_multicast_reports) =
@@ -53,7 +60,51 @@ pub fn apply(scope: GuestScope, policy: GuestPolicy, dry_run: bool) -> anyhow::R
     }
     #[cfg(target_os = "macos")]
     let _ = (allow_syncookies, allow_multicast_reports);
+    #[cfg(target_os = "macos")]
+    if !at_boot && sandgate_firewall::pf::boot::wanted(&scope) {
+        r = r.note(boot_job(&scope, &policy.proxies));
+    }
+    #[cfg(not(target_os = "macos"))]
+    let _ = at_boot;
     Ok(r)
+}
+
+/// Writes the LaunchDaemon that applies the fence of `scope` again at boot, when this
+/// executable is root's to change; says what it did.
+#[cfg(target_os = "macos")]
+fn boot_job(scope: &GuestScope, proxies: &[std::net::SocketAddr]) -> String {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+
+    use sandgate_firewall::pf::boot;
+    let exe = match std::env::current_exe().and_then(|e| e.canonicalize()) {
+        Ok(e) => e,
+        Err(e) => return format!("sandgate: warning: no boot job (cannot find this program: {e})"),
+    };
+    let mut chain = Vec::new();
+    for p in exe.ancestors().collect::<Vec<_>>().into_iter().rev() {
+        match std::fs::metadata(p) {
+            Ok(m) => {
+                chain.push(boot::PathOwner { path: p.to_owned(), uid: m.uid(), mode: m.mode() })
+            }
+            Err(e) => return format!("sandgate: warning: no boot job ({}: {e})", p.display()),
+        }
+    }
+    if let Err(why) = boot::check_boot_executable(&chain) {
+        return format!(
+            "sandgate: warning: the fence is NOT applied again at boot (pf forgets it): {why}"
+        );
+    }
+    let path = boot::plist_path(scope);
+    let text = boot::launch_daemon_plist(&exe, scope, proxies);
+    let written = std::fs::write(&path, text)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)));
+    match written {
+        Ok(()) => format!("sandgate: {} applies the fence again at boot", path.display()),
+        Err(e) => format!(
+            "sandgate: warning: the fence is NOT applied again at boot: {}: {e}",
+            path.display()
+        ),
+    }
 }
 
 /// `remove`: the rules of `scope` (with `dry_run`, what would be run).
@@ -64,11 +115,21 @@ pub fn remove(scope: GuestScope, dry_run: bool) -> anyhow::Result<Printed> {
         return Ok(Printed::new(text.clone(), text));
     }
     require_root("remove")?;
-    Ok(if fw.remove(&scope).map_err(|e| explain(e, "remove"))? {
+    let mut r = if fw.remove(&scope).map_err(|e| explain(e, "remove"))? {
         Printed::default().note(format!("sandgate: removed the rules of {scope}"))
     } else {
         Printed::default().note(format!("sandgate: {scope} had no rules"))
-    })
+    };
+    #[cfg(target_os = "macos")]
+    {
+        let plist = sandgate_firewall::pf::boot::plist_path(&scope);
+        if std::fs::remove_file(&plist).is_ok() {
+            r = r.note(format!("sandgate: removed the boot job {}", plist.display()));
+        }
+    }
+    #[cfg(not(target_os = "macos"))]
+    let _ = &mut r;
+    Ok(r)
 }
 
 /// `show`: the sandgate rules installed on this host, with a warning for each fence whose
@@ -93,20 +154,29 @@ pub fn show() -> anyhow::Result<Printed> {
     Ok(r)
 }
 
-/// `check`: each installed fence against its user's subordinate ids now (exit 1 when one
-/// changed).
+/// `check`: each installed fence against its user's subordinate ids now, and (pf) against what
+/// pf evaluates before it (exit 1 when one changed or is open).
 pub fn check() -> anyhow::Result<Printed> {
     require_root("check")?;
-    let installed = sandgate_firewall::system_backend().list().map_err(|e| explain(e, "check"))?;
+    let fw = sandgate_firewall::system_backend();
+    let installed = fw.list().map_err(|e| explain(e, "check"))?;
     let mut changed = 0;
     let mut out = Vec::new();
     for i in &installed {
+        let open = fw.findings(&i.scope).map_err(|e| explain(e, "check"))?;
         match identity_warning(i) {
             Some(warning) => {
                 changed += 1;
                 out.push(format!("{}: {warning}", i.name));
             }
-            None => out.push(format!("{}: {} fenced as applied", i.name, i.scope)),
+            None if open.is_empty() => {
+                out.push(format!("{}: {} fenced as applied", i.name, i.scope))
+            }
+            None => {}
+        }
+        if !open.is_empty() {
+            changed += 1;
+            out.extend(open.iter().map(|f| format!("{}: OPEN: {f}", i.name)));
         }
     }
     let text = lines(out);

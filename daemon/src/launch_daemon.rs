@@ -205,7 +205,12 @@ impl DaemonLink {
         let Greeting { mut client, paths, hello } = greeting.unwrap_or_else(Greeting::send)?;
         client.hello_reply(hello)?;
         let fds = Fds { listener, nflog, dns };
-        register(&mut client, &info, &fds).context("the daemon refused the sandbox")?;
+        let reply = register(&mut client, &info, &fds).context("the daemon refused the sandbox")?;
+        // A guest-user fence the daemon found open: said at every launch until it is back.
+        for line in reply["fences_open"].as_array().into_iter().flatten().filter_map(Value::as_str)
+        {
+            eprintln!("sandgate: warning: {}", sandgate_config::sanitize(line));
+        }
         let writer = Arc::new(Mutex::new(Some(client.try_clone_stream()?)));
         let done = Arc::new(AtomicBool::new(false));
         let id = info.id.clone();

@@ -58,6 +58,7 @@ pub mod control_report;
 mod dns;
 pub mod doctor;
 pub mod event_cap;
+pub mod fences;
 pub mod firewall_report;
 pub mod hook;
 pub mod install;

@@ -4,7 +4,11 @@
 //!   carries `sandgate:<id>`), parsed by [`sandgate_monitor::seatbelt_log`]; network refusals
 //!   become `blocked` events of that sandbox;
 //! - the guest-user firewall's refusals on `pflog0` (created by `sandgate firewall apply`; reading
-//!   it needs root), attributed by the socket's uid to the scope `sandgate.u<UID>`.
+//!   it needs root), attributed by the socket's uid to the scope `sandgate.u<UID>`;
+//! - as root, each guest-user fence checked again every
+//!   [`sandgate_firewall::pf::fence::RECHECK_INTERVAL`] (`pfctl -d`, `-F all`, a reloaded
+//!   pf.conf, a reboot remove it silently): the answers go to `status`, launches and `doctor`,
+//!   and a fence that opens is logged.
 //!
 //! Each runs on a thread of its own for the daemon's lifetime; one that cannot start says why
 //! once and ends (the rest of the daemon is unaffected).
@@ -23,7 +27,42 @@ pub fn start(s: Arc<Shared>) {
     let _ = std::thread::Builder::new()
         .name("sandgate-seatbelt-log".into())
         .spawn(move || seatbelt_log(&logs));
+    let fences = s.clone();
     let _ = std::thread::Builder::new().name("sandgate-pflog".into()).spawn(move || pflog(&s));
+    if nix::unistd::geteuid().is_root() {
+        let _ = std::thread::Builder::new()
+            .name("sandgate-fence-check".into())
+            .spawn(move || fence_check(&fences));
+    }
+}
+
+/// Checks every installed fence, now and every `RECHECK_INTERVAL` (a timer, not a wait for an
+/// event: pf announces none of the changes that open a fence).
+fn fence_check(s: &Shared) {
+    use crate::fences::FenceState;
+    let fw = sandgate_firewall::system_backend();
+    loop {
+        let states: Vec<FenceState> = match fw.list() {
+            Ok(installed) => installed
+                .iter()
+                .map(|i| FenceState {
+                    anchor: i.name.clone(),
+                    uid: i.scope.uid,
+                    findings: fw
+                        .findings(&i.scope)
+                        .unwrap_or_else(|e| vec![format!("cannot be checked: {e}")]),
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the guest-user fences");
+                Vec::new()
+            }
+        };
+        for line in crate::fences::warnings(&s.fences.set(states)) {
+            tracing::warn!("{line}");
+        }
+        std::thread::sleep(sandgate_firewall::pf::fence::RECHECK_INTERVAL);
+    }
 }
 
 fn seatbelt_log(s: &Shared) {
@@ -32,15 +71,25 @@ fn seatbelt_log(s: &Shared) {
         .args(LOG_STREAM_ARGS)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot run `log stream`: Seatbelt refusals are not reported");
+            let why = format!("Seatbelt refusals are not reported: cannot run `log stream`: {e}");
+            tracing::warn!("{why}");
+            *s.monitor_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
             return;
         }
     };
+    // Read on a thread of its own, so a full stderr pipe never stalls the stream.
+    let stderr = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut e, &mut text);
+            text
+        })
+    });
     let Some(out) = child.stdout.take() else { return };
     let mut parser = SeatbeltLog::new();
     for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
@@ -59,8 +108,11 @@ fn seatbelt_log(s: &Shared) {
         };
         s.publish(EventKind::BlockedPacket, Some(&denial.sandbox), ev);
     }
-    let _ = child.wait();
-    tracing::warn!("`log stream` ended: Seatbelt refusals are no longer reported");
+    let code = child.wait().ok().and_then(|st| st.code());
+    let said = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+    let why = sandgate_monitor::seatbelt_log::stream_ended(&said, code);
+    tracing::warn!("{why}");
+    *s.monitor_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
 }
 
 fn pflog(s: &Shared) {

@@ -678,6 +678,7 @@ impl Conn {
         tracing::info!(sandbox = %info.id, tier = %info.tier, "sandbox registered");
         Ok(json!({
             "registered": info.id,
+            "fences_open": crate::fences::warnings(&self.d.shared.fences.get()),
             "project": project,
             "allow": policy.net.allow_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
             "deny": policy.net.deny_rules().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -815,6 +816,7 @@ impl Conn {
                 "store": path,
                 "telegram": d.telegram,
                 "telegram_error": d.telegram_error,
+                "monitor_error": *s.monitor_error.lock().unwrap_or_else(|e| e.into_inner()),
                 "rss_kib": rss_kib(),
             },
             "sandboxes": served,
@@ -823,6 +825,7 @@ impl Conn {
             "budgets": budgets(s),
             "proxy": { "active_connections": d.proxy.active_connections() },
             "network_pool": d.netpool.status(),
+            "fences": s.fences.get(),
             "events": {
                 "written": s.events_stats().written,
                 "dropped": s.events_stats().dropped,

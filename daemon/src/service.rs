@@ -299,6 +299,8 @@ async fn serve(
             settings.events_per_minute.unwrap_or(crate::event_cap::DEFAULT_PER_MINUTE),
         ),
         me: me.clone(),
+        fences: Default::default(),
+        monitor_error: Default::default(),
     });
     let proxy = sandgate_proxy::Proxy::builder()
         .config(sandgate_proxy::ProxyConfig {

@@ -49,13 +49,13 @@ pub enum FirewallError {
         /// What was unexpected.
         what: String,
     },
-    /// pf's main ruleset does not evaluate sandgate's anchor (pf backend): the rules are loaded
-    /// but never consulted.
+    /// pf would let the guest user's traffic past the fence (pf backend): the anchor is not
+    /// evaluated, or something before it passes the traffic (see `pf::fence`).
     #[error(
-        "pf fails open: the main ruleset does not evaluate `anchor \"com.apple/*\"` ({why}), so \
-         the guest user is NOT fenced in. Restore the stock /etc/pf.conf (`pfctl -f /etc/pf.conf`) \
-         or add that anchor line to the loaded ruleset, then apply again; `sandgate firewall \
-         remove` undoes this apply. Main ruleset:\n{rules}"
+        "pf fails open: the guest user is NOT fenced in: {why}. Restore the stock /etc/pf.conf \
+         (`pfctl -f /etc/pf.conf`) or take out what passes the traffic first, then apply again; \
+         `sandgate firewall remove` undoes this apply. Main ruleset (`anchor \"com.apple/*\"` \
+         evaluates the fence):\n{rules}"
     )]
     AnchorNotEvaluated {
         /// Why the anchor does not count.

@@ -157,6 +157,14 @@ pub trait Firewall {
     fn remove(&self, scope: &GuestScope) -> Result<bool, FirewallError>;
     /// Lists the sandgate scopes currently installed.
     fn list(&self) -> Result<Vec<Installed>, FirewallError>;
+
+    /// What lets `scope`'s traffic past its fence now, each naming the rule or setting (empty:
+    /// it holds). The pf backend reads what pf evaluates before the anchor
+    /// ([`crate::pf::fence`]); an nftables table has no such order to lose and says nothing.
+    fn findings(&self, scope: &GuestScope) -> Result<Vec<String>, FirewallError> {
+        let _ = scope;
+        Ok(Vec::new())
+    }
     /// Removes every installed scope whose owner is gone; returns the scopes removed.
     fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<GuestScope>, FirewallError> {
         let mut removed = Vec::new();

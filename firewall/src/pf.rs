@@ -5,15 +5,21 @@
 //! - apply: `pfctl -E` once per scope (pf is reference counted; the token goes to the
 //!   [`TokenStore`]), `ifconfig pflog0` (created with `ifconfig pflog0 create` when missing: XNU
 //!   makes none by default, and a `log (to pflog0)` rule then logs nowhere), then
-//!   `pfctl -a ANCHOR -f -` with the rules (an atomic replace of the anchor), then `pfctl -s rules`
-//!   to check that the main ruleset still evaluates `anchor "com.apple/*"` ([`check_main_ruleset`]):
-//!   a tool that loaded its own pf.conf leaves the anchor loaded but never consulted, and the
-//!   guest user unfenced, so apply fails loudly instead;
-//! - remove: `pfctl -a ANCHOR -F all`, then `pfctl -X TOKEN` and the token is forgotten;
+//!   `pfctl -a ANCHOR -f -` with the rules (an atomic replace of the anchor), then what pf
+//!   evaluates before the fence is read back and checked ([`GuestAnchors::verify`],
+//!   [`fence::verify`]): a tool that loaded its own pf.conf, a `pass out quick` before the
+//!   anchor, an anchor whose name sorts before the fence's, `set skip`, `nat pass` leave the
+//!   guest user unfenced, so apply fails loudly instead. The daemon (as root) runs the same check
+//!   every [`fence::RECHECK_INTERVAL`] and says when a fence is gone;
+//! - remove: `pfctl -a ANCHOR -F all` (and the anchor of an earlier release's name), then
+//!   `pfctl -X TOKEN` and the token is forgotten;
 //! - gc: anchors and stored tokens whose owner is gone are removed / released.
 //!
 //! pf can match `user` only for TCP and UDP, so ICMP of the guest user is not filtered by the
 //! anchor (the nftables backend does filter it).
+
+pub mod boot;
+pub mod fence;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,8 +32,15 @@ use crate::runner::{CommandRunner, SystemRunner};
 /// Parent anchor evaluated by the stock macOS pf.conf.
 pub const PARENT_ANCHOR: &str = "com.apple";
 
-/// First component of sandgate anchor names under [`PARENT_ANCHOR`].
-pub const ANCHOR_PREFIX: &str = "sandgate.";
+/// First component of sandgate anchor names under [`PARENT_ANCHOR`]. pf evaluates the children
+/// of `com.apple/*` in the order of their names: `0.` sorts before Apple's own (`100.`, `200.`,
+/// `250.ApplicationFirewall`, ...), so the fence decides first (what could still sort before it
+/// is checked by [`fence::verify`]).
+pub const ANCHOR_PREFIX: &str = "0.sandgate.";
+
+/// The prefix of earlier releases (`com.apple/sandgate.u501`): still recognised, so that
+/// `remove` and `gc` clean such anchors up.
+pub const LEGACY_ANCHOR_PREFIX: &str = "sandgate.";
 
 /// Path of `pfctl`.
 pub const PFCTL: &str = "/sbin/pfctl";
@@ -38,17 +51,19 @@ pub const IFCONFIG: &str = "/sbin/ifconfig";
 /// The interface the anchor logs to.
 pub const PFLOG_IF: &str = "pflog0";
 
-/// The anchor of a scope: `com.apple/sandgate.u501` or `com.apple/sandgate.u501.p4242`.
+/// The anchor of a scope: `com.apple/0.sandgate.u501` or `com.apple/0.sandgate.u501.p4242`.
 ///
-/// pflog records the anchor's last component in a 16-byte field, so `sandgate.u501` is seen whole
-/// and longer names are cut; the monitor attributes by uid as well.
+/// pflog records the anchor's last component in a 16-byte field, so `0.sandgate.u501` is seen
+/// whole and longer names are cut; the monitor attributes by uid as well.
 pub fn anchor(scope: &GuestScope) -> String {
     format!("{PARENT_ANCHOR}/{ANCHOR_PREFIX}{}", scope.label('.'))
 }
 
-/// The scope of an anchor path made by [`anchor`].
+/// The scope of an anchor path made by [`anchor`] (or by an earlier release's name).
 pub fn scope_of_anchor(path: &str) -> Option<GuestScope> {
-    let rest = path.strip_prefix(PARENT_ANCHOR)?.strip_prefix('/')?.strip_prefix(ANCHOR_PREFIX)?;
+    let child = path.strip_prefix(PARENT_ANCHOR)?.strip_prefix('/')?;
+    let rest =
+        child.strip_prefix(ANCHOR_PREFIX).or_else(|| child.strip_prefix(LEGACY_ANCHOR_PREFIX))?;
     GuestScope::parse_label(rest, '.')
 }
 
@@ -192,33 +207,17 @@ pub fn parse_enable_token(output: &str) -> Option<String> {
     })
 }
 
-/// Checks `pfctl -s rules` output of the main ruleset: `anchor "com.apple/*"` must be there,
-/// for outgoing traffic on every interface, and no unconditional `pass ... quick` rule for
-/// outgoing traffic may come before it (either would let the guest user's traffic past the
-/// anchor: pf fails open, silently).
-pub fn check_main_ruleset(rules: &str) -> Result<(), FirewallError> {
-    let wanted = format!("anchor \"{PARENT_ANCHOR}/*\"");
-    for line in rules.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix(&wanted) {
-            let all_out = rest.split_whitespace().all(|w| w == "all" || w == "out");
-            if all_out {
-                return Ok(());
-            }
-            return Err(not_evaluated(rules, &format!("`{line}` does not cover outgoing traffic")));
-        }
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let unconditional = words.first() == Some(&"pass")
-            && words.contains(&"quick")
-            && !words.iter().any(|w| matches!(*w, "in" | "on" | "proto" | "from" | "to" | "user"));
-        if unconditional {
-            return Err(not_evaluated(rules, &format!("`{line}` passes everything before it")));
-        }
-    }
-    Err(not_evaluated(rules, "it is not in the main ruleset"))
+/// Checks `pfctl -s rules` output of the main ruleset for the guest `uid`: `anchor
+/// "com.apple/*"` must be there, for outgoing traffic on every interface, and no `pass ...
+/// quick` rule that may match the guest's traffic may come before it ([`fence::check_main`]).
+pub fn check_main_ruleset(rules: &str, uid: u32) -> Result<(), FirewallError> {
+    let findings = fence::check_main(&fence::Snapshot::parse(rules).rules, uid);
+    if findings.is_empty() { Ok(()) } else { Err(fence_open(&findings, rules)) }
 }
 
-fn not_evaluated(rules: &str, why: &str) -> FirewallError {
-    FirewallError::AnchorNotEvaluated { why: why.to_owned(), rules: rules.trim().to_owned() }
+fn fence_open(findings: &[fence::Finding], rules: &str) -> FirewallError {
+    let why: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    FirewallError::AnchorNotEvaluated { why: why.join("; "), rules: rules.trim().to_owned() }
 }
 
 /// Refuses to fence in `uid` when it is one of `own` (the daemon's uid, the caller's): the proxy
@@ -306,6 +305,53 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     }
 }
 
+impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
+    /// Whether the fence of `scope` holds now: what pf evaluates before it, read with `pfctl`
+    /// (`-s rules`, `-s nat`, `-s info`, `-s Interfaces -v`, the anchors under `com.apple` up to
+    /// the fence's) and checked by [`fence::verify`].
+    pub fn verify(&self, scope: &GuestScope) -> Result<fence::Verdict, FirewallError> {
+        self.verify_with_rules(scope).map(|(v, _)| v)
+    }
+
+    /// [`GuestAnchors::verify`], and the main ruleset it read.
+    fn verify_with_rules(
+        &self,
+        scope: &GuestScope,
+    ) -> Result<(fence::Verdict, String), FirewallError> {
+        let show = |what: &str| self.runner.run(PFCTL, &["-s", what], None).map(|o| o.stdout);
+        let main = show("rules")?;
+        let nat = show("nat")?;
+        let info = show("info")?;
+        let interfaces = self.runner.run(PFCTL, &["-s", "Interfaces", "-v"], None)?.stdout;
+        let ours = anchor(scope);
+        let ours_child = ours.rsplit('/').next().unwrap_or(&ours).to_owned();
+        let listed = self.runner.run(PFCTL, &["-a", PARENT_ANCHOR, "-s", "Anchors"], None)?;
+        let mut children = Vec::new();
+        for path in parse_anchors(&listed.stdout) {
+            let Some(child) = path.strip_prefix(PARENT_ANCHOR).and_then(|c| c.strip_prefix('/'))
+            else {
+                continue;
+            };
+            // Anchors after the fence's name are evaluated after it: they cannot undo it.
+            if child > ours_child.as_str() {
+                continue;
+            }
+            let rules = self.runner.run(PFCTL, &["-a", &path, "-s", "rules"], None)?.stdout;
+            children.push((child.to_owned(), rules));
+        }
+        let mut snap = fence::Snapshot::parse(&main).with_children(&children);
+        snap.enabled = fence::Snapshot::parse(&info).enabled;
+        snap.skipped = fence::Snapshot::parse(&interfaces).skipped;
+        snap.nat = fence::Snapshot::parse(&format!("TRANSLATION RULES:\n{nat}")).nat;
+        Ok((fence::verify(&snap, &ours_child, scope.uid), main))
+    }
+
+    /// The scopes of the fences installed on this host (anchors under `com.apple/`).
+    pub fn installed_scopes(&self) -> Result<Vec<GuestScope>, FirewallError> {
+        Ok(self.installed_anchors()?.into_iter().map(|(s, _)| s).collect())
+    }
+}
+
 fn is_unknown_token(stderr: &str) -> bool {
     let s = stderr.to_ascii_lowercase();
     s.contains("invalid token") || s.contains("no such") || s.contains("not found")
@@ -327,8 +373,11 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         }
         self.ensure_pflog()?;
         self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text))?;
-        let main = self.runner.run(PFCTL, &["-s", "rules"], None)?;
-        check_main_ruleset(&main.stdout)
+        let (verdict, main) = self.verify_with_rules(&plan.scope)?;
+        match verdict {
+            fence::Verdict::Hold => Ok(()),
+            fence::Verdict::Leak(findings) => Err(fence_open(&findings, &main)),
+        }
     }
 
     fn allow(&self, scope: &GuestScope, addr: SocketAddr) -> Result<(), FirewallError> {
@@ -349,10 +398,11 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
     }
 
     fn remove(&self, scope: &GuestScope) -> Result<bool, FirewallError> {
-        let name = anchor(scope);
-        let present = self.installed_anchors()?.iter().any(|(_, a)| *a == name);
-        if present {
-            self.pfctl(&["-a", &name, "-F", "all"], None)?;
+        // Its anchor under either name (an earlier release's, then this one's).
+        let mut present = false;
+        for (_, name) in self.installed_anchors()?.iter().filter(|(s, _)| s == scope) {
+            self.pfctl(&["-a", name, "-F", "all"], None)?;
+            present = true;
         }
         let released = self.release(scope)?;
         Ok(present || released)
@@ -365,6 +415,10 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
             found.push(Installed { scope, name, rules: out.stdout });
         }
         Ok(found)
+    }
+
+    fn findings(&self, scope: &GuestScope) -> Result<Vec<String>, FirewallError> {
+        Ok(self.verify(scope)?.findings().iter().map(ToString::to_string).collect())
     }
 
     fn gc(&self, owners: &dyn OwnerCheck) -> Result<Vec<GuestScope>, FirewallError> {
@@ -391,12 +445,16 @@ mod tests {
     #[test]
     fn anchors_round_trip() {
         for (scope, path) in [
-            (GuestScope::user(501), "com.apple/sandgate.u501"),
-            (GuestScope::owned_by(501, 42), "com.apple/sandgate.u501.p42"),
+            (GuestScope::user(501), "com.apple/0.sandgate.u501"),
+            (GuestScope::owned_by(501, 42), "com.apple/0.sandgate.u501.p42"),
         ] {
             assert_eq!(anchor(&scope), path);
             assert_eq!(scope_of_anchor(path), Some(scope));
         }
+        // an earlier release's name, for remove and gc
+        assert_eq!(scope_of_anchor("com.apple/sandgate.u501"), Some(GuestScope::user(501)));
+        // the fence sorts before Apple's anchors (pf evaluates them by name)
+        assert!(anchor(&GuestScope::user(501)).as_str() < "com.apple/100.InternetSharing");
         for foreign in ["com.apple/250.ApplicationFirewall", "sandgate.u1", "com.apple/sandgate.x"]
         {
             assert_eq!(scope_of_anchor(foreign), None);
@@ -419,33 +477,12 @@ mod tests {
     }
 
     #[test]
-    fn main_ruleset_must_evaluate_the_anchor() {
-        let stock = "scrub-anchor \"com.apple/*\" all fragment reassemble\n\
-                     anchor \"com.apple/*\" all\n";
-        for (rules, ok) in [
-            (stock, true),
-            ("anchor \"com.apple/*\"\n", true),
-            ("block drop in all\nanchor \"com.apple/*\" out all\n", true),
-            ("pass in quick all\nanchor \"com.apple/*\" all\n", true),
-            ("pass quick on lo0 all\nanchor \"com.apple/*\" all\n", true),
-            // a tool's own pf.conf: no anchor
-            ("scrub in all\npass out all\n", false),
-            ("", false),
-            // consulted only for incoming traffic, or on one interface
-            ("anchor \"com.apple/*\" in all\n", false),
-            ("anchor \"com.apple/*\" on en0 all\n", false),
-            // everything passed before the anchor is reached
-            ("pass out quick all\nanchor \"com.apple/*\" all\n", false),
-            ("pass quick all\nanchor \"com.apple/*\" all\n", false),
-            // another anchor is not ours
-            ("anchor \"com.apple.x/*\" all\n", false),
-        ] {
-            let got = check_main_ruleset(rules);
-            assert_eq!(got.is_ok(), ok, "{rules:?}: {got:?}");
-            if let Err(e) = got {
-                assert!(e.to_string().contains("com.apple/*"), "{e}");
-            }
-        }
+    fn the_main_ruleset_check_names_the_rule() {
+        let err = check_main_ruleset("pass out quick all\nanchor \"com.apple/*\" all\n", 501)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`pass out quick all`") && err.contains("NOT fenced in"), "{err}");
+        assert!(check_main_ruleset("anchor \"com.apple/*\" all\n", 501).is_ok());
     }
 
     #[test]

@@ -124,3 +124,14 @@ fn pf_anchor_rules_owned_remote_proxy() {
         &sandgate_firewall::pf::guest_anchor_rules(&GuestScope::owned_by(501, 4242), &policy),
     );
 }
+
+#[test]
+fn pf_boot_launch_daemon() {
+    use sandgate_firewall::pf::boot;
+    let text = boot::launch_daemon_plist(
+        std::path::Path::new("/usr/local/bin/sandgate"),
+        &GuestScope::user(501),
+        &["127.0.0.1:3128".parse().unwrap(), "[::1]:3128".parse().unwrap()],
+    );
+    check("fence_u501.plist", &text);
+}

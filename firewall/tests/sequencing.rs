@@ -10,6 +10,37 @@ const IFCONFIG: &str = "/sbin/ifconfig";
 const STOCK_MAIN: &str = "scrub-anchor \"com.apple/*\" all fragment reassemble\n\
                           anchor \"com.apple/*\" all\n";
 
+/// What `pfctl` shows after the fence of uid 501 is loaded on a stock host: the anchors under
+/// `com.apple` (Apple's firewall after the fence) and the fence's own rules.
+fn stock_host(runner: &RecordingRunner) {
+    runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
+    runner.reply(
+        &format!("{PFCTL} -a com.apple -s Anchors"),
+        "  com.apple/0.sandgate.u501\n  com.apple/250.ApplicationFirewall\n",
+        "",
+    );
+    runner.reply(
+        &format!("{PFCTL} -a com.apple/0.sandgate.u501 -s rules"),
+        "block return out log (user, to pflog0) quick inet proto tcp all user = 501\n",
+        "",
+    );
+}
+
+/// The commands of the check after a load (see `GuestAnchors::verify`).
+fn verify_commands() -> Vec<String> {
+    [
+        "-s rules",
+        "-s nat",
+        "-s info",
+        "-s Interfaces -v",
+        "-a com.apple -s Anchors",
+        "-a com.apple/0.sandgate.u501 -s rules",
+    ]
+    .iter()
+    .map(|c| format!("{PFCTL} {c}"))
+    .collect()
+}
+
 fn policy() -> GuestPolicy {
     GuestPolicy {
         proxies: vec!["127.0.0.1:3128".parse().unwrap()],
@@ -39,24 +70,24 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
         "",
         "No ALTQ support in kernel\npf enabled\nToken : 18446744073\n",
     );
-    runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
+    stock_host(&runner);
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     let scope = GuestScope::user(501);
     let plan = fw.plan(&scope, &policy()).unwrap();
     fw.apply(&plan).unwrap();
     fw.apply(&plan).unwrap();
-    assert_eq!(
-        fw.runner().commands(),
-        [
-            format!("{PFCTL} -E"),
-            format!("{IFCONFIG} pflog0"),
-            format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
-            format!("{PFCTL} -s rules"),
-            format!("{IFCONFIG} pflog0"),
-            format!("{PFCTL} -a com.apple/sandgate.u501 -f -"),
-            format!("{PFCTL} -s rules"),
-        ]
-    );
+    let mut want = vec![
+        format!("{PFCTL} -E"),
+        format!("{IFCONFIG} pflog0"),
+        format!("{PFCTL} -a com.apple/0.sandgate.u501 -f -"),
+    ];
+    want.extend(verify_commands());
+    want.extend([
+        format!("{IFCONFIG} pflog0"),
+        format!("{PFCTL} -a com.apple/0.sandgate.u501 -f -"),
+    ]);
+    want.extend(verify_commands());
+    assert_eq!(fw.runner().commands(), want);
     assert_eq!(fw.runner().calls()[2].stdin.as_deref(), Some(plan.text.as_str()));
     assert_eq!(fw.tokens().load(&scope).unwrap().as_deref(), Some("18446744073"));
 }
@@ -65,7 +96,7 @@ fn pf_apply_enables_once_then_loads_the_anchor() {
 fn pf_apply_creates_pflog0_when_missing() {
     let runner = RecordingRunner::new();
     runner.reply(&format!("{PFCTL} -E"), "", "Token : 7\n");
-    runner.reply(&format!("{PFCTL} -s rules"), STOCK_MAIN, "");
+    stock_host(&runner);
     runner.reply(&format!("{IFCONFIG} pflog0 create"), "", "");
     runner.fail(&format!("{IFCONFIG} pflog0"), "ifconfig: interface pflog0 does not exist");
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
@@ -89,6 +120,52 @@ fn pf_apply_refuses_loudly_when_the_main_ruleset_skips_the_anchor() {
     let msg = err.to_string();
     assert!(msg.contains("fails open") && msg.contains("NOT fenced in"), "{msg}");
     assert!(msg.contains("pass out all"), "the main ruleset is shown: {msg}");
+}
+
+#[test]
+fn pf_apply_refuses_an_anchor_that_sorts_before_the_fence_and_passes() {
+    let runner = RecordingRunner::new();
+    runner.reply(&format!("{PFCTL} -E"), "", "Token : 7\n");
+    // (the first reply whose prefix matches answers)
+    runner.reply(
+        &format!("{PFCTL} -a com.apple -s Anchors"),
+        "  com.apple/0.aaa-vpn\n  com.apple/0.sandgate.u501\n  com.apple/zz\n",
+        "",
+    );
+    runner.reply(&format!("{PFCTL} -a com.apple/0.aaa-vpn -s rules"), "pass out quick all\n", "");
+    stock_host(&runner);
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
+    let err = fw.apply(&fw.plan(&GuestScope::user(501), &policy()).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("`pass out quick all`: it passes"), "{err}");
+    // anchors named after the fence are not read: pf evaluates them after it
+    assert!(!fw.runner().commands().iter().any(|c| c.contains("com.apple/zz")));
+}
+
+#[test]
+fn pf_verify_sees_the_fence_gone() {
+    // (what changed after apply, a word of the finding)
+    let table: &[(&str, &str, &str)] = &[
+        ("-s info", "Status: Disabled for 0 days 00:00:09\n", "pf is disabled"),
+        ("-a com.apple/0.sandgate.u501 -s rules", "", "no block rule"),
+        ("-s rules", "pass out all\n", "not in the main ruleset"),
+        ("-s Interfaces -v", "lo0 (skip)\nen0\n", "loopback"),
+    ];
+    for (cmd, out, word) in table {
+        let runner = RecordingRunner::new();
+        runner.reply(&format!("{PFCTL} {cmd}"), out, "");
+        stock_host(&runner);
+        let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
+        let v = fw.verify(&GuestScope::user(501)).unwrap();
+        assert!(v.findings().iter().any(|f| f.why.contains(word)), "{cmd}: {v:?}");
+    }
+    // control: the stock host as applied
+    let runner = RecordingRunner::new();
+    stock_host(&runner);
+    let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
+    assert_eq!(
+        fw.verify(&GuestScope::user(501)).unwrap(),
+        sandgate_firewall::pf::fence::Verdict::Hold
+    );
 }
 
 #[test]

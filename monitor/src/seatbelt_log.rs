@@ -140,9 +140,49 @@ fn sandbox_tag(word: &str) -> Option<String> {
     ok.then(|| id.to_owned())
 }
 
+/// Why `log stream` ended, in words for the daemon's log and `status`, from its stderr and exit
+/// code. `log stream` needs an administrator account (`log: Must be admin to run 'stream'
+/// command`): a daemon of a standard user gets none of the refusals, while the sandboxes are
+/// enforced all the same.
+pub fn stream_ended(stderr: &str, code: Option<i32>) -> String {
+    let said = stderr.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let lower = said.to_ascii_lowercase();
+    let why = if lower.contains("must be admin") || lower.contains("not permitted") {
+        "`log stream` needs an administrator account; this user is not one (the sandboxes are \
+         enforced all the same; run the daemon as an admin user, or read refusals with `sudo log \
+         show --predicate 'eventMessage CONTAINS \"sandgate:\"'`)"
+            .to_owned()
+    } else if said.is_empty() {
+        format!(
+            "`log stream` ended (exit {})",
+            code.map_or("by a signal".into(), |c| c.to_string())
+        )
+    } else {
+        format!("`log stream` ended: {said}")
+    };
+    format!("Seatbelt refusals are not reported: {why}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn why_log_stream_ended_is_said() {
+        // (stderr, exit code, words in the reason)
+        for (stderr, code, word) in [
+            ("log: Must be admin to run 'stream' command\n", Some(64), "administrator account"),
+            ("", Some(0), "ended (exit 0)"),
+            ("", None, "by a signal"),
+            ("\nlog: Could not open local log store\n", Some(1), "Could not open local log store"),
+        ] {
+            let got = stream_ended(stderr, code);
+            assert!(
+                got.starts_with("Seatbelt refusals are not reported") && got.contains(word),
+                "{got}"
+            );
+        }
+    }
 
     const PREFIX: &str = "2026-11-25 14:01:02.345 E  kernel[0:2f1a] (Sandbox) ";
 

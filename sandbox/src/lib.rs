@@ -70,8 +70,8 @@ mod macos;
 
 pub use error::{SandboxError, SetupStep};
 pub use spec::{
-    CacheLayer, DNS_PORT, Enforcement, NO_PROXY, NetKind, NetSetup, PROXY_PORT, PROXY_VARS,
-    ProvidedDir, SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env,
+    CacheLayer, DNS_PORT, Enforcement, MacosOptions, NO_PROXY, NetKind, NetSetup, PROXY_PORT,
+    PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env,
     with_proxy_env,
 };
 pub use timing::{begin as timing_begin, mark as timing_mark};

@@ -25,6 +25,8 @@ pub struct Launched {
     tmp: std::path::PathBuf,
     /// The Mach name only this launch's profile allows ([`seatbelt::reap::launch_service`]).
     service: std::ffi::CString,
+    /// A name no sandgate profile allows ([`seatbelt::reap::canary_service`]).
+    canary: std::ffi::CString,
     /// The launcher's signal mask before the forwarded signals were blocked.
     saved_mask: sys::Mask,
     /// What was enforced (Seatbelt enforces the whole profile or refuses to start).
@@ -72,7 +74,8 @@ impl Launched {
     /// Kills the processes still under this launch's profile (a double fork outlives the
     /// command: no pid namespace) and says so on stderr.
     fn reap_leftovers(&self) {
-        let mut table = sys::Confined { service: &self.service, uid: sys::uid() };
+        let mut table =
+            sys::Confined { service: &self.service, canary: &self.canary, uid: sys::uid() };
         match seatbelt::reap::reap(&mut table, REAP_ROUNDS) {
             seatbelt::reap::Reaped::AllGone { killed: 0 } => {}
             seatbelt::reap::Reaped::AllGone { killed } => eprintln!(
@@ -144,13 +147,21 @@ pub fn launch_with_proxy_port(
             let clt = std::path::PathBuf::from("/Library/Developer/CommandLineTools");
             clt.is_dir().then_some(clt)
         }),
-        trustd: seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref()),
+        // `[macos] trustd = "allow"`, or the variable (either names the way out).
+        trustd: if spec.macos.trustd_allow {
+            seatbelt::Trustd::Allow
+        } else {
+            seatbelt::Trustd::from_setting(std::env::var(seatbelt::TRUSTD_ENV).ok().as_deref())
+        },
     };
     let profile = seatbelt::render(spec, &host, &RealLinks);
     let mut env = seatbelt::environment(&spec.env, &spec.net);
     seatbelt::toolchain_env(&mut env, &host, &tmp);
-    let service = std::ffi::CString::new(seatbelt::reap::launch_service(spec.id.as_str()))
-        .map_err(|e| SandboxError::io("name the launch")(e.into()))?;
+    let name = |n: String| {
+        std::ffi::CString::new(n).map_err(|e| SandboxError::io("name the launch")(e.into()))
+    };
+    let service = name(seatbelt::reap::launch_service(spec.id.as_str()))?;
+    let canary = name(seatbelt::reap::canary_service(spec.id.as_str()))?;
     let (program, args) = spec
         .command
         .split_first()
@@ -175,7 +186,7 @@ pub fn launch_with_proxy_port(
             return Err(SandboxError::io("start sandbox-exec")(e));
         }
     };
-    Ok(Launched { child, tmp, service, saved_mask, enforcement })
+    Ok(Launched { child, tmp, service, canary, saved_mask, enforcement })
 }
 
 /// The few libc calls of the macOS launcher.
@@ -307,31 +318,42 @@ mod sys {
         unsafe { libc::getuid() }
     }
 
-    /// The processes of `uid` under the profile that allows `service` (see
+    /// The processes of `uid` under the profile that allows `service` and refuses `canary` (see
     /// [`crate::seatbelt::reap`]).
     pub struct Confined<'a> {
         pub service: &'a std::ffi::CStr,
+        pub canary: &'a std::ffi::CStr,
         pub uid: u32,
+    }
+
+    /// Whether `pid`'s profile allows looking up `name` (asked without logging a denial).
+    fn allows_lookup(pid: libc::pid_t, name: &std::ffi::CStr) -> bool {
+        // SAFETY: a NUL-terminated operation name and service name, valid for the call; the
+        // filter type takes exactly one string argument.
+        let denied = unsafe {
+            sandbox_check(
+                pid,
+                c"mach-lookup".as_ptr(),
+                SANDBOX_FILTER_GLOBAL_NAME | SANDBOX_CHECK_NO_REPORT,
+                name.as_ptr(),
+            )
+        };
+        denied == 0
     }
 
     impl crate::seatbelt::reap::Processes for Confined<'_> {
         fn confined(&mut self) -> io::Result<Vec<u32>> {
+            use crate::seatbelt::reap::{is_ours, of_user};
             let mut out = Vec::new();
             for pid in all_pids()? {
-                if pid == std::process::id() as libc::pid_t || !live_of(pid, self.uid) {
+                if pid == std::process::id() as libc::pid_t
+                    || !live_uids(pid).is_some_and(|ids| of_user(ids, self.uid))
+                {
                     continue;
                 }
-                // SAFETY: a NUL-terminated operation name and service name, valid for the call;
-                // the filter type takes exactly one string argument.
-                let denied = unsafe {
-                    sandbox_check(
-                        pid,
-                        c"mach-lookup".as_ptr(),
-                        SANDBOX_FILTER_GLOBAL_NAME | SANDBOX_CHECK_NO_REPORT,
-                        self.service.as_ptr(),
-                    )
-                };
-                if sandboxed(pid) && denied == 0 {
+                if sandboxed(pid)
+                    && is_ours(allows_lookup(pid, self.service), allows_lookup(pid, self.canary))
+                {
                     out.push(pid as u32);
                 }
             }
@@ -363,8 +385,8 @@ mod sys {
         Ok(pids)
     }
 
-    /// Whether `pid` is a live (not zombie) process of `uid`.
-    fn live_of(pid: libc::pid_t, uid: u32) -> bool {
+    /// The uids of `pid` when it is a live (not zombie) process.
+    fn live_uids(pid: libc::pid_t) -> Option<crate::seatbelt::reap::Uids> {
         // SAFETY: proc_bsdinfo is plain data; the call writes at most its size.
         unsafe {
             let mut info = std::mem::zeroed::<libc::proc_bsdinfo>();
@@ -376,7 +398,11 @@ mod sys {
                 (&mut info as *mut libc::proc_bsdinfo).cast(),
                 size,
             );
-            n == size && info.pbi_uid == uid && info.pbi_status != libc::SZOMB
+            (n == size && info.pbi_status != libc::SZOMB).then_some(crate::seatbelt::reap::Uids {
+                ruid: info.pbi_ruid,
+                euid: info.pbi_uid,
+                svuid: info.pbi_svuid,
+            })
         }
     }
 

@@ -23,14 +23,16 @@
 //! Order (Seatbelt applies the last matching rule, so each denial comes after what it narrows):
 //! 1. `(deny default)`, logged with the sandbox id (`sandgate:ID`, read back from `log stream`);
 //! 2. the base allowances, the launch's own Mach name ([`reap::launch_service`]), reads
-//!    everywhere, writes to the private temporary directory and the writable paths; loopback
-//!    listening; the proxy; unix sockets under the private temporary directory and the allowed
-//!    ones;
+//!    everywhere but devices (read by name only), writes to the private temporary directory and
+//!    the writable paths; loopback listening when asked for ([`crate::MacosOptions`]); the proxy; unix sockets under the private
+//!    temporary directory and the allowed ones;
 //! 3. caches the host trusts (the user cache directory, `xcrun_db`): never written;
-//! 4. `~/Library` hidden, but for [`library::READABLE`] (read-only);
-//! 5. other sandboxes' temporary directories hidden;
+//! 4. `~/Library` hidden, but for [`library::READABLE`] (read-only) and writable paths inside
+//!    it; [`library::ALWAYS_DENIED`] (keychains, LaunchAgents) whatever is writable;
+//! 5. other sandboxes' temporary directories hidden (in every TMPDIR a launch may have had);
 //! 6. the top-level rule of each writable path ([`crate::TopLevel`]): dot-entries and the named
-//!    tool files at its top, and the host-tool names below it, read-only;
+//!    tool files at its top, and the host-tool names below it, read-only (its re-allowances
+//!    bound to the writable path);
 //! 7. read-only paths (and `.git/hooks`, `.git/config` at any depth of a writable path);
 //! 8. hidden paths;
 //! 9. move-blocking of every ancestor between a writable root and a read-only or hidden path;
@@ -90,8 +92,8 @@ pub const TRUSTD_ENV: &str = "SANDGATE_MACOS_TRUSTD";
 /// x509 error. trustd is outside the sandbox and fetches OCSP, CRL and intermediate-certificate
 /// URLs named in the certificates it is handed, *without* the proxy, so a command that can talk
 /// to it has a way out (a certificate of its own making whose URL carries data). Default: deny
-/// (the proxy stays the only way out); `SANDGATE_MACOS_TRUSTD=allow` allows it in tiers with
-/// network, as Codex does.
+/// (the proxy stays the only way out); `[macos] trustd = "allow"` in the configuration (or
+/// `SANDGATE_MACOS_TRUSTD=allow`) allows it in tiers with network, as Codex does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Trustd {
     /// No `mach-lookup` of trustd (default).
@@ -278,6 +280,7 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
     );
 
     t.push_str("\n; reads: everywhere (credentials are denied below)\n(allow file-read*)\n");
+    devices(&mut t, &msg);
 
     t.push_str("\n; writes: the private temporary directory and the tier's writable paths\n");
     let tmp = real(&host.tmp);
@@ -291,9 +294,15 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
         writable_keys.push(key);
     }
 
-    t.push_str("\n; network: listening on loopback (test servers), as on Linux\n");
+    if spec.macos.loopback_listen {
+        t.push_str("\n; network: listening on loopback (test servers; [macos] loopback_listen):\n");
+        t.push_str("; the host's loopback, where host processes and browser pages reach them\n");
+        t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
+    } else {
+        t.push_str("\n; network: no listening (the host's loopback is not the sandbox's own;\n");
+        t.push_str("; [macos] loopback_listen = true allows it)\n");
+    }
     t.push_str("(allow system-socket (socket-domain AF_INET) (socket-domain AF_INET6))\n");
-    t.push_str("(allow network-bind network-inbound (local ip \"localhost:*\"))\n");
     match &spec.net {
         NetSetup::None => t.push_str("; no proxy: (deny default) refuses every connection\n"),
         NetSetup::Proxy { .. } => {
@@ -325,16 +334,21 @@ pub fn profile(spec: &SandboxSpec, host: &HostFacts, links: &dyn Links) -> Profi
     host_caches(&mut t, &mut params, host, &real, &msg);
     library(&mut t, &mut params, host, &writable, &real, &msg);
 
-    t.push_str("\n; other sandboxes' temporary directories: hidden; this one's own\n");
-    if let Some(parent) = tmp.parent() {
-        let re = params
-            .regex("TMP_SIBLINGS", regex::below(parent, b"[Ss][Aa][Nn][Dd][Gg][Aa][Tt][Ee]-"));
+    t.push_str("\n; other sandboxes' temporary directories (in this TMPDIR, the user's and\n");
+    t.push_str("; /tmp: a launch may have had another TMPDIR): hidden; this one's own\n");
+    let mut tmp_parents: Vec<PathBuf> = tmp.parent().map(Path::to_path_buf).into_iter().collect();
+    tmp_parents.extend(host.user_temp_dir.as_deref().map(real));
+    tmp_parents.push(real(Path::new("/tmp")));
+    let mut seen = BTreeSet::new();
+    for parent in tmp_parents.iter().filter(|p| seen.insert(p.to_path_buf())) {
+        let re =
+            params.regex("TMP_SIBLINGS", regex::below(parent, &regex::name("sandgate-", true)));
         let _ = writeln!(t, "(deny file-read* file-write* (regex (param \"{re}\")) {msg})");
     }
     let _ = writeln!(t, "(allow file-read* file-write* (subpath (param \"{tmp_key}\")))");
 
     if let Some(rule) = spec.top_level.as_ref().filter(|_| !writable.is_empty()) {
-        top_level(&mut t, &mut params, rule, &writable, &msg);
+        top_level(&mut t, &mut params, rule, &writable, &writable_keys, &msg);
     }
 
     // Every spelling of each protected path, canonical first.
@@ -457,6 +471,10 @@ fn library(
         let key = params.add("LIBRARY_WRITABLE", w);
         let _ = writeln!(t, "(allow file-read* file-write* (subpath (param \"{key}\")))");
     }
+    t.push_str("; whatever is writable: the keychains hidden, what runs at login read-only\n");
+    for (entry, ops) in library::ALWAYS_DENIED {
+        deny_path(t, params, "LIBRARY_DENIED", ops, &lib.join(entry), msg);
+    }
 }
 
 /// The top-level rule ([`crate::TopLevel`]) of each writable path, as far as regexes express
@@ -471,6 +489,7 @@ fn top_level(
     params: &mut Params,
     rule: &crate::TopLevel,
     writable: &[PathBuf],
+    writable_keys: &[String],
     msg: &str,
 ) {
     let is_git = |p: &&String| p.eq_ignore_ascii_case(".git");
@@ -489,11 +508,17 @@ fn top_level(
         "\n; the top-level rule of each writable path: dot-entries (but the allowlisted ones)\n",
     );
     t.push_str("; and tool files at its top, host-tool files below it: read-only, never made\n");
-    for w in writable {
+    // The re-allowances are regexes in any case: each is bound to its writable path as given,
+    // or it would grant writes outside it (a case variant of it, a distinct directory on a
+    // case-sensitive volume) and undo the earlier denials (caches, `~/Library`).
+    for (w, w_key) in writable.iter().zip(writable_keys) {
+        let inside = |re: &str| {
+            format!("(require-all (subpath (param \"{w_key}\")) (regex (param \"{re}\")))")
+        };
         let dot = params.regex("TOP_DOT", regex::below(w, br"\."));
         let _ = writeln!(t, "(deny file-write* (regex (param \"{dot}\")) {msg})");
         let git = params.regex("TOP_GIT", regex::below(w, br"\.[Gg][Ii][Tt]/"));
-        let _ = writeln!(t, "(allow file-write* (regex (param \"{git}\")))");
+        let _ = writeln!(t, "(allow file-write* {})", inside(&git));
         let nested = params.regex("NEW_GIT", regex::below(w, br".+/\.[Gg][Ii][Tt]$"));
         let _ = writeln!(t, "(deny file-write-create (regex (param \"{nested}\")) {msg})");
         if let Some(names) = &below {
@@ -522,7 +547,7 @@ fn top_level(
             let mut re = names.clone();
             re.extend_from_slice(b"(/|$)");
             let key = params.regex("TOP_ALLOWED", regex::below(w, &re));
-            let _ = writeln!(t, "(allow file-write* (regex (param \"{key}\")))");
+            let _ = writeln!(t, "(allow file-write* {})", inside(&key));
         }
         if let Some(names) = &protected {
             let mut re = names.clone();
@@ -532,6 +557,38 @@ fn top_level(
         }
     }
 }
+
+/// Devices: read by name only. Reads are allowed everywhere, and a device read is an open of
+/// it: other terminals not named `ttys` (the BSD ptys `/dev/ttyp*`), serial and Bluetooth ports
+/// (`/dev/cu.*`, `/dev/tty.*`), and for a launch as root the raw disks (`/dev/rdisk*`: every
+/// hidden file, past the profile). `stat` of any device stays allowed; the terminals (the
+/// launch's own, ptys made inside) are allowed again at the end of the profile.
+fn devices(t: &mut String, msg: &str) {
+    t.push_str("; but devices, read by name only (terminals: see the end of the profile)\n");
+    let _ = writeln!(t, "(deny file-read-data (subpath \"/dev\") {msg})");
+    t.push_str("(allow file-read-data (literal \"/dev\")");
+    for d in DEVICES_READ {
+        let _ = write!(t, " (literal \"/dev/{d}\")");
+    }
+    t.push_str(" (regex #\"^/dev/fd/[0-9]+$\"))\n");
+}
+
+/// Devices the command may read (open) by name, below `/dev`.
+const DEVICES_READ: &[&str] = &[
+    "null",
+    "zero",
+    "random",
+    "urandom",
+    "stdin",
+    "stdout",
+    "stderr",
+    "tty",
+    "ptmx",
+    "dtracehelper",
+    "autofs_nowait",
+    // the descriptor directory itself: Python's subprocess lists it to close descriptors
+    "fd",
+];
 
 /// Terminals: the user's other terminals (`/dev/ttys*`: keystrokes typed in another tab,
 /// escape sequences written to it) are refused; the launch's own, `/dev/tty` (ssh, sudo and git
@@ -568,10 +625,14 @@ pub fn enforcement(spec: &SandboxSpec) -> Enforcement {
         "pid namespace: other processes of the host are listed (ps, kern.proc); their \
          arguments and environment are not readable and they cannot be signalled"
             .to_owned(),
-        "private loopback: servers the command starts listen on the host's loopback, where host \
-         processes and browser pages can reach them"
-            .to_owned(),
     ];
+    if spec.macos.loopback_listen {
+        missing.push(
+            "private loopback: servers the command starts listen on the host's loopback, where \
+             host processes and browser pages can reach them ([macos] loopback_listen)"
+                .to_owned(),
+        );
+    }
     if !spec.caches.is_empty() {
         missing.push(
             "copy-on-write package caches: Seatbelt has no overlay; the caches are read-only \
@@ -586,6 +647,13 @@ pub fn enforcement(spec: &SandboxSpec) -> Enforcement {
         "network namespace: the profile allows connections only to the proxy's loopback port"
             .to_owned(),
     ];
+    if !spec.macos.loopback_listen {
+        substitutes.push(
+            "private loopback: listening is refused ([macos] loopback_listen = true allows it, \
+             on the host's loopback)"
+                .to_owned(),
+        );
+    }
     if spec.top_level.is_some() && !spec.writable.is_empty() {
         substitutes.push(
             "top-level rule: a new protected entry cannot be made (the profile refuses it; \

@@ -154,6 +154,19 @@ pub struct SandboxSpec {
     /// Read the command's stderr for "Read-only file system" messages (Linux; see
     /// [`crate::readonly`]); the paths are in `Launched::read_only_reports` at the end.
     pub report_read_only: bool,
+    /// The Seatbelt profile's named ways out (`[macos]` in the configuration; ignored on Linux).
+    pub macos: MacosOptions,
+}
+
+/// Ways out of the Seatbelt profile's defaults, each asked for by name (`[macos]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MacosOptions {
+    /// Servers may listen on the host's loopback (`loopback_listen = true`): there, unlike
+    /// Linux's private loopback, host processes and browser pages reach them.
+    pub loopback_listen: bool,
+    /// trustd may verify certificates (`trustd = "allow"`, or `SANDGATE_MACOS_TRUSTD=allow`),
+    /// in tiers with network: it fetches URLs named in certificates past the proxy.
+    pub trustd_allow: bool,
 }
 
 /// Variables that only ever say where a proxy is (upper and lower case generic ones, npm, pip,

@@ -52,6 +52,7 @@ fn spec(tier: &str) -> SandboxSpec {
         visible: vec![],
         require_full: false,
         report_read_only: false,
+        macos: Default::default(),
     }
 }
 
@@ -305,22 +306,35 @@ fn nested_launches_run_in_place_only_in_the_same_tier() {
     }
 }
 
-// Item 11: unix sockets under the private temporary directory and loopback listening, every tier.
+// Item 11: unix sockets under the private temporary directory in every tier; loopback
+// listening only when asked for (item 10 of issue 34: the host's loopback is not private).
 #[test]
-fn private_unix_sockets_and_loopback_listening() {
+fn private_unix_sockets_and_loopback_listening_by_name() {
+    let listen = "(allow network-bind network-inbound (local ip \"localhost:*\"))";
     for tier in ["run", "net", "build"] {
         let p = render(&spec(tier));
         for rule in [
             "(allow system-socket (socket-domain AF_UNIX))",
             "(allow network-bind network-inbound (local unix-socket (subpath (param \"TMP_0\"))))",
             "(allow network-outbound (remote unix-socket (subpath (param \"TMP_0\"))))",
-            "(allow network-bind network-inbound (local ip \"localhost:*\"))",
         ] {
             assert!(p.text.contains(rule), "{tier}: {rule}");
         }
+        assert!(!p.text.contains(listen), "{tier}: listening is opt-in");
+        let mut s = spec(tier);
+        s.macos.loopback_listen = true;
+        let p = render(&s);
+        assert!(p.text.contains(listen), "{tier}: [macos] loopback_listen");
         // listening, not connecting: out only to the proxy
         assert!(!p.text.contains("(allow network-outbound (remote ip"), "{tier}");
     }
+}
+
+#[test]
+fn run_with_loopback_listening() {
+    let mut s = spec("run");
+    s.macos.loopback_listen = true;
+    check("run-loopback-listen", &render(&s));
 }
 
 // Item 12: every denial carries the sandbox id for the log reader.
@@ -438,9 +452,15 @@ fn top_level_rule_is_enforced_by_the_profile() {
 fn enforcement_names_what_seatbelt_does_not_enforce() {
     let e = seatbelt::enforcement(&build_with_rule());
     assert!(!e.is_full(), "--require-full must refuse: {e:?}");
-    for wall in ["private /tmp", "pid namespace", "private loopback"] {
+    for wall in ["private /tmp", "pid namespace"] {
         assert!(e.missing.iter().any(|m| m.starts_with(wall)), "{wall}: {:?}", e.missing);
     }
+    // no listening by default: the private loopback's purpose holds another way
+    assert!(e.substitutes.iter().any(|s| s.starts_with("private loopback")), "{e:?}");
+    let mut listening = build_with_rule();
+    listening.macos.loopback_listen = true;
+    let e = seatbelt::enforcement(&listening);
+    assert!(e.missing.iter().any(|m| m.starts_with("private loopback")), "{e:?}");
     assert!(e.substitutes.iter().any(|s| s.starts_with("top-level rule")));
     assert!(e.substitutes.iter().any(|s| s.starts_with("processes outliving")));
     assert!(
@@ -671,4 +691,187 @@ fn small_allowances_of_round_two() {
     );
     assert!(p.text.contains("(ipc-posix-name-prefix \"/psm_\")"));
     assert!(!p.text.contains("(allow ipc-posix-shm)"), "not every segment of the host");
+}
+
+// ---- Red team of round two: each way around a wall that held in the evaluator is in the
+// docs; each that did not is a row here that failed before its fix ----
+
+// The top-level rule's re-allowances (`.git/` at the top, the allowlisted dot-entries) are
+// regexes; unbounded they granted writes outside the writable path: a case variant of it (a
+// distinct directory on a case-sensitive volume) and anything an earlier denial closed.
+#[test]
+fn re_allowed_top_level_names_stay_inside_the_writable_path() {
+    let p = render(&build_with_rule());
+    let w = "file-write-create";
+    rows(
+        &p,
+        &[
+            (w, "/Users/u/PROJECT/.git/objects/ab/cd", false),
+            (w, "/Users/u/Project/.venv/bin/activate", false),
+            (w, "/users/u/project/.tmpX/a", false),
+            // control: the same names under the writable path as given
+            (w, "/Users/u/project/.git/objects/ab/cd", true),
+            (w, "/Users/u/project/.venv/bin/activate", true),
+            (w, "/Users/u/project/.tmpX/a", true),
+        ],
+    );
+}
+
+// `--allow-write` inside ~/Library reopened everything below it: the login keychain and
+// LaunchAgents (which the docs say are never writable).
+#[test]
+fn keychains_and_launch_agents_win_over_a_writable_library_path() {
+    let mut s = spec("run");
+    s.writable.push(PathBuf::from("/Users/u/Library"));
+    rows(
+        &render(&s),
+        &[
+            ("file-read-data", "/Users/u/Library/Keychains/login.keychain-db", false),
+            ("file-write-data", "/Users/u/Library/Keychains/login.keychain-db", false),
+            ("file-write-create", "/Users/u/Library/LaunchAgents/evil.plist", false),
+            ("file-write-create", "/Users/u/library/launchagents/evil.plist", false),
+            ("file-read-data", "/Users/u/Library/LaunchAgents/x.plist", true),
+            // control: the rest of the writable path stays writable
+            ("file-write-create", "/Users/u/Library/Caches/mytool/x", true),
+        ],
+    );
+}
+
+// Reads were allowed everywhere, devices included: other terminals not named ttys (the BSD
+// ptys /dev/ttyp*, serial and Bluetooth ports /dev/cu.* and /dev/tty.*), and, for a launch as
+// root, the raw disks (every hidden file, read past the profile).
+#[test]
+fn devices_are_readable_only_by_name() {
+    for tier in ["run", "build"] {
+        let p = render(&spec(tier));
+        let r = "file-read-data";
+        rows(
+            &p,
+            &[
+                (r, "/dev/ttyp0", false),
+                (r, "/dev/ptyp0", false),
+                (r, "/dev/cu.usbserial-1410", false),
+                (r, "/dev/tty.Bluetooth-Incoming-Port", false),
+                (r, "/dev/rdisk0", false),
+                (r, "/dev/disk3s5", false),
+                (r, "/dev/bpf0", false),
+                (r, "/dev/console", false),
+                (r, "/dev/ttys004", false),
+                // control: what tools read by name, and stat of anything
+                (r, "/dev", true),
+                (r, "/dev/null", true),
+                (r, "/dev/zero", true),
+                (r, "/dev/random", true),
+                (r, "/dev/urandom", true),
+                (r, "/dev/stdin", true),
+                (r, "/dev/fd/63", true),
+                (r, "/dev/tty", true),
+                (r, "/dev/ptmx", true),
+                (r, "/dev/dtracehelper", true),
+                (r, "/dev/autofs_nowait", true),
+                (r, "/dev/ttys003", true),
+                ("file-read-metadata", "/dev/rdisk0", true),
+            ],
+        );
+    }
+}
+
+// Firmlinks: /Users, /private, ... are the data volume's, also spelled /System/Volumes/Data/...;
+// a hidden path must be hidden under that spelling too.
+#[test]
+fn the_data_volume_spelling_is_hidden_too() {
+    let r = "file-read-data";
+    rows(
+        &render(&spec("run")),
+        &[
+            (r, "/System/Volumes/Data/Users/u/.ssh/id_ed25519", false),
+            (r, "/System/Volumes/Data/Users/u/dotfiles/ssh/id_ed25519", false),
+            (r, "/system/volumes/data/Users/u/.aws/credentials", false),
+            (r, "/System/Volumes/Data/Users/u/Library/Keychains/login.keychain-db", false),
+            (r, "/System/Volumes/Data/private/var/folders/xx/T/sandgate-sg-1/x", false),
+            // control: the rest of the data volume reads as before
+            (r, "/System/Volumes/Data/Users/u/project/README.md", true),
+        ],
+    );
+}
+
+// APFS compares names after Unicode case folding and normalisation: `ſ` (U+017F) folds to `s`
+// and the Kelvin sign (U+212A) to `k`, so `~/.ſsh` is `~/.ssh`; `é` is one code point (NFC) or
+// `e` and a combining accent (NFD). Bracketing ASCII letters missed them all.
+#[test]
+fn names_match_under_unicode_folding_and_normalisation() {
+    let mut s = build_with_rule();
+    s.hidden.push(PathBuf::from("/Users/u/.clé")); // NFC, as a directory listing gives it
+    let p = render(&s);
+    let r = "file-read-data";
+    rows(
+        &p,
+        &[
+            (r, "/Users/u/.\u{17F}sh/id_ed25519", false),
+            (r, "/Users/u/.s\u{17F}h/id_ed25519", false),
+            (r, "/Users/u/.cle\u{301}/token", false),
+            (r, "/Users/u/.CLÉ/token", false),
+            (r, "/Users/u/.clé/token", false),
+            ("file-write-create", "/Users/u/project/ru\u{17F}t-toolchain.toml", false),
+            ("file-write-create", "/Users/u/project/sub/.cargo/config.toml", false),
+            ("file-write-create", "/Users/u/project/sub/.\u{212A}eep/x", true),
+            // control: other names stay readable
+            (r, "/Users/u/.clef/token", true),
+            (r, "/Users/u/.zsh/x", true),
+        ],
+    );
+}
+
+// Sandboxes started with another TMPDIR (`/tmp`, the per-user one) were not hidden from each
+// other: only siblings in this launch's own TMPDIR were.
+#[test]
+fn other_sandboxes_tmp_is_hidden_whatever_their_tmpdir() {
+    let mut h = host();
+    h.tmp = PathBuf::from("/tmp/sandgate-golden");
+    let p = seatbelt::render(&spec("run"), &h, &fs());
+    rows(
+        &p,
+        &[
+            ("file-read-data", "/private/var/folders/xx/T/sandgate-sg-1-abc/secret", false),
+            ("file-read-data", "/private/tmp/sandgate-sg-2/secret", false),
+            // control: its own, and what else is there
+            ("file-read-data", "/private/tmp/sandgate-golden/x", true),
+            ("file-read-data", "/private/var/folders/xx/T/other-tool/x", true),
+        ],
+    );
+    rows(&render(&spec("run")), &[("file-read-data", "/private/tmp/sandgate-sg-2/secret", false)]);
+}
+
+// The reaping asks whether a process's profile allows this launch's name. A process under a
+// profile of another program that allows every lookup (`(allow default)`, as Homebrew's build
+// sandbox) said yes, and was killed; it must also refuse a name no sandgate profile allows.
+#[test]
+fn reaping_asks_a_name_no_profile_of_ours_allows() {
+    use seatbelt::reap;
+    let p = render(&spec("run"));
+    let canary = reap::canary_service("golden");
+    assert!(!p.text.contains(&canary), "{canary}");
+    assert!(canary.starts_with(&reap::launch_service("golden")), "{canary}");
+    assert!(!p.text.contains("(allow mach-lookup)"), "an unfiltered lookup would say yes");
+    // (allows this launch's name, allows the canary, ours)
+    for (own, canary, ours) in [(true, false, true), (true, true, false), (false, false, false)] {
+        assert_eq!(reap::is_ours(own, canary), ours, "{own} {canary}");
+    }
+}
+
+// A process that execs a set-user-id program (`sudo`, `crontab`, `at`) keeps the profile but
+// changes its effective uid; listed by effective uid only, it outlived the launch.
+#[test]
+fn reaping_lists_processes_by_any_of_their_uids() {
+    use seatbelt::reap::{Uids, of_user};
+    // (real, effective, saved, of user 501)
+    for (ruid, euid, svuid, want) in [
+        (501, 501, 501, true),
+        (501, 0, 0, true), // set-user-id root: real uid stays the caller's
+        (0, 501, 501, true),
+        (502, 502, 502, false),
+        (0, 0, 0, false),
+    ] {
+        assert_eq!(of_user(Uids { ruid, euid, svuid }, 501), want, "{ruid} {euid} {svuid}");
+    }
 }

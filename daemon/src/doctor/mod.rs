@@ -76,6 +76,8 @@ pub struct Facts {
     pub claude: ClaudeFacts,
     /// Shell completions.
     pub completions: CompletionFacts,
+    /// The host's guest-user fences as the daemon last checked them (macOS, daemon as root).
+    pub fences: Vec<crate::fences::FenceState>,
 }
 
 /// The kernel's side of a launch, tried for real.
@@ -234,6 +236,9 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     let nested = f.kernel.as_ref().is_some_and(|k| k.nested);
     let outside = |name| Check::ok(name, "not checked inside a sandbox (hidden there on purpose)");
     out.push(if nested { outside("daemon") } else { daemon_check(&f.daemon) });
+    if !f.fences.is_empty() {
+        out.push(fences_check(&f.fences));
+    }
     out.push(config_check(&f.config));
     out.push(if nested { outside("caches") } else { caches_check(&f.caches) });
     out.push(telegram_check(&f.telegram));
@@ -464,6 +469,18 @@ fn daemon_check(d: &DaemonFact) -> Check {
             format!("its control socket cannot be used: {why}"),
             "`sandgate stop`, then check the runtime directory ($XDG_RUNTIME_DIR/sandgate) is \
              yours and mode 0700",
+        ),
+    }
+}
+
+fn fences_check(states: &[crate::fences::FenceState]) -> Check {
+    let name = "guest_fence";
+    match crate::fences::warnings(states).as_slice() {
+        [] => Check::ok(name, format!("{} fence(s) hold", states.len())),
+        open => Check::fail(
+            name,
+            open.join("\n"),
+            "`sudo sandgate firewall check` names what opened it; apply the fence again",
         ),
     }
 }

@@ -31,10 +31,12 @@ pub fn probe(completions: CompletionFiles<'_>) -> anyhow::Result<Facts> {
     let kernel = kernel(&layers);
     let paths = ConfigPaths::discover(&ctx.cwd).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (config_facts, config) = config(&paths);
+    let (daemon, fences) = daemon();
     let facts = Facts {
         kernel,
         wrappers: wrappers(&ctx.cwd)?,
-        daemon: daemon(),
+        daemon,
+        fences,
         caches: caches(config.as_ref(), &ctx, &layers),
         telegram: telegram(config.as_ref()),
         claude: claude(&ctx.cwd),
@@ -181,18 +183,23 @@ fn wrappers(cwd: &Path) -> anyhow::Result<Vec<WrapperFact>> {
         .collect())
 }
 
-fn daemon() -> DaemonFact {
+/// The daemon, and the guest-user fences it last checked.
+fn daemon() -> (DaemonFact, Vec<crate::fences::FenceState>) {
+    let fences = |v: &serde_json::Value| crate::fences::from_value(&v["fences"]);
     match crate::control::status() {
-        Ok(None) => DaemonFact::NotRunning,
-        Ok(Some(v)) => DaemonFact::Running {
-            pid: v["daemon"]["pid"].as_u64().unwrap_or(0),
-            version: v["daemon"]["version"].as_str().unwrap_or("unknown").to_owned(),
-            same_protocol: v["daemon"]["protocol"].as_u64()
-                == Some(u64::from(crate::protocol::PROTOCOL_VERSION)),
-            events_failed: v["events"]["failed"].as_u64().unwrap_or(0),
-            last_error: v["events"]["last_error"].as_str().map(str::to_owned),
-        },
-        Err(e) => DaemonFact::Unreachable(format!("{e:#}")),
+        Ok(None) => (DaemonFact::NotRunning, Vec::new()),
+        Ok(Some(v)) => (
+            DaemonFact::Running {
+                pid: v["daemon"]["pid"].as_u64().unwrap_or(0),
+                version: v["daemon"]["version"].as_str().unwrap_or("unknown").to_owned(),
+                same_protocol: v["daemon"]["protocol"].as_u64()
+                    == Some(u64::from(crate::protocol::PROTOCOL_VERSION)),
+                events_failed: v["events"]["failed"].as_u64().unwrap_or(0),
+                last_error: v["events"]["last_error"].as_str().map(str::to_owned),
+            },
+            fences(&v),
+        ),
+        Err(e) => (DaemonFact::Unreachable(format!("{e:#}")), Vec::new()),
     }
 }
 

@@ -68,7 +68,26 @@ fn healthy() -> Facts {
             )),
             bash_completion: true,
         },
+        fences: Vec::new(),
     }
+}
+
+#[test]
+fn an_open_guest_fence_fails_doctor() {
+    use crate::fences::FenceState;
+    let mut f = healthy();
+    assert!(!checks(&f).iter().any(|c| c.name == "guest_fence"), "no fence: no check");
+    let state = |findings: Vec<String>| FenceState {
+        anchor: "com.apple/0.sandgate.u501".into(),
+        uid: 501,
+        findings,
+    };
+    f.fences = vec![state(Vec::new())];
+    assert_eq!(check(&f, "guest_fence").status, Status::Ok);
+    f.fences = vec![state(vec!["`Status: Disabled`: pf is disabled".into()])];
+    let c = check(&f, "guest_fence");
+    assert_eq!(c.status, Status::Fail);
+    assert!(c.detail.contains("pf is disabled"), "{c:?}");
 }
 
 /// The check named `name` of `facts`.

@@ -269,8 +269,23 @@ pub(super) fn spec_and_removed(
         // The launcher reads the command's stderr for "Read-only file system" (its exit line
         // then names the path and the fix); not at all when asked to be quiet.
         report_read_only: !args.quiet,
+        macos: macos_options(),
     };
     Ok((spec, removed))
+}
+
+/// The `[macos]` settings of the configuration (read again, on macOS only: nothing else reads
+/// them).
+fn macos_options() -> sandgate_sandbox::MacosOptions {
+    if !cfg!(target_os = "macos") {
+        return Default::default();
+    }
+    crate::setup::load_config()
+        .map(|c| sandgate_sandbox::MacosOptions {
+            loopback_listen: c.macos_loopback_listen(),
+            trustd_allow: c.macos_trustd_allow(),
+        })
+        .unwrap_or_default()
 }
 
 /// The writable paths that exist. A configured one that does not (a directory removed since

@@ -1253,6 +1253,7 @@ mod tests {
             allowed_unix_sockets: Vec::new(),
             require_full: false,
             report_read_only: false,
+            macos: Default::default(),
         }
     }
 

@@ -34,6 +34,15 @@ pub const READABLE: &[(&str, &str)] = &[
     ("Caches/com.apple.python", "bytecode of Apple's python3 (read only)"),
 ];
 
+/// Entries of `~/Library` denied whatever path is writable (a writable path inside `~/Library`
+/// is allowed after the hiding): (path relative to `~/Library`, operations).
+pub const ALWAYS_DENIED: &[(&str, &str)] = &[
+    // the login keychain and the others
+    ("Keychains", "file-read* file-write*"),
+    // agents launchd starts at login
+    ("LaunchAgents", "file-write*"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

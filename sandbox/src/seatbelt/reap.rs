@@ -6,7 +6,12 @@
 //! How a process is recognised: each launch's profile allows one thing no other profile does,
 //! `mach-lookup` of [`launch_service`] (a name nobody registers), and `sandbox_check` asks the
 //! kernel, for a given pid, whether its profile allows that lookup. A process outside any
-//! sandbox would be allowed everything, so only processes that are sandboxed at all are asked.
+//! sandbox would be allowed everything, so only processes that are sandboxed at all are asked;
+//! and so would one under another program's profile that allows every lookup (`(allow
+//! default)`, as Homebrew's build sandbox), so the process must also refuse a name no sandgate
+//! profile allows ([`canary_service`], [`is_ours`]). Processes are listed by any of their uids
+//! ([`of_user`]): a set-user-id program execed inside keeps the profile but not the effective
+//! uid.
 //! Chosen over process groups or sessions (the command may leave them with `setsid`) and over
 //! parent links (a double fork is reparented to launchd): the profile is the one thing a process
 //! cannot leave. The listing and the checks are the glue's ([`Processes`]); the loop is here.
@@ -18,6 +23,38 @@ pub fn launch_service(id: &str) -> String {
     let safe = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
     let id: String = id.chars().map(|c| if safe(c) { c } else { '_' }).collect();
     format!("org.sandgate.launch.{id}")
+}
+
+/// A name no sandgate profile allows (this launch's name with a suffix): a process whose profile
+/// allows it too allows every lookup (another program's `(allow default)` profile, Homebrew's
+/// build sandbox), so its "yes" for [`launch_service`] says nothing, and it is not this launch's.
+pub fn canary_service(id: &str) -> String {
+    format!("{}.none", launch_service(id))
+}
+
+/// Whether a sandboxed process is this launch's: its profile allows [`launch_service`] and
+/// refuses [`canary_service`].
+pub fn is_ours(allows_own: bool, allows_canary: bool) -> bool {
+    allows_own && !allows_canary
+}
+
+/// The user ids of a process (`proc_bsdinfo`: `pbi_ruid`, `pbi_uid`, `pbi_svuid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uids {
+    /// Real uid.
+    pub ruid: u32,
+    /// Effective uid.
+    pub euid: u32,
+    /// Saved set-user-id.
+    pub svuid: u32,
+}
+
+/// Whether a process belongs to `uid` for the reaping: by any of its uids. A set-user-id
+/// program (`sudo`, `crontab`) execed inside keeps the profile and the caller's real uid but
+/// not its effective one; the caller may still signal it (the kernel compares real and saved
+/// uids).
+pub fn of_user(ids: Uids, uid: u32) -> bool {
+    ids.ruid == uid || ids.euid == uid || ids.svuid == uid
 }
 
 /// The processes of the user running the launch, as the glue sees them.

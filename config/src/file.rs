@@ -39,6 +39,7 @@
 //! questions_per_minute = 20             # per sandbox; past it, denied without asking
 //! questions_per_minute_total = 60       # all sandboxes together (sandboxes cost nothing)
 //! events_per_minute = 60                # traffic events stored per sandbox, after 1,000 at once
+//! ask = "person"                        # "deny": nobody to ask (CI); unknown hosts refused at once
 //!
 //! [telegram]                            # global file only
 //! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
@@ -170,6 +171,7 @@ struct RawDaemon {
     questions_per_minute: Option<Spanned<u32>>,
     questions_per_minute_total: Option<Spanned<u32>>,
     events_per_minute: Option<Spanned<u32>>,
+    ask: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -309,6 +311,8 @@ pub struct DaemonSettings {
     /// Traffic events stored per sandbox per minute after a burst (≥ 1); the rest are shown
     /// live only, and counted.
     pub events_per_minute: Option<u32>,
+    /// What becomes of a destination no rule decides (`ask = "person"` or `"deny"`).
+    pub ask: Option<crate::managed::AskMode>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
@@ -529,6 +533,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             questions_per_minute_total: cx
                 .at_least_one(raw.daemon.questions_per_minute_total.as_ref())?,
             events_per_minute: cx.at_least_one(raw.daemon.events_per_minute.as_ref())?,
+            ask: cx.ask_mode(raw.daemon.ask.as_ref())?,
         },
         telegram: None,
         upstream: None,
@@ -682,7 +687,12 @@ pub(crate) struct Cx<'a> {
     pub(crate) home: Option<&'a Path>,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    /// A context for checking the values of `text`, the content of the file at `path`.
+    pub(crate) fn new(path: &'a Path, text: &'a str, home: Option<&'a Path>) -> Cx<'a> {
+        Cx { path, text, home }
+    }
+
     pub(crate) fn err(
         &self,
         span: Range<usize>,
@@ -696,7 +706,7 @@ impl Cx<'_> {
         crate::intercept::Origin { path: self.path.to_owned(), line: self.line(span) }
     }
 
-    fn line(&self, span: &Range<usize>) -> usize {
+    pub(crate) fn line(&self, span: &Range<usize>) -> usize {
         self.text[..span.start.min(self.text.len())].matches('\n').count() + 1
     }
 
@@ -721,7 +731,10 @@ impl Cx<'_> {
             .collect()
     }
 
-    fn duration(&self, item: Option<&Spanned<String>>) -> Result<Option<Duration>, ConfigError> {
+    pub(crate) fn duration(
+        &self,
+        item: Option<&Spanned<String>>,
+    ) -> Result<Option<Duration>, ConfigError> {
         item.map(|d| {
             parse_duration(d.get_ref()).map_err(|e| {
                 self.err(d.span(), e, "write a duration like \"30s\", \"15m\", \"7d\"")
@@ -783,7 +796,7 @@ impl Cx<'_> {
         }
     }
 
-    fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
+    pub(crate) fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
         items
             .iter()
             .map(|item| {

@@ -100,9 +100,11 @@ impl FsPolicy {
 
 /// Network rules. Precedence, first match wins:
 /// 1. mode `none` denies everything;
-/// 2. deny patterns (deny wins over allow);
-/// 3. allow patterns;
-/// 4. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
+/// 2. the managed layer's deny patterns (`/etc/sandgate/managed.toml`);
+/// 3. deny patterns (deny wins over allow);
+/// 4. allow patterns;
+/// 5. under the managed allow ceiling (`allow_only_managed`), everything else is denied;
+/// 6. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
 ///
 /// With [`default ports`](NetworkPolicy::with_default_ports), an allow pattern written without a
 /// port matches only those ports; deny patterns are never narrowed.
@@ -117,6 +119,7 @@ pub struct NetworkPolicy {
     no_network: Arc<Rule>,
     default_ports: Option<Arc<[u16]>>,
     intercept: Arc<crate::InterceptSettings>,
+    managed: Option<Arc<crate::managed::ManagedNet>>,
 }
 
 impl NetworkPolicy {
@@ -138,7 +141,24 @@ impl NetworkPolicy {
             }),
             default_ports: None,
             intercept: Arc::default(),
+            managed: None,
         }
+    }
+
+    /// Puts the managed layer's deny list and allow ceiling above every other rule (the allow
+    /// list given to [`NetworkPolicy::new`] must already be within the ceiling).
+    pub(crate) fn with_managed(
+        mut self,
+        managed: Option<Arc<crate::managed::ManagedNet>>,
+    ) -> NetworkPolicy {
+        self.managed = managed;
+        self
+    }
+
+    /// Whether the managed layer's allow ceiling holds: nothing outside its allow list may be
+    /// allowed, by a rule, a flag or a person's answer.
+    pub fn under_ceiling(&self) -> bool {
+        self.managed.as_ref().is_some_and(|m| m.ceiling.is_some())
     }
 
     /// Sets what the proxy intercepts for this sandbox (secrets, HTTP rules, upstream roots).
@@ -192,13 +212,17 @@ impl NetworkPolicy {
         if self.mode == NetMode::None {
             return Decision::Deny(self.no_network.clone());
         }
+        let managed = self.managed.as_deref();
+        if let Some(rule) = managed.and_then(|m| m.deny.find(host, port)) {
+            return Decision::Deny(rule.clone());
+        }
         if let Some(rule) = self.deny.find(host, port) {
             return Decision::Deny(rule.clone());
         }
         let allow = if self.default_port_ok(port) { &self.allow } else { &self.allow_ported };
         match allow.find(host, port) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => Decision::Ask,
+            None => managed.map_or(Decision::Ask, crate::managed::ManagedNet::unmatched),
         }
     }
 
@@ -210,12 +234,16 @@ impl NetworkPolicy {
         if self.mode == NetMode::None {
             return Decision::Deny(self.no_network.clone());
         }
+        let managed = self.managed.as_deref();
+        if let Some(rule) = managed.and_then(|m| m.deny.find_on_every_port(host)) {
+            return Decision::Deny(rule.clone());
+        }
         if let Some(rule) = self.deny.find_on_every_port(host) {
             return Decision::Deny(rule.clone());
         }
         match self.allow.find_on_some_port(host) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => Decision::Ask,
+            None => managed.map_or(Decision::Ask, crate::managed::ManagedNet::unmatched),
         }
     }
 
@@ -369,7 +397,8 @@ impl Policy {
                 caches: self.fs.caches,
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny)
-                .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec)),
+                .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec))
+                .with_managed(self.net.managed.clone()),
             env_pass: self.env_pass.clone(),
         })
     }

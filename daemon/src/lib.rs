@@ -67,6 +67,7 @@ mod launch_daemon;
 pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;
+pub mod managed;
 mod monitor;
 mod netpool;
 #[cfg(target_os = "linux")]

@@ -411,8 +411,17 @@ pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
     }
     // Which directory the per-directory file is for: the project, perhaps above the cwd.
     out.push(format!("{:23} {}", "project", paths.project_root.display()));
+    let system = sandgate_config::system_dir();
+    for (what, name) in
+        [("system", sandgate_config::SYSTEM_FILE), ("managed", sandgate_config::MANAGED_FILE)]
+    {
+        let file = system.join(name);
+        let state = if file.exists() { "present" } else { "absent" };
+        out.push(format!("{what:14} {state:8} {}", file.display()));
+    }
     match sandgate_config::edit::check(paths) {
         Ok(config) => {
+            out.extend(crate::managed::check_lines(&config));
             for w in &config.missing_writable() {
                 out.push(format!("warning: {}", crate::launch::missing_path_notice(w)));
             }

@@ -284,6 +284,8 @@ async fn serve(
             records: records.clone(),
         })),
     );
+    // Every answer, from every channel, within the organisation's managed layer.
+    broker.set_screen(Arc::new(crate::managed::ManagedScreen::system()));
     let (bus, _) = tokio::sync::broadcast::channel(4096);
     let shared = Arc::new_cyclic(|me| adapters::Shared {
         records,

@@ -231,6 +231,9 @@ impl Refusal {
             Refusal::Deny { rule, .. } => match &rule.source {
                 RuleSource::Grant(_) => "denied by a person".into(),
                 RuleSource::NoNetwork(_) => "this tier has no network".into(),
+                RuleSource::Managed { .. } | RuleSource::ManagedCeiling(_) => {
+                    "blocked by your organisation's policy".into()
+                }
                 RuleSource::Tier(_)
                 | RuleSource::Preset(_)
                 | RuleSource::File { .. }
@@ -377,6 +380,13 @@ pub fn render_refusal_with_grants(
                 RuleSource::Grant(_) => body.push_str(
                     "A person denied it, and their answer covers this request. Do not retry; \
                      ask the person if you need it and explain why.\n",
+                ),
+                // The administrator's managed layer: nobody at this machine can change it.
+                RuleSource::Managed { .. } | RuleSource::ManagedCeiling(_) => body.push_str(
+                    "It is blocked by your organisation's policy (set by an administrator in \
+                     sandgate's managed configuration): no person here, configuration file or \
+                     flag can allow it. Do not retry and do not ask to approve it; work without \
+                     it, or tell the person you work for that it needs the administrator.\n",
                 ),
                 RuleSource::Tier(_)
                 | RuleSource::Preset(_)

@@ -27,6 +27,8 @@ pub struct LaunchOptions {
     pub report_blocked: bool,
     /// No notices on stderr (held and denied requests, hints after a failure).
     pub quiet: bool,
+    /// `--no-ask`: an unattended run; destinations no rule allows are refused at once.
+    pub no_ask: bool,
     /// Who answers unknown destinations instead of a person (`sandgate learn`); the proxy is
     /// then served by this process, not the daemon.
     pub approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
@@ -48,6 +50,7 @@ impl std::fmt::Debug for LaunchOptions {
             .field("require_full", &self.require_full)
             .field("report_blocked", &self.report_blocked)
             .field("quiet", &self.quiet)
+            .field("no_ask", &self.no_ask)
             .field("approver", &self.approver.is_some())
             .field("serve_here", &self.serve_here.is_some())
             .field("command", &self.command)
@@ -997,6 +1000,7 @@ fn serve(
             allow: args.allow.clone(),
             deny: args.deny.clone(),
             net_proxy: args.net == Some(sandgate_config::NetMode::Proxy),
+            no_ask: args.no_ask,
         };
         // Keep copies: if the daemon cannot take them, this process serves them.
         let copies = (listener.try_clone()?, nflog.as_ref().map(|n| n.try_clone()).transpose()?);
@@ -1590,6 +1594,7 @@ mod tests {
             require_full: false,
             report_blocked: false,
             quiet: false,
+            no_ask: false,
             approver: None,
             serve_here: None,
             command: cmd.iter().map(OsString::from).collect(),

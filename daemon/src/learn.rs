@@ -50,6 +50,7 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
         require_full: false,
         report_blocked: true,
         quiet: true,
+        no_ask: false,
         approver: Some(learner.clone()),
         serve_here: Some(crate::launch::serve_here),
         command: o.command,

@@ -300,6 +300,7 @@ async fn serve(
         cap: crate::event_cap::EventCap::new(
             settings.events_per_minute.unwrap_or(crate::event_cap::DEFAULT_PER_MINUTE),
         ),
+        unattended: settings.ask == Some(sandgate_config::AskMode::Deny),
         me: me.clone(),
     });
     let proxy = sandgate_proxy::Proxy::builder()

@@ -406,15 +406,36 @@ pub struct Ownership {
 /// Why a system file (or a directory above it) cannot be trusted, or `None`: it must be owned
 /// by root and not writable by group or others; a directory above it may be world-writable
 /// only with the sticky bit (`/tmp`), where nobody else can rename what root owns.
-pub fn trust(o: Ownership, is_the_file: bool) -> Option<&'static str> {
+///
+/// `root_shows_as`: inside a user namespace that does not map root (a rootless sandbox, where a
+/// nested launch reads the same file), root's files show as the overflow uid, which is then
+/// accepted as root. A nested launch can only narrow the sandbox it runs in, whose policy the
+/// launch outside made with the real check.
+pub fn trust(o: Ownership, is_the_file: bool, root_shows_as: Option<u32>) -> Option<&'static str> {
     const STICKY: u32 = 0o1000;
-    if o.uid != 0 {
+    if o.uid != 0 && Some(o.uid) != root_shows_as {
         return Some("is not owned by root");
     }
     if o.mode & 0o022 != 0 && (is_the_file || !o.dir || o.mode & STICKY == 0) {
         return Some("is writable by group or others");
     }
     None
+}
+
+/// The uid root's files show as here, when this process is in a user namespace that does not
+/// map root (`/proc/self/uid_map` has no range holding 0): the kernel's overflow uid.
+fn unmapped_root_uid() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let root_mapped = map.lines().any(|l| {
+        let mut f = l.split_whitespace().map(|n| n.parse::<u64>().unwrap_or(0));
+        let (inside, _outside, count) = (f.next(), f.next(), f.next());
+        matches!((inside, count), (Some(i), Some(c)) if i == 0 && c > 0)
+    });
+    if root_mapped {
+        return None;
+    }
+    let overflow = std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok();
+    Some(overflow.and_then(|s| s.trim().parse().ok()).unwrap_or(65534))
 }
 
 /// Reads a system file, after checking it and every directory above it ([`trust`]); `None`
@@ -433,12 +454,13 @@ pub(crate) fn read_trusted(path: &Path) -> Result<Option<String>, ConfigError> {
             ));
         }
     };
+    let root_shows_as = unmapped_root_uid();
     for (i, p) in real.ancestors().enumerate() {
         let meta = std::fs::metadata(p).map_err(|e| {
             ConfigError::file(path, format!("cannot read {}: {e}", p.display()), "check it")
         })?;
         let o = Ownership { uid: meta.uid(), mode: meta.mode() & 0o7777, dir: meta.is_dir() };
-        if let Some(why) = trust(o, i == 0) {
+        if let Some(why) = trust(o, i == 0, root_shows_as) {
             let what = if i == 0 { "the file".to_owned() } else { p.display().to_string() };
             return Err(ConfigError::file(
                 path,
@@ -499,8 +521,13 @@ mod tests {
             (o(1000, 0o755, true), false, true),
             (o(0, 0o1777, false), true, true),
         ] {
-            assert_eq!(trust(meta, file).is_some(), refused, "{meta:?} file={file}");
+            assert_eq!(trust(meta, file, None).is_some(), refused, "{meta:?} file={file}");
         }
+        // Inside a user namespace without root, root's files show as the overflow uid.
+        assert_eq!(trust(o(65534, 0o644, false), true, Some(65534)), None);
+        assert!(trust(o(65534, 0o664, false), true, Some(65534)).is_some());
+        assert!(trust(o(65534, 0o644, false), true, None).is_some());
+        assert!(trust(o(1000, 0o644, false), true, Some(65534)).is_some());
     }
 
     #[test]

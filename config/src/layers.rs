@@ -377,7 +377,7 @@ impl Config {
         }
         for p in &flags.allow_write {
             if let Some(m) = &self.managed {
-                m.screen_writable_flag(p)?;
+                m.screen_writable(&format!("--allow-write {}", p.display()))?;
             }
             let abs = if p.is_absolute() {
                 p.clone()

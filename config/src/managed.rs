@@ -371,11 +371,12 @@ impl Managed {
         env_pass.clear();
     }
 
-    /// Refuses `--allow-write` flags when the filesystem walls are locked.
-    pub fn screen_writable_flag(&self, path: &Path) -> Result<(), Blocked> {
+    /// Refuses a writable path asked for beyond the defaults (`--allow-write`, `config
+    /// add-path`; `what` says which) when the filesystem walls are locked.
+    pub fn screen_writable(&self, what: &str) -> Result<(), Blocked> {
         if self.fs_locked {
             return Err(self.blocked(
-                &format!("--allow-write {}", path.display()),
+                what,
                 "the filesystem walls are locked ([filesystem] locked = true)".into(),
             ));
         }
@@ -662,8 +663,8 @@ mod tests {
             fs.hidden.iter().any(|h| h.path == Path::new("/srv/keys") && h.source.is_managed())
         );
         assert!(fs.protected.contains(&"ci.yml".to_owned()));
-        assert!(m.screen_writable_flag(Path::new("/srv")).is_err());
-        assert!(managed("").screen_writable_flag(Path::new("/srv")).is_ok());
+        assert!(m.screen_writable("--allow-write /srv").is_err());
+        assert!(managed("").screen_writable("--allow-write /srv").is_ok());
     }
 
     /// A user's files and flags against the managed layer, and the same without it (the control:

@@ -374,8 +374,17 @@ pub fn list_paths_text(writable: &[WritablePath]) -> String {
     lines(out)
 }
 
-/// `sandgate config add-path`: `path` (absolute) into `file`.
+/// `sandgate config add-path`: `path` (absolute) into `file`; refused while the managed layer
+/// locks the filesystem walls (the entry would decide nothing).
 pub fn add_path(file: &Path, path: &Path) -> anyhow::Result<Printed> {
+    let managed = sandgate_config::system_dir().join(sandgate_config::MANAGED_FILE);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if let Some(m) =
+        sandgate_config::Managed::load(&managed, home.as_deref()).map_err(config_error)?
+    {
+        let what = format!("making {} writable", path.display());
+        m.screen_writable(&what).map_err(|e| UsageError(e.to_string()))?;
+    }
     let mut r = Printed::default();
     if std::fs::symlink_metadata(path).is_err() {
         r = r.note(format!(

@@ -355,3 +355,85 @@ fn an_unattended_run_refuses_at_once_and_lists_what_it_would_have_asked() {
     let (_, stdout, _) = finish(run);
     assert!(stdout.starts_with("403\n") && !stdout.contains("unattended"), "{stdout}");
 }
+
+/// Telegram's `/allow`, as every channel, is screened: past the ceiling the chat is told
+/// "blocked by your organisation's policy" and nothing is stored. Control: without the managed
+/// file the same command records a grant.
+#[test]
+fn a_telegram_allow_past_the_ceiling_is_refused_in_the_chat() {
+    use sandgate_test_support::telegram::{FakeTelegram, text as body_text};
+    if sandgate_tests::skip_unless(sandgate_tests::is_root(), "root (a root-owned managed file)") {
+        return;
+    }
+    const TOKEN: &str = "123456:TEST-token";
+    const CHAT: i64 = 42;
+    let sys = System::new(&ceiling(1));
+    for managed in [false, true] {
+        let fake = FakeTelegram::start_with(TOKEN, std::time::Duration::from_secs(1));
+        let mut t = DaemonEnv::new(&format!(
+            "[telegram]\ntoken = \"{TOKEN}\"\nchats = [{CHAT}]\napi_url = \"{}\"\n",
+            fake.url
+        ));
+        for v in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"] {
+            t.vars.push((v.into(), None));
+        }
+        t.vars.push(("SANDGATE_TELEGRAM_TOKEN".into(), None));
+        if managed {
+            t.vars.push((VAR.into(), Some(sys.path().into())));
+        }
+        start_daemon(&t);
+        fake.push_message(CHAT, "bob", "/allow wide.example global");
+        let rules =
+            |t: &DaemonEnv| t.json(&["rules", "--json"]).as_array().cloned().unwrap_or_default();
+        if managed {
+            let reply = fake.wait_call("sendMessage", |b| {
+                body_text(b).contains("blocked by your organisation's policy")
+            });
+            assert!(body_text(&reply.body).contains("wide.example"), "{}", reply.body);
+            assert!(rules(&t).is_empty());
+        } else {
+            fake.wait_call("sendMessage", |b| body_text(b).contains("no request was waiting"));
+            assert_eq!(rules(&t).len(), 1, "control");
+        }
+    }
+}
+
+/// `[filesystem] locked = true`: `config add-path` is refused with the organisation's words,
+/// and a writable path already in the user's file is not among the writable paths. Control:
+/// without the managed file both widen.
+#[test]
+fn locked_walls_refuse_config_add_path_and_set_aside_the_users_paths() {
+    if sandgate_tests::skip_unless(sandgate_tests::is_root(), "root (a root-owned managed file)") {
+        return;
+    }
+    let sys = System::new("[filesystem]\nlocked = true\n");
+    for managed in [false, true] {
+        let t = DaemonEnv::new("");
+        let (mine, added) = (t.env.root.path().join("mine"), t.env.root.path().join("added"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::create_dir_all(&added).unwrap();
+        std::fs::write(
+            t.env.config_home().join("sandgate/config.toml"),
+            format!("[filesystem]\nallow_write = [\"{}\"]\n", mine.display()),
+        )
+        .unwrap();
+        let sg = |args: &[&str]| {
+            let mut c = t.cmd();
+            if managed {
+                c.env(VAR, sys.path());
+            }
+            c.args(args).output().unwrap()
+        };
+        let out = sg(&["config", "add-path", added.to_str().unwrap()]);
+        let listed = text(&sg(&["config", "list-paths"]).stdout);
+        if managed {
+            let stderr = text(&out.stderr);
+            assert!(!out.status.success(), "{stderr}");
+            assert!(stderr.contains("blocked by your organisation's policy"), "{stderr}");
+            assert!(!listed.contains(mine.to_str().unwrap()), "{listed}");
+        } else {
+            assert!(out.status.success(), "control: {}", text(&out.stderr));
+            assert!(listed.contains(mine.to_str().unwrap()), "control: {listed}");
+        }
+    }
+}

@@ -39,7 +39,7 @@ pub struct ExplainArgs {
 
 /// Runs a command in the named tier; returns its exit status.
 pub fn run(tier: &str, args: LaunchArgs) -> anyhow::Result<u8> {
-    launch::run(tier, args.options(Some(launch::serve_here)))
+    Ok(launch::run(tier, args.options(Some(launch::serve_here)))?)
 }
 
 /// `sandgate install`: the busybox-style links, completions and man pages, and with --claude

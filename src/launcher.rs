@@ -90,8 +90,8 @@ fn launcher() -> u8 {
     let mut args = tier_cli::normalized(std::env::args_os().collect());
     if let Some((tier, a)) = tier_cli::parse_tier(&args) {
         match sandgate_daemon::launch::run(tier, a.options(None)) {
-            Err(e) if e.is::<sandgate_daemon::launch::HandOver>() => {}
-            result => return tier_cli::finish(result),
+            Err(sandgate_daemon::launch::LaunchError::HandOver) => {}
+            result => return tier_cli::finish(result.map_err(anyhow::Error::from)),
         }
     }
     // `sandgate-launch ARGS` is `sandgate ARGS`.

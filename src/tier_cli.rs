@@ -148,7 +148,11 @@ pub fn finish(result: anyhow::Result<u8>) -> u8 {
     match result {
         Ok(code) => code,
         Err(err) => {
-            match err.downcast_ref::<sandgate_daemon::UsageError>() {
+            // A caller's mistake, on its own or as the launcher's (`run`, `explain`).
+            let usage = err
+                .downcast_ref::<sandgate_daemon::UsageError>()
+                .or_else(|| err.downcast_ref::<sandgate_daemon::launch::LaunchError>()?.usage());
+            match usage {
                 Some(usage) => eprintln!("sandgate: {usage}"),
                 None => eprintln!("sandgate: error: {}", error_text(&err)),
             }

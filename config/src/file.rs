@@ -51,94 +51,23 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::check::{ConfigError, Cx, expand_path, pattern_help};
 use crate::decision::{Rule, RuleSource};
 use crate::pattern::{DomainPattern, PatternUse};
 use crate::policy::{NetMode, PathRule};
 use crate::tiers::preset;
 
-/// A configuration error, placed in its file.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    /// The file (or `command line`).
-    pub path: PathBuf,
-    /// 1-based line (0 when the error is about the file as a whole).
-    pub line: usize,
-    /// 1-based column.
-    pub column: usize,
-    /// What is wrong.
-    pub message: String,
-    /// How to fix it.
-    pub help: String,
-    /// The offending line of the file, when known.
-    pub snippet: Option<String>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line > 0 {
-            writeln!(f, "{}:{}:{}: {}", self.path.display(), self.line, self.column, self.message)?;
-        } else {
-            writeln!(f, "{}: {}", self.path.display(), self.message)?;
-        }
-        if let Some(snippet) = &self.snippet {
-            let n = self.line.to_string();
-            writeln!(f, " {n} | {snippet}")?;
-            let pad = " ".repeat(n.len());
-            writeln!(f, " {pad} | {}^", " ".repeat(self.column.saturating_sub(1)))?;
-        }
-        write!(f, "help: {}", self.help)
-    }
-}
-
-impl ConfigError {
-    /// An error at a byte span of `text` (the file's content).
-    pub(crate) fn at(
-        path: &Path,
-        text: &str,
-        span: Option<Range<usize>>,
-        message: impl Into<String>,
-        help: impl Into<String>,
-    ) -> ConfigError {
-        let (line, column, snippet) = match span {
-            Some(span) => {
-                let start = span.start.min(text.len());
-                let before = &text[..start];
-                let line = before.matches('\n').count() + 1;
-                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-                let column = text[line_start..start].chars().count() + 1;
-                let snippet = text[line_start..].lines().next().unwrap_or("").to_owned();
-                (line, column, Some(snippet))
-            }
-            None => (0, 0, None),
-        };
-        ConfigError {
-            path: path.to_owned(),
-            line,
-            column,
-            message: message.into(),
-            help: help.into(),
-            snippet,
-        }
-    }
-
-    /// An error about a whole file (cannot read it, ...).
-    pub(crate) fn file(path: &Path, message: impl Into<String>, help: impl Into<String>) -> Self {
-        ConfigError::at(path, "", None, message, help)
-    }
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawFile {
     network: RawNetwork,
-    proxy: RawProxy,
+    proxy: crate::upstream::RawProxy,
     filesystem: RawFs,
     shell: RawShell,
     tiers: BTreeMap<String, RawTier>,
@@ -193,14 +122,6 @@ struct RawNetwork {
     deny: Vec<Spanned<String>>,
     presets: Vec<Spanned<String>>,
     default_ports: Option<Spanned<Vec<u16>>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(crate) struct RawProxy {
-    pub(crate) upstream: Option<Spanned<String>>,
-    pub(crate) upstream_bypass: Vec<Spanned<String>>,
-    pub(crate) upstream_credentials: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -312,7 +233,7 @@ pub struct DaemonSettings {
     /// live only, and counted.
     pub events_per_minute: Option<u32>,
     /// What becomes of a destination no rule decides (`ask = "person"` or `"deny"`).
-    pub ask: Option<crate::managed::AskMode>,
+    pub ask: Option<crate::check::AskMode>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
@@ -348,38 +269,6 @@ impl fmt::Debug for TelegramSettings {
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
-}
-
-/// Parses a duration written as a number and a unit: `500ms`, `30s`, `15m`, `1h`, `7d`, `2w`, or
-/// a sum of them (`1h30m`). A bare number is refused (seconds or minutes?).
-pub fn parse_duration(input: &str) -> Result<Duration, String> {
-    let s = input.trim();
-    if s.is_empty() {
-        return Err("empty duration; write e.g. \"30s\", \"15m\", \"1h\"".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let n: u64 = rest[..digits].parse().map_err(|_| {
-            format!("{input:?} is not a duration; write e.g. \"30s\", \"15m\", \"1h\"")
-        })?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "d" => Duration::from_secs(n.saturating_mul(86_400)),
-            "w" => Duration::from_secs(n.saturating_mul(7 * 86_400)),
-            "" => return Err(format!("{input:?} has no unit; add ms, s, m, h, d or w")),
-            u => return Err(format!("{input:?}: unknown unit {u:?}; use ms, s, m, h, d or w")),
-        };
-        rest = &rest[unit_len..];
-        total = total.saturating_add(part);
-    }
-    Ok(total)
 }
 
 /// A string of a TOML text that never closes: where it opens and how it is quoted.
@@ -681,172 +570,6 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
     Ok(out)
 }
 
-pub(crate) struct Cx<'a> {
-    path: &'a Path,
-    text: &'a str,
-    pub(crate) home: Option<&'a Path>,
-}
-
-impl<'a> Cx<'a> {
-    /// A context for checking the values of `text`, the content of the file at `path`.
-    pub(crate) fn new(path: &'a Path, text: &'a str, home: Option<&'a Path>) -> Cx<'a> {
-        Cx { path, text, home }
-    }
-
-    pub(crate) fn err(
-        &self,
-        span: Range<usize>,
-        message: String,
-        help: impl Into<String>,
-    ) -> ConfigError {
-        ConfigError::at(self.path, self.text, Some(span), message, help)
-    }
-
-    pub(crate) fn origin(&self, span: &Range<usize>) -> crate::intercept::Origin {
-        crate::intercept::Origin { path: self.path.to_owned(), line: self.line(span) }
-    }
-
-    pub(crate) fn line(&self, span: &Range<usize>) -> usize {
-        self.text[..span.start.min(self.text.len())].matches('\n').count() + 1
-    }
-
-    pub(crate) fn patterns(
-        &self,
-        items: &[Spanned<String>],
-        usage: PatternUse,
-    ) -> Result<Vec<Rule>, ConfigError> {
-        items
-            .iter()
-            .map(|item| {
-                let pattern = DomainPattern::parse(item.get_ref(), usage)
-                    .map_err(|e| self.err(item.span(), e.to_string(), pattern_help(&e.kind)))?;
-                Ok(Rule {
-                    pattern: Some(pattern),
-                    source: RuleSource::File {
-                        path: self.path.to_owned(),
-                        line: self.line(&item.span()),
-                    },
-                })
-            })
-            .collect()
-    }
-
-    pub(crate) fn duration(
-        &self,
-        item: Option<&Spanned<String>>,
-    ) -> Result<Option<Duration>, ConfigError> {
-        item.map(|d| {
-            parse_duration(d.get_ref()).map_err(|e| {
-                self.err(d.span(), e, "write a duration like \"30s\", \"15m\", \"7d\"")
-            })
-        })
-        .transpose()
-    }
-
-    /// A count that must be at least 1 (a budget of zero would refuse everything).
-    fn at_least_one(&self, item: Option<&Spanned<u32>>) -> Result<Option<u32>, ConfigError> {
-        match item {
-            Some(n) if *n.get_ref() == 0 => Err(self.err(
-                n.span(),
-                "0 would refuse everything".into(),
-                "write a number of at least 1",
-            )),
-            Some(n) => Ok(Some(*n.get_ref())),
-            None => Ok(None),
-        }
-    }
-
-    /// `[network] default_ports`: a non-empty list of ports 1..=65535.
-    fn default_ports(
-        &self,
-        item: Option<&Spanned<Vec<u16>>>,
-    ) -> Result<Option<Vec<u16>>, ConfigError> {
-        let Some(item) = item else { return Ok(None) };
-        let ports = item.get_ref();
-        if ports.is_empty() {
-            return Err(self.err(
-                item.span(),
-                "default_ports is empty: no pattern without a port would match anything".into(),
-                "list ports like [80, 443], or remove the key to let such patterns match every port",
-            ));
-        }
-        if ports.contains(&0) {
-            return Err(self.err(
-                item.span(),
-                "port 0 in default_ports".into(),
-                "use ports 1 to 65535",
-            ));
-        }
-        Ok(Some(ports.clone()))
-    }
-
-    /// A duration that must not be zero (a time-out of zero would fail every call).
-    fn nonzero_duration(
-        &self,
-        item: Option<&Spanned<String>>,
-    ) -> Result<Option<Duration>, ConfigError> {
-        let d = self.duration(item)?;
-        match (item, d) {
-            (Some(item), Some(Duration::ZERO)) => Err(self.err(
-                item.span(),
-                format!("{:?} is zero: every call would time out", item.get_ref()),
-                "write a duration like \"12s\"",
-            )),
-            _ => Ok(d),
-        }
-    }
-
-    pub(crate) fn paths(&self, items: &[Spanned<String>]) -> Result<Vec<PathRule>, ConfigError> {
-        items
-            .iter()
-            .map(|item| {
-                let path = expand_path(item.get_ref(), self.home).ok_or_else(|| {
-                    self.err(
-                        item.span(),
-                        format!("path {:?} is not absolute", item.get_ref()),
-                        "write an absolute path, or one starting with ~/ for your home directory",
-                    )
-                })?;
-                Ok(PathRule {
-                    path,
-                    source: RuleSource::File {
-                        path: self.path.to_owned(),
-                        line: self.line(&item.span()),
-                    },
-                })
-            })
-            .collect()
-    }
-}
-
-fn pattern_help(kind: &crate::pattern::PatternErrorKind) -> &'static str {
-    use crate::pattern::PatternErrorKind as K;
-    match kind {
-        K::Host(_) => "write a host name like \"example.com\", an IP address, or a CIDR block",
-        K::MisplacedWildcard => "use \"*.example.com\" for subdomains, or list hosts one by one",
-        K::TooBroad(_) => "name the registrable domain you need, e.g. \"*.example.com\"",
-        K::Port => "write the port after a colon, e.g. \"example.com:8443\"",
-        K::Prefix => "use a prefix length of 0..=32 for IPv4, 0..=128 for IPv6",
-        K::Url(_) => "drop the scheme and path: a pattern is a host, optionally with :PORT",
-        K::Path { .. } => {
-            "drop the path; to allow only some paths of a host, list the host here and add \
-             [[http_rules]] for it (docs/secrets-and-http-rules.md)"
-        }
-    }
-}
-
-/// Expands `~` and `~/...` with `home`; returns `None` for a relative path.
-pub(crate) fn expand_path(p: &str, home: Option<&Path>) -> Option<PathBuf> {
-    let path = if p == "~" {
-        home?.to_owned()
-    } else if let Some(rest) = p.strip_prefix("~/") {
-        home?.join(rest)
-    } else {
-        PathBuf::from(p)
-    };
-    path.is_absolute().then_some(path)
-}
-
 /// Adds `path` to `[filesystem] allow_write` of the file at `file` (created if missing), keeping
 /// the file's formatting and comments. Returns `false` when it was already there.
 pub fn add_path(file: &Path, path: &Path) -> Result<bool, ConfigError> {
@@ -914,7 +637,7 @@ fn edit_list(
         }
     };
     // Refuse to edit a file that would not load: the person should see and fix the error first.
-    parse(file, &text, crate::layers::home_dir().as_deref())?;
+    parse(file, &text, crate::check::home_dir().as_deref())?;
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         ConfigError::at(file, &text, e.span(), e.message().to_owned(), "fix the TOML syntax")
     })?;
@@ -1123,17 +846,6 @@ mod tests {
         assert!(e.message.contains("refuse everything"), "{e}");
         assert!(err("[telegram]\nalerts_per_minute = 0\n").message.contains("refuse"));
         assert!(err("[telegram]\ntoken_file = \"rel/t\"\n").message.contains("not absolute"));
-    }
-
-    #[test]
-    fn durations() {
-        for (text, secs) in [("30s", 30), ("15m", 900), ("1h30m", 5400), ("2d", 172_800)] {
-            assert_eq!(parse_duration(text), Ok(Duration::from_secs(secs)), "{text}");
-        }
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["", "5", "m", "5x", "-5s", "5 s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::file::{ConfigError, Cx, expand_path, parse_duration};
+use crate::check::{ConfigError, Cx, expand_path, parse_duration};
 use crate::host::Target;
 use crate::pattern::{DomainPattern, PatternUse};
 
@@ -66,6 +66,13 @@ pub struct Origin {
     pub path: PathBuf,
     /// 1-based line.
     pub line: usize,
+}
+
+impl Origin {
+    /// Where `span` of the file `cx` checks is.
+    pub(crate) fn at(cx: &crate::check::Cx<'_>, span: &std::ops::Range<usize>) -> Origin {
+        Origin { path: cx.path.to_owned(), line: cx.line(span) }
+    }
 }
 
 impl fmt::Display for Origin {
@@ -394,7 +401,7 @@ pub(crate) fn check(
                 )
             })?);
         }
-        out.http_rules.push(HttpRules { host, allow, origin: cx.origin(&raw.host.span()) });
+        out.http_rules.push(HttpRules { host, allow, origin: Origin::at(cx, &raw.host.span()) });
     }
     for r in &tls.extra_roots {
         let p = expand_path(r.get_ref(), cx.home).ok_or_else(|| {
@@ -424,7 +431,7 @@ fn check_secret(cx: &Cx<'_>, raw: &RawSecret) -> Result<Secret, ConfigError> {
             "name the secret with lower-case letters, digits, '_' and '-' (at most 64)",
         ));
     }
-    let origin = cx.origin(&raw.name.span());
+    let origin = Origin::at(cx, &raw.name.span());
     if raw.hosts.get_ref().is_empty() {
         return Err(cx.err(
             raw.hosts.span(),

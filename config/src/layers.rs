@@ -18,10 +18,9 @@
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
+use crate::check::{ConfigError, expand_path, home_dir};
 use crate::decision::{Rule, RuleSource};
-use crate::file::{CheckedFile, ConfigError, FileTier, expand_path, parse};
+use crate::file::{CheckedFile, FileTier, parse};
 use crate::pattern::{DomainPattern, InvalidPattern, PatternUse};
 use crate::policy::{FsPolicy, NetMode, NetworkPolicy, PathRule, Policy};
 use crate::project::{project_file, project_root};
@@ -43,17 +42,6 @@ pub struct ConfigPaths {
     pub project_root: PathBuf,
     /// `$HOME`, for `~` and the default credential paths.
     pub home: Option<PathBuf>,
-}
-
-/// The per-directory key: the first 16 hex digits of sha256 of the canonical path.
-pub fn project_key(canonical_dir: &Path) -> String {
-    let digest = Sha256::digest(canonical_dir.as_os_str().as_encoded_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// `$HOME`, when set and absolute.
-pub(crate) fn home_dir() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute())
 }
 
 impl ConfigPaths {
@@ -511,7 +499,8 @@ mod tests {
         std::fs::create_dir_all(cfg.join("sandgate/projects")).unwrap();
         let proj = proj.canonicalize().unwrap();
         let sub = sub.canonicalize().unwrap();
-        let file = cfg.join("sandgate/projects").join(format!("{}.toml", project_key(&proj)));
+        let file =
+            cfg.join("sandgate/projects").join(format!("{}.toml", crate::project_key(&proj)));
         std::fs::write(&file, "[network]\nallow = [\"proj.test\"]\n").unwrap();
 
         let paths = ConfigPaths::at(&sub, &cfg, Some(home.clone())).unwrap();

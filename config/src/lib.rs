@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod caches;
+mod check;
 mod decision;
 mod dotfiles;
 pub mod edit;
@@ -52,14 +53,15 @@ mod tiers;
 mod upstream;
 
 pub use caches::{CacheMode, PackageCache, cache_names, package_caches, program_dirs};
+pub use check::{AskMode, ConfigError, parse_duration};
 pub use decision::{Decision, Rule, RuleSource};
 pub use dotfiles::{
     Discovery, HostToolFile, InvalidToolLine, ToolFileKind, host_tool_files, names_of, top_autorun,
     writable_dotfiles,
 };
 pub use file::{
-    CheckedFile, ConfigError, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
-    parse as parse_config, parse_duration, remove_path,
+    CheckedFile, DaemonSettings, FileTier, TelegramSettings, add_allow, add_path,
+    parse as parse_config, remove_path,
 };
 pub use grant::{Effect, GrantTarget};
 pub use host::{DomainName, Host, InvalidHost, InvalidTarget, MAX_HOST_LEN, Target, canonical_ip};
@@ -67,10 +69,10 @@ pub use intercept::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_SECRET_TTL, HttpRule, HttpRules, InterceptSettings, Origin,
     Secret, SecretSource, placeholder,
 };
-pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError, project_key};
+pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError};
 pub use managed::{
-    AskMode, Blocked, MANAGED_FILE, Managed, Ownership, SYSTEM_DIR, SYSTEM_FILE,
-    TEST_SYSTEM_DIR_VAR, system_dir, trust,
+    Blocked, MANAGED_FILE, Managed, Ownership, SYSTEM_DIR, SYSTEM_FILE, TEST_SYSTEM_DIR_VAR,
+    system_dir, trust,
 };
 pub use matcher::PatternSet;
 pub use pattern::{
@@ -80,7 +82,7 @@ pub use policy::{
     FsPolicy, Narrowing, NetMode, NetworkPolicy, PathRule, PermissionEscalation, Policy,
 };
 pub use process::{MAX_COMMAND_CHARS, ProcessInfo, command_line};
-pub use project::project_root;
+pub use project::{project_key, project_root};
 pub use report::{ConfigFile, HttpRulesInfo, NetCheck, TierSummary, WritablePath};
 pub use roots::{HOME_PLACES, RootRefusal, RootRefusalKind, RootRule, SHARED_DIRS, SYSTEM_PLACES};
 pub use sandbox_id::{InvalidSandboxId, SandboxId};

@@ -26,11 +26,12 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::decision::{Decision, Rule, RuleSource};
-use crate::file::{ConfigError, Cx, DaemonSettings};
+use crate::check::{ConfigError, Cx};
+use crate::decision::{Rule, RuleSource};
+use crate::file::DaemonSettings;
 use crate::matcher::PatternSet;
 use crate::pattern::{DomainPattern, PatternUse};
-use crate::policy::{FsPolicy, PathRule};
+use crate::policy::{FsPolicy, ManagedNet, PathRule};
 
 /// Where the system layers are in a release build.
 pub const SYSTEM_DIR: &str = "/etc/sandgate";
@@ -54,55 +55,6 @@ pub fn system_dir() -> PathBuf {
         return dir;
     }
     PathBuf::from(SYSTEM_DIR)
-}
-
-/// What becomes of a destination no rule decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AskMode {
-    /// Hold the request and ask a person (the default).
-    Person,
-    /// Nobody is there to ask (CI, unattended runs): refuse at once, and record what would have
-    /// been asked.
-    Deny,
-}
-
-impl AskMode {
-    /// Parses `person` or `deny`.
-    pub fn parse(s: &str) -> Option<AskMode> {
-        match s {
-            "person" => Some(AskMode::Person),
-            "deny" => Some(AskMode::Deny),
-            _ => None,
-        }
-    }
-
-    /// The word in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AskMode::Person => "person",
-            AskMode::Deny => "deny",
-        }
-    }
-}
-
-impl Cx<'_> {
-    /// `[daemon] ask`: `"person"` or `"deny"`.
-    pub(crate) fn ask_mode(
-        &self,
-        item: Option<&Spanned<String>>,
-    ) -> Result<Option<AskMode>, ConfigError> {
-        item.map(|m| {
-            AskMode::parse(m.get_ref()).ok_or_else(|| {
-                self.err(
-                    m.span(),
-                    format!("unknown ask mode {:?}", m.get_ref()),
-                    "ask = \"person\" (hold the request and ask, the default) or \"deny\" \
-                     (nobody to ask: refuse at once and record it)",
-                )
-            })
-        })
-        .transpose()
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,27 +126,6 @@ pub struct Blocked {
     pub why: String,
 }
 
-/// The managed layer's part of a network policy: what it decides before and after the other
-/// rules (see [`NetworkPolicy`](crate::NetworkPolicy)'s precedence).
-#[derive(Debug)]
-pub(crate) struct ManagedNet {
-    /// Denied first, whatever else says.
-    pub(crate) deny: PatternSet,
-    /// Under `allow_only_managed`: the rule that denies what no allow rule matched.
-    pub(crate) ceiling: Option<Arc<Rule>>,
-}
-
-impl ManagedNet {
-    /// The decision for a destination that no allow rule matched: denied under the ceiling,
-    /// otherwise asked.
-    pub(crate) fn unmatched(&self) -> Decision {
-        match &self.ceiling {
-            Some(rule) => Decision::Deny(rule.clone()),
-            None => Decision::Ask,
-        }
-    }
-}
-
 impl Managed {
     /// Parses the text of a managed file (`home` expands `~/` in paths, as in any file).
     pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<Managed, ConfigError> {
@@ -209,7 +140,7 @@ impl Managed {
             };
             ConfigError::at(path, text, e.span(), message, help)
         })?;
-        let cx = Cx::new(path, text, home);
+        let cx = Cx { path, text, home };
         let managed_source = |rules: Vec<Rule>| -> Vec<Rule> {
             rules
                 .into_iter()
@@ -490,6 +421,8 @@ pub(crate) fn read_trusted(path: &Path) -> Result<Option<String>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::AskMode;
+    use crate::decision::Decision;
     use crate::host::Target;
     use crate::policy::{NetMode, NetworkPolicy};
 

@@ -119,7 +119,7 @@ pub struct NetworkPolicy {
     no_network: Arc<Rule>,
     default_ports: Option<Arc<[u16]>>,
     intercept: Arc<crate::InterceptSettings>,
-    managed: Option<Arc<crate::managed::ManagedNet>>,
+    managed: Option<Arc<ManagedNet>>,
 }
 
 impl NetworkPolicy {
@@ -147,10 +147,7 @@ impl NetworkPolicy {
 
     /// Puts the managed layer's deny list and allow ceiling above every other rule (the allow
     /// list given to [`NetworkPolicy::new`] must already be within the ceiling).
-    pub(crate) fn with_managed(
-        mut self,
-        managed: Option<Arc<crate::managed::ManagedNet>>,
-    ) -> NetworkPolicy {
+    pub(crate) fn with_managed(mut self, managed: Option<Arc<ManagedNet>>) -> NetworkPolicy {
         self.managed = managed;
         self
     }
@@ -222,7 +219,7 @@ impl NetworkPolicy {
         let allow = if self.default_port_ok(port) { &self.allow } else { &self.allow_ported };
         match allow.find(host, port) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => managed.map_or(Decision::Ask, crate::managed::ManagedNet::unmatched),
+            None => managed.map_or(Decision::Ask, ManagedNet::unmatched),
         }
     }
 
@@ -243,7 +240,7 @@ impl NetworkPolicy {
         }
         match self.allow.find_on_some_port(host) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => managed.map_or(Decision::Ask, crate::managed::ManagedNet::unmatched),
+            None => managed.map_or(Decision::Ask, ManagedNet::unmatched),
         }
     }
 
@@ -255,6 +252,27 @@ impl NetworkPolicy {
     /// The deny rules, in order.
     pub fn deny_rules(&self) -> &[Arc<Rule>] {
         self.deny.rules()
+    }
+}
+
+/// The managed layer's part of a network policy: what it decides before and after the other
+/// rules (see [`NetworkPolicy`]'s precedence), made by [`crate::Managed`].
+#[derive(Debug)]
+pub(crate) struct ManagedNet {
+    /// Denied first, whatever else says.
+    pub(crate) deny: PatternSet,
+    /// Under `allow_only_managed`: the rule that denies what no allow rule matched.
+    pub(crate) ceiling: Option<Arc<Rule>>,
+}
+
+impl ManagedNet {
+    /// The decision for a destination that no allow rule matched: denied under the ceiling,
+    /// otherwise asked.
+    pub(crate) fn unmatched(&self) -> Decision {
+        match &self.ceiling {
+            Some(rule) => Decision::Deny(rule.clone()),
+            None => Decision::Ask,
+        }
     }
 }
 

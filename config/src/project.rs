@@ -5,7 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::layers::project_key;
+use sha2::{Digest, Sha256};
+
+/// The per-directory key: the first 16 hex digits of sha256 of the canonical path.
+pub fn project_key(canonical_dir: &Path) -> String {
+    let digest = Sha256::digest(canonical_dir.as_os_str().as_encoded_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
 
 /// The project directory of `cwd` (canonical), in this order:
 ///

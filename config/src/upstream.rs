@@ -2,9 +2,21 @@
 
 use std::path::PathBuf;
 
-use crate::file::{ConfigError, Cx, RawProxy};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::check::{ConfigError, Cx};
 use crate::host::Target;
 use crate::pattern::{DomainPattern, PatternUse};
+
+/// `[proxy]` as written (global file only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawProxy {
+    pub(crate) upstream: Option<Spanned<String>>,
+    pub(crate) upstream_bypass: Vec<Spanned<String>>,
+    pub(crate) upstream_credentials: Option<Spanned<String>>,
+}
 
 /// Where the upstream's `user:password` comes from; the value itself is never in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +103,7 @@ pub(crate) fn check(cx: &Cx<'_>, raw: &RawProxy) -> Result<Option<UpstreamSettin
         Some(c) => Some(match c.get_ref().split_once(':') {
             Some(("env", name)) if !name.is_empty() => CredentialSource::Env(name.to_owned()),
             Some(("file", path)) => {
-                CredentialSource::File(crate::file::expand_path(path, cx.home).ok_or_else(
+                CredentialSource::File(crate::check::expand_path(path, cx.home).ok_or_else(
                     || cx.err(c.span(), format!("path {path:?} is not absolute"), "use ~/ or /"),
                 )?)
             }

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use sandgate_config::{CacheMode, PackageCache, Policy};
 use sandgate_sandbox::CacheLayer;
 
-use crate::launch::LaunchEnv;
+use crate::launch_env::LaunchEnv;
 
 /// How many launches of one project may layer its caches at once (each in a slot of its own).
 const SLOTS: usize = 8;

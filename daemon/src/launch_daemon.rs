@@ -135,7 +135,7 @@ impl NetworkAsked {
         let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
         let fd = socket(AddressFamily::Unix, SockType::Stream, flags, None).ok()?;
         // Connecting is the request (see `network_sockets`).
-        let path = crate::network_sockets::path(&Paths::discover().dir, kind);
+        let path = Paths::discover().network_socket(kind);
         connect(fd.as_raw_fd(), &UnixAddr::new(&path).ok()?).ok()?;
         let stream = UnixStream::from(fd);
         stream.set_nonblocking(false).ok()?;

@@ -64,6 +64,8 @@ pub mod install;
 pub mod launch;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 mod launch_daemon;
+mod launch_env;
+mod launch_error;
 pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;

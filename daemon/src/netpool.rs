@@ -168,8 +168,8 @@ impl NetPool {
         loop {
             let missing = self.missing();
             let Some(k) = (0..KINDS.len()).find(|&k| missing[k] && !failed[k]) else { return };
-            let Some(id) = crate::launch::new_id() else { return };
-            let group = crate::launch::defaults::NFLOG_GROUP;
+            let Some(id) = crate::launch_env::new_id() else { return };
+            let group = crate::launch_env::defaults::NFLOG_GROUP;
             let made = factory.lock().unwrap_or_else(|e| e.into_inner()).make(&id, group, KINDS[k]);
             match made {
                 Ok(n) => {

@@ -22,17 +22,13 @@ use serde_json::json;
 
 use sandgate_sandbox::NetKind;
 
+use crate::paths::Paths;
 use crate::protocol::{PROTOCOL_VERSION, Reply};
 use crate::server::{Daemon, check_peer_fd, line};
 
 /// How long an answer may take to write (it is a few hundred bytes: only a launcher that
 /// connected and stopped reading could hold the thread).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// The socket of `kind` in the daemon's directory `dir`.
-pub fn path(dir: &Path, kind: NetKind) -> PathBuf {
-    dir.join(format!("network-{}.sock", kind.name()))
-}
 
 /// The listening sockets and their threads.
 pub struct NetworkSockets {
@@ -52,7 +48,7 @@ impl NetworkSockets {
         let closed = Arc::new(Mutex::new(false));
         let mut listeners = Vec::new();
         for kind in [NetKind::Loopback, NetKind::Proxy] {
-            let p = path(dir, kind);
+            let p = Paths::in_dir(dir.to_path_buf()).network_socket(kind);
             match listen(&p, kind, d, rt, &closed) {
                 Ok(listener) => listeners.push((p, listener)),
                 Err(e) => tracing::warn!(

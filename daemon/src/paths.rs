@@ -23,6 +23,13 @@ pub struct Paths {
 }
 
 impl Paths {
+    /// The socket that hands out networks of `kind` made ahead (`network_sockets` binds it, a
+    /// launcher connects to it).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn network_socket(&self, kind: sandgate_sandbox::NetKind) -> PathBuf {
+        self.dir.join(format!("network-{}.sock", kind.name()))
+    }
+
     /// The paths for this user (the directory is not created).
     pub fn discover() -> Paths {
         let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {

@@ -432,7 +432,7 @@ pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
         Ok(config) => {
             out.extend(crate::managed::check_lines(&config));
             for w in &config.missing_writable() {
-                out.push(format!("warning: {}", crate::launch::missing_path_notice(w)));
+                out.push(format!("warning: {}", missing_path_notice(w)));
             }
             let mut r = Printed::default();
             for w in sandgate_approvals::telegram::config_warnings(&config) {
@@ -495,6 +495,20 @@ fn intercept_settings() -> anyhow::Result<sandgate_config::InterceptSettings> {
     config
         .intercept_settings()
         .map_err(|e| UsageError(format!("invalid configuration:\n{e}")).into())
+}
+
+/// What to say about writable path `w` that does not exist.
+pub fn missing_path_notice(w: &sandgate_config::PathRule) -> String {
+    let fix = match &w.source {
+        sandgate_config::RuleSource::File { path, line } => format!(
+            "from {}:{line}; remove it with `sandgate config remove-path {}`{}",
+            path.display(),
+            w.path.display(),
+            if path.ends_with("config.toml") { " --global" } else { "" }
+        ),
+        other => format!("from {other}"),
+    };
+    format!("skipping writable path {} (it does not exist), {fix}", w.path.display())
 }
 
 #[cfg(test)]

@@ -82,15 +82,6 @@ impl Report for Printed {
     }
 }
 
-impl Report for crate::launch::Explanation {
-    fn text(&self) -> String {
-        lines(self.lines())
-    }
-    fn json(&self) -> String {
-        format!("{}\n", serde_json::to_string_pretty(&self.json()).unwrap_or_default())
-    }
-}
-
 /// `lines`, each followed by a newline.
 pub fn lines<S: std::fmt::Display>(lines: impl IntoIterator<Item = S>) -> String {
     let mut s = String::new();

@@ -11,10 +11,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::ctx::{Ctx, RequestTarget};
 use crate::denial::{Refusal, quote, render_refusal_with_grants};
 use crate::head::{Head, HeadError, parse_head};
 use crate::io::ClientStream;
-use crate::pipeline::{Ctx, RequestTarget};
 use crate::proxy::{ProxyShared, Sandbox};
 use crate::sni::{self, Opening, OpeningParser};
 use crate::tunnel::Activity;

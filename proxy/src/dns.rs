@@ -33,9 +33,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::time::Instant;
 
+use crate::ctx::Ctx;
 use crate::denial::quote;
 use crate::dns_log::{Note, Refusals};
-use crate::pipeline::Ctx;
 use crate::proxy::{Proxy, ProxyShared, Sandbox, SandboxContext};
 use crate::traits::Outcome as EventOutcome;
 

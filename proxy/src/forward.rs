@@ -25,9 +25,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::attribution::Attribution;
+use crate::ctx::{Ctx, RequestTarget, host_header};
 use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
-use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{ProxyShared, Sandbox};
 
 /// Body type of forwarded requests and of every response.
@@ -400,9 +400,9 @@ impl ProxyShared {
         };
         let (mut parts, body) = req.into_parts();
         if !ctx.policy.intercept().secrets.is_empty() {
-            let seen = crate::intercept::placeholders_seen(&parts);
+            let seen = crate::secret::placeholders_seen(&parts);
             if !seen.is_empty() {
-                ctx.event.rule.push_str(&crate::intercept::placeholder_note(&seen));
+                ctx.event.rule.push_str(&crate::secret::placeholder_note(&seen));
             }
         }
         // Origin form upstream: the path and query as they came (no reparse).

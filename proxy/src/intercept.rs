@@ -38,16 +38,13 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use crate::attribution::Attribution;
 use crate::ca::{CaError, CertificateAuthority};
+use crate::ctx::Ctx;
 use crate::denial::Refusal;
 use crate::forward::{Body, Counted, Pending, refusal_response, strip_hop_by_hop};
-use crate::pipeline::Ctx;
 use crate::proxy::{ProxyShared, Sandbox};
 use crate::reflect::redact;
-use crate::secret::{SecretReader, SecretValue};
+use crate::secret::{SecretReader, SecretValue, placeholder_note, placeholders_seen};
 use crate::traits::{Outcome, ProxyEvent};
-
-/// What every placeholder starts with (see [`sandgate_config::placeholder`]).
-const PLACEHOLDER_PREFIX: &str = "sandgate-placeholder-";
 
 /// Files that hold the system's roots, in the order OpenSSL-based systems keep them (what
 /// `openssl-probe`, and so `rustls-native-certs`, looks for).
@@ -289,38 +286,6 @@ fn method_overrides(uri: &hyper::Uri, headers: &hyper::HeaderMap) -> Vec<String>
         }
     }
     out
-}
-
-/// Whether `name` is a placeholder's secret among `secrets` (for the event note).
-fn placeholders_in(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices(PLACEHOLDER_PREFIX).map(move |(i, _)| {
-        let rest = &text[i + PLACEHOLDER_PREFIX.len()..];
-        let end = rest
-            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'))
-            .unwrap_or(rest.len());
-        &rest[..end]
-    })
-}
-
-/// The names of placeholders a request carries (headers, target), sorted, once each.
-pub(crate) fn placeholders_seen(req: &hyper::http::request::Parts) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    let uri = req.uri.to_string();
-    let texts = req.headers.values().filter_map(|v| v.to_str().ok()).chain([uri.as_str()]);
-    for t in texts {
-        for name in placeholders_in(t) {
-            if !seen.iter().any(|s| s == name) {
-                seen.push(name.to_owned());
-            }
-        }
-    }
-    seen.sort();
-    seen
-}
-
-/// The note an event gets when placeholders went out as they are.
-pub(crate) fn placeholder_note(names: &[String]) -> String {
-    format!(" [placeholder of secret {} seen, sent as is]", names.join(", "))
 }
 
 /// Puts `value` in place of `secret`'s placeholder: in its header (or adds the header, written
@@ -884,9 +849,10 @@ mod tests {
 
     #[test]
     fn placeholders_are_found_by_name() {
-        let names: Vec<&str> =
-            placeholders_in("Bearer sandgate-placeholder-openai, x=sandgate-placeholder-gh_1&y")
-                .collect();
+        let names: Vec<&str> = crate::secret::placeholders_in(
+            "Bearer sandgate-placeholder-openai, x=sandgate-placeholder-gh_1&y",
+        )
+        .collect();
         assert_eq!(names, ["openai", "gh_1"]);
     }
 }

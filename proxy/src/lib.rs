@@ -66,6 +66,7 @@ mod ask;
 mod attribution;
 pub mod ca;
 mod conn;
+mod ctx;
 mod denial;
 pub mod dns;
 pub mod dns_log;

@@ -49,9 +49,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::attribution::Attribution;
+use crate::ctx::{Ctx, RequestTarget, host_header};
 use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
-use crate::pipeline::{Ctx, RequestTarget, host_header};
 use crate::proxy::{ProxyShared, Sandbox};
 
 /// Most headers in one head (hyper's default, so a head the relay refuses hyper refuses too).

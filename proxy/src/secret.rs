@@ -170,6 +170,41 @@ async fn run(argv: &[String], timeout: std::time::Duration) -> Result<String, St
     }
 }
 
+/// What every placeholder starts with (see [`sandgate_config::placeholder`]).
+const PLACEHOLDER_PREFIX: &str = "sandgate-placeholder-";
+
+/// The names of placeholders a request carries (headers, target), sorted, once each.
+pub(crate) fn placeholders_seen(req: &hyper::http::request::Parts) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let uri = req.uri.to_string();
+    let texts = req.headers.values().filter_map(|v| v.to_str().ok()).chain([uri.as_str()]);
+    for t in texts {
+        for name in placeholders_in(t) {
+            if !seen.iter().any(|s| s == name) {
+                seen.push(name.to_owned());
+            }
+        }
+    }
+    seen.sort();
+    seen
+}
+
+/// The note an event gets when placeholders went out as they are.
+pub(crate) fn placeholder_note(names: &[String]) -> String {
+    format!(" [placeholder of secret {} seen, sent as is]", names.join(", "))
+}
+
+/// The secrets' names of the placeholders in `text`, in order.
+pub(crate) fn placeholders_in(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices(PLACEHOLDER_PREFIX).map(move |(i, _)| {
+        let rest = &text[i + PLACEHOLDER_PREFIX.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

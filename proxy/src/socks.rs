@@ -15,9 +15,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::attribution::Attribution;
+use crate::ctx::{Ctx, Presented, token_matches};
 use crate::denial::{Refusal, quote};
 use crate::io::ClientStream;
-use crate::pipeline::{Ctx, Presented, token_matches};
 use crate::proxy::{ProxyShared, Sandbox};
 
 /// The SOCKS protocol version this module speaks (and the first byte that selects it).

@@ -33,10 +33,10 @@ use sandgate_config::{Host, Target};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::ctx::{Ctx, TLS_ACCESS_DENIED, host_header};
 use crate::denial::{Refusal, quote, render_refusal_with_grants};
 use crate::io::ClientStream;
 use crate::names::Lookup;
-use crate::pipeline::Ctx;
 use crate::proxy::{ProxyShared, Sandbox};
 use crate::sni::{self, Opening, OpeningParser};
 
@@ -165,6 +165,19 @@ impl ProxyShared {
                 () = tokio::time::sleep(self.config.idle_timeout) => return Ok(()),
             }
         }
+        self.pin_http_head(ctx, client, first).await
+    }
+
+    /// The rewrite of [`ProxyShared::pin_http_host`] on bytes already read (`first`): when they
+    /// start like an HTTP/1 request, the head is read whole and its `Host` made the decided
+    /// target's, with `Connection: close`. Also run on CONNECT and SOCKS tunnels that carry plain
+    /// HTTP (`tunnel_stages`): the same fronting is open there (a SOCKS client's `http://` URL).
+    pub(crate) async fn pin_http_head<C: tokio::io::AsyncRead + Unpin>(
+        &self,
+        ctx: &mut Ctx,
+        client: &mut C,
+        first: &mut BytesMut,
+    ) -> Result<(), String> {
         if !looks_like_http(first) {
             return Ok(());
         }
@@ -278,7 +291,7 @@ impl ProxyShared {
         ctx.refused(r);
         self.record_refusal(ctx).await;
         let said = match self.first_bytes(&mut client, &mut first, REFUSAL_WAIT).await {
-            FirstBytes::Tls(_) => Some(crate::pipeline::TLS_ACCESS_DENIED.to_vec()),
+            FirstBytes::Tls(_) => Some(TLS_ACCESS_DENIED.to_vec()),
             FirstBytes::Http(_) => Some(
                 render_refusal_with_grants(r, &ctx.policy, &self.granted(&ctx.sandbox)).to_bytes(),
             ),
@@ -372,9 +385,7 @@ fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite
                     .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
         });
     let mut head = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
-    head.extend_from_slice(
-        format!("Host: {}\r\n", crate::pipeline::host_header(target)).as_bytes(),
-    );
+    head.extend_from_slice(format!("Host: {}\r\n", host_header(target)).as_bytes());
     for h in req.headers.iter() {
         if DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
             continue;

@@ -142,8 +142,11 @@ fn config(paths: &ConfigPaths) -> (Vec<ConfigFact>, Option<Config>) {
     let here = out.iter().position(|f| f.path == paths.project).unwrap_or(0);
     match sandgate_config::edit::check(paths.clone()) {
         Ok(config) => {
-            let warnings: Vec<String> =
-                config.missing_writable().iter().map(crate::launch::missing_path_notice).collect();
+            let warnings: Vec<String> = config
+                .missing_writable()
+                .iter()
+                .map(crate::policy_report::missing_path_notice)
+                .collect();
             if let Some(here) = out.get_mut(here) {
                 here.warnings = warnings;
             }

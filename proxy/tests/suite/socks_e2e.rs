@@ -355,3 +355,37 @@ async fn a_raw_python_socks_client_is_decided_by_ip() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "refused 2");
 }
+
+/// Plain HTTP inside a SOCKS or CONNECT tunnel is pinned to the tunnel's host, as on the
+/// transparent door: the origin hears the decided name whatever `Host` the client wrote
+/// (HTTP domain fronting: asking an allowed name's server for another site), and the
+/// connection ends after that one request, so a second one naming another site never reaches
+/// it. (Control, by hand: without the pin in `tunnel_stages` the origin answers both requests,
+/// the first "at evil.test".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_in_a_tunnel_reaches_only_the_tunnels_host() {
+    let origin = http_origin().await;
+    let events = Arc::new(Events::default());
+    let p = proxy_with(&events);
+    let addr = serve(&p, "s1", policy(&["allowed.test", "127.0.0.1"], &[])).await;
+    let port = origin.port();
+    let requests = b"GET /one HTTP/1.1\r\nHost: evil.test\r\nhost: evil2.test\r\n\r\n\
+                     GET /two HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+    let connect =
+        format!("CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n");
+    for (door, frames) in [
+        ("SOCKS5", vec![vec![5, 1, 0], connect_name(b"allowed.test", port), requests.to_vec()]),
+        ("CONNECT", vec![connect.into_bytes(), requests.to_vec()]),
+    ] {
+        let frames: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let got = String::from_utf8_lossy(&exchange(addr, &frames).await).into_owned();
+        assert_eq!(got.matches("origin says hello").count(), 1, "{door}: {got}");
+        assert!(got.contains(&format!("hello to /one at allowed.test:{port} ")), "{door}: {got}");
+        assert!(!got.contains("evil"), "{door}: {got}");
+    }
+    let ev = settled(&events, 2).await;
+    for (e, door) in ev.iter().zip(["SOCKS5", "CONNECT"]) {
+        assert_eq!((e.method.as_str(), e.decision), (door, Outcome::Allow), "{ev:?}");
+        assert_eq!(e.path.as_deref(), Some("/one"), "{ev:?}");
+    }
+}

@@ -4,7 +4,7 @@
 //!   the way GitHub and mdBook make them (lower case, spaces to `-`, punctuation dropped, a
 //!   repeated heading gets `-1`, `-2`, …);
 //! - every configuration key the parser takes (the fields of the `Raw*` structs behind
-//!   `deny_unknown_fields` in `config/src/file.rs` and `config/src/intercept.rs`) is in the
+//!   `deny_unknown_fields` in `config/src/file.rs` and the sections' modules) is in the
 //!   configuration reference's TOML examples, every key written there is one the parser takes,
 //!   and every TOML block of the README and the book parses with the real parser;
 //! - every subcommand of the CLI (the `Command` enum in `src/main.rs` and the subcommand enums
@@ -287,11 +287,16 @@ fn struct_fields(source: &str) -> BTreeMap<String, Vec<(String, String)>> {
     out
 }
 
+/// The modules of `config/src` that own a section's raw struct (`file.rs` holds the rest).
+const SECTIONS: &[&str] = &["intercept.rs", "upstream.rs"];
+
 /// Every key the configuration parser takes, as `table.key` (`tiers.*.key` for a tier of one's
-/// own), read from the raw structs of `config/src/file.rs` and `config/src/intercept.rs`.
-fn parser_keys(file_rs: &str, intercept_rs: &str) -> BTreeSet<String> {
-    let mut structs = struct_fields(file_rs);
-    structs.extend(struct_fields(intercept_rs));
+/// own), read from the raw structs of `sources` (`config/src/file.rs` and [`SECTIONS`]).
+fn parser_keys(sources: &[&str]) -> BTreeSet<String> {
+    let mut structs = BTreeMap::new();
+    for source in sources {
+        structs.extend(struct_fields(source));
+    }
     let mut out = BTreeSet::new();
     for (table, ty) in &structs["RawFile"] {
         let inner = ty
@@ -299,6 +304,7 @@ fn parser_keys(file_rs: &str, intercept_rs: &str) -> BTreeSet<String> {
             .trim_start_matches("Vec<")
             .trim_start_matches("BTreeMap<String, ")
             .trim_start_matches("crate::intercept::")
+            .trim_start_matches("crate::upstream::")
             .trim_end_matches('>');
         let fields =
             structs.get(inner).unwrap_or_else(|| panic!("no struct {inner} for [{table}]"));
@@ -353,10 +359,12 @@ fn key_mismatch(
 
 #[test]
 fn every_configuration_key_is_in_the_reference_and_every_key_there_is_taken() {
-    let parser = parser_keys(
-        &read(&root().join("config/src/file.rs")),
-        &read(&root().join("config/src/intercept.rs")),
-    );
+    let sources: Vec<String> = ["file.rs"]
+        .iter()
+        .chain(SECTIONS)
+        .map(|f| read(&root().join("config/src").join(f)))
+        .collect();
+    let parser = parser_keys(&sources.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(parser.len() > 40, "the parser's keys were not found: {parser:?}");
     let reference = reference_keys(&read(&root().join("docs/configuration.md")));
     let (undocumented, unknown) = key_mismatch(&parser, &reference);
@@ -369,7 +377,7 @@ fn the_key_check_catches_a_missing_key_and_a_misspelt_one() {
     let file_rs = "struct RawFile {\n    network: RawNetwork,\n    tiers: BTreeMap<String, RawTier>,\n}\n\
                    struct RawNetwork {\n    allow: Vec<Spanned<String>>,\n    pub(crate) deny: Vec<String>,\n}\n\
                    struct RawTier {\n    base: Spanned<String>,\n}\n";
-    let parser = parser_keys(file_rs, "");
+    let parser = parser_keys(&[file_rs]);
     assert_eq!(parser, ["network.allow", "network.deny", "tiers.*.base"].map(String::from).into(),);
     let page = "```toml\n[network]\nallow = []\n# denny = []   # a typo\n[tiers.mine]\nbase = \"run\"\n```\n";
     let (undocumented, unknown) = key_mismatch(&parser, &reference_keys(page));

@@ -29,6 +29,7 @@ mod intercept;
 mod json_ids;
 mod launcher_cli;
 mod managed;
+mod module_graph;
 mod netlink_setup;
 mod netpool;
 mod proxy_cli;

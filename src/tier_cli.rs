@@ -33,6 +33,11 @@ pub struct LaunchArgs {
     /// errors still print. Also `SANDGATE_QUIET=1`.
     #[arg(long, short = 'q', env = "SANDGATE_QUIET", value_parser = clap::builder::BoolishValueParser::new())]
     pub quiet: bool,
+    /// Nobody is there to answer (CI): destinations no rule allows are refused at once with a
+    /// 403 and recorded; `sandgate log --summary` lists them afterwards. Also `[daemon] ask =
+    /// "deny"`.
+    #[arg(long)]
+    pub no_ask: bool,
     /// The command to run and its arguments (default: an interactive `$SHELL`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -62,6 +67,7 @@ impl LaunchArgs {
             require_full: self.require_full,
             report_blocked: self.report_blocked,
             quiet: self.quiet,
+            no_ask: self.no_ask,
             approver: None,
             serve_here,
             command: self.command,

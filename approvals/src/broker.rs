@@ -317,6 +317,10 @@ pub enum AnswerError {
     /// The pattern is malformed or too broad.
     #[error(transparent)]
     Pattern(#[from] PatternError),
+    /// The [`AnswerScreen`] refused it (the organisation's policy forbids it); nothing was
+    /// answered or stored.
+    #[error("not answered: {0}")]
+    Blocked(String),
     /// `once` means "the requests waiting now", and none matches.
     #[error(
         "nothing pending matches {pattern}; `once` applies only to waiting requests (use --for, --session or --always)"
@@ -385,6 +389,14 @@ pub struct GrantRequest {
     /// When (epoch milliseconds on the wire).
     #[serde(with = "crate::epoch_ms")]
     pub at: SystemTime,
+}
+
+/// Screens the grants an answer would make before anything is claimed or stored: the daemon's
+/// implementation refuses an allow answer that the managed layer (`/etc/sandgate/managed.toml`)
+/// forbids, whichever channel it came from, and the refusal is what the person is told.
+pub trait AnswerScreen: Send + Sync + 'static {
+    /// `Err` with the reason to show when `grant` must not be made.
+    fn screen(&self, grant: &GrantRequest) -> Result<(), String>;
 }
 
 /// Persists grants; the daemon implements it over the store. Called on a blocking thread.
@@ -514,6 +526,7 @@ struct BrokerShared {
     state: Mutex<State>,
     events: broadcast::Sender<BrokerEvent>,
     writer: Option<Arc<dyn GrantWriter>>,
+    screen: std::sync::OnceLock<Arc<dyn AnswerScreen>>,
 }
 
 /// The approvals broker. Cheap to clone; clones share the questions.
@@ -534,8 +547,21 @@ impl Broker {
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
         let run = random_u64();
         Broker {
-            inner: Arc::new(BrokerShared { config, run, state: Mutex::default(), events, writer }),
+            inner: Arc::new(BrokerShared {
+                config,
+                run,
+                state: Mutex::default(),
+                events,
+                writer,
+                screen: std::sync::OnceLock::new(),
+            }),
         }
+    }
+
+    /// Screens every answer from now on with `screen` (set once; a second call is ignored and
+    /// returns `false`).
+    pub fn set_screen(&self, screen: Arc<dyn AnswerScreen>) -> bool {
+        self.inner.screen.set(screen).is_ok()
     }
 
     /// A random number drawn when this broker was made: question ids restart at `q1` with each
@@ -758,6 +784,11 @@ impl Broker {
         let covered: Vec<PendingQuestion> =
             ids.iter().filter_map(|id| st.open.get(id)).map(|o| o.info.clone()).collect();
         let requests = grant_requests(&covered, sandbox.as_ref(), &pattern, ports, answer, by, at)?;
+        if let Some(screen) = self.inner.screen.get() {
+            for r in &requests {
+                screen.screen(r).map_err(AnswerError::Blocked)?;
+            }
+        }
         for id in &ids {
             if let Some(o) = st.open.get_mut(id) {
                 o.claimed = Some(by.clone());

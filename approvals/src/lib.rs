@@ -33,10 +33,10 @@ pub mod telegram;
 pub mod terminal;
 
 pub use broker::{
-    AnswerError, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent, BudgetStats,
-    DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, DEFAULT_QUESTIONS_PER_MINUTE_TOTAL, Effect,
-    GrantRequest, GrantTarget, GrantWriter, ONCE_WINDOW, PendingQuestion, Question, QuestionId,
-    Resolution, SandboxRef,
+    AnswerError, AnswerScreen, AnswerTarget, Answered, Broker, BrokerConfig, BrokerEvent,
+    BudgetStats, DEFAULT_PORT, DEFAULT_QUESTIONS_PER_MINUTE, DEFAULT_QUESTIONS_PER_MINUTE_TOTAL,
+    Effect, GrantRequest, GrantTarget, GrantWriter, ONCE_WINDOW, PendingQuestion, Question,
+    QuestionId, Resolution, SandboxRef,
 };
 pub use pattern::{AnswerPattern, PatternError};
 pub use scope::{

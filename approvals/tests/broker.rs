@@ -868,3 +868,69 @@ fn question_ids_are_strings_in_json() {
         assert!(serde_json::from_str::<QuestionId>(bad).is_err(), "{bad}");
     }
 }
+
+/// Refuses allow grants for hosts under `.blocked.example`, as the daemon's managed-layer screen
+/// does for what the organisation's policy forbids.
+struct BlockedScreen;
+
+impl sandgate_approvals::AnswerScreen for BlockedScreen {
+    fn screen(&self, g: &GrantRequest) -> Result<(), String> {
+        if g.effect == Effect::Allow && g.pattern.ends_with("blocked.example") {
+            return Err(format!("{} is blocked by your organisation's policy", g.pattern));
+        }
+        Ok(())
+    }
+}
+
+/// An allow answer the screen refuses is refused to the person, whatever the channel and scope:
+/// nothing is stored, the question stays open for another answer (a deny still goes through).
+/// Control: the same answers without the screen are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_screened_answer_is_refused_and_nothing_is_stored() {
+    for screened in [true, false] {
+        let rec = Arc::new(Recorder::default());
+        let b = broker_with(rec.clone(), Duration::from_secs(30));
+        if screened {
+            assert!(b.set_screen(Arc::new(BlockedScreen)));
+        }
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.ask(q("sb1", "x.blocked.example", 443)).await })
+        };
+        until_pending(&b, 1, 1).await;
+        let id = b.pending()[0].id;
+        let always_global = Answer::Allow(Scope::Always { global: true });
+        let attempts = [
+            (AnswerTarget::Question(id), Answer::Allow(Scope::Once), alice()),
+            (
+                AnswerTarget::Host {
+                    pattern: "*.blocked.example".into(),
+                    sandbox: None,
+                    any_port: true,
+                },
+                always_global,
+                bob(),
+            ),
+        ];
+        for (target, answer, by) in attempts {
+            let r = b.answer(target, answer, by).await;
+            if screened {
+                let e = r.unwrap_err();
+                assert!(matches!(e, AnswerError::Blocked(_)), "{e}");
+                assert!(e.to_string().contains("blocked by your organisation's policy"), "{e}");
+            } else {
+                r.unwrap();
+                break; // the question is answered
+            }
+        }
+        if screened {
+            assert!(rec.grants.lock().unwrap().is_empty());
+            assert_eq!(b.pending().len(), 1, "still open");
+            let done = b.answer(AnswerTarget::Question(id), Answer::Deny(Scope::Once), bob()).await;
+            assert_eq!(done.unwrap().released.len(), 1);
+        } else {
+            assert_eq!(rec.grants.lock().unwrap().len(), 1);
+        }
+        waiter.await.unwrap();
+    }
+}

@@ -292,6 +292,55 @@ pub(crate) fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute())
 }
 
+/// What becomes of a destination no rule decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AskMode {
+    /// Hold the request and ask a person (the default).
+    Person,
+    /// Nobody is there to ask (CI, unattended runs): refuse at once, and record what would have
+    /// been asked.
+    Deny,
+}
+
+impl AskMode {
+    /// Parses `person` or `deny`.
+    pub fn parse(s: &str) -> Option<AskMode> {
+        match s {
+            "person" => Some(AskMode::Person),
+            "deny" => Some(AskMode::Deny),
+            _ => None,
+        }
+    }
+
+    /// The word in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AskMode::Person => "person",
+            AskMode::Deny => "deny",
+        }
+    }
+}
+
+impl Cx<'_> {
+    /// `[daemon] ask`: `"person"` or `"deny"`.
+    pub(crate) fn ask_mode(
+        &self,
+        item: Option<&Spanned<String>>,
+    ) -> Result<Option<AskMode>, ConfigError> {
+        item.map(|m| {
+            AskMode::parse(m.get_ref()).ok_or_else(|| {
+                self.err(
+                    m.span(),
+                    format!("unknown ask mode {:?}", m.get_ref()),
+                    "ask = \"person\" (hold the request and ask, the default) or \"deny\" \
+                     (nobody to ask: refuse at once and record it)",
+                )
+            })
+        })
+        .transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,35 @@ pub enum RuleSource {
     Builtin,
     /// An environment variable.
     Env(String),
+    /// The managed layer (`/etc/sandgate/managed.toml`), with the line of the entry: an
+    /// administrator's rule that no user setting, flag or answer can widen.
+    Managed {
+        /// The managed file.
+        path: PathBuf,
+        /// 1-based line of the entry.
+        line: usize,
+    },
+    /// The managed layer's allow ceiling (`allow_only_managed = true`): the destination is not in
+    /// its allow list, so nothing may allow it.
+    ManagedCeiling(PathBuf),
+}
+
+impl RuleSource {
+    /// Whether the managed layer made this rule (so it is the organisation's, not the user's).
+    pub fn is_managed(&self) -> bool {
+        match self {
+            RuleSource::Managed { .. } | RuleSource::ManagedCeiling(_) => true,
+            RuleSource::Tier(_)
+            | RuleSource::Preset(_)
+            | RuleSource::File { .. }
+            | RuleSource::CommandLine
+            | RuleSource::Grant(_)
+            | RuleSource::NoNetwork(_)
+            | RuleSource::CurrentDirectory
+            | RuleSource::Builtin
+            | RuleSource::Env(_) => false,
+        }
+    }
 }
 
 impl fmt::Display for RuleSource {
@@ -46,6 +75,12 @@ impl fmt::Display for RuleSource {
             RuleSource::CurrentDirectory => f.write_str("current directory"),
             RuleSource::Builtin => f.write_str("built-in"),
             RuleSource::Env(v) => write!(f, "${v}"),
+            RuleSource::Managed { path, line } => {
+                write!(f, "your organisation's policy, {}:{line}", path.display())
+            }
+            RuleSource::ManagedCeiling(path) => {
+                write!(f, "your organisation's policy allows only its own list, {}", path.display())
+            }
         }
     }
 }
@@ -155,6 +190,17 @@ mod tests {
                     source: RuleSource::NoNetwork("run".into()),
                 })),
                 "deny: tier run has no network",
+            ),
+            (
+                Decision::Deny(rule(RuleSource::Managed { path: "/etc/m.toml".into(), line: 3 })),
+                "deny: example.com:443 (your organisation's policy, /etc/m.toml:3)",
+            ),
+            (
+                Decision::Deny(Arc::new(Rule {
+                    pattern: None,
+                    source: RuleSource::ManagedCeiling("/etc/m.toml".into()),
+                })),
+                "deny: your organisation's policy allows only its own list, /etc/m.toml",
             ),
             (Decision::Ask, "ask: no rule matches; a person must approve"),
         ] {

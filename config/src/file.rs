@@ -44,6 +44,7 @@
 //! questions_per_minute = 20             # per sandbox; past it, denied without asking
 //! questions_per_minute_total = 60       # all sandboxes together (sandboxes cost nothing)
 //! events_per_minute = 60                # traffic events stored per sandbox, after 1,000 at once
+//! ask = "person"                        # "deny": nobody to ask (CI); unknown hosts refused at once
 //!
 //! [telegram]                            # global file only
 //! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
@@ -112,6 +113,7 @@ struct RawDaemon {
     questions_per_minute: Option<Spanned<u32>>,
     questions_per_minute_total: Option<Spanned<u32>>,
     events_per_minute: Option<Spanned<u32>>,
+    ask: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -263,6 +265,8 @@ pub struct DaemonSettings {
     /// Traffic events stored per sandbox per minute after a burst (≥ 1); the rest are shown
     /// live only, and counted.
     pub events_per_minute: Option<u32>,
+    /// What becomes of a destination no rule decides (`ask = "person"` or `"deny"`).
+    pub ask: Option<crate::check::AskMode>,
 }
 
 /// The `[telegram]` section. `Debug` does not show the token.
@@ -487,6 +491,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             questions_per_minute_total: cx
                 .at_least_one(raw.daemon.questions_per_minute_total.as_ref())?,
             events_per_minute: cx.at_least_one(raw.daemon.events_per_minute.as_ref())?,
+            ask: cx.ask_mode(raw.daemon.ask.as_ref())?,
         },
         telegram: None,
         upstream: None,

@@ -1,5 +1,6 @@
-//! The three configuration layers and how a tier's policy is resolved from them.
+//! The configuration layers and how a tier's policy is resolved from them.
 //!
+//! 0. system defaults `/etc/sandgate/config.toml` (the lowest layer, see [`crate::managed`]);
 //! 1. global `$XDG_CONFIG_HOME/sandgate/config.toml`;
 //! 2. per directory `$XDG_CONFIG_HOME/sandgate/projects/<16 hex of sha256(realpath dir)>.toml` —
 //!    never a file inside the project, so a sandboxed process cannot grant itself more. The file
@@ -10,6 +11,10 @@
 //!
 //! Lists add up across layers (allow, deny, writable, hidden, protected); deny always wins over
 //! allow when deciding, whichever layer each came from.
+//!
+//! Above them all, the managed layer `/etc/sandgate/managed.toml` ([`crate::Managed`]) can only
+//! narrow: its deny list is decided first, its allow list can be a ceiling, its filesystem walls
+//! can be locked, and flags that ask past it are refused.
 
 use std::path::{Path, PathBuf};
 
@@ -140,31 +145,88 @@ pub enum PolicyError {
     /// A flag's path is not absolute and could not be made so.
     #[error("--allow-write {0}: the path does not exist or cannot be resolved")]
     Path(PathBuf),
+    /// A flag asks for what the managed layer forbids.
+    #[error(transparent)]
+    Managed(#[from] crate::managed::Blocked),
 }
 
-/// All configuration for one directory: the global and the per-directory file (when present).
+/// All configuration for one directory: the system layers and the global and per-directory
+/// file (each when present).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Where the files are.
     pub paths: ConfigPaths,
+    /// The system defaults (`/etc/sandgate/config.toml`), if they exist.
+    pub system: Option<LoadedFile>,
     /// The global file, if it exists.
     pub global: Option<LoadedFile>,
     /// The per-directory file, if it exists.
     pub project: Option<LoadedFile>,
+    /// The managed layer (`/etc/sandgate/managed.toml`), if it exists.
+    pub managed: Option<crate::Managed>,
 }
 
 impl Config {
-    /// Loads both files; a missing file is no error, an unreadable or invalid one is.
+    /// Loads every layer; a missing file is no error, an unreadable, invalid or (for the system
+    /// layers) untrustworthy one is.
     pub fn load(paths: ConfigPaths) -> Result<Config, ConfigError> {
-        let global = load_file(&paths.global, paths.home.as_deref())?;
-        let project = load_file(&paths.project, paths.home.as_deref())?;
-        Ok(Config { paths, global, project })
+        Config::load_with_system(paths, &crate::managed::system_dir())
     }
 
-    /// The `[daemon]` settings of the global file (the per-directory file's are ignored: the
+    /// [`Config::load`] with the system layers in `system_dir`.
+    pub(crate) fn load_with_system(
+        paths: ConfigPaths,
+        system_dir: &Path,
+    ) -> Result<Config, ConfigError> {
+        let home = paths.home.as_deref();
+        let managed = crate::Managed::load(&system_dir.join(crate::managed::MANAGED_FILE), home)?;
+        let system_path = system_dir.join(crate::managed::SYSTEM_FILE);
+        let system = match crate::managed::read_trusted(&system_path)? {
+            Some(text) => {
+                Some(LoadedFile { content: parse(&system_path, &text, home)?, path: system_path })
+            }
+            None => None,
+        };
+        let global = load_file(&paths.global, home)?;
+        let project = load_file(&paths.project, home)?;
+        Ok(Config { paths, system, global, project, managed })
+    }
+
+    /// The `[daemon]` settings of the system and the global file, each setting from the later
+    /// file that sets it, under the managed layer's (the per-directory file's are ignored: the
     /// daemon serves every directory).
     pub fn daemon_settings(&self) -> crate::DaemonSettings {
-        self.global.as_ref().map(|f| f.content.daemon.clone()).unwrap_or_default()
+        let system = self.system.as_ref().map(|f| f.content.daemon.clone()).unwrap_or_default();
+        let settings = match &self.global {
+            Some(g) => {
+                let g = g.content.daemon.clone();
+                crate::DaemonSettings {
+                    ask_timeout: g.ask_timeout.or(system.ask_timeout),
+                    event_retention: g.event_retention.or(system.event_retention),
+                    desktop_notifications: g.desktop_notifications.or(system.desktop_notifications),
+                    questions_per_minute: g.questions_per_minute.or(system.questions_per_minute),
+                    questions_per_minute_total: g
+                        .questions_per_minute_total
+                        .or(system.questions_per_minute_total),
+                    events_per_minute: g.events_per_minute.or(system.events_per_minute),
+                    ask: g.ask.or(system.ask),
+                }
+            }
+            None => system,
+        };
+        match &self.managed {
+            Some(m) => m.lock_daemon(settings),
+            None => settings,
+        }
+    }
+
+    /// The allow rules of the files that the managed layer's ceiling sets aside (`config check`
+    /// names them): none without a managed layer or without `allow_only_managed`.
+    pub fn set_aside_by_managed(&self) -> Vec<Rule> {
+        let Some(m) = &self.managed else { return Vec::new() };
+        let mut allow: Vec<Rule> = self.files().flat_map(|f| f.content.allow.clone()).collect();
+        allow.extend(self.file_tiers().flat_map(|(t, _)| t.allow.clone()));
+        m.apply_net(&mut allow, &mut Vec::new())
     }
 
     /// `[proxy] upstream` of the global file (the daemon serves every directory).
@@ -203,9 +265,9 @@ impl Config {
         self.files().filter_map(|f| f.content.macos.trustd_allow).last().unwrap_or(false)
     }
 
-    /// The loaded files, global first.
+    /// The loaded files, lowest first: system defaults, global, per-directory.
     pub fn files(&self) -> impl Iterator<Item = &LoadedFile> {
-        self.global.iter().chain(self.project.iter())
+        self.system.iter().chain(self.global.iter()).chain(self.project.iter())
     }
 
     fn file_tiers(&self) -> impl Iterator<Item = (&FileTier, &Path)> {
@@ -289,6 +351,9 @@ impl Config {
         for p in &flags.allow {
             let pattern = DomainPattern::parse(p, PatternUse::Allow)
                 .map_err(|error| PolicyError::Flag { flag: "--allow", error })?;
+            if let Some(m) = &self.managed {
+                m.screen_allow(&pattern, &format!("--allow {p}"))?;
+            }
             allow.push(Rule { pattern: Some(pattern), source: RuleSource::CommandLine });
         }
         for p in &flags.deny {
@@ -309,6 +374,9 @@ impl Config {
             }
         }
         for p in &flags.allow_write {
+            if let Some(m) = &self.managed {
+                m.screen_writable(&format!("--allow-write {}", p.display()))?;
+            }
             let abs = if p.is_absolute() {
                 p.clone()
             } else {
@@ -369,22 +437,29 @@ impl Config {
         let scan_directories = self.files().filter_map(|f| f.content.scan_directories).last();
 
         let mode = flags.net.unwrap_or(tier.net);
+        let mut env_pass = env_pass;
+        let mut fs = FsPolicy {
+            writable,
+            hidden,
+            protected,
+            unix_sockets,
+            git_writable,
+            readable_home,
+            writable_dotfiles,
+            caches,
+            scan_directories,
+        };
+        if let Some(m) = &self.managed {
+            m.apply_net(&mut allow, &mut deny);
+            m.apply_fs(&mut fs, &mut env_pass);
+        }
         Ok(Policy {
             tier: name.to_owned(),
-            fs: FsPolicy {
-                writable,
-                hidden,
-                protected,
-                unix_sockets,
-                git_writable,
-                readable_home,
-                writable_dotfiles,
-                caches,
-                scan_directories,
-            },
+            fs,
             net: NetworkPolicy::new(name, mode, allow, deny)
                 .with_default_ports(default_ports)
-                .with_intercept(std::sync::Arc::new(self.intercept_settings()?)),
+                .with_intercept(std::sync::Arc::new(self.intercept_settings()?))
+                .with_managed(self.managed.as_ref().map(crate::Managed::net)),
             env_pass,
         })
     }
@@ -422,7 +497,7 @@ mod tests {
         };
         std::fs::write(&paths.global, global).unwrap();
         std::fs::write(&paths.project, project).unwrap();
-        let config = Config::load(paths).unwrap();
+        let config = Config::load_with_system(paths, &dir.path().join("no-system")).unwrap();
         (dir, config)
     }
 

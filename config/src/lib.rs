@@ -2,8 +2,8 @@
 //!
 //! This crate parses and normalises hosts and domain patterns, compiles allow/deny lists for
 //! microsecond decisions, defines the tiers (`run`, `net`, `build`, and tiers from config), derives
-//! narrower child policies, and loads the three configuration layers (global file, per-directory
-//! file, command-line flags) with errors that name file, line and column. It holds, as data, what a
+//! narrower child policies, and loads the configuration layers (system defaults, global file,
+//! per-directory file, command-line flags, and above them the managed layer no user can widen) with errors that name file, line and column. It holds, as data, what a
 //! sandbox must not see by default (the home directory allowlist, the system's secret files,
 //! secret-looking variable names) and decides entries against it.
 //!
@@ -38,6 +38,7 @@ mod host;
 mod intercept;
 mod layers;
 pub mod learn;
+mod managed;
 mod matcher;
 mod pattern;
 mod policy;
@@ -52,7 +53,7 @@ mod tiers;
 mod upstream;
 
 pub use caches::{CacheMode, PackageCache, cache_names, package_caches, program_dirs};
-pub use check::{ConfigError, parse_duration};
+pub use check::{AskMode, ConfigError, parse_duration};
 pub use decision::{Decision, Rule, RuleSource};
 pub use dotfiles::{
     Discovery, HostToolFile, InvalidToolLine, ToolFileKind, host_tool_files, names_of, top_autorun,
@@ -69,6 +70,10 @@ pub use intercept::{
     Secret, SecretSource, placeholder,
 };
 pub use layers::{Config, ConfigPaths, LoadedFile, Overrides, PolicyError};
+pub use managed::{
+    Blocked, MANAGED_FILE, Managed, Ownership, SYSTEM_DIR, SYSTEM_FILE, TEST_SYSTEM_DIR_VAR,
+    system_dir, trust,
+};
 pub use matcher::PatternSet;
 pub use pattern::{
     DomainPattern, HostPattern, InvalidPattern, PatternErrorKind, PatternUse, is_public_suffix,

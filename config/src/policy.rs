@@ -104,9 +104,11 @@ impl FsPolicy {
 
 /// Network rules. Precedence, first match wins:
 /// 1. mode `none` denies everything;
-/// 2. deny patterns (deny wins over allow);
-/// 3. allow patterns;
-/// 4. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
+/// 2. the managed layer's deny patterns (`/etc/sandgate/managed.toml`);
+/// 3. deny patterns (deny wins over allow);
+/// 4. allow patterns;
+/// 5. under the managed allow ceiling (`allow_only_managed`), everything else is denied;
+/// 6. otherwise [`Decision::Ask`] (grants from the store are consulted by the proxy after this).
 ///
 /// With [`default ports`](NetworkPolicy::with_default_ports), an allow pattern written without a
 /// port matches only those ports; deny patterns are never narrowed.
@@ -121,6 +123,7 @@ pub struct NetworkPolicy {
     no_network: Arc<Rule>,
     default_ports: Option<Arc<[u16]>>,
     intercept: Arc<crate::InterceptSettings>,
+    managed: Option<Arc<ManagedNet>>,
 }
 
 impl NetworkPolicy {
@@ -142,7 +145,21 @@ impl NetworkPolicy {
             }),
             default_ports: None,
             intercept: Arc::default(),
+            managed: None,
         }
+    }
+
+    /// Puts the managed layer's deny list and allow ceiling above every other rule (the allow
+    /// list given to [`NetworkPolicy::new`] must already be within the ceiling).
+    pub(crate) fn with_managed(mut self, managed: Option<Arc<ManagedNet>>) -> NetworkPolicy {
+        self.managed = managed;
+        self
+    }
+
+    /// Whether the managed layer's allow ceiling holds: nothing outside its allow list may be
+    /// allowed, by a rule, a flag or a person's answer.
+    pub fn under_ceiling(&self) -> bool {
+        self.managed.as_ref().is_some_and(|m| m.ceiling.is_some())
     }
 
     /// Sets what the proxy intercepts for this sandbox (secrets, HTTP rules, upstream roots).
@@ -196,13 +213,17 @@ impl NetworkPolicy {
         if self.mode == NetMode::None {
             return Decision::Deny(self.no_network.clone());
         }
+        let managed = self.managed.as_deref();
+        if let Some(rule) = managed.and_then(|m| m.deny.find(host, port)) {
+            return Decision::Deny(rule.clone());
+        }
         if let Some(rule) = self.deny.find(host, port) {
             return Decision::Deny(rule.clone());
         }
         let allow = if self.default_port_ok(port) { &self.allow } else { &self.allow_ported };
         match allow.find(host, port) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => Decision::Ask,
+            None => managed.map_or(Decision::Ask, ManagedNet::unmatched),
         }
     }
 
@@ -214,12 +235,16 @@ impl NetworkPolicy {
         if self.mode == NetMode::None {
             return Decision::Deny(self.no_network.clone());
         }
+        let managed = self.managed.as_deref();
+        if let Some(rule) = managed.and_then(|m| m.deny.find_on_every_port(host)) {
+            return Decision::Deny(rule.clone());
+        }
         if let Some(rule) = self.deny.find_on_every_port(host) {
             return Decision::Deny(rule.clone());
         }
         match self.allow.find_on_some_port(host) {
             Some(rule) => Decision::Allow(rule.clone()),
-            None => Decision::Ask,
+            None => managed.map_or(Decision::Ask, ManagedNet::unmatched),
         }
     }
 
@@ -231,6 +256,27 @@ impl NetworkPolicy {
     /// The deny rules, in order.
     pub fn deny_rules(&self) -> &[Arc<Rule>] {
         self.deny.rules()
+    }
+}
+
+/// The managed layer's part of a network policy: what it decides before and after the other
+/// rules (see [`NetworkPolicy`]'s precedence), made by [`crate::Managed`].
+#[derive(Debug)]
+pub(crate) struct ManagedNet {
+    /// Denied first, whatever else says.
+    pub(crate) deny: PatternSet,
+    /// Under `allow_only_managed`: the rule that denies what no allow rule matched.
+    pub(crate) ceiling: Option<Arc<Rule>>,
+}
+
+impl ManagedNet {
+    /// The decision for a destination that no allow rule matched: denied under the ceiling,
+    /// otherwise asked.
+    pub(crate) fn unmatched(&self) -> Decision {
+        match &self.ceiling {
+            Some(rule) => Decision::Deny(rule.clone()),
+            None => Decision::Ask,
+        }
     }
 }
 
@@ -374,7 +420,8 @@ impl Policy {
                 scan_directories: self.fs.scan_directories,
             },
             net: NetworkPolicy::new(&self.tier, mode, allow, deny)
-                .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec)),
+                .with_default_ports(self.net.default_ports().map(<[u16]>::to_vec))
+                .with_managed(self.net.managed.clone()),
             env_pass: self.env_pass.clone(),
         })
     }

@@ -154,7 +154,7 @@ pub struct ConfigFile {
     /// For the per-directory file: the directory it is for (the project, which may be an
     /// ancestor of the working directory); `None` for the global file.
     pub directory: Option<PathBuf>,
-    /// `global` or `per-directory`.
+    /// `system`, `global`, `per-directory` or `managed`.
     pub layer: &'static str,
     /// Whether it exists and was loaded.
     pub loaded: bool,
@@ -178,8 +178,28 @@ impl ConfigFile {
 }
 
 impl Config {
-    /// The global and the per-directory file of this directory, each with whether it applies.
+    /// The files of this directory, each with whether it applies: the global and the
+    /// per-directory file, and the system layers (defaults, and the managed layer) when present.
     pub fn file_report(&self) -> Vec<ConfigFile> {
+        let system = self.system.iter().map(|f| ConfigFile {
+            directory: None,
+            layer: "system",
+            loaded: true,
+            path: f.path.clone(),
+        });
+        let managed = self.managed.iter().map(|m| ConfigFile {
+            directory: None,
+            layer: "managed",
+            loaded: true,
+            path: m.path.clone(),
+        });
+        let mut files: Vec<ConfigFile> = system.collect();
+        files.extend(self.user_files());
+        files.extend(managed);
+        files
+    }
+
+    fn user_files(&self) -> Vec<ConfigFile> {
         vec![
             ConfigFile {
                 directory: None,

@@ -388,6 +388,9 @@ pub struct Shared {
     pub bus: broadcast::Sender<Event>,
     /// The per-sandbox cap on stored traffic events.
     pub cap: crate::event_cap::EventCap,
+    /// `[daemon] ask = "deny"`: nobody is asked about any sandbox's destinations (`--no-ask`
+    /// does the same for one sandbox).
+    pub unattended: bool,
     /// This, for the timers that store what the cap counted when its period ends (build with
     /// `Arc::new_cyclic`).
     pub me: std::sync::Weak<Shared>,
@@ -647,6 +650,11 @@ impl Approver for Asker {
                 q.target.port,
             ) {
                 return Ruling::Allow(rule); // granted while this request was on its way
+            }
+            // Nobody to ask: refused at once; the proxy records the refusal, which `log
+            // --summary` lists as what would have been asked.
+            if s.unattended || live.as_ref().is_some_and(|l| l.info.no_ask) {
+                return Ruling::Deny(DenyReason::Unattended);
             }
             let host_text = match host {
                 Host::Name(n) => n.as_str().to_owned(),
@@ -1198,6 +1206,7 @@ mod tests {
             sandboxes: Registry::default(),
             bus,
             cap: EventCap::with_period(1, Duration::from_millis(200)),
+            unattended: false,
             me: me.clone(),
             fences: Default::default(),
             monitor_error: Default::default(),

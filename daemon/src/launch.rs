@@ -48,6 +48,8 @@ pub struct LaunchOptions {
     pub report_blocked: bool,
     /// No notices on stderr (held and denied requests, hints after a failure).
     pub quiet: bool,
+    /// `--no-ask`: an unattended run; destinations no rule allows are refused at once.
+    pub no_ask: bool,
     /// Who answers unknown destinations instead of a person (`sandgate learn`); the proxy is
     /// then served by this process, not the daemon.
     pub approver: Option<std::sync::Arc<dyn sandgate_proxy::Approver>>,
@@ -70,6 +72,7 @@ impl std::fmt::Debug for LaunchOptions {
             .field("require_full", &self.require_full)
             .field("report_blocked", &self.report_blocked)
             .field("quiet", &self.quiet)
+            .field("no_ask", &self.no_ask)
             .field("approver", &self.approver.is_some())
             .field("serve_here", &self.serve_here.is_some())
             .field("command", &self.command)

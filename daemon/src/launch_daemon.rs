@@ -501,6 +501,19 @@ fn refused_line(decision: &str, host: &str, port: u16, rule: &str) -> String {
              connect to the host by name)"
         );
     }
+    if rule.contains("your organisation's policy") {
+        // The managed layer: no answer, file or flag here can allow it.
+        return format!(
+            "sandgate: denied {target}: blocked by your organisation's policy ({rule}); nobody \
+             on this machine can allow it (`sandgate check {target}` explains)"
+        );
+    }
+    if rule == sandgate_proxy::Refusal::UNATTENDED {
+        return format!(
+            "sandgate: denied {target}: not on the allowlist, and this run is unattended \
+             (nobody asked); `sandgate log --summary` lists what would have been asked"
+        );
+    }
     if let Some((ip, why)) = sandgate_proxy::guard::refusal_in_rule(&rule) {
         // Allowing the name (what the line below suggests) would not help: the address must be.
         let ip_target = match ip {
@@ -656,6 +669,19 @@ mod tests {
             "{not_given}"
         );
         assert!(!not_given.contains("sandgate allow"), "{not_given}");
+        // The managed layer's and an unattended run's: asking a person here does not help.
+        let managed = line(request(
+            "deny",
+            "x.test",
+            443,
+            "your organisation's policy allows only its own list, /etc/sandgate/managed.toml",
+        ))
+        .unwrap();
+        assert!(managed.contains("blocked by your organisation's policy"), "{managed}");
+        assert!(!managed.contains("sandgate allow"), "{managed}");
+        let unattended =
+            line(request("deny", "x.test", 443, sandgate_proxy::Refusal::UNATTENDED)).unwrap();
+        assert!(unattended.contains("unattended") && !unattended.contains("sandgate allow"));
         // Another denial keeps the usual line: asking for the name does help there.
         let other = line(request("deny", "x.test", 443, "deny x.test (command line)")).unwrap();
         assert!(other.contains("have a person run `sandgate allow x.test`"), "{other}");

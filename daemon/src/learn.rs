@@ -50,6 +50,7 @@ pub fn run(o: LearnOptions) -> anyhow::Result<Printed> {
         require_full: false,
         report_blocked: true,
         quiet: true,
+        no_ask: false,
         approver: Some(learner.clone()),
         serve_here: Some(crate::launch::serve_here),
         command: o.command,
@@ -227,6 +228,8 @@ pub fn wanted(
         Refusal::TooManyQuestions { target: t(), open: 0 },
         Refusal::OverBudget { target: t(), limit: 0, window: std::time::Duration::ZERO },
         Refusal::NoApprover { target: t() },
+        // An unattended run asked nobody: what it refused is what it would have asked.
+        Refusal::Unattended { target: t() },
     ]
     .map(|r| r.rule_text());
     let mut out: Vec<(String, u16)> = Vec::new();
@@ -362,6 +365,7 @@ mod tests {
             line(Deny, "busy.test", Some(443), "too many questions open"),
             line(Deny, "spent.test", Some(8443), "question budget spent"),
             line(Deny, "alone.test", Some(443), "no approver running"),
+            line(Deny, "unattended.test", Some(443), "not asked: unattended run"),
             line(Deny, "refused.test", Some(443), "denied by a person"),
             line(Deny, "ruled.test", Some(443), "deny ruled.test (config.toml:3)"),
             line(Deny, "bad.test", Some(443), "name does not resolve"),
@@ -386,6 +390,7 @@ mod tests {
             ("busy.test", 443),
             ("spent.test", 8443),
             ("alone.test", 443),
+            ("unattended.test", 443),
             ("2001:db8::1", 443),
         ];
         let got: Vec<(&str, u16)> = got.iter().map(|(h, p)| (h.as_str(), *p)).collect();

@@ -70,6 +70,7 @@ mod launch_error;
 pub mod learn;
 #[cfg(target_os = "macos")]
 mod macos_monitor;
+pub mod managed;
 mod monitor;
 mod netpool;
 #[cfg(target_os = "linux")]

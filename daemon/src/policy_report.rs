@@ -374,8 +374,17 @@ pub fn list_paths_text(writable: &[WritablePath]) -> String {
     lines(out)
 }
 
-/// `sandgate config add-path`: `path` (absolute) into `file`.
+/// `sandgate config add-path`: `path` (absolute) into `file`; refused while the managed layer
+/// locks the filesystem walls (the entry would decide nothing).
 pub fn add_path(file: &Path, path: &Path) -> anyhow::Result<Printed> {
+    let managed = sandgate_config::system_dir().join(sandgate_config::MANAGED_FILE);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if let Some(m) =
+        sandgate_config::Managed::load(&managed, home.as_deref()).map_err(config_error)?
+    {
+        let what = format!("making {} writable", path.display());
+        m.screen_writable(&what).map_err(|e| UsageError(e.to_string()))?;
+    }
     let mut r = Printed::default();
     if std::fs::symlink_metadata(path).is_err() {
         r = r.note(format!(
@@ -411,8 +420,17 @@ pub fn config_check(paths: ConfigPaths) -> anyhow::Result<Printed> {
     }
     // Which directory the per-directory file is for: the project, perhaps above the cwd.
     out.push(format!("{:23} {}", "project", paths.project_root.display()));
+    let system = sandgate_config::system_dir();
+    for (what, name) in
+        [("system", sandgate_config::SYSTEM_FILE), ("managed", sandgate_config::MANAGED_FILE)]
+    {
+        let file = system.join(name);
+        let state = if file.exists() { "present" } else { "absent" };
+        out.push(format!("{what:14} {state:8} {}", file.display()));
+    }
     match sandgate_config::edit::check(paths) {
         Ok(config) => {
+            out.extend(crate::managed::check_lines(&config));
             for w in &config.missing_writable() {
                 out.push(format!("warning: {}", missing_path_notice(w)));
             }

@@ -178,6 +178,10 @@ pub struct SandboxInfo {
     /// proxy whatever its configuration says. Absent without the flag.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub net_proxy: bool,
+    /// `--no-ask`: nobody is there to answer; a destination no rule allows is refused at once
+    /// and recorded. Absent without the flag.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_ask: bool,
 }
 
 /// What an `answer` applies to.

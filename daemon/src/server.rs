@@ -778,6 +778,7 @@ impl Conn {
                 let code = match &e {
                     approvals::AnswerError::AlreadyAnswered { .. } => "conflict",
                     approvals::AnswerError::NotFound { .. } => "not_found",
+                    approvals::AnswerError::Blocked(_) => "forbidden",
                     _ => "bad_request",
                 };
                 Err(RequestError::new(code, e.to_string()))

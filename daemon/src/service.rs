@@ -284,6 +284,8 @@ async fn serve(
             records: records.clone(),
         })),
     );
+    // Every answer, from every channel, within the organisation's managed layer.
+    broker.set_screen(Arc::new(crate::managed::ManagedScreen::system()));
     let (bus, _) = tokio::sync::broadcast::channel(4096);
     let shared = Arc::new_cyclic(|me| adapters::Shared {
         records,
@@ -298,6 +300,7 @@ async fn serve(
         cap: crate::event_cap::EventCap::new(
             settings.events_per_minute.unwrap_or(crate::event_cap::DEFAULT_PER_MINUTE),
         ),
+        unattended: settings.ask == Some(sandgate_config::AskMode::Deny),
         me: me.clone(),
         fences: Default::default(),
         monitor_error: Default::default(),

@@ -87,8 +87,17 @@ pub fn log(q: LogQuery, out: &mut dyn Write) -> anyhow::Result<u8> {
         if !q.json {
             writeln!(out, "{}", HostRow::header())?;
         }
+        let mut not_asked = Vec::new();
         for r in rows.into_iter().filter(|r| filter.keeps_host(&r.host, 0)).map(HostRow::from) {
             out.write_all(if q.json { compact(&r) } else { format!("{}\n", r.text()) }.as_bytes())?;
+            if r.rule == sandgate_proxy::Refusal::UNATTENDED {
+                not_asked.push(sandgate_config::sanitize(&r.host).to_string());
+            }
+        }
+        // An unattended run (`--no-ask`, `[daemon] ask = "deny"`) asked nobody: what it would
+        // have asked is the list to review (and to allow for the next run).
+        if !q.json && !not_asked.is_empty() {
+            writeln!(out, "would have asked (unattended run): {}", not_asked.join(", "))?;
         }
         return Ok(0);
     }

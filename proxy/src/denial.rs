@@ -68,6 +68,13 @@ pub enum Refusal {
         /// The window.
         window: Duration,
     },
+    /// An unattended run (`--no-ask`, `[daemon] ask = "deny"`): nobody is asked, so a
+    /// destination no rule allows is refused at once (403) and recorded as what would have been
+    /// asked.
+    Unattended {
+        /// `host:port`.
+        target: String,
+    },
     /// No approver is running, so unknown destinations cannot be approved (403).
     NoApprover {
         /// `host:port`.
@@ -137,6 +144,10 @@ impl Refusal {
     /// launcher tells it apart.
     pub const UNRESOLVABLE: &'static str = "name does not resolve";
 
+    /// The rule text of [`Refusal::Unattended`], by which `sandgate log --summary` lists what
+    /// would have been asked.
+    pub const UNATTENDED: &'static str = "not asked: unattended run";
+
     /// The rule text of [`Refusal::NotGiven`].
     pub const NOT_GIVEN: &'static str =
         "an address of the DNS stub's block never given to this sandbox";
@@ -153,6 +164,7 @@ impl Refusal {
             | Refusal::AskTimedOut { .. }
             | Refusal::TooManyQuestions { .. }
             | Refusal::OverBudget { .. }
+            | Refusal::Unattended { .. }
             | Refusal::NoApprover { .. }
             | Refusal::ForbiddenAddress { .. }
             | Refusal::NotGiven { .. }
@@ -187,6 +199,7 @@ impl Refusal {
             Refusal::TooManyQuestions { .. } => "too many questions open".into(),
             Refusal::OverBudget { .. } => "question budget spent".into(),
             Refusal::NoApprover { .. } => "no approver running".into(),
+            Refusal::Unattended { .. } => Refusal::UNATTENDED.into(),
             Refusal::ForbiddenAddress { ip, why, .. } => {
                 format!("{}{ip} is {why}", crate::guard::RULE_PREFIX)
             }
@@ -231,6 +244,9 @@ impl Refusal {
             Refusal::Deny { rule, .. } => match &rule.source {
                 RuleSource::Grant(_) => "denied by a person".into(),
                 RuleSource::NoNetwork(_) => "this tier has no network".into(),
+                RuleSource::Managed { .. } | RuleSource::ManagedCeiling(_) => {
+                    "blocked by your organisation's policy".into()
+                }
                 RuleSource::Tier(_)
                 | RuleSource::Preset(_)
                 | RuleSource::File { .. }
@@ -244,6 +260,7 @@ impl Refusal {
             Refusal::TooManyQuestions { .. } => "not in allowlist (too many questions open)".into(),
             Refusal::OverBudget { .. } => "not in allowlist (question budget spent)".into(),
             Refusal::NoApprover { .. } => "not in allowlist (no approver running)".into(),
+            Refusal::Unattended { .. } => "not in allowlist (unattended run, nobody asked)".into(),
             Refusal::ForbiddenAddress { why, .. } => format!("resolves to {why}"),
             Refusal::NotGiven { .. } => "address never given to this sandbox".into(),
         };
@@ -260,6 +277,7 @@ impl Refusal {
             | Refusal::AskTimedOut { target, .. }
             | Refusal::TooManyQuestions { target, .. }
             | Refusal::OverBudget { target, .. }
+            | Refusal::Unattended { target }
             | Refusal::NoApprover { target }
             | Refusal::ForbiddenAddress { target, .. }
             | Refusal::NotGiven { target }
@@ -378,6 +396,13 @@ pub fn render_refusal_with_grants(
                     "A person denied it, and their answer covers this request. Do not retry; \
                      ask the person if you need it and explain why.\n",
                 ),
+                // The administrator's managed layer: nobody at this machine can change it.
+                RuleSource::Managed { .. } | RuleSource::ManagedCeiling(_) => body.push_str(
+                    "It is blocked by your organisation's policy (set by an administrator in \
+                     sandgate's managed configuration): no person here, configuration file or \
+                     flag can allow it. Do not retry and do not ask to approve it; work without \
+                     it, or tell the person you work for that it needs the administrator.\n",
+                ),
                 RuleSource::Tier(_)
                 | RuleSource::Preset(_)
                 | RuleSource::File { .. }
@@ -433,6 +458,19 @@ pub fn render_refusal_with_grants(
             body.push_str(
                 "Do not try other hosts. Tell the person which destinations you need and why; \
                  they can allow them with `sandgate allow HOST`.\n",
+            );
+        }
+        Refusal::Unattended { .. } => {
+            let _ = writeln!(
+                body,
+                "sandgate blocked the connection to {t}: it is not on the allowlist, and this run \
+                 is unattended (nobody is there to approve it), so it was refused at once."
+            );
+            allowed_list(&mut body, policy);
+            body.push_str(
+                "Do not retry: the answer will be the same. Work with the allowed destinations; \
+                 the refusal is recorded, and the person who reviews this run sees it in \
+                 `sandgate log --summary` and can add it to the allowlist for the next run.\n",
             );
         }
         Refusal::NoApprover { .. } => {
@@ -686,6 +724,20 @@ mod tests {
                 "Blocked by sandgate: not in allowlist (no approver running)",
             ),
             (
+                Refusal::Unattended { target: t() },
+                "Blocked by sandgate: not in allowlist (unattended run, nobody asked)",
+            ),
+            (
+                Refusal::Deny {
+                    target: t(),
+                    rule: Arc::new(Rule {
+                        pattern: None,
+                        source: RuleSource::ManagedCeiling("/etc/sandgate/managed.toml".into()),
+                    }),
+                },
+                "Blocked by sandgate: blocked by your organisation's policy",
+            ),
+            (
                 Refusal::ForbiddenAddress {
                     target: t(),
                     ip: [127, 0, 0, 1].into(),
@@ -713,6 +765,25 @@ mod tests {
             let line = format!("HTTP/1.1 {} {want}\r\n", r.status());
             assert!(String::from_utf8(rendered.to_bytes()).unwrap().starts_with(&line));
         }
+    }
+
+    /// The managed layer's refusal tells the model that nobody here can allow it (so it does not
+    /// ask a person who cannot), and an unattended run's that nobody was asked.
+    #[test]
+    fn managed_and_unattended_bodies_say_who_can_change_it() {
+        let p = policy();
+        let managed = Arc::new(Rule {
+            pattern: Some(DomainPattern::parse("pypi.org", PatternUse::Deny).unwrap()),
+            source: RuleSource::Managed { path: "/etc/sandgate/managed.toml".into(), line: 2 },
+        });
+        let r = render_refusal(&Refusal::Deny { target: "pypi.org:443".into(), rule: managed }, &p);
+        assert!(r.body.contains("blocked by your organisation's policy"), "{}", r.body);
+        assert!(r.body.contains("/etc/sandgate/managed.toml:2"), "{}", r.body);
+        assert!(!r.body.contains("sandgate allow"), "nobody here can allow it: {}", r.body);
+        let r = render_refusal(&Refusal::Unattended { target: "pypi.org:443".into() }, &p);
+        assert!(r.body.contains("unattended") && r.body.contains("log --summary"), "{}", r.body);
+        let decision = r.headers.iter().find(|(k, _)| *k == "X-Sandgate-Decision").unwrap();
+        assert!(decision.1.contains(Refusal::UNATTENDED), "{decision:?}");
     }
 
     /// Issue 32, part 3: a grant is an allowed destination too (the list named only the

@@ -459,6 +459,9 @@ impl ProxyShared {
             Ruling::Deny(DenyReason::OverBudget { limit, window }) => {
                 Err(Refusal::OverBudget { target: target.to_string(), limit, window })
             }
+            Ruling::Deny(DenyReason::Unattended) => {
+                Err(Refusal::Unattended { target: target.to_string() })
+            }
         }
     }
 

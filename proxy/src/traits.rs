@@ -84,6 +84,9 @@ pub enum DenyReason {
     TimedOut,
     /// The sandbox already has this many questions open; no new one was asked.
     TooManyQuestions(usize),
+    /// Nobody is there to ask (an unattended run: `--no-ask`, `[daemon] ask = "deny"`): refused
+    /// at once, and recorded as what would have been asked.
+    Unattended,
     /// The sandbox asked its budget of questions in the current window; this one was not asked.
     OverBudget {
         /// Questions per window.

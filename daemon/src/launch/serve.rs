@@ -94,6 +94,7 @@ pub(super) fn serve(
             allow: args.allow.clone(),
             deny: args.deny.clone(),
             net_proxy: args.net == Some(sandgate_config::NetMode::Proxy),
+            no_ask: args.no_ask,
         };
         // Keep copies: if the daemon cannot take them, this process serves them.
         let copies = (listener.try_clone()?, nflog.as_ref().map(|n| n.try_clone()).transpose()?);

@@ -404,6 +404,7 @@ mod tests {
             require_full: false,
             report_blocked: false,
             quiet: false,
+            no_ask: false,
             approver: None,
             serve_here: None,
             command: cmd.iter().map(OsString::from).collect(),

@@ -28,6 +28,7 @@ mod hook;
 mod intercept;
 mod json_ids;
 mod launcher_cli;
+mod managed;
 mod module_graph;
 mod netlink_setup;
 mod netpool;

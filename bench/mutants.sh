@@ -5,7 +5,8 @@
 # each with its reason.
 #
 # Usage: bench/mutants.sh [CORE...]
-#   cores: guard patterns hook (the default: the three of issue 37), sni filter decision
+#   cores: guard patterns hook (the default: the three of issue 37), sni filter decision,
+#   http
 #   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
 #   EXTRA="--iterate" (test again only what the last run of the core did not catch)
 # Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
@@ -31,13 +32,15 @@ read -ra extra <<< "${EXTRA:-}"
 note=""
 [ ${#extra[@]} -eq 0 ] || note=" (${extra[*]}: only the mutants this run tested)"
 apart=()
-for p in sandgate-config sandgate-proxy sandgate-hook sandgate-sandbox sandgate-test-support; do
+for p in sandgate-config sandgate-proxy sandgate-hook sandgate-sandbox sandgate-firewall \
+    sandgate-test-support; do
     apart+=("--cargo-arg=--config=profile.dev.package.$p.codegen-units=255")
 done
 
 for core in "${cores[@]}"; do
     tests=(--cargo-arg=--lib)
     only=() # test names to run, when the crate's other unit tests are slow and cannot catch these
+    pick=() # the core's functions, when the file holds I/O too (regexes over the mutants' names)
     case $core in
         guard) args=(-p sandgate-proxy -f proxy/src/guard.rs) ;;
         patterns) args=(-p sandgate-config -f config/src/pattern.rs -f config/src/matcher.rs) ;;
@@ -48,13 +51,21 @@ for core in "${cores[@]}"; do
             args=(-p sandgate-config -f config/src/policy.rs -f config/src/decision.rs)
             tests+=(--cargo-arg=--test=derive_props) # "a child never allows what its parent denies"
             ;;
+        http) # the rule matcher and the proxy's use of it (method overrides)
+            args=(-p sandgate-config -f config/src/intercept.rs
+                -p sandgate-proxy -f proxy/src/intercept.rs)
+            pick=(-F 'config/src/intercept\.rs:.*(HttpRule|ambiguous_path|glob_path)'
+                -F 'InterceptSettings::(intercepts|rules_for)'
+                -F 'proxy/src/intercept\.rs:.*(method_overrides|http_rules)')
+            ;;
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac
     start=$(date +%s)
     mkdir -p "$OUT/$core"
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target} CARGO_BUILD_JOBS=$JOBS \
         nice -n "$NICE" cargo mutants -j "$JOBS" --no-shuffle -o "$OUT/$core" "${args[@]}" \
-        "${tests[@]}" "${apart[@]}" "${extra[@]}" "${only[@]}" || true # survivors: non-zero
+        "${pick[@]}" "${tests[@]}" "${apart[@]}" "${extra[@]}" "${only[@]}" \
+        || true # survivors: non-zero
     dir=$OUT/$core/mutants.out
     [ -f "$dir/caught.txt" ] || { echo "== $core: cargo mutants did not run" >&2; exit 1; }
     n() { wc -l < "$dir/$1.txt"; }

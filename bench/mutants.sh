@@ -6,7 +6,7 @@
 #
 # Usage: bench/mutants.sh [CORE...]
 #   cores: guard patterns hook (the default: the three of issue 37), sni filter decision,
-#   http
+#   http relay
 #   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
 #   EXTRA="--iterate" (test again only what the last run of the core did not catch)
 # Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
@@ -57,6 +57,11 @@ for core in "${cores[@]}"; do
             pick=(-F 'config/src/intercept\.rs:.*(HttpRule|ambiguous_path|glob_path)'
                 -F 'InterceptSettings::(intercepts|rules_for)'
                 -F 'proxy/src/intercept\.rs:.*(method_overrides|http_rules)')
+            ;;
+        relay) # which requests the plain-HTTP relay takes itself (the rest go to hyper)
+            args=(-p sandgate-proxy -f proxy/src/relay.rs) only=(-- relay::)
+            pick=(-F '(in |replace )(classify|range|hop_by_hop|tokens|named)( |$)'
+                -F '(in |replace )(content_length|crlf_only)( |$)')
             ;;
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac

@@ -6,7 +6,7 @@
 #
 # Usage: bench/mutants.sh [CORE...]
 #   cores: guard patterns hook (the default: the three of issue 37), sni filter decision,
-#   http relay
+#   http relay mounts
 #   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
 #   EXTRA="--iterate" (test again only what the last run of the core did not catch)
 # Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
@@ -62,6 +62,11 @@ for core in "${cores[@]}"; do
             args=(-p sandgate-proxy -f proxy/src/relay.rs) only=(-- relay::)
             pick=(-F '(in |replace )(classify|range|hop_by_hop|tokens|named)( |$)'
                 -F '(in |replace )(content_length|crlf_only)( |$)')
+            ;;
+        mounts) # the mount plan, not its executor
+            args=(-p sandgate-sandbox -f sandbox/src/linux/mounts.rs) only=(-- linux::mounts::)
+            pick=(-F '(in |replace )(kept_under_tmp|pins|plan|MountOp::step|flag_names)( |$)'
+                -F 'for MountOp>::fmt')
             ;;
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac

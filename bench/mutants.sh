@@ -6,7 +6,7 @@
 #
 # Usage: bench/mutants.sh [CORE...]
 #   cores: guard patterns hook (the default: the three of issue 37), sni filter decision,
-#   http relay mounts firewall
+#   http relay mounts toplevel firewall
 #   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
 #   EXTRA="--iterate" (test again only what the last run of the core did not catch)
 # Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
@@ -67,6 +67,11 @@ for core in "${cores[@]}"; do
             args=(-p sandgate-sandbox -f sandbox/src/linux/mounts.rs) only=(-- linux::mounts::)
             pick=(-F '(in |replace )(kept_under_tmp|pins|plan|MountOp::step|flag_names)( |$)'
                 -F 'for MountOp>::fmt')
+            ;;
+        toplevel) # the rule and the host tools' list it is made of
+            args=(-p sandgate-sandbox -f sandbox/src/top_level.rs -p sandgate-config
+                -f config/src/dotfiles.rs)
+            only=(-- -- top_level:: dotfiles::) # two filters: past cargo, to the test binaries
             ;;
         firewall) # with the golden rule text and the command sequences (not the kernel tests)
             args=(-p sandgate-firewall -f firewall/src/nft.rs -f firewall/src/pf.rs)

@@ -6,7 +6,7 @@
 #
 # Usage: bench/mutants.sh [CORE...]
 #   cores: guard patterns hook (the default: the three of issue 37), sni filter decision,
-#   http relay mounts toplevel firewall
+#   http relay mounts toplevel firewall tree
 #   JOBS=1 (parallel builds; the machine is shared), NICE=15, OUT=target/mutants,
 #   EXTRA="--iterate" (test again only what the last run of the core did not catch)
 # Needs `cargo install --locked cargo-mutants` (tested with 27.1.0).
@@ -76,6 +76,10 @@ for core in "${cores[@]}"; do
         firewall) # with the golden rule text and the command sequences (not the kernel tests)
             args=(-p sandgate-firewall -f firewall/src/nft.rs -f firewall/src/pf.rs)
             tests+=(--cargo-arg=--test=golden --cargo-arg=--test=sequencing)
+            ;;
+        tree) # without the test that reads 20 000 directories: tree_bounds_tests has small bounds
+            args=(-p sandgate-sandbox -f sandbox/src/tree.rs)
+            only=(-- -- tree --skip past_the_count_bound)
             ;;
         *) echo "unknown core: $core" >&2; exit 2 ;;
     esac

@@ -476,6 +476,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Only a missing token (or directory) is "none"; a store that cannot be read fails, so that
+    /// a token is never taken for absent and pf enabled once more than it is released.
+    #[test]
+    fn a_token_store_that_cannot_be_read_fails_loudly() {
+        let missing = std::env::temp_dir().join(format!("sg-pf-none-{}", std::process::id()));
+        assert_eq!(FileTokenStore::new(&missing).scopes().unwrap(), []);
+        // A file where the directory should be: every call fails with "not a directory".
+        let file = std::env::temp_dir().join(format!("sg-pf-file-{}", std::process::id()));
+        std::fs::write(&file, "").unwrap();
+        let store = FileTokenStore::new(&file);
+        let scope = GuestScope::user(1);
+        assert!(store.load(&scope).is_err());
+        assert!(store.forget(&scope).is_err());
+        assert!(store.scopes().is_err());
+        let _ = std::fs::remove_file(&file);
+    }
+
     #[test]
     fn the_main_ruleset_check_names_the_rule() {
         let err = check_main_ruleset("pass out quick all\nanchor \"com.apple/*\" all\n", 501)

@@ -855,4 +855,77 @@ mod tests {
         .collect();
         assert_eq!(names, ["openai", "gh_1"]);
     }
+
+    #[test]
+    fn method_overrides_are_read_from_headers_and_the_query() {
+        for (headers, uri, want) in [
+            (&[][..], "/x", &[][..]),
+            (&[("x-http-method-override", " delete ")][..], "/x", &["DELETE"][..]),
+            (&[("x-http-method", "PUT"), ("x-method-override", "patch")], "/x", &["PUT", "PATCH"]),
+            (&[], "/x?a=1&_method=delete", &["DELETE"]),
+            (&[], "/x?_METHOD=put", &["PUT"]),
+            (&[], "/x?%5Fmethod=put", &["PUT"]),
+            (&[], "/x?_method", &[""]),
+            (&[], "/x?method=put&x_method=put", &[]),
+        ] {
+            let p = parts(headers, uri);
+            assert_eq!(method_overrides(&p.uri, &p.headers), want, "{headers:?} {uri}");
+        }
+    }
+
+    /// With no approver there is no one to ask: a request no rule allows is refused.
+    #[tokio::test]
+    async fn a_request_is_held_to_its_hosts_http_rules() {
+        use sandgate_config::{
+            DomainPattern, HttpRule, HttpRules, NetMode, Origin, PatternUse, SandboxId,
+        };
+
+        let rules = HttpRules {
+            host: DomainPattern::parse("a.test", PatternUse::Allow).unwrap(),
+            allow: vec![HttpRule::parse("GET /repos/**").unwrap()],
+            origin: Origin { path: "/c.toml".into(), line: 3 },
+        };
+        let settings = InterceptSettings { http_rules: vec![rules], ..Default::default() };
+        let policy = Arc::new(
+            NetworkPolicy::new("net", NetMode::Proxy, vec![], vec![])
+                .with_intercept(Arc::new(settings)),
+        );
+        let proxy = crate::Proxy::builder().build();
+        let sandbox = proxy.register(crate::SandboxContext {
+            id: SandboxId::new("t"),
+            policy: policy.clone(),
+            token: None,
+        });
+        let check = async |target: &str, method: &str, headers: &[(&str, &str)], uri: &str| {
+            let p = parts(headers, uri);
+            let mut ctx = Ctx::new(sandbox.clone(), method, Instant::now());
+            let target = Target::parse(target).unwrap();
+            let process = Attribution::none();
+            let r = proxy
+                .inner
+                .http_rules(
+                    &sandbox,
+                    &policy,
+                    &target,
+                    method,
+                    &p.uri,
+                    &p.headers,
+                    &mut ctx.event,
+                    &process,
+                )
+                .await;
+            (r.map_err(|e| e.rule_text()), ctx.event.rule)
+        };
+        let allowed = check("a.test:443", "GET", &[], "/repos/x?y=1").await;
+        assert_eq!(allowed, (Ok(()), " + http rule GET /repos/** (/c.toml:3)".to_owned()));
+        let (refused, _) = check("a.test:443", "POST", &[], "/repos/x").await;
+        assert!(refused.is_err());
+        let (refused, _) = check("a.test:443", "GET", &[], "/other").await;
+        assert!(refused.is_err());
+        let (overridden, _) =
+            check("a.test:443", "GET", &[("x-http-method-override", "DELETE")], "/repos/x").await;
+        assert!(overridden.is_err(), "the override is checked as well");
+        // Another host has no rules: nothing to check.
+        assert_eq!(check("b.test:443", "POST", &[], "/x").await, (Ok(()), String::new()));
+    }
 }

@@ -1014,6 +1014,9 @@ mod tests {
         let big = format!("GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(200));
         assert_eq!(classify(big.as_bytes(), 100), Parsed::Handoff);
         assert_eq!(classify(&big.as_bytes()[..150], 100), Parsed::Handoff);
+        // A partial head as long as the limit cannot grow into one within it.
+        assert_eq!(classify(&big.as_bytes()[..100], 100), Parsed::Handoff);
+        assert_eq!(classify(&big.as_bytes()[..99], 100), Parsed::Partial);
         // Too many headers (hyper's limit).
         let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
         assert!(handed_off(&format!("GET http://a.test/ HTTP/1.1\r\n{many}\r\n")));
@@ -1059,6 +1062,17 @@ mod tests {
         }
         // Leading zeros are the same number, and the relay writes the length itself.
         assert_eq!(simple("POST http://a.test/ HTTP/1.1\r\nContent-Length: 007\r\n\r\n").body, 7);
+    }
+
+    /// Nineteen digits always fit in a `u64`; a longer value is handed off even when its leading
+    /// zeros would make it a small number.
+    #[test]
+    fn a_content_length_has_at_most_nineteen_digits() {
+        let head = |v: &str| format!("POST http://a.test/ HTTP/1.1\r\nContent-Length: {v}\r\n\r\n");
+        assert_eq!(simple(&head("9999999999999999999")).body, 9_999_999_999_999_999_999);
+        assert_eq!(simple(&head("0000000000000000007")).body, 7);
+        assert!(handed_off(&head("00000000000000000007")));
+        assert!(handed_off(&head("10000000000000000000")));
     }
 
     #[test]

@@ -60,6 +60,8 @@ mod spec;
 mod timing;
 mod top_level;
 pub mod tree;
+#[cfg(test)]
+mod tree_bounds_tests;
 #[cfg(unix)]
 pub mod tty;
 

@@ -309,7 +309,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     /// Whether the fence of `scope` holds now: what pf evaluates before it, read with `pfctl`
     /// (`-s rules`, `-s nat`, `-s info`, `-s Interfaces -v`, the anchors under `com.apple` up to
     /// the fence's) and checked by [`fence::verify`].
-    pub fn verify(&self, scope: &GuestScope) -> Result<fence::Verdict, FirewallError> {
+    pub fn verify(&self, scope: &GuestScope) -> Result<fence::FenceVerdict, FirewallError> {
         self.verify_with_rules(scope).map(|(v, _)| v)
     }
 
@@ -317,7 +317,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     fn verify_with_rules(
         &self,
         scope: &GuestScope,
-    ) -> Result<(fence::Verdict, String), FirewallError> {
+    ) -> Result<(fence::FenceVerdict, String), FirewallError> {
         let show = |what: &str| self.runner.run(PFCTL, &["-s", what], None).map(|o| o.stdout);
         let main = show("rules")?;
         let nat = show("nat")?;
@@ -375,8 +375,8 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text))?;
         let (verdict, main) = self.verify_with_rules(&plan.scope)?;
         match verdict {
-            fence::Verdict::Hold => Ok(()),
-            fence::Verdict::Leak(findings) => Err(fence_open(&findings, &main)),
+            fence::FenceVerdict::Hold => Ok(()),
+            fence::FenceVerdict::Leak(findings) => Err(fence_open(&findings, &main)),
         }
     }
 

@@ -164,7 +164,7 @@ fn pf_verify_sees_the_fence_gone() {
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     assert_eq!(
         fw.verify(&GuestScope::user(501)).unwrap(),
-        sandgate_firewall::pf::fence::Verdict::Hold
+        sandgate_firewall::pf::fence::FenceVerdict::Hold
     );
 }
 

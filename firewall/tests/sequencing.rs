@@ -366,6 +366,6 @@ fn pf_anchors_change_their_proxies_only_by_a_new_plan() {
     assert!(fw.disallow(&scope, addr).is_err());
     assert!(fw.runner().commands().is_empty());
     let plan = fw.remove_plan(&scope);
-    assert!(plan.starts_with(&format!("{PFCTL} -a com.apple/sandgate.u5 -F all\n")), "{plan}");
+    assert!(plan.starts_with(&format!("{PFCTL} -a com.apple/0.sandgate.u5 -F all\n")), "{plan}");
     assert!(plan.contains(&format!("\n{PFCTL} -X ")), "{plan}");
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::TopLevel;
 use crate::top_level::Below;
-use crate::tree::{Classifier, Entries, Stop, Unread, scan_within, unread_notice};
+use crate::tree::{Classifier, Entries, Kind, Scan, Stop, Unread, scan_within, unread_notice};
 
 fn dirs(root: &Path, rows: &[&str]) {
     for r in rows {
@@ -26,7 +26,7 @@ fn classify(entries: &[(&str, bool)], is_top: bool) -> Entries {
     let below = Below::new(&rule);
     let mut c = Classifier::new(&below, &rule, is_top);
     for (name, dir) in entries {
-        c.add(name.as_bytes(), *dir);
+        c.add(name.as_bytes(), if *dir { Kind::Dir } else { Kind::Other });
     }
     c.finish()
 }
@@ -68,13 +68,14 @@ fn entries_are_protected_entered_skipped_or_reviewed() {
     assert_eq!(found.protect, [b".envrc".to_vec()]);
     assert_eq!(found.enter, [b"src".to_vec()], "`.git` is not entered");
     assert_eq!(found.skip, [b"target".to_vec()]);
-    assert!(found.review && found.dot_git && !found.git_dir);
+    assert_eq!(found.review, [b"build.rs".to_vec()]);
+    assert!(found.dot_git && !found.git_dir);
     // At the top the top-level rule decides, and what it protects the mount plan covers: no
     // name is listed, and a protected directory is not entered either.
     let found = classify(&[(".envrc", false), (".cache", true), ("src", true)], true);
     assert!(found.protect.is_empty());
     assert_eq!(found.enter, [b"src".to_vec()]);
-    assert!(!found.review && !found.dot_git);
+    assert!(found.review.is_empty() && !found.dot_git);
 }
 
 #[test]
@@ -86,7 +87,7 @@ fn past_a_small_count_bound_what_is_queued_is_listed_as_unread() {
     // The top, `w` and two of its five subdirectories are read.
     assert_eq!(scan.dirs.len(), 3, "{:?}", scan.dirs);
     assert_eq!(scan.unread.len(), 3, "{:?}", scan.unread);
-    assert!(scan.unread.iter().all(|u| u.why == Stop::Count));
+    assert!(scan.unread.iter().all(|u| u.why == Stop::Count(4)));
     let all = scan_within(std::slice::from_ref(&root), &TopLevel::default(), 24, 7);
     assert_eq!((all.dirs.len(), all.unread.len()), (6, 0), "a bound just big enough");
 }
@@ -111,8 +112,11 @@ fn past_a_small_depth_bound_the_deeper_directories_are_listed_as_unread() {
 
 #[test]
 fn the_notice_counts_what_it_does_not_name() {
-    let unread = |n: usize| -> Vec<Unread> {
-        (0..n).map(|i| Unread { path: format!("/w/{i}").into(), why: Stop::Depth }).collect()
+    let unread = |n: usize| -> Scan {
+        let unread: Vec<Unread> =
+            (0..n).map(|i| Unread { path: format!("/w/{i}").into(), why: Stop::Depth }).collect();
+        let closed = unread.iter().map(|u| u.path.clone()).collect();
+        Scan { unread, closed, ..Scan::default() }
     };
     let one = unread_notice(&unread(1), 1).unwrap();
     assert!(one.contains("1 directory (deeper than 24 levels): /w/0;"), "{one}");

@@ -23,9 +23,9 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 const CRATES: &[&str] =
     &["config", "daemon", "proxy", "sandbox", "store", "approvals", "firewall", "monitor", "hook"];
 
-/// The circles left, by crate. The sandbox's: the Linux backend and the tree scan share the
-/// spec.
-const KNOWN: &[(&str, &[&str])] = &[("sandbox", &["linux", "spec", "tree"])];
+/// The circles left, by crate: none since issue 36 (a circle that has to stay a while is listed
+/// here, with why).
+const KNOWN: &[(&str, &[&str])] = &[];
 
 /// Modules that must be in no circle at all (the circles issue 36 untied).
 const UNTIED: &[(&str, &[&str])] = &[
@@ -49,6 +49,9 @@ const UNTIED: &[(&str, &[&str])] = &[
             "relay",
         ],
     ),
+    // The Linux backend and the tree scan share the kernel calls (`sys.rs`, below both) and the
+    // word for a directory entry (`entry.rs`).
+    ("sandbox", &["entry", "linux", "spec", "sys", "tree"]),
 ];
 
 fn root() -> PathBuf {

@@ -36,11 +36,9 @@
 //! safe (RFC 9110 9.2.2): a request the origin read and then closed on may have been acted on.
 //! The red-team attempts against this module are `tests/suite/redteam_relay.rs`.
 
-use std::collections::HashMap;
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::Uri;
@@ -58,50 +56,11 @@ use crate::proxy::{ProxyShared, Sandbox};
 const MAX_HEADERS: usize = 100;
 /// Largest upstream response head (hyper's client buffer limit).
 const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
-/// Most pooled connections kept per upstream address.
-const POOL_PER_ADDR: usize = 64;
 /// Largest chunk-size line or trailer section of a chunked response.
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 64 * 1024;
 /// Read size for bodies.
 const BODY_READ: usize = 64 * 1024;
-
-/// Idle raw keep-alive connections to upstream addresses (each one an address that passed the
-/// guard), for the relay.
-#[derive(Default)]
-pub(crate) struct RawPool {
-    conns: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
-}
-
-impl RawPool {
-    /// An idle connection to one of `addrs`, in their order, that has not been closed or sent
-    /// anything meanwhile (a readiness check: no system call unless the socket became readable).
-    fn take(&self, addrs: &[SocketAddr]) -> Option<(TcpStream, SocketAddr)> {
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        for addr in addrs {
-            let Some(list) = map.get_mut(addr) else { continue };
-            while let Some(conn) = list.pop() {
-                let mut byte = [0u8; 1];
-                match conn.try_read(&mut byte) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        return Some((conn, *addr));
-                    }
-                    // Closed (0), or bytes nobody asked for: not reusable.
-                    _ => {}
-                }
-            }
-        }
-        None
-    }
-
-    fn put(&self, addr: SocketAddr, conn: TcpStream) {
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let list = map.entry(addr).or_default();
-        if list.len() < POOL_PER_ADDR {
-            list.push(conn);
-        }
-    }
-}
 
 /// What [`classify`] made of the bytes at the start of the buffer.
 #[derive(Debug, PartialEq, Eq)]

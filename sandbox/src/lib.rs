@@ -46,6 +46,7 @@
 #![deny(unsafe_code)]
 
 pub mod canon;
+mod entry;
 mod error;
 #[cfg(unix)]
 pub mod fdpass;
@@ -69,6 +70,8 @@ pub mod tty;
 mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
+#[cfg(target_os = "linux")]
+mod sys;
 
 pub use error::{SandboxError, SetupStep};
 pub use spec::{

@@ -660,7 +660,8 @@ mod tests {
     #[tokio::test]
     async fn a_request_is_held_to_its_hosts_http_rules() {
         use sandgate_config::{
-            DomainPattern, HttpRule, HttpRules, NetMode, Origin, PatternUse, SandboxId,
+            DomainPattern, HttpRule, HttpRules, InterceptSettings, NetMode, Origin, PatternUse,
+            SandboxId,
         };
 
         let rules = HttpRules {

@@ -322,7 +322,8 @@ fn reset(client: &ClientStream) {
 
 /// Reads into `first` until [`http_opening`] can tell (by `deadline`): whether the client opened
 /// with an HTTP/1 request line. A request line split across writes ("G", then "ET / …") is HTTP
-/// all the same to the server. `Err`: the client stopped in the middle of a method.
+/// all the same to the server. `Err`: the client stopped before its first line was whole (let
+/// through, the rest of a request line could come after the wait).
 async fn read_http_opening<C: tokio::io::AsyncRead + Unpin>(
     client: &mut C,
     first: &mut BytesMut,
@@ -350,7 +351,7 @@ enum HttpOpening {
     Yes,
     /// Not a request line any HTTP/1 server would take.
     No,
-    /// Not yet known: the method is not over.
+    /// Not yet known: the first line is not over.
     NeedMore,
 }
 
@@ -358,20 +359,27 @@ enum HttpOpening {
 /// lines skipped (RFC 9112 §2.2 lets a server ignore them, and httparse and hyper do), then any
 /// token as the method — lower case, digits, `-` and a length of one or eighteen are methods too
 /// (`get`, `M-SEARCH`, `UPDATEREDIRECTREF`), and servers that route by path alone serve them —
-/// then a space. Only the whole method tells: `G` is [`HttpOpening::NeedMore`], not "no".
-/// Deny by default: a client-first text protocol whose first line is "word space …" (memcached,
-/// Redis inline commands) is taken for HTTP, and its connection refused as a malformed head.
+/// then a space, and a line that says `HTTP/` (its version) or `://` (an absolute URL, which
+/// nginx serves by its host even without a version, as HTTP/0.9). Only the whole line tells:
+/// `G` and `GET / HTTP/1.1` without its line end are [`HttpOpening::NeedMore`], not "no". A
+/// line of another client-first text protocol ("ping 1", memcached's `get key`, Redis inline
+/// commands) says neither, and is let through as it is.
 fn http_opening(bytes: &[u8], limit: usize) -> HttpOpening {
     let start = bytes.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
-    let method = bytes[start..].iter().take_while(|b| is_tchar(**b)).count();
-    match bytes.get(start + method) {
-        None if bytes.len() < limit => HttpOpening::NeedMore,
-        // A method as long as a whole head: no server reads that as anything but HTTP gone
-        // wrong; the head's rewrite refuses it.
-        None => HttpOpening::Yes,
-        Some(b' ') if method > 0 => HttpOpening::Yes,
-        Some(_) => HttpOpening::No,
+    let rest = &bytes[start..];
+    let method = rest.iter().take_while(|b| is_tchar(**b)).count();
+    // A line as long as a whole head: no server reads that as anything but HTTP gone wrong;
+    // the head's rewrite refuses it.
+    let unfinished = if bytes.len() < limit { HttpOpening::NeedMore } else { HttpOpening::Yes };
+    match rest.get(method) {
+        None => return unfinished,
+        Some(b' ') if method > 0 => {}
+        Some(_) => return HttpOpening::No,
     }
+    let Some(end) = rest.iter().position(|&b| b == b'\n') else { return unfinished };
+    let line = rest[..end].to_ascii_lowercase();
+    let says = |what: &[u8]| line.windows(what.len()).any(|w| w == what);
+    if says(b"http/") || says(b"://") { HttpOpening::Yes } else { HttpOpening::No }
 }
 
 /// A token character (RFC 9110 §5.6.2): what a method is made of.
@@ -522,14 +530,23 @@ mod tests {
             (b"UPDATEREDIRECTREF / HTTP/1.1\r\n", Yes),
             (b"\r\nGET / HTTP/1.1\r\n", Yes),
             (b"\r\n\r\n\nGET / HTTP/1.1\r\n", Yes),
-            (b"X /", Yes),
+            (b"GET  /  http/1.1\n", Yes),
+            (b"GET http://evil.example/\r\n", Yes),
+            (b"GET / HTTP/2.0\r\n", Yes),
             (b"", NeedMore),
             (b"G", NeedMore),
             (b"GE", NeedMore),
+            (b"X /", NeedMore),
+            (b"GET / HTTP/1.1", NeedMore),
+            (b"GET / HTTP/1.1\r", NeedMore),
             (b"\r\n", NeedMore),
             (b"SSH-2.0-OpenSSH_9.2\r\n", No),
             (b"\x16\x03\x01", No),
             (b"PING\r\n", No),
+            (b"ping 114\n", No),
+            (b"get some-key\r\n", No),
+            (b"SET k v\r\n", No),
+            (b"GET /\r\n", No),
             (b" GET / HTTP/1.1\r\n", No),
             (b"\r\n\x00", No),
         ] {
@@ -561,7 +578,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         for (pieces, want) in [
             (vec![&b"G"[..], b"E", b"T", b" /", b" HTTP/1.1\r\n"], Ok(true)),
-            (vec![&b"\r"[..], b"\n", b"get", b" /"], Ok(true)),
+            (vec![&b"\r"[..], b"\n", b"get", b" /", b" HTTP/1.1", b"\r\n"], Ok(true)),
+            (vec![&b"ping"[..], b" 1", b"\n"], Ok(false)),
+            (vec![&b"GET / HTTP/1.1"[..]], Err(())),
             (vec![&b"SSH-2.0"[..], b"-x\r\n"], Ok(false)),
             (vec![&b"GE"[..]], Err(())),
         ] {

@@ -222,10 +222,19 @@ mod tests {
             ("a/b protect cargo walk-up # runs code", "one path component"),
             ("a*b*c protect cargo walk-up # runs code", "one path component"),
             ("* protect cargo walk-up # runs code", "one path component"),
+            ("*a*b* protect cargo walk-up # runs code", "one path component"),
         ];
         for (line, why) in table {
             let err = HostToolFile::try_from(*line).expect_err(line);
             assert!(err.reason.contains(why), "{line}: {}", err.reason);
+        }
+        // `*` at either end or both, or once inside: at most two in all.
+        for line in [
+            "*rc* protect x walk-up # runs code",
+            "*.toml protect x walk-up # runs code",
+            "mise.*.toml protect mise walk-up # runs code",
+        ] {
+            assert!(HostToolFile::try_from(line).is_ok(), "{line}");
         }
     }
 

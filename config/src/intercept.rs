@@ -657,4 +657,84 @@ no_intercept = ["pinned.example.com"]
             assert!(HttpRule::parse(bad).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn a_star_that_runs_out_of_path_is_no_match() {
+        // `*` takes the rest of the last segment and what follows it in the pattern is missing.
+        for (pat, path, want) in [
+            ("GET /a/*.json", "/a/b", false),
+            ("GET /a/*.json", "/a/b.json", true),
+            ("GET /a/*/c", "/a/b", false),
+            ("GET /a/**/c", "/a/b", false),
+            ("GET /a/**/c", "/a/b/x/c", true),
+        ] {
+            let r = HttpRule::parse(pat).unwrap();
+            assert_eq!(r.matches("GET", path), want, "{pat} {path}");
+        }
+    }
+
+    #[test]
+    fn escapes_are_decoded_and_judged_by_the_byte_they_stand_for() {
+        for (path, ambiguous) in [
+            // Letters, digits and the harmless punctuation may be escaped, in either case.
+            ("/x%41", false),
+            ("/x%7e", false),
+            ("/x%7E", false),
+            ("/x%20y", false),
+            ("/x%41%42/y", false),
+            ("/%41", false),
+            ("/ab%41", false),
+            // What follows an escape is read too.
+            ("/x%41;", true),
+            ("/x%41%2f", true),
+            // Structure, escapes of escapes, control and non-ASCII bytes may not.
+            ("/x%2f", true),
+            ("/x%2e", true),
+            ("/x%25", true),
+            ("/x%3b", true),
+            ("/x%00", true),
+            ("/x%7f", true),
+            ("/x%c3%a9", true),
+            // An escape is `%` and two hex digits.
+            ("/x%4", true),
+            ("/x%", true),
+            ("/x%g1", true),
+            ("/x%1g", true),
+        ] {
+            assert_eq!(ambiguous_path(path), ambiguous, "{path}");
+        }
+    }
+
+    #[test]
+    fn only_the_last_segment_may_be_empty() {
+        for (path, ambiguous) in [
+            ("/", false),
+            ("/a/", false),
+            ("/a/b/", false),
+            ("/a//b", true),
+            ("//a", true),
+            ("/a//", true),
+            ("/a/./b", true),
+            ("/a/..", true),
+            ("/a/.b", false),
+            ("/a/..b/", false),
+            ("a/b", true),
+            ("", true),
+            ("/a;b", true),
+            ("/a\\b", true),
+            ("/a b", true),
+            ("/a-._~!$&'()*+,=:@b", false),
+        ] {
+            assert_eq!(ambiguous_path(path), ambiguous, "{path:?}");
+        }
+    }
+
+    #[test]
+    fn a_rule_reads_back_as_written() {
+        for (text, shown) in
+            [("GET /repos/*", "GET /repos/*"), ("/x/**", "* /x/**"), ("post /a", "POST /a")]
+        {
+            assert_eq!(HttpRule::parse(text).unwrap().to_string(), shown, "{text}");
+        }
+    }
 }

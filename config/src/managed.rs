@@ -202,11 +202,26 @@ impl Managed {
     }
 
     /// Loads the managed file at `path`: `None` when there is none; an error when it cannot be
-    /// trusted (see [`trust`]), read or parsed.
+    /// trusted (see [`trust`]), read or parsed. A `~/` path is the user's either way: expanded
+    /// with `home` (`$HOME`) and, where it differs, with the account's home of the password
+    /// file too, so a user who launches with another `HOME` does not move a hidden path away
+    /// from the file it names.
     pub fn load(path: &Path, home: Option<&Path>) -> Result<Option<Managed>, ConfigError> {
-        match read_trusted(path)? {
-            Some(text) => Ok(Some(Managed::parse(path, &text, home)?)),
-            None => Ok(None),
+        let Some(text) = read_trusted(path)? else { return Ok(None) };
+        let mut managed = Managed::parse(path, &text, home)?;
+        if let Some(account) = account_home().filter(|a| Some(a.as_path()) != home) {
+            managed.also_for_home(Managed::parse(path, &text, Some(&account))?);
+        }
+        Ok(Some(managed))
+    }
+
+    /// Adds the paths `other` (the same file, `~/` expanded for another home) names that this
+    /// one does not.
+    fn also_for_home(&mut self, other: Managed) {
+        for rule in other.deny_read {
+            if !self.deny_read.iter().any(|r| r.path == rule.path) {
+                self.deny_read.push(rule);
+            }
         }
     }
 
@@ -415,6 +430,25 @@ pub(crate) fn read_trusted(path: &Path) -> Result<Option<String>, ConfigError> {
             format!("cannot read the system configuration file: {e}"),
             "it must be readable by every user (mode 0644)",
         )
+    })
+}
+
+/// The home directory of this process's account in `/etc/passwd` (Linux; `None` elsewhere or
+/// when the account has no entry there).
+fn account_home() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    // procfs gives each process's directory its owner's uid: no libc call needed.
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    home_of(&passwd, uid)
+}
+
+/// The home field of the `/etc/passwd` line of `uid`.
+fn home_of(passwd: &str, uid: u32) -> Option<std::path::PathBuf> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        let home = (f.len() >= 7 && f[2].parse::<u32>().ok()? == uid).then(|| f[5])?;
+        home.starts_with('/').then(|| std::path::PathBuf::from(home))
     })
 }
 
@@ -687,5 +721,26 @@ mod tests {
         let s = m.lock_daemon(user);
         assert_eq!(s.ask_timeout, Some(std::time::Duration::from_secs(5)));
         assert_eq!((s.ask, s.questions_per_minute), (Some(AskMode::Deny), Some(3)));
+    }
+
+    /// A `~/` path of the managed file is hidden under the account's home as well as under
+    /// `$HOME`, so another `HOME` does not move it (red team, round three).
+    #[test]
+    fn home_paths_are_the_accounts_too() {
+        let text = "[filesystem]\ndeny_read = [\"~/work/token\"]\n";
+        let path = Path::new("/etc/sandgate/managed.toml");
+        let mut m = Managed::parse(path, text, Some(Path::new("/tmp/elsewhere"))).unwrap();
+        m.also_for_home(Managed::parse(path, text, Some(Path::new("/home/u"))).unwrap());
+        let hidden: Vec<_> = m.deny_read.iter().map(|r| r.path.clone()).collect();
+        assert_eq!(
+            hidden,
+            [Path::new("/tmp/elsewhere/work/token"), Path::new("/home/u/work/token")]
+        );
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\nu:x:1000:1000::/home/u:/bin/sh\nbad:x:7:7::rel:/x\n";
+        assert_eq!(home_of(passwd, 1000), Some("/home/u".into()));
+        assert_eq!(home_of(passwd, 0), Some("/root".into()));
+        assert_eq!(home_of(passwd, 7), None);
+        assert_eq!(home_of(passwd, 42), None);
     }
 }

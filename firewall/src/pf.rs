@@ -309,7 +309,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     /// Whether the fence of `scope` holds now: what pf evaluates before it, read with `pfctl`
     /// (`-s rules`, `-s nat`, `-s info`, `-s Interfaces -v`, the anchors under `com.apple` up to
     /// the fence's) and checked by [`fence::verify`].
-    pub fn verify(&self, scope: &GuestScope) -> Result<fence::Verdict, FirewallError> {
+    pub fn verify(&self, scope: &GuestScope) -> Result<fence::FenceVerdict, FirewallError> {
         self.verify_with_rules(scope).map(|(v, _)| v)
     }
 
@@ -317,7 +317,7 @@ impl<T: TokenStore, R: CommandRunner> GuestAnchors<T, R> {
     fn verify_with_rules(
         &self,
         scope: &GuestScope,
-    ) -> Result<(fence::Verdict, String), FirewallError> {
+    ) -> Result<(fence::FenceVerdict, String), FirewallError> {
         let show = |what: &str| self.runner.run(PFCTL, &["-s", what], None).map(|o| o.stdout);
         let main = show("rules")?;
         let nat = show("nat")?;
@@ -375,8 +375,8 @@ impl<T: TokenStore, R: CommandRunner> Firewall for GuestAnchors<T, R> {
         self.pfctl(&["-a", &plan.name, "-f", "-"], Some(&plan.text))?;
         let (verdict, main) = self.verify_with_rules(&plan.scope)?;
         match verdict {
-            fence::Verdict::Hold => Ok(()),
-            fence::Verdict::Leak(findings) => Err(fence_open(&findings, &main)),
+            fence::FenceVerdict::Hold => Ok(()),
+            fence::FenceVerdict::Leak(findings) => Err(fence_open(&findings, &main)),
         }
     }
 
@@ -474,6 +474,23 @@ mod tests {
         store.forget(&GuestScope::user(1)).unwrap();
         assert_eq!(store.scopes().unwrap(), [GuestScope::owned_by(2, 3)]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Only a missing token (or directory) is "none"; a store that cannot be read fails, so that
+    /// a token is never taken for absent and pf enabled once more than it is released.
+    #[test]
+    fn a_token_store_that_cannot_be_read_fails_loudly() {
+        let missing = std::env::temp_dir().join(format!("sg-pf-none-{}", std::process::id()));
+        assert_eq!(FileTokenStore::new(&missing).scopes().unwrap(), []);
+        // A file where the directory should be: every call fails with "not a directory".
+        let file = std::env::temp_dir().join(format!("sg-pf-file-{}", std::process::id()));
+        std::fs::write(&file, "").unwrap();
+        let store = FileTokenStore::new(&file);
+        let scope = GuestScope::user(1);
+        assert!(store.load(&scope).is_err());
+        assert!(store.forget(&scope).is_err());
+        assert!(store.scopes().is_err());
+        let _ = std::fs::remove_file(&file);
     }
 
     #[test]

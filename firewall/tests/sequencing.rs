@@ -164,7 +164,7 @@ fn pf_verify_sees_the_fence_gone() {
     let fw = GuestAnchors::new(runner, MemoryTokenStore::default());
     assert_eq!(
         fw.verify(&GuestScope::user(501)).unwrap(),
-        sandgate_firewall::pf::fence::Verdict::Hold
+        sandgate_firewall::pf::fence::FenceVerdict::Hold
     );
 }
 
@@ -327,4 +327,45 @@ fn nft_list_skips_a_table_removed_meanwhile() {
     let fw = GuestTables::new(runner);
     let listed: Vec<GuestScope> = fw.list().unwrap().into_iter().map(|i| i.scope).collect();
     assert_eq!(listed, [GuestScope::user(2)]);
+}
+
+#[test]
+fn nft_list_fails_on_any_other_error_of_a_table() {
+    let runner = RecordingRunner::new();
+    runner.reply("nft list tables inet", "table inet sandgate_u1\ntable inet sandgate_u2\n", "");
+    runner.fail("nft list table inet sandgate_u1", "Error: Operation not permitted");
+    let fw = GuestTables::new(runner);
+    assert!(fw.list().is_err(), "a table that cannot be read is not a table that is gone");
+}
+
+#[test]
+fn pf_remove_forgets_only_a_token_pf_does_not_know() {
+    for (stderr, gone) in [
+        ("pfctl: Invalid token", true),
+        ("pfctl: No such token", true),
+        ("DIOCSTOPREF: token not found", true),
+        ("pfctl: Operation not permitted", false),
+    ] {
+        let runner = RecordingRunner::new();
+        runner.fail(&format!("{PFCTL} -X"), stderr);
+        let tokens = MemoryTokenStore::default();
+        tokens.save(&GuestScope::user(7), "5").unwrap();
+        let fw = GuestAnchors::new(runner, tokens);
+        // A token pf may still count keeps pf enabled: it is kept, and the removal fails.
+        assert_eq!(fw.remove(&GuestScope::user(7)).is_ok(), gone, "{stderr}");
+        assert_eq!(fw.tokens().scopes().unwrap().is_empty(), gone, "{stderr}");
+    }
+}
+
+#[test]
+fn pf_anchors_change_their_proxies_only_by_a_new_plan() {
+    let fw = GuestAnchors::new(RecordingRunner::new(), MemoryTokenStore::default());
+    let scope = GuestScope::user(5);
+    let addr = "127.0.0.1:3128".parse().unwrap();
+    assert!(fw.allow(&scope, addr).is_err());
+    assert!(fw.disallow(&scope, addr).is_err());
+    assert!(fw.runner().commands().is_empty());
+    let plan = fw.remove_plan(&scope);
+    assert!(plan.starts_with(&format!("{PFCTL} -a com.apple/0.sandgate.u5 -F all\n")), "{plan}");
+    assert!(plan.contains(&format!("\n{PFCTL} -X ")), "{plan}");
 }

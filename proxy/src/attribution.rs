@@ -19,8 +19,6 @@ use std::time::Duration;
 use sandgate_config::ProcessInfo;
 use tokio::sync::watch;
 
-use crate::io::ClientStream;
-use crate::proxy::{ProxyShared, Sandbox};
 use crate::traits::{BoxFuture, SandboxId};
 
 /// Finds the process in a sandbox that holds the client end of a connection. Implemented by
@@ -98,26 +96,6 @@ impl Attribution {
             // Too slow, or the lookup's task ended without a word (it panicked).
             Ok(Err(_)) | Err(_) => None,
         }
-    }
-}
-
-impl ProxyShared {
-    /// Starts the lookup of the process behind an accepted connection (nothing without an
-    /// attributor, or for a client on a Unix socket). `redirected` is the original destination
-    /// of a transparent connection: the client's socket is connected there, not to the proxy.
-    pub(crate) fn attribute(
-        &self,
-        sandbox: &Sandbox,
-        client: &ClientStream,
-        redirected: Option<SocketAddr>,
-    ) -> Attribution {
-        let (Some(attributor), ClientStream::Tcp(s)) = (&self.attributor, client) else {
-            return Attribution::none();
-        };
-        let (Ok(peer), Ok(local)) = (s.peer_addr(), s.local_addr()) else {
-            return Attribution::none();
-        };
-        Attribution::start(attributor, sandbox.id.clone(), peer, redirected.unwrap_or(local))
     }
 }
 

@@ -19,10 +19,9 @@
 //! The wire handling is pure ([`read_query`], [`response`]) so that it can be fuzzed without a
 //! socket; [`Proxy::serve_dns`] is the thin I/O edge.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -35,9 +34,11 @@ use tokio::time::Instant;
 
 use crate::ctx::Ctx;
 use crate::denial::quote;
-use crate::dns_log::{Note, Refusals};
+use crate::dns_log::Note;
 use crate::proxy::{Proxy, ProxyShared, Sandbox, SandboxContext};
 use crate::traits::Outcome as EventOutcome;
+
+pub use crate::dns_log::EVENT_METHOD;
 
 /// Largest query taken, in bytes (UDP datagram or TCP message): a question is at most ~270 bytes
 /// plus EDNS options; anything longer is refused unread.
@@ -47,14 +48,8 @@ const MAX_ADDRESSES: usize = 8;
 /// How long an answer may be cached by the sandbox's resolver (a name keeps its address for the
 /// sandbox's life; the TTL only bounds how long a client trusts a name the policy came to deny).
 pub const TTL: Duration = Duration::from_secs(60);
-/// Names whose last refusal the stub remembers; emptied when it is full.
-const CACHE_NAMES: usize = 4096;
-/// The method of a DNS event.
-pub const EVENT_METHOD: &str = "DNS";
 /// Ports whose grants let a name resolve (grants are port-scoped; a lookup has no port).
 const GRANT_PORTS: [u16; 2] = [443, 80];
-/// A name refused again within this time is not another event (A and AAAA, resolver retries).
-const REFUSAL_QUIET: Duration = Duration::from_secs(5);
 
 /// Why a message is not a query the stub answers.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -234,33 +229,6 @@ pub fn error_response(id: u16, rcode: ResponseCode) -> Vec<u8> {
     out.push(0x80 | (u16::from(rcode) as u8 & 0x0f)); // RA, rcode
     out.extend_from_slice(&[0; 8]);
     out
-}
-
-/// Refusals recently recorded, and those counted per domain.
-#[derive(Debug, Default)]
-pub(crate) struct DnsCache {
-    refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
-    pub(crate) refusals: Refusals,
-}
-
-impl DnsCache {
-    /// Whether a refusal of `name` for `sandbox` is worth an event (not one in the last
-    /// [`REFUSAL_QUIET`]).
-    fn first_refusal(&self, sandbox: &crate::SandboxId, name: &str) -> bool {
-        let mut map = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (sandbox.clone(), name.to_owned());
-        if map.get(&key).is_some_and(|at| at.elapsed() < REFUSAL_QUIET) {
-            return false;
-        }
-        if map.len() >= CACHE_NAMES {
-            map.retain(|_, at| at.elapsed() < REFUSAL_QUIET);
-            if map.len() >= CACHE_NAMES {
-                map.clear();
-            }
-        }
-        map.insert(key, Instant::now());
-        true
-    }
 }
 
 impl Proxy {

@@ -19,6 +19,10 @@
 //! only decides what is counted together in the log, never what is allowed.
 //!
 //! Pure but for the lock: the caller passes the time and records what comes back.
+//!
+//! The stub's memory of what it refused ([`DnsCache`]: these windows, and the names refused in
+//! the last seconds, by the clock) is owned by the proxy's shared state (`proxy.rs`), which the
+//! stub borrows: it lives here, not in `dns.rs`, so that `proxy.rs` needs no stage.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,6 +36,8 @@ use crate::traits::{Outcome, ProxyEvent, SandboxId};
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// Distinct names a summary keeps as examples.
 pub const SAMPLES: usize = 5;
+/// The method of a DNS event.
+pub const EVENT_METHOD: &str = "DNS";
 /// Windows open at once, over all sandboxes.
 const WINDOWS: usize = 4096;
 /// Second-level labels under a two-letter country code that are registries' own (`co.uk`,
@@ -180,7 +186,7 @@ fn take(
 fn summary(key: &Key, w: Window) -> Option<ProxyEvent> {
     (w.counted > 0).then(|| ProxyEvent {
         sandbox: key.sandbox.clone(),
-        method: crate::dns::EVENT_METHOD.to_owned(),
+        method: EVENT_METHOD.to_owned(),
         host: key.domain.clone(),
         port: 0,
         path: None,
@@ -201,6 +207,38 @@ fn summary(key: &Key, w: Window) -> Option<ProxyEvent> {
         samples: w.samples,
         process: None,
     })
+}
+
+/// Names whose last refusal the stub remembers; emptied when it is full.
+const CACHE_NAMES: usize = 4096;
+/// A name refused again within this time is not another event (A and AAAA, resolver retries).
+const REFUSAL_QUIET: Duration = Duration::from_secs(5);
+
+/// Refusals recently recorded, and those counted per domain.
+#[derive(Debug, Default)]
+pub(crate) struct DnsCache {
+    refused: Mutex<HashMap<(crate::SandboxId, String), Instant>>,
+    pub(crate) refusals: Refusals,
+}
+
+impl DnsCache {
+    /// Whether a refusal of `name` for `sandbox` is worth an event (not one in the last
+    /// [`REFUSAL_QUIET`]).
+    pub(crate) fn first_refusal(&self, sandbox: &crate::SandboxId, name: &str) -> bool {
+        let mut map = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (sandbox.clone(), name.to_owned());
+        if map.get(&key).is_some_and(|at| at.elapsed() < REFUSAL_QUIET) {
+            return false;
+        }
+        if map.len() >= CACHE_NAMES {
+            map.retain(|_, at| at.elapsed() < REFUSAL_QUIET);
+            if map.len() >= CACHE_NAMES {
+                map.clear();
+            }
+        }
+        map.insert(key, Instant::now());
+        true
+    }
 }
 
 #[cfg(test)]

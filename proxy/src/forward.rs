@@ -4,7 +4,6 @@
 //! CONNECT requests that arrive on such a connection are upgraded and handed, as raw client
 //! streams, to the one tunnel path (`pipeline.rs`).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -13,112 +12,21 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http1;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use sandgate_config::{NetworkPolicy, Target};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::attribution::Attribution;
 use crate::ctx::{Ctx, RequestTarget, host_header};
 use crate::denial::{Refusal, render_refusal_with_grants};
 use crate::io::{ClientStream, Rewind};
+use crate::pool::{Body, UpConn};
 use crate::proxy::{ProxyShared, Sandbox};
-
-/// Body type of forwarded requests and of every response.
-pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
-
-/// Most pooled connections kept per upstream address.
-const POOL_PER_ADDR: usize = 64;
-
-/// hyper's connection future of one upstream connection.
-type Driver = http1::Connection<TokioIo<TcpStream>, Body>;
-
-/// One upstream keep-alive connection: hyper's request handle and its connection future.
-///
-/// The future is polled by the request that uses the connection, in the client connection's
-/// own task (while waiting for the response head, then by the response body), not by a task of
-/// its own: a forwarded request then costs no hand-over between tasks (each one a wake-up and,
-/// on the multi-thread runtime, often a worker woken by futex). An idle pooled connection is not
-/// polled at all; one the upstream closed meanwhile is found out when it is next taken.
-pub(crate) struct UpConn {
-    tx: SendRequest<Body>,
-    driver: Driver,
-    /// Whether the connection future has ended (closed, or failed).
-    ended: bool,
-    /// The address it is keyed by in the pool; `None` for a connection that is never pooled
-    /// (through the upstream proxy, whose peer says nothing of the destination).
-    addr: Option<SocketAddr>,
-}
-
-impl UpConn {
-    /// Polls the connection future (moving bytes both ways); `true` once it has ended.
-    fn poll_driver(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.ended && Pin::new(&mut self.driver).poll(cx).is_ready() {
-            self.ended = true;
-        }
-        self.ended
-    }
-
-    /// Runs `fut` while driving the connection; `None` when the connection ended first.
-    async fn drive<F: Future>(&mut self, fut: F) -> Option<F::Output> {
-        let mut fut = std::pin::pin!(fut);
-        std::future::poll_fn(|cx| {
-            let ended = self.poll_driver(cx);
-            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-                return Poll::Ready(Some(v));
-            }
-            if ended { Poll::Ready(None) } else { Poll::Pending }
-        })
-        .await
-    }
-
-    /// Whether the connection takes a request now (one poll: an idle connection is ready at
-    /// once; one that is not, or has ended, is not worth waiting for).
-    fn ready_now(&mut self) -> bool {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        !self.poll_driver(&mut cx) && matches!(self.tx.poll_ready(&mut cx), Poll::Ready(Ok(())))
-    }
-}
-
-/// Idle keep-alive connections to upstream addresses (each one an address that passed the guard).
-#[derive(Default)]
-pub(crate) struct Pool {
-    conns: Mutex<HashMap<SocketAddr, Vec<UpConn>>>,
-    /// Raw connections of the plain-HTTP relay (`relay.rs`).
-    pub(crate) raw: crate::relay::RawPool,
-}
-
-impl Pool {
-    /// An idle connection to one of `addrs`, in their order.
-    fn take(&self, addrs: &[SocketAddr]) -> Option<UpConn> {
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        for addr in addrs {
-            let Some(list) = map.get_mut(addr) else { continue };
-            while let Some(mut conn) = list.pop() {
-                if conn.ready_now() {
-                    return Some(conn);
-                }
-            }
-        }
-        None
-    }
-
-    /// Keeps an idle connection (its last response read to the end) for later.
-    fn put(&self, conn: UpConn) {
-        let Some(addr) = conn.addr else { return };
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let list = map.entry(addr).or_default();
-        if list.len() < POOL_PER_ADDR {
-            list.push(conn);
-        }
-    }
-}
 
 /// Headers that belong to one hop and are never forwarded.
 const HOP_BY_HOP: [HeaderName; 8] = [

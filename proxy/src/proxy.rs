@@ -14,9 +14,10 @@ use tokio::sync::{Notify, watch};
 use crate::ask::Asks;
 use crate::attribution::{Attribution, Attributor};
 use crate::denial::Refusal;
-use crate::forward::Pool;
 use crate::guard::{self, OwnAddresses};
-use crate::io::{Listener, connect_tcp};
+use crate::interceptor::Interceptor;
+use crate::io::{ClientStream, Listener, connect_tcp};
+use crate::pool::Pool;
 use crate::traits::{
     ApprovalRequest, Approver, DenyReason, EventSink, GrantSource, ProxyToken, Resolver, Ruling,
     SandboxId, SystemResolver, TracingSink,
@@ -110,7 +111,7 @@ pub struct ProxyBuilder {
     grants: Option<Arc<dyn GrantSource>>,
     events: Arc<dyn EventSink>,
     resolver: Arc<dyn Resolver>,
-    interceptor: Option<Arc<crate::intercept::Interceptor>>,
+    interceptor: Option<Arc<Interceptor>>,
     attributor: Option<Arc<dyn Attributor>>,
 }
 
@@ -124,7 +125,7 @@ impl ProxyBuilder {
 
     /// Enables the `intercept` stage (hosts named by a sandbox's secrets or HTTP rules). Without
     /// it, a tunnel to such a host is closed rather than spliced.
-    pub fn interceptor(mut self, interceptor: Arc<crate::intercept::Interceptor>) -> Self {
+    pub fn interceptor(mut self, interceptor: Arc<Interceptor>) -> Self {
         self.interceptor = Some(interceptor);
         self
     }
@@ -200,11 +201,11 @@ pub(crate) struct ProxyShared {
     grants: Option<Arc<dyn GrantSource>>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) resolver: Arc<dyn Resolver>,
-    pub(crate) interceptor: Option<Arc<crate::intercept::Interceptor>>,
+    pub(crate) interceptor: Option<Arc<Interceptor>>,
     pub(crate) attributor: Option<Arc<dyn Attributor>>,
     asks: Asks,
     /// Addresses the DNS stub resolved, per name.
-    pub(crate) dns_cache: crate::dns::DnsCache,
+    pub(crate) dns_cache: crate::dns_log::DnsCache,
     own: OwnAddresses,
     pub(crate) pool: Pool,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only splice(2) needs it
@@ -379,6 +380,26 @@ impl Drop for ActiveGuard {
         if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.drained.notify_waiters();
         }
+    }
+}
+
+impl ProxyShared {
+    /// Starts the lookup of the process behind an accepted connection (nothing without an
+    /// attributor, or for a client on a Unix socket). `redirected` is the original destination
+    /// of a transparent connection: the client's socket is connected there, not to the proxy.
+    pub(crate) fn attribute(
+        &self,
+        sandbox: &Sandbox,
+        client: &ClientStream,
+        redirected: Option<SocketAddr>,
+    ) -> Attribution {
+        let (Some(attributor), ClientStream::Tcp(s)) = (&self.attributor, client) else {
+            return Attribution::none();
+        };
+        let (Ok(peer), Ok(local)) = (s.peer_addr(), s.local_addr()) else {
+            return Attribution::none();
+        };
+        Attribution::start(attributor, sandbox.id.clone(), peer, redirected.unwrap_or(local))
     }
 }
 

@@ -36,11 +36,9 @@
 //! safe (RFC 9110 9.2.2): a request the origin read and then closed on may have been acted on.
 //! The red-team attempts against this module are `tests/suite/redteam_relay.rs`.
 
-use std::collections::HashMap;
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::Uri;
@@ -58,50 +56,11 @@ use crate::proxy::{ProxyShared, Sandbox};
 const MAX_HEADERS: usize = 100;
 /// Largest upstream response head (hyper's client buffer limit).
 const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
-/// Most pooled connections kept per upstream address.
-const POOL_PER_ADDR: usize = 64;
 /// Largest chunk-size line or trailer section of a chunked response.
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 64 * 1024;
 /// Read size for bodies.
 const BODY_READ: usize = 64 * 1024;
-
-/// Idle raw keep-alive connections to upstream addresses (each one an address that passed the
-/// guard), for the relay.
-#[derive(Default)]
-pub(crate) struct RawPool {
-    conns: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
-}
-
-impl RawPool {
-    /// An idle connection to one of `addrs`, in their order, that has not been closed or sent
-    /// anything meanwhile (a readiness check: no system call unless the socket became readable).
-    fn take(&self, addrs: &[SocketAddr]) -> Option<(TcpStream, SocketAddr)> {
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        for addr in addrs {
-            let Some(list) = map.get_mut(addr) else { continue };
-            while let Some(conn) = list.pop() {
-                let mut byte = [0u8; 1];
-                match conn.try_read(&mut byte) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        return Some((conn, *addr));
-                    }
-                    // Closed (0), or bytes nobody asked for: not reusable.
-                    _ => {}
-                }
-            }
-        }
-        None
-    }
-
-    fn put(&self, addr: SocketAddr, conn: TcpStream) {
-        let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let list = map.entry(addr).or_default();
-        if list.len() < POOL_PER_ADDR {
-            list.push(conn);
-        }
-    }
-}
 
 /// What [`classify`] made of the bytes at the start of the buffer.
 #[derive(Debug, PartialEq, Eq)]
@@ -1014,6 +973,9 @@ mod tests {
         let big = format!("GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(200));
         assert_eq!(classify(big.as_bytes(), 100), Parsed::Handoff);
         assert_eq!(classify(&big.as_bytes()[..150], 100), Parsed::Handoff);
+        // A partial head as long as the limit cannot grow into one within it.
+        assert_eq!(classify(&big.as_bytes()[..100], 100), Parsed::Handoff);
+        assert_eq!(classify(&big.as_bytes()[..99], 100), Parsed::Partial);
         // Too many headers (hyper's limit).
         let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
         assert!(handed_off(&format!("GET http://a.test/ HTTP/1.1\r\n{many}\r\n")));
@@ -1059,6 +1021,17 @@ mod tests {
         }
         // Leading zeros are the same number, and the relay writes the length itself.
         assert_eq!(simple("POST http://a.test/ HTTP/1.1\r\nContent-Length: 007\r\n\r\n").body, 7);
+    }
+
+    /// Nineteen digits always fit in a `u64`; a longer value is handed off even when its leading
+    /// zeros would make it a small number.
+    #[test]
+    fn a_content_length_has_at_most_nineteen_digits() {
+        let head = |v: &str| format!("POST http://a.test/ HTTP/1.1\r\nContent-Length: {v}\r\n\r\n");
+        assert_eq!(simple(&head("9999999999999999999")).body, 9_999_999_999_999_999_999);
+        assert_eq!(simple(&head("0000000000000000007")).body, 7);
+        assert!(handed_off(&head("00000000000000000007")));
+        assert!(handed_off(&head("10000000000000000000")));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use sandgate_config::{InterceptSettings, Secret, SecretSource};
 use serde::Serialize;
 use serde::ser::{SerializeStruct, Serializer};
 
-use crate::intercept::{CA_BUNDLE_VARS, sandbox_bundle};
+use crate::interceptor::{CA_BUNDLE_VARS, sandbox_bundle};
 use crate::secret::SecretReader;
 
 /// Name of the bundle file in the sandbox's copy of the configuration directory.

@@ -937,3 +937,6 @@ fn outermost(paths: BTreeSet<PathBuf>) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod edge_tests;

@@ -46,6 +46,7 @@
 #![deny(unsafe_code)]
 
 pub mod canon;
+mod entry;
 mod error;
 #[cfg(unix)]
 pub mod fdpass;
@@ -60,6 +61,8 @@ mod spec;
 mod timing;
 mod top_level;
 pub mod tree;
+#[cfg(test)]
+mod tree_bounds_tests;
 #[cfg(unix)]
 pub mod tty;
 
@@ -67,6 +70,8 @@ pub mod tty;
 mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
+#[cfg(target_os = "linux")]
+mod sys;
 
 pub use error::{SandboxError, SetupStep};
 pub use spec::{

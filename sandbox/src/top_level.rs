@@ -289,6 +289,11 @@ mod tests {
         assert!(!matches("mise.*.toml", b"mise.toml"), "the parts may not overlap");
         assert!(!matches("mise.*.toml", b"mise.lock"));
         assert!(matches("a*b*c", b"a-b-c") && !matches("a*b*c", b"a-c-b"));
+        assert!(!matches("a*b*c", b"a-x-c"), "a part inside must be there");
+        // Each part inside takes its own place, after the one before it.
+        assert!(matches("*x*x*", b"-x-x-") && matches("*x*x*", b"xx"));
+        assert!(!matches("*x*x*", b"x") && !matches("*x*x*", b"-x-"));
+        assert!(matches("a**b", b"ab") && matches("a**b", b"a-b"), "`**` is `*`");
     }
 
     #[test]

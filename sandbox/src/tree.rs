@@ -40,6 +40,8 @@ use std::path::{Path, PathBuf};
 
 use crate::top_level::Below;
 
+pub(crate) use crate::entry::Kind;
+
 mod memory;
 
 pub use memory::Memory;
@@ -52,17 +54,6 @@ pub const SCAN_DIRS: usize = 20_000;
 /// How many read-only mounts at most cover what the scan did not read: past it, parents stand
 /// for their children (more is read-only than strictly needed, the mounts stay few).
 pub const CLOSED_MOUNTS: usize = 16;
-
-/// What a directory entry is, as its listing says (a symbolic link is not followed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A directory.
-    Dir,
-    /// A symbolic link.
-    Link,
-    /// Anything else (a file, a socket, ...).
-    Other,
-}
 
 /// What the scan found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -486,7 +477,7 @@ pub fn way_in_refusal(w: &WayIn) -> String {
 /// link).
 #[cfg(target_os = "linux")]
 fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
-    crate::linux::each_entry_of(dir, f)
+    crate::sys::each_entry_of(dir, f)
 }
 
 /// (See the Linux one.)

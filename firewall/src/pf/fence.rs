@@ -78,19 +78,19 @@ impl std::fmt::Display for Finding {
 
 /// The answer for one fence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum FenceVerdict {
     /// pf evaluates the fence before anything that could pass the guest's traffic.
     Hold,
     /// The guest's traffic gets past: what lets it.
     Leak(Vec<Finding>),
 }
 
-impl Verdict {
+impl FenceVerdict {
     /// The findings (none when the fence holds).
     pub fn findings(&self) -> &[Finding] {
         match self {
-            Verdict::Hold => &[],
-            Verdict::Leak(f) => f,
+            FenceVerdict::Hold => &[],
+            FenceVerdict::Leak(f) => f,
         }
     }
 }
@@ -234,7 +234,7 @@ fn anchor_name(line: &str) -> Option<String> {
 }
 
 /// Whether the fence of `uid` in `com.apple/OURS` holds in `snap`.
-pub fn verify(snap: &Snapshot, ours: &str, uid: u32) -> Verdict {
+pub fn verify(snap: &Snapshot, ours: &str, uid: u32) -> FenceVerdict {
     let mut findings = Vec::new();
     if snap.enabled == Some(false) {
         findings.push(Finding {
@@ -275,7 +275,7 @@ pub fn verify(snap: &Snapshot, ours: &str, uid: u32) -> Verdict {
                 .into(),
         }),
     }
-    if findings.is_empty() { Verdict::Hold } else { Verdict::Leak(findings) }
+    if findings.is_empty() { FenceVerdict::Hold } else { FenceVerdict::Leak(findings) }
 }
 
 /// Whether the main ruleset `rules` (`pfctl -s rules`) evaluates `anchor "com.apple/*"` for

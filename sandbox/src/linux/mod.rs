@@ -40,7 +40,6 @@ mod probe;
 mod report;
 mod spawn;
 mod stderr_tap;
-mod sys;
 mod terminal;
 mod tun;
 mod warden;
@@ -53,22 +52,11 @@ use std::path::{Path, PathBuf};
 
 use crate::forward::FORWARDED;
 use crate::spec::{Enforcement, NetKind, NetSetup, SandboxSpec};
+use crate::sys;
 use crate::{SandboxError, SetupStep};
 
 pub use fence::{Assessment, assess, checks_unix_socket_paths, gaps as landlock_gaps};
 
-/// Calls `f` with the name of every entry of the directory `dir` (not itself a symbolic link)
-/// and what it is (not following a symbolic link).
-pub(crate) fn each_entry_of(
-    dir: &Path,
-    f: &mut dyn FnMut(&[u8], crate::tree::Kind),
-) -> io::Result<()> {
-    let fd = sys::open_dir_at(libc::AT_FDCWD, dir.as_os_str())?;
-    sys::each_entry(fd.as_raw_fd(), |name, kind| {
-        let kind = kind.or_else(|| sys::kind_at(fd.as_raw_fd(), OsStr::from_bytes(name)));
-        f(name, kind.unwrap_or(crate::tree::Kind::Other));
-    })
-}
 pub use nested::{Nested, OuterSandbox, inside_sandbox, prepare as prepare_nested};
 pub use netlink::{
     Batch as NetlinkBatch, QUIET_ICMPV6, configure_veth, create_veth, namespace_firewall,

@@ -146,8 +146,12 @@ const EVENTS_NEW: u32 = libc::IN_CREATE
 const EVENTS: u32 = EVENTS_NEW | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DELETE;
 
 /// For a review file itself (its inode, whatever path reaches it): writes and changes of
-/// metadata (a new hard link to it counts too).
-const FILE_EVENTS: u32 = libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DONT_FOLLOW;
+/// metadata (a new hard link to it counts too), and changes made with no write closed
+/// (`truncate(2)` by path, `fallocate` punching a hole): those raise only `IN_MODIFY` (a
+/// red-team pass cut a `Makefile` short unnamed). Its writes wake the warden once each, but
+/// review files are few and rarely written.
+const FILE_EVENTS: u32 =
+    libc::IN_CLOSE_WRITE | libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_DONT_FOLLOW;
 
 /// One inotify event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! The crates' modules do not import each other in circles. A circle is where a newcomer cannot
 //! start reading: each file needs the other first. Where two modules both need a thing, the
 //! module that owns it is the one that does not need the other (the section checkers' shared
-//! context in `config/src/check.rs`, the proxy's per-request context in `proxy/src/ctx.rs`, what
-//! a launch reads from the host in `daemon/src/launch_env.rs`).
+//! context in `config/src/check.rs`, the proxy's per-request context in `proxy/src/ctx.rs` and
+//! the state its stages keep in `proxy/src/pool.rs`, what a launch reads from the host in
+//! `daemon/src/launch_env.rs`).
 //!
 //! An edge is a `crate::MODULE` path (in a `use` or inline) outside comments and `mod tests`,
 //! between top-level modules (`src/a.rs` and everything under `src/a/` are one module `a`). The
@@ -22,20 +23,35 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 const CRATES: &[&str] =
     &["config", "daemon", "proxy", "sandbox", "store", "approvals", "firewall", "monitor", "hook"];
 
-/// The circles left, by crate. The proxy's: every stage borrows the proxy's shared state
-/// (`proxy.rs`: `ProxyShared`, `Sandbox`), which holds the stages' own state types (the
-/// connection pool, the interceptor, the DNS cache); untying it means moving those types below
-/// `proxy.rs`. The sandbox's: the Linux backend and the tree scan share the spec.
-const KNOWN: &[(&str, &[&str])] = &[
-    ("proxy", &["attribution", "ctx", "dns", "dns_log", "forward", "intercept", "proxy", "relay"]),
-    ("sandbox", &["linux", "spec", "tree"]),
-];
+/// The circles left, by crate: none since issue 36 (a circle that has to stay a while is listed
+/// here, with why).
+const KNOWN: &[(&str, &[&str])] = &[];
 
 /// Modules that must be in no circle at all (the circles issue 36 untied).
 const UNTIED: &[(&str, &[&str])] = &[
     ("config", &["file", "intercept", "layers", "upstream", "project"]),
     ("daemon", &["launch", "launch_daemon", "network_sockets", "server", "netpool", "caches"]),
     ("proxy", &["conn", "pipeline", "socks", "transparent"]),
+    // Every stage borrows the proxy's shared state (`proxy.rs`); the state the stages keep
+    // there is owned below it (`pool.rs`, `interceptor.rs`, `dns_log.rs`).
+    (
+        "proxy",
+        &[
+            "attribution",
+            "ctx",
+            "dns",
+            "dns_log",
+            "forward",
+            "intercept",
+            "interceptor",
+            "pool",
+            "proxy",
+            "relay",
+        ],
+    ),
+    // The Linux backend and the tree scan share the kernel calls (`sys.rs`, below both) and the
+    // word for a directory entry (`entry.rs`).
+    ("sandbox", &["entry", "linux", "spec", "sys", "tree"]),
 ];
 
 fn root() -> PathBuf {
@@ -171,9 +187,16 @@ fn circles(g: &Graph) -> Vec<Vec<String>> {
     t.out
 }
 
-/// What is wrong with `crate`'s circles against [`KNOWN`] and [`UNTIED`]: one line each.
-fn problems(krate: &str, g: &Graph, found: &[Vec<String>]) -> Vec<String> {
-    let known: Vec<Vec<String>> = KNOWN
+/// What is wrong with `crate`'s circles against `known` and `untied` ([`KNOWN`] and [`UNTIED`]):
+/// one line each.
+fn problems(
+    krate: &str,
+    g: &Graph,
+    found: &[Vec<String>],
+    known: &[(&str, &[&str])],
+    untied: &[(&str, &[&str])],
+) -> Vec<String> {
+    let known: Vec<Vec<String>> = known
         .iter()
         .filter(|(c, _)| *c == krate)
         .map(|(_, m)| m.iter().map(|s| s.to_string()).collect())
@@ -195,7 +218,7 @@ fn problems(krate: &str, g: &Graph, found: &[Vec<String>]) -> Vec<String> {
     for circle in known.iter().filter(|c| !found.contains(c)) {
         out.push(format!("{krate}: the known circle {circle:?} is gone or changed: update KNOWN"));
     }
-    for (_, modules) in UNTIED.iter().filter(|(c, _)| *c == krate) {
+    for (_, modules) in untied.iter().filter(|(c, _)| *c == krate) {
         for m in *modules {
             if found.iter().any(|c| c.iter().any(|x| x == m)) {
                 out.push(format!("{krate}: {m} is in a circle again"));
@@ -232,7 +255,7 @@ fn the_crates_modules_import_each_other_in_no_new_circle() {
         assert!(g.len() > 1, "{krate}: no modules found");
         let found = circles(&g);
         println!("{krate}: {} modules, circles: {found:?}", g.len());
-        all.extend(problems(krate, &g, &found));
+        all.extend(problems(krate, &g, &found, KNOWN, UNTIED));
     }
     assert!(all.is_empty(), "{}", all.join("\n"));
 }
@@ -270,7 +293,8 @@ fn a_new_circle_fails_the_check() {
         ("pipeline.rs", "use crate::conn::Opened;"),
     ]));
     let found = circles(&g);
-    let p = problems("proxy", &g, &found);
+    let known: &[(&str, &[&str])] = &[("proxy", &["forward", "proxy"])];
+    let p = problems("proxy", &g, &found, known, UNTIED);
     assert!(p.iter().any(|l| l.contains("conn→pipeline") && l.contains("pipeline→conn")), "{p:?}");
     assert!(p.iter().any(|l| l.contains("conn is in a circle again")), "{p:?}");
     assert!(p.iter().any(|l| l.contains("is gone or changed")), "{p:?}");

@@ -17,7 +17,7 @@ fn host(main: &str, children: &[(&str, &str)]) -> Snapshot {
     Snapshot::parse(main).with_children(&children)
 }
 
-fn rules_of(v: &Verdict) -> Vec<String> {
+fn rules_of(v: &FenceVerdict) -> Vec<String> {
     v.findings().iter().map(|f| f.rule.clone()).collect()
 }
 
@@ -40,7 +40,7 @@ fn the_fence_holds_on_the_stock_ruleset() {
         ],
     ] {
         let v = verify(&host(STOCK, &children), OURS, 501);
-        assert_eq!(v, Verdict::Hold, "{children:?}");
+        assert_eq!(v, FenceVerdict::Hold, "{children:?}");
     }
 }
 
@@ -118,7 +118,7 @@ fn settings_and_translations_that_skip_the_fence() {
     );
     assert!(v.findings()[1].why.contains("every local service"), "{v:?}");
     // control: the same host without them holds
-    assert_eq!(verify(&host(STOCK, &[(OURS, FENCE)]), OURS, 501), Verdict::Hold);
+    assert_eq!(verify(&host(STOCK, &[(OURS, FENCE)]), OURS, 501), FenceVerdict::Hold);
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn pfctl_listings_are_read_in_each_form() {
     let nested = "scrub-anchor \"com.apple/*\" all fragment reassemble\n\
                   anchor \"com.apple/*\" all {\n  anchor \"250.ApplicationFirewall\" all {\n  }\n\
                     anchor \"0.sandgate.u501\" all {\n    block return out log (user, to pflog0) quick inet proto tcp all user = 501\n  }\n}\n";
-    assert_eq!(verify(&Snapshot::parse(nested), OURS, 501), Verdict::Hold);
+    assert_eq!(verify(&Snapshot::parse(nested), OURS, 501), FenceVerdict::Hold);
     let leak = nested.replace(
         "  anchor \"250.ApplicationFirewall\" all {\n  }\n",
         "  anchor \"!x\" all {\n    pass out quick all\n  }\n",

@@ -1,6 +1,7 @@
-//! The kernel calls of the Linux launcher, behind one seam: every caller in `linux/` goes through
+//! The kernel calls of the Linux launcher, behind one seam: every caller in `linux/` (and the
+//! tree scan's directory listing, which is why this module is not under `linux/`) goes through
 //! these functions, which return `io::Result` with `errno` preserved, so callers can name the
-//! failing step ([`crate::SetupStep`]). Two modules beside it keep their own `unsafe`, each for
+//! failing step ([`crate::SetupStep`]). Two modules of `linux/` keep their own `unsafe`, each for
 //! one mechanism that does not split into calls: `tun` (the `TUNSETIFF` ioctl and its request
 //! struct) and `spawn` (a `CLONE_VM | CLONE_VFORK` child on its own stack).
 //!
@@ -35,7 +36,7 @@ use nix::sys::signal::{SigHandler, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
-use crate::tree::Kind;
+use crate::entry::Kind;
 
 /// `struct mount_attr` of `mount_setattr(2)`.
 #[repr(C)]
@@ -998,6 +999,16 @@ pub fn kind_at(dir: RawFd, name: &OsStr) -> Option<Kind> {
         libc::S_IFDIR => Kind::Dir,
         libc::S_IFLNK => Kind::Link,
         _ => Kind::Other,
+    })
+}
+
+/// Calls `f` with the name of every entry of the directory `dir` (not itself a symbolic link)
+/// and what it is (not following a symbolic link).
+pub(crate) fn each_entry_of(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> io::Result<()> {
+    let fd = open_dir_at(libc::AT_FDCWD, dir.as_os_str())?;
+    each_entry(fd.as_raw_fd(), |name, kind| {
+        let kind = kind.or_else(|| kind_at(fd.as_raw_fd(), OsStr::from_bytes(name)));
+        f(name, kind.unwrap_or(Kind::Other));
     })
 }
 

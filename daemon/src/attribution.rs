@@ -225,7 +225,7 @@ fn find_from(
     {
         // Held while reading: the sandbox's other lookups wait for this read's answers.
         let mut b = batch.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = b.answer(want) {
+        if let Some(found) = b.answer(want, init) {
             return Some(found);
         }
         if let Some(pid) = hint
@@ -240,7 +240,7 @@ fn find_from(
             for (fd, named) in connections(pid, names) {
                 b.at.insert(named, (pid, fd));
             }
-            if let Some(found) = b.answer(want) {
+            if let Some(found) = b.answer(want, init) {
                 return Some(found);
             }
         }
@@ -347,11 +347,16 @@ fn sockets(_pid: u32) -> Vec<(i32, u64)> {
 
 impl Batch {
     /// The kept answer for `want`, once the socket itself says it still is (taken: each
-    /// connection is looked up once).
+    /// connection is looked up once), held by a process still in the pid namespace whose init
+    /// is `init`. The holder may have exited since the batch read and its pid been given to a
+    /// process of another sandbox, whose namespace can hold a socket with the very same names
+    /// (every sandbox's clients are 127.0.0.1 or `::1` to the same listener port); the pidfd is
+    /// opened before the namespace is read, so a pid reused after that fails the copy.
     #[cfg(target_os = "linux")]
-    fn answer(&mut self, want: (SocketAddr, SocketAddr)) -> Option<(u32, ProcessInfo)> {
+    fn answer(&mut self, want: (SocketAddr, SocketAddr), init: u32) -> Option<(u32, ProcessInfo)> {
         let (pid, fd) = self.at.remove(&want)?;
-        if socket_names(pid, fd) != Some(want) {
+        let pidfd = sandgate_sandbox::fdpass::pidfd_open(pid).ok()?;
+        if !same_pid_namespace(pid, init) || socket_names_of(&pidfd, fd) != Some(want) {
             return None;
         }
         let info = match self.infos.entry(pid) {
@@ -365,11 +370,17 @@ impl Batch {
 /// The names of descriptor `fd` of `pid` (a copy, read and closed), as the lookup compares them.
 #[cfg(target_os = "linux")]
 fn socket_names(pid: u32, fd: i32) -> Option<(SocketAddr, SocketAddr)> {
+    let pidfd = sandgate_sandbox::fdpass::pidfd_open(pid).ok()?;
+    socket_names_of(&pidfd, fd)
+}
+
+/// [`socket_names`] of a process already opened as `pidfd`.
+#[cfg(target_os = "linux")]
+fn socket_names_of(pidfd: &std::os::fd::OwnedFd, fd: i32) -> Option<(SocketAddr, SocketAddr)> {
     use nix::sys::socket::{SockaddrStorage, getpeername, getsockname};
     use std::os::fd::AsRawFd as _;
 
-    let pidfd = sandgate_sandbox::fdpass::pidfd_open(pid).ok()?;
-    let copy = sandgate_sandbox::fdpass::pidfd_getfd(&pidfd, fd).ok()?;
+    let copy = sandgate_sandbox::fdpass::pidfd_getfd(pidfd, fd).ok()?;
     let local = getsockname::<SockaddrStorage>(copy.as_raw_fd()).ok()?;
     let peer = getpeername::<SockaddrStorage>(copy.as_raw_fd()).ok()?;
     Some((canonical(socket_addr(&local)?), canonical(socket_addr(&peer)?)))

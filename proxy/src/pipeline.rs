@@ -140,9 +140,10 @@ impl ProxyShared {
             }
         };
         // Plain HTTP in a CONNECT or SOCKS tunnel: its `Host` is pinned to the decided target as
-        // on the transparent door (which pinned it before the decision's connect already).
+        // on the transparent door. That door pinned a head it read before the connect already
+        // (pinning it again changes nothing), but not one that came only after its wait for the
+        // client's first bytes ended: it is pinned here.
         if opened.hello.is_none()
-            && ctx.event.method != crate::transparent::EVENT_METHOD
             && let Err(why) = self.pin_http_head(ctx, &mut client, &mut opened.first).await
         {
             let input = crate::denial::quote(&opened.first[..opened.first.len().min(80)]);

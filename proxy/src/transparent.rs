@@ -178,11 +178,15 @@ impl ProxyShared {
         client: &mut C,
         first: &mut BytesMut,
     ) -> Result<(), String> {
-        if !looks_like_http(first) {
+        // Nothing from the client yet: the server spoke first (SSH, SMTP), not HTTP.
+        if first.is_empty() {
             return Ok(());
         }
         let target = ctx.target().map_err(|r| r.rule_text())?.clone();
         let deadline = Instant::now() + self.config.header_timeout;
+        if !read_http_opening(client, first, deadline, self.config.max_head_bytes).await? {
+            return Ok(());
+        }
         let head = loop {
             match rewrite_http_head(first, &target, self.config.max_head_bytes) {
                 HeadRewrite::Done { head, len, path } => {
@@ -259,10 +263,11 @@ impl ProxyShared {
         let deadline = Instant::now() + self.config.header_timeout;
         let mut tls = OpeningParser::new();
         loop {
-            let http = looks_like_http(first);
+            let http = http_opening(first, self.config.max_head_bytes);
             match tls.advance(first) {
                 Ok(Opening::ClientHello { server_name }) => return FirstBytes::Tls(server_name),
-                Ok(Opening::NotTls) if !http => return FirstBytes::Other,
+                Ok(Opening::NotTls) if http == HttpOpening::No => return FirstBytes::Other,
+                Ok(Opening::NotTls) if http == HttpOpening::NeedMore => {}
                 Ok(Opening::NotTls) => match http_host(first, self.config.max_head_bytes) {
                     HttpHost::Complete(host) => return FirstBytes::Http(host),
                     HttpHost::Invalid => return FirstBytes::Other,
@@ -315,10 +320,71 @@ fn reset(client: &ClientStream) {
     }
 }
 
-/// Whether `bytes` start like an HTTP/1 request line (a token, then a space).
-fn looks_like_http(bytes: &[u8]) -> bool {
-    let method = bytes.iter().take_while(|b| b.is_ascii_uppercase()).count();
-    (3..=10).contains(&method) && bytes.get(method) == Some(&b' ')
+/// Reads into `first` until [`http_opening`] can tell (by `deadline`): whether the client opened
+/// with an HTTP/1 request line. A request line split across writes ("G", then "ET / …") is HTTP
+/// all the same to the server. `Err`: the client stopped before its first line was whole (let
+/// through, the rest of a request line could come after the wait).
+async fn read_http_opening<C: tokio::io::AsyncRead + Unpin>(
+    client: &mut C,
+    first: &mut BytesMut,
+    deadline: Instant,
+    limit: usize,
+) -> Result<bool, String> {
+    loop {
+        match http_opening(first, limit) {
+            HttpOpening::No => return Ok(false),
+            HttpOpening::Yes => return Ok(true),
+            HttpOpening::NeedMore => {}
+        }
+        first.reserve(4096);
+        match tokio::time::timeout_at(deadline, client.read_buf(first)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err("the request line did not come whole".into()),
+        }
+    }
+}
+
+/// Whether a client's first bytes open an HTTP/1 request, as far as they tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpOpening {
+    /// A request line starts: its head is pinned (or the connection refused).
+    Yes,
+    /// Not a request line any HTTP/1 server would take.
+    No,
+    /// Not yet known: the first line is not over.
+    NeedMore,
+}
+
+/// Whether `bytes` start like an HTTP/1 request line the way a server's parser sees one: empty
+/// lines skipped (RFC 9112 §2.2 lets a server ignore them, and httparse and hyper do), then any
+/// token as the method — lower case, digits, `-` and a length of one or eighteen are methods too
+/// (`get`, `M-SEARCH`, `UPDATEREDIRECTREF`), and servers that route by path alone serve them —
+/// then a space, and a line that says `HTTP/` (its version) or `://` (an absolute URL, which
+/// nginx serves by its host even without a version, as HTTP/0.9). Only the whole line tells:
+/// `G` and `GET / HTTP/1.1` without its line end are [`HttpOpening::NeedMore`], not "no". A
+/// line of another client-first text protocol ("ping 1", memcached's `get key`, Redis inline
+/// commands) says neither, and is let through as it is.
+fn http_opening(bytes: &[u8], limit: usize) -> HttpOpening {
+    let start = bytes.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+    let rest = &bytes[start..];
+    let method = rest.iter().take_while(|b| is_tchar(**b)).count();
+    // A line as long as a whole head: no server reads that as anything but HTTP gone wrong;
+    // the head's rewrite refuses it.
+    let unfinished = if bytes.len() < limit { HttpOpening::NeedMore } else { HttpOpening::Yes };
+    match rest.get(method) {
+        None => return unfinished,
+        Some(b' ') if method > 0 => {}
+        Some(_) => return HttpOpening::No,
+    }
+    let Some(end) = rest.iter().position(|&b| b == b'\n') else { return unfinished };
+    let line = rest[..end].to_ascii_lowercase();
+    let says = |what: &[u8]| line.windows(what.len()).any(|w| w == what);
+    if says(b"http/") || says(b"://") { HttpOpening::Yes } else { HttpOpening::No }
+}
+
+/// A token character (RFC 9110 §5.6.2): what a method is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 enum HttpHost {
@@ -344,6 +410,27 @@ fn http_host(bytes: &[u8], limit: usize) -> HttpHost {
         Ok(httparse::Status::Partial) if bytes.len() < limit => HttpHost::NeedMore,
         _ => HttpHost::Invalid,
     }
+}
+
+/// A request target as the origin form the pinned head sends: a path (or `*`) as it is; an
+/// absolute URL (`http://evil.example/x`) as its path, since an origin server takes the URL's
+/// host over `Host` (RFC 9112 §3.2.2: nginx, hyper, Go do) — the way around the pin otherwise;
+/// `None` for anything else (an authority, as CONNECT's).
+fn origin_form(target: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if target.starts_with('/') || target == "*" {
+        return Some(target.into());
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    if scheme.is_empty()
+        || !scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    {
+        return None;
+    }
+    Some(match rest.find(['/', '?', '#']) {
+        Some(i) if rest[i..].starts_with('/') => rest[i..].into(),
+        Some(i) => format!("/{}", &rest[i..]).into(),
+        None => "/".into(),
+    })
 }
 
 /// What [`rewrite_http_head`] made of a buffer.
@@ -378,16 +465,39 @@ fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
         return HeadRewrite::Invalid("an incomplete request line".into());
     };
-    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"))
+    let Some(origin_path) = origin_form(path) else {
+        return HeadRewrite::Invalid(format!(
+            "request target {} is neither a path nor an http:// URL",
+            quote(path.as_bytes())
+        ));
+    };
+    // An upgrade goes on as the same connection in another protocol, where `close` means
+    // nothing: only a WebSocket's (one endpoint of the pinned host) is let through. h2c
+    // especially is not: after it, every HTTP/2 stream names its own `:authority`.
+    let upgrades: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("upgrade"))
+        .flat_map(|h| std::str::from_utf8(h.value).unwrap_or("?").split(','))
+        .map(str::trim)
+        .collect();
+    let websocket = !upgrades.is_empty()
+        && upgrades.iter().all(|u| u.eq_ignore_ascii_case("websocket"))
         && req.headers.iter().any(|h| {
             h.name.eq_ignore_ascii_case("connection")
                 && std::str::from_utf8(h.value)
                     .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
         });
-    let mut head = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
+    let mut head = format!("{method} {origin_path} HTTP/1.{version}\r\n").into_bytes();
     head.extend_from_slice(format!("Host: {}\r\n", host_header(target)).as_bytes());
     for h in req.headers.iter() {
         if DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        if !websocket
+            && (h.name.eq_ignore_ascii_case("upgrade")
+                || h.name.eq_ignore_ascii_case("http2-settings"))
+        {
             continue;
         }
         head.extend_from_slice(h.name.as_bytes());
@@ -396,7 +506,7 @@ fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite
         head.extend_from_slice(b"\r\n");
     }
     let connection: &[u8] =
-        if upgrade { b"Connection: Upgrade, close\r\n" } else { b"Connection: close\r\n" };
+        if websocket { b"Connection: Upgrade, close\r\n" } else { b"Connection: close\r\n" };
     head.extend_from_slice(connection);
     head.extend_from_slice(b"\r\n");
     HeadRewrite::Done { head, len, path: path.to_owned() }
@@ -406,13 +516,97 @@ fn rewrite_http_head(bytes: &[u8], target: &Target, limit: usize) -> HeadRewrite
 mod tests {
     use super::*;
 
+    /// What a server's parser takes for a request line is HTTP here too: lower-case and long
+    /// methods, empty lines first, and a method not yet whole is not "not HTTP" (a request
+    /// line split across writes went through unpinned when it was).
     #[test]
     fn http_request_lines_are_told_from_other_bytes() {
-        assert!(looks_like_http(b"GET / HTTP/1.1\r\n"));
-        assert!(looks_like_http(b"OPTIONS * HTTP/1.1\r\n"));
-        assert!(!looks_like_http(b"SSH-2.0-OpenSSH_9.2\r\n"));
-        assert!(!looks_like_http(b"\x16\x03\x01"));
-        assert!(!looks_like_http(b"get / HTTP/1.1"));
+        use HttpOpening::{NeedMore, No, Yes};
+        for (bytes, want) in [
+            (&b"GET / HTTP/1.1\r\n"[..], Yes),
+            (b"OPTIONS * HTTP/1.1\r\n", Yes),
+            (b"get / HTTP/1.1\r\n", Yes),
+            (b"M-SEARCH * HTTP/1.1\r\n", Yes),
+            (b"UPDATEREDIRECTREF / HTTP/1.1\r\n", Yes),
+            (b"\r\nGET / HTTP/1.1\r\n", Yes),
+            (b"\r\n\r\n\nGET / HTTP/1.1\r\n", Yes),
+            (b"GET  /  http/1.1\n", Yes),
+            (b"GET http://evil.example/\r\n", Yes),
+            (b"GET / HTTP/2.0\r\n", Yes),
+            (b"", NeedMore),
+            (b"G", NeedMore),
+            (b"GE", NeedMore),
+            (b"X /", NeedMore),
+            (b"GET / HTTP/1.1", NeedMore),
+            (b"GET / HTTP/1.1\r", NeedMore),
+            (b"\r\n", NeedMore),
+            (b"SSH-2.0-OpenSSH_9.2\r\n", No),
+            (b"\x16\x03\x01", No),
+            (b"PING\r\n", No),
+            (b"ping 114\n", No),
+            (b"get some-key\r\n", No),
+            (b"SET k v\r\n", No),
+            (b"GET /\r\n", No),
+            (b" GET / HTTP/1.1\r\n", No),
+            (b"\r\n\x00", No),
+        ] {
+            assert_eq!(http_opening(bytes, 8192), want, "{:?}", String::from_utf8_lossy(bytes));
+        }
+        assert_eq!(http_opening(&[b'A'; 64], 64), Yes, "a method as long as the limit");
+    }
+
+    /// Hands out one piece per read, as a client that writes a byte at a time is read.
+    struct Pieces(std::collections::VecDeque<&'static [u8]>);
+
+    impl tokio::io::AsyncRead for Pieces {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if let Some(p) = self.0.pop_front() {
+                buf.put_slice(p);
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A request line that comes a piece at a time is read until its method is whole (the
+    /// transparent door read once and, on "G", let the rest through unpinned).
+    #[tokio::test]
+    async fn a_request_line_split_across_reads_is_still_http() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (pieces, want) in [
+            (vec![&b"G"[..], b"E", b"T", b" /", b" HTTP/1.1\r\n"], Ok(true)),
+            (vec![&b"\r"[..], b"\n", b"get", b" /", b" HTTP/1.1", b"\r\n"], Ok(true)),
+            (vec![&b"ping"[..], b" 1", b"\n"], Ok(false)),
+            (vec![&b"GET / HTTP/1.1"[..]], Err(())),
+            (vec![&b"SSH-2.0"[..], b"-x\r\n"], Ok(false)),
+            (vec![&b"GE"[..]], Err(())),
+        ] {
+            let mut first = BytesMut::new();
+            let mut client = Pieces(pieces.into());
+            let got = read_http_opening(&mut client, &mut first, deadline, 8192).await;
+            assert_eq!(got.map_err(|_| ()), want, "{first:?}");
+        }
+    }
+
+    /// The request target the origin hears: a path, never a URL that names another host.
+    #[test]
+    fn absolute_form_becomes_a_path() {
+        for (target, want) in [
+            ("/a?b", Some("/a?b")),
+            ("*", Some("*")),
+            ("http://evil.example/x?y", Some("/x?y")),
+            ("HTTP://evil.example", Some("/")),
+            ("http://evil.example?q", Some("/?q")),
+            ("https://evil.example:8443/p", Some("/p")),
+            ("evil.example:443", None),
+            ("://x/", None),
+            ("evil", None),
+        ] {
+            assert_eq!(origin_form(target).as_deref(), want, "{target}");
+        }
     }
 
     fn target(s: &str) -> Target {
@@ -443,6 +637,38 @@ mod tests {
             assert_eq!(
                 got,
                 "GET /a HTTP/1.1\r\nHost: front.example\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+            );
+        }
+        // Absolute form: the URL's host is not the origin's to see (it would win over `Host`).
+        let got = rewritten(
+            b"GET http://evil.example/a HTTP/1.1\r\nHost: front.example\r\n\r\n",
+            "front.example:80",
+        );
+        assert_eq!(got, "GET /a HTTP/1.1\r\nHost: front.example\r\nConnection: close\r\n\r\n");
+        // Empty lines first (servers skip them) and HTTP/1.0 without `Host`.
+        let got = rewritten(b"\r\nGET /a HTTP/1.0\r\n\r\n", "front.example:80");
+        assert_eq!(got, "GET /a HTTP/1.0\r\nHost: front.example\r\nConnection: close\r\n\r\n");
+        // h2c: no upgrade (after it, each HTTP/2 stream names its own authority).
+        for h2c in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nUpgrade: websocket, h2c\r\nConnection: Upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+        ] {
+            let got = rewritten(h2c, "front.example:80");
+            assert!(!got.to_ascii_lowercase().contains("upgrade"), "{got}");
+            assert!(!got.to_ascii_lowercase().contains("http2-settings"), "{got}");
+            assert!(got.ends_with("Connection: close\r\n\r\n"), "{got}");
+        }
+        // Obs-fold and an authority as the target: not a head to pin, refused.
+        for bad in [
+            &b"GET / HTTP/1.1\r\nX: a\r\n Host: evil.example\r\n\r\n"[..],
+            b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ] {
+            assert!(
+                matches!(rewrite_http_head(bad, &target("a:80"), 8192), HeadRewrite::Invalid(_)),
+                "{}",
+                String::from_utf8_lossy(bad)
             );
         }
         let got = rewritten(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n", "front.example:8080");

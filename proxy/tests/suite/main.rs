@@ -25,6 +25,7 @@ mod redteam_guard;
 mod redteam_intercept;
 mod redteam_relay;
 mod redteam_sni;
+mod redteam_tunnel_http;
 mod relay_e2e;
 mod sni_bypass;
 mod socks_e2e;

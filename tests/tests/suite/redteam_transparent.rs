@@ -127,7 +127,10 @@ impl PublicHost {
             let mut s = std::net::TcpStream::connect((NAME_IP, port)).unwrap();
             std::io::Write::write_all(&mut s, SENTINEL).unwrap();
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        // A bound for a broken run only (the loop ends as soon as every connection has): a
+        // tunnel's end reaches the host once the daemon has read the client's, which on a
+        // loaded two-core machine has taken longer than 30 s.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             let opened = log.lines().filter(|l| l.starts_with("open ")).count();

@@ -138,6 +138,19 @@ impl Cx<'_> {
         ConfigError::at(self.path, self.text, Some(span), message, help)
     }
 
+    /// A `[filesystem] protected` entry: a relative path inside a directory, without `..`.
+    pub(crate) fn protected_entry(&self, p: &Spanned<String>) -> Result<String, ConfigError> {
+        let name = p.get_ref();
+        if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
+            return Err(self.err(
+                p.span(),
+                format!("protected entry {name:?} must be a relative path inside a directory"),
+                "write it relative to the writable directory, e.g. \".git/hooks\"",
+            ));
+        }
+        Ok(name.clone())
+    }
+
     /// The 1-based line of `span`.
     pub(crate) fn line(&self, span: &Range<usize>) -> usize {
         self.text[..span.start.min(self.text.len())].matches('\n').count() + 1

@@ -554,15 +554,7 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         ));
     }
     for p in &raw.filesystem.protected {
-        let name = p.get_ref();
-        if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
-            return Err(cx.err(
-                p.span(),
-                format!("protected entry {name:?} must be a relative path inside a directory"),
-                "write it relative to the writable directory, e.g. \".git/hooks\"",
-            ));
-        }
-        out.protected.push(name.clone());
+        out.protected.push(cx.protected_entry(p)?);
     }
     for e in &raw.filesystem.readable_home {
         let entry = crate::secrets::check_home_entry(e.get_ref()).map_err(|why| {

@@ -175,15 +175,7 @@ impl Managed {
         }
         let mut protected = Vec::new();
         for p in &raw.filesystem.protected {
-            let name = p.get_ref();
-            if name.is_empty() || name.starts_with('/') || name.split('/').any(|c| c == "..") {
-                return Err(cx.err(
-                    p.span(),
-                    format!("protected entry {name:?} must be a relative path inside a directory"),
-                    "write it relative to the writable directory, e.g. \".git/hooks\"",
-                ));
-            }
-            protected.push(name.clone());
+            protected.push(cx.protected_entry(p)?);
         }
         Ok(Managed {
             path: path.to_owned(),

@@ -86,7 +86,7 @@ fn resolved(path: &Path) -> PathBuf {
 }
 
 /// The variable lookup of a launch's environment (`None` when unset or empty).
-fn env_var(ctx: &LaunchEnv) -> impl Fn(&str) -> Option<std::ffi::OsString> + '_ {
+pub(crate) fn env_var(ctx: &LaunchEnv) -> impl Fn(&str) -> Option<std::ffi::OsString> + '_ {
     |name: &str| {
         ctx.env
             .iter()

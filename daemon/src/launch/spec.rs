@@ -140,14 +140,7 @@ pub(super) fn spec_and_removed(
     // Directories of programs the host runs by name (`PATH`, `GOBIN`): read-only where they lie
     // in a writable path (`cd ~/go && sandbox-build ...` must not plant `~/go/bin/gopls`).
     if let Some(home) = &ctx.home {
-        let var = |name: &str| {
-            ctx.env
-                .iter()
-                .rev()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-                .filter(|v| !v.is_empty())
-        };
+        let var = crate::caches::env_var(ctx);
         for dir in sandgate_config::program_dirs(var, home) {
             let dir = dir.canonicalize().unwrap_or(dir);
             if writable.iter().any(|w| dir.starts_with(w)) && dir.is_dir() {

@@ -322,8 +322,9 @@ fn reset(client: &ClientStream) {
 
 /// Reads into `first` until [`http_opening`] can tell (by `deadline`): whether the client opened
 /// with an HTTP/1 request line. A request line split across writes ("G", then "ET / …") is HTTP
-/// all the same to the server. `Err`: the client stopped before its first line was whole (let
-/// through, the rest of a request line could come after the wait).
+/// all the same to the server. A first line the client ends its sending in (`ping`, then EOF) is
+/// not. `Err`: the client stalled before its first line was whole (not let through: the rest of
+/// a request line could come after the wait).
 async fn read_http_opening<C: tokio::io::AsyncRead + Unpin>(
     client: &mut C,
     first: &mut BytesMut,
@@ -339,6 +340,10 @@ async fn read_http_opening<C: tokio::io::AsyncRead + Unpin>(
         first.reserve(4096);
         match tokio::time::timeout_at(deadline, client.read_buf(first)).await {
             Ok(Ok(n)) if n > 0 => {}
+            // The client is done sending (`echo ping | nc`): no server reads a request without
+            // the end of its line and of its head, and nothing more can come, so what came is
+            // not HTTP.
+            Ok(Ok(_)) => return Ok(false),
             _ => return Err("the request line did not come whole".into()),
         }
     }
@@ -580,15 +585,22 @@ mod tests {
             (vec![&b"G"[..], b"E", b"T", b" /", b" HTTP/1.1\r\n"], Ok(true)),
             (vec![&b"\r"[..], b"\n", b"get", b" /", b" HTTP/1.1", b"\r\n"], Ok(true)),
             (vec![&b"ping"[..], b" 1", b"\n"], Ok(false)),
-            (vec![&b"GET / HTTP/1.1"[..]], Err(())),
             (vec![&b"SSH-2.0"[..], b"-x\r\n"], Ok(false)),
-            (vec![&b"GE"[..]], Err(())),
+            // The client ends its sending before a line end: no server reads a request there.
+            (vec![&b"GET / HTTP/1.1"[..]], Ok(false)),
+            (vec![&b"GE"[..]], Ok(false)),
+            (vec![&b"ping"[..]], Ok(false)),
         ] {
             let mut first = BytesMut::new();
             let mut client = Pieces(pieces.into());
             let got = read_http_opening(&mut client, &mut first, deadline, 8192).await;
             assert_eq!(got.map_err(|_| ()), want, "{first:?}");
         }
+        // A client that stalls mid-line (still open) could send the rest later: refused.
+        let (mut client, _open) = tokio::io::duplex(64);
+        let mut first = BytesMut::from(&b"GET http://evil.example/"[..]);
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(read_http_opening(&mut client, &mut first, soon, 8192).await.is_err());
     }
 
     /// The request target the origin hears: a path, never a URL that names another host.

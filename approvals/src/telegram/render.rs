@@ -445,8 +445,10 @@ mod tests {
 
     #[test]
     fn who_may_answer() {
+        /// (private chat, sender, `users`, verdict)
+        type Row = (bool, Option<u64>, &'static [i64], Result<(), NotAllowed>);
         let none: &[i64] = &[];
-        let rows: [(bool, Option<u64>, &[i64], Result<(), NotAllowed>); 8] = [
+        let rows: [Row; 8] = [
             (true, Some(7), none, Ok(())),
             (true, Some(7), &[7], Ok(())),
             (true, Some(7), &[8], Err(NotAllowed::NotListed(7))),

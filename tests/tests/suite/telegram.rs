@@ -704,6 +704,12 @@ fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
     let want = format!("✅ 127.0.0.1:{port} allowed for 15m in the CLI by {who}");
     let edited = untagged(text(&edit.body));
     assert!(edited.starts_with(&want), "{edited:?} is not {want:?}…");
+    // Every message names the machine (no `[telegram] name` here: the daemon's user@host).
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let machine = format!("[{who}@{}] ", host.trim().split('.').next().unwrap());
+    for body in [&edit.body, &posted.body] {
+        assert!(text(body).starts_with(&machine), "{:?} does not start {machine:?}", text(body));
+    }
     assert!(edit.body.get("reply_markup").is_none(), "buttons removed: {}", edit.body);
 }
 

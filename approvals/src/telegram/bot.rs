@@ -517,6 +517,12 @@ impl Poller {
                     let wait = match &e {
                         // Another process polls with this token; keep trying, slowly.
                         RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => {
+                            // Telegram gives each token's updates to one poller: two daemons
+                            // on one token would each get some answers meant for the other.
+                            tracing::warn!(
+                                "another process polls this Telegram bot's token; every \
+                                 machine (daemon) sharing a chat needs a bot of its own"
+                            );
                             let d = backoff;
                             backoff = (backoff * 2).min(sh.config.max_backoff);
                             d

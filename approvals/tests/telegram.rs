@@ -483,3 +483,139 @@ async fn reachable_names_the_bot_or_says_why_not() {
     let e = telegram::reachable(&config(&url), wait).await.unwrap_err();
     assert!(!e.contains("TEST-token"), "{e}");
 }
+
+/// Two machines, each with its own bot, share one group chat. Each question and alert names
+/// its machine; an answer reaches only the machine it is for: a button press (even one
+/// delivered to the wrong bot), `/allow@thisbot`, or a reply to this bot's question. A command
+/// that names no bot gets a hint and answers nothing; a member not in `users` is refused. The
+/// controls: the same answers addressed to the right bot, by a listed user, release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_machines_in_one_group_each_answer_only_their_own_questions() {
+    const GROUP: i64 = -100_123;
+    const ALICE: (i64, &str) = (7, "alice");
+    const MALLORY: (i64, &str) = (666, "mallory");
+    const TOKEN_A: &str = "111:laptop-token";
+    const TOKEN_B: &str = "222:runner-token";
+    let (fake_a, fake_b) = (
+        FakeTelegram::start_bot(TOKEN_A, "laptop_bot").await,
+        FakeTelegram::start_bot(TOKEN_B, "runner_bot").await,
+    );
+    let (a, b) = (broker(), broker());
+    let group = |token: &str, name: &str| {
+        let (token, name) = (token.to_owned(), name.to_owned());
+        move |c: &mut TelegramConfig| {
+            c.token = BotToken::new(token).unwrap();
+            c.chats = vec![GROUP];
+            c.users = vec![ALICE.0];
+            c.name = name;
+        }
+    };
+    let (bot_a, _) = start(&fake_a, &a, group(TOKEN_A, "alice@laptop"));
+    let (_bot_b, _) = start(&fake_b, &b, group(TOKEN_B, "ci@runner"));
+    // Everyone in the group sees what is typed there: both bots get it.
+    let say = |from, text: &str, reply_to: Option<(i64, Value)>| {
+        fake_a.push_group_message(GROUP, from, text, reply_to.clone());
+        fake_b.push_group_message(GROUP, from, text, reply_to);
+    };
+    let ask = |b: &Broker, host: &str| {
+        let (b, q) = (b.clone(), question("sb", host));
+        tokio::spawn(async move { b.ask(q).await })
+    };
+    let wait_a = ask(&a, "shared.example");
+    let wait_b = ask(&b, "shared.example");
+    let q_a = fake_a.wait_call("sendMessage", text_has("shared.example:443")).await;
+    let q_b = fake_b.wait_call("sendMessage", text_has("shared.example:443")).await;
+    let text_of = |c: &fake_telegram::Call| c.body["text"].as_str().unwrap().to_owned();
+    assert!(text_of(&q_a).starts_with("[alice@laptop] 🔒 sb wants"), "{}", text_of(&q_a));
+    assert!(text_of(&q_b).starts_with("[ci@runner] 🔒 sb wants"), "{}", text_of(&q_b));
+    assert_eq!(
+        (q_a.body["chat_id"].as_i64(), q_b.body["chat_id"].as_i64()),
+        (Some(GROUP), Some(GROUP))
+    );
+    assert!(bot_a.alert(AlertMessage {
+        sandbox: "sb".into(),
+        key: "sb 10.9.9.9:443/tcp".into(),
+        text: "sb tried 10.9.9.9:443/tcp directly (blocked)".into(),
+        count: 1,
+    }));
+    let alert = fake_a.wait_call("sendMessage", text_has("10.9.9.9")).await;
+    assert!(text_of(&alert).starts_with("[alice@laptop] 🚫 sb tried"), "{}", text_of(&alert));
+    let (msg_a, msg_b) = (q_a.message_id.unwrap(), q_b.message_id.unwrap());
+    let (bot_of_a, bot_of_b) = (fake_a.bot(), fake_b.bot());
+
+    // Named by no bot: each machine hints (to a listed user) and answers nothing.
+    say(ALICE, "/allow shared.example", None);
+    fake_a.wait_call("sendMessage", text_has("/allow@laptop_bot DOMAIN")).await;
+    fake_b.wait_call("sendMessage", text_has("/allow@runner_bot DOMAIN")).await;
+    // A member not in `users`, addressing A by name and pressing A's button: refused.
+    say(MALLORY, "/allow@laptop_bot shared.example", None);
+    fake_a.wait_call("sendMessage", text_has("Telegram user 666 may not answer")).await;
+    let always_a = button(&q_a.body, "Always");
+    fake_a.push_group_callback(GROUP, MALLORY, (msg_a, bot_of_a.clone()), &always_a);
+    fake_a.wait_call("answerCallbackQuery", text_has("Telegram user 666 may not answer")).await;
+    // A's button delivered to B (Telegram does not do that; B checks anyway): not B's.
+    fake_b.push_group_callback(GROUP, ALICE, (msg_a, bot_of_a.clone()), &always_a);
+    fake_b.wait_call("answerCallbackQuery", text_has("not under a question of this bot")).await;
+    let status = |b: &Broker| b.pending().len();
+    assert_eq!((status(&a), status(&b)), (1, 1), "nothing answered so far");
+
+    // Addressed to A by name: only A allows.
+    say(ALICE, "/allow@laptop_bot shared.example", None);
+    let out = wait_a.await.unwrap();
+    assert!(
+        matches!(out, Resolution::Answered { answer: Answer::Allow(Scope::Session), .. }),
+        "{out:?}"
+    );
+    // B handles updates in order: its reply to this proves it saw the /allow@laptop_bot first.
+    say(ALICE, "/pending@runner_bot", None);
+    fake_b.wait_call("sendMessage", text_has("1 pending:")).await;
+    assert_eq!(status(&b), 1, "A's answer did not apply on B");
+    assert!(fake_a.sent_containing("1 pending:").is_empty(), "A ignored B's command");
+
+    // A reply to B's question: only B denies (A sees a reply to someone else's message).
+    say(ALICE, "/deny shared.example", Some((msg_b, bot_of_b.clone())));
+    let out = wait_b.await.unwrap();
+    assert!(
+        matches!(out, Resolution::Answered { answer: Answer::Deny(Scope::Session), .. }),
+        "{out:?}"
+    );
+
+    // Control for the button check: B's own button, pressed by Alice, answers on B.
+    let wait_b = ask(&b, "second.example");
+    let q_b2 = fake_b.wait_call("sendMessage", text_has("second.example:443")).await;
+    let once = button(&q_b2.body, "Allow once");
+    fake_b.push_group_callback(GROUP, ALICE, (q_b2.message_id.unwrap(), bot_of_b), &once);
+    let out = wait_b.await.unwrap();
+    assert!(
+        matches!(out, Resolution::Answered { answer: Answer::Allow(Scope::Once), .. }),
+        "{out:?}"
+    );
+    assert!(a.pending().is_empty());
+}
+
+/// In a group chat with no `users` configured nobody may answer, whoever presses or types;
+/// the same press in a private chat (its owner) answers — the control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_users_nobody_answers_in_a_group() {
+    const GROUP: i64 = -100_555;
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |c| c.chats = vec![GROUP, CHAT]);
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "g.example")).await }
+    });
+    let q = fake.wait_call("sendMessage", text_has("g.example:443")).await;
+    let once = button(&q.body, "Allow once");
+    fake.push_group_callback(GROUP, (CHAT, "alice"), (q.message_id.unwrap(), fake.bot()), &once);
+    fake.wait_call("answerCallbackQuery", text_has("until `[telegram] users` lists")).await;
+    fake.push_group_message(GROUP, (CHAT, "alice"), "/allow@sandgate_test_bot g.example", None);
+    fake.wait_call("sendMessage", text_has("until `[telegram] users` lists")).await;
+    assert_eq!(b.pending().len(), 1);
+    fake.push_callback(CHAT, "alice", q.message_id.unwrap(), &once);
+    let out = waiter.await.unwrap();
+    assert!(
+        matches!(out, Resolution::Answered { answer: Answer::Allow(Scope::Once), .. }),
+        "{out:?}"
+    );
+}

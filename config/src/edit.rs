@@ -63,6 +63,7 @@ pub fn template(global: bool) -> String {
 # [telegram]                                     # (global file only) questions on your phone
 # token_file = "~/.config/sandgate/telegram-token"   # mode 0600; or SANDGATE_TELEGRAM_TOKEN
 # chats = [123456789]                            # the chats the bot obeys
+# users = [123456789]                            # who may answer (a group chat needs it)
 #
 # [proxy]                                        # (global file only) a corporate proxy
 # upstream = "http://proxy.corp.example:3128"    # leave through it after sandgate decides

@@ -49,6 +49,8 @@
 //! [telegram]                            # global file only
 //! token_file = "~/.local/share/sandgate/telegram-token"  # mode 0600; or SANDGATE_TELEGRAM_TOKEN
 //! chats = [123456789]                   # the chats the bot obeys
+//! users = [123456789]                   # who may answer (required for a group chat)
+//! name = "alice@laptop"                 # names this machine in every message (default user@host)
 //! alert_window = "60s"                  # one blocked-traffic alert per sandbox+destination
 //! alerts_per_minute = 10                # per sandbox per alert_window, then one summary
 //! request_timeout = "12s"               # a Bot API call unanswered this long is retried
@@ -123,6 +125,8 @@ struct RawTelegram {
     token_file: Option<Spanned<String>>,
     alerts_per_minute: Option<Spanned<u32>>,
     chats: Vec<i64>,
+    users: Vec<i64>,
+    name: Option<Spanned<String>>,
     api_url: Option<String>,
     alert_window: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
@@ -281,6 +285,12 @@ pub struct TelegramSettings {
     pub alerts_per_minute: Option<u32>,
     /// The chats the bot obeys and posts to.
     pub chats: Vec<i64>,
+    /// The Telegram user ids who may answer (buttons and commands). Empty: in a private chat
+    /// its one user, in a group chat nobody.
+    pub users: Vec<i64>,
+    /// How every message names this machine and user (`alice@laptop`); `None`: the daemon's
+    /// user and host name.
+    pub name: Option<String>,
     /// Another Bot API server (a local one, or a test's).
     pub api_url: Option<String>,
     /// One blocked-traffic alert per sandbox+destination per window.
@@ -297,6 +307,8 @@ impl fmt::Debug for TelegramSettings {
             .field("token_file", &self.token_file)
             .field("alerts_per_minute", &self.alerts_per_minute)
             .field("chats", &self.chats)
+            .field("users", &self.users)
+            .field("name", &self.name)
             .field("api_url", &self.api_url)
             .field("alert_window", &self.alert_window)
             .field("request_timeout", &self.request_timeout)
@@ -518,6 +530,21 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
             alerts_per_minute: cx.at_least_one(t.alerts_per_minute.as_ref())?,
             token: t.token,
             chats: t.chats,
+            users: t.users,
+            name: t
+                .name
+                .map(|n| {
+                    let name = n.get_ref().trim();
+                    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+                        return Err(cx.err(
+                            n.span(),
+                            format!("name {:?} cannot name this machine in a chat", n.get_ref()),
+                            "write 1 to 64 printable characters, e.g. \"alice@laptop\"",
+                        ));
+                    }
+                    Ok(name.to_owned())
+                })
+                .transpose()?,
             api_url: t.api_url,
         });
     }
@@ -901,6 +928,23 @@ mod tests {
         let e = err("[daemon]\nask_timeout = \"soon\"\n");
         assert_eq!((e.line, e.column), (2, 15));
         assert!(err("[telegram]\nchat = [1]\n").message.contains("unknown field"));
+    }
+
+    #[test]
+    fn telegram_users_and_name() {
+        let t = parse(
+            Path::new("/c.toml"),
+            "[telegram]\nchats = [-100]\nusers = [5, 6]\nname = \" alice@laptop \"\n",
+            None,
+        )
+        .unwrap()
+        .telegram
+        .unwrap();
+        assert_eq!((t.users, t.name.as_deref()), (vec![5, 6], Some("alice@laptop")));
+        for bad in ["\"\"", "\"a\\nb\"", &format!("\"{}\"", "x".repeat(65))] {
+            let e = err(&format!("[telegram]\nname = {bad}\n"));
+            assert_eq!((e.line, e.column), (2, 8), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -496,6 +496,8 @@ pub fn telegram_config(
         );
     };
     let mut tc = approvals::telegram::TelegramConfig::new(token, settings.chats.clone());
+    tc.users = settings.users.clone();
+    tc.name = settings.name.clone().unwrap_or_else(machine_name);
     tc.api_url = settings.api_url.clone();
     if let Some(w) = settings.alert_window {
         tc.alert_window = w;
@@ -507,6 +509,24 @@ pub fn telegram_config(
         tc.alerts_per_window = n;
     }
     Ok(Some((tc, source)))
+}
+
+/// `user@host` of this daemon: how its Telegram messages name it when `[telegram] name` does
+/// not (in a chat several machines share, the name says which one asks).
+fn machine_name() -> String {
+    let uid = nix::unistd::getuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name);
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    // The first label: `laptop`, not `laptop.home.example`.
+    let host = host.split('.').next().unwrap_or(&host).to_owned();
+    format!("{user}@{host}")
 }
 
 /// Broker events → store, subscribers, desktop notifications.

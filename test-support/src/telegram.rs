@@ -81,6 +81,8 @@ struct State {
     /// Wakes the async waits of tests.
     changed_async: Notify,
     token: String,
+    /// The bot's `@username` (without `@`), as `getMe` tells it.
+    username: String,
     long_poll: Duration,
 }
 
@@ -114,12 +116,28 @@ pub fn user(id: i64, username: &str) -> Value {
     json!({ "id": id, "is_bot": false, "first_name": username, "username": username })
 }
 
+/// The bot of `token` as the Bot API describes it in messages: its id is the digits before `:`.
+pub fn bot_user(token: &str, username: &str) -> Value {
+    let id: i64 = token.split(':').next().and_then(|id| id.parse().ok()).unwrap_or(0);
+    json!({ "id": id, "is_bot": true, "first_name": username, "username": username })
+}
+
 /// A Bot API `Message` with `text` in a private chat.
 pub fn message_json(id: i64, chat: i64, text: &str) -> Value {
     json!({
         "message_id": id,
         "date": 1_700_000_000,
         "chat": { "id": chat, "type": "private", "first_name": "chat" },
+        "text": text,
+    })
+}
+
+/// A Bot API `Message` with `text` in a group chat.
+pub fn group_message(id: i64, chat: i64, text: &str) -> Value {
+    json!({
+        "message_id": id,
+        "date": 1_700_000_000,
+        "chat": { "id": chat, "type": "supergroup", "title": "team" },
         "text": text,
     })
 }
@@ -138,6 +156,13 @@ impl FakeTelegram {
     /// Accepts `token`; a `getUpdates` waits at most `long_poll` (or the bot's own timeout, if
     /// shorter). A thread per connection (HTTP/1.1 with keep-alive).
     pub fn start_with(token: &str, long_poll: Duration) -> FakeTelegram {
+        FakeTelegram::start_bot(token, "sandgate_test_bot", long_poll)
+    }
+
+    /// [`FakeTelegram::start_with`] for a bot whose `@username` is `username`: one fake is one
+    /// bot's view of Telegram (its own updates), so two bots in one group chat are two fakes fed
+    /// the same group messages ([`FakeTelegram::push_group_message`]).
+    pub fn start_bot(token: &str, username: &str, long_poll: Duration) -> FakeTelegram {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let url = format!("http://{}", listener.local_addr().expect("local_addr"));
         let state = Arc::new(State {
@@ -145,6 +170,7 @@ impl FakeTelegram {
             changed: Condvar::new(),
             changed_async: Notify::new(),
             token: token.to_owned(),
+            username: username.to_owned(),
             long_poll,
         });
         let st = state.clone();
@@ -179,14 +205,62 @@ impl FakeTelegram {
         self.push_update(json!({ "message": m }))
     }
 
-    /// A press of the button with `data` under message `message_id` in `chat`.
+    /// A press of the button with `data` under message `message_id` (this bot's) in `chat`.
     pub fn push_callback(&self, chat: i64, from: &str, message_id: i64, data: &str) -> u64 {
+        let mut message = message_json(message_id, chat, "question");
+        message["from"] = self.bot();
         self.push_update(json!({
             "callback_query": {
                 "id": format!("cb{message_id}-{data}"),
                 "from": user(chat, from),
                 "chat_instance": "1",
-                "message": message_json(message_id, chat, "question"),
+                "message": message,
+                "data": data,
+            }
+        }))
+    }
+
+    /// This fake's bot, as messages name it.
+    pub fn bot(&self) -> Value {
+        bot_user(&self.state.token, &self.state.username)
+    }
+
+    /// A text message from user `from_id` (`@from`) in group chat `chat`; with `reply_to`, a
+    /// reply to message `reply_to.0` that bot `reply_to.1` posted.
+    pub fn push_group_message(
+        &self,
+        chat: i64,
+        (from_id, from): (i64, &str),
+        text: &str,
+        reply_to: Option<(i64, Value)>,
+    ) -> u64 {
+        let mut m = group_message(9000, chat, text);
+        m["from"] = user(from_id, from);
+        if let Some((id, poster)) = reply_to {
+            let mut original = group_message(id, chat, "question");
+            original["from"] = poster;
+            m["reply_to_message"] = original;
+        }
+        self.push_update(json!({ "message": m }))
+    }
+
+    /// A press by user `from_id` (`@from`) of the button with `data` under message
+    /// `message_id`, posted by `poster` (a [`bot_user`]), in group chat `chat`.
+    pub fn push_group_callback(
+        &self,
+        chat: i64,
+        (from_id, from): (i64, &str),
+        (message_id, poster): (i64, Value),
+        data: &str,
+    ) -> u64 {
+        let mut message = group_message(message_id, chat, "question");
+        message["from"] = poster;
+        self.push_update(json!({
+            "callback_query": {
+                "id": format!("cb{message_id}-{data}-{from_id}"),
+                "from": user(from_id, from),
+                "chat_instance": "1",
+                "message": message,
                 "data": data,
             }
         }))
@@ -444,8 +518,7 @@ fn handle(st: &State, path: &str, body: Value) -> Option<(&'static str, String)>
         }
         "getMe" => {
             // As the Bot API describes a bot (`User` with the bot's own fields).
-            let mut me = user(123_456, "sandgate_test_bot");
-            me["is_bot"] = json!(true);
+            let mut me = bot_user(&st.token, &st.username);
             for field in
                 ["can_join_groups", "can_read_all_group_messages", "supports_inline_queries"]
             {

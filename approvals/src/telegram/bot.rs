@@ -21,8 +21,9 @@ use tokio::time::Instant;
 
 use super::alerts::{AlertDeduper, AlertMessage};
 use super::render::{
-    BotCommand, Callback, closed_text, help_text, keyboard, over_budget_text, parse_callback,
-    parse_command, pending_text, question_text,
+    Addressee, BotCommand, Callback, addressee, closed_text, help_text, keyboard, may_answer,
+    over_budget_text, parse_callback, parse_command, pending_text, question_text, tagged,
+    unaddressed_text,
 };
 use super::{BotControl, TelegramConfig, TelegramError};
 use crate::broker::{AnswerTarget, Answered, Broker, BrokerEvent, QuestionId};
@@ -108,6 +109,11 @@ struct Shared {
     chats: HashSet<i64>,
     /// The broker's run id, in every button's data.
     run: u64,
+    /// This bot's user id: the digits before the token's `:` (a button is obeyed only under a
+    /// message this id posted; 0 if they do not fit, which matches no message).
+    me: u64,
+    /// This bot's username, asked (`getMe`) the first time a group command names a bot.
+    username: std::sync::OnceLock<String>,
 }
 
 pub(crate) fn spawn(
@@ -124,7 +130,15 @@ pub(crate) fn spawn(
     let chats = config.chats.iter().copied().collect();
     let alert_window = config.alert_window;
     let alerts_per_window = config.alerts_per_window;
-    let shared = Arc::new(Shared { bot, config, chats, run: broker.run_id() });
+    let me = config.token.expose().split(':').next().and_then(|id| id.parse().ok()).unwrap_or(0);
+    let shared = Arc::new(Shared {
+        bot,
+        config,
+        chats,
+        run: broker.run_id(),
+        me,
+        username: std::sync::OnceLock::new(),
+    });
     let events = broker.subscribe();
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (alert_tx, alert_rx) = mpsc::channel(1024);
@@ -254,6 +268,21 @@ impl Shared {
     fn allowed(&self, chat: ChatId) -> bool {
         self.chats.contains(&chat.0)
     }
+
+    /// `text` as posted: after this machine's name, when one is configured.
+    fn tag(&self, text: &str) -> String {
+        tagged(&self.config.name, text)
+    }
+
+    /// This bot's username (`getMe`, once it answers); `None` while Telegram does not say.
+    async fn username(&self) -> Option<String> {
+        if let Some(name) = self.username.get() {
+            return Some(name.clone());
+        }
+        let me = self.call("getMe", || self.bot.get_me().into_future()).await?;
+        let name = me.user.username?;
+        Some(self.username.get_or_init(|| name).clone())
+    }
 }
 
 /// Posts each question, and edits its messages once it ends.
@@ -288,7 +317,7 @@ impl Questions {
         if let BrokerEvent::Asked(q) = &ev {
             let (tx, rx) = oneshot::channel();
             self.closers.insert(q.id, tx);
-            let (id, text) = (q.id, question_text(q));
+            let (id, text) = (q.id, self.shared.tag(&question_text(q)));
             // Every question ends by its deadline; a few seconds on top for the broker's event.
             let wait = q.deadline.duration_since(SystemTime::now()).unwrap_or_default()
                 + Duration::from_secs(5);
@@ -303,7 +332,7 @@ impl Questions {
         let Some((id, text)) = closed_text(&ev) else { return };
         if let Some(tx) = self.closers.remove(&id) {
             // The task edits its messages as soon as they are posted (at once if they are).
-            let _ = tx.send(text);
+            let _ = tx.send(self.shared.tag(&text));
         }
     }
 }
@@ -343,7 +372,7 @@ async fn question(
         Ok(Ok(text)) => text,
         Ok(Err(_)) => return,
         // Its end was among the events the bot lagged behind on.
-        Err(_) => "⌛ this question has ended (see `sandgate rules` or `/rules`)".to_owned(),
+        Err(_) => sh.tag("⌛ this question has ended (see `sandgate rules` or `/rules`)"),
     };
     if messages.is_empty() {
         return;
@@ -368,8 +397,9 @@ async fn question(
     }
 }
 
-/// Posts `text` in every chat.
+/// Posts `text` in every chat (after this machine's name).
 async fn broadcast(sh: &Shared, what: &str, text: String) {
+    let text = sh.tag(&text);
     for &chat in &sh.config.chats {
         sh.call(what, || sh.bot.send_message(ChatId(chat), text.clone()).into_future()).await;
     }
@@ -424,12 +454,14 @@ impl Notices {
         let sh = &self.shared;
         match o {
             Out::Text { chat, text } => {
+                let text = sh.tag(&text);
                 sh.call("sendMessage(reply)", || {
                     sh.bot.send_message(chat, text.clone()).into_future()
                 })
                 .await;
             }
             Out::CallbackAnswer { id, text } => {
+                let text = sh.tag(&text);
                 sh.call("answerCallbackQuery", || {
                     sh.bot.answer_callback_query(id.clone()).text(text.clone()).into_future()
                 })
@@ -485,6 +517,12 @@ impl Poller {
                     let wait = match &e {
                         // Another process polls with this token; keep trying, slowly.
                         RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => {
+                            // Telegram gives each token's updates to one poller: two daemons
+                            // on one token would each get some answers meant for the other.
+                            tracing::warn!(
+                                "another process polls this Telegram bot's token; every \
+                                 machine (daemon) sharing a chat needs a bot of its own"
+                            );
                             let d = backoff;
                             backoff = (backoff * 2).min(sh.config.max_backoff);
                             d
@@ -512,6 +550,35 @@ impl Poller {
                     return;
                 }
                 let Some(text) = m.text() else { return };
+                let private = m.chat.is_private();
+                let sender = m.from.as_ref().map(|u| u.id.0);
+                if !private {
+                    // Several machines' bots may share the chat: obey only what is for this one.
+                    let replies_to_me = m
+                        .reply_to_message()
+                        .and_then(|r| r.from.as_ref())
+                        .is_some_and(|u| u.id.0 == self.shared.me);
+                    let named = text.split_whitespace().next().is_some_and(|w| w.contains('@'));
+                    let me = if named { self.shared.username().await } else { None };
+                    match addressee(text, me.as_deref(), replies_to_me) {
+                        Addressee::Me => {}
+                        Addressee::Other | Addressee::Chatter => return,
+                        Addressee::Nobody => {
+                            // A hint only for those who may answer: nobody else gets replies.
+                            if may_answer(private, sender, &self.shared.config.users).is_ok() {
+                                let text =
+                                    unaddressed_text(self.shared.username().await.as_deref());
+                                let _ = self.out.send(Out::Text { chat: m.chat.id, text });
+                            }
+                            return;
+                        }
+                    }
+                }
+                if let Err(e) = may_answer(private, sender, &self.shared.config.users) {
+                    tracing::warn!(chat = m.chat.id.0, %e, "refused a Telegram command");
+                    let _ = self.out.send(Out::Text { chat: m.chat.id, text: e.to_string() });
+                    return;
+                }
                 let by = responder(m.from.as_ref(), m.chat.id);
                 let reply = self.command(text, by).await;
                 let _ = self.out.send(Out::Text { chat: m.chat.id, text: reply });
@@ -524,6 +591,28 @@ impl Poller {
                         chat = chat.0,
                         "ignoring a Telegram button press from a chat not configured"
                     );
+                    return;
+                }
+                // Telegram sends a press only to the bot whose message carries the button;
+                // checked here too, so that no other machine's question is answered on this one.
+                let poster = cq
+                    .message
+                    .as_ref()
+                    .and_then(|m| m.regular_message())
+                    .and_then(|m| m.from.as_ref())
+                    .map(|u| u.id.0);
+                if poster != Some(self.shared.me) {
+                    tracing::warn!(chat = chat.0, "ignoring a button under another bot's message");
+                    let text = "This button is not under a question of this bot; nothing was \
+                                answered."
+                        .into();
+                    let _ = self.out.send(Out::CallbackAnswer { id: cq.id, text });
+                    return;
+                }
+                let private = cq.message.as_ref().is_some_and(|m| m.chat().is_private());
+                if let Err(e) = may_answer(private, Some(cq.from.id.0), &self.shared.config.users) {
+                    tracing::warn!(chat = chat.0, %e, "refused a Telegram button press");
+                    let _ = self.out.send(Out::CallbackAnswer { id: cq.id, text: e.to_string() });
                     return;
                 }
                 let by = responder(Some(&cq.from), chat);

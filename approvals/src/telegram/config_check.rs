@@ -1,5 +1,6 @@
 //! What `sandgate config check` says about the Telegram bot's token: a token written in the
-//! config file, a token file others can read, chats without any token.
+//! config file, a token file others can read, chats without any token; and a group chat where
+//! nobody may answer (no `users`).
 
 use sandgate_config::Config;
 
@@ -22,6 +23,15 @@ pub fn config_warnings(config: &Config) -> Vec<String> {
              {TOKEN_ENV} for the daemon or `token_file`"
         )),
         Ok(_) => {}
+    }
+    // Group and channel ids are negative; a private chat's id is its user's.
+    let groups: Vec<String> = t.chats.iter().filter(|&&c| c < 0).map(i64::to_string).collect();
+    if !groups.is_empty() && t.users.is_empty() {
+        out.push(format!(
+            "[telegram] chats has group chat(s) {} but `users` is empty: nobody may answer there; \
+             add `users = [ID, ...]` (the Telegram user ids of those who may)",
+            groups.join(", ")
+        ));
     }
     out
 }
@@ -75,5 +85,15 @@ mod tests {
             &format!("[telegram]\ntoken_file = {:?}\n", file.display().to_string()),
         );
         assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn a_group_chat_without_users_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = "[telegram]\ntoken_file = \"/nonexistent\"\nchats = [5, -100]\n";
+        let w = warnings(dir.path(), group);
+        assert!(w.iter().any(|w| w.contains("group chat(s) -100")), "{w:?}");
+        let w = warnings(dir.path(), &format!("{group}users = [5]\n"));
+        assert!(!w.iter().any(|w| w.contains("group chat")), "{w:?}");
     }
 }

@@ -17,6 +17,14 @@
 //!
 //! Commands: `/allow DOMAIN [15m|1h|…|session|always|global]` (default: session), `/deny DOMAIN
 //! [same]`, `/pending`, `/rules`, `/revoke ID`, `/status`, `/help`.
+//!
+//! Many daemons, one group chat (each its own bot: Telegram lets one poller per token): every
+//! message starts with [`TelegramConfig::name`]; an answer applies only on the machine whose bot
+//! it reached. Buttons: Telegram delivers a button press only to the bot that posted the
+//! message, and the bot also checks that the message is its own and that the data carries its
+//! broker's run id. Typed commands in a group: only `/cmd@thisbot …` or a reply to one of this
+//! bot's messages is obeyed; an unaddressed command gets a hint, others' commands and chatter are
+//! ignored. Who may answer: [`TelegramConfig::users`] (a group needs it; see [`may_answer`]).
 
 mod alerts;
 mod bot;
@@ -31,7 +39,8 @@ pub use alerts::{AlertDeduper, AlertMessage};
 pub use bot::TelegramHandle;
 pub use config_check::config_warnings;
 pub use render::{
-    BotCommand, Callback, CommandError, callback_data, parse_callback, parse_command,
+    Addressee, BotCommand, Callback, CommandError, NotAllowed, addressee, callback_data,
+    may_answer, parse_callback, parse_command, tagged,
 };
 
 use crate::Broker;
@@ -187,6 +196,14 @@ pub struct TelegramConfig {
     pub token: BotToken,
     /// The chats whose messages and buttons it obeys (and where it posts).
     pub chats: Vec<i64>,
+    /// The Telegram user ids who may answer (press a button, send a command). Empty: in a
+    /// private chat its one user (the chat is theirs), in a group chat nobody — a group's members
+    /// are whoever its admins let in, so who may answer is said here, never assumed.
+    pub users: Vec<i64>,
+    /// The machine and user this daemon speaks for (`alice@laptop`), in front of every message
+    /// it posts, so that in a chat several daemons share each question and alert says where it
+    /// comes from. Empty: no prefix.
+    pub name: String,
     /// Another Bot API server (tests, a local Bot API server); `None` = api.telegram.org.
     pub api_url: Option<String>,
     /// One alert per sandbox+destination per window; the rest are counted.
@@ -206,13 +223,15 @@ pub struct TelegramConfig {
 }
 
 impl TelegramConfig {
-    /// Defaults: api.telegram.org, 60 s alert window with 10 alerts per sandbox, 10 s long poll, 12 s request timeout (above
+    /// Defaults: no `users` (only private chats' own users answer), no `name`, api.telegram.org, 60 s alert window with 10 alerts per sandbox, 10 s long poll, 12 s request timeout (above
     /// the 10 s the HTTP client waits after a 5xx, so a 5xx is reported as one), backoff 0.5 s
     /// to 30 s.
     pub fn new(token: BotToken, chats: Vec<i64>) -> Self {
         TelegramConfig {
             token,
             chats,
+            users: Vec::new(),
+            name: String::new(),
             api_url: None,
             alert_window: Duration::from_secs(60),
             alerts_per_window: DEFAULT_ALERTS_PER_MINUTE,

@@ -105,6 +105,84 @@ fn parse_scope(s: &str) -> Result<Scope, CommandError> {
     })
 }
 
+/// Whom a message typed in a group chat is for (see [`addressee`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressee {
+    /// `/cmd@thisbot`, or a command without a name sent as a reply to this bot's message.
+    Me,
+    /// `/cmd@otherbot`: another machine's bot.
+    Other,
+    /// A command that names no bot and replies to none of this bot's messages: in a chat that
+    /// several machines share, it does not say which one it is for.
+    Nobody,
+    /// Not a command.
+    Chatter,
+}
+
+/// Whom `text`, typed in a group chat, is for. `me` is this bot's username (without `@`;
+/// `None` while unknown, when no `@name` is this bot's); `replies_to_me` says the message
+/// replies to one of this bot's messages. A name written in the command wins over the reply.
+pub fn addressee(text: &str, me: Option<&str>, replies_to_me: bool) -> Addressee {
+    let Some(first) = text.split_whitespace().next() else { return Addressee::Chatter };
+    let Some(cmd) = first.strip_prefix('/') else { return Addressee::Chatter };
+    match cmd.split_once('@') {
+        Some((_, name)) => match me {
+            Some(me) if name.eq_ignore_ascii_case(me) => Addressee::Me,
+            Some(_) | None => Addressee::Other,
+        },
+        None if replies_to_me => Addressee::Me,
+        None => Addressee::Nobody,
+    }
+}
+
+/// Why a person's answer is refused (see [`may_answer`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAllowed {
+    /// A group chat, and `[telegram] users` names nobody.
+    #[error(
+        "nobody may answer in a group chat until `[telegram] users` lists who may (their \
+         Telegram user ids); nothing was answered"
+    )]
+    NoUsersForGroup,
+    /// The sender is not in `[telegram] users`.
+    #[error("Telegram user {0} may not answer: not in `[telegram] users`; nothing was answered")]
+    NotListed(u64),
+    /// The message names no sender (a channel).
+    #[error("a message without a sender cannot answer; nothing was answered")]
+    Anonymous,
+}
+
+/// Whether `sender` may answer in a chat (`private_chat`: a one-to-one chat with the bot, whose
+/// only user is its owner), given `[telegram] users`: in a private chat anyone the list names
+/// (its owner when the list is empty); in a group only those the list names.
+pub fn may_answer(
+    private_chat: bool,
+    sender: Option<u64>,
+    users: &[i64],
+) -> Result<(), NotAllowed> {
+    let Some(sender) = sender else { return Err(NotAllowed::Anonymous) };
+    let listed = users.iter().any(|&u| u64::try_from(u).is_ok_and(|u| u == sender));
+    match (private_chat, users.is_empty(), listed) {
+        (_, _, true) | (true, true, _) => Ok(()),
+        (false, true, false) => Err(NotAllowed::NoUsersForGroup),
+        (_, false, false) => Err(NotAllowed::NotListed(sender)),
+    }
+}
+
+/// `text` as this daemon posts it: after `[name] ` when a name is configured.
+pub fn tagged(name: &str, text: &str) -> String {
+    if name.is_empty() { text.to_owned() } else { format!("[{}] {text}", sanitize(name)) }
+}
+
+/// The reply to a command in a group chat that names no bot.
+pub(crate) fn unaddressed_text(me: Option<&str>) -> String {
+    let at = me.map_or_else(|| "@thisbot".to_owned(), |m| format!("@{}", sanitize(m)));
+    format!(
+        "several machines may share this chat, so a command must say which one it is for: \
+         /allow{at} DOMAIN, or reply to this machine's question"
+    )
+}
+
 /// The help text.
 pub(crate) fn help_text() -> String {
     format!(
@@ -341,6 +419,55 @@ mod tests {
             assert_eq!(parse_command(text), want, "{text:?}");
         }
         assert!(matches!(parse_command("/allow x.io 3y"), Err(CommandError::Duration(_))));
+    }
+
+    #[test]
+    fn commands_in_a_group_are_for_the_bot_they_name_or_reply_to() {
+        use Addressee::{Chatter, Me, Nobody, Other};
+        let me = Some("laptop_bot");
+        // (text, this bot's username, replies to this bot, for)
+        let rows: [(&str, Option<&str>, bool, Addressee); 10] = [
+            ("/allow@laptop_bot x.io", me, false, Me),
+            ("/allow@LAPTOP_bot x.io", me, false, Me),
+            ("/allow@ci_bot x.io", me, false, Other),
+            ("/allow@ci_bot x.io", me, true, Other),
+            ("/allow@laptop_bot x.io", None, false, Other),
+            ("/allow x.io", me, true, Me),
+            ("/allow x.io", me, false, Nobody),
+            ("/pending", None, false, Nobody),
+            ("allow x.io", me, true, Chatter),
+            ("", me, true, Chatter),
+        ];
+        for (text, me, reply, want) in rows {
+            assert_eq!(addressee(text, me, reply), want, "{text:?} {me:?} {reply}");
+        }
+    }
+
+    #[test]
+    fn who_may_answer() {
+        /// (private chat, sender, `users`, verdict)
+        type Row = (bool, Option<u64>, &'static [i64], Result<(), NotAllowed>);
+        let none: &[i64] = &[];
+        let rows: [Row; 8] = [
+            (true, Some(7), none, Ok(())),
+            (true, Some(7), &[7], Ok(())),
+            (true, Some(7), &[8], Err(NotAllowed::NotListed(7))),
+            (false, Some(7), none, Err(NotAllowed::NoUsersForGroup)),
+            (false, Some(7), &[8, 7], Ok(())),
+            (false, Some(9), &[8, 7], Err(NotAllowed::NotListed(9))),
+            (false, None, &[8], Err(NotAllowed::Anonymous)),
+            (false, Some(u64::MAX), &[-1], Err(NotAllowed::NotListed(u64::MAX))),
+        ];
+        for (private, sender, users, want) in rows {
+            assert_eq!(may_answer(private, sender, users), want, "{private} {sender:?} {users:?}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_machine() {
+        assert_eq!(tagged("", "🔒 q"), "🔒 q");
+        assert_eq!(tagged("alice@laptop", "🔒 q"), "[alice@laptop] 🔒 q");
+        assert_eq!(tagged("a\x1b[2Jb", "q"), "[a?[2Jb] q");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[allow(unused_imports)] // kept for tests that build their own updates
-pub use sandgate_test_support::telegram::{Call, Failure, message_json, user};
+pub use sandgate_test_support::telegram::{Call, Failure, bot_user, message_json, user};
 
 /// How long a wait for a call may take before the test fails.
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,6 +32,16 @@ impl FakeTelegram {
     /// Starts the fake (it runs on its own threads, not on the test's runtime).
     pub async fn start() -> FakeTelegram {
         let inner = sandgate_test_support::telegram::FakeTelegram::start();
+        FakeTelegram { url: format!("{}/", inner.url), inner }
+    }
+
+    /// Starts the fake of the bot with `token` and `@username` (one bot's view of Telegram).
+    pub async fn start_bot(token: &str, username: &str) -> FakeTelegram {
+        let inner = sandgate_test_support::telegram::FakeTelegram::start_bot(
+            token,
+            username,
+            Duration::from_secs(3600),
+        );
         FakeTelegram { url: format!("{}/", inner.url), inner }
     }
 

@@ -18,6 +18,7 @@ mod address_guard;
 mod answers;
 mod attribution;
 mod check;
+mod ci_recipe;
 mod connect_cli;
 mod daemon;
 mod docs;

@@ -63,6 +63,12 @@ impl FakeTelegram {
 }
 
 /// A predicate: the body's text contains `needle`.
+/// A message's text after the `[user@host] ` every message of the daemon's bot starts with.
+fn untagged(text: &str) -> &str {
+    let rest = text.strip_prefix('[').and_then(|t| t.split_once("] ")).map(|(_, rest)| rest);
+    rest.unwrap_or_else(|| panic!("{text:?} does not name its machine"))
+}
+
 fn text_has(needle: &str) -> impl Fn(&Value) -> bool + '_ {
     move |b| text(b).contains(needle)
 }
@@ -383,7 +389,7 @@ fn strangers_are_ignored_and_logged_pending_lists_the_question_and_it_times_out(
     fake.push_message(CHAT, "alice", "/pending");
     let reply = fake.wait_call("sendMessage", text_has("pending:"));
     let listed = text(&reply.body);
-    assert!(listed.starts_with("1 pending:"), "{listed}");
+    assert!(untagged(listed).starts_with("1 pending:"), "{listed}");
     assert!(
         listed.contains(&format!(
             "{} · {} wants 127.0.0.1:{port} · 1 waiting",
@@ -696,7 +702,14 @@ fn an_answer_from_the_cli_edits_the_question_in_the_chat() {
         .trim()
         .to_owned();
     let want = format!("✅ 127.0.0.1:{port} allowed for 15m in the CLI by {who}");
-    assert!(text(&edit.body).starts_with(&want), "{:?} is not {want:?}…", text(&edit.body));
+    let edited = untagged(text(&edit.body));
+    assert!(edited.starts_with(&want), "{edited:?} is not {want:?}…");
+    // Every message names the machine (no `[telegram] name` here: the daemon's user@host).
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let machine = format!("[{who}@{}] ", host.trim().split('.').next().unwrap());
+    for body in [&edit.body, &posted.body] {
+        assert!(text(body).starts_with(&machine), "{:?} does not start {machine:?}", text(body));
+    }
     assert!(edit.body.get("reply_markup").is_none(), "buttons removed: {}", edit.body);
 }
 

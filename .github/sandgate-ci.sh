@@ -63,10 +63,15 @@ audit() {
     status=0
     "$SANDGATE" build --no-ask -- "$@" || status=$?
     mkdir -p "$(dirname -- "$ALLOWLIST")"
+    # The command could write where the allowlist goes (a SANDGATE_ALLOWLIST outside a top-level
+    # dot-directory): a link there would send the proposal into a file of its choosing, such as
+    # $GITHUB_PATH or $GITHUB_ENV, which make the runner run code in later steps.
+    [ ! -L "$ALLOWLIST" ] || die "$ALLOWLIST is a symbolic link; refusing to write through it"
     # Every recorded run of this directory's sandboxes so far (an audit of several commands is
     # several calls), so the file is complete each time. A temporary file first: a failed
-    # `learn` leaves the previous proposal in place.
-    tmp="$ALLOWLIST.tmp.$$"
+    # `learn` leaves the previous proposal in place. mktemp creates a new file under a name
+    # nobody can guess (a fixed one, `.tmp.$$`, could be a link the command planted).
+    tmp=$(mktemp "$ALLOWLIST.XXXXXXXX") || die "cannot create a temporary file next to $ALLOWLIST"
     if ! "$SANDGATE" learn --from-log --tier build >"$tmp"; then
         rm -f -- "$tmp"
         die "sandgate learn --from-log failed"

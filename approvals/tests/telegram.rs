@@ -619,3 +619,106 @@ async fn without_users_nobody_answers_in_a_group() {
         "{out:?}"
     );
 }
+
+/// Red team (issue 35): what reaches the bot in a shared group but is not a listed person's own
+/// message or press answers nothing, even when `users` lists the id it arrives under (Telegram's
+/// stand-ins for anonymous admins and channels, another machine's bot): a command an anonymous
+/// admin or a channel sends, a bot's, a forwarded one, one composed by an inline bot, an edited
+/// one, a message from a chat not configured; a press said to be a bot's, or under a message the
+/// bot cannot see (`InaccessibleMessage`). Control: the same command typed by the listed person
+/// answers (and, checked by hand, without the bot's check the relayed ones answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_listed_persons_own_message_answers_in_a_group() {
+    use serde_json::json;
+    const GROUP: i64 = -100_777;
+    const ALICE: i64 = 7;
+    const ANONYMOUS_ADMIN: i64 = 1_087_968_824; // GroupAnonymousBot
+    const CHANNEL_BOT: i64 = 136_817_688; // Channel_Bot, for "send as channel"
+    const BOT_B: &str = "222:runner-token";
+    let fake = FakeTelegram::start().await;
+    let b = broker();
+    let (_bot, _) = start(&fake, &b, |c| {
+        c.chats = vec![GROUP];
+        // The ids a confused operator might list after reading "user 1087968824 may not answer".
+        c.users = vec![ALICE, ANONYMOUS_ADMIN, CHANNEL_BOT, 222];
+    });
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.ask(question("sb1", "g.example")).await }
+    });
+    let q = fake.wait_call("sendMessage", text_has("g.example:443")).await;
+    let always = button(&q.body, "Always");
+    let (msg, me) = (q.message_id.unwrap(), fake.bot());
+    let group = json!({ "id": GROUP, "type": "supergroup", "title": "team" });
+    let command = "/allow@sandgate_test_bot g.example always";
+    let message = |from: Value, extra: Value| {
+        let mut m = json!({
+            "message_id": 9000, "date": 1_700_000_000, "chat": group, "from": from, "text": command,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        m
+    };
+    let alice = fake_telegram::user(ALICE, "alice");
+    let hostile = [
+        message(
+            json!({ "id": ANONYMOUS_ADMIN, "is_bot": true, "first_name": "Group",
+                    "username": "GroupAnonymousBot" }),
+            json!({ "sender_chat": group }),
+        ),
+        message(
+            json!({ "id": CHANNEL_BOT, "is_bot": true, "first_name": "Channel",
+                    "username": "Channel_Bot" }),
+            json!({ "sender_chat": { "id": -100_999, "type": "channel", "title": "news" } }),
+        ),
+        message(fake_telegram::bot_user(BOT_B, "runner_bot"), json!({})),
+        message(
+            alice.clone(),
+            json!({ "forward_origin": { "type": "hidden_user", "sender_user_name": "bob",
+                                        "date": 1_699_999_999 } }),
+        ),
+        message(alice.clone(), json!({ "via_bot": fake_telegram::bot_user("333:x", "gif") })),
+    ];
+    for m in &hostile {
+        fake.push_update(json!({ "message": m }));
+    }
+    fake.push_update(json!({ "edited_message": message(alice.clone(), json!({})) }));
+    let mut private = message(alice.clone(), json!({}));
+    private["chat"] = json!({ "id": ALICE, "type": "private", "first_name": "alice" });
+    fake.push_update(json!({ "message": private }));
+    let inaccessible = json!({ "chat": group, "message_id": msg, "date": 0 });
+    for (from, message) in [
+        (fake_telegram::bot_user(BOT_B, "runner_bot"), {
+            let mut m = message(me.clone(), json!({}));
+            m["message_id"] = json!(msg);
+            m
+        }),
+        (alice.clone(), inaccessible),
+    ] {
+        fake.push_update(json!({ "callback_query": {
+            "id": format!("cb-{}", from["id"]), "from": from, "chat_instance": "1",
+            "message": message, "data": always,
+        }}));
+    }
+    // Updates are handled in order: the reply to this proves every one above was handled.
+    fake.push_update(json!({ "message": message(alice.clone(), json!({})) }));
+    let out = waiter.await.unwrap();
+    assert!(
+        matches!(out, Resolution::Answered { answer: Answer::Allow(Scope::Always { .. }), .. }),
+        "{out:?}"
+    );
+    // Replies go out in order: once Alice's is sent, so are the refusals queued before it.
+    fake.wait_call("sendMessage", text_has("1 request released")).await;
+    // The grant came from Alice's own message, the last one: each relayed command got a refusal.
+    let refused = fake.sent_containing("only a listed person's own message can answer");
+    assert_eq!(refused.len(), hostile.len(), "{refused:?}");
+    let by = fake.wait_call("editMessageText", text_has("g.example")).await;
+    assert!(fake_telegram::text(&by.body).contains("@alice"), "{}", by.body);
+    let presses = fake.calls("answerCallbackQuery");
+    assert_eq!(presses.len(), 2, "both presses refused: {presses:?}");
+    assert!(
+        presses.iter().all(|c| !fake_telegram::text(&c.body).contains("released")),
+        "{presses:?}"
+    );
+}

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use teloxide_core::prelude::*;
-use teloxide_core::types::{AllowedUpdate, CallbackQueryId, UpdateKind, User};
+use teloxide_core::types::{AllowedUpdate, CallbackQueryId, Message, UpdateKind, User};
 use teloxide_core::{ApiError, RequestError};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -551,7 +551,7 @@ impl Poller {
                 }
                 let Some(text) = m.text() else { return };
                 let private = m.chat.is_private();
-                let sender = m.from.as_ref().map(|u| u.id.0);
+                let sender = person(&m);
                 if !private {
                     // Several machines' bots may share the chat: obey only what is for this one.
                     let replies_to_me = m
@@ -610,7 +610,9 @@ impl Poller {
                     return;
                 }
                 let private = cq.message.as_ref().is_some_and(|m| m.chat().is_private());
-                if let Err(e) = may_answer(private, Some(cq.from.id.0), &self.shared.config.users) {
+                // Bots cannot press buttons; a press that says it came from one is not a person's.
+                let sender = Some(cq.from.id.0).filter(|_| !cq.from.is_bot);
+                if let Err(e) = may_answer(private, sender, &self.shared.config.users) {
                     tracing::warn!(chat = chat.0, %e, "refused a Telegram button press");
                     let _ = self.out.send(Out::CallbackAnswer { id: cq.id, text: e.to_string() });
                     return;
@@ -670,6 +672,21 @@ impl Poller {
             BotCommand::Help => help_text(),
         }
     }
+}
+
+/// The user id of the person who typed `m`, or `None` when it is not a person's own message:
+/// sent on behalf of a chat (an anonymous group admin or a channel: `from` is then Telegram's
+/// stand-in bot, e.g. GroupAnonymousBot 1087968824, whose id someone may have put in `users`),
+/// by a bot, forwarded (`from` is who forwarded it, the text someone else's), or composed by an
+/// inline bot. Such a message answers nothing, whoever `users` lists.
+fn person(m: &Message) -> Option<u64> {
+    let from = m.from.as_ref()?;
+    let relayed = m.sender_chat.is_some()
+        || from.is_bot
+        || m.via_bot.is_some()
+        || m.is_automatic_forward()
+        || m.forward_origin().is_some();
+    (!relayed).then_some(from.id.0)
 }
 
 fn redact(text: &str, token: &str) -> String {

@@ -147,8 +147,12 @@ pub enum NotAllowed {
     /// The sender is not in `[telegram] users`.
     #[error("Telegram user {0} may not answer: not in `[telegram] users`; nothing was answered")]
     NotListed(u64),
-    /// The message names no sender (a channel).
-    #[error("a message without a sender cannot answer; nothing was answered")]
+    /// The message is not a person's own: no sender, or sent as a chat (an anonymous admin, a
+    /// channel), by a bot, forwarded, or via an inline bot.
+    #[error(
+        "only a listed person's own message can answer (not one sent anonymously or as a \
+         channel, by a bot, forwarded, or via an inline bot); nothing was answered"
+    )]
     Anonymous,
 }
 

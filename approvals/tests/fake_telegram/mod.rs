@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[allow(unused_imports)] // kept for tests that build their own updates
-pub use sandgate_test_support::telegram::{Call, Failure, bot_user, message_json, user};
+pub use sandgate_test_support::telegram::{Call, Failure, bot_user, message_json, text, user};
 
 /// How long a wait for a call may take before the test fails.
 const WAIT: Duration = Duration::from_secs(30);

@@ -171,3 +171,57 @@ fn the_script_says_how_to_use_it() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// Red team (issue 35): with `SANDGATE_ALLOWLIST` where the command can write (not under a
+/// top-level dot-directory), the audited command plants links where the script writes its
+/// proposal: the temporary file (the old fixed name `ALLOWLIST.tmp.$$`, the script's pid being
+/// the parent of `sandgate build`) and the allowlist itself, both pointing at a file standing for
+/// `$GITHUB_PATH`. The proposal must land in the allowlist and nowhere else. Control, checked by
+/// hand: with the script's former `tmp="$ALLOWLIST.tmp.$$"`, the "GITHUB_PATH" file received the
+/// proposal. No sandbox is needed: a stand-in `sandgate` plays the command.
+#[test]
+fn the_audit_writes_its_proposal_through_no_planted_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sandgate-ci.sh");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let victim = dir.path().join("github_path");
+    std::fs::write(&victim, "/usr/bin\n").unwrap();
+    let fake = dir.path().join("sandgate");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n\
+             case \"$1\" in\n\
+             build) mkdir -p ci && ln -s {v} \"ci/allow.toml.tmp.$PPID\" ;;\n\
+             learn) printf '[network]\\nallow = [\"needed.example:443\"]\\n' ;;\n\
+             esac\n",
+            v = victim.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = || {
+        Command::new("sh")
+            .arg(&script)
+            .args(["audit", "--", "true"])
+            .current_dir(dir.path())
+            .env("SANDGATE", &fake)
+            .env("SANDGATE_ALLOWLIST", "ci/allow.toml")
+            .env("GITHUB_STEP_SUMMARY", dir.path().join("summary.md"))
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let proposal = std::fs::read_to_string(dir.path().join("ci/allow.toml")).unwrap();
+    assert!(proposal.contains("needed.example:443"), "{proposal}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "/usr/bin\n", "written through a link");
+
+    // The allowlist itself a link (a second audit call after the command replaced it): refused.
+    std::fs::remove_file(dir.path().join("ci/allow.toml")).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("ci/allow.toml")).unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("symbolic link"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "/usr/bin\n", "written through a link");
+}

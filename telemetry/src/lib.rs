@@ -13,22 +13,24 @@
 //!
 //! # Why hand-written protobuf
 //!
-//! Three ways to produce OTLP were measured against this workspace (issue 35; numbers in
-//! `docs/performance.md`):
+//! Three ways to produce OTLP were measured against this workspace (issue 35; `cargo tree` of
+//! the `sandgate` binary, 2026-12-06; more in `docs/performance.md`):
 //!
-//! - the `opentelemetry` SDK with `opentelemetry-otlp`: a second async runtime story, its own
-//!   batch processor and HTTP client (reqwest or hyper), ~60 more crates; it also wants to own
-//!   the pipeline (providers, global state) where the daemon already has one event bus;
-//! - `opentelemetry-proto` with `prost` (tonic off): the generated message types, but the crate
-//!   always builds the `opentelemetry` API and SDK crates as well, plus `prost`, `prost-derive`,
-//!   `tonic` for its messages feature, and their trees;
-//! - the encoding written here: the messages sandgate sends are a handful (resource, scope, log
-//!   record, sum, histogram, any-value), the protobuf wire format for them is ~150 lines
-//!   ([`wire`](crate::otlp)), and nothing new enters the shipped binary's dependency tree.
+//! | way | crates new to the binary's tree |
+//! |---|---|
+//! | the SDK: `opentelemetry`, `opentelemetry_sdk`, `opentelemetry-otlp` (`http-proto`, `hyper-client`) | 14: the three, `opentelemetry-http`, `opentelemetry-proto`, `prost`, `prost-derive`, `tonic`, `tonic-prost`, `tokio-stream`, `async-trait`, `itertools`, `rand_chacha`, `ppv-lite86` |
+//! | `opentelemetry-proto` 0.33 (`gen-tonic-messages`, `logs`, `metrics`; tonic off) | 5: it, `prost`, `prost-derive`, and the `opentelemetry` and `opentelemetry_sdk` crates, which it always builds for its conversions |
+//! | the encoding here | 0 |
 //!
-//! The third was chosen; the OpenTelemetry project's crates are still the judge: every test
-//! decodes what this crate writes with `opentelemetry-proto`'s generated types (a
-//! dev-dependency only), so a wrong field number or wire type fails the tests, not a collector.
+//! The SDK also wants to own the pipeline (providers, its batch processor, global state) where
+//! the daemon already has one event bus and one queue discipline. `opentelemetry-proto` would be
+//! the wire format only, but ships the SDK with it. What sandgate sends is a handful of messages
+//! (resource, scope, log record, sum, histogram, any-value); their wire format is ~150 lines
+//! (`wire.rs`) plus the field numbers (`otlp.rs`). So the encoding is written here, and the
+//! OpenTelemetry project's crates are its judge: every test decodes what this crate writes with
+//! `opentelemetry-proto`'s generated types (a dev-dependency only), so a wrong field number or
+//! wire type fails the tests, not a collector. Moving to `opentelemetry-proto` later is a change
+//! behind [`otlp::encode_logs`] and [`otlp::encode_metrics`] alone.
 
 #![forbid(unsafe_code)]
 

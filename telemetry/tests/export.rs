@@ -41,7 +41,7 @@ fn resource(id: &str) -> Arc<Resource> {
 fn record(i: u64, resource: &Arc<Resource>) -> LogRecord {
     LogRecord {
         time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + i),
-        severity: if i % 2 == 0 { Severity::Info } else { Severity::Warn },
+        severity: if i.is_multiple_of(2) { Severity::Info } else { Severity::Warn },
         event_name: "sandgate.request",
         body: format!("record {i}"),
         attributes: vec![
@@ -251,6 +251,9 @@ fn a_collector_that_hangs_is_timed_out_and_retried_while_logging_goes_on() {
     let collector = Collector::scripted(&[Reply::Hang], Reply::Status(200));
     let mut c = config(&collector.endpoint());
     c.queue = 8;
+    // Long enough that the logging below happens while the first attempt hangs, on a busy
+    // machine too.
+    c.request_timeout = Duration::from_secs(2);
     let t = Telemetry::start(c, rt.handle());
     let r = resource("sg-1");
     for i in 0..4 {

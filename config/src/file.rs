@@ -54,6 +54,9 @@
 //! alert_window = "60s"                  # one blocked-traffic alert per sandbox+destination
 //! alerts_per_minute = 10                # per sandbox per alert_window, then one summary
 //! request_timeout = "12s"               # a Bot API call unanswered this long is retried
+//!
+//! [telemetry]                           # system, global or managed file
+//! otlp_endpoint = "http://collector:4318"   # OTLP over HTTP (see the `telemetry` module)
 //! ```
 
 use std::collections::BTreeMap;
@@ -68,6 +71,7 @@ use crate::check::{ConfigError, Cx, expand_path, pattern_help};
 use crate::decision::{Rule, RuleSource};
 use crate::pattern::{DomainPattern, PatternUse};
 use crate::policy::{NetMode, PathRule};
+use crate::telemetry::RawTelemetry;
 use crate::tiers::preset;
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,6 +89,7 @@ struct RawFile {
     secrets: Vec<crate::intercept::RawSecret>,
     http_rules: Vec<crate::intercept::RawHttpRules>,
     tls: crate::intercept::RawTls,
+    telemetry: Option<RawTelemetry>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,6 +244,8 @@ pub struct CheckedFile {
     pub upstream: Option<crate::upstream::UpstreamSettings>,
     /// `[[secrets]]`, `[[http_rules]]` and `[tls]`.
     pub intercept: crate::intercept::InterceptSettings,
+    /// `[telemetry]`, when the section is present.
+    pub telemetry: Option<crate::telemetry::TelemetrySettings>,
 }
 
 /// The `[macos]` section: ways out of the Seatbelt profile's defaults, each named.
@@ -508,7 +515,9 @@ pub fn parse(path: &Path, text: &str, home: Option<&Path>) -> Result<CheckedFile
         telegram: None,
         upstream: None,
         intercept: Default::default(),
+        telemetry: None,
     };
+    out.telemetry = raw.telemetry.as_ref().map(|t| crate::telemetry::check(&cx, t)).transpose()?;
     out.upstream = crate::upstream::check(&cx, &raw.proxy)?;
     out.intercept = crate::intercept::check(&cx, &raw.secrets, &raw.http_rules, &raw.tls)?;
     if let Some(t) = raw.telegram {

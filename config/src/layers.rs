@@ -244,6 +244,16 @@ impl Config {
         Ok(out)
     }
 
+    /// The `[telemetry]` section that applies to the daemon: the managed file's when it has
+    /// one (a user cannot change or turn off what it says), else the global file's, else the
+    /// system defaults'; `None` when no file has the section.
+    pub fn telemetry_settings(&self) -> Option<crate::TelemetrySettings> {
+        if let Some(t) = self.managed.as_ref().and_then(|m| m.telemetry.clone()) {
+            return Some(t);
+        }
+        [&self.global, &self.system].into_iter().flatten().find_map(|f| f.content.telemetry.clone())
+    }
+
     /// The `[telegram]` section of the global file.
     pub fn telegram_settings(&self) -> Option<crate::TelegramSettings> {
         self.global.as_ref().and_then(|f| f.content.telegram.clone())

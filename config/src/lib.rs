@@ -48,6 +48,7 @@ mod report;
 mod roots;
 mod sandbox_id;
 mod secrets;
+mod telemetry;
 mod text;
 mod tiers;
 mod upstream;
@@ -90,6 +91,7 @@ pub use secrets::{
     EnvFilter, HOME_READABLE, HomeAllowlist, HomeVerdict, SECRET_ENV, SYSTEM_SECRETS, data_entries,
     sanitized_config, wildcard,
 };
+pub use telemetry::{OtlpEndpoint, TelemetrySettings};
 pub use text::{MAX_SHOWN, is_unsafe_char, sanitize};
 pub use tiers::{
     DEFAULT_HIDDEN, DEFAULT_PROTECTED, HOME_AUTORUN, PRESETS, SHELL_RC, TierDef, builtin_tiers,

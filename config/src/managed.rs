@@ -63,6 +63,7 @@ struct RawManaged {
     network: RawNetwork,
     filesystem: RawFs,
     daemon: RawDaemon,
+    telemetry: Option<crate::telemetry::RawTelemetry>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +113,9 @@ pub struct Managed {
     pub fs_locked: bool,
     /// `[daemon]` settings that win over every other file's (`ask_timeout`, `ask`).
     pub daemon: DaemonSettings,
+    /// `[telemetry]`, when the section is present: it wins whole over every other file's (a
+    /// section without an endpoint turns export off for everyone).
+    pub telemetry: Option<crate::telemetry::TelemetrySettings>,
 }
 
 /// Why the managed layer refuses something a person, a flag or a file asked for.
@@ -133,8 +137,8 @@ impl Managed {
             let message = e.message().trim().to_owned();
             let help = if message.starts_with("unknown field") {
                 "the managed file knows [network] allow, deny, presets, allow_only_managed; \
-                 [filesystem] deny_read, protected, locked; [daemon] ask_timeout, ask \
-                 (docs/teams.md)"
+                 [filesystem] deny_read, protected, locked; [daemon] ask_timeout, ask; \
+                 [telemetry] otlp_endpoint, headers, extra_roots, interval (docs/teams.md)"
             } else {
                 "fix the TOML syntax at this position"
             };
@@ -190,6 +194,11 @@ impl Managed {
                 ask: cx.ask_mode(raw.daemon.ask.as_ref())?,
                 ..DaemonSettings::default()
             },
+            telemetry: raw
+                .telemetry
+                .as_ref()
+                .map(|t| crate::telemetry::check(&cx, t))
+                .transpose()?,
         })
     }
 
@@ -713,6 +722,55 @@ mod tests {
         let s = m.lock_daemon(user);
         assert_eq!(s.ask_timeout, Some(std::time::Duration::from_secs(5)));
         assert_eq!((s.ask, s.questions_per_minute), (Some(AskMode::Deny), Some(3)));
+    }
+
+    /// `[telemetry]` is a setting the managed layer locks: its section wins whole over the
+    /// user's and the system's (a user can neither redirect nor turn off export); without it the
+    /// global file's applies, then the system's (the control).
+    #[test]
+    fn the_managed_telemetry_section_wins_whole() {
+        use crate::layers::{Config, ConfigPaths};
+
+        let dir = tempfile::tempdir().unwrap();
+        let paths = ConfigPaths {
+            dir: dir.path().into(),
+            global: dir.path().join("config.toml"),
+            project: dir.path().join("p.toml"),
+            project_dir: dir.path().into(),
+            project_root: dir.path().into(),
+            home: None,
+        };
+        std::fs::write(&paths.global, "[telemetry]\notlp_endpoint = \"http://mine:4318\"\n")
+            .unwrap();
+        let mut config = Config::load_with_system(paths, &dir.path().join("none")).unwrap();
+        let endpoint = |c: &Config| c.telemetry_settings().and_then(|t| t.endpoint).map(|e| e.host);
+        assert_eq!(
+            endpoint(&config).as_deref(),
+            Some("mine"),
+            "the user's, without a managed layer"
+        );
+        config.global = None;
+        let system = Path::new("/etc/sandgate/config.toml");
+        config.system = Some(crate::LoadedFile {
+            path: system.into(),
+            content: crate::parse_config(
+                system,
+                "[telemetry]\notlp_endpoint = \"http://sys:4318\"\n",
+                None,
+            )
+            .unwrap(),
+        });
+        assert_eq!(endpoint(&config).as_deref(), Some("sys"), "the system defaults'");
+        config.managed = Some(managed(
+            "[telemetry]\notlp_endpoint = \"https://corp:4318\"\nheaders = { x-key = \"k\" }\n",
+        ));
+        let t = config.telemetry_settings().unwrap();
+        assert_eq!(t.endpoint.unwrap().host, "corp");
+        assert_eq!(t.file, Path::new("/etc/sandgate/managed.toml"));
+        config.managed = Some(managed("[telemetry]\n"));
+        assert_eq!(endpoint(&config), None, "a managed section without an endpoint: off for all");
+        config.managed = Some(managed("[daemon]\nask = \"deny\"\n"));
+        assert_eq!(endpoint(&config).as_deref(), Some("sys"), "no managed section: not locked");
     }
 
     /// A `~/` path of the managed file is hidden under the account's home as well as under

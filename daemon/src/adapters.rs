@@ -399,6 +399,8 @@ pub struct Shared {
     /// Why a blocked-traffic source stopped (macOS: `log stream` needs an admin account), for
     /// `status`.
     pub monitor_error: Mutex<Option<String>>,
+    /// The OpenTelemetry export, when `[telemetry] otlp_endpoint` is set.
+    pub telemetry: Option<Arc<crate::telemetry::Export>>,
 }
 
 impl Shared {
@@ -428,6 +430,9 @@ impl Shared {
     /// events past its cap ([`event_cap`](crate::event_cap)) are told, and stored as the cap
     /// says: refusals only counted, what was let through counted into summaries.
     pub fn publish(&self, kind: EventKind, sandbox: Option<&str>, event: Event) {
+        if let Some(t) = &self.telemetry {
+            t.count(&event);
+        }
         let store = match (kind, sandbox, traffic_of(&event)) {
             (EventKind::Decision | EventKind::BlockedPacket, Some(id), Some(traffic)) => {
                 let a = self.cap.admit(id, std::time::Instant::now(), traffic);
@@ -518,6 +523,10 @@ impl Shared {
     }
 
     fn store_event(&self, kind: EventKind, sandbox: Option<&str>, event: &Event) {
+        // What is stored is what is exported: `sandgate log` and the collector agree.
+        if let Some(t) = &self.telemetry {
+            t.log(event);
+        }
         if let Ok(details) = serde_json::to_value(event) {
             self.events.send(NewEvent {
                 time: Timestamp::now(),
@@ -702,6 +711,11 @@ pub struct Sink(pub Arc<Shared>);
 
 impl EventSink for Sink {
     fn record(&self, e: ProxyEvent) {
+        if let Some(t) = &self.0.telemetry
+            && e.secrets_injected > 0
+        {
+            t.telemetry.counters().secrets_injected(u64::from(e.secrets_injected));
+        }
         let sandbox = e.sandbox.to_string();
         let event = Event::Request {
             sandbox: sandbox.clone(),
@@ -1210,6 +1224,7 @@ mod tests {
             me: me.clone(),
             fences: Default::default(),
             monitor_error: Default::default(),
+            telemetry: None,
         });
         let request = |decision: &str, path: &str| Event::Request {
             sandbox: "sg-1".into(),

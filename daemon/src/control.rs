@@ -343,6 +343,19 @@ pub fn status_lines(v: &Value) -> Vec<String> {
     if let Some(e) = v["events"]["last_error"].as_str() {
         out.push(format!("warning: events could not be stored: {}", sanitize(e)));
     }
+    let t = &v["telemetry"];
+    if let Some(endpoint) = t["endpoint"].as_str() {
+        out.push(format!(
+            "telemetry: exporting to {} · {} records exported, {} dropped (queue full), {} failed",
+            sanitize(endpoint),
+            t["exported"],
+            t["dropped"],
+            t["failed"]
+        ));
+        if let Some(e) = t["last_error"].as_str() {
+            out.push(format!("  last export error: {}", sanitize(e)));
+        }
+    }
     out
 }
 

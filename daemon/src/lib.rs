@@ -12,6 +12,8 @@
 //!   `allow`/`deny`, `rules`, `revoke` and `watch`, as functions returning what the daemon said;
 //!   and [`connect`], the ssh `ProxyCommand` relay.
 //!
+//! - Telemetry ([`telemetry`]): every event as an OpenTelemetry log record and the counters as
+//!   metrics, exported to a collector off the proxy's path (`sandgate-telemetry`).
 //! - Reports ([`report`]): what each command prints, as a value with a text and a JSON form
 //!   ([`control_report`], [`policy_report`], [`firewall_report`], [`install`], [`learn`],
 //!   [`traffic_log`], [`hook`], [`doctor`]), so the binary only parses flags and prints them.
@@ -87,6 +89,7 @@ pub mod service;
 pub mod setup;
 mod sigpipe;
 pub mod standalone;
+pub mod telemetry;
 pub mod traffic_log;
 
 pub use paths::{LAUNCHER_NAME, Paths, running_the_small_launcher, sandgate_exe};

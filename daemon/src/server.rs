@@ -666,6 +666,9 @@ impl Conn {
             }
             None => drop(done_tx),
         }
+        if let Some(t) = &s.telemetry {
+            t.sandbox_started(&info, project.as_deref());
+        }
         s.publish(
             EventKind::Sandbox,
             Some(&info.id),
@@ -833,6 +836,17 @@ impl Conn {
                 "failed": s.events_stats().failed,
                 "last_error": s.events_stats().last_error,
             },
+            "telemetry": s.telemetry.as_ref().map(|t| {
+                let st = t.telemetry.stats();
+                json!({
+                    "endpoint": t.telemetry.endpoint(),
+                    "exported": st.exported,
+                    "dropped": st.dropped,
+                    "failed": st.failed,
+                    "metric_exports": st.metric_exports,
+                    "last_error": st.last_error,
+                })
+            }),
         }))
     }
 

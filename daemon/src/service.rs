@@ -287,6 +287,7 @@ async fn serve(
     // Every answer, from every channel, within the organisation's managed layer.
     broker.set_screen(Arc::new(crate::managed::ManagedScreen::system()));
     let (bus, _) = tokio::sync::broadcast::channel(4096);
+    let telemetry = start_telemetry(&config)?;
     let shared = Arc::new_cyclic(|me| adapters::Shared {
         records,
         store: store.clone(),
@@ -304,6 +305,7 @@ async fn serve(
         me: me.clone(),
         fences: Default::default(),
         monitor_error: Default::default(),
+        telemetry: telemetry.clone(),
     });
     let proxy = sandgate_proxy::Proxy::builder()
         .config(sandgate_proxy::ProxyConfig {
@@ -426,12 +428,49 @@ async fn serve(
     // What the cap held back (refusals not stored, requests counted) after the proxy's last
     // events, before the writer's last batch.
     shared.end_all_caps();
+    if let Some(t) = &telemetry {
+        t.telemetry.stop(TELEMETRY_PATIENCE).await;
+        let st = t.telemetry.stats();
+        tracing::info!(
+            exported = st.exported,
+            dropped = st.dropped,
+            failed = st.failed,
+            "telemetry stopped"
+        );
+    }
     let writer = shared.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(w) = writer {
         let stats = tokio::task::spawn_blocking(move || w.shutdown()).await.unwrap_or_default();
         tracing::info!(written = stats.written, dropped = stats.dropped, "events flushed");
     }
     Ok(0)
+}
+
+/// How long a stopping daemon gives the collector for what is still queued.
+const TELEMETRY_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Starts the OpenTelemetry export when `[telemetry] otlp_endpoint` is set (the managed file's
+/// section wins over the user's). A collector it cannot reach is no error (the records are
+/// counted as dropped); an `https` endpoint whose `extra_roots` cannot be read is.
+fn start_telemetry(
+    config: &sandgate_config::Config,
+) -> anyhow::Result<Option<Arc<crate::telemetry::Export>>> {
+    let Some(settings) = config.telemetry_settings() else { return Ok(None) };
+    let Some(endpoint) = settings.endpoint.clone() else { return Ok(None) };
+    let resource = Arc::new(crate::telemetry::base_resource());
+    let mut c = sandgate_telemetry::ExporterConfig::new(endpoint.clone(), resource);
+    c.headers = settings.headers.clone();
+    if let Some(i) = settings.interval {
+        c.interval = i;
+    }
+    if endpoint.tls {
+        let tls = sandgate_proxy::client_tls(&settings.extra_roots, "[telemetry] extra_roots")
+            .map_err(|e| anyhow::anyhow!("{e} ({})", settings.file.display()))?;
+        c.tls = Some(Arc::new(tls));
+    }
+    tracing::info!(endpoint = %endpoint, file = %settings.file.display(), "exporting telemetry");
+    let export = crate::telemetry::Export::start(c, &tokio::runtime::Handle::current());
+    Ok(Some(Arc::new(export)))
 }
 
 /// Counts a new control connection at once and serves it.

@@ -73,6 +73,7 @@ impl Ctx {
             count: 1,
             samples: Vec::new(),
             process: None,
+            secrets_injected: 0,
         };
         let process = Attribution::none();
         Ctx {

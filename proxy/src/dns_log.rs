@@ -206,6 +206,7 @@ fn summary(key: &Key, w: Window) -> Option<ProxyEvent> {
         count: w.counted,
         samples: w.samples,
         process: None,
+        secrets_injected: 0,
     })
 }
 

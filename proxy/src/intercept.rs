@@ -254,6 +254,7 @@ impl Conn {
             inject(&mut parts, secret, &value);
             injected.push((value, secret.placeholder()));
         }
+        draft.event.secrets_injected = u32::try_from(injected.len()).unwrap_or(u32::MAX);
         let seen = placeholders_seen(&parts);
         if !seen.is_empty() {
             draft.event.rule.push_str(&placeholder_note(&seen));

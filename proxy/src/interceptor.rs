@@ -106,6 +106,42 @@ impl std::fmt::Debug for Interceptor {
     }
 }
 
+/// A TLS client configuration that trusts the system's roots ([`system_roots_pem`]) and the PEM
+/// files of `extra_roots` (named `key` in errors, e.g. `[telemetry] extra_roots`): the one way
+/// sandgate checks a server's certificate, for upstreams and for the telemetry collector.
+pub fn client_tls(extra_roots: &[PathBuf], key: &str) -> Result<ClientConfig, String> {
+    let system: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(system_roots_pem().as_bytes()).flatten().collect();
+    client_tls_with(&system, extra_roots, key)
+}
+
+fn client_tls_with(
+    system: &[CertificateDer<'static>],
+    extra_roots: &[PathBuf],
+    key: &str,
+) -> Result<ClientConfig, String> {
+    let mut roots = RootCertStore::empty();
+    // A system bundle may hold certificates webpki cannot use; the rest still count.
+    let _ = roots.add_parsable_certificates(system.iter().cloned());
+    for path in extra_roots {
+        let text = std::fs::read(path)
+            .map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))?;
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(&text).flatten().collect();
+        if certs.is_empty() {
+            return Err(format!("{key}: {} holds no certificate", path.display()));
+        }
+        for c in certs {
+            roots.add(c).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+        }
+    }
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -170,26 +206,7 @@ impl Interceptor {
         let system = self.system_roots.get_or_init(|| {
             CertificateDer::pem_slice_iter(system_roots_pem().as_bytes()).flatten().collect()
         });
-        let mut roots = RootCertStore::empty();
-        // A system bundle may hold certificates webpki cannot use; the rest still count.
-        let _ = roots.add_parsable_certificates(system.iter().cloned());
-        for path in extra_roots {
-            let text = std::fs::read(path)
-                .map_err(|e| format!("[tls] extra_roots: cannot read {}: {e}", path.display()))?;
-            let certs: Vec<CertificateDer<'static>> =
-                CertificateDer::pem_slice_iter(&text).flatten().collect();
-            if certs.is_empty() {
-                return Err(format!("[tls] extra_roots: {} holds no certificate", path.display()));
-            }
-            for c in certs {
-                roots.add(c).map_err(|e| format!("[tls] extra_roots: {}: {e}", path.display()))?;
-            }
-        }
-        let mut config = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let mut config = client_tls_with(system, extra_roots, "[tls] extra_roots")?;
         config.alpn_protocols = if h2 {
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
         } else {

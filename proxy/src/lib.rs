@@ -96,7 +96,7 @@ mod upstream;
 pub use attribution::Attributor;
 pub use denial::{Refusal, render_refusal, render_refusal_with_grants};
 pub use dns::UdpResolver;
-pub use interceptor::Interceptor;
+pub use interceptor::{Interceptor, client_tls};
 pub use io::{Listener, raise_nofile_limit};
 pub use learn::{GuardRefusal, Learner};
 pub use proxy::{Proxy, ProxyBuilder, ProxyConfig, SandboxContext, TunnelMode};

@@ -189,6 +189,9 @@ pub struct ProxyEvent {
     /// The process in the sandbox that opened the connection, when the
     /// [`Attributor`](crate::Attributor) found it (never for the DNS stub).
     pub process: Option<ProcessInfo>,
+    /// Secrets the proxy put into the request in place of their placeholders (intercepted
+    /// requests only): counted for the telemetry's metrics, never their values.
+    pub secrets_injected: u32,
 }
 
 /// Where events go. `record` is called on the proxy's hot path: it must not block.

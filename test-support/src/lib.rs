@@ -1,6 +1,7 @@
 //! Dev-only helpers shared by sandgate's tests (a `dev-dependency` of the library crates, a
 //! dependency of the end-to-end test crate `sandgate-tests`; never of shipped code): the skip
-//! helpers below and the fake Telegram Bot API server ([`telegram`]).
+//! helpers below, the fake Telegram Bot API server ([`telegram`]) and a test OpenTelemetry
+//! collector ([`otlp`]).
 //!
 //! # Skips
 //!
@@ -24,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod otlp;
 pub mod telegram;
 
 use std::fs::OpenOptions;

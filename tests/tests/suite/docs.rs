@@ -288,7 +288,7 @@ fn struct_fields(source: &str) -> BTreeMap<String, Vec<(String, String)>> {
 }
 
 /// The modules of `config/src` that own a section's raw struct (`file.rs` holds the rest).
-const SECTIONS: &[&str] = &["intercept.rs", "upstream.rs"];
+const SECTIONS: &[&str] = &["intercept.rs", "upstream.rs", "telemetry.rs"];
 
 /// Every key the configuration parser takes, as `table.key` (`tiers.*.key` for a tier of one's
 /// own), read from the raw structs of `sources` (`config/src/file.rs` and [`SECTIONS`]).

@@ -57,6 +57,7 @@ mod sandbox_tty;
 mod sandbox_walls;
 mod small_launcher;
 mod telegram;
+mod telemetry;
 mod traffic_log;
 mod transparent;
 mod type_names;

@@ -88,6 +88,8 @@ pub mod setup;
 mod sigpipe;
 pub mod standalone;
 pub mod traffic_log;
+#[cfg(target_os = "linux")]
+mod tree_socket;
 
 pub use paths::{LAUNCHER_NAME, Paths, running_the_small_launcher, sandgate_exe};
 pub use setup::UsageError;

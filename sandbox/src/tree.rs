@@ -42,8 +42,12 @@ use crate::top_level::Below;
 
 pub(crate) use crate::entry::Kind;
 
+#[cfg(target_os = "linux")]
+mod index;
 mod memory;
 
+#[cfg(target_os = "linux")]
+pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
 pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
@@ -252,8 +256,33 @@ pub(crate) fn scan_within(
 pub(crate) fn scan_at(
     roots: &[PathBuf],
     rule: &crate::TopLevel,
+    bounds: (usize, usize),
+    start: (i64, i64),
+) -> Scan {
+    let mut out = scan_with(roots, rule, bounds, start, None);
+    finish(&mut out, roots, rule);
+    out
+}
+
+/// What keeps the listings of directories up to date between scans (the daemon's index, see
+/// the `index` module): asked before each directory is recalled or listed.
+pub(crate) trait Live {
+    /// Before `dir` is recalled or listed: its listing when it vouches for it (unchanged since
+    /// it was listed under its watch); otherwise it starts watching it, so that what changes
+    /// after this is known, and returns `None`.
+    fn before(&mut self, dir: &Path) -> Option<Entries>;
+    /// `dir` was found to hold `found` (listed, or recalled from the memory) after
+    /// [`Live::before`].
+    fn found(&mut self, dir: &Path, found: &Entries);
+}
+
+/// The breadth-first part of [`scan_at`] (all but [`finish`]), asking `live` first.
+pub(crate) fn scan_with(
+    roots: &[PathBuf],
+    rule: &crate::TopLevel,
     (max_depth, max_dirs): (usize, usize),
     start: (i64, i64),
+    mut live: Option<&mut dyn Live>,
 ) -> Scan {
     let below = Below::new(rule);
     let mut out = Scan::default();
@@ -283,8 +312,13 @@ pub(crate) fn scan_at(
             break;
         }
         read += 1;
-        let key = place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted));
-        let found = match recall.take(&dir, key.as_ref()) {
+        let vouched = live.as_deref_mut().and_then(|l| l.before(&dir));
+        let was_vouched = vouched.is_some();
+        let key = match vouched {
+            Some(_) => None,
+            None => place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted)),
+        };
+        let found = match vouched.or_else(|| recall.take(&dir, key.as_ref())) {
             Some(entries) => {
                 out.recalled += 1;
                 entries
@@ -303,6 +337,9 @@ pub(crate) fn scan_at(
                 found
             }
         };
+        if let Some(l) = live.as_deref_mut().filter(|_| !was_vouched) {
+            l.found(&dir, &found);
+        }
         // (Kept in the memory for the next launch when settled, and read from there.)
         let unsettled;
         let found = match key.filter(|k| k.settled(start)) {
@@ -344,7 +381,17 @@ pub(crate) fn scan_at(
     if let Some((file, header)) = place.filter(|_| changed) {
         out.memory = Some(std::sync::Arc::new(Memory::new(file, header, start, records)));
     }
-    let tops: Vec<PathBuf> = tops.into_iter().cloned().collect();
+    out
+}
+
+/// What a scan derives from what it read: the read-only cover of what it did not read, and the
+/// links that lead into what it did not read (judged now: where a link leads may change
+/// without a change in the directories read).
+pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel) {
+    let below = Below::new(rule);
+    let mut tops: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
+    tops.sort();
+    tops.dedup_by(|inner, outer| inner.starts_with(&*outer));
     out.closed = closed(&out.unread, &tops);
     out.protected.extend(out.closed.iter().cloned());
     if !out.links.is_empty() {
@@ -363,7 +410,6 @@ pub(crate) fn scan_at(
             .collect();
         out.ways_in = ways_in;
     }
-    out
 }
 
 /// The directories that cover `unread` read-only with at most [`CLOSED_MOUNTS`] mounts: the

@@ -155,7 +155,13 @@ pub(super) fn spec_and_removed(
     let roots: Vec<PathBuf> =
         writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
     sandgate_sandbox::timing_mark("hidden and read-only paths listed");
-    let scan = sandgate_sandbox::tree::scan(&roots, &top_level);
+    let scan = match scan_by_daemon(&roots, &top_level, args) {
+        Some(scan) => {
+            sandgate_sandbox::timing_mark("writable trees answered by the daemon's index");
+            scan
+        }
+        None => sandgate_sandbox::tree::scan(&roots, &top_level),
+    };
     sandgate_sandbox::timing_mark("writable trees scanned");
     read_only.extend(scan.protected.iter().cloned());
     // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
@@ -307,6 +313,46 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
 /// host tools execute or obey (`host_tools.txt`) read-only unless allowlisted, their build
 /// output not entered and their build code reported when changed; new protected entries moved
 /// to the quarantine in sandgate's data directory (hidden inside every sandbox).
+/// The scan of `roots` under `rule` as the running daemon's index answers it (see
+/// `sandgate_sandbox::tree::Index` for why that answer is as good as scanning here); `None`
+/// when there are no writable trees, no daemon of this user runs (none is started for this),
+/// `SANDGATE_NO_DAEMON=1`, or the daemon has no index of these trees yet (it starts one).
+#[cfg(target_os = "linux")]
+fn scan_by_daemon(
+    roots: &[PathBuf],
+    rule: &sandgate_sandbox::TopLevel,
+    args: &LaunchOptions,
+) -> Option<sandgate_sandbox::tree::Scan> {
+    use std::io::Write as _;
+    use std::os::fd::AsFd as _;
+    if roots.is_empty() || super::serve::no_daemon(args) {
+        return None;
+    }
+    let path = crate::Paths::discover().dir.join(crate::paths::TREE_SOCKET);
+    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    // Only a daemon of this user answers for this user's trees.
+    let cred =
+        nix::sys::socket::getsockopt(&stream.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
+            .ok()?;
+    if cred.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    (&stream).write_all(&sandgate_sandbox::tree::encode_ask(roots, rule)).ok()?;
+    stream.shutdown(std::net::Shutdown::Write).ok()?;
+    let answer = sandgate_sandbox::tree::read_all(&mut &stream, 1 << 30).ok()?;
+    sandgate_sandbox::tree::decode_answer(&answer).flatten()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn scan_by_daemon(
+    _: &[PathBuf],
+    _: &sandgate_sandbox::TopLevel,
+    _: &LaunchOptions,
+) -> Option<sandgate_sandbox::tree::Scan> {
+    None
+}
+
 fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLevel {
     use sandgate_config::ToolFileKind;
     let mut protected: Vec<String> =

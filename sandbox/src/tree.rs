@@ -28,7 +28,10 @@
 //! What it costs: one `getdents` per directory and nothing per file (the entry's type comes with
 //! its name), and for a directory unchanged since the previous launch in the same writable
 //! paths only a `stat`: its listing is remembered (see the `memory` module for why that is as
-//! safe as listing it); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
+//! safe as listing it); with a daemon running, not even that: the daemon's index holds the
+//! listings under inotify watches between launches and lists again only what changed (see the
+//! `index` module for why its answer is as good as a scan); see docs/performance.md ("Writable
+//! trees") for a 100,000-file tree. The bound
 //! ([`SCAN_DEPTH`] levels, [`SCAN_DIRS`] directories) keeps a huge tree from delaying every
 //! launch without limit; what lies past it is listed in [`Scan::unread`], said at launch, and
 //! made read-only for the launch ([`Scan::closed`], at most [`CLOSED_MOUNTS`] mounts): what the
@@ -93,7 +96,8 @@ pub struct Scan {
     /// read what the command wrote unwatched. The launch refuses them ([`way_in_refusal`]).
     pub ways_in: Vec<WayIn>,
     /// How many of the directories read were taken from the previous launch's memory (a
-    /// `stat` showed them unchanged) instead of listed.
+    /// `stat` showed them unchanged) or from the daemon's index (no event since) instead of
+    /// listed.
     pub recalled: usize,
     /// What to remember for the next launch, when it differs from what was remembered: the
     /// warden writes it, off the launch's path ([`Memory::write`]).
@@ -522,13 +526,13 @@ pub fn way_in_refusal(w: &WayIn) -> String {
 /// Calls `f` with the name of every entry of `dir` and what it is (not following a symbolic
 /// link).
 #[cfg(target_os = "linux")]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
+pub(crate) fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     crate::sys::each_entry_of(dir, f)
 }
 
 /// (See the Linux one.)
 #[cfg(not(target_os = "linux"))]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
+pub(crate) fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let kind = match e.file_type() {

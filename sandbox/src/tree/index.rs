@@ -14,7 +14,10 @@
 //! listed (or its key checked against the scan's memory): every change after the watch is an
 //! event, every change before it is in the listing (or moves the key). And a held listing is
 //! dropped ([`effect`]) as soon as an event names the directory, an entry in it, or it itself;
-//! an entry of a directory that appears, goes or moves drops everything held below it. Then:
+//! an entry of a directory that appears, goes or moves drops everything held below it. A
+//! directory whose listing was dropped is watched and listed again at the next question (a
+//! build's new files in it change nothing the scan keeps, and then the last scan's result
+//! stands). Then:
 //!
 //! - **a file made just before the launch** (between the index's last update and the launch):
 //!   the kernel queues an inotify event inside the system call that made the entry, before that
@@ -93,26 +96,35 @@ pub(crate) fn effect(mask: u32, name: &[u8], dir: Option<&Path>, top: bool) -> E
         // The directory's own metadata (its mode): listed again.
         return Effect::Forget { dir: dir.to_path_buf(), below: None };
     }
-    // An entry made, removed, moved or changed: whatever was held at its name (a directory
-    // replaced, renamed away, swapped for a link) is dropped with what lies below it.
-    let entry = dir.join(std::ffi::OsStr::from_bytes(name));
-    Effect::Forget { dir: dir.to_path_buf(), below: Some(entry) }
+    // A directory made, removed, moved in or out, or its mode changed: whatever was held at its
+    // name (a directory replaced, renamed away, swapped for a link) is dropped with what lies
+    // below it. (A directory can only be replaced by a directory, whose events say so: a file
+    // event's name never held anything below it.)
+    let below = (mask & libc::IN_ISDIR != 0).then(|| dir.join(std::ffi::OsStr::from_bytes(name)));
+    Effect::Forget { dir: dir.to_path_buf(), below }
 }
 
-/// Drops what `effects` say from `records`; whether anything held was dropped. (One pass over
-/// what is held, however many events.)
-pub(crate) fn forget(records: &mut HashMap<PathBuf, Entries>, effects: &[Effect]) -> bool {
-    let mut dirs: HashSet<&Path> = HashSet::new();
+/// Drops what `effects` say from `records` (one pass over what is held, and only for events of
+/// directories). Returns what was dropped of the directories named (their listings, to be
+/// compared with new ones) and whether anything held below an entry was dropped (a subtree).
+pub(crate) fn forget(
+    records: &mut HashMap<PathBuf, Entries>,
+    effects: &[Effect],
+) -> (Vec<(PathBuf, Entries)>, bool) {
+    let mut named = Vec::new();
     let mut below: HashSet<&Path> = HashSet::new();
     for e in effects {
         if let Effect::Forget { dir, below: b } = e {
-            dirs.insert(dir);
+            named.extend(records.remove_entry(dir));
             below.extend(b.as_deref());
         }
     }
     let before = records.len();
-    records.retain(|p, _| !dirs.contains(p.as_path()) && !p.ancestors().any(|a| below.contains(a)));
-    records.len() != before
+    if !below.is_empty() {
+        records.retain(|p, _| !p.ancestors().any(|a| below.contains(a)));
+    }
+    let subtree = records.len() != before || named.iter().any(|(p, _)| below.contains(p.as_path()));
+    (named, subtree)
 }
 
 /// The index's watches and what it holds: what a scan asks ([`Live`]).
@@ -179,6 +191,8 @@ pub struct Index {
     held: Held,
     /// What the last scan read (before [`super::finish`]), while nothing held was dropped since.
     last: Option<Scan>,
+    /// How many directories the last scan read.
+    read: usize,
 }
 
 impl Index {
@@ -204,7 +218,8 @@ impl Index {
             asked: 0,
             held_now: 0,
         };
-        let mut index = Index { roots, rule: rule.clone(), bounds, tops, mounts, held, last: None };
+        let mut index =
+            Index { roots, rule: rule.clone(), bounds, tops, mounts, held, last: None, read: 0 };
         index.bfs();
         index.rule.scan_memory = None;
         Some(index)
@@ -252,19 +267,49 @@ impl Index {
                 self.held.watch.remove(wd);
             }
         }
-        if forget(&mut self.held.records, &effects) {
+        let (named, subtree) = forget(&mut self.held.records, &effects);
+        if subtree || !self.listed_again(named) {
             self.last = None;
         }
         let mut out = match &self.last {
             Some(last) => {
                 let mut out = last.clone();
-                out.recalled = self.held.asked;
+                out.recalled = self.read;
                 out
             }
             None => self.bfs(),
         };
         super::finish(&mut out, &self.roots, &self.rule);
         Some(out)
+    }
+
+    /// Lists again the directories whose listings `named` were dropped (an entry made, removed
+    /// or changed in each), each watched first, and holds them again; whether every one says
+    /// what it said (then the last scan stands: a build's new files change no listing the scan
+    /// keeps, which holds only names it acts on).
+    fn listed_again(&mut self, named: Vec<(PathBuf, Entries)>) -> bool {
+        if self.last.is_none() {
+            return false;
+        }
+        let below = crate::top_level::Below::new(&self.rule);
+        let mut same = true;
+        for (dir, old) in named {
+            let held = &mut self.held;
+            held.watched_now.clear();
+            let _ = held.before(&dir);
+            let top = self.roots.iter().any(|r| *r == dir);
+            let mut sort = super::Classifier::new(&below, &self.rule, top);
+            if super::list(&dir, &mut |name, kind| sort.add(name, kind)).is_err() {
+                same = false;
+                continue;
+            }
+            let found = sort.finish();
+            same &= found == old;
+            held.found(&dir, &found);
+            same &= held.records.contains_key(&dir);
+        }
+        self.held.watched_now.clear();
+        same
     }
 
     /// The breadth-first part of a scan through what is held; kept as [`Index::last`] when
@@ -276,6 +321,7 @@ impl Index {
             super::scan_with(&self.roots, &self.rule, self.bounds, start, Some(&mut self.held));
         out.memory = None;
         self.held.watched_now.clear();
+        self.read = self.held.asked;
         // (A directory that could not be listed, or not watched, is read again every time.)
         let all_held = self.held.held_now == self.held.asked;
         self.last = all_held.then(|| out.clone());

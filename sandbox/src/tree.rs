@@ -245,6 +245,16 @@ pub fn scan(roots: &[PathBuf], rule: &crate::TopLevel) -> Scan {
     scan_within(roots, rule, SCAN_DEPTH, rule.scan_directories.unwrap_or(SCAN_DIRS))
 }
 
+/// How many bytes the scan's memory of `roots` under `rule` holds (`None`: none): how large
+/// the trees were at the last scan made in-process. A launcher scans a small tree itself: its
+/// memory is cheaper to check than the daemon's round trip.
+pub fn remembered_bytes(roots: &[PathBuf], rule: &crate::TopLevel) -> Option<u64> {
+    let mut all_roots = roots.to_vec();
+    all_roots.sort();
+    let file = memory::file_for(rule.scan_memory.as_ref()?, &all_roots);
+    std::fs::metadata(file).ok().map(|m| m.len())
+}
+
 /// [`scan`] with other bounds.
 pub(crate) fn scan_within(
     roots: &[PathBuf],

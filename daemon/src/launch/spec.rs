@@ -308,15 +308,15 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The rule for each writable path: at its top, dot-entries read-only unless allowlisted, the
-/// autorun names and the configured top-level `protected` names read-only; below it, the files
-/// host tools execute or obey (`host_tools.txt`) read-only unless allowlisted, their build
-/// output not entered and their build code reported when changed; new protected entries moved
-/// to the quarantine in sandgate's data directory (hidden inside every sandbox).
+/// Below this size of the scan's memory (about a hundred directories), a launch scans itself.
+#[cfg(target_os = "linux")]
+const SMALL: u64 = 8 * 1024;
+
 /// The scan of `roots` under `rule` as the running daemon's index answers it (see
 /// `sandgate_sandbox::tree::Index` for why that answer is as good as scanning here); `None`
 /// when there are no writable trees, no daemon of this user runs (none is started for this),
-/// `SANDGATE_NO_DAEMON=1`, or the daemon has no index of these trees yet (it starts one).
+/// `SANDGATE_NO_DAEMON=1`, the trees were small at the last scan made here, or the daemon has
+/// no index of these trees yet (it starts one).
 #[cfg(target_os = "linux")]
 fn scan_by_daemon(
     roots: &[PathBuf],
@@ -325,7 +325,10 @@ fn scan_by_daemon(
 ) -> Option<sandgate_sandbox::tree::Scan> {
     use std::io::Write as _;
     use std::os::fd::AsFd as _;
-    if roots.is_empty() || super::serve::no_daemon(args) {
+    // (A tree of some dozens of directories is checked against the scan's memory here in less
+    // time than the daemon's round trip takes.)
+    let small = sandgate_sandbox::tree::remembered_bytes(roots, rule).is_some_and(|n| n < SMALL);
+    if roots.is_empty() || small || super::serve::no_daemon(args) {
         return None;
     }
     let path = crate::Paths::discover().dir.join(crate::paths::TREE_SOCKET);
@@ -353,6 +356,11 @@ fn scan_by_daemon(
     None
 }
 
+/// The rule for each writable path: at its top, dot-entries read-only unless allowlisted, the
+/// autorun names and the configured top-level `protected` names read-only; below it, the files
+/// host tools execute or obey (`host_tools.txt`) read-only unless allowlisted, their build
+/// output not entered and their build code reported when changed; new protected entries moved
+/// to the quarantine in sandgate's data directory (hidden inside every sandbox).
 fn top_level_rule(policy: &Policy, ctx: &LaunchEnv) -> sandgate_sandbox::TopLevel {
     use sandgate_config::ToolFileKind;
     let mut protected: Vec<String> =

@@ -525,6 +525,12 @@ fn stop_daemon(s: &Scratch) {
 /// the tool file.
 fn the_daemons_index_protects_what_changed_between_launches(s: &Scratch) {
     layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
+    // A tree of some dozens of directories is scanned in the launcher (cheaper than asking):
+    // this one is larger.
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    chown(s, &s.proj);
     let write = |rel: &str| {
         let dir = Path::new(rel).parent().unwrap().display().to_string();
         format!(

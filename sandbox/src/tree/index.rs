@@ -297,7 +297,7 @@ impl Index {
             let held = &mut self.held;
             held.watched_now.clear();
             let _ = held.before(&dir);
-            let top = self.roots.iter().any(|r| *r == dir);
+            let top = self.roots.contains(&dir);
             let mut sort = super::Classifier::new(&below, &self.rule, top);
             if super::list(&dir, &mut |name, kind| sort.add(name, kind)).is_err() {
                 same = false;

@@ -63,7 +63,9 @@ fn d(p: &str) -> PathBuf {
 fn what_each_event_does() {
     let forget = |dir: &str, below: Option<&str>| Effect::Forget { dir: d(dir), below: below.map(d) };
     let dir = libc::IN_ISDIR;
-    let rows: &[(&str, u32, &str, Option<&str>, bool, Effect)] = &[
+    // (what, mask, entry name, the watch's directory, a top, what it does)
+    type Row = (&'static str, u32, &'static str, Option<&'static str>, bool, Effect);
+    let rows: &[Row] = &[
         ("overflow", libc::IN_Q_OVERFLOW, "", None, false, Effect::Reset),
         ("unmounted", libc::IN_UNMOUNT, "", Some("/t/a"), false, Effect::Reset),
         ("an unknown watch", libc::IN_CREATE, "x", None, false, Effect::Nothing),

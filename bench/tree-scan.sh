@@ -68,11 +68,12 @@ PY
 if [[ "$INDEX" == 1 ]]; then git -C "$DIR/big" add -A; fi
 sleep 3 # settled: see the scan's memory (sandbox/src/tree/memory.rs)
 
-# One launch's step marks as "name ms" lines, and its wall time.
+# One launch's step marks as "name ms" lines, its wall time, and whether the daemon's index
+# answered its scan (1) or it scanned itself (0). TIER=net for the reference.
 launch() {
   local dir="$1" t0 t1
   t0=$(date +%s%N)
-  (cd "$dir" && SANDGATE_DEBUG=launch "$BIN" build -- true 2>"$DIR/marks" >/dev/null)
+  (cd "$dir" && SANDGATE_DEBUG=launch "$BIN" "${TIER:-build}" -- true 2>"$DIR/marks" >/dev/null)
   t1=$(date +%s%N)
   awk -v wall=$(((t1 - t0) / 1000)) '
     /sandgate: launch/ { ms = $3 + 0; sub(/.*\] /, ""); at[$0] = ms }
@@ -80,7 +81,15 @@ launch() {
       printf "scan %.3f\n", at["writable trees scanned"] - at["hidden and read-only paths listed"]
       printf "watch %.3f\n", at["writable trees watched"] - at["spec built"]
       printf "wall %.3f\n", wall / 1000
+      printf "indexed %d\n", ("writable trees answered by the daemon\047s index" in at)
     }' "$DIR/marks"
+}
+
+stop_daemon() {
+  local pid_file="$DIR/run/sandgate/daemon.pid"
+  [[ -f "$pid_file" ]] || return 0
+  kill "$(cat "$pid_file")" 2>/dev/null || true
+  flock "$pid_file" true # held by the daemon until it exits
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -99,5 +108,26 @@ big=$(measure "$DIR/big" big)
 echo "tree-scan: $BIN, $RUNS launches each, medians in ms"
 echo "tree-scan: empty repository:  $empty"
 echo "tree-scan: $N-file checkout: $big"
+
+# The daemon's index (sandbox/src/tree/index.rs): a first launch (no daemon: the launch scans
+# itself, with the scan's memory) against a repeat launch (answered from the index), and `net`
+# in the same tree as the budget's reference (build <= net + 1 ms), in one run.
+for ((r = 0; r < RUNS; r++)); do stop_daemon; launch "$DIR/big"; done >"$DIR/first.txt"
+for ((r = 0; r < 20; r++)); do # until the index answers: the first ask starts building it
+  launch "$DIR/big" | grep -q '^indexed 1' && break
+done
+for ((r = 0; r < RUNS; r++)); do launch "$DIR/big"; TIER=net launch "$DIR/big"; done >"$DIR/pairs.txt"
+awk 'NR % 8 <= 4 && NR % 8 > 0' "$DIR/pairs.txt" >"$DIR/repeat.txt"
+awk 'NR % 8 > 4 || NR % 8 == 0' "$DIR/pairs.txt" >"$DIR/net.txt"
+col() { grep "^$1 " "$DIR/$2.txt" | cut -d' ' -f2 | median; }
+first=$(col wall first) repeat=$(col wall repeat) net=$(col wall net)
+# (A first launch's wall time includes starting the daemon: compare its scan and watches.)
+echo "tree-scan: first launch (no index): scan $(col scan first) watch $(col watch first) wall $first"
+echo "tree-scan: repeat launch (index answered $(grep -c '^indexed 1' "$DIR/repeat.txt") of $RUNS):" \
+  "scan $(col scan repeat) watch $(col watch repeat) wall $repeat"
+echo "tree-scan: net in the same tree: wall $net"
+awk -v f="$first" -v r="$repeat" -v n="$net" 'BEGIN {
+  printf "tree-scan: build/net: first %.2fx (net + %.1f ms), repeat %.2fx (net + %.1f ms)\n",
+    f / n, f - n, r / n, r - n }'
 EXAMPLE="${EXAMPLE:-$ROOT/target/release/examples/tree_scan}"
 if [[ -x "$EXAMPLE" ]]; then "$EXAMPLE" "$DIR/big" "$RUNS"; fi

@@ -91,6 +91,8 @@ mod sigpipe;
 pub mod standalone;
 pub mod telemetry;
 pub mod traffic_log;
+#[cfg(target_os = "linux")]
+mod tree_socket;
 
 pub use paths::{LAUNCHER_NAME, Paths, running_the_small_launcher, sandgate_exe};
 pub use setup::UsageError;

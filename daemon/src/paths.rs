@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
+/// The socket that answers a `build` launch's scan from the daemon's index (`tree_socket`
+/// binds it in the runtime directory, a launcher connects to it).
+#[cfg(target_os = "linux")]
+pub(crate) const TREE_SOCKET: &str = "tree.sock";
+
 /// The runtime files.
 #[derive(Debug, Clone)]
 pub struct Paths {

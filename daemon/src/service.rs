@@ -364,6 +364,12 @@ async fn serve(
             &tokio::runtime::Handle::current(),
         )
     };
+    // A build launch's scan answered from the daemon's index (see `tree_socket`).
+    #[cfg(target_os = "linux")]
+    let tree_socket = crate::tree_socket::TreeSocket::start(
+        paths.socket.parent().unwrap_or(std::path::Path::new("/")),
+        &daemon,
+    );
     // Idle, and (Linux) the network sockets closed in the same breath: a network handed out
     // after the check would go to a launch whose daemon is leaving.
     let idle_now = |d: Duration| {
@@ -420,6 +426,10 @@ async fn serve(
     let _ = std::fs::remove_file(&paths.socket);
     #[cfg(target_os = "linux")]
     network_sockets.stop();
+    #[cfg(target_os = "linux")]
+    if let Some(t) = &tree_socket {
+        t.stop();
+    }
     broker.shutdown();
     proxy.shutdown();
     // Let launchers read `daemon_stopping` and in-flight replies go out.

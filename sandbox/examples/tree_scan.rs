@@ -2,7 +2,9 @@
 //! directory, against a plain walk of the same tree (`std::fs::read_dir`, nothing decided), the
 //! warden's watch over what the scan read (one inotify watch a directory), the scan with the
 //! previous launch's memory of the tree (every directory unchanged: `stat`ed, not listed), and
-//! the scan the git wall made before (every directory to 6 levels, build output included), each taken in turn, `ROUNDS` times; CPU time of this process (user + system, from `getrusage`: steadier
+//! the scan the git wall made before (every directory to 6 levels, build output included), and
+//! the daemon's index answering (nothing changed; one file made in a deep directory; the answer
+//! encoded for the launcher and read back), each taken in turn, `ROUNDS` times; CPU time of this process (user + system, from `getrusage`: steadier
 //! than wall time on a shared machine) and wall time, medians. Run by `bench/tree-scan.sh`.
 //!
 //! Usage: `cargo run --release -p sandgate-sandbox --example tree_scan -- DIR [ROUNDS]`
@@ -100,7 +102,9 @@ fn main() {
         m.write().expect("the memory written");
     }
     let mut recalled = 0;
-    let mut rows: [(Vec<Duration>, Vec<Duration>); 5] = Default::default();
+    let mut rows: [(Vec<Duration>, Vec<Duration>); 8] = Default::default();
+    let mut index = sandgate_sandbox::tree::Index::build(&roots, &rule).expect("an index");
+    let deep = sandgate_sandbox::tree::scan(&roots, &rule).dirs.last().cloned().expect("a dir");
     let mut last = None;
     for _ in 0..rounds {
         let (c, w, n) = timed(|| plain_walk(&dir));
@@ -123,6 +127,23 @@ fn main() {
         rows[4].0.push(c);
         rows[4].1.push(w);
         recalled = again.recalled;
+        let (c, w, answer) = timed(|| index.scan().expect("answered"));
+        rows[5].0.push(c);
+        rows[5].1.push(w);
+        let made = deep.join(format!("made-{}", rows[6].0.len()));
+        std::fs::write(&made, "").expect("a file made");
+        let (c, w, changed) = timed(|| index.scan().expect("answered"));
+        rows[6].0.push(c);
+        rows[6].1.push(w);
+        assert_eq!(changed.dirs.len(), answer.dirs.len());
+        let _ = std::fs::remove_file(&made);
+        let _ = index.scan();
+        let (c, w, _) = timed(|| {
+            let bytes = sandgate_sandbox::tree::encode_answer(Some(&answer));
+            sandgate_sandbox::tree::decode_answer(&bytes).flatten().expect("read back")
+        });
+        rows[7].0.push(c);
+        rows[7].1.push(w);
         // Closing an instance with thousands of watches takes a while: not the launch's cost
         // (the warden's exit pays it, off the launch's path).
         std::mem::forget(inotify);
@@ -141,10 +162,20 @@ fn main() {
     );
     let _ = std::fs::remove_dir_all(&mem);
     println!("tree_scan: with the memory, {recalled} directories recalled");
-    let names = ["plain walk", "scan", "watches", "old scan", "remembered"];
+    println!("tree_scan: the daemon's index holds {} directories", index.len());
+    let names = [
+        "plain walk",
+        "scan",
+        "watches",
+        "old scan",
+        "remembered",
+        "index, unchanged",
+        "index, one file made",
+        "index's answer encoded and read back",
+    ];
     for (name, (c, w)) in names.iter().zip(rows.iter_mut()) {
         println!(
-            "tree_scan: {name:<10} cpu {:>8.2} ms  wall {:>8.2} ms (medians of {rounds})",
+            "tree_scan: {name:<36} cpu {:>8.2} ms  wall {:>8.2} ms (medians of {rounds})",
             median(c),
             median(w)
         );

@@ -28,7 +28,10 @@
 //! What it costs: one `getdents` per directory and nothing per file (the entry's type comes with
 //! its name), and for a directory unchanged since the previous launch in the same writable
 //! paths only a `stat`: its listing is remembered (see the `memory` module for why that is as
-//! safe as listing it); see docs/performance.md ("Writable trees") for a 100,000-file tree. The bound
+//! safe as listing it); with a daemon running, not even that: the daemon's index holds the
+//! listings under inotify watches between launches and lists again only what changed (see the
+//! `index` module for why its answer is as good as a scan); see docs/performance.md ("Writable
+//! trees") for a 100,000-file tree. The bound
 //! ([`SCAN_DEPTH`] levels, [`SCAN_DIRS`] directories) keeps a huge tree from delaying every
 //! launch without limit; what lies past it is listed in [`Scan::unread`], said at launch, and
 //! made read-only for the launch ([`Scan::closed`], at most [`CLOSED_MOUNTS`] mounts): what the
@@ -42,8 +45,12 @@ use crate::top_level::Below;
 
 pub(crate) use crate::entry::Kind;
 
+#[cfg(target_os = "linux")]
+mod index;
 mod memory;
 
+#[cfg(target_os = "linux")]
+pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
 pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
@@ -89,7 +96,8 @@ pub struct Scan {
     /// read what the command wrote unwatched. The launch refuses them ([`way_in_refusal`]).
     pub ways_in: Vec<WayIn>,
     /// How many of the directories read were taken from the previous launch's memory (a
-    /// `stat` showed them unchanged) instead of listed.
+    /// `stat` showed them unchanged) or from the daemon's index (no event since) instead of
+    /// listed.
     pub recalled: usize,
     /// What to remember for the next launch, when it differs from what was remembered: the
     /// warden writes it, off the launch's path ([`Memory::write`]).
@@ -237,6 +245,16 @@ pub fn scan(roots: &[PathBuf], rule: &crate::TopLevel) -> Scan {
     scan_within(roots, rule, SCAN_DEPTH, rule.scan_directories.unwrap_or(SCAN_DIRS))
 }
 
+/// How many bytes the scan's memory of `roots` under `rule` holds (`None`: none): how large
+/// the trees were at the last scan made in-process. A launcher scans a small tree itself: its
+/// memory is cheaper to check than the daemon's round trip.
+pub fn remembered_bytes(roots: &[PathBuf], rule: &crate::TopLevel) -> Option<u64> {
+    let mut all_roots = roots.to_vec();
+    all_roots.sort();
+    let file = memory::file_for(rule.scan_memory.as_ref()?, &all_roots);
+    std::fs::metadata(file).ok().map(|m| m.len())
+}
+
 /// [`scan`] with other bounds.
 pub(crate) fn scan_within(
     roots: &[PathBuf],
@@ -252,8 +270,33 @@ pub(crate) fn scan_within(
 pub(crate) fn scan_at(
     roots: &[PathBuf],
     rule: &crate::TopLevel,
+    bounds: (usize, usize),
+    start: (i64, i64),
+) -> Scan {
+    let mut out = scan_with(roots, rule, bounds, start, None);
+    finish(&mut out, roots, rule);
+    out
+}
+
+/// What keeps the listings of directories up to date between scans (the daemon's index, see
+/// the `index` module): asked before each directory is recalled or listed.
+pub(crate) trait Live {
+    /// Before `dir` is recalled or listed: its listing when it vouches for it (unchanged since
+    /// it was listed under its watch); otherwise it starts watching it, so that what changes
+    /// after this is known, and returns `None`.
+    fn before(&mut self, dir: &Path) -> Option<Entries>;
+    /// `dir` was found to hold `found` (listed, or recalled from the memory) after
+    /// [`Live::before`].
+    fn found(&mut self, dir: &Path, found: &Entries);
+}
+
+/// The breadth-first part of [`scan_at`] (all but [`finish`]), asking `live` first.
+pub(crate) fn scan_with(
+    roots: &[PathBuf],
+    rule: &crate::TopLevel,
     (max_depth, max_dirs): (usize, usize),
     start: (i64, i64),
+    mut live: Option<&mut dyn Live>,
 ) -> Scan {
     let below = Below::new(rule);
     let mut out = Scan::default();
@@ -283,8 +326,13 @@ pub(crate) fn scan_at(
             break;
         }
         read += 1;
-        let key = place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted));
-        let found = match recall.take(&dir, key.as_ref()) {
+        let vouched = live.as_deref_mut().and_then(|l| l.before(&dir));
+        let was_vouched = vouched.is_some();
+        let key = match vouched {
+            Some(_) => None,
+            None => place.as_ref().and_then(|_| memory::Key::of(&dir, &mut trusted)),
+        };
+        let found = match vouched.or_else(|| recall.take(&dir, key.as_ref())) {
             Some(entries) => {
                 out.recalled += 1;
                 entries
@@ -303,6 +351,9 @@ pub(crate) fn scan_at(
                 found
             }
         };
+        if let Some(l) = live.as_deref_mut().filter(|_| !was_vouched) {
+            l.found(&dir, &found);
+        }
         // (Kept in the memory for the next launch when settled, and read from there.)
         let unsettled;
         let found = match key.filter(|k| k.settled(start)) {
@@ -344,7 +395,17 @@ pub(crate) fn scan_at(
     if let Some((file, header)) = place.filter(|_| changed) {
         out.memory = Some(std::sync::Arc::new(Memory::new(file, header, start, records)));
     }
-    let tops: Vec<PathBuf> = tops.into_iter().cloned().collect();
+    out
+}
+
+/// What a scan derives from what it read: the read-only cover of what it did not read, and the
+/// links that lead into what it did not read (judged now: where a link leads may change
+/// without a change in the directories read).
+pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel) {
+    let below = Below::new(rule);
+    let mut tops: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
+    tops.sort();
+    tops.dedup_by(|inner, outer| inner.starts_with(&*outer));
     out.closed = closed(&out.unread, &tops);
     out.protected.extend(out.closed.iter().cloned());
     if !out.links.is_empty() {
@@ -363,7 +424,6 @@ pub(crate) fn scan_at(
             .collect();
         out.ways_in = ways_in;
     }
-    out
 }
 
 /// The directories that cover `unread` read-only with at most [`CLOSED_MOUNTS`] mounts: the
@@ -476,13 +536,13 @@ pub fn way_in_refusal(w: &WayIn) -> String {
 /// Calls `f` with the name of every entry of `dir` and what it is (not following a symbolic
 /// link).
 #[cfg(target_os = "linux")]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
+pub(crate) fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     crate::sys::each_entry_of(dir, f)
 }
 
 /// (See the Linux one.)
 #[cfg(not(target_os = "linux"))]
-fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
+pub(crate) fn list(dir: &Path, f: &mut dyn FnMut(&[u8], Kind)) -> std::io::Result<()> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let kind = match e.file_type() {

@@ -155,7 +155,13 @@ pub(super) fn spec_and_removed(
     let roots: Vec<PathBuf> =
         writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
     sandgate_sandbox::timing_mark("hidden and read-only paths listed");
-    let scan = sandgate_sandbox::tree::scan(&roots, &top_level);
+    let scan = match scan_by_daemon(&roots, &top_level, args) {
+        Some(scan) => {
+            sandgate_sandbox::timing_mark("writable trees answered by the daemon's index");
+            scan
+        }
+        None => sandgate_sandbox::tree::scan(&roots, &top_level),
+    };
     sandgate_sandbox::timing_mark("writable trees scanned");
     read_only.extend(scan.protected.iter().cloned());
     // Git metadata: from git's own index and config (see `sandgate_sandbox::gitwall`).
@@ -300,6 +306,54 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
         })
         .map(|w| w.path.clone())
         .collect()
+}
+
+/// Below this size of the scan's memory (about a hundred directories), a launch scans itself.
+#[cfg(target_os = "linux")]
+const SMALL: u64 = 8 * 1024;
+
+/// The scan of `roots` under `rule` as the running daemon's index answers it (see
+/// `sandgate_sandbox::tree::Index` for why that answer is as good as scanning here); `None`
+/// when there are no writable trees, no daemon of this user runs (none is started for this),
+/// `SANDGATE_NO_DAEMON=1`, the trees were small at the last scan made here, or the daemon has
+/// no index of these trees yet (it starts one).
+#[cfg(target_os = "linux")]
+fn scan_by_daemon(
+    roots: &[PathBuf],
+    rule: &sandgate_sandbox::TopLevel,
+    args: &LaunchOptions,
+) -> Option<sandgate_sandbox::tree::Scan> {
+    use std::io::Write as _;
+    use std::os::fd::AsFd as _;
+    // (A tree of some dozens of directories is checked against the scan's memory here in less
+    // time than the daemon's round trip takes.)
+    let small = sandgate_sandbox::tree::remembered_bytes(roots, rule).is_some_and(|n| n < SMALL);
+    if roots.is_empty() || small || super::serve::no_daemon(args) {
+        return None;
+    }
+    let path = crate::Paths::discover().dir.join(crate::paths::TREE_SOCKET);
+    let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+    // Only a daemon of this user answers for this user's trees.
+    let cred =
+        nix::sys::socket::getsockopt(&stream.as_fd(), nix::sys::socket::sockopt::PeerCredentials)
+            .ok()?;
+    if cred.uid() != nix::unistd::geteuid().as_raw() {
+        return None;
+    }
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    (&stream).write_all(&sandgate_sandbox::tree::encode_ask(roots, rule)).ok()?;
+    stream.shutdown(std::net::Shutdown::Write).ok()?;
+    let answer = sandgate_sandbox::tree::read_all(&mut &stream, 1 << 30).ok()?;
+    sandgate_sandbox::tree::decode_answer(&answer).flatten()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn scan_by_daemon(
+    _: &[PathBuf],
+    _: &sandgate_sandbox::TopLevel,
+    _: &LaunchOptions,
+) -> Option<sandgate_sandbox::tree::Scan> {
+    None
 }
 
 /// The rule for each writable path: at its top, dot-entries read-only unless allowlisted, the

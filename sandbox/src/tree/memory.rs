@@ -89,14 +89,14 @@ impl Key {
 #[cfg(target_os = "linux")]
 // (`c_long`: `i64` here, `i32` on 32-bit targets.)
 #[allow(clippy::unnecessary_cast)]
-fn trusted_fs(path: &Path) -> bool {
+pub(crate) fn trusted_fs(path: &Path) -> bool {
     nix::sys::statfs::statfs(path)
         .is_ok_and(|s| TRUSTED_FS.contains(&(s.filesystem_type().0 as i64)))
 }
 
 /// (Elsewhere, nothing is remembered.)
 #[cfg(not(target_os = "linux"))]
-fn trusted_fs(_: &Path) -> bool {
+pub(crate) fn trusted_fs(_: &Path) -> bool {
     let _ = TRUSTED_FS;
     false
 }

@@ -485,7 +485,99 @@ fn build_code_written_through_a_hard_link_is_named(s: &Scratch) {
     assert!(!quiet.contains("files host tools execute or obey"), "control: {quiet}");
 }
 
+/// `build` running `script` in `proj/` with the launch's step marks on stderr; whether the
+/// daemon's index answered its scan, and stdout.
+fn marked(s: &Scratch, script: &str) -> (bool, String) {
+    let script = format!("{script}; echo sandboxed-command-ran");
+    let mut c = s.command("build", &[], &["sh", "-c", &script]);
+    let out = c.env("SANDGATE_DEBUG", "launch").output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("sandboxed-command-ran"), "the launch failed: {stdout}{stderr}");
+    (stderr.contains("answered by the daemon's index"), stdout)
+}
+
+/// Launches until the daemon's index answers (the first launch in a tree starts building it):
+/// each launch is the event waited for, no sleep.
+fn until_indexed(s: &Scratch) {
+    for _ in 0..100 {
+        if marked(s, "true").0 {
+            return;
+        }
+    }
+    panic!("the daemon's index never answered");
+}
+
+/// Stops the daemon of this tree and waits until it is gone (it holds a lock on its pid file
+/// for its whole life).
+fn stop_daemon(s: &Scratch) {
+    let pid_file = s.root.join("run/sandgate/daemon.pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    std::process::Command::new("kill").arg(pid.trim()).status().unwrap();
+    let waited = std::process::Command::new("flock").arg(&pid_file).arg("true").status().unwrap();
+    assert!(waited.success());
+}
+
+/// The daemon's index between launches (issue 31): a tool file made deep down between two
+/// launches, one made while no daemon ran, and one made after the index's event queue
+/// overflowed are each read-only in the next launch. Controls: a plain file beside each is
+/// written by the same script (the sandbox could write there), the index did answer the
+/// launches it should (and not the one after the overflow), and on the host the script writes
+/// the tool file.
+fn the_daemons_index_protects_what_changed_between_launches(s: &Scratch) {
+    layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
+    // A tree of some dozens of directories is scanned in the launcher (cheaper than asking):
+    // this one is larger.
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    chown(s, &s.proj);
+    let write = |rel: &str| {
+        let dir = Path::new(rel).parent().unwrap().display().to_string();
+        format!(
+            "echo planted >> {rel} 2>/dev/null && echo WROTE {rel}; \
+             echo x >> {dir}/plain.txt 2>/dev/null && echo WROTE-PLAIN"
+        )
+    };
+    until_indexed(s);
+    // Made between two launches.
+    layout(s, &[("a/b/c/d/e/f/.envrc", "export A=1\n")]);
+    let (indexed, out) = marked(s, &write("a/b/c/d/e/f/.envrc"));
+    assert!(indexed, "control: the index answered");
+    assert!(!out.contains("WROTE a/"), "written through the index: {out}");
+    assert!(out.contains("WROTE-PLAIN"), "control: a plain file there is written: {out}");
+    // Made while no daemon ran.
+    stop_daemon(s);
+    layout(s, &[("x/y/z/.npmrc", "registry=x\n")]);
+    let (indexed, out) = marked(s, &write("x/y/z/.npmrc"));
+    assert!(!indexed, "a new daemon has no index yet");
+    assert!(!out.contains("WROTE x/"), "written after the daemon's restart: {out}");
+    until_indexed(s);
+    let (indexed, out) = marked(s, &write("x/y/z/.npmrc"));
+    assert!(indexed && !out.contains("WROTE x/"), "written through the new index: {out}");
+    // Made after the index's queue overflowed: more events than the queue holds.
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let flood = s.proj.join("x/y/z");
+    for i in 0..max / 2 + 10 {
+        let f = flood.join(format!("n{i}"));
+        std::fs::write(&f, "").unwrap();
+        std::fs::remove_file(&f).unwrap();
+    }
+    layout(s, &[("x/y/mise.toml", "[tools]\n")]);
+    let (indexed, out) = marked(s, &write("x/y/mise.toml"));
+    assert!(!indexed, "events were lost: the launch scans itself");
+    assert!(!out.contains("WROTE x/"), "written after an overflow: {out}");
+    assert!(out.contains("WROTE-PLAIN"), "control: {out}");
+    // Control: on the host, the same script writes the tool files.
+    let host = on_the_host(s, &s.proj, &write("a/b/c/d/e/f/.envrc"));
+    assert!(host.contains("WROTE a/"), "control on the host: {host}");
+}
+
 cases!(
+    the_daemons_index_protects_what_changed_between_launches,
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
     build_output_stays_and_changed_build_code_is_named,

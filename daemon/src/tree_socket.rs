@@ -1,0 +1,235 @@
+//! The socket that answers a `build` launch's scan of its writable trees from the daemon's
+//! index (Linux; see `sandgate_sandbox::tree::Index` for why an answer is as good as a fresh
+//! scan): `tree.sock`, next to the control socket and with its permissions. A launcher connects,
+//! writes its question (the writable paths and the scan's rule), shuts its side, and reads the
+//! answer: the scan, or "none yet". The first question about a tree is answered "none yet" (the
+//! launcher scans itself, as with no daemon) and the index is built on a thread of its own, off
+//! the launch's path; later ones are answered from it.
+//!
+//! Answered only to a launcher of the daemon's own uid (root's launch by root's daemon: the
+//! directories a daemon can list are its user's), outside every sandbox (the control socket's
+//! rule), in the daemon's own mount namespace (the paths must name the same directories).
+//! Anything else is answered "none yet".
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::os::fd::AsFd as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sandgate_sandbox::tree::{Index, decode_ask, encode_answer, key, read_all};
+
+use crate::server::{Daemon, check_peer_fd};
+
+/// How many trees the daemon keeps an index of (each holds an inotify instance and a watch per
+/// directory): the least recently asked goes first.
+const MAX_INDEXES: usize = 4;
+
+/// The longest question read (writable paths and rule: a few kilobytes).
+const MAX_ASK: u64 = 1 << 20;
+
+/// How long a question may take to arrive, and an answer to be written.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The listening socket.
+pub struct TreeSocket {
+    path: PathBuf,
+    listener: Arc<UnixListener>,
+}
+
+/// One tree's index: being built, or ready (and when it was last asked).
+enum Slot {
+    Building,
+    Ready(Arc<Mutex<Index>>, Instant),
+}
+
+type Indexes = Arc<Mutex<HashMap<Vec<u8>, Slot>>>;
+
+impl TreeSocket {
+    /// Binds `tree.sock` in `dir` (0600) and starts its thread. Best effort: without it,
+    /// launches scan themselves.
+    pub fn start(dir: &Path, d: &Arc<Daemon>) -> Option<TreeSocket> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join(crate::paths::TREE_SOCKET);
+        let _ = std::fs::remove_file(&path);
+        let bound = UnixListener::bind(&path).and_then(|l| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            Ok(Arc::new(l))
+        });
+        let listener = match bound {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %e,
+                    "no index of the writable trees; build launches scan themselves");
+                return None;
+            }
+        };
+        let (l, d) = (listener.clone(), d.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sandgate-tree".into())
+            .spawn(move || serve(&l, &d, &Arc::default()));
+        if spawned.is_err() {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        Some(TreeSocket { path, listener })
+    }
+
+    /// Removes the socket and ends the thread.
+    pub fn stop(&self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&*self.listener),
+            nix::sys::socket::Shutdown::Both,
+        );
+    }
+}
+
+fn serve(listener: &UnixListener, d: &Daemon, indexes: &Indexes) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                d.touch();
+                let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    answer(&stream, indexes);
+                }));
+                if answered.is_err() {
+                    tracing::error!("answering a scan failed (a bug); the launch scans itself");
+                }
+            }
+            // Shut down (the daemon leaves).
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Reads one question on `stream` and writes its answer.
+fn answer(stream: &UnixStream, indexes: &Indexes) {
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let none = encode_answer(None);
+    let reply = match peer_may_ask(stream) {
+        Err(why) => {
+            tracing::debug!("scan not answered: {why}");
+            none
+        }
+        Ok(()) => {
+            // (Read after the question arrived: see the index on why that is in time.)
+            let ask = read_all(&mut &*stream, MAX_ASK).ok();
+            match ask.as_deref().and_then(decode_ask) {
+                Some((roots, rule)) => scan_of(indexes, &roots, &rule).unwrap_or(none),
+                None => none,
+            }
+        }
+    };
+    let _ = (&*stream).write_all(&reply);
+}
+
+/// The answer for `roots` under `rule`: from the index when there is one; otherwise `None`, and
+/// the index is built (on a thread of its own).
+fn scan_of(
+    indexes: &Indexes,
+    roots: &[PathBuf],
+    rule: &sandgate_sandbox::TopLevel,
+) -> Option<Vec<u8>> {
+    let k = key(roots, rule);
+    let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
+    let index = match map.get_mut(&k) {
+        Some(Slot::Ready(index, used)) => {
+            *used = Instant::now();
+            index.clone()
+        }
+        Some(Slot::Building) => return None,
+        None => {
+            build(indexes, &mut map, k, roots, rule);
+            return None;
+        }
+    };
+    drop(map);
+    let scan = index.lock().unwrap_or_else(|e| e.into_inner()).scan();
+    match scan {
+        Some(scan) => Some(encode_answer(Some(&scan))),
+        None => {
+            // Events lost, a top replaced, the mounts changed: built again.
+            let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
+            let old = map.remove(&k);
+            build(indexes, &mut map, k, roots, rule);
+            drop(map);
+            let_go(old.into_iter().chain([Slot::Ready(index, Instant::now())]).collect());
+            None
+        }
+    }
+}
+
+/// Starts building the index of `roots` under `rule` (`k`: its key), making room first.
+fn build(
+    indexes: &Indexes,
+    map: &mut HashMap<Vec<u8>, Slot>,
+    k: Vec<u8>,
+    roots: &[PathBuf],
+    rule: &sandgate_sandbox::TopLevel,
+) {
+    let mut evicted = Vec::new();
+    while map.len() >= MAX_INDEXES {
+        let oldest = map
+            .iter()
+            .filter_map(|(k, s)| match s {
+                Slot::Ready(_, used) => Some((k.clone(), *used)),
+                Slot::Building => None,
+            })
+            .min_by_key(|(_, used)| *used);
+        match oldest.and_then(|(k, _)| map.remove(&k)) {
+            Some(slot) => evicted.push(slot),
+            None => return, // (all building: none now)
+        };
+    }
+    let_go(evicted);
+    map.insert(k.clone(), Slot::Building);
+    let (indexes, roots, rule) = (indexes.clone(), roots.to_vec(), rule.clone());
+    let spawned = std::thread::Builder::new().name("sandgate-index".into()).spawn(move || {
+        let built = Index::build(&roots, &rule);
+        let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
+        match built {
+            Some(index) => {
+                tracing::debug!(dirs = index.len(), "index of the writable trees built");
+                map.insert(k, Slot::Ready(Arc::new(Mutex::new(index)), Instant::now()));
+            }
+            None => {
+                map.remove(&k);
+            }
+        }
+    });
+    if spawned.is_err() {
+        tracing::warn!("could not start building an index of the writable trees");
+    }
+}
+
+/// Drops indexes on a thread of their own: closing an inotify instance waits for an SRCU grace
+/// period in the kernel (10-20 ms), which no answer should wait for.
+fn let_go(slots: Vec<Slot>) {
+    if !slots.is_empty() {
+        let _ =
+            std::thread::Builder::new().name("sandgate-index-drop".into()).spawn(|| drop(slots));
+    }
+}
+
+/// Whether the peer may be answered: the control socket's rule (the same user or root, outside
+/// every sandbox), then exactly the daemon's uid and its mount namespace.
+fn peer_may_ask(stream: &UnixStream) -> Result<(), String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    check_peer_fd(stream.as_fd())?;
+    let cred = getsockopt(&stream.as_fd(), PeerCredentials).map_err(|e| e.to_string())?;
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me {
+        return Err(format!("uid {} asked the daemon of uid {me}", cred.uid()));
+    }
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let theirs = ns(&cred.pid().to_string());
+    if theirs.is_none() || theirs != ns("self") {
+        return Err("a launcher in another mount namespace".into());
+    }
+    Ok(())
+}

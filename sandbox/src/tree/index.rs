@@ -1,0 +1,601 @@
+//! The daemon's index of the writable trees: the scan's listings kept alive between launches
+//! under inotify watches, so that a repeat `build` launch in the same tree pays only for the
+//! directories that changed (not one `stat` per directory, as the scan's memory does).
+//!
+//! The daemon (which outlives launches) builds one [`Index`] per set of writable paths and rule
+//! the first time a launcher asks (that launch scans in-process, as with no daemon), and answers
+//! later launches from it ([`Index::scan`]): a directory whose listing it holds is not read
+//! again; every other one is watched, then listed, then held.
+//!
+//! # Why a held listing is as good as a fresh one
+//!
+//! A listing is held only while the directory is watched (created, deleted, moved in or out,
+//! metadata) by the index's inotify instance, with the watch placed **before** the directory was
+//! listed (or its key checked against the scan's memory): every change after the watch is an
+//! event, every change before it is in the listing (or moves the key). And a held listing is
+//! dropped ([`effect`]) as soon as an event names the directory, an entry in it, or it itself;
+//! an entry of a directory that appears, goes or moves drops everything held below it. A
+//! directory whose listing was dropped is watched and listed again at the next question (a
+//! build's new files in it change nothing the scan keeps, and then the last scan's result
+//! stands). Then:
+//!
+//! - **a file made just before the launch** (between the index's last update and the launch):
+//!   the kernel queues an inotify event inside the system call that made the entry, before that
+//!   call returns; the daemon reads the whole queue *after* the launcher's request arrived
+//!   ([`Index::scan`]), so every change that finished before the launcher asked is seen. One
+//!   made while the launch runs is the warden's, as with no daemon;
+//! - **a lost event**: the queue overflowed (`IN_Q_OVERFLOW`), a watch was removed by the kernel
+//!   (`IN_IGNORED`: the directory deleted, its filesystem unmounted), a top moved or deleted, a
+//!   top's path leads to another directory now (a parent renamed and replaced, a symbolic link
+//!   swapped in), or the mount table changed (a mount over a directory raises no inotify event;
+//!   `/proc/self/mountinfo` polled): the whole index is dropped and built again, and that launch
+//!   scans in-process;
+//! - **a watch that could not be placed** (inotify limits), or a filesystem whose change events
+//!   are not this machine's (network, FUSE, overlay: only the scan memory's trusted
+//!   filesystems): that directory's listing is never held; it is listed at every launch;
+//! - **the tree changed while no daemon ran**: the index lives only in the daemon's memory; a
+//!   new daemon starts with none (the scan's memory on disk has its own checks);
+//! - **another user's daemon, another mount namespace**: the daemon answers only a launcher of
+//!   its own uid (root included: root's launch is answered by root's daemon) in its own mount
+//!   namespace (see the daemon's `tree_socket`), so the listings it read are the ones the
+//!   launcher would read;
+//! - **another rule, other bounds, another build of sandgate**: another index (the key is the
+//!   scan memory's header: writable paths, rule, bounds, version).
+//!
+//! What the index answers is the same [`Scan`] the launcher would have made (the same
+//! classifier, the same breadth-first order and bounds, the links judged now).
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read as _;
+use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use super::{Entries, Live, Repository, Scan, Stop, Unread, WayIn, memory};
+use crate::TopLevel;
+
+/// What the index watches on a directory: its entries made, removed, moved in or out, their
+/// metadata (a directory made unreadable), and the directory itself removed or moved.
+pub(crate) const INDEX_EVENTS: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_ATTRIB
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF
+    | libc::IN_ONLYDIR
+    | libc::IN_DONT_FOLLOW;
+
+/// What one event does to the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Nothing held can be trusted any more: build it again.
+    Reset,
+    /// Drop the listing of `dir`, and everything held at and below `below`.
+    Forget { dir: PathBuf, below: Option<PathBuf> },
+    /// Nothing (an event of a watch no longer in use).
+    Nothing,
+}
+
+/// What an event (`mask`, the entry's `name`) on the watch of `dir` (`None`: a watch the index
+/// no longer maps; `top`: `dir` is a writable path's top) does to the index.
+pub(crate) fn effect(mask: u32, name: &[u8], dir: Option<&Path>, top: bool) -> Effect {
+    if mask & (libc::IN_Q_OVERFLOW | libc::IN_UNMOUNT) != 0 {
+        return Effect::Reset;
+    }
+    let Some(dir) = dir else { return Effect::Nothing };
+    let gone = mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0;
+    if gone && top {
+        return Effect::Reset;
+    }
+    if gone {
+        return Effect::Forget { dir: dir.to_path_buf(), below: Some(dir.to_path_buf()) };
+    }
+    if name.is_empty() {
+        // The directory's own metadata (its mode): listed again.
+        return Effect::Forget { dir: dir.to_path_buf(), below: None };
+    }
+    // A directory made, removed, moved in or out, or its mode changed: whatever was held at its
+    // name (a directory replaced, renamed away, swapped for a link) is dropped with what lies
+    // below it. (A directory can only be replaced by a directory, whose events say so: a file
+    // event's name never held anything below it.)
+    let below = (mask & libc::IN_ISDIR != 0).then(|| dir.join(std::ffi::OsStr::from_bytes(name)));
+    Effect::Forget { dir: dir.to_path_buf(), below }
+}
+
+/// Drops what `effects` say from `records` (one pass over what is held, and only for events of
+/// directories). Returns what was dropped of the directories named (their listings, to be
+/// compared with new ones) and whether anything held below an entry was dropped (a subtree).
+pub(crate) fn forget(
+    records: &mut HashMap<PathBuf, Entries>,
+    effects: &[Effect],
+) -> (Vec<(PathBuf, Entries)>, bool) {
+    let mut named = Vec::new();
+    let mut below: HashSet<&Path> = HashSet::new();
+    for e in effects {
+        if let Effect::Forget { dir, below: b } = e {
+            named.extend(records.remove_entry(dir));
+            below.extend(b.as_deref());
+        }
+    }
+    let before = records.len();
+    if !below.is_empty() {
+        records.retain(|p, _| !p.ancestors().any(|a| below.contains(a)));
+    }
+    let subtree = records.len() != before || named.iter().any(|(p, _)| below.contains(p.as_path()));
+    (named, subtree)
+}
+
+/// The index's watches and what it holds: what a scan asks ([`Live`]).
+#[derive(Debug)]
+struct Held {
+    inotify: nix::sys::inotify::Inotify,
+    /// Watch descriptor → the directories it was placed on (one inode, several paths, when a
+    /// directory is bound over another).
+    watch: HashMap<i32, Vec<PathBuf>>,
+    /// Listings held, each of a directory watched since before it was listed.
+    records: HashMap<PathBuf, Entries>,
+    /// Directories watched in this scan, not held yet (held once found).
+    watched_now: HashSet<PathBuf>,
+    /// Whether each device is a filesystem whose events can be trusted.
+    trusted: HashMap<u64, bool>,
+    /// Directories asked about in this scan: how many it read.
+    asked: usize,
+    /// How many of them were held or are now.
+    held_now: usize,
+}
+
+impl Live for Held {
+    fn before(&mut self, dir: &Path) -> Option<Entries> {
+        self.asked += 1;
+        if let Some(e) = self.records.get(dir) {
+            self.held_now += 1;
+            return Some(e.clone());
+        }
+        let dev = std::fs::symlink_metadata(dir).ok()?.dev();
+        let ok = *self.trusted.entry(dev).or_insert_with(|| memory::trusted_fs(dir));
+        if !ok {
+            return None;
+        }
+        let fd = self.inotify.as_fd().as_raw_fd();
+        if let Ok(wd) = crate::sys::inotify_watch(fd, dir, INDEX_EVENTS) {
+            let dirs = self.watch.entry(wd).or_default();
+            if !dirs.iter().any(|d| d == dir) {
+                dirs.push(dir.to_path_buf());
+            }
+            self.watched_now.insert(dir.to_path_buf());
+        }
+        None
+    }
+
+    fn found(&mut self, dir: &Path, found: &Entries) {
+        if self.watched_now.remove(dir) {
+            self.held_now += 1;
+            self.records.insert(dir.to_path_buf(), found.clone());
+        }
+    }
+}
+
+/// The daemon's index of one set of writable paths under one rule.
+#[derive(Debug)]
+pub struct Index {
+    roots: Vec<PathBuf>,
+    rule: TopLevel,
+    bounds: (usize, usize),
+    /// Each top's device and inode when the index was built.
+    tops: Vec<(PathBuf, u64, u64)>,
+    /// `/proc/self/mountinfo`, open since the index was built: readable with `POLLPRI` once the
+    /// mount table changed.
+    mounts: Option<std::fs::File>,
+    held: Held,
+    /// What the last scan read (before [`super::finish`]), while nothing held was dropped since.
+    last: Option<Scan>,
+    /// How many directories the last scan read.
+    read: usize,
+}
+
+impl Index {
+    /// Builds the index of `roots` (canonical, as a launcher asks) under `rule`: one scan,
+    /// every directory watched before it is listed or recalled from the scan's memory
+    /// (`rule.scan_memory`, used for this first scan only). `None` when inotify is not
+    /// available.
+    pub fn build(roots: &[PathBuf], rule: &TopLevel) -> Option<Index> {
+        let mut roots = roots.to_vec();
+        roots.sort();
+        let bounds = (super::SCAN_DEPTH, rule.scan_directories.unwrap_or(super::SCAN_DIRS));
+        let mounts = std::fs::File::open("/proc/self/mountinfo").ok();
+        let tops = roots
+            .iter()
+            .filter_map(|r| std::fs::metadata(r).ok().map(|m| (r.clone(), m.dev(), m.ino())))
+            .collect();
+        let held = Held {
+            inotify: crate::sys::inotify_init().ok()?,
+            watch: HashMap::new(),
+            records: HashMap::new(),
+            watched_now: HashSet::new(),
+            trusted: HashMap::new(),
+            asked: 0,
+            held_now: 0,
+        };
+        let mut index =
+            Index { roots, rule: rule.clone(), bounds, tops, mounts, held, last: None, read: 0 };
+        index.bfs();
+        index.rule.scan_memory = None;
+        Some(index)
+    }
+
+    /// The key the daemon finds this index by ([`key`]).
+    pub fn key(&self) -> Vec<u8> {
+        key(&self.roots, &self.rule)
+    }
+
+    /// How many directories' listings it holds.
+    pub fn len(&self) -> usize {
+        self.held.records.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.held.records.is_empty()
+    }
+
+    /// The scan a launcher would make now, from what is held and what changed since (every
+    /// queued event read first); `None` when the index must be built again (events lost, a
+    /// top replaced, the mount table changed): the caller drops it.
+    pub fn scan(&mut self) -> Option<Scan> {
+        if !self.still_valid() {
+            return None;
+        }
+        let events = self.drain()?;
+        let mut effects = Vec::new();
+        for (wd, mask, name) in &events {
+            // (One inode may be watched under several paths: a directory bound over another.)
+            match self.held.watch.get(wd) {
+                Some(dirs) => effects.extend(
+                    dirs.iter()
+                        .map(|d| effect(*mask, name, Some(d), self.roots.iter().any(|r| r == d))),
+                ),
+                None => effects.push(effect(*mask, name, None, false)),
+            }
+        }
+        if effects.contains(&Effect::Reset) {
+            return None;
+        }
+        for (wd, mask, _) in &events {
+            if mask & libc::IN_IGNORED != 0 {
+                self.held.watch.remove(wd);
+            }
+        }
+        let (named, subtree) = forget(&mut self.held.records, &effects);
+        if subtree || !self.listed_again(named) {
+            self.last = None;
+        }
+        let mut out = match &self.last {
+            Some(last) => {
+                let mut out = last.clone();
+                out.recalled = self.read;
+                out
+            }
+            None => self.bfs(),
+        };
+        super::finish(&mut out, &self.roots, &self.rule);
+        Some(out)
+    }
+
+    /// Lists again the directories whose listings `named` were dropped (an entry made, removed
+    /// or changed in each), each watched first, and holds them again; whether every one says
+    /// what it said (then the last scan stands: a build's new files change no listing the scan
+    /// keeps, which holds only names it acts on).
+    fn listed_again(&mut self, named: Vec<(PathBuf, Entries)>) -> bool {
+        if self.last.is_none() {
+            return false;
+        }
+        let below = crate::top_level::Below::new(&self.rule);
+        let mut same = true;
+        for (dir, old) in named {
+            let held = &mut self.held;
+            held.watched_now.clear();
+            let _ = held.before(&dir);
+            let top = self.roots.contains(&dir);
+            let mut sort = super::Classifier::new(&below, &self.rule, top);
+            if super::list(&dir, &mut |name, kind| sort.add(name, kind)).is_err() {
+                same = false;
+                continue;
+            }
+            let found = sort.finish();
+            same &= found == old;
+            held.found(&dir, &found);
+            same &= held.records.contains_key(&dir);
+        }
+        self.held.watched_now.clear();
+        same
+    }
+
+    /// The breadth-first part of a scan through what is held; kept as [`Index::last`] when
+    /// every directory it read is held.
+    fn bfs(&mut self) -> Scan {
+        let start = memory::now();
+        (self.held.asked, self.held.held_now) = (0, 0);
+        let mut out =
+            super::scan_with(&self.roots, &self.rule, self.bounds, start, Some(&mut self.held));
+        out.memory = None;
+        self.held.watched_now.clear();
+        self.read = self.held.asked;
+        // (A directory that could not be listed, or not watched, is read again every time.)
+        let all_held = self.held.held_now == self.held.asked;
+        self.last = all_held.then(|| out.clone());
+        out
+    }
+
+    /// Whether the tops are the directories the index was built of and the mount table is as
+    /// it was.
+    fn still_valid(&mut self) -> bool {
+        let tops = self.tops.len() == self.roots.len()
+            && self.tops.iter().all(|(p, dev, ino)| {
+                std::fs::metadata(p).is_ok_and(|m| m.dev() == *dev && m.ino() == *ino)
+            });
+        let Some(mounts) = &self.mounts else { return false };
+        let mut fds = [libc::pollfd { fd: mounts.as_raw_fd(), events: libc::POLLPRI, revents: 0 }];
+        let moved = match crate::sys::poll(&mut fds, 0) {
+            Ok(_) => fds[0].revents & (libc::POLLPRI | libc::POLLERR) != 0,
+            Err(_) => true,
+        };
+        tops && !moved
+    }
+
+    /// Every queued event as (watch, mask, name); `None` when the queue cannot be read.
+    fn drain(&self) -> Option<Vec<(i32, u32, Vec<u8>)>> {
+        let fd = self.held.inotify.as_fd().as_raw_fd();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match crate::sys::read(fd, &mut buf) {
+                Ok(0) => return None,
+                Ok(n) => out.extend(parse(&buf[..n])),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(out),
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// The events in one `read` of an inotify descriptor.
+fn parse(buf: &[u8]) -> Vec<(i32, u32, Vec<u8>)> {
+    const HEAD: usize = 16;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + HEAD <= buf.len() {
+        let word =
+            |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap_or([0; 4]));
+        let len = word(12) as usize;
+        let Some(name) = buf.get(at + HEAD..at + HEAD + len) else { break };
+        let name = name.split(|&b| b == 0).next().unwrap_or_default().to_vec();
+        out.push((word(0) as i32, word(4), name));
+        at += HEAD + len;
+    }
+    out
+}
+
+/// What identifies an index: the writable paths (sorted), the rule, the bounds and sandgate's
+/// version (the scan memory's header).
+pub fn key(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
+    let mut roots = roots.to_vec();
+    roots.sort();
+    let bounds = (super::SCAN_DEPTH, rule.scan_directories.unwrap_or(super::SCAN_DIRS));
+    memory::header(&roots, rule, bounds)
+}
+
+/// The first bytes of a launcher's question and of the daemon's answer.
+const ASK: &[u8] = b"sandgate-tree-ask 1\n";
+const ANSWER: &[u8] = b"sandgate-tree-answer 1\n";
+
+/// A launcher's question: the writable paths and the parts of the rule the scan obeys.
+pub fn encode_ask(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
+    let mut out = ASK.to_vec();
+    paths(&mut out, roots);
+    for list in [&rule.writable, &rule.protected, &rule.below, &rule.review, &rule.skip] {
+        put_u32(&mut out, list.len());
+        for s in list {
+            field(&mut out, s.as_bytes());
+        }
+    }
+    out.extend_from_slice(&(rule.scan_directories.map_or(0, |n| n as u64 + 1)).to_le_bytes());
+    let memory = rule.scan_memory.as_deref().map_or(&[][..], |m| m.as_os_str().as_bytes());
+    field(&mut out, memory);
+    out
+}
+
+/// The question read back: the writable paths and the rule (its scan memory is for the index's
+/// first scan only); `None` when it is not one.
+pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(ASK.len())? != ASK {
+        return None;
+    }
+    let roots = r.paths()?;
+    let mut lists = Vec::new();
+    for _ in 0..5 {
+        let n = r.u32()?;
+        let list: Option<Vec<String>> =
+            (0..n).map(|_| String::from_utf8(r.field()?.to_vec()).ok()).collect();
+        lists.push(list?);
+    }
+    let dirs = r.u64()?;
+    let memory = Some(r.path()?).filter(|m| !m.as_os_str().is_empty());
+    let [writable, protected, below, review, skip] = <[Vec<String>; 5]>::try_from(lists).ok()?;
+    let rule = TopLevel {
+        writable,
+        protected,
+        below,
+        review,
+        skip,
+        quarantine: None,
+        placeholders: Vec::new(),
+        scan_directories: dirs.checked_sub(1).map(|n| n as usize),
+        scan_memory: memory,
+    };
+    (r.at == bytes.len()).then_some((roots, rule))
+}
+
+/// The daemon's answer: the scan, or `None` (no index yet: the launcher scans itself).
+pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
+    let mut out = ANSWER.to_vec();
+    let Some(s) = scan else {
+        out.push(0);
+        return out;
+    };
+    out.push(1);
+    for list in [&s.dirs, &s.protected, &s.closed, &s.skipped, &s.reviewed, &s.review_files] {
+        paths(&mut out, list);
+    }
+    paths(&mut out, &s.links);
+    put_u32(&mut out, s.repositories.len());
+    for r in &s.repositories {
+        let (tag, p) = match r {
+            Repository::DotGit(p) => (0, p),
+            Repository::GitDir(p) => (1, p),
+        };
+        out.push(tag);
+        field(&mut out, p.as_os_str().as_bytes());
+    }
+    put_u32(&mut out, s.unread.len());
+    for u in &s.unread {
+        field(&mut out, u.path.as_os_str().as_bytes());
+        let (tag, n) = match u.why {
+            Stop::Depth => (0, 0),
+            Stop::Count(n) => (1, n as u64),
+            Stop::Unreadable(k) => (2, kind_code(k)),
+        };
+        out.push(tag);
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    put_u32(&mut out, s.ways_in.len());
+    for w in &s.ways_in {
+        field(&mut out, w.link.as_os_str().as_bytes());
+        field(&mut out, w.target.as_os_str().as_bytes());
+    }
+    out.extend_from_slice(&(s.recalled as u64).to_le_bytes());
+    out
+}
+
+/// The answer read back: `Some(None)` for "no index yet", `None` when it is not an answer.
+pub fn decode_answer(bytes: &[u8]) -> Option<Option<Scan>> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(ANSWER.len())? != ANSWER {
+        return None;
+    }
+    match r.take(1)?[0] {
+        0 => return (r.at == bytes.len()).then_some(None),
+        1 => {}
+        _ => return None,
+    }
+    let mut s = Scan {
+        dirs: r.paths()?,
+        protected: r.paths()?,
+        closed: r.paths()?,
+        skipped: r.paths()?,
+        reviewed: r.paths()?,
+        review_files: r.paths()?,
+        links: r.paths()?,
+        ..Scan::default()
+    };
+    for _ in 0..r.u32()? {
+        let tag = r.take(1)?[0];
+        let p = r.path()?;
+        s.repositories.push(match tag {
+            0 => Repository::DotGit(p),
+            1 => Repository::GitDir(p),
+            _ => return None,
+        });
+    }
+    for _ in 0..r.u32()? {
+        let path = r.path()?;
+        let tag = r.take(1)?[0];
+        let n = r.u64()?;
+        let why = match tag {
+            0 => Stop::Depth,
+            1 => Stop::Count(n as usize),
+            2 => Stop::Unreadable(kind_of(n)),
+            _ => return None,
+        };
+        s.unread.push(Unread { path, why });
+    }
+    for _ in 0..r.u32()? {
+        s.ways_in.push(WayIn { link: r.path()?, target: r.path()? });
+    }
+    s.recalled = r.u64()? as usize;
+    (r.at == bytes.len()).then_some(Some(s))
+}
+
+/// The error kinds a listing fails with, as numbers on the wire.
+const KINDS: [std::io::ErrorKind; 3] =
+    [std::io::ErrorKind::PermissionDenied, std::io::ErrorKind::NotFound, std::io::ErrorKind::Other];
+
+fn kind_code(k: std::io::ErrorKind) -> u64 {
+    KINDS.iter().position(|x| *x == k).unwrap_or(KINDS.len() - 1) as u64
+}
+
+fn kind_of(n: u64) -> std::io::ErrorKind {
+    KINDS.get(n as usize).copied().unwrap_or(std::io::ErrorKind::Other)
+}
+
+/// Reads a whole message from `r` (at most `limit` bytes).
+pub fn read_all(r: &mut impl std::io::Read, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    r.take(limit).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+}
+
+fn field(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_u32(out, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+fn paths(out: &mut Vec<u8>, list: &[PathBuf]) {
+    put_u32(out, list.len());
+    for p in list {
+        field(out, p.as_os_str().as_bytes());
+    }
+}
+
+struct Reader<'b> {
+    bytes: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize) -> Option<&'b [u8]> {
+        let out = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn field(&mut self) -> Option<&'b [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn path(&mut self) -> Option<PathBuf> {
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(self.field()?)))
+    }
+    fn paths(&mut self) -> Option<Vec<PathBuf>> {
+        let n = self.u32()? as usize;
+        let mut out = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            out.push(self.path()?);
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

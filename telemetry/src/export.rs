@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::metrics::Counters;
-use crate::otlp::{LogRecord, Resource, Scope, encode_logs, encode_metrics};
+use crate::otlp::{InstrumentationScope, LogRecord, Resource, encode_logs, encode_metrics};
 
 /// Where and how to export.
 #[derive(Clone)]
@@ -38,7 +38,7 @@ pub struct ExporterConfig {
     /// The resource of the metrics (the host and the user).
     pub resource: Arc<Resource>,
     /// The scope of records and metrics.
-    pub scope: Scope,
+    pub scope: InstrumentationScope,
     /// A batch is sent at the latest this long after its first record; counters are sent this
     /// often.
     pub interval: Duration,
@@ -65,7 +65,7 @@ impl ExporterConfig {
             headers: Vec::new(),
             tls: None,
             resource,
-            scope: Scope { name: "sandgate", version: env!("CARGO_PKG_VERSION") },
+            scope: InstrumentationScope { name: "sandgate", version: env!("CARGO_PKG_VERSION") },
             interval: Duration::from_secs(5),
             queue: 4096,
             max_batch: 512,

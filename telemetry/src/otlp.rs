@@ -111,7 +111,7 @@ pub struct LogRecord {
 
 /// The instrumentation scope every record and metric is sent under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scope {
+pub struct InstrumentationScope {
     /// Its name (`sandgate`).
     pub name: &'static str,
     /// Its version.
@@ -195,7 +195,7 @@ fn attributes(out: &mut Vec<u8>, field: u32, attrs: &Attributes) {
     }
 }
 
-fn scope(out: &mut Vec<u8>, s: &Scope) {
+fn scope(out: &mut Vec<u8>, s: &InstrumentationScope) {
     wire::message(out, 1, |o| {
         wire::string(o, 1, s.name);
         wire::string(o, 2, s.version);
@@ -214,7 +214,11 @@ fn log_record(out: &mut Vec<u8>, r: &LogRecord, observed: u64) {
 
 /// The body of `POST /v1/logs`: `records` grouped by resource (consecutive records of the same
 /// resource share one `ResourceLogs`), observed at `now`.
-pub fn encode_logs(scope_: &Scope, records: &[LogRecord], now: SystemTime) -> Vec<u8> {
+pub fn encode_logs(
+    scope_: &InstrumentationScope,
+    records: &[LogRecord],
+    now: SystemTime,
+) -> Vec<u8> {
     let observed = unix_nanos(now);
     let mut out = Vec::new();
     let mut start = 0;
@@ -241,7 +245,7 @@ pub fn encode_logs(scope_: &Scope, records: &[LogRecord], now: SystemTime) -> Ve
 /// The body of `POST /v1/metrics`: `metrics` of `resource`, cumulative from `start` to `now`.
 pub fn encode_metrics(
     resource: &Resource,
-    scope_: &Scope,
+    scope_: &InstrumentationScope,
     metrics: &[Metric],
     start: SystemTime,
     now: SystemTime,

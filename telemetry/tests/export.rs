@@ -13,12 +13,12 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
 use prost::Message as _;
-use sandgate_telemetry::otlp::{Scope, encode_logs, encode_metrics};
+use sandgate_telemetry::otlp::{InstrumentationScope, encode_logs, encode_metrics};
 use sandgate_telemetry::{
     Counters, ExporterConfig, LogRecord, QuestionOutcome, RequestOutcome, Resource, Severity,
     Telemetry, Value,
 };
-use sandgate_test_support::otlp::{Collector, Reply, refused_endpoint};
+use sandgate_test_support::otlp::{Collector, CollectorReply, refused_endpoint};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -78,7 +78,7 @@ fn logs_of(body: &[u8]) -> ExportLogsServiceRequest {
 fn records_decode_with_the_otlp_definitions_grouped_by_resource() {
     let (a, b) = (resource("sg-a"), resource("sg-b"));
     let records = [record(0, &a), record(1, &a), record(2, &b)];
-    let scope = Scope { name: "sandgate", version: "9.9" };
+    let scope = InstrumentationScope { name: "sandgate", version: "9.9" };
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let req = logs_of(&encode_logs(&scope, &records, now));
     assert_eq!(req.resource_logs.len(), 2, "one per resource");
@@ -132,7 +132,7 @@ fn metrics_decode_with_the_otlp_definitions() {
     c.secrets_injected(4);
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(160);
-    let scope = Scope { name: "sandgate", version: "1" };
+    let scope = InstrumentationScope { name: "sandgate", version: "1" };
     let body = encode_metrics(&resource("base"), &scope, &c.snapshot(), start, now);
     let req = ExportMetricsServiceRequest::decode(body.as_slice()).unwrap();
     let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
@@ -248,7 +248,7 @@ fn a_collector_that_is_down_costs_the_caller_only_the_dropped_count() {
 #[test]
 fn a_collector_that_hangs_is_timed_out_and_retried_while_logging_goes_on() {
     let rt = runtime();
-    let collector = Collector::scripted(&[Reply::Hang], Reply::Status(200));
+    let collector = Collector::scripted(&[CollectorReply::Hang], CollectorReply::Status(200));
     let mut c = config(&collector.endpoint());
     c.queue = 8;
     // Long enough that the logging below happens while the first attempt hangs, on a busy
@@ -280,8 +280,12 @@ fn a_500_drops_the_batch_and_a_429_or_503_is_retried() {
     let rt = runtime();
     // Batch 1: 500, not retried (failed). Batch 2: 429 with Retry-After 0, then 503, then taken.
     let collector = Collector::scripted(
-        &[Reply::Status(500), Reply::RetryAfter(429, 0), Reply::Status(503)],
-        Reply::Status(200),
+        &[
+            CollectorReply::Status(500),
+            CollectorReply::RetryAfter(429, 0),
+            CollectorReply::Status(503),
+        ],
+        CollectorReply::Status(200),
     );
     let t = Telemetry::start(config(&collector.endpoint()), rt.handle());
     let r = resource("sg-1");

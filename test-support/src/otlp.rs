@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// One export request as received.
 #[derive(Clone, Debug)]
-pub struct Export {
+pub struct ReceivedExport {
     /// The request path (`/v1/logs`).
     pub path: String,
     /// The headers, names lower-case.
@@ -22,7 +22,7 @@ pub struct Export {
     pub body: Vec<u8>,
 }
 
-impl Export {
+impl ReceivedExport {
     /// The value of header `name` (lower-case).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
@@ -31,7 +31,7 @@ impl Export {
 
 /// How the collector answers a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reply {
+pub enum CollectorReply {
     /// This status, empty body.
     Status(u16),
     /// This status with `Retry-After: SECONDS`.
@@ -43,11 +43,11 @@ pub enum Reply {
 #[derive(Default)]
 struct State {
     /// Replies for the next requests, in order; then [`State::otherwise`].
-    script: VecDeque<Reply>,
-    otherwise: Option<Reply>,
+    script: VecDeque<CollectorReply>,
+    otherwise: Option<CollectorReply>,
     raw: Vec<u8>,
     requests: usize,
-    /// Connections left open by [`Reply::Hang`].
+    /// Connections left open by [`CollectorReply::Hang`].
     hung: Vec<TcpStream>,
 }
 
@@ -55,17 +55,17 @@ struct State {
 pub struct Collector {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    rx: Mutex<mpsc::Receiver<Export>>,
+    rx: Mutex<mpsc::Receiver<ReceivedExport>>,
 }
 
 impl Collector {
     /// A collector that answers 200 to everything.
     pub fn start() -> Collector {
-        Collector::scripted(&[], Reply::Status(200))
+        Collector::scripted(&[], CollectorReply::Status(200))
     }
 
     /// A collector that answers the first requests with `script`, the rest with `otherwise`.
-    pub fn scripted(script: &[Reply], otherwise: Reply) -> Collector {
+    pub fn scripted(script: &[CollectorReply], otherwise: CollectorReply) -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the test collector");
         let addr = listener.local_addr().expect("its address");
         let state = Arc::new(Mutex::new(State {
@@ -91,7 +91,7 @@ impl Collector {
     }
 
     /// The next export received, waiting up to `timeout`.
-    pub fn next(&self, timeout: Duration) -> Option<Export> {
+    pub fn next(&self, timeout: Duration) -> Option<ReceivedExport> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(timeout).ok()
     }
 
@@ -114,7 +114,7 @@ pub fn refused_endpoint() -> String {
     format!("http://{addr}")
 }
 
-fn serve(conn: TcpStream, state: &Mutex<State>, tx: &mpsc::Sender<Export>) {
+fn serve(conn: TcpStream, state: &Mutex<State>, tx: &mpsc::Sender<ReceivedExport>) {
     let Ok(mut out) = conn.try_clone() else { return };
     let mut r = BufReader::new(conn);
     loop {
@@ -152,14 +152,14 @@ fn serve(conn: TcpStream, state: &Mutex<State>, tx: &mpsc::Sender<Export>) {
             s.raw.extend_from_slice(&head);
             s.raw.extend_from_slice(&body);
             s.requests += 1;
-            let otherwise = s.otherwise.unwrap_or(Reply::Status(200));
+            let otherwise = s.otherwise.unwrap_or(CollectorReply::Status(200));
             s.script.pop_front().unwrap_or(otherwise)
         };
-        let _ = tx.send(Export { path, headers, body });
+        let _ = tx.send(ReceivedExport { path, headers, body });
         let (status, extra) = match reply {
-            Reply::Status(s) => (s, String::new()),
-            Reply::RetryAfter(s, secs) => (s, format!("Retry-After: {secs}\r\n")),
-            Reply::Hang => {
+            CollectorReply::Status(s) => (s, String::new()),
+            CollectorReply::RetryAfter(s, secs) => (s, format!("Retry-After: {secs}\r\n")),
+            CollectorReply::Hang => {
                 if let Ok(c) = out.try_clone() {
                     state.lock().unwrap_or_else(|e| e.into_inner()).hung.push(c);
                 }

@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
 use prost::Message as _;
-use sandgate_test_support::otlp::{Collector, Export};
+use sandgate_test_support::otlp::{Collector, ReceivedExport};
 
 use crate::support::daemon::{DaemonEnv, can_sandbox, start_daemon};
 use crate::support::intercept::tls_origin;
@@ -155,7 +155,7 @@ interval = "100ms"
     assert!(out.status.success(), "{all}");
 
     // Records until the sandbox's end has been exported (the interval is 100 ms).
-    let mut exports: Vec<Export> = Vec::new();
+    let mut exports: Vec<ReceivedExport> = Vec::new();
     let mut names = BTreeSet::new();
     let mut records = Vec::new();
     while !names.contains("sandgate.sandbox.ended") {

@@ -194,6 +194,28 @@ impl Ways {
     }
 }
 
+/// How many inotify watches the daemon's indexes hold together. They share the user's
+/// `fs.inotify.max_user_watches` with every launch's warden, whose watches must not run short
+/// because an index holds the rest (past the limit, a new protected entry is taken away only
+/// when the command ends).
+static WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many watches the indexes may hold together: half of the user's inotify limit. Past it, a
+/// directory is not held (it is listed at every launch, as one on a filesystem not trusted).
+pub(crate) fn watch_budget() -> usize {
+    #[cfg(test)]
+    if let Some(n) = tests::budget() {
+        return n;
+    }
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(8192)
+    }) / 2
+}
+
 /// The index's watches and what it holds: what a scan asks ([`Live`]).
 #[derive(Debug)]
 struct Held {
@@ -227,8 +249,15 @@ impl Live for Held {
         if !ok {
             return None;
         }
+        use std::sync::atomic::Ordering::Relaxed;
+        if WATCHES.load(Relaxed) >= watch_budget() {
+            return None;
+        }
         let fd = self.inotify.as_fd().as_raw_fd();
         if let Ok(wd) = crate::sys::inotify_watch(fd, dir, INDEX_EVENTS) {
+            if !self.watch.contains_key(&wd) {
+                WATCHES.fetch_add(1, Relaxed);
+            }
             let dirs = self.watch.entry(wd).or_default();
             if !dirs.iter().any(|d| d == dir) {
                 dirs.push(dir.to_path_buf());
@@ -245,6 +274,12 @@ impl Live for Held {
             self.held_now += 1;
             self.records.insert(dir.to_path_buf(), found.clone());
         }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        WATCHES.fetch_sub(self.watch.len(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -346,8 +381,8 @@ impl Index {
             return None;
         }
         for (wd, mask, _) in &events {
-            if mask & libc::IN_IGNORED != 0 {
-                self.held.watch.remove(wd);
+            if mask & libc::IN_IGNORED != 0 && self.held.watch.remove(wd).is_some() {
+                WATCHES.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let (named, subtree) = forget(&mut self.held.records, &effects);

@@ -31,7 +31,7 @@
 //!   another tree and back while a scan ran would leave that tree's listings held here, where no
 //!   event of this one reaches them; the directories on the way to each top are watched,
 //!   [`way_moved`], and a scan that saw one change is not answered), or the mount table changed (a mount over a directory raises no inotify event;
-//!   `/proc/self/mountinfo` polled): the whole index is dropped and built again, and that launch
+//!   `/proc/thread-self/mountinfo` polled): the whole index is dropped and built again, and that launch
 //!   scans in-process;
 //! - **a watch that could not be placed** (inotify limits), or a filesystem whose change events
 //!   are not this machine's (network, FUSE, overlay: only the scan memory's trusted
@@ -291,7 +291,7 @@ pub struct Index {
     bounds: (usize, usize),
     /// Each top's device and inode when the index was built.
     tops: Vec<(PathBuf, u64, u64)>,
-    /// `/proc/self/mountinfo`, open since the index was built: readable with `POLLPRI` once the
+    /// `/proc/thread-self/mountinfo`, open since the index was built: readable with `POLLPRI` once the
     /// mount table changed.
     mounts: Option<std::fs::File>,
     /// The ways to the tops, watched since before the tops were noted.
@@ -312,7 +312,8 @@ impl Index {
         let mut roots = roots.to_vec();
         roots.sort();
         let bounds = (super::SCAN_DEPTH, rule.scan_directories.unwrap_or(super::SCAN_DIRS));
-        let mounts = std::fs::File::open("/proc/self/mountinfo").ok();
+        // (This thread's: the namespace the watches and listings resolve paths in.)
+        let mounts = std::fs::File::open("/proc/thread-self/mountinfo").ok();
         let ways = Ways::watch(&roots)?;
         let tops = roots
             .iter()

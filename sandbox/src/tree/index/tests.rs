@@ -429,3 +429,36 @@ fn the_indexes_leave_inotify_watches_to_the_wardens() {
     assert_eq!(found(&answered), found(&super::super::scan(&roots, &rule)));
     BUDGET.with(|b| b.set(None));
 }
+
+/// A directory with a tool's file bound over a directory the index holds (root; a mount raises
+/// no inotify event): the index gives no answer, or one that protects the file. Red team
+/// (issue 31). Control: the same tree asked before the mount is answered.
+#[test]
+fn a_mount_over_a_held_directory_is_not_missed() {
+    if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+        return;
+    }
+    // (In a mount namespace of this test's thread, private: the mount reaches no other test's
+    // index.)
+    use nix::mount::{MsFlags, mount};
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .unwrap();
+    let (_dir, root) = tree(LAYOUT);
+    let (_other, other) = tree(&["y/.envrc", "y/z/"]);
+    let roots = vec![root.clone()];
+    let mut index = Index::build(&roots, &rule()).unwrap();
+    assert!(index.scan().is_some(), "control: answered before the mount");
+    let over = root.join("sub/x/y");
+    mount(Some(&other.join("y")), &over, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(over.clone());
+    if let Some(a) = index.scan() {
+        assert!(a.protected.contains(&over.join(".envrc")), "the mount is missed");
+    }
+}

@@ -8,8 +8,9 @@
 //!
 //! Answered only to a launcher of the daemon's own uid (root's launch by root's daemon: the
 //! directories a daemon can list are its user's), outside every sandbox (the control socket's
-//! rule), in the daemon's own mount namespace (the paths must name the same directories).
-//! Anything else is answered "none yet".
+//! rule), in the daemon's own mount namespace and under its root directory (the paths must name
+//! the same directories: a launcher chrooted elsewhere, root's in a build chroot, names another
+//! tree by the same paths). Anything else is answered "none yet".
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -231,5 +232,54 @@ fn peer_may_ask(stream: &UnixStream) -> Result<(), String> {
     if theirs.is_none() || theirs != ns("self") {
         return Err("a launcher in another mount namespace".into());
     }
+    // (The directory `/proc/PID/root` leads to, through the process's view: its identity.)
+    let root = |pid: &str| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!("/proc/{pid}/root")).ok().map(|m| (m.dev(), m.ino()))
+    };
+    let theirs = root(&cred.pid().to_string());
+    if theirs.is_none() || theirs != root("self") {
+        return Err("a launcher under another root directory (chroot)".into());
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A launcher of the daemon's uid, in its mount namespace, but chrooted into another tree
+    /// (root's launch inside a build chroot): the paths it names are not the daemon's, so it is
+    /// not answered. Red team (issue 31). Control: the same connection from the daemon's root
+    /// is answered.
+    #[test]
+    fn a_launcher_under_another_root_is_not_answered() {
+        if sandgate_test_support::skip_unless(
+            nix::unistd::geteuid().is_root()
+                && std::process::Command::new("python3").arg("-V").output().is_ok(),
+            "root (chroot) and python3",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let jail = dir.path().canonicalize().unwrap();
+        let listener = UnixListener::bind(jail.join("tree.sock")).unwrap();
+        // Control: from here, answered.
+        let _near = UnixStream::connect(jail.join("tree.sock")).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        assert_eq!(peer_may_ask(&peer), Ok(()));
+        // A child chrooted into the directory connects to `/tree.sock` there, and waits for
+        // the connection to close.
+        let script = "import os, socket, sys\n\
+                      os.chroot(sys.argv[1]); os.chdir('/')\n\
+                      s = socket.socket(socket.AF_UNIX); s.connect('/tree.sock'); s.recv(1)\n";
+        let mut child =
+            std::process::Command::new("python3").args(["-c", script]).arg(&jail).spawn().unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let verdict = peer_may_ask(&peer);
+        drop(peer);
+        assert!(child.wait().unwrap().success());
+        let why = verdict.expect_err("a chrooted launcher is answered");
+        assert!(why.contains("root directory"), "{why}");
+    }
 }

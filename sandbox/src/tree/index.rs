@@ -27,8 +27,11 @@
 //! - **a lost event**: the queue overflowed (`IN_Q_OVERFLOW`), a watch was removed by the kernel
 //!   (`IN_IGNORED`: the directory deleted, its filesystem unmounted), a top moved or deleted, a
 //!   top's path leads to another directory now (a parent renamed and replaced, a symbolic link
-//!   swapped in), or the mount table changed (a mount over a directory raises no inotify event;
-//!   `/proc/self/mountinfo` polled): the whole index is dropped and built again, and that launch
+//!   swapped in) or did for a while (watches and listings go by path: a parent swapped for
+//!   another tree and back while a scan ran would leave that tree's listings held here, where no
+//!   event of this one reaches them; the directories on the way to each top are watched,
+//!   [`way_moved`], and a scan that saw one change is not answered), or the mount table changed (a mount over a directory raises no inotify event;
+//!   `/proc/thread-self/mountinfo` polled): the whole index is dropped and built again, and that launch
 //!   scans in-process;
 //! - **a watch that could not be placed** (inotify limits), or a filesystem whose change events
 //!   are not this machine's (network, FUSE, overlay: only the scan memory's trusted
@@ -127,6 +130,92 @@ pub(crate) fn forget(
     (named, subtree)
 }
 
+/// What the index watches on each directory above a top: an entry made, removed or moved in or
+/// out (one of them may be the way to the top), and the directory itself moved or removed.
+pub(crate) const WAY_EVENTS: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF
+    | libc::IN_ONLYDIR
+    | libc::IN_DONT_FOLLOW;
+
+/// Whether an event (`mask`, the entry's `name`) on the watch of a directory above a top
+/// (`next`: the names in it that lead to a top; `None`: a watch not known) means that a top's
+/// path may have led, for a while, to another directory: the index's watches and listings are
+/// placed and read by path, so a directory below a top may have been watched and listed in
+/// another tree, where no event of this one reaches it.
+pub(crate) fn way_moved(mask: u32, name: &[u8], next: Option<&HashSet<Vec<u8>>>) -> bool {
+    let lost = libc::IN_Q_OVERFLOW
+        | libc::IN_IGNORED
+        | libc::IN_UNMOUNT
+        | libc::IN_DELETE_SELF
+        | libc::IN_MOVE_SELF;
+    mask & lost != 0 || next.is_none_or(|n| n.contains(name))
+}
+
+/// The directories on the way from `/` to each top, watched ([`WAY_EVENTS`]) before the tops'
+/// inodes are noted and the first scan begins, each before the one below it (a component
+/// swapped after its parent was watched is an event of the parent).
+#[derive(Debug)]
+struct Ways {
+    inotify: nix::sys::inotify::Inotify,
+    /// Watch → the names in its directory that lead to a top.
+    next: HashMap<i32, HashSet<Vec<u8>>>,
+}
+
+impl Ways {
+    /// Watches the way to each of `roots`; `None` when a watch cannot be placed (no index).
+    fn watch(roots: &[PathBuf]) -> Option<Ways> {
+        let inotify = crate::sys::inotify_init().ok()?;
+        let fd = inotify.as_fd().as_raw_fd();
+        let mut next: HashMap<i32, HashSet<Vec<u8>>> = HashMap::new();
+        for root in roots {
+            let mut steps: Vec<(&Path, &std::ffi::OsStr)> =
+                root.ancestors().filter_map(|a| Some((a.parent()?, a.file_name()?))).collect();
+            steps.reverse();
+            for (dir, name) in steps {
+                let wd = crate::sys::inotify_watch(fd, dir, WAY_EVENTS).ok()?;
+                next.entry(wd).or_default().insert(name.as_bytes().to_vec());
+            }
+        }
+        Some(Ways { inotify, next })
+    }
+
+    /// Whether a way to a top changed since the last call (every queued event read).
+    fn moved(&self) -> bool {
+        match drain(self.inotify.as_fd().as_raw_fd()) {
+            Some(events) => {
+                events.iter().any(|(wd, mask, name)| way_moved(*mask, name, self.next.get(wd)))
+            }
+            None => true,
+        }
+    }
+}
+
+/// How many inotify watches the daemon's indexes hold together. They share the user's
+/// `fs.inotify.max_user_watches` with every launch's warden, whose watches must not run short
+/// because an index holds the rest (past the limit, a new protected entry is taken away only
+/// when the command ends).
+static WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many watches the indexes may hold together: half of the user's inotify limit. Past it, a
+/// directory is not held (it is listed at every launch, as one on a filesystem not trusted).
+pub(crate) fn watch_budget() -> usize {
+    #[cfg(test)]
+    if let Some(n) = tests::budget() {
+        return n;
+    }
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(8192)
+    }) / 2
+}
+
 /// The index's watches and what it holds: what a scan asks ([`Live`]).
 #[derive(Debug)]
 struct Held {
@@ -153,13 +242,22 @@ impl Live for Held {
             self.held_now += 1;
             return Some(e.clone());
         }
+        #[cfg(test)]
+        tests::hook(dir, true);
         let dev = std::fs::symlink_metadata(dir).ok()?.dev();
         let ok = *self.trusted.entry(dev).or_insert_with(|| memory::trusted_fs(dir));
         if !ok {
             return None;
         }
+        use std::sync::atomic::Ordering::Relaxed;
+        if WATCHES.load(Relaxed) >= watch_budget() {
+            return None;
+        }
         let fd = self.inotify.as_fd().as_raw_fd();
         if let Ok(wd) = crate::sys::inotify_watch(fd, dir, INDEX_EVENTS) {
+            if !self.watch.contains_key(&wd) {
+                WATCHES.fetch_add(1, Relaxed);
+            }
             let dirs = self.watch.entry(wd).or_default();
             if !dirs.iter().any(|d| d == dir) {
                 dirs.push(dir.to_path_buf());
@@ -170,10 +268,18 @@ impl Live for Held {
     }
 
     fn found(&mut self, dir: &Path, found: &Entries) {
+        #[cfg(test)]
+        tests::hook(dir, false);
         if self.watched_now.remove(dir) {
             self.held_now += 1;
             self.records.insert(dir.to_path_buf(), found.clone());
         }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        WATCHES.fetch_sub(self.watch.len(), std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -185,9 +291,11 @@ pub struct Index {
     bounds: (usize, usize),
     /// Each top's device and inode when the index was built.
     tops: Vec<(PathBuf, u64, u64)>,
-    /// `/proc/self/mountinfo`, open since the index was built: readable with `POLLPRI` once the
+    /// `/proc/thread-self/mountinfo`, open since the index was built: readable with `POLLPRI` once the
     /// mount table changed.
     mounts: Option<std::fs::File>,
+    /// The ways to the tops, watched since before the tops were noted.
+    ways: Ways,
     held: Held,
     /// What the last scan read (before [`super::finish`]), while nothing held was dropped since.
     last: Option<Scan>,
@@ -204,7 +312,9 @@ impl Index {
         let mut roots = roots.to_vec();
         roots.sort();
         let bounds = (super::SCAN_DEPTH, rule.scan_directories.unwrap_or(super::SCAN_DIRS));
-        let mounts = std::fs::File::open("/proc/self/mountinfo").ok();
+        // (This thread's: the namespace the watches and listings resolve paths in.)
+        let mounts = std::fs::File::open("/proc/thread-self/mountinfo").ok();
+        let ways = Ways::watch(&roots)?;
         let tops = roots
             .iter()
             .filter_map(|r| std::fs::metadata(r).ok().map(|m| (r.clone(), m.dev(), m.ino())))
@@ -218,8 +328,17 @@ impl Index {
             asked: 0,
             held_now: 0,
         };
-        let mut index =
-            Index { roots, rule: rule.clone(), bounds, tops, mounts, held, last: None, read: 0 };
+        let mut index = Index {
+            roots,
+            rule: rule.clone(),
+            bounds,
+            tops,
+            mounts,
+            ways,
+            held,
+            last: None,
+            read: 0,
+        };
         index.bfs();
         index.rule.scan_memory = None;
         Some(index)
@@ -247,7 +366,7 @@ impl Index {
         if !self.still_valid() {
             return None;
         }
-        let events = self.drain()?;
+        let events = drain(self.held.inotify.as_fd().as_raw_fd())?;
         let mut effects = Vec::new();
         for (wd, mask, name) in &events {
             // (One inode may be watched under several paths: a directory bound over another.)
@@ -263,8 +382,8 @@ impl Index {
             return None;
         }
         for (wd, mask, _) in &events {
-            if mask & libc::IN_IGNORED != 0 {
-                self.held.watch.remove(wd);
+            if mask & libc::IN_IGNORED != 0 && self.held.watch.remove(wd).is_some() {
+                WATCHES.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let (named, subtree) = forget(&mut self.held.records, &effects);
@@ -279,6 +398,11 @@ impl Index {
             }
             None => self.bfs(),
         };
+        // (A way to a top swapped and back while this scan listed: what it read may be another
+        // tree's.)
+        if self.ways.moved() {
+            return None;
+        }
         super::finish(&mut out, &self.roots, &self.rule);
         Some(out)
     }
@@ -341,21 +465,21 @@ impl Index {
             Ok(_) => fds[0].revents & (libc::POLLPRI | libc::POLLERR) != 0,
             Err(_) => true,
         };
-        tops && !moved
+        tops && !moved && !self.ways.moved()
     }
+}
 
-    /// Every queued event as (watch, mask, name); `None` when the queue cannot be read.
-    fn drain(&self) -> Option<Vec<(i32, u32, Vec<u8>)>> {
-        let fd = self.held.inotify.as_fd().as_raw_fd();
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match crate::sys::read(fd, &mut buf) {
-                Ok(0) => return None,
-                Ok(n) => out.extend(parse(&buf[..n])),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(out),
-                Err(_) => return None,
-            }
+/// Every event queued on the inotify descriptor `fd` as (watch, mask, name); `None` when the
+/// queue cannot be read.
+fn drain(fd: std::os::fd::RawFd) -> Option<Vec<(i32, u32, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match crate::sys::read(fd, &mut buf) {
+            Ok(0) => return None,
+            Ok(n) => out.extend(parse(&buf[..n])),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(out),
+            Err(_) => return None,
         }
     }
 }

@@ -36,6 +36,7 @@ mod netpool;
 mod proxy_cli;
 mod quick_start;
 mod readonly_hint;
+mod redteam_index;
 mod redteam_net;
 mod redteam_netpool;
 mod redteam_open;

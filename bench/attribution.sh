@@ -12,44 +12,9 @@
 #        BUILD=debug bench/attribution.sh   (the debug build, for a quick look; not a figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=bench/lib/test-host.sh
-. bench/lib/test-host.sh
-[ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
-
-BUILD=${BUILD:-release}
-if [ "$BUILD" = release ]; then
-    cargo build --release -q -p sandgate --bin sandgate
-    cargo build --release -q -p sandgate-proxy --example proxy_bench
-else
-    cargo build -q -p sandgate --bin sandgate
-    cargo build -q -p sandgate-proxy --example proxy_bench
-fi
-BIN=$PWD/target/$BUILD
-ROUNDS=${ROUNDS:-3}
-KIND=${KIND:-rate}
-T=$(mktemp -d)
-NS=sgattr$$
-HOST=45.90.9.2
-PIDS=()
-cleanup() {
-    "$BIN/sandgate" stop >/dev/null 2>&1 || true
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    remove_test_host "$NS"
-    rm -rf "$T"
-}
-trap cleanup EXIT
-
-test_host "$NS" "$HOST" 45.90.9.1
-
-ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
-PIDS+=($!)
-for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
-ORIGIN="$HOST:$(cat "$T/origin.port")"
-
-mkdir -p "$T/run" "$T/config" "$T/data" "$T/work"
-chmod 700 "$T/run"
-export XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data"
+NS_PREFIX=sgattr
+# shellcheck source=bench/lib/net-origin.sh
+. bench/lib/net-origin.sh
 
 # One measurement: a fresh daemon (started by the launch, with the switch in its environment).
 measure() { # on|off

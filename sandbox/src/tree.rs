@@ -50,6 +50,8 @@ mod index;
 mod memory;
 
 #[cfg(target_os = "linux")]
+pub(crate) use index::parse as parse_inotify;
+#[cfg(target_os = "linux")]
 pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
 pub use memory::Memory;
 

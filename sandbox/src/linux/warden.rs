@@ -163,19 +163,10 @@ struct Event {
 
 /// The events in `buf` (what one `read` of an inotify descriptor returned).
 fn parse_events(buf: &[u8]) -> Vec<Event> {
-    const HEAD: usize = 16; // wd, mask, cookie, len
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + HEAD <= buf.len() {
-        let word =
-            |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap_or([0; 4]));
-        let len = word(12) as usize;
-        let Some(name) = buf.get(at + HEAD..at + HEAD + len) else { break };
-        let name = name.split(|&b| b == 0).next().unwrap_or_default().to_vec();
-        out.push(Event { wd: word(0) as i32, mask: word(4), name });
-        at += HEAD + len;
-    }
-    out
+    crate::tree::parse_inotify(buf)
+        .into_iter()
+        .map(|(wd, mask, name)| Event { wd, mask, name })
+        .collect()
 }
 
 fn entries(dir: &Path) -> Vec<(OsString, u64, u64)> {

@@ -484,8 +484,9 @@ fn drain(fd: std::os::fd::RawFd) -> Option<Vec<(i32, u32, Vec<u8>)>> {
     }
 }
 
-/// The events in one `read` of an inotify descriptor.
-fn parse(buf: &[u8]) -> Vec<(i32, u32, Vec<u8>)> {
+/// The events in one `read` of an inotify descriptor, as (watch, mask, name): the one reading
+/// of the kernel's `struct inotify_event` layout, the warden's too.
+pub(crate) fn parse(buf: &[u8]) -> Vec<(i32, u32, Vec<u8>)> {
     const HEAD: usize = 16;
     let mut out = Vec::new();
     let mut at = 0;
@@ -521,19 +522,19 @@ pub fn encode_ask(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
     for list in [&rule.writable, &rule.protected, &rule.below, &rule.review, &rule.skip] {
         put_u32(&mut out, list.len());
         for s in list {
-            field(&mut out, s.as_bytes());
+            memory::field(&mut out, s.as_bytes());
         }
     }
     out.extend_from_slice(&(rule.scan_directories.map_or(0, |n| n as u64 + 1)).to_le_bytes());
     let memory = rule.scan_memory.as_deref().map_or(&[][..], |m| m.as_os_str().as_bytes());
-    field(&mut out, memory);
+    memory::field(&mut out, memory);
     out
 }
 
 /// The question read back: the writable paths and the rule (its scan memory is for the index's
 /// first scan only); `None` when it is not one.
 pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
-    let mut r = Reader { bytes, at: 0 };
+    let mut r = memory::Reader::new(bytes);
     if r.take(ASK.len())? != ASK {
         return None;
     }
@@ -559,7 +560,7 @@ pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
         scan_directories: dirs.checked_sub(1).map(|n| n as usize),
         scan_memory: memory,
     };
-    (r.at == bytes.len()).then_some((roots, rule))
+    r.at_end().then_some((roots, rule))
 }
 
 /// The daemon's answer: the scan, or `None` (no index yet: the launcher scans itself).
@@ -581,11 +582,11 @@ pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
             Repository::GitDir(p) => (1, p),
         };
         out.push(tag);
-        field(&mut out, p.as_os_str().as_bytes());
+        memory::field(&mut out, p.as_os_str().as_bytes());
     }
     put_u32(&mut out, s.unread.len());
     for u in &s.unread {
-        field(&mut out, u.path.as_os_str().as_bytes());
+        memory::field(&mut out, u.path.as_os_str().as_bytes());
         let (tag, n) = match u.why {
             Stop::Depth => (0, 0),
             Stop::Count(n) => (1, n as u64),
@@ -596,8 +597,8 @@ pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
     }
     put_u32(&mut out, s.ways_in.len());
     for w in &s.ways_in {
-        field(&mut out, w.link.as_os_str().as_bytes());
-        field(&mut out, w.target.as_os_str().as_bytes());
+        memory::field(&mut out, w.link.as_os_str().as_bytes());
+        memory::field(&mut out, w.target.as_os_str().as_bytes());
     }
     out.extend_from_slice(&(s.recalled as u64).to_le_bytes());
     out
@@ -605,12 +606,12 @@ pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
 
 /// The answer read back: `Some(None)` for "no index yet", `None` when it is not an answer.
 pub fn decode_answer(bytes: &[u8]) -> Option<Option<Scan>> {
-    let mut r = Reader { bytes, at: 0 };
+    let mut r = memory::Reader::new(bytes);
     if r.take(ANSWER.len())? != ANSWER {
         return None;
     }
     match r.take(1)?[0] {
-        0 => return (r.at == bytes.len()).then_some(None),
+        0 => return r.at_end().then_some(None),
         1 => {}
         _ => return None,
     }
@@ -649,7 +650,7 @@ pub fn decode_answer(bytes: &[u8]) -> Option<Option<Scan>> {
         s.ways_in.push(WayIn { link: r.path()?, target: r.path()? });
     }
     s.recalled = r.u64()? as usize;
-    (r.at == bytes.len()).then_some(Some(s))
+    r.at_end().then_some(Some(s))
 }
 
 /// The error kinds a listing fails with, as numbers on the wire.
@@ -675,39 +676,15 @@ fn put_u32(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&(n as u32).to_le_bytes());
 }
 
-fn field(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_u32(out, bytes.len());
-    out.extend_from_slice(bytes);
-}
-
 fn paths(out: &mut Vec<u8>, list: &[PathBuf]) {
     put_u32(out, list.len());
     for p in list {
-        field(out, p.as_os_str().as_bytes());
+        memory::field(out, p.as_os_str().as_bytes());
     }
 }
 
-struct Reader<'b> {
-    bytes: &'b [u8],
-    at: usize,
-}
-
-impl<'b> Reader<'b> {
-    fn take(&mut self, n: usize) -> Option<&'b [u8]> {
-        let out = self.bytes.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(out)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn field(&mut self) -> Option<&'b [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
+/// The index's own fields, on the memory file's reader.
+impl memory::Reader<'_> {
     fn path(&mut self) -> Option<PathBuf> {
         Some(PathBuf::from(std::ffi::OsStr::from_bytes(self.field()?)))
     }

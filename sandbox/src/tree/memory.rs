@@ -171,8 +171,8 @@ pub(crate) fn now() -> (i64, i64) {
 /// under another header, or the clock now lies before the scan that made it.
 pub(crate) fn recall(file: &Path, header: &[u8], start: (i64, i64)) -> Option<Recall> {
     let bytes = std::fs::read(file).ok()?;
-    let mut r = Reader { bytes: &bytes, at: 0 };
-    if r.take(MAGIC.len())? != MAGIC || r.bytes_field()? != header {
+    let mut r = Reader::new(&bytes);
+    if r.take(MAGIC.len())? != MAGIC || r.field()? != header {
         return None;
     }
     let made = (r.i64()?, r.i64()?);
@@ -182,7 +182,7 @@ pub(crate) fn recall(file: &Path, header: &[u8], start: (i64, i64)) -> Option<Re
     let n = r.u32()? as usize;
     let mut records = HashMap::with_capacity(n.min(1 << 20));
     for _ in 0..n {
-        let path = PathBuf::from(std::ffi::OsStr::from_bytes(r.bytes_field()?));
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(r.field()?));
         let key = Key {
             dev: r.u64()?,
             ino: r.u64()?,
@@ -192,7 +192,7 @@ pub(crate) fn recall(file: &Path, header: &[u8], start: (i64, i64)) -> Option<Re
         let flags = r.take(1)?[0];
         let mut names = || -> Option<Vec<Vec<u8>>> {
             let n = r.u32()? as usize;
-            (0..n).map(|_| r.bytes_field().map(<[u8]>::to_vec)).collect()
+            (0..n).map(|_| r.field().map(<[u8]>::to_vec)).collect()
         };
         let entries = Entries {
             git_dir: flags & 1 != 0,
@@ -279,33 +279,47 @@ impl Memory {
     }
 }
 
-fn field(out: &mut Vec<u8>, bytes: &[u8]) {
+/// Writes a field as [`Reader::field`] reads it: its length (`u32`, little-endian), then its bytes.
+pub(super) fn field(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(bytes);
 }
 
-/// Reads the fields of a memory file; `None` at its end.
-struct Reader<'b> {
+/// Reads the little-endian fields of a memory file (and of the index's question and answer,
+/// written the same way); `None` at its end.
+pub(super) struct Reader<'b> {
     bytes: &'b [u8],
     at: usize,
 }
 
 impl<'b> Reader<'b> {
-    fn take(&mut self, n: usize) -> Option<&'b [u8]> {
+    /// A reader at the start of `bytes`.
+    pub(super) fn new(bytes: &'b [u8]) -> Self {
+        Reader { bytes, at: 0 }
+    }
+    /// Whether every byte has been read.
+    pub(super) fn at_end(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+    /// The next `n` bytes.
+    pub(super) fn take(&mut self, n: usize) -> Option<&'b [u8]> {
         let out = self.bytes.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(out)
     }
-    fn u32(&mut self) -> Option<u32> {
+    /// The next `u32`.
+    pub(super) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    /// The next `u64`.
+    pub(super) fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
     fn i64(&mut self) -> Option<i64> {
         Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn bytes_field(&mut self) -> Option<&'b [u8]> {
+    /// The next field, as [`field`] wrote it.
+    pub(super) fn field(&mut self) -> Option<&'b [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }

@@ -297,7 +297,8 @@ impl<'b> Reader<'b> {
     pub(super) fn new(bytes: &'b [u8]) -> Self {
         Reader { bytes, at: 0 }
     }
-    /// Whether every byte has been read.
+    /// Whether every byte has been read (the index's question and answer end exactly).
+    #[cfg(target_os = "linux")]
     pub(super) fn at_end(&self) -> bool {
         self.at == self.bytes.len()
     }

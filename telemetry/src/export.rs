@@ -168,7 +168,8 @@ impl Telemetry {
 
     /// Queues a record; `false` when the queue was full (or the exporter stopped) and it was
     /// dropped, which is counted. Never blocks.
-    pub fn log(&self, record: LogRecord) -> bool {
+    pub fn log(&self, mut record: LogRecord) -> bool {
+        record.bound();
         match self.tx.try_send(record) {
             Ok(()) => true,
             Err(_) => {
@@ -380,6 +381,10 @@ impl Task {
     }
 }
 
+/// The most of a collector's answer read: an OTLP answer is an empty or a partial-success
+/// message, a few bytes; past this the connection is dropped unread (red team, issue 35).
+const MAX_ANSWER: usize = 64 * 1024;
+
 /// A byte stream to the collector: TCP, or TLS over it.
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -450,9 +455,26 @@ impl Client {
             .get(hyper::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        // Read the (small) answer to the end so the connection can carry the next export.
-        let _ = resp.into_body().collect().await;
-        self.conn = Some(send);
+        // Read the (small) answer to the end so the connection can carry the next export; a
+        // collector that answers more than OTLP ever does is not read on (its connection is
+        // dropped), so it cannot make the daemon hold what it sends.
+        let mut body = resp.into_body();
+        let mut read = 0usize;
+        let reusable = loop {
+            match body.frame().await {
+                None => break true,
+                Some(Ok(f)) => {
+                    read += f.data_ref().map_or(0, Bytes::len);
+                    if read > MAX_ANSWER {
+                        break false;
+                    }
+                }
+                Some(Err(_)) => break false,
+            }
+        };
+        if reusable {
+            self.conn = Some(send);
+        }
         Ok((status, retry_after))
     }
 }

@@ -109,6 +109,47 @@ pub struct LogRecord {
     pub resource: Arc<Resource>,
 }
 
+/// The most bytes of one string in a record (the body, an attribute's value), and the most
+/// values of one array: a longer one is cut, with `…` at the end. The daemon bounds what it puts
+/// in events (a host name, a path, a hook's reason), but a record is held in the queue and sent
+/// whatever its source, so the exporter bounds it too: 4,096 queued records stay a few tens of
+/// MiB at worst, whatever an agent writes in a request line or a hook (red team, issue 35).
+pub const MAX_VALUE_BYTES: usize = 4096;
+/// See [`MAX_VALUE_BYTES`].
+pub const MAX_ARRAY_VALUES: usize = 128;
+
+fn bound_str(s: &mut String) {
+    if s.len() > MAX_VALUE_BYTES {
+        let mut end = MAX_VALUE_BYTES - '…'.len_utf8();
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+}
+
+fn bound_value(v: &mut Value) {
+    match v {
+        Value::Str(s) => bound_str(s),
+        Value::Array(a) => {
+            a.truncate(MAX_ARRAY_VALUES);
+            a.iter_mut().for_each(bound_value);
+        }
+        Value::Bool(_) | Value::Int(_) | Value::Double(_) => {}
+    }
+}
+
+impl LogRecord {
+    /// Cuts the body and the attributes' values to [`MAX_VALUE_BYTES`] and
+    /// [`MAX_ARRAY_VALUES`] (the resource is the daemon's, shared by records, and bounded
+    /// there).
+    pub(crate) fn bound(&mut self) {
+        bound_str(&mut self.body);
+        self.attributes.iter_mut().for_each(|(_, v)| bound_value(v));
+    }
+}
+
 /// The instrumentation scope every record and metric is sent under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InstrumentationScope {

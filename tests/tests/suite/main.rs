@@ -42,6 +42,7 @@ mod redteam_netpool;
 mod redteam_open;
 mod redteam_proxy;
 mod redteam_round3;
+mod redteam_telemetry;
 mod redteam_transparent;
 mod redteam_walls;
 mod sandbox_caches;

@@ -37,7 +37,7 @@ fn text(v: Option<Any>) -> String {
 }
 
 /// The forms a secret could be written in: as is, base64 (standard and URL-safe, with and
-/// without padding, also of `Bearer VALUE`), percent-encoded.
+/// without padding, also of `Bearer VALUE`), percent-encoded, hex.
 fn forms(secret: &str) -> Vec<String> {
     use base64::Engine as _;
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
@@ -59,6 +59,10 @@ fn forms(secret: &str) -> Vec<String> {
         })
         .collect();
     out.push(pct);
+    // Hex, both cases (red team: an encoder that hex-dumps a value would show it so).
+    let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+    out.push(hex.to_ascii_uppercase());
+    out.push(hex);
     out
 }
 

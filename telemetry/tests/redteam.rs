@@ -17,17 +17,10 @@ use sandgate_telemetry::otlp::{MAX_ARRAY_VALUES, MAX_VALUE_BYTES};
 use sandgate_telemetry::{ExporterConfig, LogRecord, Resource, Severity, Telemetry, Value};
 use sandgate_test_support::otlp::Collector;
 
-const WAIT: Duration = Duration::from_secs(20);
+mod common;
+use common::endpoint;
 
-fn endpoint(url: &str) -> sandgate_config::OtlpEndpoint {
-    let text = format!("[telemetry]\notlp_endpoint = \"{url}\"\n");
-    sandgate_config::parse_config(std::path::Path::new("t.toml"), &text, None)
-        .unwrap()
-        .telemetry
-        .unwrap()
-        .endpoint
-        .unwrap()
-}
+const WAIT: Duration = Duration::from_secs(20);
 
 fn resource() -> Arc<Resource> {
     Arc::new(Resource { attributes: vec![("host.name", "h".into())] })

@@ -21,7 +21,7 @@ use sandgate_telemetry::{
 use sandgate_test_support::otlp::{Collector, CollectorReply, refused_endpoint};
 
 mod common;
-use common::endpoint;
+use common::{endpoint, runtime, wait_for};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -165,18 +165,6 @@ fn metrics_decode_with_the_otlp_definitions() {
     assert_eq!((p.count, p.sum), (1, Some(1.5)));
     assert_eq!(p.explicit_bounds, sandgate_telemetry::ANSWER_BOUNDS);
     assert_eq!(p.bucket_counts, [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

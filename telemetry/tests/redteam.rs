@@ -18,7 +18,7 @@ use sandgate_telemetry::{ExporterConfig, LogRecord, Resource, Severity, Telemetr
 use sandgate_test_support::otlp::Collector;
 
 mod common;
-use common::endpoint;
+use common::{endpoint, runtime, wait_for};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -45,18 +45,6 @@ fn config(url: &str) -> ExporterConfig {
     c.first_backoff = Duration::from_millis(10);
     c.max_backoff = Duration::from_millis(50);
     c
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A listener on 127.0.0.1 handing each connection, with its number (0-based), to `serve` on a

@@ -13,14 +13,13 @@
 //! tree by the same paths). Anything else is answered "none yet".
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::os::fd::AsFd as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandgate_sandbox::tree::{Index, decode_ask, encode_answer, key, read_all};
+use sandgate_sandbox::tree::{Ahead, Handed, Index, decode_ask, encode_answer, key, read_all};
 
 use crate::server::{Daemon, check_peer_fd};
 
@@ -107,12 +106,13 @@ fn serve(listener: &UnixListener, d: &Daemon, indexes: &Indexes) {
     }
 }
 
-/// Reads one question on `stream` and writes its answer.
+/// Reads one question on `stream` and writes its answer (with the warden's watches made ahead,
+/// when they fit it: their descriptor goes with the answer's first byte).
 fn answer(stream: &UnixStream, indexes: &Indexes) {
     let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let none = encode_answer(None);
-    let reply = match peer_may_ask(stream) {
+    let none = (encode_answer(None, None), None);
+    let (reply, handed) = match peer_may_ask(stream) {
         Err(why) => {
             tracing::debug!("scan not answered: {why}");
             none
@@ -126,16 +126,19 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
             }
         }
     };
-    let _ = (&*stream).write_all(&reply);
+    let fds: Vec<std::os::fd::RawFd> =
+        handed.iter().map(|h| std::os::fd::AsRawFd::as_raw_fd(&h.fd)).collect();
+    let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
 }
 
 /// The answer for `roots` under `rule`: from the index when there is one; otherwise `None`, and
-/// the index is built (on a thread of its own).
+/// the index is built (on a thread of its own). After an answer, the next launch's watches are
+/// made ahead (on a thread of their own).
 fn scan_of(
     indexes: &Indexes,
     roots: &[PathBuf],
     rule: &sandgate_sandbox::TopLevel,
-) -> Option<Vec<u8>> {
+) -> Option<(Vec<u8>, Option<Handed>)> {
     let k = key(roots, rule);
     let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
     let index = match map.get_mut(&k) {
@@ -150,10 +153,19 @@ fn scan_of(
         }
     };
     drop(map);
-    let scan = index.lock().unwrap_or_else(|e| e.into_inner()).scan();
-    match scan {
-        Some(scan) => Some(encode_answer(Some(&scan))),
+    let mut held = index.lock().unwrap_or_else(|e| e.into_inner());
+    match held.scan_and_hand() {
+        Some((scan, handed)) => {
+            let reply = encode_answer(Some(&scan), handed.as_ref().map(|h| &h.wds[..]));
+            let wanted = held.wants_ahead(Some(&scan));
+            drop(held);
+            if let Some(dirs) = wanted {
+                make_ahead(&index, dirs);
+            }
+            Some((reply, handed))
+        }
         None => {
+            drop(held);
             // Events lost, a top replaced, the mounts changed: built again.
             let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
             let old = map.remove(&k);
@@ -162,6 +174,19 @@ fn scan_of(
             let_go(old.into_iter().chain([Slot::Ready(index, Instant::now())]).collect());
             None
         }
+    }
+}
+
+/// Makes the next launch's watches of `dirs` ahead for `index`, on a thread of its own (off
+/// every answer's path: the index is not locked while they are placed).
+fn make_ahead(index: &Arc<Mutex<Index>>, dirs: Vec<(PathBuf, u32)>) {
+    let index = index.clone();
+    let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
+        let ahead = Ahead::place(dirs);
+        index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);
+    });
+    if spawned.is_err() {
+        tracing::warn!("could not start making watches ahead; build launches place their own");
     }
 }
 
@@ -194,9 +219,15 @@ fn build(
         let built = Index::build(&roots, &rule);
         let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
         match built {
-            Some(index) => {
+            Some(mut index) => {
                 tracing::debug!(dirs = index.len(), "index of the writable trees built");
-                map.insert(k, Slot::Ready(Arc::new(Mutex::new(index)), Instant::now()));
+                let wanted = index.wants_ahead(None);
+                let index = Arc::new(Mutex::new(index));
+                map.insert(k, Slot::Ready(index.clone(), Instant::now()));
+                drop(map);
+                if let Some(dirs) = wanted {
+                    make_ahead(&index, dirs);
+                }
             }
             None => {
                 map.remove(&k);

@@ -139,8 +139,8 @@ fn main() {
         let _ = std::fs::remove_file(&made);
         let _ = index.scan();
         let (c, w, _) = timed(|| {
-            let bytes = sandgate_sandbox::tree::encode_answer(Some(&answer));
-            sandgate_sandbox::tree::decode_answer(&bytes).flatten().expect("read back")
+            let bytes = sandgate_sandbox::tree::encode_answer(Some(&answer), None);
+            sandgate_sandbox::tree::decode_answer(&bytes, None).flatten().expect("read back")
         });
         rows[7].0.push(c);
         rows[7].1.push(w);

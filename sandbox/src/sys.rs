@@ -888,6 +888,14 @@ pub fn inotify_init() -> io::Result<nix::sys::inotify::Inotify> {
     nx(Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK))
 }
 
+/// An inotify instance received from elsewhere (the warden's watches made ahead by the daemon).
+pub fn inotify_from(fd: std::os::fd::OwnedFd) -> nix::sys::inotify::Inotify {
+    use std::os::fd::{FromRawFd as _, IntoRawFd as _};
+    // SAFETY: an owned descriptor, given up to the wrapper that now owns it. (The caller knows
+    // it is an inotify instance: a read of anything else fails, no memory is at stake.)
+    unsafe { nix::sys::inotify::Inotify::from_raw_fd(fd.into_raw_fd()) }
+}
+
 /// `inotify_add_watch(2)`: the watch descriptor (the same one again for a directory already
 /// watched, whose mask `mask` then replaces).
 pub fn inotify_watch(inotify: RawFd, path: &Path, mask: u32) -> io::Result<i32> {

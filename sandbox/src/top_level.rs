@@ -173,6 +173,7 @@ impl std::hash::Hasher for FnvHasher {
 /// below the top.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Below {
+    protected: Names,
     writable: Names,
     below: Names,
     review: Names,
@@ -182,6 +183,7 @@ pub(crate) struct Below {
 impl Below {
     pub(crate) fn new(rule: &TopLevel) -> Below {
         Below {
+            protected: Names::new(&rule.protected, true),
             writable: Names::new(&rule.writable, false),
             below: Names::new(&rule.below, true),
             review: Names::new(&rule.review, true),
@@ -197,6 +199,19 @@ impl Below {
             && !name.starts_with(QUARANTINED_PREFIX.as_bytes())
             && self.below.matches(name)
             && !self.writable.matches(name)
+    }
+
+    /// [`TopLevel::protects`] with the patterns made ready: for every entry of a top (the
+    /// warden lists each top at launch and at the end).
+    pub(crate) fn protects_top(&self, name: &[u8]) -> bool {
+        if name == b"." || name == b".." || name.starts_with(QUARANTINED_PREFIX.as_bytes()) {
+            return false;
+        }
+        if self.protected.matches(name) {
+            return true;
+        }
+        let allowed = self.writable.matches(name);
+        (self.below.matches(name) || name.starts_with(b".")) && !allowed
     }
 
     /// Whether a change to the entry `name` is named at the end of the launch.
@@ -246,9 +261,14 @@ mod tests {
                 "*.code-workspace".into(),
                 ".tmpx".into(),
             ],
+            below: vec!["mise.toml".into(), "*.mk".into(), ".venv".into()],
             ..TopLevel::default()
         };
         let table = [
+            ("mise.toml", true),
+            ("MISE.toml", true),
+            ("rules.mk", true),
+            ("mise.toml~", false),
             (".cargo", true),
             (".envrc", true),
             (".zzz-random", true),
@@ -272,8 +292,11 @@ mod tests {
             ("..", false),
             (".sandgate-quarantined-x-1-.cargo", false),
         ];
+        // (The warden's form, made ready once, says the same for every name.)
+        let ready = Below::new(&rule);
         for (name, want) in table {
             assert_eq!(rule.protects(OsStr::new(name)), want, "{name}");
+            assert_eq!(ready.protects_top(name.as_bytes()), want, "{name}, made ready");
         }
     }
 

@@ -46,9 +46,15 @@ use crate::top_level::Below;
 pub(crate) use crate::entry::Kind;
 
 #[cfg(target_os = "linux")]
+mod ahead;
+#[cfg(target_os = "linux")]
 mod index;
 mod memory;
 
+#[cfg(target_os = "linux")]
+pub use ahead::{Ahead, plan as ahead_plan};
+#[cfg(target_os = "linux")]
+pub(crate) use ahead::{DIR_EVENTS, DIR_EVENTS_NEW};
 #[cfg(target_os = "linux")]
 pub(crate) use index::parse as parse_inotify;
 #[cfg(target_os = "linux")]
@@ -104,7 +110,28 @@ pub struct Scan {
     /// What to remember for the next launch, when it differs from what was remembered: the
     /// warden writes it, off the launch's path ([`Memory::write`]).
     pub memory: Option<std::sync::Arc<Memory>>,
+    /// The warden's watches, made ahead by the daemon and handed with its answer (see
+    /// `tree::ahead`, Linux); `None`: the warden places its own.
+    pub ahead: Option<std::sync::Arc<Handed>>,
 }
+
+/// A launch's watches made ahead: the instance (with the watches on the tops too), and the watch
+/// of each directory of the scan, in `Scan::dirs` order.
+#[derive(Debug)]
+pub struct Handed {
+    /// The inotify instance.
+    pub fd: std::os::fd::OwnedFd,
+    /// `wds[i]` watches `scan.dirs[i]`.
+    pub wds: Vec<i32>,
+}
+
+impl PartialEq for Handed {
+    fn eq(&self, other: &Handed) -> bool {
+        self.wds == other.wds
+    }
+}
+
+impl Eq for Handed {}
 
 /// A symbolic link into a part of a writable path the scan does not read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -343,8 +343,17 @@ fn scan_by_daemon(
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
     (&stream).write_all(&sandgate_sandbox::tree::encode_ask(roots, rule)).ok()?;
     stream.shutdown(std::net::Shutdown::Write).ok()?;
-    let answer = sandgate_sandbox::tree::read_all(&mut &stream, 1 << 30).ok()?;
-    sandgate_sandbox::tree::decode_answer(&answer).flatten()
+    // The warden's watches made ahead come with the answer's first byte (see
+    // `sandgate_sandbox::tree::Ahead`).
+    let mut first = vec![0u8; 64 * 1024];
+    let (n, mut fds) = sandgate_sandbox::fdpass::recv_with_fds(stream.as_fd(), &mut first).ok()?;
+    first.truncate(n);
+    let mut answer = first;
+    if n > 0 {
+        answer.extend(sandgate_sandbox::tree::read_all(&mut &stream, 1 << 30).ok()?);
+    }
+    let fd = (fds.len() == 1).then(|| fds.pop()).flatten();
+    sandgate_sandbox::tree::decode_answer(&answer, fd).flatten()
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -718,6 +718,9 @@ fn resolve_into(spec: &SandboxSpec, plan: &mut Plan) -> Result<(), SandboxError>
     let roots: Vec<PathBuf> = writable.iter().filter(|w| w.is_dir()).cloned().collect();
     if let Some(rule) = spec.top_level.as_ref().filter(|_| !roots.is_empty()) {
         let w = warden::Warden::prepare(rule, spec.id.as_str(), &roots, &spec.scan);
+        if w.watched_ahead() {
+            crate::timing::mark("watches made ahead by the daemon taken");
+        }
         crate::timing::mark("writable trees watched");
         let existing = w.existing_protected();
         plan.warden = Some(w);

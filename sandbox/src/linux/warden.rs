@@ -118,6 +118,11 @@ pub struct Warden {
     /// Events were lost (the queue overflowed, a directory could not be watched): the last
     /// sweep reads every directory below the tops again.
     lost: bool,
+    /// The watches below the tops were made ahead by the daemon (`tree::ahead`).
+    ahead: bool,
+    /// Those watches (the directories, and the watch of each), put into `watches` when first
+    /// needed ([`Warden::settle`]): by the warden process, off the launch's path.
+    unsettled: Option<(Vec<PathBuf>, Vec<i32>)>,
 }
 
 /// Closing an inotify instance waits for an SRCU grace period in the kernel (fsnotify group
@@ -135,15 +140,11 @@ impl Drop for Warden {
 /// What inotify reports for every watched directory: entries created in it, moved into or out
 /// of it; the watch is made only on a directory, not through a symbolic link. A build writing
 /// thousands of files there wakes the warden once for each; their writes do not.
-const EVENTS_NEW: u32 = libc::IN_CREATE
-    | libc::IN_MOVED_TO
-    | libc::IN_MOVED_FROM
-    | libc::IN_ONLYDIR
-    | libc::IN_DONT_FOLLOW;
+const EVENTS_NEW: u32 = crate::tree::DIR_EVENTS_NEW;
 
 /// For a top, and a directory holding files the rule reviews: also their writes (closed after
 /// writing), changes of metadata (`chmod +x`) and removals.
-const EVENTS: u32 = EVENTS_NEW | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB | libc::IN_DELETE;
+const EVENTS: u32 = crate::tree::DIR_EVENTS;
 
 /// For a review file itself (its inode, whatever path reaches it): writes and changes of
 /// metadata (a new hard link to it counts too), and changes made with no write closed
@@ -169,15 +170,13 @@ fn parse_events(buf: &[u8]) -> Vec<Event> {
         .collect()
 }
 
+/// The entries of `dir` as (name, device, inode): the inode the directory entry names (no `stat`
+/// per entry: a top may hold thousands), on the directory's device.
 fn entries(dir: &Path) -> Vec<(OsString, u64, u64)> {
+    use std::os::unix::fs::DirEntryExt as _;
+    let Ok(dev) = std::fs::symlink_metadata(dir).map(|m| m.dev()) else { return Vec::new() };
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    rd.flatten()
-        .filter_map(|e| {
-            // DirEntry::metadata does not follow a symlink.
-            let m = e.metadata().ok()?;
-            Some((e.file_name(), m.dev(), m.ino()))
-        })
-        .collect()
+    rd.flatten().map(|e| (e.file_name(), dev, e.ino())).collect()
 }
 
 /// Whether `p` (its directory maybe not canonical) names the canonical `path`.
@@ -220,7 +219,18 @@ impl Warden {
     /// them and the directories below them that `scan` read. A watch that cannot be made
     /// (inotify limits) leaves the sweeps at the end.
     pub fn prepare(rule: &TopLevel, id: &str, roots: &[PathBuf], scan: &Scan) -> Warden {
-        let inotify = sys::inotify_init().ok();
+        // The watches made ahead by the daemon (see `tree::ahead`): the same instance this
+        // would make, with every directory of the scan watched already.
+        let ahead = scan
+            .ahead
+            .as_ref()
+            .filter(|h| h.wds.len() == scan.dirs.len())
+            .and_then(|h| Some((h.fd.try_clone().ok()?, &h.wds)));
+        let inotify: Option<nix::sys::inotify::Inotify> = match &ahead {
+            Some((fd, _)) => fd.try_clone().ok().map(sys::inotify_from),
+            None => sys::inotify_init().ok(),
+        };
+        let made_ahead = inotify.is_some() && ahead.is_some();
         let mut w = Warden {
             rule: rule.clone(),
             below: Below::new(rule),
@@ -240,6 +250,8 @@ impl Warden {
             taken: 0,
             changes: BTreeSet::new(),
             lost: false,
+            ahead: false,
+            unsettled: None,
         };
         w.known.extend(scan.repositories.iter().map(|r| match r {
             Repository::DotGit(p) | Repository::GitDir(p) => p.clone(),
@@ -262,7 +274,15 @@ impl Warden {
         }
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
-        for dir in scan.dirs.iter().filter(|d| !roots.contains(d)) {
+        w.ahead = made_ahead;
+        let placed = match &ahead {
+            Some((_, wds)) if made_ahead => {
+                w.unsettled = Some((scan.dirs.clone(), wds.to_vec()));
+                &[][..]
+            }
+            _ => &scan.dirs[..],
+        };
+        for dir in placed.iter().filter(|d| !roots.contains(d)) {
             let mask = if reviewed.contains(dir) { EVENTS } else { EVENTS_NEW };
             match fd.map(|fd| sys::inotify_watch(fd, dir, mask)) {
                 Some(Ok(wd)) => {
@@ -298,6 +318,22 @@ impl Warden {
         w
     }
 
+    /// Puts the watches made ahead into the map (tops excepted: theirs are the warden's own).
+    pub fn settle(&mut self) {
+        let Some((dirs, wds)) = self.unsettled.take() else { return };
+        self.watches.reserve(dirs.len());
+        for (dir, wd) in dirs.into_iter().zip(wds) {
+            if !self.roots.iter().any(|r| r.path == dir) {
+                self.watches.entry(wd).or_insert((dir, false));
+            }
+        }
+    }
+
+    /// Whether the watches below the tops were made ahead by the daemon.
+    pub fn watched_ahead(&self) -> bool {
+        self.ahead
+    }
+
     /// Protected entries present at launch at the tops, to be bound read-only. `.git` is left to
     /// the git rules of the caller (it is still noted: a `.git` made during the run is taken
     /// away). Those below the tops are the scan's.
@@ -305,7 +341,7 @@ impl Warden {
         let mut out = Vec::new();
         for root in &self.roots {
             for (name, _, _) in &root.known {
-                if name != ".git" && self.rule.protects(name) {
+                if name != ".git" && self.below.protects_top(name.as_bytes()) {
                     out.push(root.path.join(name));
                 }
             }
@@ -321,7 +357,7 @@ impl Warden {
     pub fn covers(&self, path: &Path) -> bool {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return false };
         self.roots.iter().any(|r| r.path == parent)
-            && self.rule.protects(name)
+            && self.below.protects_top(name.as_bytes())
             && !self.rule.placeholders.iter().any(|p| same_entry(p, path))
     }
 
@@ -403,6 +439,7 @@ impl Warden {
     /// The events: new entries below the tops taken away, new directories watched, review
     /// files noted. Whether an entry appeared at a top (to be listed).
     fn handle(&mut self, events: &[Event]) -> bool {
+        self.settle();
         let mut top = false;
         // An entry made on the way to where a link there at launch leads: judge them again.
         let mut relink = false;
@@ -436,8 +473,11 @@ impl Warden {
             let new = ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
             // A new entry that may be a symbolic link (inotify does not say): one `lstat` for
             // each new file in a watched directory (build output is not watched).
-            let protected =
-                if is_top { self.rule.protects(name) } else { self.below.protects(&ev.name) };
+            let protected = if is_top {
+                self.below.protects_top(&ev.name)
+            } else {
+                self.below.protects(&ev.name)
+            };
             let quarantined = ev.name.starts_with(QUARANTINED_PREFIX.as_bytes());
             if new && !is_dir && !protected && !quarantined && !self.below.skips(&ev.name) {
                 let path = dir.join(name);
@@ -478,7 +518,7 @@ impl Warden {
             if new && shapes_git(&ev.name) {
                 self.neutralise_git_dir(&dir);
             }
-            let protected_top = is_top && self.rule.protects(name);
+            let protected_top = is_top && self.below.protects_top(&ev.name);
             if new && is_dir && !protected_top && !self.below.skips(&ev.name) {
                 self.watch_new(&path);
             }
@@ -523,6 +563,7 @@ impl Warden {
         if on_the_way.is_empty() {
             return;
         }
+        self.settle();
         let watched: HashSet<PathBuf> = self.watches.values().map(|(p, _)| p.clone()).collect();
         for dir in on_the_way {
             if watched.contains(&dir) || !dir.is_dir() {
@@ -549,6 +590,7 @@ impl Warden {
     /// there and was not at launch, and undoes a repository made there. `new`: everything in it
     /// is new (a directory made or moved in during the run), so its review files changed.
     fn walk_below(&mut self, start: PathBuf, new: bool) {
+        self.settle();
         let inotify = self.raw_fd();
         if inotify.is_none() {
             self.lost = true;
@@ -633,6 +675,7 @@ impl Warden {
         if links.is_empty() {
             return;
         }
+        self.settle();
         let tops: Vec<PathBuf> = self.roots.iter().map(|r| r.path.clone()).collect();
         // (A walk over the watches for each question: links are few, the watches many.)
         let watches = &self.watches;
@@ -731,7 +774,7 @@ impl Warden {
             open_up(&root.path);
             let new: Vec<OsString> = entries(&root.path)
                 .into_iter()
-                .filter(|e| !root.known.contains(e) && self.rule.protects(&e.0))
+                .filter(|e| !root.known.contains(e) && self.below.protects_top(e.0.as_bytes()))
                 .map(|(name, _, _)| name)
                 .collect();
             let path = root.path.clone();
@@ -968,6 +1011,9 @@ pub fn start(
                 let _ = memory.write();
             }
             let mut warden = warden;
+            if let Some(w) = warden.as_deref_mut() {
+                w.settle();
+            }
             loop {
                 let mut fds = [
                     libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },

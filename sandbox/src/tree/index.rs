@@ -55,7 +55,8 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use super::{Entries, Live, Repository, Scan, Stop, Unread, WayIn, memory};
+use super::ahead::{Ahead, plan};
+use super::{Entries, Handed, Live, Repository, Scan, Stop, Unread, WayIn, memory};
 use crate::TopLevel;
 
 /// What the index watches on a directory: its entries made, removed, moved in or out, their
@@ -198,7 +199,7 @@ impl Ways {
 /// `fs.inotify.max_user_watches` with every launch's warden, whose watches must not run short
 /// because an index holds the rest (past the limit, a new protected entry is taken away only
 /// when the command ends).
-static WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+pub(crate) static WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many watches the indexes may hold together: half of the user's inotify limit. Past it, a
 /// directory is not held (it is listed at every launch, as one on a filesystem not trusted).
@@ -301,6 +302,10 @@ pub struct Index {
     last: Option<Scan>,
     /// How many directories the last scan read.
     read: usize,
+    /// The next launch's warden watches, made ahead (see `tree::ahead`).
+    ahead: Option<Ahead>,
+    /// Whether they are being made.
+    preparing: bool,
 }
 
 impl Index {
@@ -338,6 +343,8 @@ impl Index {
             held,
             last: None,
             read: 0,
+            ahead: None,
+            preparing: false,
         };
         index.bfs();
         index.rule.scan_memory = None;
@@ -407,6 +414,39 @@ impl Index {
         Some(out)
     }
 
+    /// [`Index::scan`], with the warden's watches made ahead when they fit the answer (their
+    /// queue read before the index's: see `tree::ahead`).
+    pub fn scan_and_hand(&mut self) -> Option<(Scan, Option<Handed>)> {
+        let ahead = self.ahead.take().and_then(Ahead::judge);
+        let Some(scan) = self.scan() else {
+            // (Closed with the index, off the answer's path.)
+            self.ahead = ahead;
+            return None;
+        };
+        let handed = ahead.and_then(|a| a.hand(&scan, &self.roots));
+        Some((scan, handed))
+    }
+
+    /// What to watch ahead for the next launch (like `answered`, or the last scan), when no
+    /// watches are made or being made: the caller places them ([`Ahead::place`], off the
+    /// answer's path) and gives them back ([`Index::install_ahead`]).
+    pub fn wants_ahead(&mut self, answered: Option<&Scan>) -> Option<Vec<(PathBuf, u32)>> {
+        if self.ahead.is_some() || self.preparing {
+            return None;
+        }
+        let scan = answered.or(self.last.as_ref())?;
+        self.preparing = true;
+        Some(plan(scan, &self.roots))
+    }
+
+    /// Keeps watches made ahead (`None`: they could not be made) for the next answer.
+    pub fn install_ahead(&mut self, ahead: Option<Ahead>) {
+        self.preparing = false;
+        if ahead.is_some() {
+            self.ahead = ahead;
+        }
+    }
+
     /// Lists again the directories whose listings `named` were dropped (an entry made, removed
     /// or changed in each), each watched first, and holds them again; whether every one says
     /// what it said (then the last scan stands: a build's new files change no listing the scan
@@ -471,7 +511,7 @@ impl Index {
 
 /// Every event queued on the inotify descriptor `fd` as (watch, mask, name); `None` when the
 /// queue cannot be read.
-fn drain(fd: std::os::fd::RawFd) -> Option<Vec<(i32, u32, Vec<u8>)>> {
+pub(crate) fn drain(fd: std::os::fd::RawFd) -> Option<Vec<(i32, u32, Vec<u8>)>> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -513,7 +553,7 @@ pub fn key(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
 
 /// The first bytes of a launcher's question and of the daemon's answer.
 const ASK: &[u8] = b"sandgate-tree-ask 1\n";
-const ANSWER: &[u8] = b"sandgate-tree-answer 1\n";
+const ANSWER: &[u8] = b"sandgate-tree-answer 2\n";
 
 /// A launcher's question: the writable paths and the parts of the rule the scan obeys.
 pub fn encode_ask(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
@@ -563,8 +603,9 @@ pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
     r.at_end().then_some((roots, rule))
 }
 
-/// The daemon's answer: the scan, or `None` (no index yet: the launcher scans itself).
-pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
+/// The daemon's answer: the scan, or `None` (no index yet: the launcher scans itself); with
+/// `ahead`, the watch of each of its directories in the instance sent with the answer.
+pub fn encode_answer(scan: Option<&Scan>, ahead: Option<&[i32]>) -> Vec<u8> {
     let mut out = ANSWER.to_vec();
     let Some(s) = scan else {
         out.push(0);
@@ -601,11 +642,22 @@ pub fn encode_answer(scan: Option<&Scan>) -> Vec<u8> {
         memory::field(&mut out, w.target.as_os_str().as_bytes());
     }
     out.extend_from_slice(&(s.recalled as u64).to_le_bytes());
+    match ahead {
+        Some(wds) => {
+            out.push(1);
+            put_u32(&mut out, wds.len());
+            for wd in wds {
+                out.extend_from_slice(&wd.to_le_bytes());
+            }
+        }
+        None => out.push(0),
+    }
     out
 }
 
-/// The answer read back: `Some(None)` for "no index yet", `None` when it is not an answer.
-pub fn decode_answer(bytes: &[u8]) -> Option<Option<Scan>> {
+/// The answer read back: `Some(None)` for "no index yet", `None` when it is not an answer. `fd`:
+/// the descriptor that came with it (the watches made ahead, when the answer names them).
+pub fn decode_answer(bytes: &[u8], fd: Option<std::os::fd::OwnedFd>) -> Option<Option<Scan>> {
     let mut r = memory::Reader::new(bytes);
     if r.take(ANSWER.len())? != ANSWER {
         return None;
@@ -650,6 +702,17 @@ pub fn decode_answer(bytes: &[u8]) -> Option<Option<Scan>> {
         s.ways_in.push(WayIn { link: r.path()?, target: r.path()? });
     }
     s.recalled = r.u64()? as usize;
+    if r.take(1)?[0] == 1 {
+        let n = r.u32()? as usize;
+        let wds: Option<Vec<i32>> = (0..n)
+            .map(|_| r.take(4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes))
+            .collect();
+        let wds = wds?;
+        // (Without the descriptor, or for other directories: the warden places its own.)
+        if let Some(fd) = fd.filter(|_| wds.len() == s.dirs.len()) {
+            s.ahead = Some(std::sync::Arc::new(Handed { fd, wds }));
+        }
+    }
     r.at_end().then_some(Some(s))
 }
 
@@ -699,4 +762,4 @@ impl memory::Reader<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -30,7 +30,7 @@ while True:
     c = s.recv(65536)
     if not c: break
     data += c
-head = b'sandgate-tree-answer 1\n'
+head = b'sandgate-tree-answer 2\n'
 tag = data[len(head)] if data.startswith(head) and len(data) > len(head) else 'bad'
 print('answer', tag, len(data))
 "#;
@@ -120,6 +120,6 @@ fn another_uid_learns_no_names_from_the_tree_socket() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let head = "sandgate-tree-answer 1\n".len();
+    let head = "sandgate-tree-answer 2\n".len();
     assert_eq!(as_nobody(), format!("answer 0 {}", head + 1), "none: no names");
 }

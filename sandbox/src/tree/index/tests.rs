@@ -146,11 +146,11 @@ fn a_question_and_an_answer_read_back() {
     assert_eq!(back.scan_memory, Some(d("/m/scan")));
     let scan = super::super::scan(&roots, &rule);
     assert!(!scan.unread.is_empty() && !scan.protected.is_empty() && !scan.repositories.is_empty());
-    let answer = encode_answer(Some(&scan));
-    assert_eq!(decode_answer(&answer), Some(Some(Scan { memory: None, ..scan.clone() })));
-    assert_eq!(decode_answer(&encode_answer(None)), Some(None));
+    let answer = encode_answer(Some(&scan), None);
+    assert_eq!(decode_answer(&answer, None), Some(Some(Scan { memory: None, ..scan.clone() })));
+    assert_eq!(decode_answer(&encode_answer(None, None), None), Some(None));
     // Cut short, or something else: not an answer.
-    assert_eq!(decode_answer(&answer[..answer.len() - 1]), None);
+    assert_eq!(decode_answer(&answer[..answer.len() - 1], None), None);
     assert_eq!(decode_ask(&answer), None);
 }
 
@@ -294,7 +294,7 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-pub(super) fn hook(dir: &Path, before: bool) {
+pub(crate) fn hook(dir: &Path, before: bool) {
     HOOK.with(|h| {
         if let Some(f) = h.borrow_mut().as_mut() {
             f(dir, before)
@@ -461,4 +461,145 @@ fn a_mount_over_a_held_directory_is_not_missed() {
     if let Some(a) = index.scan() {
         assert!(a.protected.contains(&over.join(".envrc")), "the mount is missed");
     }
+}
+
+// The warden's watches made ahead (`tree::ahead`).
+
+use super::super::ahead::unsettles;
+
+/// An index of `LAYOUT` with the warden's watches made ahead and kept.
+fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
+    let (dir, root) = tree(LAYOUT);
+    let mut index = Index::build(&[root.clone()], &rule()).unwrap();
+    let wanted = index.wants_ahead(None).expect("every directory is held: watches are wanted");
+    assert!(index.wants_ahead(None).is_none(), "made once at a time");
+    index.install_ahead(Some(Ahead::place(wanted).expect("placed")));
+    (dir, root, index)
+}
+
+/// The events queued on `fd` now.
+fn queued(fd: &std::os::fd::OwnedFd) -> Vec<(i32, u32, Vec<u8>)> {
+    drain(fd.as_raw_fd()).unwrap_or_default()
+}
+
+/// What may have changed what a watched path names: a table.
+#[test]
+#[rustfmt::skip]
+fn what_unsettles_watches_made_ahead() {
+    let dir = libc::IN_ISDIR;
+    // (what, mask, entry name, the watch's directory is known, unsettled)
+    let rows: &[(&str, u32, &str, bool, bool)] = &[
+        ("a file made", libc::IN_CREATE, "a.rs", true, false),
+        ("a file written", libc::IN_CLOSE_WRITE, "build.rs", true, false),
+        ("a file moved in", libc::IN_MOVED_TO, ".envrc", true, false),
+        ("a directory made, not watched", libc::IN_CREATE | dir, "new", true, false),
+        ("a directory watched moved away", libc::IN_MOVED_FROM | dir, "w", true, true),
+        ("a directory moved over a watched one", libc::IN_MOVED_TO | dir, "w", true, true),
+        ("a directory watched removed", libc::IN_DELETE | dir, "w", true, true),
+        ("a directory made where a watched one was", libc::IN_CREATE | dir, "w", true, true),
+        ("the directory itself moved", libc::IN_MOVE_SELF, "", true, true),
+        ("the directory itself removed", libc::IN_DELETE_SELF, "", true, true),
+        ("a watch gone", libc::IN_IGNORED, "", true, true),
+        ("unmounted", libc::IN_UNMOUNT, "", true, true),
+        ("overflow", libc::IN_Q_OVERFLOW, "", false, true),
+        ("a watch not known", libc::IN_CREATE, "x", false, true),
+    ];
+    for (what, mask, name, known, want) in rows {
+        let d = known.then(|| Path::new("/t/a"));
+        let mut watched = |p: &Path| p == Path::new("/t/a/w");
+        assert_eq!(unsettles(*mask, name.as_bytes(), d, &mut watched), *want, "{what}");
+    }
+}
+
+/// Handed with the answer: a watch on every directory of the scan, in its order, reporting what
+/// is made there after the answer (and not what the host did before it, which the answer
+/// holds). A review file made in a directory that held none takes the new mask on the same
+/// watch. Control: the same tree without watches made ahead hands none.
+#[test]
+fn watches_made_ahead_report_what_is_made_after_the_answer() {
+    let (_dir, root, mut index) = index_with_ahead();
+    // The host, between launches: a plain file, a tool file, a review file where none was.
+    make(&root, "sub/x/y/z/host.rs");
+    make(&root, "deep/a/b/.npmrc");
+    make(&root, "sub/x/build.rs");
+    let (scan, handed) = index.scan_and_hand().unwrap();
+    let handed = handed.expect("handed");
+    assert!(scan.protected.contains(&root.join("deep/a/b/.npmrc")), "the answer holds it");
+    assert_eq!(handed.wds.len(), scan.dirs.len());
+    assert!(handed.wds.iter().all(|wd| *wd >= 0), "{:?}", handed.wds);
+    assert!(queued(&handed.fd).is_empty(), "the host's changes before the answer are not queued");
+    let at = |rel: &str| handed.wds[scan.dirs.iter().position(|d| *d == root.join(rel)).unwrap()];
+    make(&root, "deep/a/b/c/d/.envrc");
+    std::fs::write(root.join("sub/x/build.rs"), "fn main() { evil() }").unwrap();
+    let events = queued(&handed.fd);
+    assert!(
+        events.iter().any(|(wd, m, n)| *wd == at("deep/a/b/c/d")
+            && m & libc::IN_CREATE != 0
+            && n == b".envrc"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|(wd, m, n)| *wd == at("sub/x")
+            && m & libc::IN_CLOSE_WRITE != 0
+            && n == b"build.rs"),
+        "the new review file's directory took the review mask: {events:?}"
+    );
+    // The next one is made ahead again; until then, none is handed.
+    assert!(index.scan_and_hand().unwrap().1.is_none(), "control: none made ahead, none handed");
+}
+
+/// Not handed when a watched path may name another directory now, or the watches are not
+/// exactly the answer's directories. Controls: the same tree with only files changed is handed;
+/// and without the judging of the queue, the watches of a renamed directory are handed under
+/// names that now lead elsewhere, and a tool file made there raises nothing on the watch the
+/// warden would read for it (the hole the judging closes).
+#[test]
+fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
+    type Change = fn(&Path);
+    let changes: &[(&str, Change)] = &[
+        // (Moved into build output, which no scan reads: the answer's directories are the
+        // same paths, only the judging of the queue tells.)
+        ("moved away and another made in its place", |r| {
+            std::fs::rename(r.join("sub/x"), r.join("target/x")).unwrap();
+            std::fs::create_dir_all(r.join("sub/x/y/z")).unwrap();
+        }),
+        ("removed and made again", |r| {
+            std::fs::remove_dir(r.join("deep/a/b/c/d/e")).unwrap_or_else(|_| {
+                std::fs::remove_file(r.join("deep/a/b/c/d/e/f.rs")).unwrap();
+                std::fs::remove_dir(r.join("deep/a/b/c/d/e")).unwrap();
+            });
+            std::fs::create_dir(r.join("deep/a/b/c/d/e")).unwrap();
+        }),
+        ("a directory made", |r| std::fs::create_dir(r.join("sub/x/new")).unwrap()),
+        ("a top's directory swapped", |r| {
+            std::fs::rename(r.join("crates"), r.join("target/crates")).unwrap();
+            std::fs::create_dir_all(r.join("crates/a/src")).unwrap();
+        }),
+    ];
+    for (what, change) in changes {
+        let (_dir, root, mut index) = index_with_ahead();
+        change(&root);
+        let answered = index.scan_and_hand().expect("answered");
+        assert!(answered.1.is_none(), "{what}: handed");
+    }
+    // Control: files only.
+    let (_dir, root, mut index) = index_with_ahead();
+    make(&root, "sub/x/y/z/a.rs");
+    std::fs::remove_file(root.join("deep/a/b/c/d/e/f.rs")).unwrap();
+    assert!(index.scan_and_hand().unwrap().1.is_some(), "control: files only, handed");
+    // Control: not judged, the renamed directory's watch is handed under its old name.
+    let (_dir, root, mut index) = index_with_ahead();
+    let ahead = index.ahead.take().unwrap();
+    std::fs::rename(root.join("sub/x/y"), root.join("target/y")).unwrap();
+    std::fs::create_dir_all(root.join("sub/x/y/z")).unwrap();
+    let scan = index.scan().unwrap();
+    let handed = ahead.hand(&scan, std::slice::from_ref(&root)).expect("unjudged: handed");
+    let _ = queued(&handed.fd);
+    let z = scan.dirs.iter().position(|d| *d == root.join("sub/x/y/z")).unwrap();
+    make(&root, "sub/x/y/z/.envrc");
+    let events = queued(&handed.fd);
+    assert!(
+        !events.iter().any(|(wd, _, n)| *wd == handed.wds[z] && n == b".envrc"),
+        "control: the stale watch would have reported it: {events:?}"
+    );
 }

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandgate_sandbox::tree::{Ahead, Handed, Index, decode_ask, encode_answer, key, read_all};
+use sandgate_sandbox::tree::{
+    AheadWanted, Handed, Index, decode_ask, encode_answer, key, read_all,
+};
 
 use crate::server::{Daemon, check_peer_fd};
 
@@ -111,8 +113,8 @@ fn serve(listener: &UnixListener, d: &Daemon, indexes: &Indexes) {
 fn answer(stream: &UnixStream, indexes: &Indexes) {
     let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let none = (encode_answer(None, None), None);
-    let (reply, handed) = match peer_may_ask(stream) {
+    let none = (encode_answer(None, None), None, None);
+    let (reply, handed, next) = match peer_may_ask(stream) {
         Err(why) => {
             tracing::debug!("scan not answered: {why}");
             none
@@ -129,16 +131,24 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
     let fds: Vec<std::os::fd::RawFd> =
         handed.iter().map(|h| std::os::fd::AsRawFd::as_raw_fd(&h.fd)).collect();
     let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
+    drop(handed);
+    // (After the answer went: the next launch's watches are no part of this one's wait.)
+    if let Some((index, wanted)) = next {
+        make_ahead(&index, wanted);
+    }
 }
 
+/// An index and what to watch ahead for its next launch.
+type Next = (Arc<Mutex<Index>>, AheadWanted);
+
 /// The answer for `roots` under `rule`: from the index when there is one; otherwise `None`, and
-/// the index is built (on a thread of its own). After an answer, the next launch's watches are
-/// made ahead (on a thread of their own).
+/// the index is built (on a thread of its own). With an answer, what to watch ahead for the
+/// next launch, once the answer went.
 fn scan_of(
     indexes: &Indexes,
     roots: &[PathBuf],
     rule: &sandgate_sandbox::TopLevel,
-) -> Option<(Vec<u8>, Option<Handed>)> {
+) -> Option<(Vec<u8>, Option<Handed>, Option<Next>)> {
     let k = key(roots, rule);
     let mut map = indexes.lock().unwrap_or_else(|e| e.into_inner());
     let index = match map.get_mut(&k) {
@@ -157,12 +167,9 @@ fn scan_of(
     match held.scan_and_hand() {
         Some((scan, handed)) => {
             let reply = encode_answer(Some(&scan), handed.as_ref().map(|h| &h.wds[..]));
-            let wanted = held.wants_ahead(Some(&scan));
+            let wanted = held.wants_ahead(Some(scan));
             drop(held);
-            if let Some(dirs) = wanted {
-                make_ahead(&index, dirs);
-            }
-            Some((reply, handed))
+            Some((reply, handed, wanted.map(|w| (index.clone(), w))))
         }
         None => {
             drop(held);
@@ -177,12 +184,12 @@ fn scan_of(
     }
 }
 
-/// Makes the next launch's watches of `dirs` ahead for `index`, on a thread of its own (off
-/// every answer's path: the index is not locked while they are placed).
-fn make_ahead(index: &Arc<Mutex<Index>>, dirs: Vec<(PathBuf, u32)>) {
+/// Makes the next launch's watches ahead for `index`, on a thread of its own (off every
+/// answer's path: the index is not locked while they are placed).
+fn make_ahead(index: &Arc<Mutex<Index>>, wanted: AheadWanted) {
     let index = index.clone();
     let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
-        let ahead = Ahead::place(dirs);
+        let ahead = wanted.place();
         index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);
     });
     if spawned.is_err() {
@@ -225,8 +232,8 @@ fn build(
                 let index = Arc::new(Mutex::new(index));
                 map.insert(k, Slot::Ready(index.clone(), Instant::now()));
                 drop(map);
-                if let Some(dirs) = wanted {
-                    make_ahead(&index, dirs);
+                if let Some(w) = wanted {
+                    make_ahead(&index, w);
                 }
             }
             None => {

@@ -58,7 +58,9 @@ pub(crate) use ahead::{DIR_EVENTS, DIR_EVENTS_NEW};
 #[cfg(target_os = "linux")]
 pub(crate) use index::parse as parse_inotify;
 #[cfg(target_os = "linux")]
-pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
+pub use index::{
+    AheadWanted, Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all,
+};
 pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
@@ -116,13 +118,24 @@ pub struct Scan {
 }
 
 /// A launch's watches made ahead: the instance (with the watches on the tops too), and the watch
-/// of each directory of the scan, in `Scan::dirs` order.
+/// of each directory the scan read, in its order.
 #[derive(Debug)]
 pub struct Handed {
     /// The inotify instance.
     pub fd: std::os::fd::OwnedFd,
-    /// `wds[i]` watches `scan.dirs[i]`.
+    /// `wds[i]` watches the `i`th directory of [`Handed::dirs`].
     pub wds: Vec<i32>,
+    /// The directories read, as the daemon sent them (read when needed: [`Handed::dirs`]).
+    pub(crate) dirs: Vec<u8>,
+}
+
+impl Handed {
+    /// The directories the scan read below the tops, in its order (with these watches, the
+    /// answer's [`Scan::dirs`] is left empty); `None` when they cannot be read back.
+    #[cfg(target_os = "linux")]
+    pub fn dirs(&self) -> Option<Vec<PathBuf>> {
+        index::front_decoded(&self.dirs, self.wds.len())
+    }
 }
 
 impl PartialEq for Handed {
@@ -132,6 +145,17 @@ impl PartialEq for Handed {
 }
 
 impl Eq for Handed {}
+
+impl Scan {
+    /// How many directories the scan read below the tops ([`Scan::dirs`], or the watches made
+    /// ahead's).
+    pub fn dirs_read(&self) -> usize {
+        match &self.ahead {
+            Some(h) if self.dirs.is_empty() => h.wds.len(),
+            _ => self.dirs.len(),
+        }
+    }
+}
 
 /// A symbolic link into a part of a writable path the scan does not read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,7 +44,7 @@ impl Explanation {
             "protected_below_the_top": spec.top_level.as_ref().map(|t| &t.below),
             "reported_when_changed": spec.top_level.as_ref().map(|t| &t.review),
             "scan": {
-                "directories_read": spec.scan.dirs.len() + spec.writable.len(),
+                "directories_read": spec.scan.dirs_read() + spec.writable.len(),
                 "bounds": { "depth": sandgate_sandbox::tree::SCAN_DEPTH,
                             "directories": spec.top_level.as_ref().and_then(|t| t.scan_directories)
                                 .unwrap_or(sandgate_sandbox::tree::SCAN_DIRS) },
@@ -118,7 +118,7 @@ impl Explanation {
             out.push(format!(
                 "  scan:       {} directories read (bounds: {} levels, {} directories), {} \
                  repositories, {} build output directories not entered",
-                scan.dirs.len() + spec.writable.len(),
+                scan.dirs_read() + spec.writable.len(),
                 sandgate_sandbox::tree::SCAN_DEPTH,
                 t.scan_directories.unwrap_or(sandgate_sandbox::tree::SCAN_DIRS),
                 scan.repositories.len(),

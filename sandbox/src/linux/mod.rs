@@ -156,7 +156,7 @@ impl Cleanup {
         let changes = match (self.warden.take().as_mut(), said) {
             // Normally a no-op (the warden did it): the tops once more.
             (Some(w), Some((changes, _))) => {
-                w.sweep();
+                w.sweep_tops_again();
                 changes
             }
             // The warden could not start or died: what it did not see below the tops is read.

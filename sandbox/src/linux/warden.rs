@@ -122,7 +122,7 @@ pub struct Warden {
     ahead: bool,
     /// Those watches (the directories, and the watch of each), put into `watches` when first
     /// needed ([`Warden::settle`]): by the warden process, off the launch's path.
-    unsettled: Option<(Vec<PathBuf>, Vec<i32>)>,
+    unsettled: Option<std::sync::Arc<crate::tree::Handed>>,
 }
 
 /// Closing an inotify instance waits for an SRCU grace period in the kernel (fsnotify group
@@ -221,16 +221,12 @@ impl Warden {
     pub fn prepare(rule: &TopLevel, id: &str, roots: &[PathBuf], scan: &Scan) -> Warden {
         // The watches made ahead by the daemon (see `tree::ahead`): the same instance this
         // would make, with every directory of the scan watched already.
-        let ahead = scan
-            .ahead
-            .as_ref()
-            .filter(|h| h.wds.len() == scan.dirs.len())
-            .and_then(|h| Some((h.fd.try_clone().ok()?, &h.wds)));
-        let inotify: Option<nix::sys::inotify::Inotify> = match &ahead {
-            Some((fd, _)) => fd.try_clone().ok().map(sys::inotify_from),
+        let handed = scan.ahead.clone();
+        let inotify: Option<nix::sys::inotify::Inotify> = match &handed {
+            Some(h) => h.fd.try_clone().ok().map(sys::inotify_from),
             None => sys::inotify_init().ok(),
         };
-        let made_ahead = inotify.is_some() && ahead.is_some();
+        let made_ahead = inotify.is_some() && handed.is_some();
         let mut w = Warden {
             rule: rule.clone(),
             below: Below::new(rule),
@@ -275,12 +271,14 @@ impl Warden {
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
         w.ahead = made_ahead;
-        let placed = match &ahead {
-            Some((_, wds)) if made_ahead => {
-                w.unsettled = Some((scan.dirs.clone(), wds.to_vec()));
-                &[][..]
-            }
-            _ => &scan.dirs[..],
+        // (Handed but not usable, out of descriptors: the directories are not known here, the
+        // last sweep reads them all.)
+        w.lost |= handed.is_some() && !made_ahead;
+        let placed = if made_ahead {
+            w.unsettled = handed;
+            &[][..]
+        } else {
+            &scan.dirs[..]
         };
         for dir in placed.iter().filter(|d| !roots.contains(d)) {
             let mask = if reviewed.contains(dir) { EVENTS } else { EVENTS_NEW };
@@ -320,9 +318,13 @@ impl Warden {
 
     /// Puts the watches made ahead into the map (tops excepted: theirs are the warden's own).
     pub fn settle(&mut self) {
-        let Some((dirs, wds)) = self.unsettled.take() else { return };
+        let Some(handed) = self.unsettled.take() else { return };
+        let Some(dirs) = handed.dirs() else {
+            self.lost = true; // (not read back: every directory is read again at the end)
+            return;
+        };
         self.watches.reserve(dirs.len());
-        for (dir, wd) in dirs.into_iter().zip(wds) {
+        for (dir, wd) in dirs.into_iter().zip(handed.wds.iter().copied()) {
             if !self.roots.iter().any(|r| r.path == dir) {
                 self.watches.entry(wd).or_insert((dir, false));
             }
@@ -428,6 +430,21 @@ impl Warden {
         self.sweep_with(true)
     }
 
+    /// The tops listed once more, after a warden process that finished its last sweep (its
+    /// report complete). That sweep came once nothing in the sandbox was left, and judged the
+    /// links and what the events named: only the tops are read again here (the links are not
+    /// judged twice: one `stat` walk each).
+    pub fn sweep_tops_again(&mut self) -> usize {
+        let before = self.taken;
+        let events = self.drain();
+        self.handle(&events);
+        self.sweep_tops();
+        if self.lost {
+            self.sweep_below();
+        }
+        self.taken - before
+    }
+
     /// [`Warden::sweep`] with every event counted as lost: what the launcher does when the
     /// warden could not finish (its watch is closed in the launcher, so nothing tells what
     /// changed below the tops).
@@ -439,7 +456,9 @@ impl Warden {
     /// The events: new entries below the tops taken away, new directories watched, review
     /// files noted. Whether an entry appeared at a top (to be listed).
     fn handle(&mut self, events: &[Event]) -> bool {
-        self.settle();
+        if !events.is_empty() {
+            self.settle();
+        }
         let mut top = false;
         // An entry made on the way to where a link there at launch leads: judge them again.
         let mut relink = false;
@@ -1011,9 +1030,6 @@ pub fn start(
                 let _ = memory.write();
             }
             let mut warden = warden;
-            if let Some(w) = warden.as_deref_mut() {
-                w.settle();
-            }
             loop {
                 let mut fds = [
                     libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },

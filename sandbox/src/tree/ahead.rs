@@ -200,7 +200,7 @@ impl Ahead {
         let fd = self.inotify.as_fd().try_clone_to_owned().ok()?;
         // (This copy's close is not the last: cheap.)
         drop(self);
-        Some(Handed { fd, wds })
+        Some(Handed { fd, wds, dirs: Vec::new() })
     }
 
     /// How many watches it holds.

@@ -427,16 +427,16 @@ impl Index {
         Some((scan, handed))
     }
 
-    /// What to watch ahead for the next launch (like `answered`, or the last scan), when no
-    /// watches are made or being made: the caller places them ([`Ahead::place`], off the
-    /// answer's path) and gives them back ([`Index::install_ahead`]).
-    pub fn wants_ahead(&mut self, answered: Option<&Scan>) -> Option<Vec<(PathBuf, u32)>> {
+    /// What to watch ahead for the next launch, like `answered` (or the last scan), when no
+    /// watches are made or being made: the caller places them off the answer's path
+    /// ([`AheadWanted::place`]) and gives them back ([`Index::install_ahead`]).
+    pub fn wants_ahead(&mut self, answered: Option<Scan>) -> Option<AheadWanted> {
         if self.ahead.is_some() || self.preparing {
             return None;
         }
-        let scan = answered.or(self.last.as_ref())?;
+        let scan = answered.or_else(|| self.last.clone())?;
         self.preparing = true;
-        Some(plan(scan, &self.roots))
+        Some(AheadWanted { scan, roots: self.roots.clone() })
     }
 
     /// Keeps watches made ahead (`None`: they could not be made) for the next answer.
@@ -506,6 +506,20 @@ impl Index {
             Err(_) => true,
         };
         tops && !moved && !self.ways.moved()
+    }
+}
+
+/// What to watch ahead for an index's next launch (see [`Index::wants_ahead`]).
+#[derive(Debug)]
+pub struct AheadWanted {
+    scan: Scan,
+    roots: Vec<PathBuf>,
+}
+
+impl AheadWanted {
+    /// Places the watches (thousands of `inotify_add_watch`: not on any answer's path).
+    pub fn place(self) -> Option<Ahead> {
+        Ahead::place(plan(&self.scan, &self.roots))
     }
 }
 
@@ -612,7 +626,10 @@ pub fn encode_answer(scan: Option<&Scan>, ahead: Option<&[i32]>) -> Vec<u8> {
         return out;
     };
     out.push(1);
-    for list in [&s.dirs, &s.protected, &s.closed, &s.skipped, &s.reviewed, &s.review_files] {
+    let blob = front_coded(&s.dirs);
+    put_u32(&mut out, s.dirs.len());
+    memory::field(&mut out, &blob);
+    for list in [&s.protected, &s.closed, &s.skipped, &s.reviewed, &s.review_files] {
         paths(&mut out, list);
     }
     paths(&mut out, &s.links);
@@ -667,8 +684,9 @@ pub fn decode_answer(bytes: &[u8], fd: Option<std::os::fd::OwnedFd>) -> Option<O
         1 => {}
         _ => return None,
     }
+    let count = r.u32()? as usize;
+    let dirs = r.field()?;
     let mut s = Scan {
-        dirs: r.paths()?,
         protected: r.paths()?,
         closed: r.paths()?,
         skipped: r.paths()?,
@@ -708,10 +726,15 @@ pub fn decode_answer(bytes: &[u8], fd: Option<std::os::fd::OwnedFd>) -> Option<O
             .map(|_| r.take(4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes))
             .collect();
         let wds = wds?;
-        // (Without the descriptor, or for other directories: the warden places its own.)
-        if let Some(fd) = fd.filter(|_| wds.len() == s.dirs.len()) {
-            s.ahead = Some(std::sync::Arc::new(Handed { fd, wds }));
+        // The directories stay encoded: read by the warden process, and only when an event
+        // needs them (`Handed::dirs`), off the launch's path. (Without the descriptor, or for
+        // other directories: read now, and the warden places its own watches.)
+        if let Some(fd) = fd.filter(|_| wds.len() == count) {
+            s.ahead = Some(std::sync::Arc::new(Handed { fd, wds, dirs: dirs.to_vec() }));
         }
+    }
+    if s.ahead.is_none() {
+        s.dirs = front_decoded(dirs, count)?;
     }
     r.at_end().then_some(Some(s))
 }
@@ -733,6 +756,49 @@ pub fn read_all(r: &mut impl std::io::Read, limit: u64) -> std::io::Result<Vec<u
     let mut out = Vec::new();
     r.take(limit).read_to_end(&mut out)?;
     Ok(out)
+}
+
+/// `list` front-coded: each path as the length of what it shares with the one before it and the
+/// rest (two little-endian `u16`s, then the bytes). The scan's order is breadth-first, so
+/// siblings share all but their last name: a tenth of the bytes of a 100,000-file checkout's
+/// directories.
+pub(crate) fn front_coded(list: &[PathBuf]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut before: &[u8] = &[];
+    for p in list {
+        let b = p.as_os_str().as_bytes();
+        let shared = b.iter().zip(before).take_while(|(x, y)| x == y).count().min(0xffff);
+        let rest = &b[shared..];
+        // (A path is at most PATH_MAX bytes; a longer one would not be watched anyway.)
+        let rest = &rest[..rest.len().min(0xffff)];
+        out.extend_from_slice(&(shared as u16).to_le_bytes());
+        out.extend_from_slice(&(rest.len() as u16).to_le_bytes());
+        out.extend_from_slice(rest);
+        before = b;
+    }
+    out
+}
+
+/// [`front_coded`] read back: `count` paths, or `None` when `blob` is not that.
+pub(crate) fn front_decoded(blob: &[u8], count: usize) -> Option<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = Vec::with_capacity(count.min(1 << 16));
+    let mut at = 0;
+    let mut last: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        let word = |i: usize| -> Option<usize> {
+            Some(u16::from_le_bytes(blob.get(i..i + 2)?.try_into().ok()?) as usize)
+        };
+        let (shared, n) = (word(at)?, word(at + 2)?);
+        let rest = blob.get(at + 4..at + 4 + n)?;
+        if shared > last.len() {
+            return None;
+        }
+        last.truncate(shared);
+        last.extend_from_slice(rest);
+        out.push(PathBuf::from(std::ffi::OsStr::from_bytes(&last)));
+        at += 4 + n;
+    }
+    (at == blob.len()).then_some(out)
 }
 
 fn put_u32(out: &mut Vec<u8>, n: usize) {

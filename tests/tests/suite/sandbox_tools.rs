@@ -576,8 +576,74 @@ fn the_daemons_index_protects_what_changed_between_launches(s: &Scratch) {
     assert!(host.contains("WROTE a/"), "control on the host: {host}");
 }
 
+/// The warden's watches made ahead by the daemon (issue 31): a repeat launch whose watches came
+/// with the index's answer takes away, while the command still runs, a tool file the command
+/// makes deep down (the command sees it go), in a directory the daemon watched, in one it made
+/// and through a rename; each is gone at the end and the user is told. A directory moved between
+/// two launches is not handed over (the launch watches for itself, and still takes the file away).
+/// Controls: the launch says the watches were made ahead; the same script on the host sees none
+/// go (the wait would have caught a warden that does not watch).
+fn watches_made_ahead_take_away_what_the_command_makes(s: &Scratch) {
+    layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    chown(s, &s.proj);
+    // Makes the file, then waits (a deadline, not a delay: it polls) until it is gone.
+    let plant = |rel: &str| {
+        let dir = Path::new(rel).parent().unwrap().display().to_string();
+        format!(
+            "mkdir -p {dir} && echo 'export X=1' > {rel}.tmp && mv {rel}.tmp {rel}; \
+             i=0; while [ -e {rel} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
+             [ -e {rel} ] || echo GONE-LIVE {rel}"
+        )
+    };
+    let cases = ["a/b/c/d/e/f/.envrc", "x/y/z/new/.npmrc", "pad/d7/mise.toml"];
+    let script: Vec<String> = cases.iter().map(|c| plant(c)).collect();
+    let script = script.join("; ");
+    let handed = |s: &Scratch| {
+        let mut c = s.command("build", &[], &["sh", "-c", &format!("{script}; echo ran")]);
+        let out = c.env("SANDGATE_DEBUG", "launch").output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(stdout.contains("ran"), "the launch failed: {stdout}{stderr}");
+        (stderr.contains("watches made ahead by the daemon taken"), stdout, stderr)
+    };
+    until_indexed(s);
+    // (The watches are made after an answer, off its path: launches until one takes them.)
+    let mut taken = None;
+    for _ in 0..50 {
+        let (ahead, stdout, stderr) = handed(s);
+        if ahead {
+            taken = Some((stdout, stderr));
+            break;
+        }
+        for c in cases {
+            let _ = std::fs::remove_file(s.proj.join(c));
+        }
+    }
+    let (stdout, stderr) = taken.expect("control: a launch took the watches made ahead");
+    for c in cases {
+        assert!(stdout.contains(&format!("GONE-LIVE {c}")), "{c} stayed while it ran: {stdout}");
+        assert!(std::fs::symlink_metadata(s.proj.join(c)).is_err(), "{c} is in place");
+        assert!(stderr.contains(&format!("/{c} (")), "the user is told about {c}: {stderr}");
+    }
+    // A directory moved away and another put in its place between launches: not handed.
+    until_indexed(s);
+    let (ahead, ..) = handed(s);
+    std::fs::rename(s.proj.join("x/y"), s.proj.join("x-old")).unwrap();
+    std::fs::create_dir_all(s.proj.join("x/y/z")).unwrap();
+    chown(s, &s.proj);
+    let (after, stdout, _) = handed(s);
+    assert!(!after, "handed after a directory moved (the one before: {ahead})");
+    assert!(stdout.contains("GONE-LIVE a/b/c/d/e/f/.envrc"), "{stdout}");
+    // Control: on the host nothing takes them away.
+    let host = on_the_host(s, &s.proj, &script);
+    assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
+}
+
 cases!(
     the_daemons_index_protects_what_changed_between_launches,
+    watches_made_ahead_take_away_what_the_command_makes,
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
     build_output_stays_and_changed_build_code_is_named,

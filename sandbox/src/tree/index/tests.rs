@@ -152,6 +152,41 @@ fn a_question_and_an_answer_read_back() {
     // Cut short, or something else: not an answer.
     assert_eq!(decode_answer(&answer[..answer.len() - 1], None), None);
     assert_eq!(decode_ask(&answer), None);
+    // With watches made ahead: the directories stay encoded until the warden reads them.
+    let wds: Vec<i32> = (1..=scan.dirs.len() as i32).collect();
+    let fd = std::fs::File::open("/dev/null").unwrap().into();
+    let back = decode_answer(&encode_answer(Some(&scan), Some(&wds)), Some(fd)).unwrap().unwrap();
+    let handed = back.ahead.as_ref().expect("handed");
+    assert!(back.dirs.is_empty());
+    assert_eq!((handed.wds.clone(), handed.dirs()), (wds.clone(), Some(scan.dirs.clone())));
+    assert_eq!(back.dirs_read(), scan.dirs.len());
+    assert_eq!(Scan { ahead: None, dirs: scan.dirs.clone(), ..back }, found(&scan));
+    // Named but without the descriptor: read now, the warden places its own watches.
+    let back = decode_answer(&encode_answer(Some(&scan), Some(&wds)), None).unwrap().unwrap();
+    assert_eq!((back.ahead.is_none(), back.dirs.clone()), (true, scan.dirs.clone()));
+}
+
+/// Paths front-coded and read back, whatever they share; anything else is not read back.
+#[test]
+fn front_coded_paths_read_back() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"/t/\xff\xfe/n"));
+    let lists: Vec<Vec<PathBuf>> = vec![
+        vec![],
+        vec![d("/")],
+        vec![d("/a/b/c"), d("/a/b/c"), d("/a/b/d"), d("/a/bb"), d("/x"), d("/a/b/c/d/e")],
+        vec![odd.clone(), d("/t/x"), odd],
+    ];
+    for list in lists {
+        let blob = front_coded(&list);
+        assert_eq!(front_decoded(&blob, list.len()), Some(list.clone()), "{list:?}");
+        if !list.is_empty() {
+            assert_eq!(front_decoded(&blob, list.len() + 1), None, "one too many");
+            assert_eq!(front_decoded(&blob[..blob.len() - 1], list.len()), None, "cut short");
+        }
+    }
+    // A shared length longer than the path before: not a list of paths.
+    assert_eq!(front_decoded(&[5, 0, 1, 0, b'x'], 1), None);
 }
 
 /// Every way the tree changes between launches: the index finds what a fresh scan finds, and
@@ -473,7 +508,7 @@ fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
     let mut index = Index::build(&[root.clone()], &rule()).unwrap();
     let wanted = index.wants_ahead(None).expect("every directory is held: watches are wanted");
     assert!(index.wants_ahead(None).is_none(), "made once at a time");
-    index.install_ahead(Some(Ahead::place(wanted).expect("placed")));
+    index.install_ahead(Some(wanted.place().expect("placed")));
     (dir, root, index)
 }
 

@@ -603,3 +603,5 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
         "control: the stale watch would have reported it: {events:?}"
     );
 }
+
+mod ahead_redteam;

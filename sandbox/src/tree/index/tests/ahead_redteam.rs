@@ -17,8 +17,9 @@ impl Drop for Unmount {
 /// upper layer is written beside it; a network filesystem or FUSE written from elsewhere): its
 /// path can come to name another directory with no event on any watch, and then a watch made
 /// ahead hours before watches the old one. No watches are handed for such a tree (its warden
-/// places its own, by path, at launch), as its listings are not held. Root (mounts). Control:
-/// a watch placed by path now, as a warden does, reports the tool file the old one misses.
+/// places its own, by path, at launch), as its listings are not held. Root (mounts). Controls:
+/// a watch placed by path now, as a warden does, reports the tool file the old one misses; the
+/// same directories on this machine's filesystem are watched ahead.
 #[test]
 fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
@@ -77,4 +78,8 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
             "handed, and the watch the warden reads for ov/a/b misses the tool file: {events:?}"
         );
     }
+    let (_plain, plain) = tree(&["src/lib.rs", "ov/a/b/"]);
+    let mut index = Index::build(&[plain], &rule()).unwrap();
+    let (scan, _) = index.scan_and_hand().unwrap();
+    assert!(index.wants_ahead(Some(&scan)).is_some(), "control: watched ahead off the overlay");
 }

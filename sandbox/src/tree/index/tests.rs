@@ -470,7 +470,7 @@ use super::super::ahead::unsettles;
 /// An index of `LAYOUT` with the warden's watches made ahead and kept.
 fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
     let (dir, root) = tree(LAYOUT);
-    let mut index = Index::build(&[root.clone()], &rule()).unwrap();
+    let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
     let wanted = index.wants_ahead(None).expect("every directory is held: watches are wanted");
     assert!(index.wants_ahead(None).is_none(), "made once at a time");
     index.install_ahead(Some(Ahead::place(wanted).expect("placed")));

@@ -62,8 +62,9 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     let (scan, handed) = index.scan_and_hand().unwrap();
     let b = scan.dirs.iter().position(|d| *d == ov.join("a/b")).unwrap();
     let fresh = crate::sys::inotify_init().unwrap();
-    let fresh_wd = crate::sys::inotify_watch(fresh.as_fd().as_raw_fd(), &ov.join("a/b"), DIR_EVENTS_NEW)
-        .unwrap();
+    let fresh_wd =
+        crate::sys::inotify_watch(fresh.as_fd().as_raw_fd(), &ov.join("a/b"), DIR_EVENTS_NEW)
+            .unwrap();
     // The command, during the next launch: a tool file there, through the overlay.
     make(&root, "ov/a/b/.envrc");
     let by_fresh = queued(&fresh.as_fd().try_clone_to_owned().unwrap());

@@ -84,3 +84,18 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     let (scan, _) = index.scan_and_hand().unwrap();
     assert!(index.wants_ahead(Some(&scan)).is_some(), "control: watched ahead off the overlay");
 }
+
+/// Watches made ahead count in the indexes' share of the user's inotify watches: past it none
+/// are made, and the wardens keep the other half. Control: with the share as it is, they are.
+#[test]
+fn watches_made_ahead_leave_the_wardens_their_share() {
+    let (_dir, root) = tree(LAYOUT);
+    let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
+    let plan = index.wants_ahead(None).expect("every directory is held");
+    // (A share already used up by the other indexes.)
+    BUDGET.with(|b| b.set(Some(0)));
+    let past = Ahead::place(plan.clone());
+    BUDGET.with(|b| b.set(None));
+    assert!(past.is_none(), "made past the indexes' share");
+    assert!(Ahead::place(plan).is_some(), "control: made within it");
+}

@@ -136,6 +136,14 @@ impl Handed {
     pub fn dirs(&self) -> Option<Vec<PathBuf>> {
         index::front_decoded(&self.dirs, self.wds.len())
     }
+
+    /// As a launcher receives it with `scan`: the directories moved into it, encoded (what
+    /// `decode_answer` does).
+    #[cfg(all(test, target_os = "linux"))]
+    pub(crate) fn received(mut self, scan: &mut Scan) -> Handed {
+        self.dirs = index::front_coded(&std::mem::take(&mut scan.dirs));
+        self
+    }
 }
 
 impl PartialEq for Handed {

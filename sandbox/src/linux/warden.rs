@@ -1544,3 +1544,6 @@ mod tests {
         assert!(changes_line(&many, 2).unwrap().contains("d0/build.rs, d1/build.rs and 3 more"));
     }
 }
+
+#[cfg(test)]
+mod ahead_tests;

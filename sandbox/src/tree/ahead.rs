@@ -25,7 +25,11 @@
 //! - **the same directories, the same masks**: handed only when the directories it watches are
 //!   exactly the tops and the directories of the answer ([`Ahead::hand`]); a directory whose mask
 //!   must change (it now holds a review file) is watched again with the new mask, which the
-//!   kernel applies to the same watch (a different watch descriptor back: not handed).
+//!   kernel applies to the same watch (a different watch descriptor back: not handed);
+//! - **where every change is an event**: made only while the index holds every directory of
+//!   the scan (`Index::wants_ahead`), i.e. on filesystems whose changes are all made here. On an
+//!   overlay whose layer is written beside it, a network filesystem or FUSE, a path can come to
+//!   name another directory with no event at all (the old one still watched).
 //!
 //! Its watches count with the index's against the half of `fs.inotify.max_user_watches` that
 //! the indexes may hold; past it, none is made ahead.

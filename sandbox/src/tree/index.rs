@@ -431,7 +431,11 @@ impl Index {
     /// watches are made or being made: the caller places them off the answer's path
     /// ([`AheadWanted::place`]) and gives them back ([`Index::install_ahead`]).
     pub fn wants_ahead(&mut self, answered: Option<Scan>) -> Option<AheadWanted> {
-        if self.ahead.is_some() || self.preparing {
+        // Only when every directory the last scan read is held (`last`): one that is not may
+        // be on a filesystem whose changes raise no event here (an overlay's layer written
+        // beside it, a network filesystem, FUSE), where its path can come to name another
+        // directory that the watch made ahead does not watch.
+        if self.ahead.is_some() || self.preparing || self.last.is_none() {
             return None;
         }
         let scan = answered.or_else(|| self.last.clone())?;
@@ -510,7 +514,7 @@ impl Index {
 }
 
 /// What to watch ahead for an index's next launch (see [`Index::wants_ahead`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AheadWanted {
     scan: Scan,
     roots: Vec<PathBuf>,

@@ -27,7 +27,10 @@ except OSError:
     pass  # the daemon may have answered and closed already
 data = b''
 while True:
-    c = s.recv(65536)
+    try:
+        c = s.recv(65536)
+    except ConnectionResetError:
+        break  # answered without reading the question (refused): the rest was the answer
     if not c: break
     data += c
 head = b'sandgate-tree-answer 2\n'

@@ -641,9 +641,62 @@ fn watches_made_ahead_take_away_what_the_command_makes(s: &Scratch) {
     assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
 }
 
+/// Lists every descriptor of every process the probe can see under `procs` (a glob of
+/// `/proc/PID` directories): one `FD` line each, with where it leads.
+fn fd_probe(procs: &str) -> String {
+    format!(
+        "for f in {procs}/fd/*; do l=$(readlink \"$f\" 2>/dev/null) && echo \"FD $f $l\"; done; \
+         echo probe-done"
+    )
+}
+
+/// The warden's watches made ahead by the daemon (issue 31) reach no process of the sandbox:
+/// the launch that takes them leaves no inotify descriptor in the command or in any process
+/// it can see (init keeps the launcher's, unreadable). Controls: the launch did take watches
+/// made ahead; inside, the same probe in a shell holding an inotify instance finds it.
+fn watches_made_ahead_reach_nothing_inside(s: &Scratch) {
+    layout(s, &[("a/b/c/lib.rs", "\n")]);
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    chown(s, &s.proj);
+    until_indexed(s);
+    let probe = format!("{}; echo sandboxed-command-ran", fd_probe("/proc/[0-9]*"));
+    // (Made ahead after an answer, on a thread of the daemon: each launch is the event waited
+    // for, no sleep.)
+    let mut ahead = false;
+    for _ in 0..50 {
+        let mut c = s.command("build", &[], &["sh", "-c", &probe]);
+        let out = c.env("SANDGATE_DEBUG", "launch").output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(stdout.contains("sandboxed-command-ran"), "the launch failed: {stdout}{stderr}");
+        assert!(stdout.contains("probe-done"), "{stdout}");
+        assert!(!stdout.contains("inotify"), "an inotify instance inside: {stdout}");
+        if stderr.contains("watches made ahead by the daemon taken") {
+            ahead = true;
+            break;
+        }
+    }
+    assert!(ahead, "control: a launch took watches made ahead");
+    // (`inotify_init`: not close-on-exec, the shell keeps it.)
+    let own = format!(
+        "import ctypes, os; ctypes.CDLL(None).inotify_init(); \
+         os.execvp('sh', ['sh', '-c', {:?}])",
+        fd_probe("/proc/$$")
+    );
+    let out = s.command("build", &[], &["python3", "-c", &own]).output().unwrap();
+    let seen = text(&out.stdout);
+    assert!(
+        seen.contains("anon_inode:inotify"),
+        "control: the probe finds one made inside: {seen}{}",
+        text(&out.stderr)
+    );
+}
+
 cases!(
     the_daemons_index_protects_what_changed_between_launches,
     watches_made_ahead_take_away_what_the_command_makes,
+    watches_made_ahead_reach_nothing_inside,
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
     build_output_stays_and_changed_build_code_is_named,

@@ -505,7 +505,7 @@ use super::super::ahead::unsettles;
 /// An index of `LAYOUT` with the warden's watches made ahead and kept.
 fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
     let (dir, root) = tree(LAYOUT);
-    let mut index = Index::build(&[root.clone()], &rule()).unwrap();
+    let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
     let wanted = index.wants_ahead(None).expect("every directory is held: watches are wanted");
     assert!(index.wants_ahead(None).is_none(), "made once at a time");
     index.install_ahead(Some(wanted.place().expect("placed")));
@@ -638,3 +638,5 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
         "control: the stale watch would have reported it: {events:?}"
     );
 }
+
+mod ahead_redteam;

@@ -133,13 +133,16 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
     let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
     drop(handed);
     // (After the answer went: the next launch's watches are no part of this one's wait.)
-    if let Some((index, wanted)) = next {
-        make_ahead(&index, wanted);
+    if let Some(index) = next {
+        let wanted = index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead();
+        if let Some(w) = wanted {
+            make_ahead(&index, w);
+        }
     }
 }
 
-/// An index and what to watch ahead for its next launch.
-type Next = (Arc<Mutex<Index>>, AheadWanted);
+/// The index that answered: its next launch's watches are made ahead once the answer went.
+type Next = Arc<Mutex<Index>>;
 
 /// The answer for `roots` under `rule`: from the index when there is one; otherwise `None`, and
 /// the index is built (on a thread of its own). With an answer, what to watch ahead for the
@@ -164,12 +167,10 @@ fn scan_of(
     };
     drop(map);
     let mut held = index.lock().unwrap_or_else(|e| e.into_inner());
-    match held.scan_and_hand() {
-        Some((scan, handed)) => {
-            let reply = encode_answer(Some(&scan), handed.as_ref().map(|h| &h.wds[..]));
-            let wanted = held.wants_ahead(Some(scan));
+    match held.answer() {
+        Some((reply, handed)) => {
             drop(held);
-            Some((reply, handed, wanted.map(|w| (index.clone(), w))))
+            Some((reply, handed, Some(index)))
         }
         None => {
             drop(held);
@@ -228,7 +229,7 @@ fn build(
         match built {
             Some(mut index) => {
                 tracing::debug!(dirs = index.len(), "index of the writable trees built");
-                let wanted = index.wants_ahead(None);
+                let wanted = index.wants_ahead();
                 let index = Arc::new(Mutex::new(index));
                 map.insert(k, Slot::Ready(index.clone(), Instant::now()));
                 drop(map);

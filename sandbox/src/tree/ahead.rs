@@ -60,11 +60,15 @@ pub(crate) const DIR_EVENTS: u32 =
 /// The directories to watch ahead for a launch like the one `scan` answered: the tops, then the
 /// directories read, each with its mask, parents before children (the scan's order is
 /// breadth-first). Paths are compared, never hashed (a hundred thousand path components).
-fn plan_iter<'a>(scan: &'a Scan, roots: &'a [PathBuf]) -> impl Iterator<Item = (&'a Path, u32)> {
-    let mut reviewed: Vec<&[u8]> = scan.reviewed.iter().map(|p| p.as_os_str().as_bytes()).collect();
+fn plan_iter<'a>(
+    dirs: &'a [PathBuf],
+    reviewed: &'a [PathBuf],
+    roots: &'a [PathBuf],
+) -> impl Iterator<Item = (&'a Path, u32)> {
+    let mut reviewed: Vec<&[u8]> = reviewed.iter().map(|p| bytes(p)).collect();
     reviewed.sort_unstable();
-    let tops = roots.iter().enumerate().filter(|(i, r)| !roots[..*i].contains(r)).map(|(_, r)| r);
-    let below = scan.dirs.iter().filter(|d| !roots.contains(d));
+    let tops = roots.iter().enumerate().filter(|(i, r)| !is_root(r, &roots[..*i])).map(|(_, r)| r);
+    let below = dirs.iter().filter(|d| !is_root(d, roots));
     tops.map(|r| (r.as_path(), DIR_EVENTS)).chain(below.map(move |d| {
         let review = reviewed.binary_search(&d.as_os_str().as_bytes()).is_ok();
         (d.as_path(), if review { DIR_EVENTS } else { DIR_EVENTS_NEW })
@@ -73,7 +77,17 @@ fn plan_iter<'a>(scan: &'a Scan, roots: &'a [PathBuf]) -> impl Iterator<Item = (
 
 /// [`plan_iter`], owned: what the daemon places off the answer's path.
 pub fn plan(scan: &Scan, roots: &[PathBuf]) -> Vec<(PathBuf, u32)> {
-    plan_iter(scan, roots).map(|(d, m)| (d.to_path_buf(), m)).collect()
+    plan_iter(&scan.dirs, &scan.reviewed, roots).map(|(d, m)| (d.to_path_buf(), m)).collect()
+}
+
+/// A path's bytes: compared as such (`Path`'s `==` compares name by name, ten times slower over
+/// thousands of paths).
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+fn is_root(d: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| bytes(r) == bytes(d))
 }
 
 /// An instance with its watches, made ahead for the next launch.
@@ -171,14 +185,14 @@ impl Ahead {
     /// a watch per directory of `scan.dirs`, in its order; `None` (and dropped) when it does not
     /// watch exactly the tops and those directories, in that order, each with the mask the
     /// warden wants.
-    pub fn hand(self, scan: &Scan, roots: &[PathBuf]) -> Option<Handed> {
+    pub fn hand(self, dirs: &[PathBuf], reviewed: &[PathBuf], roots: &[PathBuf]) -> Option<Handed> {
         let fd = self.inotify.as_fd().as_raw_fd();
         let mut mine = self.dirs.iter();
-        let mut wants = plan_iter(scan, roots);
+        let mut wants = plan_iter(dirs, reviewed, roots);
         let fits = loop {
             match (mine.next(), wants.next()) {
                 (None, None) => break true,
-                (Some((dir, mask, wd)), Some((want, m))) if dir == want => {
+                (Some((dir, mask, wd)), Some((want, m))) if bytes(dir) == bytes(want) => {
                     // (Its mask changed: the same watch takes the new one.)
                     if *mask != m && crate::sys::inotify_watch(fd, dir, m).ok() != Some(*wd) {
                         break false;
@@ -193,13 +207,13 @@ impl Ahead {
         }
         let watch_of = |d: &PathBuf| -> i32 {
             // (A top among the directories read: a writable path inside another.)
-            roots.iter().position(|r| r == d).map_or(-1, |i| self.dirs[i].2)
+            let mine = self.dirs.iter().take_while(|(r, _, _)| is_root(r, roots));
+            mine.filter(|(r, _, _)| bytes(r) == bytes(d)).map(|e| e.2).next().unwrap_or(-1)
         };
-        let mut below = self.dirs.iter().skip_while(|(d, _, _)| roots.contains(d));
-        let wds = scan
-            .dirs
+        let mut below = self.dirs.iter().skip_while(|(d, _, _)| is_root(d, roots));
+        let wds = dirs
             .iter()
-            .map(|d| if roots.contains(d) { watch_of(d) } else { below.next().map_or(-1, |e| e.2) })
+            .map(|d| if is_root(d, roots) { watch_of(d) } else { below.next().map_or(-1, |e| e.2) })
             .collect();
         let fd = self.inotify.as_fd().try_clone_to_owned().ok()?;
         // (This copy's close is not the last: cheap.)

@@ -306,6 +306,8 @@ pub struct Index {
     ahead: Option<Ahead>,
     /// Whether they are being made.
     preparing: bool,
+    /// The last scan's directories as an answer carries them (front-coded), once encoded.
+    last_dirs: Option<Vec<u8>>,
 }
 
 impl Index {
@@ -345,6 +347,7 @@ impl Index {
             read: 0,
             ahead: None,
             preparing: false,
+            last_dirs: None,
         };
         index.bfs();
         index.rule.scan_memory = None;
@@ -370,6 +373,12 @@ impl Index {
     /// queued event read first); `None` when the index must be built again (events lost, a
     /// top replaced, the mount table changed): the caller drops it.
     pub fn scan(&mut self) -> Option<Scan> {
+        self.scan_lean(false)
+    }
+
+    /// [`Index::scan`]; with `lean`, when the last scan stands, its directories are left out of
+    /// the copy (read them from `self.last`): thousands of paths not copied for an answer.
+    fn scan_lean(&mut self, lean: bool) -> Option<Scan> {
         if !self.still_valid() {
             return None;
         }
@@ -396,10 +405,15 @@ impl Index {
         let (named, subtree) = forget(&mut self.held.records, &effects);
         if subtree || !self.listed_again(named) {
             self.last = None;
+            self.last_dirs = None;
         }
-        let mut out = match &self.last {
+        let mut out = match &mut self.last {
             Some(last) => {
+                let dirs = if lean { std::mem::take(&mut last.dirs) } else { Vec::new() };
                 let mut out = last.clone();
+                if lean {
+                    last.dirs = dirs;
+                }
                 out.recalled = self.read;
                 out
             }
@@ -423,14 +437,43 @@ impl Index {
             self.ahead = ahead;
             return None;
         };
-        let handed = ahead.and_then(|a| a.hand(&scan, &self.roots));
+        let handed = ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots));
         Some((scan, handed))
     }
 
-    /// What to watch ahead for the next launch, like `answered` (or the last scan), when no
+    /// The daemon's answer ([`encode_answer`]) to a launcher's question, with the warden's
+    /// watches made ahead when they fit it: [`Index::scan_and_hand`] without copying the
+    /// directories read (their encoding is kept while the last scan stands).
+    pub fn answer(&mut self) -> Option<(Vec<u8>, Option<Handed>)> {
+        let ahead = self.ahead.take().and_then(Ahead::judge);
+        let Some(scan) = self.scan_lean(true) else {
+            // (Closed with the index, off the answer's path.)
+            self.ahead = ahead;
+            return None;
+        };
+        let dirs: &[PathBuf] = match &self.last {
+            Some(last) if scan.dirs.is_empty() => &last.dirs,
+            _ => &scan.dirs,
+        };
+        let handed = ahead.and_then(|a| a.hand(dirs, &scan.reviewed, &self.roots));
+        let fresh;
+        let blob = match (&self.last, &mut self.last_dirs) {
+            (Some(last), kept) if scan.dirs.is_empty() => {
+                &*kept.get_or_insert_with(|| front_coded(&last.dirs))
+            }
+            _ => {
+                fresh = front_coded(dirs);
+                &fresh
+            }
+        };
+        let wds = handed.as_ref().map(|h| &h.wds[..]);
+        Some((encode_parts(&scan, dirs.len(), blob, wds), handed))
+    }
+
+    /// What to watch ahead for the next launch, like the last scan, when no
     /// watches are made or being made: the caller places them off the answer's path
     /// ([`AheadWanted::place`]) and gives them back ([`Index::install_ahead`]).
-    pub fn wants_ahead(&mut self, answered: Option<Scan>) -> Option<AheadWanted> {
+    pub fn wants_ahead(&mut self) -> Option<AheadWanted> {
         // Only when every directory the last scan read is held (`last`): one that is not may
         // be on a filesystem whose changes raise no event here (an overlay's layer written
         // beside it, a network filesystem, FUSE), where its path can come to name another
@@ -438,7 +481,7 @@ impl Index {
         if self.ahead.is_some() || self.preparing || self.last.is_none() {
             return None;
         }
-        let scan = answered.or_else(|| self.last.clone())?;
+        let scan = self.last.clone()?;
         self.preparing = true;
         Some(AheadWanted { scan, roots: self.roots.clone() })
     }
@@ -493,6 +536,7 @@ impl Index {
         // (A directory that could not be listed, or not watched, is read again every time.)
         let all_held = self.held.held_now == self.held.asked;
         self.last = all_held.then(|| out.clone());
+        self.last_dirs = None;
         out
     }
 
@@ -624,15 +668,22 @@ pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
 /// The daemon's answer: the scan, or `None` (no index yet: the launcher scans itself); with
 /// `ahead`, the watch of each of its directories in the instance sent with the answer.
 pub fn encode_answer(scan: Option<&Scan>, ahead: Option<&[i32]>) -> Vec<u8> {
+    match scan {
+        Some(s) => encode_parts(s, s.dirs.len(), &front_coded(&s.dirs), ahead),
+        None => {
+            let mut out = ANSWER.to_vec();
+            out.push(0);
+            out
+        }
+    }
+}
+
+/// [`encode_answer`] of `s` with its `count` directories already front-coded in `dirs`.
+fn encode_parts(s: &Scan, count: usize, dirs: &[u8], ahead: Option<&[i32]>) -> Vec<u8> {
     let mut out = ANSWER.to_vec();
-    let Some(s) = scan else {
-        out.push(0);
-        return out;
-    };
     out.push(1);
-    let blob = front_coded(&s.dirs);
-    put_u32(&mut out, s.dirs.len());
-    memory::field(&mut out, &blob);
+    put_u32(&mut out, count);
+    memory::field(&mut out, dirs);
     for list in [&s.protected, &s.closed, &s.skipped, &s.reviewed, &s.review_files] {
         paths(&mut out, list);
     }

@@ -48,7 +48,8 @@ fn planted_stays(lose: bool) -> bool {
     // index's answer: the same paths, each leading to the other directory.
     exchange(&root);
     let mut scan = index.scan().unwrap();
-    let handed = ahead.hand(&scan, &roots).expect("the same paths and masks: handed");
+    let handed =
+        ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("the same paths and masks: handed");
     scan.ahead = Some(Arc::new(handed.received(&mut scan)));
     let mut w = Warden::prepare(&rule(), "sg-ahead", &roots, &scan);
     assert!(w.watched_ahead());

@@ -506,8 +506,8 @@ use super::super::ahead::unsettles;
 fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
     let (dir, root) = tree(LAYOUT);
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
-    let wanted = index.wants_ahead(None).expect("every directory is held: watches are wanted");
-    assert!(index.wants_ahead(None).is_none(), "made once at a time");
+    let wanted = index.wants_ahead().expect("every directory is held: watches are wanted");
+    assert!(index.wants_ahead().is_none(), "made once at a time");
     index.install_ahead(Some(wanted.place().expect("placed")));
     (dir, root, index)
 }
@@ -628,7 +628,9 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
     std::fs::rename(root.join("sub/x/y"), root.join("target/y")).unwrap();
     std::fs::create_dir_all(root.join("sub/x/y/z")).unwrap();
     let scan = index.scan().unwrap();
-    let handed = ahead.hand(&scan, std::slice::from_ref(&root)).expect("unjudged: handed");
+    let handed = ahead
+        .hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root))
+        .expect("unjudged: handed");
     let _ = queued(&handed.fd);
     let z = scan.dirs.iter().position(|d| *d == root.join("sub/x/y/z")).unwrap();
     make(&root, "sub/x/y/z/.envrc");
@@ -640,3 +642,24 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
 }
 
 mod ahead_redteam;
+
+/// The daemon's answer, encoded without copying the directories read, reads back as the scan a
+/// launcher would make: while the last scan stands (its encoding kept), after a file made (it
+/// stands still), and after a directory made (scanned again).
+#[test]
+fn the_answer_reads_back_as_the_scan() {
+    let (_dir, root) = tree(LAYOUT);
+    let roots = vec![root.clone()];
+    let mut index = Index::build(&roots, &rule()).unwrap();
+    let changes: [fn(&Path); 4] =
+        [|_| {}, |_| {}, |r| make(r, "sub/x/y/z/a.rs"), |r| make(r, "sub/x/new/.envrc")];
+    for (i, change) in changes.iter().enumerate() {
+        change(&root);
+        let (bytes, handed) = index.answer().expect("answered");
+        assert!(handed.is_none(), "none made ahead here");
+        let back = decode_answer(&bytes, None).unwrap().unwrap();
+        let fresh = super::super::scan(&roots, &rule());
+        assert_eq!(found(&back), found(&fresh), "answer {i}");
+        assert!(!back.dirs.is_empty(), "answer {i}: the directories are in it");
+    }
+}

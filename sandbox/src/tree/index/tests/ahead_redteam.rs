@@ -50,7 +50,7 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
     let (scan, _) = index.scan_and_hand().unwrap();
     assert!(scan.dirs.contains(&ov.join("a/b")), "control: the scan reads the overlay");
-    if let Some(wanted) = index.wants_ahead(Some(scan.clone())) {
+    if let Some(wanted) = index.wants_ahead() {
         index.install_ahead(wanted.place());
     }
     // Between launches, beside the overlay: its upper layer's `a/b` swapped for another
@@ -82,7 +82,7 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     let (_plain, plain) = tree(&["src/lib.rs", "ov/a/b/"]);
     let mut index = Index::build(&[plain], &rule()).unwrap();
     let (scan, _) = index.scan_and_hand().unwrap();
-    assert!(index.wants_ahead(Some(scan)).is_some(), "control: watched ahead off the overlay");
+    assert!(index.wants_ahead().is_some(), "control: watched ahead off the overlay");
 }
 
 /// Watches made ahead count in the indexes' share of the user's inotify watches: past it none
@@ -91,7 +91,7 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
 fn watches_made_ahead_leave_the_wardens_their_share() {
     let (_dir, root) = tree(LAYOUT);
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
-    let plan = index.wants_ahead(None).expect("every directory is held");
+    let plan = index.wants_ahead().expect("every directory is held");
     // (A share already used up by the other indexes.)
     BUDGET.with(|b| b.set(Some(0)));
     let past = plan.clone().place();

@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandgate_sandbox::tree::{
-    AheadWanted, Handed, Index, decode_ask, encode_answer, key, read_all,
-};
+use sandgate_sandbox::tree::{Ahead, Handed, Index, decode_ask, encode_answer, key, read_all};
 
 use crate::server::{Daemon, check_peer_fd};
 
@@ -128,15 +126,13 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
             }
         }
     };
-    let fds: Vec<std::os::fd::RawFd> =
-        handed.iter().map(|h| std::os::fd::AsRawFd::as_raw_fd(&h.fd)).collect();
+    let fds: Vec<std::os::fd::RawFd> = handed.iter().filter_map(Handed::raw_fd).collect();
     let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
     drop(handed);
     // (After the answer went: the next launch's watches are no part of this one's wait.)
     if let Some(index) = next {
-        let wanted = index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead();
-        if let Some(w) = wanted {
-            make_ahead(&index, w);
+        if index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead() {
+            make_ahead(&index);
         }
     }
 }
@@ -187,10 +183,14 @@ fn scan_of(
 
 /// Makes the next launch's watches ahead for `index`, on a thread of its own (off every
 /// answer's path: the index is not locked while they are placed).
-fn make_ahead(index: &Arc<Mutex<Index>>, wanted: AheadWanted) {
+fn make_ahead(index: &Arc<Mutex<Index>>) {
     let index = index.clone();
     let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
-        let ahead = wanted.place();
+        // (Thousands of watches right after an answer would take a core from the launch that
+        // asked: made only when a core is idle.)
+        let _ = sandgate_sandbox::idle_thread();
+        let plan = index.lock().unwrap_or_else(|e| e.into_inner()).ahead_plan();
+        let ahead = plan.and_then(Ahead::place);
         index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);
     });
     if spawned.is_err() {
@@ -233,8 +233,8 @@ fn build(
                 let index = Arc::new(Mutex::new(index));
                 map.insert(k, Slot::Ready(index.clone(), Instant::now()));
                 drop(map);
-                if let Some(w) = wanted {
-                    make_ahead(&index, w);
+                if wanted {
+                    make_ahead(&index);
                 }
             }
             None => {

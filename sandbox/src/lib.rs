@@ -79,6 +79,8 @@ pub use spec::{
     PROXY_VARS, ProvidedDir, SOCKS_PROXY_VAR, SandboxId, SandboxSpec, git_ssh_command, proxy_env,
     with_proxy_env,
 };
+#[cfg(target_os = "linux")]
+pub use sys::idle_thread;
 pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 

@@ -888,6 +888,15 @@ pub fn inotify_init() -> io::Result<nix::sys::inotify::Inotify> {
     nx(Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK))
 }
 
+/// Puts the calling thread in the idle scheduling class (`SCHED_IDLE`): it runs only on a CPU
+/// with nothing else to run (the daemon's background work, off every launch's cores).
+pub fn idle_thread() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// An inotify instance received from elsewhere (the warden's watches made ahead by the daemon).
 pub fn inotify_from(fd: std::os::fd::OwnedFd) -> nix::sys::inotify::Inotify {
     use std::os::fd::{FromRawFd as _, IntoRawFd as _};

@@ -58,9 +58,7 @@ pub(crate) use ahead::{DIR_EVENTS, DIR_EVENTS_NEW};
 #[cfg(target_os = "linux")]
 pub(crate) use index::parse as parse_inotify;
 #[cfg(target_os = "linux")]
-pub use index::{
-    AheadWanted, Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all,
-};
+pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
 pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
@@ -121,8 +119,10 @@ pub struct Scan {
 /// of each directory the scan read, in its order.
 #[derive(Debug)]
 pub struct Handed {
-    /// The inotify instance.
-    pub fd: std::os::fd::OwnedFd,
+    /// The inotify instance, until the warden takes it ([`Handed::take_fd`]): the launcher
+    /// must hold no copy of it once the warden process runs, whose exit then closes the last
+    /// one (that close waits for an SRCU grace period in the kernel: 10-20 ms, no launch's).
+    fd: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
     /// `wds[i]` watches the `i`th directory of [`Handed::dirs`].
     pub wds: Vec<i32>,
     /// The directories read, as the daemon sent them (read when needed: [`Handed::dirs`]).
@@ -130,6 +130,22 @@ pub struct Handed {
 }
 
 impl Handed {
+    /// The instance, a watch per directory of `dirs` (front-coded, as the answer carries them).
+    pub(crate) fn new(fd: std::os::fd::OwnedFd, wds: Vec<i32>, dirs: Vec<u8>) -> Handed {
+        Handed { fd: std::sync::Mutex::new(Some(fd)), wds, dirs }
+    }
+
+    /// The instance's descriptor number, while it is held here.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd as _;
+        self.fd.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Takes the instance (once).
+    pub fn take_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        self.fd.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     /// The directories the scan read below the tops, in its order (with these watches, the
     /// answer's [`Scan::dirs`] is left empty); `None` when they cannot be read back.
     #[cfg(target_os = "linux")]

@@ -222,11 +222,12 @@ impl Warden {
         // The watches made ahead by the daemon (see `tree::ahead`): the same instance this
         // would make, with every directory of the scan watched already.
         let handed = scan.ahead.clone();
-        let inotify: Option<nix::sys::inotify::Inotify> = match &handed {
-            Some(h) => h.fd.try_clone().ok().map(sys::inotify_from),
+        let taken = handed.as_ref().and_then(|h| h.take_fd());
+        let made_ahead = taken.is_some();
+        let inotify: Option<nix::sys::inotify::Inotify> = match taken {
+            Some(fd) => Some(sys::inotify_from(fd)),
             None => sys::inotify_init().ok(),
         };
-        let made_ahead = inotify.is_some() && handed.is_some();
         let mut w = Warden {
             rule: rule.clone(),
             below: Below::new(rule),
@@ -271,14 +272,20 @@ impl Warden {
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
         w.ahead = made_ahead;
-        // (Handed but not usable, out of descriptors: the directories are not known here, the
-        // last sweep reads them all.)
-        w.lost |= handed.is_some() && !made_ahead;
-        let placed = if made_ahead {
-            w.unsettled = handed;
-            &[][..]
-        } else {
-            &scan.dirs[..]
+        // (Handed but taken already, a second warden of the same launch: it watches for
+        // itself, the directories read back from the answer.)
+        let read_back;
+        let placed: &[PathBuf] = match handed {
+            Some(h) if made_ahead => {
+                w.unsettled = Some(h);
+                &[]
+            }
+            Some(h) if scan.dirs.is_empty() => {
+                read_back = h.dirs().unwrap_or_default();
+                w.lost |= read_back.len() != h.wds.len();
+                &read_back
+            }
+            _ => &scan.dirs,
         };
         for dir in placed.iter().filter(|d| !roots.contains(d)) {
             let mask = if reviewed.contains(dir) { EVENTS } else { EVENTS_NEW };

@@ -215,10 +215,10 @@ impl Ahead {
             .iter()
             .map(|d| if is_root(d, roots) { watch_of(d) } else { below.next().map_or(-1, |e| e.2) })
             .collect();
-        let fd = self.inotify.as_fd().try_clone_to_owned().ok()?;
-        // (This copy's close is not the last: cheap.)
-        drop(self);
-        Some(Handed { fd, wds, dirs: Vec::new() })
+        let fd = self.inotify.as_fd().try_clone_to_owned().ok();
+        // (Thousands of paths freed, and a close that may be the last: not on the answer's path.)
+        let_go(self);
+        Some(Handed::new(fd?, wds, Vec::new()))
     }
 
     /// How many watches it holds.

@@ -470,20 +470,24 @@ impl Index {
         Some((encode_parts(&scan, dirs.len(), blob, wds), handed))
     }
 
-    /// What to watch ahead for the next launch, like the last scan, when no
-    /// watches are made or being made: the caller places them off the answer's path
-    /// ([`AheadWanted::place`]) and gives them back ([`Index::install_ahead`]).
-    pub fn wants_ahead(&mut self) -> Option<AheadWanted> {
+    /// Whether the next launch's watches are to be made ahead now: none are made or being made,
+    /// and the last scan stands. The caller plans them ([`Index::ahead_plan`]) and places them
+    /// ([`Ahead::place`]) off the answer's path, and gives them back ([`Index::install_ahead`]).
+    pub fn wants_ahead(&mut self) -> bool {
         // Only when every directory the last scan read is held (`last`): one that is not may
         // be on a filesystem whose changes raise no event here (an overlay's layer written
         // beside it, a network filesystem, FUSE), where its path can come to name another
         // directory that the watch made ahead does not watch.
         if self.ahead.is_some() || self.preparing || self.last.is_none() {
-            return None;
+            return false;
         }
-        let scan = self.last.clone()?;
         self.preparing = true;
-        Some(AheadWanted { scan, roots: self.roots.clone() })
+        true
+    }
+
+    /// What to watch ahead, from the last scan (`None`: it no longer stands).
+    pub fn ahead_plan(&self) -> Option<Vec<(PathBuf, u32)>> {
+        self.last.as_ref().map(|last| plan(last, &self.roots))
     }
 
     /// Keeps watches made ahead (`None`: they could not be made) for the next answer.
@@ -554,20 +558,6 @@ impl Index {
             Err(_) => true,
         };
         tops && !moved && !self.ways.moved()
-    }
-}
-
-/// What to watch ahead for an index's next launch (see [`Index::wants_ahead`]).
-#[derive(Debug, Clone)]
-pub struct AheadWanted {
-    scan: Scan,
-    roots: Vec<PathBuf>,
-}
-
-impl AheadWanted {
-    /// Places the watches (thousands of `inotify_add_watch`: not on any answer's path).
-    pub fn place(self) -> Option<Ahead> {
-        Ahead::place(plan(&self.scan, &self.roots))
     }
 }
 
@@ -785,7 +775,7 @@ pub fn decode_answer(bytes: &[u8], fd: Option<std::os::fd::OwnedFd>) -> Option<O
         // needs them (`Handed::dirs`), off the launch's path. (Without the descriptor, or for
         // other directories: read now, and the warden places its own watches.)
         if let Some(fd) = fd.filter(|_| wds.len() == count) {
-            s.ahead = Some(std::sync::Arc::new(Handed { fd, wds, dirs: dirs.to_vec() }));
+            s.ahead = Some(std::sync::Arc::new(Handed::new(fd, wds, dirs.to_vec())));
         }
     }
     if s.ahead.is_none() {

@@ -79,3 +79,27 @@ fn directories_exchanged_around_the_judging_are_watched_where_they_are() {
     exchange(&root);
     assert!(ahead.judge().is_none(), "exchanged before the judging: not handed");
 }
+
+/// The instance goes to one warden: the launcher keeps no copy (the warden process's exit must
+/// close the last one, off the launch's path). A second warden on the same answer watches for
+/// itself, the directories read back from the answer, and takes a planted file away. Control:
+/// the first one took the watches made ahead.
+#[test]
+fn watches_made_ahead_go_to_one_warden() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let (mut index, ahead) = placed(&root);
+    let ahead = ahead.judge().expect("judged sound");
+    let mut scan = index.scan().unwrap();
+    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
+    scan.ahead = Some(Arc::new(handed.received(&mut scan)));
+    let first = Warden::prepare(&rule(), "sg-one", &roots, &scan);
+    assert!(first.watched_ahead(), "control: the first takes them");
+    assert_eq!(scan.ahead.as_ref().unwrap().raw_fd(), None, "no copy left with the answer");
+    let mut second = Warden::prepare(&rule(), "sg-two", &roots, &scan);
+    assert!(!second.watched_ahead());
+    std::fs::write(root.join("sub/q/c/.envrc"), "planted").unwrap();
+    second.sweep();
+    assert!(!root.join("sub/q/c/.envrc").exists(), "the second warden missed it");
+}

@@ -506,15 +506,16 @@ use super::super::ahead::unsettles;
 fn index_with_ahead() -> (tempfile::TempDir, PathBuf, Index) {
     let (dir, root) = tree(LAYOUT);
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
-    let wanted = index.wants_ahead().expect("every directory is held: watches are wanted");
-    assert!(index.wants_ahead().is_none(), "made once at a time");
-    index.install_ahead(Some(wanted.place().expect("placed")));
+    assert!(index.wants_ahead(), "every directory is held: watches are wanted");
+    assert!(!index.wants_ahead(), "made once at a time");
+    let plan = index.ahead_plan().expect("the last scan stands");
+    index.install_ahead(Some(Ahead::place(plan).expect("placed")));
     (dir, root, index)
 }
 
-/// The events queued on `fd` now.
-fn queued(fd: &std::os::fd::OwnedFd) -> Vec<(i32, u32, Vec<u8>)> {
-    drain(fd.as_raw_fd()).unwrap_or_default()
+/// The events queued on the instance `handed` now.
+fn queued(handed: &Handed) -> Vec<(i32, u32, Vec<u8>)> {
+    drain(handed.raw_fd().expect("held")).unwrap_or_default()
 }
 
 /// What may have changed what a watched path names: a table.
@@ -562,11 +563,11 @@ fn watches_made_ahead_report_what_is_made_after_the_answer() {
     assert!(scan.protected.contains(&root.join("deep/a/b/.npmrc")), "the answer holds it");
     assert_eq!(handed.wds.len(), scan.dirs.len());
     assert!(handed.wds.iter().all(|wd| *wd >= 0), "{:?}", handed.wds);
-    assert!(queued(&handed.fd).is_empty(), "the host's changes before the answer are not queued");
+    assert!(queued(&handed).is_empty(), "the host's changes before the answer are not queued");
     let at = |rel: &str| handed.wds[scan.dirs.iter().position(|d| *d == root.join(rel)).unwrap()];
     make(&root, "deep/a/b/c/d/.envrc");
     std::fs::write(root.join("sub/x/build.rs"), "fn main() { evil() }").unwrap();
-    let events = queued(&handed.fd);
+    let events = queued(&handed);
     assert!(
         events.iter().any(|(wd, m, n)| *wd == at("deep/a/b/c/d")
             && m & libc::IN_CREATE != 0
@@ -631,10 +632,10 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
     let handed = ahead
         .hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root))
         .expect("unjudged: handed");
-    let _ = queued(&handed.fd);
+    let _ = queued(&handed);
     let z = scan.dirs.iter().position(|d| *d == root.join("sub/x/y/z")).unwrap();
     make(&root, "sub/x/y/z/.envrc");
-    let events = queued(&handed.fd);
+    let events = queued(&handed);
     assert!(
         !events.iter().any(|(wd, _, n)| *wd == handed.wds[z] && n == b".envrc"),
         "control: the stale watch would have reported it: {events:?}"

@@ -50,8 +50,9 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
     let (scan, _) = index.scan_and_hand().unwrap();
     assert!(scan.dirs.contains(&ov.join("a/b")), "control: the scan reads the overlay");
-    if let Some(wanted) = index.wants_ahead() {
-        index.install_ahead(wanted.place());
+    if index.wants_ahead() {
+        let plan = index.ahead_plan().expect("the last scan stands");
+        index.install_ahead(Ahead::place(plan));
     }
     // Between launches, beside the overlay: its upper layer's `a/b` swapped for another
     // directory. The overlay's cached entry for `a/b` goes with time (memory pressure): here at
@@ -67,13 +68,13 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
             .unwrap();
     // The command, during the next launch: a tool file there, through the overlay.
     make(&root, "ov/a/b/.envrc");
-    let by_fresh = queued(&fresh.as_fd().try_clone_to_owned().unwrap());
+    let by_fresh = drain(fresh.as_fd().as_raw_fd()).unwrap_or_default();
     assert!(
         by_fresh.iter().any(|(wd, _, n)| *wd == fresh_wd && n == b".envrc"),
         "control: a watch placed by path now reports it: {by_fresh:?}"
     );
     if let Some(handed) = handed {
-        let events = queued(&handed.fd);
+        let events = queued(&handed);
         assert!(
             events.iter().any(|(wd, _, n)| *wd == handed.wds[b] && n == b".envrc"),
             "handed, and the watch the warden reads for ov/a/b misses the tool file: {events:?}"
@@ -81,8 +82,8 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
     }
     let (_plain, plain) = tree(&["src/lib.rs", "ov/a/b/"]);
     let mut index = Index::build(&[plain], &rule()).unwrap();
-    let (scan, _) = index.scan_and_hand().unwrap();
-    assert!(index.wants_ahead().is_some(), "control: watched ahead off the overlay");
+    let _ = index.scan_and_hand().unwrap();
+    assert!(index.wants_ahead(), "control: watched ahead off the overlay");
 }
 
 /// Watches made ahead count in the indexes' share of the user's inotify watches: past it none
@@ -91,11 +92,12 @@ fn no_watches_made_ahead_where_a_change_may_raise_no_event() {
 fn watches_made_ahead_leave_the_wardens_their_share() {
     let (_dir, root) = tree(LAYOUT);
     let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
-    let plan = index.wants_ahead().expect("every directory is held");
+    assert!(index.wants_ahead(), "every directory is held");
+    let plan = index.ahead_plan().expect("the last scan stands");
     // (A share already used up by the other indexes.)
     BUDGET.with(|b| b.set(Some(0)));
-    let past = plan.clone().place();
+    let past = Ahead::place(plan.clone());
     BUDGET.with(|b| b.set(None));
     assert!(past.is_none(), "made past the indexes' share");
-    assert!(plan.place().is_some(), "control: made within it");
+    assert!(Ahead::place(plan).is_some(), "control: made within it");
 }

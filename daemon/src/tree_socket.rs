@@ -130,10 +130,10 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
     let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
     drop(handed);
     // (After the answer went: the next launch's watches are no part of this one's wait.)
-    if let Some(index) = next {
-        if index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead() {
-            make_ahead(&index);
-        }
+    if let Some(index) = next
+        && index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead()
+    {
+        make_ahead(&index);
     }
 }
 

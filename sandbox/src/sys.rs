@@ -897,6 +897,12 @@ pub fn idle_thread() -> io::Result<()> {
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// A copy of the descriptor `fd` (close-on-exec).
+pub fn dup_owned(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: borrowed only for the duplication; the caller keeps `fd` open meanwhile.
+    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+}
+
 /// An inotify instance received from elsewhere (the warden's watches made ahead by the daemon).
 pub fn inotify_from(fd: std::os::fd::OwnedFd) -> nix::sys::inotify::Inotify {
     use std::os::fd::{FromRawFd as _, IntoRawFd as _};

@@ -1066,6 +1066,12 @@ pub fn start(
             }
             let mut done_w = done_w;
             let _ = io::Write::write_all(&mut done_w, &changes);
+            // The last close of the watch frees a watch per directory (thousands in a large
+            // tree) and waits for an SRCU grace period: made in a detached process (see
+            // `close_detached`), not in this one's exit, which the launcher's end would share.
+            if let Some(fd) = watch.and_then(|w| sys::dup_owned(w).ok()) {
+                sys::close_detached(fd);
+            }
             sys::exit_now(0)
         }
         Err(_) => None,

@@ -173,6 +173,7 @@ impl std::hash::Hasher for FnvHasher {
 /// below the top.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Below {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (the warden's)
     protected: Names,
     writable: Names,
     below: Names,
@@ -203,6 +204,7 @@ impl Below {
 
     /// [`TopLevel::protects`] with the patterns made ready: for every entry of a top (the
     /// warden lists each top at launch and at the end).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (the warden's)
     pub(crate) fn protects_top(&self, name: &[u8]) -> bool {
         if name == b"." || name == b".." || name.starts_with(QUARANTINED_PREFIX.as_bytes()) {
             return false;

@@ -126,11 +126,13 @@ pub struct Handed {
     /// `wds[i]` watches the `i`th directory of [`Handed::dirs`].
     pub wds: Vec<i32>,
     /// The directories read, as the daemon sent them (read when needed: [`Handed::dirs`]).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (no daemon's index elsewhere)
     pub(crate) dirs: Vec<u8>,
 }
 
 impl Handed {
     /// The instance, a watch per directory of `dirs` (front-coded, as the answer carries them).
+    #[cfg(target_os = "linux")]
     pub(crate) fn new(fd: std::os::fd::OwnedFd, wds: Vec<i32>, dirs: Vec<u8>) -> Handed {
         Handed { fd: std::sync::Mutex::new(Some(fd)), wds, dirs }
     }

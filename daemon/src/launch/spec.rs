@@ -92,6 +92,14 @@ pub(super) fn spec_and_removed(
     id: SandboxId,
 ) -> Result<(SandboxSpec, Vec<String>), LaunchError> {
     let writable: Vec<PathBuf> = present_writable(&policy.fs.writable);
+    // One scan of the writable trees (see `sandgate_sandbox::tree`): the repositories in them
+    // for the git wall, the files host tools execute or obey below their tops. Asked of the
+    // daemon's index first, its answer read once the paths below are listed (the daemon works
+    // on it meanwhile).
+    let mut top_level = top_level_rule(policy, ctx);
+    let roots: Vec<PathBuf> =
+        writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
+    let asked = ask_daemon(&roots, &top_level, args);
     // The policy already holds the built-in credential list, config `deny_read` and
     // SANDGATE_EXTRA_DENY; the store is hidden on top (grants and events are nobody's business
     // inside).
@@ -148,14 +156,9 @@ pub(super) fn spec_and_removed(
             }
         }
     }
-    // One scan of the writable trees (see `sandgate_sandbox::tree`): the repositories in them
-    // for the git wall, the files host tools execute or obey below their tops.
-    let mut top_level = top_level_rule(policy, ctx);
     top_level.placeholders = top_placeholders;
-    let roots: Vec<PathBuf> =
-        writable.iter().filter_map(|w| w.canonicalize().ok()).filter(|w| w.is_dir()).collect();
     sandgate_sandbox::timing_mark("hidden and read-only paths listed");
-    let scan = match scan_by_daemon(&roots, &top_level, args) {
+    let scan = match asked.and_then(daemons_answer) {
         Some(scan) => {
             sandgate_sandbox::timing_mark("writable trees answered by the daemon's index");
             scan
@@ -312,17 +315,17 @@ fn present_writable(rules: &[sandgate_config::PathRule]) -> Vec<PathBuf> {
 #[cfg(target_os = "linux")]
 const SMALL: u64 = 8 * 1024;
 
-/// The scan of `roots` under `rule` as the running daemon's index answers it (see
-/// `sandgate_sandbox::tree::Index` for why that answer is as good as scanning here); `None`
-/// when there are no writable trees, no daemon of this user runs (none is started for this),
-/// `SANDGATE_NO_DAEMON=1`, the trees were small at the last scan made here, or the daemon has
-/// no index of these trees yet (it starts one).
+/// The question of the scan of `roots` under `rule`, sent to the running daemon's index (see
+/// `sandgate_sandbox::tree::Index` for why its answer is as good as scanning here): the
+/// connection to read the answer from ([`daemons_answer`]); `None` when there are no writable
+/// trees, no daemon of this user runs (none is started for this), `SANDGATE_NO_DAEMON=1`, or
+/// the trees were small at the last scan made here.
 #[cfg(target_os = "linux")]
-fn scan_by_daemon(
+fn ask_daemon(
     roots: &[PathBuf],
     rule: &sandgate_sandbox::TopLevel,
     args: &LaunchOptions,
-) -> Option<sandgate_sandbox::tree::Scan> {
+) -> Option<std::os::unix::net::UnixStream> {
     use std::io::Write as _;
     use std::os::fd::AsFd as _;
     // (A tree of some dozens of directories is checked against the scan's memory here in less
@@ -343,6 +346,15 @@ fn scan_by_daemon(
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
     (&stream).write_all(&sandgate_sandbox::tree::encode_ask(roots, rule)).ok()?;
     stream.shutdown(std::net::Shutdown::Write).ok()?;
+    Some(stream)
+}
+
+/// The daemon's answer on `stream` ([`ask_daemon`]): the scan, with the warden's watches made
+/// ahead when they came with it; `None` when the daemon has no index of these trees yet (it
+/// starts one) or the answer is not one.
+#[cfg(target_os = "linux")]
+fn daemons_answer(stream: std::os::unix::net::UnixStream) -> Option<sandgate_sandbox::tree::Scan> {
+    use std::os::fd::AsFd as _;
     // The warden's watches made ahead come with the answer's first byte (see
     // `sandgate_sandbox::tree::Ahead`).
     let mut first = vec![0u8; 64 * 1024];
@@ -357,11 +369,12 @@ fn scan_by_daemon(
 }
 
 #[cfg(not(target_os = "linux"))]
-fn scan_by_daemon(
-    _: &[PathBuf],
-    _: &sandgate_sandbox::TopLevel,
-    _: &LaunchOptions,
-) -> Option<sandgate_sandbox::tree::Scan> {
+fn ask_daemon(_: &[PathBuf], _: &sandgate_sandbox::TopLevel, _: &LaunchOptions) -> Option<()> {
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn daemons_answer(_: ()) -> Option<sandgate_sandbox::tree::Scan> {
     None
 }
 

@@ -6,7 +6,8 @@
 #
 # Per launch, from the launcher's own step marks (SANDGATE_DEBUG=launch): the scan (one
 # getdents per directory, or one stat for a directory unchanged since the previous launch: the
-# scan's memory), the warden's watches (one inotify watch per directory read), and the whole
+# scan's memory), the warden's watches (one inotify watch per directory read, or none when the
+# daemon made them ahead and handed them with its answer: `ahead`), and the whole
 # launch's wall time; medians over RUNS launches after one warm-up (page cache warm; the
 # warm-up leaves the memory the measured launches use). The tree is left to settle for three
 # seconds first: a directory changed within two seconds of a scan is listed, not remembered.
@@ -82,6 +83,7 @@ launch() {
       printf "watch %.3f\n", at["writable trees watched"] - at["spec built"]
       printf "wall %.3f\n", wall / 1000
       printf "indexed %d\n", ("writable trees answered by the daemon\047s index" in at)
+      printf "ahead %d\n", ("watches made ahead by the daemon taken" in at)
     }' "$DIR/marks"
 }
 
@@ -116,14 +118,18 @@ for ((r = 0; r < RUNS; r++)); do stop_daemon; launch "$DIR/big"; done >"$DIR/fir
 for ((r = 0; r < 20; r++)); do # until the index answers: the first ask starts building it
   launch "$DIR/big" | grep -q '^indexed 1' && break
 done
+for ((r = 0; r < 20; r++)); do # until the warden's watches come made ahead (after an answer)
+  launch "$DIR/big" | grep -q '^ahead 1' && break
+done
 for ((r = 0; r < RUNS; r++)); do launch "$DIR/big"; TIER=net launch "$DIR/big"; done >"$DIR/pairs.txt"
-awk 'NR % 8 <= 4 && NR % 8 > 0' "$DIR/pairs.txt" >"$DIR/repeat.txt"
-awk 'NR % 8 > 4 || NR % 8 == 0' "$DIR/pairs.txt" >"$DIR/net.txt"
+awk 'NR % 10 <= 5 && NR % 10 > 0' "$DIR/pairs.txt" >"$DIR/repeat.txt"
+awk 'NR % 10 > 5 || NR % 10 == 0' "$DIR/pairs.txt" >"$DIR/net.txt"
 col() { grep "^$1 " "$DIR/$2.txt" | cut -d' ' -f2 | median; }
 first=$(col wall first) repeat=$(col wall repeat) net=$(col wall net)
 # (A first launch's wall time includes starting the daemon: compare its scan and watches.)
 echo "tree-scan: first launch (no index): scan $(col scan first) watch $(col watch first) wall $first"
-echo "tree-scan: repeat launch (index answered $(grep -c '^indexed 1' "$DIR/repeat.txt") of $RUNS):" \
+echo "tree-scan: repeat launch (index answered $(grep -c '^indexed 1' "$DIR/repeat.txt") of $RUNS," \
+  "watches made ahead $(grep -c '^ahead 1' "$DIR/repeat.txt") of $RUNS):" \
   "scan $(col scan repeat) watch $(col watch repeat) wall $repeat"
 echo "tree-scan: net in the same tree: wall $net"
 awk -v f="$first" -v r="$repeat" -v n="$net" 'BEGIN {

@@ -897,6 +897,14 @@ pub fn idle_thread() -> io::Result<()> {
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// Lowers the calling process to the lowest priority (`nice` 19): it still runs under load,
+/// slowly (unlike [`idle_thread`]'s class, where it could wait for good).
+pub fn lowest_priority() -> io::Result<()> {
+    // SAFETY: plain integers; `which` and `who` name this process.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// A copy of the descriptor `fd` (close-on-exec).
 pub fn dup_owned(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: borrowed only for the duplication; the caller keeps `fd` open meanwhile.

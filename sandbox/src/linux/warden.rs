@@ -1069,7 +1069,10 @@ pub fn start(
             // The last close of the watch frees a watch per directory (thousands in a large
             // tree) and waits for an SRCU grace period: made in a detached process (see
             // `close_detached`), not in this one's exit, which the launcher's end would share.
+            // At the lowest priority (the detached process inherits it): that work is no
+            // launch's, and the next one may be starting on these two cores.
             if let Some(fd) = watch.and_then(|w| sys::dup_owned(w).ok()) {
+                let _ = sys::lowest_priority();
                 sys::close_detached(fd);
             }
             sys::exit_now(0)

@@ -58,6 +58,15 @@ fn layout(s: &Scratch, files: &[(&str, &str)]) {
     chown(s, &s.proj);
 }
 
+/// [`layout`] in a tree large enough for the daemon's index to answer (a tree of some dozens of
+/// directories is scanned in the launcher, cheaper than asking): 150 more directories.
+fn large_layout(s: &Scratch, files: &[(&str, &str)]) {
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    layout(s, files);
+}
+
 fn chown(s: &Scratch, path: &Path) {
     let _ = std::process::Command::new("chown")
         .args(["-R", &format!("{}:{}", s.who.uid, s.who.gid), p(path)])
@@ -524,13 +533,7 @@ fn stop_daemon(s: &Scratch) {
 /// launches it should (and not the one after the overflow), and on the host the script writes
 /// the tool file.
 fn the_daemons_index_protects_what_changed_between_launches(s: &Scratch) {
-    layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
-    // A tree of some dozens of directories is scanned in the launcher (cheaper than asking):
-    // this one is larger.
-    for i in 0..150 {
-        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
-    }
-    chown(s, &s.proj);
+    large_layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
     let write = |rel: &str| {
         let dir = Path::new(rel).parent().unwrap().display().to_string();
         format!(
@@ -584,11 +587,7 @@ fn the_daemons_index_protects_what_changed_between_launches(s: &Scratch) {
 /// Controls: the launch says the watches were made ahead; the same script on the host sees none
 /// go (the wait would have caught a warden that does not watch).
 fn watches_made_ahead_take_away_what_the_command_makes(s: &Scratch) {
-    layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
-    for i in 0..150 {
-        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
-    }
-    chown(s, &s.proj);
+    large_layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
     // Makes the file, then waits (a deadline, not a delay: it polls) until it is gone.
     let plant = |rel: &str| {
         let dir = Path::new(rel).parent().unwrap().display().to_string();
@@ -655,11 +654,7 @@ fn fd_probe(procs: &str) -> String {
 /// it can see (init keeps the launcher's, unreadable). Controls: the launch did take watches
 /// made ahead; inside, the same probe in a shell holding an inotify instance finds it.
 fn watches_made_ahead_reach_nothing_inside(s: &Scratch) {
-    layout(s, &[("a/b/c/lib.rs", "\n")]);
-    for i in 0..150 {
-        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
-    }
-    chown(s, &s.proj);
+    large_layout(s, &[("a/b/c/lib.rs", "\n")]);
     until_indexed(s);
     let probe = format!("{}; echo sandboxed-command-ran", fd_probe("/proc/[0-9]*"));
     // (Made ahead after an answer, on a thread of the daemon: each launch is the event waited

@@ -127,8 +127,12 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
     };
     let fds: Vec<std::os::fd::RawFd> = handed.iter().filter_map(Handed::raw_fd).collect();
-    let _ = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
-    drop(handed);
+    let sent = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
+    // (Not received, the launcher gone: this close is the instance's last, which waits for an
+    // SRCU grace period; not on this thread, which answers the next launch.)
+    if let (Err(_), Some(h)) = (sent, handed) {
+        let _ = std::thread::Builder::new().name("sandgate-ahead-drop".into()).spawn(|| drop(h));
+    }
     // (After the answer went: the next launch's watches are no part of this one's wait.)
     if let Some(index) = next
         && index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead()

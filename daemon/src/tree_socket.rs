@@ -191,8 +191,9 @@ fn make_ahead(index: &Arc<Mutex<Index>>) {
     let index = index.clone();
     let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
         // (Thousands of watches right after an answer would take a core from the launch that
-        // asked: made only when a core is idle.)
-        let _ = sandgate_sandbox::idle_thread();
+        // asked: made at the lowest priority, which still runs under load, slowly; an idle class
+        // could wait for good on a busy machine, and every launch would watch for itself.)
+        let _ = sandgate_sandbox::lowest_priority();
         let plan = index.lock().unwrap_or_else(|e| e.into_inner()).ahead_plan();
         let ahead = plan.and_then(Ahead::place);
         index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);

@@ -80,7 +80,7 @@ pub use spec::{
     with_proxy_env,
 };
 #[cfg(target_os = "linux")]
-pub use sys::idle_thread;
+pub use sys::lowest_priority;
 pub use timing::{begin as timing_begin, mark as timing_mark};
 pub use top_level::{QUARANTINED_PREFIX, TopLevel};
 

@@ -888,17 +888,9 @@ pub fn inotify_init() -> io::Result<nix::sys::inotify::Inotify> {
     nx(Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK))
 }
 
-/// Puts the calling thread in the idle scheduling class (`SCHED_IDLE`): it runs only on a CPU
-/// with nothing else to run (the daemon's background work, off every launch's cores).
-pub fn idle_thread() -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// Lowers the calling process to the lowest priority (`nice` 19): it still runs under load,
-/// slowly (unlike [`idle_thread`]'s class, where it could wait for good).
+/// Lowers the calling thread to the lowest priority (`nice` 19; on Linux the priority is each
+/// thread's): it still runs under load, slowly (unlike the idle scheduling class, where it could
+/// wait for good).
 pub fn lowest_priority() -> io::Result<()> {
     // SAFETY: plain integers; `which` and `who` name this process.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };

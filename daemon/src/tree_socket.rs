@@ -133,7 +133,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
     if let Some(index) = next
         && index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead()
     {
-        make_ahead(&index);
+        let _ = make_ahead(&index);
     }
 }
 
@@ -183,19 +183,36 @@ fn scan_of(
 
 /// Makes the next launch's watches ahead for `index`, on a thread of its own (off every
 /// answer's path: the index is not locked while they are placed).
-fn make_ahead(index: &Arc<Mutex<Index>>) {
-    let index = index.clone();
+fn make_ahead(index: &Arc<Mutex<Index>>) -> Option<std::thread::JoinHandle<()>> {
+    let mine = index.clone();
     let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
+        let index = mine;
+        let plan = locked(&index).ahead_plan();
         // (Thousands of watches right after an answer would take a core from the launch that
-        // asked: made only when a core is idle.)
-        let _ = sandgate_sandbox::idle_thread();
-        let plan = index.lock().unwrap_or_else(|e| e.into_inner()).ahead_plan();
-        let ahead = plan.and_then(Ahead::place);
-        index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);
+        // asked: placed only when a core is idle, by a thread that never locks the index. One
+        // that held its lock in the idle class would wait there while both cores build, and
+        // the one thread answering every launch's question with it.)
+        let place = move || {
+            let _ = sandgate_sandbox::idle_thread();
+            plan.and_then(Ahead::place)
+        };
+        let placed = std::thread::Builder::new().name("sandgate-ahead-idle".into()).spawn(place);
+        let ahead = placed.ok().and_then(|t| t.join().ok()).flatten();
+        locked(&index).install_ahead(ahead);
     });
     if spawned.is_err() {
         tracing::warn!("could not start making watches ahead; build launches place their own");
+        // (None made, none being made: the next answer asks again.)
+        locked(index).install_ahead(None);
     }
+    spawned.ok()
+}
+
+/// `index` locked.
+fn locked(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
+    #[cfg(test)]
+    tests::LOCKED_BY.lock().unwrap().push((std::ptr::from_ref(index) as usize, tests::policy()));
+    index.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts building the index of `roots` under `rule` (`k`: its key), making room first.
@@ -234,7 +251,7 @@ fn build(
                 map.insert(k, Slot::Ready(index.clone(), Instant::now()));
                 drop(map);
                 if wanted {
-                    make_ahead(&index);
+                    let _ = make_ahead(&index);
                 }
             }
             None => {
@@ -286,6 +303,45 @@ fn peer_may_ask(stream: &UnixStream) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each index locked by `locked`, and the scheduling policy of the thread that locked it.
+    pub(super) static LOCKED_BY: Mutex<Vec<(usize, i32)>> = Mutex::new(Vec::new());
+
+    /// The calling thread's scheduling policy (`/proc/thread-self/stat`, field 41).
+    pub(super) fn policy() -> i32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(41 - 3).unwrap().parse().unwrap()
+    }
+
+    /// The watches made ahead are placed in the idle scheduling class, but the index is never
+    /// locked there: a thread of that class gets almost no CPU while both cores build, and the
+    /// one thread that answers every launch's question waited on its lock (each launcher gave
+    /// up after its 5 s and scanned itself). Red team, second pass (issue 31). Control: the
+    /// watches are made, and handed with the next answer.
+    #[test]
+    fn the_index_is_never_locked_in_the_idle_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["a/b/c", "d/e"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let rule = sandgate_sandbox::TopLevel::default();
+        let mut index = Index::build(std::slice::from_ref(&root), &rule).expect("inotify");
+        assert!(index.wants_ahead(), "every directory is held");
+        let index = Arc::new(Mutex::new(index));
+        make_ahead(&index).expect("a thread").join().expect("the thread ended");
+        let me = std::ptr::from_ref(&*index) as usize;
+        let policies: Vec<i32> =
+            LOCKED_BY.lock().unwrap().iter().filter(|(i, _)| *i == me).map(|l| l.1).collect();
+        assert!(!policies.is_empty(), "the index was locked");
+        assert!(
+            policies.iter().all(|p| *p != libc::SCHED_IDLE),
+            "the index was locked by a thread of the idle class: {policies:?}"
+        );
+        let (_, handed) = index.lock().unwrap().answer().expect("answered");
+        assert!(handed.is_some(), "control: the watches were made ahead and handed");
+    }
 
     /// A launcher of the daemon's uid, in its mount namespace, but chrooted into another tree
     /// (root's launch inside a build chroot): the paths it names are not the daemon's, so it is

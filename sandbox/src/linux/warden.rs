@@ -310,14 +310,16 @@ impl Warden {
                 None => {}
             }
         }
-        if failed > 0 || (fd.is_none() && !scan.dirs.is_empty()) {
+        // (Counted as read: `scan.dirs` is empty when watches were handed.)
+        let read = scan.dirs_read();
+        if failed > 0 || (fd.is_none() && read > 0) {
             w.lost = true;
             eprintln!(
                 "sandgate: cannot watch {} of {} directories below the writable paths (inotify: \
                  fs.inotify.max_user_watches); new protected entries there are taken away only \
                  when the command ends",
-                if fd.is_none() { scan.dirs.len() } else { failed },
-                scan.dirs.len()
+                if fd.is_none() { read } else { failed },
+                read
             );
         }
         w

@@ -137,7 +137,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
     if let Some(index) = next
         && index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead()
     {
-        make_ahead(&index);
+        let _ = make_ahead(&index);
     }
 }
 
@@ -187,20 +187,36 @@ fn scan_of(
 
 /// Makes the next launch's watches ahead for `index`, on a thread of its own (off every
 /// answer's path: the index is not locked while they are placed).
-fn make_ahead(index: &Arc<Mutex<Index>>) {
-    let index = index.clone();
+fn make_ahead(index: &Arc<Mutex<Index>>) -> Option<std::thread::JoinHandle<()>> {
+    let mine = index.clone();
     let spawned = std::thread::Builder::new().name("sandgate-ahead".into()).spawn(move || {
+        let index = mine;
+        let plan = locked(&index).ahead_plan();
         // (Thousands of watches right after an answer would take a core from the launch that
-        // asked: made at the lowest priority, which still runs under load, slowly; an idle class
-        // could wait for good on a busy machine, and every launch would watch for itself.)
-        let _ = sandgate_sandbox::lowest_priority();
-        let plan = index.lock().unwrap_or_else(|e| e.into_inner()).ahead_plan();
-        let ahead = plan.and_then(Ahead::place);
-        index.lock().unwrap_or_else(|e| e.into_inner()).install_ahead(ahead);
+        // asked: placed at the lowest priority, by a thread that never locks the index. (An
+        // idle class could wait for good on a busy machine; and a thread slowed so, holding the
+        // index's lock, would hold up the one thread answering every launch's question.)
+        let place = move || {
+            let _ = sandgate_sandbox::lowest_priority();
+            plan.and_then(Ahead::place)
+        };
+        let placed = std::thread::Builder::new().name("sandgate-ahead-low".into()).spawn(place);
+        let ahead = placed.ok().and_then(|t| t.join().ok()).flatten();
+        locked(&index).install_ahead(ahead);
     });
     if spawned.is_err() {
         tracing::warn!("could not start making watches ahead; build launches place their own");
+        // (None made, none being made: the next answer asks again.)
+        locked(index).install_ahead(None);
     }
+    spawned.ok()
+}
+
+/// `index` locked.
+fn locked(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
+    #[cfg(test)]
+    tests::LOCKED_BY.lock().unwrap().push((std::ptr::from_ref(index) as usize, tests::niceness()));
+    index.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts building the index of `roots` under `rule` (`k`: its key), making room first.
@@ -239,7 +255,7 @@ fn build(
                 map.insert(k, Slot::Ready(index.clone(), Instant::now()));
                 drop(map);
                 if wanted {
-                    make_ahead(&index);
+                    let _ = make_ahead(&index);
                 }
             }
             None => {
@@ -291,6 +307,45 @@ fn peer_may_ask(stream: &UnixStream) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each index locked by `locked`, and the nice value of the thread that locked it.
+    pub(super) static LOCKED_BY: Mutex<Vec<(usize, i32)>> = Mutex::new(Vec::new());
+
+    /// The calling thread's nice value (`/proc/thread-self/stat`, field 19).
+    pub(super) fn niceness() -> i32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(19 - 3).unwrap().parse().unwrap()
+    }
+
+    /// The watches made ahead are placed at the lowest priority, but the index is never locked
+    /// there: a thread so slowed gets little CPU while both cores build, and the one thread that
+    /// answers every launch's question would wait on its lock (each launcher giving up after
+    /// its 5 s to scan itself). Red team, second pass (issue 31; it was the idle class then).
+    /// Control: the watches are made, and handed with the next answer.
+    #[test]
+    fn the_index_is_never_locked_at_the_lowest_priority() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["a/b/c", "d/e"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let rule = sandgate_sandbox::TopLevel::default();
+        let mut index = Index::build(std::slice::from_ref(&root), &rule).expect("inotify");
+        assert!(index.wants_ahead(), "every directory is held");
+        let index = Arc::new(Mutex::new(index));
+        make_ahead(&index).expect("a thread").join().expect("the thread ended");
+        let me = std::ptr::from_ref(&*index) as usize;
+        let nice: Vec<i32> =
+            LOCKED_BY.lock().unwrap().iter().filter(|(i, _)| *i == me).map(|l| l.1).collect();
+        assert!(!nice.is_empty(), "the index was locked");
+        assert!(
+            nice.iter().all(|n| *n < 19),
+            "the index was locked by a thread at the lowest priority: {nice:?}"
+        );
+        let (_, handed) = index.lock().unwrap().answer().expect("answered");
+        assert!(handed.is_some(), "control: the watches were made ahead and handed");
+    }
 
     /// A launcher of the daemon's uid, in its mount namespace, but chrooted into another tree
     /// (root's launch inside a build chroot): the paths it names are not the daemon's, so it is

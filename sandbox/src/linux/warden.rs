@@ -310,14 +310,16 @@ impl Warden {
                 None => {}
             }
         }
-        if failed > 0 || (fd.is_none() && !scan.dirs.is_empty()) {
+        // (Counted as read: `scan.dirs` is empty when watches were handed.)
+        let read = scan.dirs_read();
+        if failed > 0 || (fd.is_none() && read > 0) {
             w.lost = true;
             eprintln!(
                 "sandgate: cannot watch {} of {} directories below the writable paths (inotify: \
                  fs.inotify.max_user_watches); new protected entries there are taken away only \
                  when the command ends",
-                if fd.is_none() { scan.dirs.len() } else { failed },
-                scan.dirs.len()
+                if fd.is_none() { read } else { failed },
+                read
             );
         }
         w
@@ -1054,7 +1056,7 @@ pub fn start(
                 }
             }
             // pid 1 of a pid namespace is reported ended only after every process in it is gone.
-            let changes = match warden {
+            let changes = match warden.as_deref_mut() {
                 Some(w) => {
                     w.sweep();
                     report(w.changes())
@@ -1072,6 +1074,10 @@ pub fn start(
             // At the lowest priority (the detached process inherits it): that work is no
             // launch's, and the next one may be starting on these two cores.
             if let Some(fd) = watch.and_then(|w| sys::dup_owned(w).ok()) {
+                // (This process's own copy first: the detached one is then the last.)
+                if let Some(w) = warden {
+                    w.release_watch();
+                }
                 let _ = sys::lowest_priority();
                 sys::close_detached(fd);
             }

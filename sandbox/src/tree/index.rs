@@ -407,12 +407,15 @@ impl Index {
             self.last = None;
             self.last_dirs = None;
         }
+        let mut lent = false;
         let mut out = match &mut self.last {
             Some(last) => {
                 let dirs = if lean { std::mem::take(&mut last.dirs) } else { Vec::new() };
                 let mut out = last.clone();
                 if lean {
-                    last.dirs = dirs;
+                    // (Lent, not copied: `finish` judges the links against them.)
+                    out.dirs = dirs;
+                    lent = true;
                 }
                 out.recalled = self.read;
                 out
@@ -421,11 +424,14 @@ impl Index {
         };
         // (A way to a top swapped and back while this scan listed: what it read may be another
         // tree's.)
-        if self.ways.moved() {
-            return None;
+        let moved = self.ways.moved();
+        if !moved {
+            super::finish(&mut out, &self.roots, &self.rule);
         }
-        super::finish(&mut out, &self.roots, &self.rule);
-        Some(out)
+        if let Some(last) = self.last.as_mut().filter(|_| lent) {
+            last.dirs = std::mem::take(&mut out.dirs);
+        }
+        (!moved).then_some(out)
     }
 
     /// [`Index::scan`], with the warden's watches made ahead when they fit the answer (their

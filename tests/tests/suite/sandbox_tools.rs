@@ -640,6 +640,27 @@ fn watches_made_ahead_take_away_what_the_command_makes(s: &Scratch) {
     assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
 }
 
+/// A symbolic link to a directory the scan reads is no way in (issue 31, red team, second
+/// pass): launches answered by the daemon's index run like the first one, which scanned
+/// itself. The index's answer, made without copying the directories read, judged links
+/// against the tops alone and refused every indexed launch of such a tree. Controls: the
+/// launches were answered by the index; a link into build output is still refused.
+fn a_link_to_a_directory_read_does_not_refuse_indexed_launches(s: &Scratch) {
+    layout(s, &[("a/b/c/lib.rs", "\n"), ("target/debug/x", "\n")]);
+    for i in 0..150 {
+        std::fs::create_dir_all(s.proj.join(format!("pad/d{i}"))).unwrap();
+    }
+    std::os::unix::fs::symlink("a/b", s.proj.join("docs")).unwrap();
+    chown(s, &s.proj);
+    until_indexed(s);
+    let (indexed, out) = marked(s, "echo again");
+    assert!(indexed && out.contains("again"), "control: answered by the index: {out}");
+    // Control: a link into build output is refused, indexed or not.
+    std::os::unix::fs::symlink("target/debug", s.proj.join("out")).unwrap();
+    let out = s.command("build", &[], &["sh", "-c", "echo ran"]).output().unwrap();
+    assert!(!text(&out.stdout).contains("ran"), "a link into build output: {}", text(&out.stderr));
+}
+
 /// Lists every descriptor of every process the probe can see under `procs` (a glob of
 /// `/proc/PID` directories): one `FD` line each, with where it leads.
 fn fd_probe(procs: &str) -> String {
@@ -692,6 +713,7 @@ cases!(
     the_daemons_index_protects_what_changed_between_launches,
     watches_made_ahead_take_away_what_the_command_makes,
     watches_made_ahead_reach_nothing_inside,
+    a_link_to_a_directory_read_does_not_refuse_indexed_launches,
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,
     build_output_stays_and_changed_build_code_is_named,

@@ -103,3 +103,42 @@ fn watches_made_ahead_go_to_one_warden() {
     second.sweep();
     assert!(!root.join("sub/q/c/.envrc").exists(), "the second warden missed it");
 }
+
+/// A second warden of one answer (the first took the watches made ahead, so the answer's
+/// directories are only in the handed encoding) that cannot make an instance of its own (out
+/// of descriptors) counts every event as lost: its last sweep reads every directory and takes
+/// a planted tool file away. It counted the directories of `Scan::dirs`, empty with watches
+/// handed, and swept only the tops. Red team, second pass (issue 31); control: verified by
+/// hand that the file stays with that count.
+#[test]
+fn a_second_warden_without_an_instance_reads_everything_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let (mut index, ahead) = placed(&root);
+    let ahead = ahead.judge().expect("judged sound");
+    let mut scan = index.scan().unwrap();
+    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
+    scan.ahead = Some(Arc::new(handed.received(&mut scan)));
+    let first = Warden::prepare(&rule(), "sg-one", &roots, &scan);
+    assert!(first.watched_ahead(), "the first takes them");
+    // (A thread with a descriptor table of its own, filled: no inotify instance there.)
+    let mut second = std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).unwrap();
+            let f = std::fs::File::open("/").unwrap();
+            let mut held = Vec::new();
+            while let Ok(c) = f.try_clone() {
+                held.push(c);
+            }
+            let w = Warden::prepare(&rule(), "sg-two", &roots, &scan);
+            assert!(w.raw_fd().is_none(), "no instance made");
+            w
+        })
+        .join()
+        .unwrap()
+    });
+    std::fs::write(root.join("sub/q/c/.envrc"), "planted").unwrap();
+    second.sweep();
+    assert!(!root.join("sub/q/c/.envrc").exists(), "the second warden left it");
+}

@@ -664,3 +664,5 @@ fn the_answer_reads_back_as_the_scan() {
         assert!(!back.dirs.is_empty(), "answer {i}: the directories are in it");
     }
 }
+
+mod lean_redteam;

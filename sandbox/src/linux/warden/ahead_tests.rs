@@ -25,6 +25,18 @@ fn placed(root: &Path) -> (Index, Ahead) {
     (index, Ahead::place(ahead_plan(&scan, &roots)).unwrap())
 }
 
+/// The index's answer for `root` (as [`placed`] makes it) with the watches made ahead, as a
+/// launcher receives it.
+fn answered_with_watches(root: &Path) -> crate::tree::Scan {
+    let (mut index, ahead) = placed(root);
+    let ahead = ahead.judge().expect("judged sound");
+    let mut scan = index.scan().unwrap();
+    let roots = [root.to_path_buf()];
+    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
+    scan.ahead = Some(Arc::new(handed.received(&mut scan)));
+    scan
+}
+
 fn exchange(root: &Path) {
     nix::fcntl::renameat2(
         None,
@@ -89,11 +101,7 @@ fn watches_made_ahead_go_to_one_warden() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let roots = [root.clone()];
-    let (mut index, ahead) = placed(&root);
-    let ahead = ahead.judge().expect("judged sound");
-    let mut scan = index.scan().unwrap();
-    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
-    scan.ahead = Some(Arc::new(handed.received(&mut scan)));
+    let scan = answered_with_watches(&root);
     let first = Warden::prepare(&rule(), "sg-one", &roots, &scan);
     assert!(first.watched_ahead(), "control: the first takes them");
     assert_eq!(scan.ahead.as_ref().unwrap().raw_fd(), None, "no copy left with the answer");
@@ -115,11 +123,7 @@ fn a_second_warden_without_an_instance_reads_everything_at_the_end() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let roots = [root.clone()];
-    let (mut index, ahead) = placed(&root);
-    let ahead = ahead.judge().expect("judged sound");
-    let mut scan = index.scan().unwrap();
-    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
-    scan.ahead = Some(Arc::new(handed.received(&mut scan)));
+    let scan = answered_with_watches(&root);
     let first = Warden::prepare(&rule(), "sg-one", &roots, &scan);
     assert!(first.watched_ahead(), "the first takes them");
     // (A thread with a descriptor table of its own, filled: no inotify instance there.)

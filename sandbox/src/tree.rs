@@ -52,7 +52,9 @@ mod index;
 mod memory;
 
 #[cfg(target_os = "linux")]
-pub use ahead::{Ahead, plan as ahead_plan};
+pub use ahead::Ahead;
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) use ahead::plan as ahead_plan;
 #[cfg(target_os = "linux")]
 pub(crate) use ahead::{DIR_EVENTS, DIR_EVENTS_NEW};
 #[cfg(target_os = "linux")]

@@ -220,16 +220,6 @@ impl Ahead {
         let_go(self);
         Some(Handed::new(fd?, wds, Vec::new()))
     }
-
-    /// How many watches it holds.
-    pub fn len(&self) -> usize {
-        self.dirs.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.dirs.is_empty()
-    }
 }
 
 /// Drops `ahead` on a thread of its own: the last close of an inotify instance waits for an SRCU

@@ -435,8 +435,9 @@ impl Index {
     }
 
     /// [`Index::scan`], with the warden's watches made ahead when they fit the answer (their
-    /// queue read before the index's: see `tree::ahead`).
-    pub fn scan_and_hand(&mut self) -> Option<(Scan, Option<Handed>)> {
+    /// queue read before the index's: see `tree::ahead`). The tests' form of [`Index::answer`].
+    #[cfg(test)]
+    pub(crate) fn scan_and_hand(&mut self) -> Option<(Scan, Option<Handed>)> {
         let ahead = self.ahead.take().and_then(Ahead::judge);
         let Some(scan) = self.scan() else {
             // (Closed with the index, off the answer's path.)
@@ -448,7 +449,7 @@ impl Index {
     }
 
     /// The daemon's answer ([`encode_answer`]) to a launcher's question, with the warden's
-    /// watches made ahead when they fit it: [`Index::scan_and_hand`] without copying the
+    /// watches made ahead when they fit it: `Index::scan_and_hand` without copying the
     /// directories read (their encoding is kept while the last scan stands).
     pub fn answer(&mut self) -> Option<(Vec<u8>, Option<Handed>)> {
         let ahead = self.ahead.take().and_then(Ahead::judge);

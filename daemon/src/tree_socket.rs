@@ -1,10 +1,16 @@
 //! The socket that answers a `build` launch's scan of its writable trees from the daemon's
 //! index (Linux; see `sandgate_sandbox::tree::Index` for why an answer is as good as a fresh
 //! scan): `tree.sock`, next to the control socket and with its permissions. A launcher connects,
-//! writes its question (the writable paths and the scan's rule), shuts its side, and reads the
-//! answer: the scan, or "none yet". The first question about a tree is answered "none yet" (the
+//! writes its question (the writable paths and the scan's rule, framed), and reads the answer
+//! (framed): the scan, or "none yet". The first question about a tree is answered "none yet" (the
 //! launcher scans itself, as with no daemon) and the index is built on a thread of its own, off
 //! the launch's path; later ones are answered from it.
+//!
+//! An answer may come with the warden's watches made ahead (`sandgate_sandbox::tree::Ahead`):
+//! then the connection stays open, the instance is lent, and the launch's warden gives it back
+//! on it once the command ended (one byte, `GIVEN_BACK`, answered `KEPT` when it is kept for the
+//! next launch; the end of the connection without it lets it go). A tree's next watches are
+//! thus the last launch's, not thousands placed again after every launch.
 //!
 //! Answered only to a launcher of the daemon's own uid (root's launch by root's daemon: the
 //! directories a daemon can list are its user's), outside every sandbox (the control socket's
@@ -19,7 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandgate_sandbox::tree::{Ahead, Handed, Index, decode_ask, encode_answer, key, read_all};
+use sandgate_sandbox::tree::{
+    Ahead, GIVEN_BACK, Handed, Index, KEPT, decode_ask, encode_answer, framed, key, read_framed,
+};
 
 use crate::server::{Daemon, check_peer_fd};
 
@@ -28,7 +36,7 @@ use crate::server::{Daemon, check_peer_fd};
 const MAX_INDEXES: usize = 4;
 
 /// The longest question read (writable paths and rule: a few kilobytes).
-const MAX_ASK: u64 = 1 << 20;
+const MAX_ASK: usize = 1 << 20;
 
 /// How long a question may take to arrive, and an answer to be written.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -119,7 +127,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
         Ok(()) => {
             // (Read after the question arrived: see the index on why that is in time.)
-            let ask = read_all(&mut &*stream, MAX_ASK).ok();
+            let ask = read_framed(&mut &*stream, Vec::new(), MAX_ASK).ok();
             match ask.as_deref().and_then(decode_ask) {
                 Some((roots, rule)) => scan_of(indexes, &roots, &rule).unwrap_or(none),
                 None => none,
@@ -127,18 +135,54 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
     };
     let fds: Vec<std::os::fd::RawFd> = handed.iter().filter_map(Handed::raw_fd).collect();
-    let sent = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &reply, &fds);
-    // (Not received, the launcher gone: this close is the instance's last, which waits for an
-    // SRCU grace period; not on this thread, which answers the next launch.)
-    if let (Err(_), Some(h)) = (sent, handed) {
-        let _ = std::thread::Builder::new().name("sandgate-ahead-drop".into()).spawn(|| drop(h));
+    let sent = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &framed(&reply), &fds);
+    let lend = handed.as_ref().map(|h| h.lend);
+    // (This copy's close is not the last: the index keeps one while the instance is lent.)
+    drop(handed);
+    match (sent, lend, next) {
+        // Lent: given back on this connection when the command ended, or let go when the
+        // connection ends without that (the launch gone).
+        (Ok(()), Some(lend), Some(index)) => {
+            let stream = stream.try_clone();
+            let mine = index.clone();
+            let waits = std::thread::Builder::new().name("sandgate-lent".into()).spawn(move || {
+                let index = mine;
+                let clean = stream.as_ref().is_ok_and(given_back);
+                let kept = locked(&index).give_back(lend, clean);
+                if let Ok(s) = &stream
+                    && kept
+                {
+                    let _ = std::io::Write::write_all(&mut &*s, &[KEPT]);
+                }
+                // (Not kept: the next launch's are made now, after this one's end.)
+                if !kept && locked(&index).wants_ahead() {
+                    let _ = make_ahead(&index);
+                }
+            });
+            if waits.is_err() {
+                locked(&index).give_back(lend, false);
+            }
+        }
+        (sent, lend, Some(index)) => {
+            if let (Err(_), Some(lend)) = (sent, lend) {
+                locked(&index).give_back(lend, false);
+            }
+            // (After the answer went: the next launch's watches are no part of this one's
+            // wait.)
+            if locked(&index).wants_ahead() {
+                let _ = make_ahead(&index);
+            }
+        }
+        (_, _, None) => {}
     }
-    // (After the answer went: the next launch's watches are no part of this one's wait.)
-    if let Some(index) = next
-        && index.lock().unwrap_or_else(|e| e.into_inner()).wants_ahead()
-    {
-        let _ = make_ahead(&index);
-    }
+}
+
+/// Whether the warden says, on `stream`, that it gives its instance back clean (waited for
+/// as long as the command runs; the connection's end says it does not).
+fn given_back(stream: &UnixStream) -> bool {
+    let _ = stream.set_read_timeout(None);
+    let mut byte = [0u8; 1];
+    matches!(std::io::Read::read(&mut &*stream, &mut byte), Ok(1) if byte[0] == GIVEN_BACK)
 }
 
 /// The index that answered: its next launch's watches are made ahead once the answer went.

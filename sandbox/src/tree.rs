@@ -60,7 +60,10 @@ pub(crate) use ahead::{DIR_EVENTS, DIR_EVENTS_NEW};
 #[cfg(target_os = "linux")]
 pub(crate) use index::parse as parse_inotify;
 #[cfg(target_os = "linux")]
-pub use index::{Index, decode_answer, decode_ask, encode_answer, encode_ask, key, read_all};
+pub use index::{
+    GIVEN_BACK, Index, KEPT, decode_answer, decode_ask, encode_answer, encode_ask, framed, key,
+    read_all, read_framed,
+};
 pub use memory::Memory;
 
 /// How many levels below the top of a writable path are read.
@@ -130,13 +133,35 @@ pub struct Handed {
     /// The directories read, as the daemon sent them (read when needed: [`Handed::dirs`]).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (no daemon's index elsewhere)
     pub(crate) dirs: Vec<u8>,
+    /// Which instance the daemon lent (its number there; not on the wire).
+    pub lend: u64,
+    /// The connection the launcher asked on, where the warden gives the instance back when
+    /// the command ended (see `Index::give_back`); taken with the instance.
+    back: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 impl Handed {
     /// The instance, a watch per directory of `dirs` (front-coded, as the answer carries them).
     #[cfg(target_os = "linux")]
     pub(crate) fn new(fd: std::os::fd::OwnedFd, wds: Vec<i32>, dirs: Vec<u8>) -> Handed {
-        Handed { fd: std::sync::Mutex::new(Some(fd)), wds, dirs }
+        Handed {
+            fd: std::sync::Mutex::new(Some(fd)),
+            wds,
+            dirs,
+            lend: 0,
+            back: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps `conn`, the connection the answer came on, for the warden to give the instance
+    /// back on.
+    pub fn give_back_on(&self, conn: std::os::fd::OwnedFd) {
+        *self.back.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+    }
+
+    /// The connection to give the instance back on (once, with the instance).
+    pub fn take_back(&self) -> Option<std::os::fd::OwnedFd> {
+        self.back.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The instance's descriptor number, while it is held here.

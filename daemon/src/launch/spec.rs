@@ -344,8 +344,8 @@ fn ask_daemon(
         return None;
     }
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    (&stream).write_all(&sandgate_sandbox::tree::encode_ask(roots, rule)).ok()?;
-    stream.shutdown(std::net::Shutdown::Write).ok()?;
+    let ask = sandgate_sandbox::tree::encode_ask(roots, rule);
+    (&stream).write_all(&sandgate_sandbox::tree::framed(&ask)).ok()?;
     Some(stream)
 }
 
@@ -360,12 +360,18 @@ fn daemons_answer(stream: std::os::unix::net::UnixStream) -> Option<sandgate_san
     let mut first = vec![0u8; 64 * 1024];
     let (n, mut fds) = sandgate_sandbox::fdpass::recv_with_fds(stream.as_fd(), &mut first).ok()?;
     first.truncate(n);
-    let mut answer = first;
-    if n > 0 {
-        answer.extend(sandgate_sandbox::tree::read_all(&mut &stream, 1 << 30).ok()?);
+    if n == 0 {
+        return None;
     }
+    let answer = sandgate_sandbox::tree::read_framed(&mut &stream, first, 1 << 30).ok()?;
     let fd = (fds.len() == 1).then(|| fds.pop()).flatten();
-    sandgate_sandbox::tree::decode_answer(&answer, fd).flatten()
+    let scan = sandgate_sandbox::tree::decode_answer(&answer, fd).flatten()?;
+    // The warden gives the watches back on this connection (the daemon keeps them for the
+    // next launch); without them, it ends here.
+    if let Some(handed) = &scan.ahead {
+        handed.give_back_on(stream.into());
+    }
+    Some(scan)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -123,6 +123,15 @@ pub struct Warden {
     /// Those watches (the directories, and the watch of each), put into `watches` when first
     /// needed ([`Warden::settle`]): by the warden process, off the launch's path.
     unsettled: Option<std::sync::Arc<crate::tree::Handed>>,
+    /// The watches the daemon made ahead (the tops' with them): the instance is given back to
+    /// the daemon with these and no other ([`Warden::give_back`]).
+    lent: HashSet<i32>,
+    /// Where to give it back: the connection the launcher asked on.
+    back: Option<OwnedFd>,
+    /// An event was read that may have changed what one of those watches' paths names (the
+    /// daemon's own judgement, `tree::ahead`), or one of them was watched again: the instance
+    /// is not given back.
+    spoiled: bool,
 }
 
 /// Closing an inotify instance waits for an SRCU grace period in the kernel (fsnotify group
@@ -249,6 +258,9 @@ impl Warden {
             lost: false,
             ahead: false,
             unsettled: None,
+            lent: HashSet::new(),
+            back: None,
+            spoiled: false,
         };
         w.known.extend(scan.repositories.iter().map(|r| match r {
             Repository::DotGit(p) | Repository::GitDir(p) => p.clone(),
@@ -277,6 +289,8 @@ impl Warden {
         let read_back;
         let placed: &[PathBuf] = match handed {
             Some(h) if made_ahead => {
+                w.lent = h.wds.iter().copied().chain(w.watches.keys().copied()).collect();
+                w.back = h.take_back();
                 w.unsettled = Some(h);
                 &[]
             }
@@ -384,9 +398,54 @@ impl Warden {
     }
 
     /// Closes this process's copy of the watch once the warden process holds one: not the last
-    /// reference, so the close is cheap (see [`start`]).
+    /// reference, so the close is cheap (see [`start`]). (And of the connection it is given
+    /// back on: the warden's.)
     pub fn release_watch(&mut self) {
         drop(self.inotify.take());
+        drop(self.back.take());
+    }
+
+    /// Gives the watches made ahead back to the daemon, when nothing read since they were
+    /// handed may have changed what they watch (see [`Warden::spoiled`]): the watches this
+    /// warden added are removed first, and the daemon judges what came since at the next
+    /// launch. Whether the daemon kept them (then its copy is the instance's last: this one's
+    /// close is cheap). Call after the last sweep: nothing here reads the instance again.
+    pub fn give_back(&mut self) -> bool {
+        let Some(back) = self.back.take() else { return false };
+        let Some(fd) = self.raw_fd().filter(|_| !self.spoiled && !self.lost) else {
+            return false; // (its end tells the daemon to let them go)
+        };
+        let added = self.watches.keys().chain(self.files.keys()).chain(self.guards.keys());
+        for wd in added.copied().filter(|wd| !self.lent.contains(wd)).collect::<Vec<_>>() {
+            sys::inotify_unwatch(fd, wd);
+        }
+        let mut conn = std::fs::File::from(back);
+        if io::Write::write_all(&mut conn, &[crate::tree::GIVEN_BACK]).is_err() {
+            return false;
+        }
+        let mut answer = [0u8; 1];
+        // (Answered at once: the daemon waits on this connection.)
+        let mut p = [libc::pollfd { fd: conn.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        matches!(sys::poll(&mut p, 2000), Ok(1))
+            && matches!(io::Read::read(&mut conn, &mut answer), Ok(1))
+            && answer[0] == crate::tree::KEPT
+    }
+
+    /// Notes an event read from the instance: the daemon's judgement of an instance made ahead
+    /// (`tree::ahead::unsettles`), kept for the whole run. A directory made in a watched one
+    /// changes no watched path (one there before was removed or moved first: an event here).
+    fn judge_lent(&mut self, mask: u32, wd: i32) {
+        if self.lent.is_empty() {
+            return;
+        }
+        let gone = libc::IN_IGNORED | libc::IN_UNMOUNT | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        let moved = libc::IN_MOVED_FROM | libc::IN_MOVED_TO | libc::IN_DELETE;
+        let lent = self.lent.contains(&wd);
+        if mask & libc::IN_Q_OVERFLOW != 0
+            || lent && (mask & gone != 0 || mask & libc::IN_ISDIR != 0 && mask & moved != 0)
+        {
+            self.spoiled = true;
+        }
     }
 
     /// The inotify descriptor (kept open by the warden process).
@@ -433,25 +492,10 @@ impl Warden {
         self.taken - before
     }
 
-    /// Handles every pending event and lists every top: what the warden does on its last turn
-    /// (and the launcher after it). Returns how many entries were taken away.
+    /// Handles every pending event and lists every top: what the warden does on its last turn.
+    /// Returns how many entries were taken away.
     pub fn sweep(&mut self) -> usize {
         self.sweep_with(true)
-    }
-
-    /// The tops listed once more, after a warden process that finished its last sweep (its
-    /// report complete). That sweep came once nothing in the sandbox was left, and judged the
-    /// links and what the events named: only the tops are read again here (the links are not
-    /// judged twice: one `stat` walk each).
-    pub fn sweep_tops_again(&mut self) -> usize {
-        let before = self.taken;
-        let events = self.drain();
-        self.handle(&events);
-        self.sweep_tops();
-        if self.lost {
-            self.sweep_below();
-        }
-        self.taken - before
     }
 
     /// [`Warden::sweep`] with every event counted as lost: what the launcher does when the
@@ -472,6 +516,7 @@ impl Warden {
         // An entry made on the way to where a link there at launch leads: judge them again.
         let mut relink = false;
         for ev in events {
+            self.judge_lent(ev.mask, ev.wd);
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 self.lost = true;
                 continue;
@@ -639,6 +684,8 @@ impl Warden {
             if !is_top {
                 match watch(EVENTS_NEW) {
                     Some(Ok(wd)) => {
+                        // (One made ahead, watched again with another mask: not given back.)
+                        self.spoiled |= self.lent.contains(&wd);
                         self.watches.insert(wd, (dir.clone(), false));
                     }
                     Some(Err(_)) => self.lost = true, // ENOSPC: the last sweep reads everything
@@ -649,8 +696,11 @@ impl Warden {
             if sys::each_entry(fd.as_raw_fd(), |n, kind| names.push((n.to_vec(), kind))).is_err() {
                 continue;
             }
-            if !is_top && names.iter().any(|(n, _)| self.below.reviews(n)) {
-                let _ = watch(EVENTS);
+            if !is_top
+                && names.iter().any(|(n, _)| self.below.reviews(n))
+                && let Some(Ok(wd)) = watch(EVENTS)
+            {
+                self.spoiled |= self.lent.contains(&wd);
             }
             let mut sort = crate::tree::Classifier::new(&self.below, &self.rule, is_top);
             let mut reviewed = Vec::new();
@@ -1032,6 +1082,7 @@ pub fn start(
             keep.push(done_w.as_raw_fd());
             let watch = warden.as_ref().and_then(|w| w.raw_fd());
             keep.extend(watch);
+            keep.extend(warden.as_ref().and_then(|w| w.back.as_ref()).map(|b| b.as_raw_fd()));
             sys::close_all_except(&keep);
             // The scan's memory for the next launch: written here, beside the sandbox's start,
             // not before it (a failure only costs the next launch a full scan).
@@ -1068,6 +1119,11 @@ pub fn start(
             }
             let mut done_w = done_w;
             let _ = io::Write::write_all(&mut done_w, &changes);
+            // The watches made ahead go back to the daemon for the next launch (which then
+            // places none, and this process's close of them is not their last).
+            if warden.as_deref_mut().is_some_and(Warden::give_back) {
+                sys::exit_now(0)
+            }
             // The last close of the watch frees a watch per directory (thousands in a large
             // tree) and waits for an SRCU grace period: made in a detached process (see
             // `close_detached`), not in this one's exit, which the launcher's end would share.

@@ -167,6 +167,11 @@ impl Ahead {
         let mut watched: Option<HashSet<&Path>> = None;
         let settled = !events.iter().any(|(wd, mask, name)| {
             let dir = self.by_watch.get(wd).map(|i| self.dirs[*i].0.as_path());
+            // (A watch not in the map is none this instance stands for: one a warden added
+            // and removed before giving the instance back, see `Index::give_back`.)
+            if dir.is_none() && mask & libc::IN_Q_OVERFLOW == 0 {
+                return false;
+            }
             unsettles(*mask, name, dir, &mut |p| {
                 watched
                     .get_or_insert_with(|| self.dirs.iter().map(|d| d.0.as_path()).collect())
@@ -184,8 +189,14 @@ impl Ahead {
     /// The instance for the launch that `scan` (made in `roots` after [`Ahead::judge`]) answers:
     /// a watch per directory of `scan.dirs`, in its order; `None` (and dropped) when it does not
     /// watch exactly the tops and those directories, in that order, each with the mask the
-    /// warden wants.
-    pub fn hand(self, dirs: &[PathBuf], reviewed: &[PathBuf], roots: &[PathBuf]) -> Option<Handed> {
+    /// warden wants. With it, this instance, lent: the daemon keeps it (unread) until the
+    /// warden gives it back (see `Index::give_back`).
+    pub fn hand(
+        self,
+        dirs: &[PathBuf],
+        reviewed: &[PathBuf],
+        roots: &[PathBuf],
+    ) -> Option<(Handed, Ahead)> {
         let fd = self.inotify.as_fd().as_raw_fd();
         let mut mine = self.dirs.iter();
         let mut wants = plan_iter(dirs, reviewed, roots);
@@ -215,15 +226,18 @@ impl Ahead {
             .iter()
             .map(|d| if is_root(d, roots) { watch_of(d) } else { below.next().map_or(-1, |e| e.2) })
             .collect();
-        let fd = self.inotify.as_fd().try_clone_to_owned().ok();
-        // (Thousands of paths freed, and a close that may be the last: not on the answer's path.)
-        let_go(self);
-        Some(Handed::new(fd?, wds, Vec::new()))
+        match self.inotify.as_fd().try_clone_to_owned() {
+            Ok(fd) => Some((Handed::new(fd, wds, Vec::new()), self)),
+            Err(_) => {
+                let_go(self);
+                None
+            }
+        }
     }
 }
 
 /// Drops `ahead` on a thread of its own: the last close of an inotify instance waits for an SRCU
 /// grace period in the kernel (10-20 ms), which no answer should wait for.
-fn let_go(ahead: Ahead) {
+pub(crate) fn let_go(ahead: Ahead) {
     let _ = std::thread::Builder::new().name("sandgate-ahead-drop".into()).spawn(|| drop(ahead));
 }

@@ -54,6 +54,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::ahead::{Ahead, plan};
 use super::{Entries, Handed, Live, Repository, Scan, Stop, Unread, WayIn, memory};
@@ -306,6 +307,12 @@ pub struct Index {
     ahead: Option<Ahead>,
     /// Whether they are being made.
     preparing: bool,
+    /// The instance handed with the last answer, lent to that launch's warden (never read here
+    /// meanwhile: its queue is the warden's), until the warden gives it back
+    /// ([`Index::give_back`]): its number (see [`Handed::lend`]), and since when.
+    lent: Option<(u64, Ahead, Instant)>,
+    /// How many instances were lent.
+    lends: u64,
     /// The last scan's directories as an answer carries them (front-coded), once encoded.
     last_dirs: Option<Vec<u8>>,
 }
@@ -347,6 +354,8 @@ impl Index {
             read: 0,
             ahead: None,
             preparing: false,
+            lent: None,
+            lends: 0,
             last_dirs: None,
         };
         index.bfs();
@@ -445,7 +454,7 @@ impl Index {
             return None;
         };
         let handed = ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots));
-        Some((scan, handed))
+        Some((scan, handed.map(|h| self.lend(h))))
     }
 
     /// The daemon's answer ([`encode_answer`]) to a launcher's question, with the warden's
@@ -473,8 +482,9 @@ impl Index {
                 &fresh
             }
         };
-        let wds = handed.as_ref().map(|h| &h.wds[..]);
-        Some((encode_parts(&scan, dirs.len(), blob, wds), handed))
+        let wds = handed.as_ref().map(|h| &h.0.wds[..]);
+        let reply = encode_parts(&scan, dirs.len(), blob, wds);
+        Some((reply, handed.map(|h| self.lend(h))))
     }
 
     /// Whether the next launch's watches are to be made ahead now: none are made or being made,
@@ -488,8 +498,41 @@ impl Index {
         if self.ahead.is_some() || self.preparing || self.last.is_none() {
             return false;
         }
+        // (One lent comes back when its launch ends: made again only if it does not, or when
+        // a launch runs beside one that takes long.)
+        if self.lent.as_ref().is_some_and(|(_, _, at)| at.elapsed() < LEND_WAIT) {
+            return false;
+        }
         self.preparing = true;
         true
+    }
+
+    /// Notes the instance of `handed` as lent (one lent before is let go: its launch runs
+    /// long, and this is the newer).
+    fn lend(&mut self, (mut handed, ahead): (Handed, Ahead)) -> Handed {
+        self.lends += 1;
+        handed.lend = self.lends;
+        if let Some((_, old, _)) = self.lent.replace((self.lends, ahead, Instant::now())) {
+            super::ahead::let_go(old);
+        }
+        handed
+    }
+
+    /// The instance lent as `lend` given back by its warden, once the command ended and its
+    /// last events were read. `clean`: the warden read no event that may have changed what a
+    /// watched path names (the same judgement as [`Ahead::judge`]'s) and changed no watch of
+    /// it (the watches it added are removed). Kept for the next answer, which judges what came
+    /// since (true), unless it is not clean, not the one lent, or one made ahead waits already.
+    pub fn give_back(&mut self, lend: u64, clean: bool) -> bool {
+        let Some((_, ahead, _)) = self.lent.take_if(|(n, _, _)| *n == lend) else {
+            return false;
+        };
+        if clean && self.ahead.is_none() && !self.preparing && self.last.is_some() {
+            self.ahead = Some(ahead);
+            return true;
+        }
+        super::ahead::let_go(ahead);
+        false
     }
 
     /// What to watch ahead, from the last scan (`None`: it no longer stands).
@@ -611,8 +654,50 @@ pub fn key(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
 }
 
 /// The first bytes of a launcher's question and of the daemon's answer.
-const ASK: &[u8] = b"sandgate-tree-ask 1\n";
-const ANSWER: &[u8] = b"sandgate-tree-answer 2\n";
+const ASK: &[u8] = b"sandgate-tree-ask 2\n";
+const ANSWER: &[u8] = b"sandgate-tree-answer 3\n";
+
+/// How long an instance lent to a launch's warden is waited for before the next launch's are
+/// made anew (a launch beside one that runs long).
+const LEND_WAIT: Duration = Duration::from_secs(1);
+
+/// What the warden says when it gives its instance back clean (see [`Index::give_back`]), on
+/// the connection its launcher asked on; the daemon answers [`KEPT`] when it keeps it.
+pub const GIVEN_BACK: u8 = b'k';
+/// See [`GIVEN_BACK`].
+pub const KEPT: u8 = b'y';
+
+/// `bytes` framed: their length first (a little-endian `u32`). Questions and answers are
+/// framed on `tree.sock`, whose connection stays open after them (see [`GIVEN_BACK`]).
+pub fn framed(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 4);
+    put_u32(&mut out, bytes.len());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// Reads one frame ([`framed`]) of at most `limit` bytes; `first`: what was read of it already.
+pub fn read_framed(
+    r: &mut impl std::io::Read,
+    mut first: Vec<u8>,
+    limit: usize,
+) -> std::io::Result<Vec<u8>> {
+    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    if first.len() < 4 {
+        let mut more = vec![0u8; 4 - first.len()];
+        r.read_exact(&mut more)?;
+        first.extend_from_slice(&more);
+    }
+    let len = u32::from_le_bytes(first[..4].try_into().map_err(|_| bad())?) as usize;
+    if len > limit || first.len() > len + 4 {
+        return Err(bad());
+    }
+    let have = first.len();
+    first.resize(len + 4, 0);
+    r.read_exact(&mut first[have..])?;
+    first.drain(..4);
+    Ok(first)
+}
 
 /// A launcher's question: the writable paths and the parts of the rule the scan obeys.
 pub fn encode_ask(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {

@@ -32,7 +32,7 @@ fn answered_with_watches(root: &Path) -> crate::tree::Scan {
     let ahead = ahead.judge().expect("judged sound");
     let mut scan = index.scan().unwrap();
     let roots = [root.to_path_buf()];
-    let handed = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
+    let (handed, _lent) = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
     scan.ahead = Some(Arc::new(handed.received(&mut scan)));
     scan
 }
@@ -60,7 +60,7 @@ fn planted_stays(lose: bool) -> bool {
     // index's answer: the same paths, each leading to the other directory.
     exchange(&root);
     let mut scan = index.scan().unwrap();
-    let handed =
+    let (handed, _lent) =
         ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("the same paths and masks: handed");
     scan.ahead = Some(Arc::new(handed.received(&mut scan)));
     let mut w = Warden::prepare(&rule(), "sg-ahead", &roots, &scan);

@@ -629,7 +629,7 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
     std::fs::rename(root.join("sub/x/y"), root.join("target/y")).unwrap();
     std::fs::create_dir_all(root.join("sub/x/y/z")).unwrap();
     let scan = index.scan().unwrap();
-    let handed = ahead
+    let (handed, _lent) = ahead
         .hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root))
         .expect("unjudged: handed");
     let _ = queued(&handed);

@@ -486,6 +486,12 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
     });
     let Some(pid) = child else {
         drop(parent_sock);
+        // The warden's instance and its connection to the daemon are the launcher's, not
+        // init's (the command never sees init's descriptors: init is not dumpable, and the
+        // command gets 0-2 only; this is one wall more for a way to the daemon).
+        for fd in cleanup.warden.as_ref().map(warden::Warden::launchers_fds).unwrap_or_default() {
+            sys::close(fd);
+        }
         init::run(spec, &plan, uid, gid, child_sock, hooks);
     };
     // Only the sockets are the launcher's to hand over; the namespaces are the sandbox's now.

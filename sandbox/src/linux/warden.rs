@@ -448,6 +448,12 @@ impl Warden {
         }
     }
 
+    /// The descriptors only the launcher and the warden process may hold: the instance, and
+    /// the connection it is given back on (closed by the sandbox's init).
+    pub fn launchers_fds(&self) -> Vec<RawFd> {
+        self.raw_fd().into_iter().chain(self.back.as_ref().map(|b| b.as_raw_fd())).collect()
+    }
+
     /// The inotify descriptor (kept open by the warden process).
     pub fn raw_fd(&self) -> Option<RawFd> {
         self.inotify.as_ref().map(|i| i.as_fd().as_raw_fd())

@@ -146,3 +146,185 @@ fn a_second_warden_without_an_instance_reads_everything_at_the_end() {
     second.sweep();
     assert!(!root.join("sub/q/c/.envrc").exists(), "the second warden left it");
 }
+
+/// `root` as [`placed`] makes it, with the watches made ahead kept by its index (the daemon's
+/// state when a launcher asks).
+fn index_holding_ahead(root: &Path) -> Index {
+    let (mut index, ahead) = placed(root);
+    index.install_ahead(Some(ahead));
+    index
+}
+
+/// One launch on `index`'s answer, as a launcher receives it: the warden prepared on it, and
+/// (when the watches made ahead came with it, lent) the daemon's end of the connection they
+/// are given back on, and the lend.
+fn launch_on(index: &mut Index, roots: &[PathBuf]) -> (Warden, Option<(UnixStream, u64)>) {
+    let (mut scan, handed) = index.scan_and_hand().expect("answered");
+    let mut lent = None;
+    if let Some(handed) = handed {
+        let (daemon, launcher) = std::os::unix::net::UnixStream::pair().unwrap();
+        lent = Some((daemon, handed.lend));
+        let handed = handed.received(&mut scan);
+        handed.give_back_on(launcher.into());
+        scan.ahead = Some(Arc::new(handed));
+    }
+    let w = Warden::prepare(&rule(), "sg-lent", roots, &scan);
+    assert_eq!(w.watched_ahead(), lent.is_some());
+    (w, lent)
+}
+
+/// The end of a launch: the warden gives its instance back on the connection, the daemon's
+/// side judges what it says (the index keeps it, or lets it go) and answers. Whether the
+/// warden was told its instance was kept.
+fn end_of(mut w: Warden, lent: (UnixStream, u64), index: &mut Index) -> bool {
+    let (daemon, lend) = lent;
+    std::thread::scope(|s| {
+        let warden = s.spawn(move || w.give_back());
+        let mut said = [0u8; 1];
+        let clean = matches!(io::Read::read(&mut &daemon, &mut said), Ok(1))
+            && said[0] == crate::tree::GIVEN_BACK;
+        if index.give_back(lend, clean) {
+            io::Write::write_all(&mut &daemon, &[crate::tree::KEPT]).unwrap();
+        }
+        drop(daemon);
+        warden.join().unwrap()
+    })
+}
+
+use std::os::unix::net::UnixStream;
+
+/// Watches lent to a launch and given back clean serve the next launch: none are placed
+/// again, and the next warden on them takes a tool file planted deep away, as the first did.
+#[test]
+fn watches_given_back_serve_the_next_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let mut index = index_holding_ahead(&root);
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    // The command: a plain file, a tool file, a review file watched by the warden.
+    std::fs::write(root.join("sub/p/c/a.rs"), "").unwrap();
+    std::fs::write(root.join("sub/q/c/.envrc"), "planted").unwrap();
+    w.sweep();
+    assert!(!root.join("sub/q/c/.envrc").exists(), "the first warden missed it");
+    let wds = w.lent.clone();
+    assert!(end_of(w, lent.expect("lent"), &mut index), "given back clean, and kept");
+    assert!(!index.wants_ahead(), "kept: none made again");
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    assert!(lent.is_some(), "handed again");
+    assert_eq!(w.lent, wds, "the same watches");
+    std::fs::write(root.join("sub/p/c/mise.toml"), "planted").unwrap();
+    w.sweep();
+    assert!(!root.join("sub/p/c/mise.toml").exists(), "the second warden missed it");
+}
+
+/// Whether a tool file planted in the next launch stays, after a launch whose command removed
+/// a watched directory and made one at its path (`moved`: moved it into unwatched build output
+/// instead): `judged`, the warden judges what it read of the instance lent to it (as the
+/// daemon would), or not.
+fn planted_stays_after(moved: bool, judged: bool) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let mut index = index_holding_ahead(&root);
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    w.settle();
+    let lent_wd = |w: &Warden| {
+        let p = root.join("sub/p");
+        w.watches.iter().find(|(wd, (d, _))| *d == p && w.lent.contains(wd)).map(|(wd, _)| *wd)
+    };
+    assert!(lent_wd(&w).is_some(), "watched ahead");
+    if moved {
+        std::fs::create_dir(root.join("target")).unwrap();
+        std::fs::rename(root.join("sub/p"), root.join("target/p")).unwrap();
+    } else {
+        std::fs::remove_dir_all(root.join("sub/p")).unwrap();
+    }
+    std::fs::create_dir_all(root.join("sub/p/c")).unwrap();
+    // Until the warden has read that the watch is gone (removed with its directory, whose
+    // inode may outlive the removal a little): the case where the daemon never sees it.
+    while lent_wd(&w).is_some() {
+        let mut p = [libc::pollfd { fd: w.raw_fd().unwrap(), events: libc::POLLIN, revents: 0 }];
+        assert_eq!(sys::poll(&mut p, 10_000).unwrap(), 1, "the watch's end never came");
+        w.sweep();
+    }
+    w.sweep();
+    if !judged {
+        w.spoiled = false;
+    }
+    let kept = end_of(w, lent.expect("lent"), &mut index);
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    assert_eq!(kept, lent.is_some(), "what is kept is handed");
+    std::fs::write(root.join("sub/p/c/.envrc"), "planted").unwrap();
+    w.sweep();
+    root.join("sub/p/c/.envrc").exists()
+}
+
+/// Red team of the watches given back: the events that tell a watched path now names another
+/// directory (or none: the kernel dropped the watch of a directory removed) were read by the
+/// warden, not by the daemon, which judges only what came after. The warden judges them the
+/// same way and does not give such an instance back (its end tells the daemon to let it go;
+/// the next launch places its own watches): a tool file planted in the directory now at the
+/// removed one's path is taken away. Control: an instance given back unjudged is handed again,
+/// with no watch on that directory, and the file stays. The same for a directory moved away
+/// (the warden stops watching it: that watch's end, read by the warden too).
+#[test]
+fn a_directory_removed_during_the_run_keeps_its_watches_from_the_next_launch() {
+    assert!(!planted_stays_after(false, true), "a tool file planted after the removal stayed");
+    assert!(planted_stays_after(false, false), "control: given back unjudged, it stays");
+    assert!(!planted_stays_after(true, true), "a tool file planted after the move stayed");
+    assert!(planted_stays_after(true, false), "control: moved, given back unjudged, it stays");
+}
+
+/// A lent instance is given back once, by its own lend: another lend's, a second give-back, or
+/// an unclean one are refused (then the next launch's watches are made anew). While it is out,
+/// none are made for a launch beside it.
+#[test]
+fn a_lent_instance_comes_back_once_and_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let mut index = index_holding_ahead(&root);
+    let (_w, lent) = launch_on(&mut index, &roots);
+    let (_, lend) = lent.expect("lent");
+    assert!(!index.wants_ahead(), "one is out: none made beside it at once");
+    assert!(!index.give_back(lend + 1, true), "another lend's");
+    assert!(!index.give_back(lend, false), "not clean: let go");
+    assert!(!index.give_back(lend, true), "gone already");
+    assert!(index.wants_ahead(), "none held: made anew");
+}
+
+/// Whether the launch after one whose warden watched a file of its own (a review file) gets
+/// the instance back: the warden removes that watch before giving it back, and the daemon's
+/// judgement passes over the end of a watch it never lent. `drop_lent`: a lent watch is ended
+/// too (the kernel's end of a watch of its, unread by the warden), which the daemon judges.
+fn handed_after_a_watch_of_its_own(drop_lent: bool) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let mut index = index_holding_ahead(&root);
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    let fd = w.raw_fd().unwrap();
+    std::fs::write(root.join("sub/Makefile"), "all:").unwrap();
+    let wd = sys::inotify_watch(fd, &root.join("sub/Makefile"), FILE_EVENTS).unwrap();
+    assert!(!w.lent.contains(&wd), "a watch of its own");
+    w.files.insert(wd, root.join("sub/Makefile"));
+    w.sweep();
+    if drop_lent {
+        w.settle();
+        let q = root.join("sub/q");
+        let (&lent_wd, _) = w.watches.iter().find(|(_, (d, _))| *d == q).unwrap();
+        sys::inotify_unwatch(fd, lent_wd);
+    }
+    assert!(end_of(w, lent.expect("lent"), &mut index), "given back clean and kept");
+    launch_on(&mut index, &roots).1.is_some()
+}
+
+/// The watches a warden adds of its own are removed before its instance goes back, and their
+/// end does not spoil it: the next launch gets it. Control: the end of a watch the daemon lent
+/// does.
+#[test]
+fn watches_a_warden_added_do_not_keep_its_instance_from_the_next_launch() {
+    assert!(handed_after_a_watch_of_its_own(false), "not handed after a watch of its own");
+    assert!(!handed_after_a_watch_of_its_own(true), "control: a lent watch ended, handed");
+}

@@ -1128,6 +1128,7 @@ pub fn start(
             // The watches made ahead go back to the daemon for the next launch (which then
             // places none, and this process's close of them is not their last).
             if warden.as_deref_mut().is_some_and(Warden::give_back) {
+                crate::timing::mark("watches given back to the daemon (kept)");
                 sys::exit_now(0)
             }
             // The last close of the watch frees a watch per directory (thousands in a large

@@ -640,6 +640,56 @@ fn watches_made_ahead_take_away_what_the_command_makes(s: &Scratch) {
     assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
 }
 
+/// The warden's watches given back to the daemon (issue 31): a launch on watches made ahead
+/// gives them back when its command ended (the command made only files, in directories
+/// watched), and the next launch takes the same instance (none placed in between) and takes a
+/// tool file the command makes deep down away while it runs, as the first did. Then a launch
+/// whose command removes a watched directory and makes one at its path does not give them back
+/// (the next launch still takes the tool file away). Controls: the launches say which watches
+/// they took and gave back; on the host nothing takes the files away.
+fn watches_given_back_take_away_what_the_next_command_makes(s: &Scratch) {
+    large_layout(s, &[("a/b/c/d/e/f/lib.rs", "\n"), ("x/y/z/main.rs", "\n")]);
+    let plant = |rel: &str| {
+        format!(
+            "echo 'export X=1' > {rel}.tmp && mv {rel}.tmp {rel}; \
+             i=0; while [ -e {rel} ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; \
+             [ -e {rel} ] || echo GONE-LIVE {rel}"
+        )
+    };
+    let cases = ["a/b/c/d/e/f/.envrc", "x/y/z/.npmrc", "pad/d7/mise.toml"];
+    let script: Vec<String> = cases.iter().map(|c| plant(c)).collect();
+    let script = script.join("; ");
+    let launch = |s: &Scratch, script: &str| {
+        let mut c = s.command("build", &[], &["sh", "-c", &format!("{script}; echo ran")]);
+        let out = c.env("SANDGATE_DEBUG", "launch").output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(stdout.contains("ran"), "the launch failed: {stdout}{stderr}");
+        let taken = stderr.contains("watches made ahead by the daemon taken");
+        let given = stderr.contains("watches given back to the daemon (kept)");
+        (taken, given, stdout)
+    };
+    until_indexed(s);
+    // (Made after an answer, off its path: launches until one takes them and gives them back.)
+    let given = (0..50).any(|_| matches!(launch(s, &script), (true, true, _)));
+    assert!(given, "control: a launch took the watches made ahead and gave them back");
+    for round in 0..2 {
+        let (taken, given, stdout) = launch(s, &script);
+        assert!(taken && given, "round {round}: the watches given back were not handed again");
+        for c in cases {
+            assert!(stdout.contains(&format!("GONE-LIVE {c}")), "{c} stayed: {stdout}");
+            assert!(std::fs::symlink_metadata(s.proj.join(c)).is_err(), "{c} is in place");
+        }
+    }
+    // A watched directory removed and made again by the command: not given back.
+    let (taken, given, _) = launch(s, &format!("rm -r x/y && mkdir -p x/y/z; {script}"));
+    assert!(taken && !given, "given back after a watched directory was removed");
+    let (_, _, stdout) = launch(s, &script);
+    assert!(stdout.contains("GONE-LIVE x/y/z/.npmrc"), "{stdout}");
+    // Control: on the host nothing takes them away.
+    let host = on_the_host(s, &s.proj, &script);
+    assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
+}
+
 /// A symbolic link to a directory the scan reads is no way in (issue 31, red team, second
 /// pass): launches answered by the daemon's index run like the first one, which scanned
 /// itself. The index's answer, made without copying the directories read, judged links
@@ -712,6 +762,7 @@ fn watches_made_ahead_reach_nothing_inside(s: &Scratch) {
 cases!(
     the_daemons_index_protects_what_changed_between_launches,
     watches_made_ahead_take_away_what_the_command_makes,
+    watches_given_back_take_away_what_the_next_command_makes,
     watches_made_ahead_reach_nothing_inside,
     a_link_to_a_directory_read_does_not_refuse_indexed_launches,
     nested_tool_files_are_read_only_and_new_ones_go,

@@ -953,6 +953,11 @@ pub fn open_dir_at(dir: RawFd, name: &OsStr) -> io::Result<OwnedFd> {
 /// `getdents64` into one buffer: no allocation and no `stat` per entry (a big checkout has a
 /// hundred thousand).
 pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<Kind>)) -> io::Result<()> {
+    each_dirent(dir, |name, kind, _| f(name, kind))
+}
+
+/// [`each_entry`], with the inode number each entry names (`d_ino`).
+pub fn each_dirent(dir: RawFd, mut f: impl FnMut(&[u8], Option<Kind>, u64)) -> io::Result<()> {
     // One buffer per thread, made once: zeroing 64 KiB for each of a big tree's thousands of
     // directories cost more than reading them.
     thread_local! {
@@ -975,7 +980,7 @@ pub fn each_entry(dir: RawFd, mut f: impl FnMut(&[u8], Option<Kind>)) -> io::Res
 fn each_entry_in(
     dir: RawFd,
     buf: &mut [u8],
-    f: &mut impl FnMut(&[u8], Option<Kind>),
+    f: &mut impl FnMut(&[u8], Option<Kind>, u64),
 ) -> io::Result<()> {
     loop {
         // SAFETY: the buffer is writable for its whole length, which is passed with it.
@@ -1002,7 +1007,8 @@ fn each_entry_in(
                 _ => Some(Kind::Other),
             };
             if name != b"." && name != b".." {
-                f(name, kind);
+                let ino = u64::from_ne_bytes(buf[at..at + 8].try_into().unwrap_or_default());
+                f(name, kind, ino);
             }
             at += reclen;
         }

@@ -64,7 +64,57 @@ use crate::tree::{Kind, ReadOnly, Repository, Scan};
 #[derive(Debug)]
 struct Root {
     path: PathBuf,
-    known: HashSet<(OsString, u64, u64)>,
+    known: Known,
+}
+
+/// The entries of a directory as (name, inode), on the directory's device: what was at a top at
+/// launch. Kept as the listing gave them, sorted, in one buffer (a top may hold thousands, and
+/// this is on every launch's path), plus those noted since ([`Warden::note`]).
+#[derive(Debug, Default)]
+struct Known {
+    dev: u64,
+    names: Vec<u8>,
+    /// Where each name is in `names`, and its inode, sorted by name.
+    at: Vec<(u32, u32, u64)>,
+    noted: Vec<(OsString, u64, u64)>,
+}
+
+impl Known {
+    /// What `dir` holds now (nothing, when it cannot be read).
+    fn list(dir: &Path) -> Known {
+        let mut k = Known::default();
+        let Ok(d) = std::fs::File::open(dir) else { return k };
+        let Ok(m) = d.metadata() else { return k };
+        k.dev = m.dev();
+        let _ = sys::each_dirent(d.as_raw_fd(), |name, _, ino| {
+            k.at.push((k.names.len() as u32, name.len() as u32, ino));
+            k.names.extend_from_slice(name);
+        });
+        let names = &k.names;
+        k.at.sort_unstable_by(|a, b| {
+            names[a.0 as usize..][..a.1 as usize].cmp(&names[b.0 as usize..][..b.1 as usize])
+        });
+        k
+    }
+
+    fn name(&self, (from, len, _): &(u32, u32, u64)) -> &[u8] {
+        &self.names[*from as usize..][..*len as usize]
+    }
+
+    /// Whether `name` (on `dev`, inode `ino`) was there.
+    fn contains(&self, name: &[u8], dev: u64, ino: u64) -> bool {
+        let listed = dev == self.dev
+            && self
+                .at
+                .binary_search_by(|e| self.name(e).cmp(name))
+                .is_ok_and(|i| self.at[i].2 == ino);
+        listed || self.noted.iter().any(|(n, d, i)| n.as_bytes() == name && *d == dev && *i == ino)
+    }
+
+    /// Every name there.
+    fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.at.iter().map(|e| self.name(e)).chain(self.noted.iter().map(|n| n.0.as_bytes()))
+    }
 }
 
 /// Something the warden saw change in a writable directory, for the line at the end.
@@ -179,15 +229,6 @@ fn parse_events(buf: &[u8]) -> Vec<Event> {
         .collect()
 }
 
-/// The entries of `dir` as (name, device, inode): the inode the directory entry names (no `stat`
-/// per entry: a top may hold thousands), on the directory's device.
-fn entries(dir: &Path) -> Vec<(OsString, u64, u64)> {
-    use std::os::unix::fs::DirEntryExt as _;
-    let Ok(dev) = std::fs::symlink_metadata(dir).map(|m| m.dev()) else { return Vec::new() };
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    rd.flatten().map(|e| (e.file_name(), dev, e.ino())).collect()
-}
-
 /// Whether `p` (its directory maybe not canonical) names the canonical `path`.
 fn same_entry(p: &Path, path: &Path) -> bool {
     let canonical = p.parent().and_then(|d| d.canonicalize().ok()).zip(p.file_name());
@@ -278,8 +319,7 @@ impl Warden {
                 ),
                 None => {}
             }
-            let known = entries(path).into_iter().collect();
-            w.roots.push(Root { path: path.clone(), known });
+            w.roots.push(Root { path: path.clone(), known: Known::list(path) });
         }
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
@@ -365,9 +405,9 @@ impl Warden {
     pub fn existing_protected(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for root in &self.roots {
-            for (name, _, _) in &root.known {
-                if name != ".git" && self.below.protects_top(name.as_bytes()) {
-                    out.push(root.path.join(name));
+            for name in root.known.names() {
+                if name != b".git" && self.below.protects_top(name) {
+                    out.push(root.path.join(OsStr::from_bytes(name)));
                 }
             }
         }
@@ -392,7 +432,7 @@ impl Warden {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return };
         let Ok(m) = std::fs::symlink_metadata(path) else { return };
         for root in self.roots.iter_mut().filter(|r| r.path == parent) {
-            root.known.insert((name.to_os_string(), m.dev(), m.ino()));
+            root.known.noted.push((name.to_os_string(), m.dev(), m.ino()));
         }
         self.known.insert(path.to_path_buf());
     }
@@ -843,7 +883,7 @@ impl Warden {
         let known_head = self.roots.iter().any(|r| {
             r.path == dir
                 && std::fs::symlink_metadata(dir.join("HEAD"))
-                    .is_ok_and(|m| r.known.contains(&("HEAD".into(), m.dev(), m.ino())))
+                    .is_ok_and(|m| r.known.contains(b"HEAD", m.dev(), m.ino()))
         });
         if !known_head {
             self.take_away(dir, OsStr::new("HEAD"));
@@ -856,10 +896,15 @@ impl Warden {
         for i in 0..self.roots.len() {
             let root = &self.roots[i];
             open_up(&root.path);
-            let new: Vec<OsString> = entries(&root.path)
-                .into_iter()
-                .filter(|e| !root.known.contains(e) && self.below.protects_top(e.0.as_bytes()))
-                .map(|(name, _, _)| name)
+            let now = Known::list(&root.path);
+            let new: Vec<OsString> = now
+                .at
+                .iter()
+                .filter(|e| {
+                    let name = now.name(e);
+                    !root.known.contains(name, now.dev, e.2) && self.below.protects_top(name)
+                })
+                .map(|e| OsStr::from_bytes(now.name(e)).to_os_string())
                 .collect();
             let path = root.path.clone();
             for name in new {
@@ -1181,6 +1226,32 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A top's listing at launch: each name with the inode it named, on the top's device; a
+    /// name now naming another inode (replaced) is not known, nor one on another device.
+    #[test]
+    fn a_tops_listing_knows_each_name_by_its_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..300).map(|i| format!("e{i}")).collect();
+        for n in &names {
+            std::fs::write(dir.path().join(n), "").unwrap();
+        }
+        std::fs::create_dir(dir.path().join(".envrc")).unwrap();
+        let known = Known::list(dir.path());
+        assert_eq!(known.names().count(), names.len() + 1);
+        for n in names.iter().map(String::as_str).chain([".envrc"]) {
+            let m = std::fs::symlink_metadata(dir.path().join(n)).unwrap();
+            assert!(known.contains(n.as_bytes(), m.dev(), m.ino()), "{n}");
+            assert!(!known.contains(n.as_bytes(), m.dev() + 1, m.ino()), "{n} on another device");
+        }
+        let old = std::fs::symlink_metadata(dir.path().join("e7")).unwrap().ino();
+        std::fs::write(dir.path().join("e7.new"), "").unwrap();
+        std::fs::rename(dir.path().join("e7.new"), dir.path().join("e7")).unwrap();
+        let m = std::fs::symlink_metadata(dir.path().join("e7")).unwrap();
+        assert!(m.ino() != old && !known.contains(b"e7", m.dev(), m.ino()), "replaced");
+        assert!(!known.contains(b"e300", m.dev(), m.ino()), "never there");
+        assert!(Known::list(&dir.path().join("none")).names().next().is_none());
     }
 
     #[test]

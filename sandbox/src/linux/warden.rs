@@ -415,7 +415,10 @@ impl Warden {
     /// close is cheap). Call after the last sweep: nothing here reads the instance again.
     pub fn give_back(&mut self) -> bool {
         let Some(back) = self.back.take() else { return false };
-        let Some(fd) = self.raw_fd().filter(|_| !self.spoiled && !self.lost) else {
+        // A lent watch that is also a guard or a review file's carries their mask now (placed
+        // by a path that reached it through a link on the way): not the one the daemon lent.
+        let retaken = self.files.keys().chain(self.guards.keys()).any(|wd| self.lent.contains(wd));
+        let Some(fd) = self.raw_fd().filter(|_| !self.spoiled && !self.lost && !retaken) else {
             return false; // (its end tells the daemon to let them go)
         };
         let added = self.watches.keys().chain(self.files.keys()).chain(self.guards.keys());

@@ -404,3 +404,40 @@ fn a_directory_made_at_a_new_path_leaves_the_instance_to_the_next_launch() {
     assert!(end_of(w, lent.expect("lent"), &mut index), "given back and kept");
     assert!(launch_on(&mut index, &roots).1.is_some(), "handed to the next launch");
 }
+
+/// Whether the launch after one whose warden placed a guard (or a review file's watch) by a
+/// path that reached a directory watched ahead gets the instance back. Such a path is watched
+/// by name, following links on the way (`guard_links` judges where a link leads, then watches
+/// the directories on the way: the command can make one of them a link in between, to a
+/// directory read); the kernel gives the lent watch back with the guard's mask (a directory
+/// holding review files no longer reports their writes). `as_file`: the same watch noted as a
+/// review file's.
+fn handed_after_a_lent_watch_taken_as_a_guard(as_file: bool) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let mut index = index_holding_ahead(&root);
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    w.settle();
+    std::fs::create_dir(root.join("target")).unwrap();
+    std::os::unix::fs::symlink("../sub", root.join("target/out")).unwrap();
+    let on_the_way = root.join("target/out/q");
+    let wd = sys::inotify_watch(w.raw_fd().unwrap(), &on_the_way, EVENTS_NEW).unwrap();
+    assert!(w.lent.contains(&wd), "the lent watch of sub/q");
+    if as_file {
+        w.files.insert(wd, on_the_way);
+    } else {
+        w.guards.insert(wd, on_the_way);
+    }
+    w.sweep();
+    let _ = end_of(w, lent.expect("lent"), &mut index);
+    launch_on(&mut index, &roots).1.is_some()
+}
+
+/// A lent watch the warden took as one of its own (a guard or a review file's: a mask of its
+/// own on it) does not go back to the daemon. Control (by hand): without the check, handed.
+#[test]
+fn a_lent_watch_taken_as_a_guard_keeps_its_instance_from_the_next_launch() {
+    assert!(!handed_after_a_lent_watch_taken_as_a_guard(false), "a guard's: handed");
+    assert!(!handed_after_a_lent_watch_taken_as_a_guard(true), "a review file's: handed");
+}

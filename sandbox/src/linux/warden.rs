@@ -182,6 +182,8 @@ pub struct Warden {
     /// daemon's own judgement, `tree::ahead`), or one of them was watched again: the instance
     /// is not given back.
     spoiled: bool,
+    /// The paths of the lent watches ([`Warden::judge_lent`]), once needed.
+    lent_paths: Option<HashSet<PathBuf>>,
 }
 
 /// Closing an inotify instance waits for an SRCU grace period in the kernel (fsnotify group
@@ -302,6 +304,7 @@ impl Warden {
             lent: HashSet::new(),
             back: None,
             spoiled: false,
+            lent_paths: None,
         };
         w.known.extend(scan.repositories.iter().map(|r| match r {
             Repository::DotGit(p) | Repository::GitDir(p) => p.clone(),
@@ -452,7 +455,10 @@ impl Warden {
     /// close is cheap). Call after the last sweep: nothing here reads the instance again.
     pub fn give_back(&mut self) -> bool {
         let Some(back) = self.back.take() else { return false };
-        let Some(fd) = self.raw_fd().filter(|_| !self.spoiled && !self.lost) else {
+        // A lent watch that is also a guard or a review file's carries their mask now (placed
+        // by a path that reached it through a link on the way): not the one the daemon lent.
+        let retaken = self.files.keys().chain(self.guards.keys()).any(|wd| self.lent.contains(wd));
+        let Some(fd) = self.raw_fd().filter(|_| !self.spoiled && !self.lost && !retaken) else {
             return false; // (its end tells the daemon to let them go)
         };
         let added = self.watches.keys().chain(self.files.keys()).chain(self.guards.keys());
@@ -472,12 +478,16 @@ impl Warden {
     }
 
     /// Notes an event read from the instance: the daemon's judgement of an instance made ahead
-    /// (`tree::ahead::unsettles`), kept for the whole run. A directory made in a watched one
-    /// changes no watched path (one there before was removed or moved first: an event here).
-    fn judge_lent(&mut self, mask: u32, wd: i32) {
-        if self.lent.is_empty() {
+    /// (`tree::ahead::unsettles`), kept for the whole run. A directory made at a path watched
+    /// ahead counts too: the one there before may have been removed with no event read (its
+    /// parent, watched for new entries only, has no `IN_DELETE`; its own watch's `IN_IGNORED`
+    /// comes only once nothing holds it, such as another launch's working directory there,
+    /// maybe after the next launch relied on that watch).
+    fn judge_lent(&mut self, ev: &Event) {
+        if self.lent.is_empty() || self.spoiled {
             return;
         }
+        let (mask, wd) = (ev.mask, ev.wd);
         let gone = libc::IN_IGNORED | libc::IN_UNMOUNT | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
         let moved = libc::IN_MOVED_FROM | libc::IN_MOVED_TO | libc::IN_DELETE;
         let lent = self.lent.contains(&wd);
@@ -485,6 +495,23 @@ impl Warden {
             || lent && (mask & gone != 0 || mask & libc::IN_ISDIR != 0 && mask & moved != 0)
         {
             self.spoiled = true;
+        }
+        if lent && mask & libc::IN_ISDIR != 0 && mask & libc::IN_CREATE != 0 {
+            let Some((dir, _)) = self.watches.get(&wd) else {
+                self.spoiled = true; // (not settled: not known to be another path)
+                return;
+            };
+            let path = dir.join(OsStr::from_bytes(&ev.name));
+            let (lent, watches) = (&self.lent, &self.watches);
+            // (Made once, on the first directory made in a lent one: rare outside build output.)
+            let paths = self.lent_paths.get_or_insert_with(|| {
+                watches
+                    .iter()
+                    .filter(|(wd, _)| lent.contains(wd))
+                    .map(|(_, d)| d.0.clone())
+                    .collect()
+            });
+            self.spoiled |= paths.contains(&path);
         }
     }
 
@@ -562,7 +589,7 @@ impl Warden {
         // An entry made on the way to where a link there at launch leads: judge them again.
         let mut relink = false;
         for ev in events {
-            self.judge_lent(ev.mask, ev.wd);
+            self.judge_lent(ev);
             if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                 self.lost = true;
                 continue;

@@ -33,6 +33,20 @@
 //!
 //! Its watches count with the index's against the half of `fs.inotify.max_user_watches` that
 //! the indexes may hold; past it, none is made ahead.
+//!
+//! # Given back
+//!
+//! A handed instance is lent, not given: the index keeps its own copy, unread (the queue is the
+//! warden's meanwhile), and the warden gives it back on the connection its launcher asked on
+//! once the command ended and its last sweep read the queue (`Warden::give_back`,
+//! `Index::give_back`). So the next launch's watches are this one's, and no launch's end frees
+//! thousands of watches for the next one to place again. The argument above carries over
+//! because the warden judges every event it reads as [`Ahead::judge`] would, and gives nothing
+//! back after one that may have changed what a watched path names, after a lost event, or after
+//! one of the lent watches was watched again with another mask (a new directory's, a guard's, a
+//! review file's, placed by a path that reached it); it removes the watches it added itself
+//! first, whose ends [`Ahead::judge`] passes over. What came after its last read is judged at
+//! the next question, as for any instance made ahead.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd as _, AsRawFd as _};

@@ -690,6 +690,88 @@ fn watches_given_back_take_away_what_the_next_command_makes(s: &Scratch) {
     assert!(!host.contains("GONE-LIVE"), "control on the host: {host}");
 }
 
+/// Watches given back to the daemon (issue 31, red team of the lent instance): a launch's
+/// command removes a watched directory that a process of another launch, still running, has as
+/// its working directory (a `run` launch: no warden of its own on the tree, which would take the
+/// file away itself), and makes one at its path. The removed one's watch ends only when that
+/// process lets go, and its parent (watched for new entries only) says nothing of the removal:
+/// the warden, which read the new directory's event, must not give the instance back, or the
+/// next launch relies on a watch of the removed directory and a tool file it makes in the new
+/// one stays. Controls: the launches took watches made ahead (the removal's among them); the
+/// holder held the directory through them; on the host the file stays.
+fn a_directory_made_again_under_another_launch_spoils_the_watches_given_back(s: &Scratch) {
+    large_layout(s, &[("a/b/c/lib.rs", "\n")]);
+    let stop = s.proj.join("pad/d0/stop");
+    let launch = |script: &str| {
+        let mut c = s.command("build", &[], &["sh", "-c", &format!("{script}; echo ran")]);
+        let out = c.env("SANDGATE_DEBUG", "launch").output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(stdout.contains("ran"), "the launch failed: {stdout}{stderr}");
+        (stderr.contains("watches made ahead by the daemon taken"), stdout)
+    };
+    until_indexed(s);
+    // (The removing launch must take the instance; one given back is kept, so the launch after
+    // one that took it takes it too: a few tries at most, a fresh directory held each.)
+    let mut attacked = None;
+    for attempt in 0..5 {
+        let leaf = format!("a/b/c/leaf{attempt}");
+        std::fs::create_dir_all(s.proj.join(&leaf)).unwrap();
+        chown(s, &s.proj);
+        let _ = std::fs::remove_file(&stop);
+        // The holder: a read-only launch, its working directory the directory, until told to
+        // stop (a deadline, not a delay: it polls).
+        let hold = format!(
+            "cd {leaf} && echo HOLDING && i=0; while [ ! -e {stop} ] && [ $i -lt 12000 ]; do \
+             sleep 0.01; i=$((i+1)); done; echo HELD-TO-THE-END",
+            stop = p(&stop)
+        );
+        let mut holder = s.command("run", &[], &["sh", "-c", &hold]);
+        let mut holder = holder.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            holder.stdout.take().expect("the holder's output"),
+        ));
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(first, "HOLDING", "the holder did not start");
+        let took = (0..50).any(|_| launch("true").0);
+        assert!(took, "control: a launch took the watches made ahead");
+        let (took, out) = launch(&format!("rmdir {leaf} && mkdir {leaf} && echo REMADE"));
+        assert!(out.contains("REMADE"), "the directory was not made again: {out}");
+        if took {
+            attacked = Some((leaf, holder, lines));
+            break;
+        }
+        std::fs::write(&stop, "").unwrap();
+        let _ = holder.wait();
+    }
+    let (leaf, mut holder, lines) = attacked.expect("control: the removal's launch took watches");
+    // The next launches: until one takes watches made ahead (at once, when they were given
+    // back), each planting a tool file in the directory made again and waiting for it to go.
+    let rel = format!("{leaf}/.envrc");
+    let plant = format!(
+        "echo 'export X=1' > {rel}; i=0; while [ -e {rel} ] && [ $i -lt 500 ]; do sleep 0.01; \
+         i=$((i+1)); done; [ -e {rel} ] && echo STAYED || echo GONE-LIVE"
+    );
+    let mut taken = None;
+    for _ in 0..50 {
+        let (took, out) = launch(&plant);
+        if took {
+            taken = Some(out);
+            break;
+        }
+        assert!(out.contains("GONE-LIVE"), "a launch watching for itself left it: {out}");
+    }
+    std::fs::write(&stop, "").unwrap();
+    let held: Vec<String> = lines.map_while(Result::ok).collect();
+    let _ = holder.wait();
+    assert!(held.iter().any(|l| l == "HELD-TO-THE-END"), "control: the holder held: {held:?}");
+    let out = taken.expect("control: a later launch took watches made ahead");
+    assert!(out.contains("GONE-LIVE"), "the tool file stayed while it ran: {out}");
+    assert!(std::fs::symlink_metadata(s.proj.join(&rel)).is_err(), "{rel} is in place");
+    // Control: on the host nothing takes it away.
+    let host = on_the_host(s, &s.proj, &plant);
+    assert!(host.contains("STAYED"), "control on the host: {host}");
+}
+
 /// A symbolic link to a directory the scan reads is no way in (issue 31, red team, second
 /// pass): launches answered by the daemon's index run like the first one, which scanned
 /// itself. The index's answer, made without copying the directories read, judged links
@@ -764,6 +846,7 @@ cases!(
     watches_made_ahead_take_away_what_the_command_makes,
     watches_given_back_take_away_what_the_next_command_makes,
     watches_made_ahead_reach_nothing_inside,
+    a_directory_made_again_under_another_launch_spoils_the_watches_given_back,
     a_link_to_a_directory_read_does_not_refuse_indexed_launches,
     nested_tool_files_are_read_only_and_new_ones_go,
     a_nested_rust_toolchain_does_not_run_on_the_hosts_cargo,

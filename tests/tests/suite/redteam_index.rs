@@ -9,12 +9,12 @@ use std::time::Duration;
 use crate::support::daemon::*;
 use sandgate_tests::skip_unless;
 
-/// Asks `tree.sock` (argv 1) about the tree at argv 2, as a launcher would (empty rule), and
-/// prints `refused ERRNO`, or `answer TAG` (0: none, 1: a scan) and the answer's length.
+/// Asks `tree.sock` (argv 1) about the tree at argv 2, as a launcher would (empty rule, framed),
+/// and prints `refused ERRNO`, or `answer TAG` (0: none, 1: a scan) and the answer's length.
 const ASK: &str = r#"
 import socket, struct, sys
 def field(b): return struct.pack('<I', len(b)) + b
-ask = (b'sandgate-tree-ask 1\n' + struct.pack('<I', 1) + field(sys.argv[2].encode())
+ask = (b'sandgate-tree-ask 2\n' + struct.pack('<I', 1) + field(sys.argv[2].encode())
        + struct.pack('<I', 0) * 5 + struct.pack('<Q', 0) + field(b''))
 s = socket.socket(socket.AF_UNIX)
 try:
@@ -22,18 +22,19 @@ try:
 except OSError as e:
     print('refused', e.errno); sys.exit(0)
 try:
-    s.sendall(ask); s.shutdown(socket.SHUT_WR)
+    s.sendall(struct.pack('<I', len(ask)) + ask)
 except OSError:
     pass  # the daemon may have answered and closed already
 data = b''
-while True:
+while len(data) < 4 or len(data) < 4 + struct.unpack('<I', data[:4])[0]:
     try:
         c = s.recv(65536)
     except ConnectionResetError:
         break  # answered without reading the question (refused): the rest was the answer
     if not c: break
     data += c
-head = b'sandgate-tree-answer 2\n'
+data = data[4:]
+head = b'sandgate-tree-answer 3\n'
 tag = data[len(head)] if data.startswith(head) and len(data) > len(head) else 'bad'
 print('answer', tag, len(data))
 "#;
@@ -123,6 +124,6 @@ fn another_uid_learns_no_names_from_the_tree_socket() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let head = "sandgate-tree-answer 2\n".len();
+    let head = "sandgate-tree-answer 3\n".len();
     assert_eq!(as_nobody(), format!("answer 0 {}", head + 1), "none: no names");
 }

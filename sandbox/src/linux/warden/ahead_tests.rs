@@ -155,6 +155,15 @@ fn index_holding_ahead(root: &Path) -> Index {
     index
 }
 
+/// A tree as [`placed`] makes it, whose index holds watches made ahead: the temporary
+/// directory (kept for the test's length), the tree's root, and the index.
+fn held_tree() -> (tempfile::TempDir, PathBuf, Index) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let index = index_holding_ahead(&root);
+    (dir, root, index)
+}
+
 /// One launch on `index`'s answer, as a launcher receives it: the warden prepared on it, and
 /// (when the watches made ahead came with it, lent) the daemon's end of the connection they
 /// are given back on, and the lend.
@@ -197,10 +206,8 @@ use std::os::unix::net::UnixStream;
 /// again, and the next warden on them takes a tool file planted deep away, as the first did.
 #[test]
 fn watches_given_back_serve_the_next_launch() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     // The command: a plain file, a tool file, a review file watched by the warden.
     std::fs::write(root.join("sub/p/c/a.rs"), "").unwrap();
@@ -223,10 +230,8 @@ fn watches_given_back_serve_the_next_launch() {
 /// instead): `judged`, the warden judges what it read of the instance lent to it (as the
 /// daemon would), or not.
 fn planted_stays_after(moved: bool, judged: bool) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     w.settle();
     let lent_wd = |w: &Warden| {
@@ -281,10 +286,8 @@ fn a_directory_removed_during_the_run_keeps_its_watches_from_the_next_launch() {
 /// none are made for a launch beside it.
 #[test]
 fn a_lent_instance_comes_back_once_and_clean() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (_w, lent) = launch_on(&mut index, &roots);
     let (_, lend) = lent.expect("lent");
     assert!(!index.wants_ahead(), "one is out: none made beside it at once");
@@ -299,10 +302,8 @@ fn a_lent_instance_comes_back_once_and_clean() {
 /// judgement passes over the end of a watch it never lent. `drop_lent`: a lent watch is ended
 /// too (the kernel's end of a watch of its, unread by the warden), which the daemon judges.
 fn handed_after_a_watch_of_its_own(drop_lent: bool) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     let fd = w.raw_fd().unwrap();
     std::fs::write(root.join("sub/Makefile"), "all:").unwrap();
@@ -337,28 +338,22 @@ fn watches_a_warden_added_do_not_keep_its_instance_from_the_next_launch() {
 /// the removal (no `IN_DELETE` in its mask): all that tells of it is the new directory at a
 /// watched path, which the warden reads.
 fn planted_stays_after_a_held_removal(held: bool) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     let leaf = root.join("sub/p/c");
     let open = std::fs::File::open(&leaf).unwrap();
     std::fs::remove_dir(&leaf).unwrap();
-    if !held {
+    let open = if held {
+        Some(open)
+    } else {
         drop(open);
         // (Its end queued before the next event: the case the warden's judgement has.)
         let mut p = [libc::pollfd { fd: w.raw_fd().unwrap(), events: libc::POLLIN, revents: 0 }];
         assert_eq!(sys::poll(&mut p, 10_000).unwrap(), 1, "the watch's end never came");
         w.sweep();
-        std::fs::create_dir(&leaf).unwrap();
-        w.sweep();
-        let _ = end_of(w, lent.expect("lent"), &mut index);
-        let (mut w, _) = launch_on(&mut index, &roots);
-        std::fs::write(leaf.join(".envrc"), "planted").unwrap();
-        w.sweep();
-        return leaf.join(".envrc").exists();
-    }
+        None
+    };
     std::fs::create_dir(&leaf).unwrap();
     w.sweep();
     let _ = end_of(w, lent.expect("lent"), &mut index);
@@ -391,10 +386,8 @@ fn a_directory_made_again_where_a_removed_one_is_held_keeps_its_watches_from_the
 /// launch, which is handed it.
 #[test]
 fn a_directory_made_at_a_new_path_leaves_the_instance_to_the_next_launch() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     std::fs::create_dir(root.join("sub/p/new")).unwrap();
     w.sweep();
@@ -413,10 +406,8 @@ fn a_directory_made_at_a_new_path_leaves_the_instance_to_the_next_launch() {
 /// holding review files no longer reports their writes). `as_file`: the same watch noted as a
 /// review file's.
 fn handed_after_a_lent_watch_taken_as_a_guard(as_file: bool) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
+    let (_dir, root, mut index) = held_tree();
     let roots = [root.clone()];
-    let mut index = index_holding_ahead(&root);
     let (mut w, lent) = launch_on(&mut index, &roots);
     w.settle();
     std::fs::create_dir(root.join("target")).unwrap();

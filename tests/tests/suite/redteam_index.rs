@@ -14,8 +14,8 @@ use sandgate_tests::skip_unless;
 const ASK: &str = r#"
 import socket, struct, sys
 def field(b): return struct.pack('<I', len(b)) + b
-ask = (b'sandgate-tree-ask 1\n' + struct.pack('<I', 1) + field(sys.argv[2].encode())
-       + struct.pack('<I', 0) * 5 + struct.pack('<Q', 0) + field(b''))
+ask = field(b'sandgate-tree-ask 2\n' + struct.pack('<I', 1) + field(sys.argv[2].encode())
+            + struct.pack('<I', 0) * 5 + struct.pack('<Q', 0) + field(b''))
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(sys.argv[1])
@@ -33,8 +33,8 @@ while True:
         break  # answered without reading the question (refused): the rest was the answer
     if not c: break
     data += c
-head = b'sandgate-tree-answer 2\n'
-tag = data[len(head)] if data.startswith(head) and len(data) > len(head) else 'bad'
+head = b'sandgate-tree-answer 3\n'  # framed: after the length
+tag = data[4 + len(head)] if data[4:].startswith(head) and len(data) > 4 + len(head) else 'bad'
 print('answer', tag, len(data))
 "#;
 
@@ -123,6 +123,7 @@ fn another_uid_learns_no_names_from_the_tree_socket() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let head = "sandgate-tree-answer 2\n".len();
-    assert_eq!(as_nobody(), format!("answer 0 {}", head + 1), "none: no names");
+    // (The frame's length, the head, the tag.)
+    let none = 4 + "sandgate-tree-answer 3\n".len() + 1;
+    assert_eq!(as_nobody(), format!("answer 0 {none}"), "none: no names");
 }

@@ -38,7 +38,9 @@ const MAX_INDEXES: usize = 4;
 /// The longest question read (writable paths and rule: a few kilobytes).
 const MAX_ASK: usize = 1 << 20;
 
-/// How long a question may take to arrive, and an answer to be written.
+/// How long a question may take to arrive, and then its answer to be written: in all, not per
+/// read or write (one thread answers every launch: a peer trickling a byte now and then must
+/// not hold it, and every other launch's answer, past this).
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The listening socket.
@@ -101,7 +103,7 @@ fn serve(listener: &UnixListener, d: &Daemon, indexes: &Indexes) {
             Ok((stream, _)) => {
                 d.touch();
                 let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    answer(&stream, indexes);
+                    answer(&stream, indexes, Instant::now() + IO_TIMEOUT);
                 }));
                 if answered.is_err() {
                     tracing::error!("answering a scan failed (a bug); the launch scans itself");
@@ -115,10 +117,9 @@ fn serve(listener: &UnixListener, d: &Daemon, indexes: &Indexes) {
 }
 
 /// Reads one question on `stream` and writes its answer (with the warden's watches made ahead,
-/// when they fit it: their descriptor goes with the answer's first byte).
-fn answer(stream: &UnixStream, indexes: &Indexes) {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+/// when they fit it: their descriptor goes with the answer's first byte), both before
+/// `deadline`.
+fn answer(stream: &UnixStream, indexes: &Indexes, deadline: Instant) {
     let none = (encode_answer(None, None), None, None);
     let (reply, handed, next) = match peer_may_ask(stream) {
         Err(why) => {
@@ -127,7 +128,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
         Ok(()) => {
             // (Read after the question arrived: see the index on why that is in time.)
-            let ask = read_framed(&mut &*stream, Vec::new(), MAX_ASK).ok();
+            let ask = read_framed(&mut Until(stream, deadline), Vec::new(), MAX_ASK).ok();
             match ask.as_deref().and_then(decode_ask) {
                 Some((roots, rule)) => scan_of(indexes, &roots, &rule).unwrap_or(none),
                 None => none,
@@ -135,7 +136,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
     };
     let fds: Vec<std::os::fd::RawFd> = handed.iter().filter_map(Handed::raw_fd).collect();
-    let sent = sandgate_sandbox::fdpass::send_with_fds(stream.as_fd(), &framed(&reply), &fds);
+    let sent = send_until(stream, &framed(&reply), &fds, deadline);
     let lend = handed.as_ref().map(|h| h.lend);
     // (This copy's close is not the last: the index keeps one while the instance is lent.)
     drop(handed);
@@ -152,6 +153,7 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
                 if let Ok(s) = &stream
                     && kept
                 {
+                    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
                     let _ = std::io::Write::write_all(&mut &*s, &[KEPT]);
                 }
                 // (Not kept: the next launch's are made now, after this one's end.)
@@ -175,6 +177,41 @@ fn answer(stream: &UnixStream, indexes: &Indexes) {
         }
         (_, _, None) => {}
     }
+}
+
+/// A stream read with every read's timeout the time left until a deadline (none left: `TimedOut`).
+struct Until<'a>(&'a UnixStream, Instant);
+
+/// The time left until `deadline` as a socket timeout (`None` left: none).
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    // (A zero timeout is "wait for ever" to the kernel.)
+    if left.is_zero() { Err(std::io::ErrorKind::TimedOut.into()) } else { Ok(left) }
+}
+
+impl std::io::Read for Until<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.set_read_timeout(Some(left(self.1)?))?;
+        std::io::Read::read(&mut self.0, buf)
+    }
+}
+
+/// `data` with `fds` (on its first byte) sent on `stream`, every send's timeout the time left
+/// until `deadline`.
+fn send_until(
+    stream: &UnixStream,
+    data: &[u8],
+    fds: &[std::os::fd::RawFd],
+    deadline: Instant,
+) -> std::io::Result<()> {
+    use sandgate_sandbox::fdpass::send_once_with_fds;
+    stream.set_write_timeout(Some(left(deadline)?))?;
+    let mut sent = send_once_with_fds(stream.as_fd(), data, fds)?;
+    while sent < data.len() {
+        stream.set_write_timeout(Some(left(deadline)?))?;
+        sent += send_once_with_fds(stream.as_fd(), &data[sent..], &[])?;
+    }
+    Ok(())
 }
 
 /// Whether the warden says, on `stream`, that it gives its instance back clean (waited for
@@ -389,6 +426,52 @@ mod tests {
         );
         let (_, handed) = index.lock().unwrap().answer().expect("answered");
         assert!(handed.is_some(), "control: the watches were made ahead and handed");
+    }
+
+    /// A peer of the daemon's uid that trickles its question, a byte at a time each well within
+    /// the timeout, held the one thread answering every launch for as long as it kept on (a
+    /// timeout per read: up to a megabyte of bytes), and each other launch waited its 5 s and
+    /// scanned itself. Red team, third pass (issue 31). Now the question and the answer have
+    /// one deadline between them. Control: a question written at once, with the same deadline,
+    /// is read and answered (here "none yet", the index being built).
+    #[test]
+    fn a_question_trickled_does_not_hold_the_answering_thread() {
+        use std::io::{Read as _, Write as _};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ask = framed(&sandgate_sandbox::tree::encode_ask(
+            std::slice::from_ref(&root),
+            &sandgate_sandbox::TopLevel::default(),
+        ));
+        let indexes: Indexes = Arc::default();
+        let deadline = Duration::from_millis(300);
+
+        // Control: written at once, read and answered in time.
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        (&mine).write_all(&ask).unwrap();
+        answer(&theirs, &indexes, Instant::now() + deadline);
+        drop(theirs);
+        let mut reply = Vec::new();
+        (&mine).read_to_end(&mut reply).unwrap();
+        assert!(!reply.is_empty(), "control: the question was answered");
+
+        // Trickled: a byte each 50 ms (the pace of the attack, not a synchronisation), the
+        // whole taking ~{} s.
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let trickle = std::thread::spawn(move || {
+            for b in &ask {
+                if (&mine).write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let start = Instant::now();
+        answer(&theirs, &indexes, Instant::now() + deadline);
+        let held = start.elapsed();
+        drop(theirs);
+        trickle.join().unwrap();
+        assert!(held < Duration::from_secs(2), "the answering thread was held {held:?}");
     }
 
     /// A launcher of the daemon's uid, in its mount namespace, but chrooted into another tree

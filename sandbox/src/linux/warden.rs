@@ -1281,6 +1281,34 @@ mod tests {
         assert!(Known::list(&dir.path().join("none")).names().next().is_none());
     }
 
+    /// A top whose listing takes more than one 64 KiB read, with dot-entries of odd bytes (a
+    /// newline, bytes that are not UTF-8, one name a prefix of another): none there at launch is
+    /// taken away at the end, and one made since among them is. Red team, third pass (issue
+    /// 31), against the listing kept as one sorted buffer. Control: the one made since goes.
+    #[test]
+    fn a_large_top_with_odd_names_keeps_what_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let odd: Vec<&[u8]> =
+            vec![b".a\n", b".\xff\xfe", b".envrc", b".envrc ", b".envrc\x01", b". ", b".\x7f"];
+        let at = |n: &[u8]| root.join(OsStr::from_bytes(n));
+        for n in &odd {
+            std::fs::write(at(n), "").unwrap();
+        }
+        for i in 0..2000 {
+            std::fs::write(root.join(format!("{i:0>60}")), "").unwrap();
+        }
+        let mut w = warden(&rule(Some(q.path().into())), "sg-t", &root);
+        std::fs::write(at(b".envrc\n"), "").unwrap();
+        w.sweep();
+        for n in &odd {
+            assert!(at(n).exists(), "{} was there at launch", n.escape_ascii());
+        }
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), odd.len() + 2000);
+        assert!(!at(b".envrc\n").exists(), "control: one made since is taken away");
+    }
+
     #[test]
     fn new_protected_entries_are_taken_away_and_known_ones_stay() {
         let dir = tempfile::tempdir().unwrap();

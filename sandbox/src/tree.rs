@@ -62,7 +62,7 @@ pub(crate) use index::parse as parse_inotify;
 #[cfg(target_os = "linux")]
 pub use index::{
     GIVEN_BACK, Index, KEPT, decode_answer, decode_ask, encode_answer, encode_ask, framed, key,
-    read_all, read_framed,
+    read_framed,
 };
 pub use memory::Memory;
 

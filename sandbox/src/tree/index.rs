@@ -49,7 +49,6 @@
 //! classifier, the same breadth-first order and bounds, the links judged now).
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read as _;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
@@ -886,13 +885,6 @@ fn kind_code(k: std::io::ErrorKind) -> u64 {
 
 fn kind_of(n: u64) -> std::io::ErrorKind {
     KINDS.get(n as usize).copied().unwrap_or(std::io::ErrorKind::Other)
-}
-
-/// Reads a whole message from `r` (at most `limit` bytes).
-pub fn read_all(r: &mut impl std::io::Read, limit: u64) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    r.take(limit).read_to_end(&mut out)?;
-    Ok(out)
 }
 
 /// `list` front-coded: each path as the length of what it shares with the one before it and the

@@ -12,12 +12,15 @@
 # warm-up leaves the memory the measured launches use). The tree is left to settle for three
 # seconds first: a directory changed within two seconds of a scan is listed, not remembered.
 #
-# Then, when built (`cargo build --release -p sandgate-sandbox --example tree_scan`), the scan
+# Then the four launches (`build` and `net`, checkout and empty repository) taken in turn, each
+# one's wall time, for the budget of the launch figures (`build` <= `net` + 1 ms). Then, when
+# built (`cargo build --release -p sandgate-sandbox --example tree_scan`), the scan
 # alone in CPU time (steadier than wall time on a shared machine), against a plain walk, the
 # watches, the scan with the memory, and the scan before issue 31 (every directory to 6 levels,
 # build output included). EXAMPLE=path picks another build of it (a debug one).
 #
-# Usage: bench/tree-scan.sh [SANDGATE_BINARY]   (N=100000 RUNS=15 INDEX=0 from the environment;
+# Usage: bench/tree-scan.sh [SANDGATE_BINARY]   (N=100000 RUNS=15 ROUNDS=150 INDEX=0 from the
+# environment; ROUNDS: the rounds of the four launches taken in turn at the end;
 # INDEX=1 stages every file, so the git wall reads a 100,000-entry index too, which
 # bench/git-wall.sh measures on its own). Without a binary, uses target/release/sandgate, else
 # target/debug/sandgate (say which one you measured). Needs root or unprivileged user
@@ -135,5 +138,30 @@ echo "tree-scan: net in the same tree: wall $net"
 awk -v f="$first" -v r="$repeat" -v n="$net" 'BEGIN {
   printf "tree-scan: build/net: first %.2fx (net + %.1f ms), repeat %.2fx (net + %.1f ms)\n",
     f / n, f - n, r / n, r - n }'
+# Taken in turn (ROUNDS rounds, each launch's wall time from python, the order rotated every
+# round): `build` and `net` in the checkout and in an empty repository, so that what the large
+# tree adds (against the empty repository) and what `build` adds (against `net`) are read apart,
+# with the machine's drift spread over all four.
+python3 - "$BIN" "$DIR" "${ROUNDS:-150}" <<'PY'
+import statistics, subprocess, sys, time
+bin, d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cases = [("net, checkout", "big", "net"), ("build, checkout", "big", "build"),
+         ("build, empty", "empty", "build"), ("net, empty", "empty", "net")]
+walls = {c[0]: [] for c in cases}
+def launch(where, tier):
+    t0 = time.perf_counter()
+    subprocess.run([bin, tier, "--", "true"], cwd=f"{d}/{where}", stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t0) * 1e3
+for r in range(rounds):
+    for name, where, tier in cases[r % 4:] + cases[:r % 4]:
+        walls[name].append(launch(where, tier))
+m = {k: statistics.median(v) for k, v in walls.items()}
+print(f"tree-scan: in turn, {rounds} rounds, medians: " +
+      ", ".join(f"{k} {v:.2f} ms" for k, v in m.items()))
+print(f"tree-scan: build, checkout - net, checkout: {m['build, checkout'] - m['net, checkout']:+.2f} ms "
+      f"({m['build, checkout'] / m['net, checkout']:.2f}x); build, checkout - build, empty: "
+      f"{m['build, checkout'] - m['build, empty']:+.2f} ms; build, empty - net, empty: "
+      f"{m['build, empty'] - m['net, empty']:+.2f} ms")
+PY
 EXAMPLE="${EXAMPLE:-$ROOT/target/release/examples/tree_scan}"
 if [[ -x "$EXAMPLE" ]]; then "$EXAMPLE" "$DIR/big" "$RUNS"; fi

@@ -534,6 +534,24 @@ impl Index {
         false
     }
 
+    /// The instance lent as if [`LEND_WAIT`] had passed since: the tests' way to a launch beside
+    /// one that runs long, without waiting for it.
+    #[cfg(test)]
+    pub(crate) fn lent_long_ago(&mut self) {
+        if let Some((_, _, at)) = self.lent.as_mut() {
+            *at = at.checked_sub(LEND_WAIT).unwrap_or(*at);
+        }
+    }
+
+    /// The queue of the instance kept for the next answer read and forgotten (see
+    /// [`Ahead::lose_events`]).
+    #[cfg(test)]
+    pub(crate) fn lose_ahead_events(&mut self) {
+        if let Some(ahead) = &self.ahead {
+            ahead.lose_events();
+        }
+    }
+
     /// What to watch ahead, from the last scan (`None`: it no longer stands).
     pub fn ahead_plan(&self) -> Option<Vec<(PathBuf, u32)>> {
         self.last.as_ref().map(|last| plan(last, &self.roots))

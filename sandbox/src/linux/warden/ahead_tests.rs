@@ -188,7 +188,13 @@ fn launch_on(index: &mut Index, roots: &[PathBuf]) -> (Warden, Option<(UnixStrea
 fn end_of(mut w: Warden, lent: (UnixStream, u64), index: &mut Index) -> bool {
     let (daemon, lend) = lent;
     std::thread::scope(|s| {
-        let warden = s.spawn(move || w.give_back());
+        // (Its copy closed after: a warden leaves it to its process's exit, and a test that
+        // ends many launches would run out of inotify instances.)
+        let warden = s.spawn(move || {
+            let kept = w.give_back();
+            w.release_watch();
+            kept
+        });
         let mut said = [0u8; 1];
         let clean = matches!(io::Read::read(&mut &daemon, &mut said), Ok(1))
             && said[0] == crate::tree::GIVEN_BACK;
@@ -431,4 +437,155 @@ fn handed_after_a_lent_watch_taken_as_a_guard(as_file: bool) -> bool {
 fn a_lent_watch_taken_as_a_guard_keeps_its_instance_from_the_next_launch() {
     assert!(!handed_after_a_lent_watch_taken_as_a_guard(false), "a guard's: handed");
     assert!(!handed_after_a_lent_watch_taken_as_a_guard(true), "a review file's: handed");
+}
+
+/// What a command (or the host) changes in the tree during [`lent_beside`]'s launches.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Nothing,
+    /// Directories made at new paths, deep.
+    Made,
+    /// A watched leaf removed.
+    Removed,
+    /// A watched leaf removed and made again at its path.
+    MadeAgain,
+    /// A watched directory renamed.
+    Renamed,
+    /// Two watched directories of one shape exchanged: the same paths after.
+    Exchanged,
+}
+
+/// When the [`Act`] is made: while only A's launch runs (then B's question reads it, so the
+/// index's last scan changes while the instance is lent), while A's and C's run (each on an
+/// instance of its own), or after both ended (before D asks).
+#[derive(Clone, Copy, Debug)]
+enum When {
+    BesideA,
+    BesideAAndC,
+    AfterBoth,
+}
+
+fn change(root: &Path, c: Act) {
+    match c {
+        Act::Nothing => {}
+        Act::Made => std::fs::create_dir_all(root.join("sub/q/c/n1/n2")).unwrap(),
+        Act::Removed => std::fs::remove_dir_all(root.join("sub/p/c")).unwrap(),
+        Act::MadeAgain => {
+            std::fs::remove_dir_all(root.join("sub/p/c")).unwrap();
+            std::fs::create_dir(root.join("sub/p/c")).unwrap();
+        }
+        Act::Renamed => std::fs::rename(root.join("sub/q"), root.join("sub/r")).unwrap(),
+        Act::Exchanged => exchange(root),
+    }
+}
+
+/// Every directory of the tree below `root` (build output skipped), `root` first.
+fn every_dir(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![root.to_path_buf()];
+    let mut at = 0;
+    while at < out.len() {
+        let mut below: Vec<PathBuf> = std::fs::read_dir(&out[at])
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_type().unwrap().is_dir() && e.file_name() != "target")
+            .map(|e| e.path())
+            .collect();
+        below.sort();
+        out.extend(below);
+        at += 1;
+    }
+    out
+}
+
+/// Four launches on one index, as issue 31's third pass asks: A is lent the instance; B asks
+/// beside it (none for B, none made while A's is out); after `LEND_WAIT` one is made ahead and
+/// lent to C, which lets A's go; A and C end (`a_first`: in that order) and give back; D asks.
+/// `c` is made `when`; `lose` (the control): what came after both ended is read out of the
+/// instance kept before D asks, unjudged. The tool files planted in D's launch, one directory
+/// at a time, that stay.
+fn lent_beside(c: Act, when: When, a_first: bool, lose: bool) -> Vec<PathBuf> {
+    let (_dir, root, mut index) = held_tree();
+    let roots = [root.clone()];
+    let (mut a, lent_a) = launch_on(&mut index, &roots);
+    let lent_a = lent_a.expect("A lent");
+    if let When::BesideA = when {
+        change(&root, c);
+    }
+    let (mut b, lent_b) = launch_on(&mut index, &roots);
+    assert!(lent_b.is_none(), "B: A's instance is out");
+    assert!(!index.wants_ahead(), "none made while A's is out, at once");
+    index.lent_long_ago();
+    if index.wants_ahead() {
+        let plan = index.ahead_plan().expect("the last scan stands");
+        index.install_ahead(Ahead::place(plan));
+    }
+    let (mut w_c, lent_c) = launch_on(&mut index, &roots);
+    if let When::BesideAAndC = when {
+        change(&root, c);
+    }
+    for w in [&mut a, &mut b, &mut w_c] {
+        w.sweep();
+    }
+    b.release_watch();
+    let (lend_a, lend_c) = (lent_a.1, lent_c.as_ref().map(|l| l.1));
+    let mut ends: Vec<(Warden, Option<(UnixStream, u64)>, bool)> =
+        vec![(a, Some(lent_a), true), (w_c, lent_c, false)];
+    if !a_first {
+        ends.reverse();
+    }
+    for (mut w, lent, is_a) in ends {
+        match lent {
+            Some(lent) => {
+                let kept = end_of(w, lent, &mut index);
+                assert!(!(is_a && lend_c.is_some() && kept), "A's kept after C's was lent");
+            }
+            None => w.release_watch(),
+        }
+    }
+    for lend in [Some(lend_a), lend_c].into_iter().flatten() {
+        assert!(!index.give_back(lend, true), "lend {lend} given back twice");
+    }
+    if let When::AfterBoth = when {
+        change(&root, c);
+        if lose {
+            index.lose_ahead_events();
+        }
+    }
+    let (mut d, lent_d) = launch_on(&mut index, &roots);
+    let mut stayed = Vec::new();
+    for dir in every_dir(&root) {
+        let planted = dir.join(".envrc");
+        std::fs::write(&planted, "planted").unwrap();
+        d.sweep();
+        if planted.exists() {
+            std::fs::remove_file(&planted).unwrap();
+            stayed.push(planted);
+        }
+    }
+    d.release_watch();
+    drop(lent_d);
+    stayed
+}
+
+/// Red team, third pass (issue 31): launches beside a lent instance, one made ahead after
+/// `LEND_WAIT` and lent to a third (the first's let go), both given back in either order, the
+/// tree changed (a directory made, removed, made again, renamed, two exchanged) before the
+/// second asks (the index's last scan changed while lent), while both run, or after both
+/// ended. Whatever is handed to the next launch, a tool file planted in any directory is taken
+/// away; the first's give-back is never kept once the third was lent, and no lend comes back
+/// twice. Control: an exchange after both ended, read out of the kept instance unjudged, leaves
+/// the next launch's watches under each other's names, and a planted file stays.
+#[test]
+fn launches_beside_a_lent_instance_leave_the_next_one_no_watch_missing() {
+    use Act::*;
+    use When::*;
+    for c in [Nothing, Made, Removed, MadeAgain, Renamed, Exchanged] {
+        for when in [BesideA, BesideAAndC, AfterBoth] {
+            for a_first in [true, false] {
+                let stayed = lent_beside(c, when, a_first, false);
+                assert!(stayed.is_empty(), "{c:?} {when:?} a_first={a_first}: {stayed:?}");
+            }
+        }
+    }
+    assert!(!lent_beside(Exchanged, AfterBoth, true, true).is_empty(), "control");
 }

@@ -145,10 +145,13 @@ fn answer(stream: &UnixStream, indexes: &Indexes, deadline: Instant) {
         // connection ends without that (the launch gone).
         (Ok(()), Some(lend), Some(index)) => {
             let stream = stream.try_clone();
-            let mine = index.clone();
+            // (Not held while the command runs, which may be hours: an index evicted or built
+            // again meanwhile goes at once, its watches with it, not counted against the
+            // others' share until the launch ends; and none are made ahead for it then.)
+            let mine = Arc::downgrade(&index);
             let waits = std::thread::Builder::new().name("sandgate-lent".into()).spawn(move || {
-                let index = mine;
                 let clean = stream.as_ref().is_ok_and(given_back);
+                let Some(index) = mine.upgrade() else { return };
                 let kept = locked(&index).give_back(lend, clean);
                 if let Ok(s) = &stream
                     && kept
@@ -472,6 +475,47 @@ mod tests {
         drop(theirs);
         trickle.join().unwrap();
         assert!(held < Duration::from_secs(2), "the answering thread was held {held:?}");
+    }
+
+    /// An index evicted (or built again) while an instance it lent is out goes at once, with
+    /// every watch it holds: the thread waiting for the instance to come back held it for as
+    /// long as the command ran (hours), its watches counted against the share of every other
+    /// index, and one not given back clean had its next watches made ahead, for nobody. Red
+    /// team, third pass (issue 31). Control: the instance was lent (its descriptor came with
+    /// the answer); checked by hand that the index outlived its eviction with a strong
+    /// reference in that thread.
+    #[test]
+    fn an_index_evicted_while_it_lent_an_instance_goes_at_once() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["a/b/c", "d/e"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let roots = [root.clone()];
+        let rule = sandgate_sandbox::TopLevel::default();
+        let mut index = Index::build(&roots, &rule).expect("inotify");
+        assert!(index.wants_ahead(), "every directory is held");
+        let ahead = index.ahead_plan().and_then(Ahead::place);
+        index.install_ahead(Some(ahead.expect("placed")));
+        let index = Arc::new(Mutex::new(index));
+        let weak = Arc::downgrade(&index);
+        let indexes: Indexes = Arc::default();
+        let k = key(&roots, &rule);
+        indexes.lock().unwrap().insert(k.clone(), Slot::Ready(index, Instant::now()));
+
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        (&mine).write_all(&framed(&sandgate_sandbox::tree::encode_ask(&roots, &rule))).unwrap();
+        answer(&theirs, &indexes, Instant::now() + IO_TIMEOUT);
+        let mut buf = vec![0u8; 1 << 16];
+        let (_, fds) = sandgate_sandbox::fdpass::recv_with_fds(&mine, &mut buf).unwrap();
+        assert_eq!(fds.len(), 1, "control: the instance was lent with the answer");
+
+        // Evicted while the command runs (the launch still holds its connection).
+        let evicted = indexes.lock().unwrap().remove(&k);
+        drop(evicted);
+        assert!(weak.upgrade().is_none(), "the evicted index outlives its eviction");
+        drop((mine, theirs, fds));
     }
 
     /// A launcher of the daemon's uid, in its mount namespace, but chrooted into another tree

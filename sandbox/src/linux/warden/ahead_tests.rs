@@ -528,8 +528,7 @@ fn lent_beside(c: Act, when: When, a_first: bool, lose: bool) -> Vec<PathBuf> {
     }
     b.release_watch();
     let (lend_a, lend_c) = (lent_a.1, lent_c.as_ref().map(|l| l.1));
-    let mut ends: Vec<(Warden, Option<(UnixStream, u64)>, bool)> =
-        vec![(a, Some(lent_a), true), (w_c, lent_c, false)];
+    let mut ends = vec![(a, Some(lent_a), true), (w_c, lent_c, false)];
     if !a_first {
         ends.reverse();
     }

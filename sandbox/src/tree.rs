@@ -65,6 +65,8 @@ pub use index::{
     read_framed,
 };
 pub use memory::Memory;
+#[cfg(target_os = "linux")]
+pub(crate) use memory::trusted_fs;
 
 /// How many levels below the top of a writable path are read.
 pub const SCAN_DEPTH: usize = 24;
@@ -508,7 +510,16 @@ pub(crate) fn scan_with(
 /// links that lead into what it did not read (judged now: where a link leads may change
 /// without a change in the directories read).
 pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel) {
-    let below = Below::new(rule);
+    finish_with(out, roots, rule, &Below::new(rule));
+}
+
+/// [`finish`], with the rule's names made already.
+pub(crate) fn finish_with(
+    out: &mut Scan,
+    roots: &[PathBuf],
+    rule: &crate::TopLevel,
+    below: &Below,
+) {
     let mut tops: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
     tops.sort();
     tops.dedup_by(|inner, outer| inner.starts_with(&*outer));
@@ -524,7 +535,7 @@ pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel) 
             .filter_map(|link| {
                 let (target, kind) = leads_to(link)?;
                 let way_in = kind == Some(Kind::Dir)
-                    && leads_in(&target, kind, &tops, &|d| read.contains(d), &read_only, &below);
+                    && leads_in(&target, kind, &tops, &|d| read.contains(d), &read_only, below);
                 way_in.then(|| WayIn { link: link.clone(), target })
             })
             .collect();

@@ -65,6 +65,10 @@ use crate::tree::{Kind, ReadOnly, Repository, Scan};
 struct Root {
     path: PathBuf,
     known: Known,
+    /// Whether every entry made here shows as an event of the warden's watch on it: watched,
+    /// on a filesystem whose changes are all made through this kernel (see
+    /// [`Warden::tops_told`]).
+    told: bool,
 }
 
 /// The entries of a directory as (name, inode), on the directory's device: what was at a top at
@@ -114,6 +118,27 @@ impl Known {
     /// Every name there.
     fn names(&self) -> impl Iterator<Item = &[u8]> {
         self.at.iter().map(|e| self.name(e)).chain(self.noted.iter().map(|n| n.0.as_bytes()))
+    }
+}
+
+/// The watches of an instance lent by the daemon, sorted: thousands, taken at every launch
+/// (a sorted list is made in a tenth of the time of a hash set, and they come nearly sorted).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Lent(Vec<i32>);
+
+impl Lent {
+    fn of(mut wds: Vec<i32>) -> Lent {
+        wds.sort_unstable();
+        wds.dedup();
+        Lent(wds)
+    }
+
+    fn contains(&self, wd: &i32) -> bool {
+        self.0.binary_search(wd).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -175,7 +200,7 @@ pub struct Warden {
     unsettled: Option<std::sync::Arc<crate::tree::Handed>>,
     /// The watches the daemon made ahead (the tops' with them): the instance is given back to
     /// the daemon with these and no other ([`Warden::give_back`]).
-    lent: HashSet<i32>,
+    lent: Lent,
     /// Where to give it back: the connection the launcher asked on.
     back: Option<OwnedFd>,
     /// An event was read that may have changed what one of those watches' paths names (the
@@ -301,7 +326,7 @@ impl Warden {
             lost: false,
             ahead: false,
             unsettled: None,
-            lent: HashSet::new(),
+            lent: Lent::default(),
             back: None,
             spoiled: false,
             lent_paths: None,
@@ -311,18 +336,23 @@ impl Warden {
         }));
         let fd = w.raw_fd();
         for path in roots {
-            match fd.map(|fd| sys::inotify_watch(fd, path, EVENTS)) {
+            let watched = match fd.map(|fd| sys::inotify_watch(fd, path, EVENTS)) {
                 Some(Ok(wd)) => {
                     w.watches.insert(wd, (path.clone(), true));
+                    true
                 }
-                Some(Err(e)) => eprintln!(
-                    "sandgate: cannot watch {} ({e}); new entries at its top are taken away \
-                     only when the command ends",
-                    path.display()
-                ),
-                None => {}
-            }
-            w.roots.push(Root { path: path.clone(), known: Known::list(path) });
+                Some(Err(e)) => {
+                    eprintln!(
+                        "sandgate: cannot watch {} ({e}); new entries at its top are taken \
+                         away only when the command ends",
+                        path.display()
+                    );
+                    false
+                }
+                None => false,
+            };
+            let told = watched && crate::tree::trusted_fs(path);
+            w.roots.push(Root { path: path.clone(), known: Known::list(path), told });
         }
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();
@@ -332,7 +362,7 @@ impl Warden {
         let read_back;
         let placed: &[PathBuf] = match handed {
             Some(h) if made_ahead => {
-                w.lent = h.wds.iter().copied().chain(w.watches.keys().copied()).collect();
+                w.lent = Lent::of(h.wds.iter().copied().chain(w.watches.keys().copied()).collect());
                 w.back = h.take_back();
                 w.unsettled = Some(h);
                 &[]
@@ -552,7 +582,9 @@ impl Warden {
         let before = self.taken;
         let events = self.drain();
         let top = self.handle(&events);
-        if all || top {
+        // (On the last turn, the tops are listed again only where their events may not have
+        // told everything: a listing of thousands of entries the launcher waits for.)
+        if top || all && (self.lost || !self.tops_told()) {
             self.sweep_tops();
         }
         if self.lost {
@@ -917,9 +949,27 @@ impl Warden {
         }
     }
 
+    /// Whether every entry that came to a top since its listing at launch has been an event
+    /// read already, so that listing the tops again would find nothing new: each top is
+    /// watched still (its watch placed before that listing, never ended since), on a
+    /// filesystem whose changes are all made through this kernel (`tree::memory`'s trusted
+    /// ones: not an overlay, whose layer may be written beside it, nor a network or FUSE
+    /// filesystem), and no event was lost. On the last turn every process of the sandbox has
+    /// ended and every event it caused is queued (the kernel queues them as it makes the
+    /// change) and read. An entry there at launch cannot have been replaced unseen either: a
+    /// protected one is bound read-only (a mount point cannot be removed or renamed over),
+    /// and any other replaced is an event of its own.
+    fn tops_told(&self) -> bool {
+        self.roots
+            .iter()
+            .all(|r| r.told && self.watches.values().any(|(dir, top)| *top && *dir == r.path))
+    }
+
     /// Lists every watched top and takes away each protected entry that was not there at
     /// launch.
     fn sweep_tops(&mut self) {
+        #[cfg(test)]
+        tests::TOPS_LISTED.with(|n| n.set(n.get() + 1));
         for i in 0..self.roots.len() {
             let root = &self.roots[i];
             open_up(&root.path);
@@ -1225,6 +1275,115 @@ pub fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// How many times this thread's wardens listed their tops again.
+        pub(super) static TOPS_LISTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// How many times `f` (a warden's turns on this thread) listed the tops again.
+    fn tops_listed(f: impl FnOnce()) -> usize {
+        let before = TOPS_LISTED.with(std::cell::Cell::get);
+        f();
+        TOPS_LISTED.with(std::cell::Cell::get) - before
+    }
+
+    /// The last turn lists a top again only where its events may not have told everything
+    /// (`Warden::tops_told`): a large top is a listing the launcher waits for. A tool file made
+    /// at the top is taken away by its event; with nothing made there, no listing; with events
+    /// lost (the queue read out and the loss known, as after an overflow) or the top's watch
+    /// ended, the top is listed and what its events did not tell is taken away. Control: the
+    /// queue read out with no loss known leaves the file (it was the event that told).
+    #[test]
+    fn the_last_turn_lists_a_top_again_only_where_its_events_may_not_tell() {
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        // (what, lose the queue, know it lost, end the top's watch, taken away, listings)
+        let cases: &[(&str, bool, bool, bool, bool, usize)] = &[
+            ("told by its event", false, false, false, true, 1),
+            ("events lost", true, true, false, true, 1),
+            ("the top's watch ended", true, false, true, true, 1),
+            ("control: read out, no loss known", true, false, false, false, 0),
+        ];
+        for (what, lose, known, end_watch, taken, listings) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let mut w = warden(&rule, "sg-told", &root);
+            assert!(w.tops_told(), "{what}: a top on this machine's filesystem, watched");
+            std::fs::write(root.join("src.rs"), "").unwrap();
+            assert_eq!(
+                tops_listed(|| {
+                    w.sweep();
+                }),
+                1,
+                "{what}: a new entry at the top"
+            );
+            assert_eq!(
+                tops_listed(|| {
+                    w.sweep();
+                }),
+                0,
+                "{what}: nothing new, no listing"
+            );
+            std::fs::write(root.join(".envrc"), "planted").unwrap();
+            if *lose {
+                let _ = w.drain();
+            }
+            w.lost |= *known;
+            if *end_watch {
+                let top = w.watches.iter().find(|(_, (_, top))| *top).map(|(wd, _)| *wd);
+                sys::inotify_unwatch(w.raw_fd().unwrap(), top.unwrap());
+            }
+            assert_eq!(
+                tops_listed(|| {
+                    w.sweep();
+                }),
+                *listings,
+                "{what}: listings"
+            );
+            assert_eq!(!root.join(".envrc").exists(), *taken, "{what}: taken away");
+        }
+    }
+
+    /// A top on an overlay whose upper layer is written beside it: an entry made there raises
+    /// no event on the warden's watch, so the last turn lists the top and takes it away. Root
+    /// (mounts). Control: a turn that is not the last (events only) leaves it.
+    #[test]
+    fn the_last_turn_lists_a_top_whose_changes_may_raise_no_event() {
+        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+            return;
+        }
+        use nix::mount::{MntFlags, MsFlags, mount, umount2};
+        // (In a mount namespace of this test's thread, private: the mount reaches no other
+        // test.)
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .unwrap();
+        let layers = tempfile::tempdir().unwrap();
+        let l = |n: &str| layers.path().join(n);
+        for n in ["lower", "upper", "work", "top"] {
+            std::fs::create_dir(l(n)).unwrap();
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            l("lower").display(),
+            l("upper").display(),
+            l("work").display()
+        );
+        let top = l("top");
+        mount(Some("overlay"), &top, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
+            .unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let mut w = warden(&rule(Some(q.path().into())), "sg-ov", &top);
+        std::fs::write(l("upper/.envrc"), "planted beside").unwrap();
+        assert!(top.join(".envrc").exists(), "the overlay shows the upper layer's entry");
+        w.sweep_with(false);
+        assert!(top.join(".envrc").exists(), "control: an event came for it");
+        w.sweep();
+        assert!(!top.join(".envrc").exists(), "the last turn did not list the overlay's top");
+        drop(w);
+        let _ = umount2(&top, MntFlags::MNT_DETACH);
+    }
 
     fn rule(quarantine: Option<PathBuf>) -> TopLevel {
         TopLevel {

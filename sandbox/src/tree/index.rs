@@ -314,6 +314,11 @@ pub struct Index {
     lends: u64,
     /// The last scan's directories as an answer carries them (front-coded), once encoded.
     last_dirs: Option<Vec<u8>>,
+    /// The number of the last scan: one more each time [`Index::last`] is made or dropped, so
+    /// that the same number means the same directories read (see [`Ahead::hand`]).
+    scans: u64,
+    /// The rule's names, matched as the scan matches them (made once: hundreds of names).
+    below: crate::top_level::Below,
 }
 
 impl Index {
@@ -356,6 +361,8 @@ impl Index {
             lent: None,
             lends: 0,
             last_dirs: None,
+            scans: 0,
+            below: crate::top_level::Below::new(rule),
         };
         index.bfs();
         index.rule.scan_memory = None;
@@ -414,6 +421,7 @@ impl Index {
         if subtree || !self.listed_again(named) {
             self.last = None;
             self.last_dirs = None;
+            self.scans += 1;
         }
         let mut lent = false;
         let mut out = match &mut self.last {
@@ -434,7 +442,7 @@ impl Index {
         // tree's.)
         let moved = self.ways.moved();
         if !moved {
-            super::finish(&mut out, &self.roots, &self.rule);
+            super::finish_with(&mut out, &self.roots, &self.rule, &self.below);
         }
         if let Some(last) = self.last.as_mut().filter(|_| lent) {
             last.dirs = std::mem::take(&mut out.dirs);
@@ -452,7 +460,8 @@ impl Index {
             self.ahead = ahead;
             return None;
         };
-        let handed = ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots));
+        let handed =
+            ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots, self.scans));
         Some((scan, handed.map(|h| self.lend(h))))
     }
 
@@ -470,7 +479,7 @@ impl Index {
             Some(last) if scan.dirs.is_empty() => &last.dirs,
             _ => &scan.dirs,
         };
-        let handed = ahead.and_then(|a| a.hand(dirs, &scan.reviewed, &self.roots));
+        let handed = ahead.and_then(|a| a.hand(dirs, &scan.reviewed, &self.roots, self.scans));
         let fresh;
         let blob = match (&self.last, &mut self.last_dirs) {
             (Some(last), kept) if scan.dirs.is_empty() => {
@@ -573,14 +582,14 @@ impl Index {
         if self.last.is_none() {
             return false;
         }
-        let below = crate::top_level::Below::new(&self.rule);
+        let below = &self.below;
         let mut same = true;
         for (dir, old) in named {
             let held = &mut self.held;
             held.watched_now.clear();
             let _ = held.before(&dir);
             let top = self.roots.contains(&dir);
-            let mut sort = super::Classifier::new(&below, &self.rule, top);
+            let mut sort = super::Classifier::new(below, &self.rule, top);
             if super::list(&dir, &mut |name, kind| sort.add(name, kind)).is_err() {
                 same = false;
                 continue;
@@ -608,6 +617,7 @@ impl Index {
         let all_held = self.held.held_now == self.held.asked;
         self.last = all_held.then(|| out.clone());
         self.last_dirs = None;
+        self.scans += 1;
         out
     }
 

@@ -32,7 +32,7 @@ fn answered_with_watches(root: &Path) -> crate::tree::Scan {
     let ahead = ahead.judge().expect("judged sound");
     let mut scan = index.scan().unwrap();
     let roots = [root.to_path_buf()];
-    let (handed, _lent) = ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("handed");
+    let (handed, _lent) = ahead.hand(&scan.dirs, &scan.reviewed, &roots, 0).expect("handed");
     scan.ahead = Some(Arc::new(handed.received(&mut scan)));
     scan
 }
@@ -60,8 +60,9 @@ fn planted_stays(lose: bool) -> bool {
     // index's answer: the same paths, each leading to the other directory.
     exchange(&root);
     let mut scan = index.scan().unwrap();
-    let (handed, _lent) =
-        ahead.hand(&scan.dirs, &scan.reviewed, &roots).expect("the same paths and masks: handed");
+    let (handed, _lent) = ahead
+        .hand(&scan.dirs, &scan.reviewed, &roots, 0)
+        .expect("the same paths and masks: handed");
     scan.ahead = Some(Arc::new(handed.received(&mut scan)));
     let mut w = Warden::prepare(&rule(), "sg-ahead", &roots, &scan);
     assert!(w.watched_ahead());
@@ -587,4 +588,51 @@ fn launches_beside_a_lent_instance_leave_the_next_one_no_watch_missing() {
         }
     }
     assert!(!lent_beside(Exchanged, AfterBoth, true, true).is_empty(), "control");
+}
+
+/// An instance found to fit a scan is handed again with the same scan (the same number at the
+/// index) without comparing its paths: the number alone decides, so it must change with the
+/// directories. Here the fast path is shown to trust it (another list, the same number:
+/// handed), and a new number to compare (that list: not handed).
+#[test]
+fn an_instance_handed_again_with_the_same_scan_is_not_compared_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let roots = [root.clone()];
+    let (mut index, ahead) = placed(&root);
+    let scan = index.scan().unwrap();
+    let (first, ahead) = ahead.hand(&scan.dirs, &scan.reviewed, &roots, 7).expect("fits");
+    let mut other = scan.dirs.clone();
+    other.push(root.join("sub/elsewhere"));
+    let (again, ahead) = ahead.hand(&other, &scan.reviewed, &roots, 7).expect("not compared");
+    assert_eq!(again.wds, first.wds, "the watches it was found to fit with");
+    assert!(ahead.hand(&other, &scan.reviewed, &roots, 8).is_none(), "control: compared");
+}
+
+/// A directory the host makes between launches gives the index a new scan, and the instance
+/// given back is compared with it again: not handed (it does not watch the new directory),
+/// and the next warden places its own watches, the new directory's among them. Control: with
+/// nothing made, the next launch is handed the same watches.
+#[test]
+fn an_instance_given_back_is_compared_again_once_the_tree_has_a_new_directory() {
+    for made in [true, false] {
+        let (_dir, root, mut index) = held_tree();
+        let roots = [root.clone()];
+        let (w, lent) = launch_on(&mut index, &roots);
+        let wds = w.lent.clone();
+        assert!(end_of(w, lent.expect("lent"), &mut index), "given back clean, and kept");
+        if made {
+            std::fs::create_dir_all(root.join("sub/p/new/deeper")).unwrap();
+        }
+        let (mut w, lent) = launch_on(&mut index, &roots);
+        if !made {
+            assert!(lent.is_some(), "control: nothing made, handed again");
+            assert_eq!(w.lent, wds, "control: the same watches");
+            continue;
+        }
+        assert!(lent.is_none(), "handed watches that miss the new directory");
+        std::fs::write(root.join("sub/p/new/deeper/.envrc"), "planted").unwrap();
+        w.sweep();
+        assert!(!root.join("sub/p/new/deeper/.envrc").exists(), "the new directory unwatched");
+    }
 }

@@ -630,7 +630,7 @@ fn watches_made_ahead_are_not_handed_when_a_directory_moved() {
     std::fs::create_dir_all(root.join("sub/x/y/z")).unwrap();
     let scan = index.scan().unwrap();
     let (handed, _lent) = ahead
-        .hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root))
+        .hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root), 0)
         .expect("unjudged: handed");
     let _ = queued(&handed);
     let z = scan.dirs.iter().position(|d| *d == root.join("sub/x/y/z")).unwrap();

@@ -97,15 +97,21 @@ pub(crate) fn env_var(ctx: &LaunchEnv) -> impl Fn(&str) -> Option<std::ffi::OsSt
     }
 }
 
-/// The package cache (resolved) at or above `dir` (resolved), if any: a build started there
-/// would write the host's cache itself.
+/// The package cache (resolved) at or above `dir`, if any: a build started there would write
+/// the host's cache itself. A cache is at or above `dir` when the directory its path names
+/// (links followed) is `dir` or one of its parents, by device and inode: one `stat` per cache
+/// and per parent, where resolving every cache's path took a `readlink` per component of each
+/// (this is on every `build` launch's path). The same directory reached by a bind mount counts
+/// too.
 pub fn holding(ctx: &LaunchEnv, dir: &Path) -> Option<PackageCache> {
+    use std::os::unix::fs::MetadataExt as _;
     let home = ctx.home.as_deref()?;
-    let dir = resolved(dir);
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let above: Vec<(u64, u64)> = resolved(dir).ancestors().filter_map(id).collect();
     sandgate_config::package_caches(env_var(ctx), home)
         .into_iter()
+        .find(|c| id(&c.path).is_some_and(|i| above.contains(&i)))
         .map(|c| PackageCache { path: resolved(&c.path), ..c })
-        .find(|c| dir.starts_with(&c.path))
 }
 
 /// The caches a launch would layer (paths resolved), and why each other one is left out: pure
@@ -452,5 +458,68 @@ mod tests {
         assert_eq!(removed.len(), 1);
         assert!(!scope.exists());
         assert!(list(d.path()).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod holding_tests {
+    use super::*;
+
+    fn ctx(home: &Path, env: &[(&str, &Path)]) -> LaunchEnv {
+        LaunchEnv {
+            cwd: home.to_path_buf(),
+            home: Some(home.to_path_buf()),
+            passwd_home: None,
+            exes: Vec::new(),
+            config_home: None,
+            data_home: None,
+            runtime_dir: home.join("run"),
+            other_runtime_dirs: Vec::new(),
+            env: env.iter().map(|(k, v)| ((*k).into(), v.as_os_str().to_owned())).collect(),
+            proxy_port: 0,
+        }
+    }
+
+    /// The cache a working directory lies in, found by the directory each cache's path names:
+    /// the cache itself, a directory deep inside, one reached through a link to it, a cache
+    /// whose variable names a link; none for a directory beside the caches or for a cache that
+    /// is not there. The path given is the cache's, resolved.
+    #[test]
+    fn the_cache_a_directory_lies_in_is_found_by_the_directory_it_names() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().canonicalize().unwrap();
+        let registry = home.join(".cargo/registry/src/crate-1.0");
+        std::fs::create_dir_all(&registry).unwrap();
+        std::fs::create_dir_all(home.join("proj/src")).unwrap();
+        std::fs::create_dir_all(home.join("real-npm/_cacache")).unwrap();
+        std::os::unix::fs::symlink(home.join(".cargo/registry"), home.join("proj/reg")).unwrap();
+        std::os::unix::fs::symlink(home.join("real-npm"), home.join("npm-link")).unwrap();
+        let plain = ctx(&home, &[]);
+        let npm_link = home.join("npm-link");
+        let moved = ctx(&home, &[("npm_config_cache", &npm_link)]);
+        let cases: &[(&str, &LaunchEnv, PathBuf, Option<(&str, PathBuf)>)] = &[
+            ("the cache itself", &plain, home.join(".cargo"), Some(("cargo", home.join(".cargo")))),
+            ("deep inside", &plain, registry.clone(), Some(("cargo", home.join(".cargo")))),
+            (
+                "through a link",
+                &plain,
+                home.join("proj/reg/src"),
+                Some(("cargo", home.join(".cargo"))),
+            ),
+            (
+                "a variable naming a link",
+                &moved,
+                home.join("real-npm/_cacache"),
+                Some(("npm", home.join("real-npm"))),
+            ),
+            ("beside the caches", &plain, home.join("proj/src"), None),
+            ("the home above them", &plain, home.clone(), None),
+            ("a cache not there", &plain, home.join("real-npm/_cacache"), None),
+        ];
+        for (what, ctx, dir, want) in cases {
+            let found = holding(ctx, dir).map(|c| (c.name, c.path));
+            let want = want.as_ref().map(|(n, p)| (*n, p.clone()));
+            assert_eq!(found, want, "{what}");
+        }
     }
 }

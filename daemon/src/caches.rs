@@ -497,7 +497,9 @@ mod holding_tests {
         let plain = ctx(&home, &[]);
         let npm_link = home.join("npm-link");
         let moved = ctx(&home, &[("npm_config_cache", &npm_link)]);
-        let cases: &[(&str, &LaunchEnv, PathBuf, Option<(&str, PathBuf)>)] = &[
+        // (what, the launch, the working directory, the cache found)
+        type Case<'a> = (&'a str, &'a LaunchEnv, PathBuf, Option<(&'a str, PathBuf)>);
+        let cases: &[Case] = &[
             ("the cache itself", &plain, home.join(".cargo"), Some(("cargo", home.join(".cargo")))),
             ("deep inside", &plain, registry.clone(), Some(("cargo", home.join(".cargo")))),
             (

@@ -499,7 +499,7 @@ mod holding_tests {
         let moved = ctx(&home, &[("npm_config_cache", &npm_link)]);
         // (what, the launch, the working directory, the cache found)
         type Case<'a> = (&'a str, &'a LaunchEnv, PathBuf, Option<(&'a str, PathBuf)>);
-        let cases: &[Case] = &[
+        let cases: &[Case<'_>] = &[
             ("the cache itself", &plain, home.join(".cargo"), Some(("cargo", home.join(".cargo")))),
             ("deep inside", &plain, registry.clone(), Some(("cargo", home.join(".cargo")))),
             (

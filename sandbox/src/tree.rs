@@ -122,6 +122,9 @@ pub struct Scan {
     pub ahead: Option<std::sync::Arc<Handed>>,
 }
 
+/// A top's entries by name and inode (see [`Handed::tops`]).
+pub(crate) type TopNames = Vec<(Vec<u8>, u64)>;
+
 /// A launch's watches made ahead: the instance (with the watches on the tops too), and the watch
 /// of each directory the scan read, in its order.
 #[derive(Debug)]
@@ -135,6 +138,12 @@ pub struct Handed {
     /// The directories read, as the daemon sent them (read when needed: [`Handed::dirs`]).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (no daemon's index elsewhere)
     pub(crate) dirs: Vec<u8>,
+    /// Each top's entries that the warden keeps from launch, as the daemon's index listed them
+    /// (see `Index::top_names`): those the rule protects at a top, and `HEAD`, each with its
+    /// inode. With these the warden does not list the tops at launch: their watches were
+    /// placed before that listing, so whatever came since is an event for the warden.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // (no daemon's index elsewhere)
+    pub(crate) tops: Vec<(PathBuf, TopNames)>,
     /// Which instance the daemon lent (its number there; not on the wire).
     pub lend: u64,
     /// The connection the launcher asked on, where the warden gives the instance back when
@@ -150,6 +159,7 @@ impl Handed {
             fd: std::sync::Mutex::new(Some(fd)),
             wds,
             dirs,
+            tops: Vec::new(),
             lend: 0,
             back: std::sync::Mutex::new(None),
         }

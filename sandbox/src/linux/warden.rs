@@ -90,15 +90,33 @@ impl Known {
         let Ok(d) = std::fs::File::open(dir) else { return k };
         let Ok(m) = d.metadata() else { return k };
         k.dev = m.dev();
-        let _ = sys::each_dirent(d.as_raw_fd(), |name, _, ino| {
-            k.at.push((k.names.len() as u32, name.len() as u32, ino));
-            k.names.extend_from_slice(name);
-        });
-        let names = &k.names;
-        k.at.sort_unstable_by(|a, b| {
+        let _ = sys::each_dirent(d.as_raw_fd(), |name, _, ino| k.push(name, ino));
+        k.sorted()
+    }
+
+    fn push(&mut self, name: &[u8], ino: u64) {
+        self.at.push((self.names.len() as u32, name.len() as u32, ino));
+        self.names.extend_from_slice(name);
+    }
+
+    fn sorted(mut self) -> Known {
+        let names = &self.names;
+        self.at.sort_unstable_by(|a, b| {
             names[a.0 as usize..][..a.1 as usize].cmp(&names[b.0 as usize..][..b.1 as usize])
         });
-        k
+        self
+    }
+
+    /// What `dir` held at launch as the daemon's index listed it: `names` with their inodes
+    /// (only those the warden asks about: see `Handed::tops`), on `dir`'s device.
+    fn given(dir: &Path, names: &[(Vec<u8>, u64)]) -> Known {
+        let mut k = Known::default();
+        let Ok(m) = std::fs::metadata(dir) else { return k };
+        k.dev = m.dev();
+        for (name, ino) in names {
+            k.push(name, *ino);
+        }
+        k.sorted()
     }
 
     fn name(&self, (from, len, _): &(u32, u32, u64)) -> &[u8] {
@@ -352,7 +370,16 @@ impl Warden {
                 None => false,
             };
             let told = watched && crate::tree::trusted_fs(path);
-            w.roots.push(Root { path: path.clone(), known: Known::list(path), told });
+            // (With watches made ahead, what the daemon's index listed: see `Handed::tops`.)
+            let given = handed
+                .as_ref()
+                .filter(|_| made_ahead)
+                .and_then(|h| h.tops.iter().find(|(root, _)| root == path).map(|(_, names)| names));
+            let known = match given {
+                Some(names) => Known::given(path, names),
+                None => Known::list(path),
+            };
+            w.roots.push(Root { path: path.clone(), known, told });
         }
         let mut failed = 0;
         let reviewed: HashSet<&PathBuf> = scan.reviewed.iter().collect();

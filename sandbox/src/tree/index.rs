@@ -319,6 +319,9 @@ pub struct Index {
     scans: u64,
     /// The rule's names, matched as the scan matches them (made once: hundreds of names).
     below: crate::top_level::Below,
+    /// Each top's entries the warden keeps from launch (see [`Index::top_names`]), while no
+    /// event of a top came since they were listed.
+    top_names: Option<Vec<(PathBuf, super::TopNames)>>,
 }
 
 impl Index {
@@ -363,6 +366,7 @@ impl Index {
             last_dirs: None,
             scans: 0,
             below: crate::top_level::Below::new(rule),
+            top_names: None,
         };
         index.bfs();
         index.rule.scan_memory = None;
@@ -411,6 +415,13 @@ impl Index {
         }
         if effects.contains(&Effect::Reset) {
             return None;
+        }
+        // (An event of a top, or of a watch not known: its entries are listed again when asked.)
+        let of_a_top = |wd: &i32| {
+            self.held.watch.get(wd).is_none_or(|dirs| dirs.iter().any(|d| self.roots.contains(d)))
+        };
+        if events.iter().any(|(wd, _, _)| of_a_top(wd)) {
+            self.top_names = None;
         }
         for (wd, mask, _) in &events {
             if mask & libc::IN_IGNORED != 0 && self.held.watch.remove(wd).is_some() {
@@ -462,6 +473,10 @@ impl Index {
         };
         let handed =
             ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots, self.scans));
+        let handed = handed.map(|(mut h, a)| {
+            h.tops = self.top_names().to_vec();
+            (h, a)
+        });
         Some((scan, handed.map(|h| self.lend(h))))
     }
 
@@ -480,6 +495,12 @@ impl Index {
             _ => &scan.dirs,
         };
         let handed = ahead.and_then(|a| a.hand(dirs, &scan.reviewed, &self.roots, self.scans));
+        let tops = handed.is_some().then(|| self.top_names().to_vec());
+        // (Again: `top_names` borrowed the index.)
+        let dirs: &[PathBuf] = match &self.last {
+            Some(last) if scan.dirs.is_empty() => &last.dirs,
+            _ => &scan.dirs,
+        };
         let fresh;
         let blob = match (&self.last, &mut self.last_dirs) {
             (Some(last), kept) if scan.dirs.is_empty() => {
@@ -490,9 +511,37 @@ impl Index {
                 &fresh
             }
         };
-        let wds = handed.as_ref().map(|h| &h.0.wds[..]);
+        let wds = handed.as_ref().map(|h| (&h.0.wds[..], tops.as_deref().unwrap_or_default()));
         let reply = encode_parts(&scan, dirs.len(), blob, wds);
+        let handed = handed.map(|(mut h, a)| {
+            h.tops = tops.unwrap_or_default();
+            (h, a)
+        });
         Some((reply, handed.map(|h| self.lend(h))))
+    }
+
+    /// Each top's entries that the warden keeps from launch: those the rule protects at a top
+    /// (`Below::protects_top`: what the warden binds read-only there, or takes away when it was
+    /// not there at launch), and `HEAD` (a top taking git's shape), with the inode each names.
+    /// Listed again only after an event of a top: when a launcher asks, the index has read its
+    /// queue (every change before that is known), and the watches made ahead have watched the
+    /// tops since before it, so every change after is an event for the warden.
+    fn top_names(&mut self) -> &[(PathBuf, super::TopNames)] {
+        let below = &self.below;
+        self.top_names.get_or_insert_with(|| {
+            let list = |root: &PathBuf| {
+                let mut names = Vec::new();
+                if let Ok(d) = std::fs::File::open(root) {
+                    let _ = crate::sys::each_dirent(d.as_raw_fd(), |name, _, ino| {
+                        if below.protects_top(name) || name == b"HEAD" {
+                            names.push((name.to_vec(), ino));
+                        }
+                    });
+                }
+                (root.clone(), names)
+            };
+            self.roots.iter().map(list).collect()
+        })
     }
 
     /// Whether the next launch's watches are to be made ahead now: none are made or being made,
@@ -682,7 +731,7 @@ pub fn key(roots: &[PathBuf], rule: &TopLevel) -> Vec<u8> {
 
 /// The first bytes of a launcher's question and of the daemon's answer.
 const ASK: &[u8] = b"sandgate-tree-ask 2\n";
-const ANSWER: &[u8] = b"sandgate-tree-answer 3\n";
+const ANSWER: &[u8] = b"sandgate-tree-answer 4\n";
 
 /// How long an instance lent to a launch's warden is waited for before the next launch's are
 /// made anew (a launch beside one that runs long).
@@ -778,7 +827,9 @@ pub fn decode_ask(bytes: &[u8]) -> Option<(Vec<PathBuf>, TopLevel)> {
 /// `ahead`, the watch of each of its directories in the instance sent with the answer.
 pub fn encode_answer(scan: Option<&Scan>, ahead: Option<&[i32]>) -> Vec<u8> {
     match scan {
-        Some(s) => encode_parts(s, s.dirs.len(), &front_coded(&s.dirs), ahead),
+        Some(s) => {
+            encode_parts(s, s.dirs.len(), &front_coded(&s.dirs), ahead.map(|w| (w, &[][..])))
+        }
         None => {
             let mut out = ANSWER.to_vec();
             out.push(0);
@@ -788,7 +839,12 @@ pub fn encode_answer(scan: Option<&Scan>, ahead: Option<&[i32]>) -> Vec<u8> {
 }
 
 /// [`encode_answer`] of `s` with its `count` directories already front-coded in `dirs`.
-fn encode_parts(s: &Scan, count: usize, dirs: &[u8], ahead: Option<&[i32]>) -> Vec<u8> {
+fn encode_parts(
+    s: &Scan,
+    count: usize,
+    dirs: &[u8],
+    ahead: Option<(&[i32], &[(PathBuf, super::TopNames)])>,
+) -> Vec<u8> {
     let mut out = ANSWER.to_vec();
     out.push(1);
     put_u32(&mut out, count);
@@ -824,11 +880,20 @@ fn encode_parts(s: &Scan, count: usize, dirs: &[u8], ahead: Option<&[i32]>) -> V
     }
     out.extend_from_slice(&(s.recalled as u64).to_le_bytes());
     match ahead {
-        Some(wds) => {
+        Some((wds, tops)) => {
             out.push(1);
             put_u32(&mut out, wds.len());
             for wd in wds {
                 out.extend_from_slice(&wd.to_le_bytes());
+            }
+            put_u32(&mut out, tops.len());
+            for (root, names) in tops {
+                memory::field(&mut out, root.as_os_str().as_bytes());
+                put_u32(&mut out, names.len());
+                for (name, ino) in names {
+                    memory::field(&mut out, name);
+                    out.extend_from_slice(&ino.to_le_bytes());
+                }
             }
         }
         None => out.push(0),
@@ -890,11 +955,20 @@ pub fn decode_answer(bytes: &[u8], fd: Option<std::os::fd::OwnedFd>) -> Option<O
             .map(|_| r.take(4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes))
             .collect();
         let wds = wds?;
+        let mut tops = Vec::new();
+        for _ in 0..r.u32()? {
+            let root = r.path()?;
+            let names: Option<super::TopNames> =
+                (0..r.u32()?).map(|_| Some((r.field()?.to_vec(), r.u64()?))).collect();
+            tops.push((root, names?));
+        }
         // The directories stay encoded: read by the warden process, and only when an event
         // needs them (`Handed::dirs`), off the launch's path. (Without the descriptor, or for
         // other directories: read now, and the warden places its own watches.)
         if let Some(fd) = fd.filter(|_| wds.len() == count) {
-            s.ahead = Some(std::sync::Arc::new(Handed::new(fd, wds, dirs.to_vec())));
+            let mut handed = Handed::new(fd, wds, dirs.to_vec());
+            handed.tops = tops;
+            s.ahead = Some(std::sync::Arc::new(handed));
         }
     }
     if s.ahead.is_none() {

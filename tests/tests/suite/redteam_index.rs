@@ -34,7 +34,7 @@ while len(data) < 4 or len(data) < 4 + struct.unpack('<I', data[:4])[0]:
     if not c: break
     data += c
 data = data[4:]
-head = b'sandgate-tree-answer 3\n'
+head = b'sandgate-tree-answer 4\n'
 tag = data[len(head)] if data.startswith(head) and len(data) > len(head) else 'bad'
 print('answer', tag, len(data))
 "#;
@@ -124,6 +124,6 @@ fn another_uid_learns_no_names_from_the_tree_socket() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let head = "sandgate-tree-answer 3\n".len();
+    let head = "sandgate-tree-answer 4\n".len();
     assert_eq!(as_nobody(), format!("answer 0 {}", head + 1), "none: no names");
 }

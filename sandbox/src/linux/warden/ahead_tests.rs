@@ -636,3 +636,54 @@ fn an_instance_given_back_is_compared_again_once_the_tree_has_a_new_directory() 
         assert!(!root.join("sub/p/new/deeper/.envrc").exists(), "the new directory unwatched");
     }
 }
+
+/// A warden's view of what was at a top at launch, on watches made ahead (the index's listing
+/// of the top, `Handed::tops`) and on its own listing: the protected entries bound read-only
+/// and the inode of each name the warden asks about.
+fn at_launch(w: &Warden, root: &Path) -> (Vec<PathBuf>, Vec<(String, bool)>) {
+    let names = [".envrc", ".hidden", "HEAD", "mise.toml", "src.rs", ".git"];
+    let known = names.iter().map(|n| {
+        let m = std::fs::symlink_metadata(root.join(n)).unwrap();
+        (n.to_string(), w.roots[0].known.contains(n.as_bytes(), m.dev(), m.ino()))
+    });
+    (w.existing_protected(), known.collect())
+}
+
+/// The tops' entries the index hands with its watches are those the warden's own listing
+/// would keep: the same entries bound read-only, each protected name and `HEAD` known by its
+/// inode (a plain file need not be). Then the host makes a tool file at the top between
+/// launches: the next launch binds it too (the index listed the top again after its event),
+/// and a tool file the command makes at the top is taken away while the ones there at launch
+/// stay. Controls: a warden listing the top itself; checked by hand that without the index
+/// listing the top again after an event the new file is neither bound nor known.
+#[test]
+fn the_tops_entries_handed_by_the_index_are_those_a_listing_keeps() {
+    let (_dir, root, mut index) = held_tree();
+    let roots = [root.clone()];
+    for f in [".envrc", ".hidden", "HEAD", "mise.toml", "src.rs"] {
+        std::fs::write(root.join(f), "").unwrap();
+    }
+    std::fs::create_dir(root.join(".git")).unwrap();
+    // (The index learns of them from its queue; the instance made ahead is judged with them.)
+    let (w, lent) = launch_on(&mut index, &roots);
+    assert!(lent.is_some(), "handed");
+    let listed = Warden::prepare(&rule(), "sg-listed", &roots, &crate::tree::scan(&roots, &rule()));
+    let (bound, known) = at_launch(&w, &root);
+    assert_eq!(bound, listed.existing_protected(), "bound read-only");
+    let want: Vec<(String, bool)> = known.iter().map(|(n, _)| (n.clone(), n != "src.rs")).collect();
+    assert_eq!(known, want, "known by inode");
+    assert_eq!(at_launch(&listed, &root).1.iter().filter(|k| k.1).count(), 6, "control");
+    assert!(end_of(w, lent.unwrap(), &mut index), "given back clean");
+    // The host, between launches.
+    std::fs::write(root.join(".tool-versions"), "").unwrap();
+    let (mut w, lent) = launch_on(&mut index, &roots);
+    assert!(lent.is_some(), "handed again");
+    assert!(w.existing_protected().contains(&root.join(".tool-versions")), "a stale listing");
+    // The command.
+    std::fs::write(root.join(".npmrc"), "planted").unwrap();
+    w.sweep();
+    assert!(!root.join(".npmrc").exists(), "planted at the top, and kept");
+    for f in [".envrc", ".hidden", "HEAD", "mise.toml", ".tool-versions", ".git"] {
+        assert!(root.join(f).exists(), "{f}, there at launch, taken away");
+    }
+}

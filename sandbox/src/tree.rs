@@ -125,6 +125,9 @@ pub struct Scan {
 /// A top's entries by name and inode (see [`Handed::tops`]).
 pub(crate) type TopNames = Vec<(Vec<u8>, u64)>;
 
+/// Each top (its path) with its [`TopNames`].
+pub(crate) type Tops = [(PathBuf, TopNames)];
+
 /// A launch's watches made ahead: the instance (with the watches on the tops too), and the watch
 /// of each directory the scan read, in its order.
 #[derive(Debug)]

@@ -526,7 +526,7 @@ impl Index {
     /// Listed again only after an event of a top: when a launcher asks, the index has read its
     /// queue (every change before that is known), and the watches made ahead have watched the
     /// tops since before it, so every change after is an event for the warden.
-    fn top_names(&mut self) -> &[(PathBuf, super::TopNames)] {
+    fn top_names(&mut self) -> &super::Tops {
         let below = &self.below;
         self.top_names.get_or_insert_with(|| {
             let list = |root: &PathBuf| {
@@ -843,7 +843,7 @@ fn encode_parts(
     s: &Scan,
     count: usize,
     dirs: &[u8],
-    ahead: Option<(&[i32], &[(PathBuf, super::TopNames)])>,
+    ahead: Option<(&[i32], &super::Tops)>,
 ) -> Vec<u8> {
     let mut out = ANSWER.to_vec();
     out.push(1);

@@ -158,6 +158,14 @@ fn kind_of(section: &str, subsection: bool, key: &str) -> RefKind {
 /// The values of a git configuration file that may name files, in file order. Parsed like git
 /// parses it (gix-config): keys case-insensitive, quotes and escapes resolved, comments dropped.
 pub fn config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
+    match plain_config_refs(text) {
+        Some(refs) => Ok(refs),
+        None => parsed_config_refs(text),
+    }
+}
+
+/// [`config_refs`] by gix-config, whatever the file's form.
+fn parsed_config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
     let file = gix_config::File::from_bytes_no_includes(
         text,
         gix_config::file::Metadata::api(),
@@ -191,6 +199,79 @@ pub fn config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
         }
     }
     Ok(out)
+}
+
+/// [`config_refs`] of a file in the plain form git writes itself (`git init`, `git clone`,
+/// `git config KEY WORD`): `[name]` and `[name "sub"]` lines, and `key = value` lines whose
+/// value is one word of printable characters without quotes, escapes or comments; `None` for
+/// anything else, which gix-config parses. Hand-written because the parser's set-up cost
+/// ~0.1 ms of every `build` launch (it reads each repository's `config`), and this form is
+/// what nearly every repository holds: on it, the two give the same values in the same order
+/// (`the_plain_form_reads_as_gix_config_reads_it` compares them on generated files).
+fn plain_config_refs(text: &[u8]) -> Option<Vec<ConfigRef>> {
+    let text = std::str::from_utf8(text).ok()?;
+    if text.contains('\r') {
+        return None;
+    }
+    let word = |w: &str, more: &dyn Fn(u8) -> bool| {
+        !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || more(b))
+    };
+    // (Each section: its name lower-cased, its subsection, its keys lower-cased with values.)
+    type Section<'t> = (String, Option<&'t str>, Vec<(String, &'t str)>);
+    let mut sections: Vec<Section<'_>> = Vec::new();
+    for line in text.split('\n') {
+        let line = line.trim_matches([' ', '\t']);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(inner) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let (name, sub) = match inner.split_once(' ') {
+                None => (inner, None),
+                Some((name, sub)) => {
+                    let sub = sub.strip_prefix('"')?.strip_suffix('"')?;
+                    let printable = |b: u8| b.is_ascii_graphic() && b != b'"' && b != b'\\';
+                    (name, Some(sub).filter(|s| word(s, &printable))?.into())
+                }
+            };
+            if !word(name, &|b| b == b'-') {
+                return None;
+            }
+            sections.push((name.to_ascii_lowercase(), sub, Vec::new()));
+            continue;
+        }
+        let (key, value) = line.split_once('=')?;
+        let (key, value) =
+            (key.trim_end_matches([' ', '\t']), value.trim_start_matches([' ', '\t']));
+        let plain = |b: u8| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b';' | b'#');
+        if !word(key, &|b| b == b'-') || !key.as_bytes()[0].is_ascii_alphabetic() {
+            return None;
+        }
+        if !word(value, &plain) {
+            return None;
+        }
+        sections.last_mut()?.2.push((key.to_ascii_lowercase(), value));
+    }
+    let mut out = Vec::new();
+    for (name, sub, entries) in &sections {
+        let mut seen = BTreeSet::new();
+        for (key, _) in entries {
+            if !seen.insert(key) {
+                continue;
+            }
+            let kind = kind_of(name, sub.is_some(), key);
+            for (_, value) in entries.iter().filter(|(k, _)| k == key) {
+                if key == "fsmonitor" && gix_config::Boolean::try_from(*value).is_ok() {
+                    continue;
+                }
+                let full = match sub {
+                    Some(s) => format!("{name}.{s}.{key}"),
+                    None => format!("{name}.{key}"),
+                };
+                out.push(ConfigRef { key: full, kind, value: (*value).to_owned() });
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The words of a shell command line, quotes dropped and split at whitespace and operators

@@ -658,3 +658,89 @@ fn git_redirects_refuse() {
     let plain = outer_config(&env(&[("GIT_AUTHOR_NAME", "x")]));
     assert!(protect_git(std::slice::from_ref(&t.w), false, None, &plain).refuse.is_empty());
 }
+
+/// The hand-written reading of git's own plain form gives what gix-config gives: on the files
+/// git writes, on generated files of that form (sections repeated, keys repeated in other
+/// cases, subsections, `fsmonitor` booleans, values with `=`, `/`, `*`, `:`), and it leaves
+/// every other form to gix-config (`None`).
+#[test]
+fn the_plain_form_reads_as_gix_config_reads_it() {
+    let written = [
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n",
+        "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = https://example.com/a/b.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n",
+        "",
+        "\n\n",
+    ];
+    for text in written {
+        assert_eq!(
+            plain_config_refs(text.as_bytes()),
+            Some(parsed_config_refs(text.as_bytes()).unwrap()),
+            "{text:?}"
+        );
+    }
+    // Generated: every combination of a few sections, keys and values, in a fixed pseudo-random
+    // order (no clock, no dependency: a linear congruential sequence).
+    let sections = [
+        "[core]",
+        "[Core]",
+        "[remote \"origin\"]",
+        "[includeIf \"gitdir:~/w/\"]",
+        "[diff \"pdf\"]",
+        "[alias]",
+        "[x-y]",
+    ];
+    let keys = [
+        "hooksPath",
+        "HOOKSPATH",
+        "fsmonitor",
+        "path",
+        "textconv",
+        "st",
+        "sshCommand",
+        "url",
+        "a-b9",
+    ];
+    let values =
+        ["true", "false", "0", "x", "/usr/bin/x", "~/h", "a=b", "+refs/*:refs/*", "!x", "$(x)"];
+    let mut seed: u64 = 7;
+    let mut next = |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    for _ in 0..400 {
+        let mut text = String::new();
+        for _ in 0..1 + next(4) {
+            text += sections[next(sections.len())];
+            text += "\n";
+            for _ in 0..next(5) {
+                let sep = ["=", " = ", "\t=  "][next(3)];
+                text +=
+                    &format!("\t{}{sep}{}\n", keys[next(keys.len())], values[next(values.len())]);
+            }
+        }
+        let plain = plain_config_refs(text.as_bytes());
+        assert_eq!(plain, Some(parsed_config_refs(text.as_bytes()).unwrap()), "{text}");
+    }
+    // Other forms: gix-config's.
+    let other = [
+        "[core] hooksPath = x\n",
+        "[core]\n\thooksPath = \"a b\"\n",
+        "[core]\n\thooksPath = a\\\n b\n",
+        "[core]\n\thooksPath = a # c\n",
+        "[core]\n\thooksPath = a ; c\n",
+        "[core]\n\thooksPath\n",
+        "[core]\n\thooksPath = \n",
+        "[core]\r\n\thooksPath = x\r\n",
+        "hooksPath = x\n",
+        "[core.sub]\n\tx = y\n",
+        "[remote \"a b\"]\n\turl = x\n",
+        "[remote \"a\\\"b\"]\n\turl = x\n",
+        "# comment\n[core]\n\tx = y\n",
+        "[core]\n\t9x = y\n",
+        "\u{feff}[core]\n\tx = y\n",
+        "[core]\n\tx = a b\n",
+    ];
+    for text in other {
+        assert_eq!(plain_config_refs(text.as_bytes()), None, "{text:?}");
+    }
+}

@@ -583,8 +583,10 @@ impl Warden {
         let events = self.drain();
         let top = self.handle(&events);
         // (On the last turn, the tops are listed again only where their events may not have
-        // told everything: a listing of thousands of entries the launcher waits for.)
-        if top || all && (self.lost || !self.tops_told()) {
+        // told everything: a listing of thousands of entries the launcher waits for. A loss is
+        // listed on the turn that reads it, whichever: reading everything below ends it, and a
+        // top entry whose event it dropped would be told by no later turn.)
+        if top || self.lost || all && !self.tops_told() {
             self.sweep_tops();
         }
         if self.lost {
@@ -1383,6 +1385,43 @@ mod tests {
         assert!(!top.join(".envrc").exists(), "the last turn did not list the overlay's top");
         drop(w);
         let _ = umount2(&top, MntFlags::MNT_DETACH);
+    }
+
+    /// Red team of the last turn's listing (issue 31): the command fills the warden's queue
+    /// with plain files below the top, then plants `.envrc` at the top while the queue is full,
+    /// so that its event is dropped (`IN_Q_OVERFLOW` queued instead). A turn during the run
+    /// read the loss and read every directory again, which ended the loss, but took nothing
+    /// away at the top; the last turn then found no loss and listed no top, and it stayed. The
+    /// tops are listed on every turn that reads a loss. Control: the queue holds the loss and
+    /// no event of `.envrc`; and with no listing on the turn that reads the loss, it stays
+    /// (checked by hand).
+    #[test]
+    fn a_top_entry_whose_event_was_lost_during_the_run_goes() {
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16384);
+        for control in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            std::fs::create_dir(root.join("sub")).unwrap();
+            let mut w = warden(&rule, "sg-ovf", &root);
+            for i in 0..=max {
+                std::fs::File::create(root.join(format!("sub/f{i}"))).unwrap();
+            }
+            std::fs::write(root.join(".envrc"), "planted while the queue was full").unwrap();
+            if control {
+                let events = w.drain();
+                assert!(events.iter().any(|e| e.mask & libc::IN_Q_OVERFLOW != 0), "control");
+                assert!(!events.iter().any(|e| e.name == b".envrc"), "control: its event came");
+                continue;
+            }
+            w.sweep_with(false);
+            w.sweep();
+            assert!(!root.join(".envrc").exists(), "a top entry whose event was lost stayed");
+        }
     }
 
     fn rule(quarantine: Option<PathBuf>) -> TopLevel {

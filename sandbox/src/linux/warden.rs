@@ -388,11 +388,18 @@ impl Warden {
         }
         w.guard_links();
         for file in &scan.review_files {
-            match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS)) {
+            // (Only an inode not watched yet: a directory named as a review file, read by the
+            // scan and watched above, would take this mask in place of its own and tell no new
+            // entry. `EEXIST` then, and it stays a directory watched.)
+            match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS | libc::IN_MASK_CREATE)) {
                 Some(Ok(wd)) => {
                     w.files.insert(wd, file.clone());
                 }
-                Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+                Some(Err(e))
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::EEXIST)
+                    ) => {}
                 Some(Err(_)) => failed += 1,
                 None => {}
             }
@@ -1421,6 +1428,26 @@ mod tests {
             w.sweep_with(false);
             w.sweep();
             assert!(!root.join(".envrc").exists(), "a top entry whose event was lost stayed");
+        }
+    }
+
+    /// Red team (issue 31): a directory named as a review file (`mkdir Makefile`, left by an
+    /// earlier launch) is read by the scan and is a review file too. The warden watched it for
+    /// the file's writes by the same path, which the kernel applies to the directory's watch:
+    /// the new-entry events of the directory were gone, and a tool file planted in it stayed.
+    /// A review file whose inode is watched already is not watched again. Control: the same
+    /// directory under a plain name loses its tool file.
+    #[test]
+    fn a_directory_named_as_a_review_file_stays_watched_for_new_entries() {
+        for name in ["Makefile", "control"] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            std::fs::create_dir_all(root.join("sub").join(name)).unwrap();
+            let mut w = warden(&rule(None), "sg-rd", &root);
+            let planted = root.join("sub").join(name).join(".envrc");
+            std::fs::write(&planted, "planted").unwrap();
+            w.sweep();
+            assert!(!planted.exists(), "{name}: a tool file planted in it stayed");
         }
     }
 

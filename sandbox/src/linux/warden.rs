@@ -1431,6 +1431,83 @@ mod tests {
         }
     }
 
+    /// Red team of the last turn's listing (issue 31): it lists no top where every entry made
+    /// there is an event, so each way the command has of making a name at a top must be one:
+    /// a file written, a hard link to a file made below, a file renamed up, a directory made,
+    /// a symbolic link, a fifo, an unnamed file (`O_TMPFILE`) linked in by its descriptor, and
+    /// a `.git` there at launch exchanged (`renameat2(RENAME_EXCHANGE)`) for another
+    /// directory. Each is taken away by the last turn, listing the top for the event read.
+    /// Control: with the queue read out before it (the events not told), none is listed and
+    /// each stays.
+    #[test]
+    fn every_way_of_making_an_entry_at_a_top_is_told() {
+        use nix::sys::stat::Mode;
+        type Way = fn(&Path);
+        let ways: &[(&str, Way)] = &[
+            ("written", |r| std::fs::write(r.join(".envrc"), "x").unwrap()),
+            ("hard link", |r| {
+                std::fs::write(r.join("sub/f"), "x").unwrap();
+                std::fs::hard_link(r.join("sub/f"), r.join(".envrc")).unwrap();
+            }),
+            ("renamed up", |r| {
+                std::fs::write(r.join("sub/f"), "x").unwrap();
+                std::fs::rename(r.join("sub/f"), r.join(".envrc")).unwrap();
+            }),
+            ("directory", |r| std::fs::create_dir(r.join(".envrc")).unwrap()),
+            ("symbolic link", |r| std::os::unix::fs::symlink("sub", r.join(".envrc")).unwrap()),
+            ("fifo", |r| nix::unistd::mkfifo(&r.join(".envrc"), Mode::S_IRWXU).unwrap()),
+            ("O_TMPFILE linked in", |r| {
+                use nix::fcntl::{AtFlags, OFlag};
+                let fd =
+                    nix::fcntl::open(r, OFlag::O_TMPFILE | OFlag::O_RDWR, Mode::S_IRWXU).unwrap();
+                let proc = PathBuf::from(format!("/proc/self/fd/{fd}"));
+                let linked = nix::unistd::linkat(
+                    None,
+                    &proc,
+                    None,
+                    &r.join(".envrc"),
+                    AtFlags::AT_SYMLINK_FOLLOW,
+                );
+                let _ = nix::unistd::close(fd);
+                linked.unwrap();
+            }),
+            ("exchanged", |r| {
+                std::fs::create_dir(r.join("sub/g")).unwrap();
+                nix::fcntl::renameat2(
+                    None,
+                    &r.join(".git"),
+                    None,
+                    &r.join("sub/g"),
+                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                )
+                .unwrap();
+            }),
+        ];
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        for (what, way) in ways {
+            for control in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let root = dir.path().canonicalize().unwrap();
+                std::fs::create_dir_all(root.join("sub")).unwrap();
+                std::fs::create_dir_all(root.join(".git")).unwrap();
+                let known = std::fs::metadata(root.join(".git")).unwrap().ino();
+                let mut w = warden(&rule, "sg-ways", &root);
+                way(&root);
+                if control {
+                    let _ = w.drain();
+                }
+                // (Listed for its event; with none read, not at all.)
+                let listings = usize::from(!control);
+                assert_eq!(tops_listed(|| drop(w.sweep())), listings, "{what}: listings");
+                let name = if *what == "exchanged" { ".git" } else { ".envrc" };
+                let stays = std::fs::symlink_metadata(root.join(name))
+                    .is_ok_and(|m| *what != "exchanged" || m.ino() != known);
+                assert_eq!(stays, control, "{what} (control: {control}): stays");
+            }
+        }
+    }
+
     /// Red team (issue 31): a directory named as a review file (`mkdir Makefile`, left by an
     /// earlier launch) is read by the scan and is a review file too. The warden watched it for
     /// the file's writes by the same path, which the kernel applies to the directory's watch:

@@ -1508,6 +1508,42 @@ mod tests {
         }
     }
 
+    /// Red team of the last turn's listing (issue 31): an entry made at a top through another
+    /// mount of it (a bind mount, as the sandbox reaches its working directory) is an event of
+    /// the warden's watch all the same (a watch is on the directory, not on a mount): taken away
+    /// by the last turn, which lists the top for that event. Root (mounts). Control: with the
+    /// queue read out before the last turn, it stays.
+    #[test]
+    fn an_entry_made_through_another_mount_of_a_top_is_told() {
+        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+            return;
+        }
+        use nix::mount::{MntFlags, MsFlags, mount, umount2};
+        // (In a mount namespace of this test's thread, private: the mount reaches no other
+        // test.)
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        for control in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let other = tempfile::tempdir().unwrap();
+            let other = other.path().canonicalize().unwrap();
+            mount(Some(&root), &other, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+            let mut w = warden(&rule, "sg-bind", &root);
+            std::fs::write(other.join(".envrc"), "planted through the other mount").unwrap();
+            if control {
+                let _ = w.drain();
+            }
+            let listings = usize::from(!control);
+            assert_eq!(tops_listed(|| drop(w.sweep())), listings, "control {control}: listings");
+            assert_eq!(root.join(".envrc").exists(), control, "control {control}: stays");
+            let _ = umount2(&other, MntFlags::MNT_DETACH);
+        }
+    }
+
     /// Red team (issue 31): a directory named as a review file (`mkdir Makefile`, left by an
     /// earlier launch) is read by the scan and is a review file too. The warden watched it for
     /// the file's writes by the same path, which the kernel applies to the directory's watch:

@@ -743,9 +743,12 @@ impl Warden {
             self.guarded.push(target);
         }
         // Made again from where the paths lead now (a guarded directory renamed away keeps its
-        // watch under its old name).
+        // watch under its old name). One moved into a watched directory is watched there by
+        // this same watch (one inode, one watch): left to it.
         for wd in std::mem::take(&mut self.guards).into_keys() {
-            sys::inotify_unwatch(fd, wd);
+            if !self.watches.contains_key(&wd) {
+                sys::inotify_unwatch(fd, wd);
+            }
         }
         if on_the_way.is_empty() {
             return;
@@ -756,10 +759,13 @@ impl Warden {
             if watched.contains(&dir) || !dir.is_dir() {
                 continue;
             }
-            match sys::inotify_watch(fd, &dir, EVENTS_NEW) {
+            // (Only where no watch is: a path swapped on the way since it was judged may lead
+            // to a watched directory, a top even, whose mask and events are not a guard's.)
+            match sys::inotify_watch(fd, &dir, EVENTS_NEW | libc::IN_MASK_CREATE) {
                 Ok(wd) => {
                     self.guards.insert(wd, dir);
                 }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(_) => self.lost = true,
             }
         }
@@ -1499,7 +1505,13 @@ mod tests {
                 }
                 // (Listed for its event; with none read, not at all.)
                 let listings = usize::from(!control);
-                assert_eq!(tops_listed(|| drop(w.sweep())), listings, "{what}: listings");
+                assert_eq!(
+                    tops_listed(|| {
+                        w.sweep();
+                    }),
+                    listings,
+                    "{what}: listings"
+                );
                 let name = if *what == "exchanged" { ".git" } else { ".envrc" };
                 let stays = std::fs::symlink_metadata(root.join(name))
                     .is_ok_and(|m| *what != "exchanged" || m.ino() != known);
@@ -1538,9 +1550,46 @@ mod tests {
                 let _ = w.drain();
             }
             let listings = usize::from(!control);
-            assert_eq!(tops_listed(|| drop(w.sweep())), listings, "control {control}: listings");
+            assert_eq!(
+                tops_listed(|| {
+                    w.sweep();
+                }),
+                listings,
+                "control {control}: listings"
+            );
             assert_eq!(root.join(".envrc").exists(), control, "control {control}: stays");
             let _ = umount2(&other, MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// Red team (issue 31): a directory of build output guarded on the way to where a link
+    /// there at launch leads (`bin/app` → `target/t/app`) moved by the command into a watched
+    /// directory is watched there with the guard's own watch (one inode, one watch). The guards
+    /// made again after the move ended every old one, that watch too: the directory went
+    /// unwatched with no loss known, and a tool file planted in it later stayed. A guard's
+    /// watch taken over by a watched directory is left to it. Control: the same directory made
+    /// there (no guard) loses its tool file too.
+    #[test]
+    fn a_guarded_directory_moved_into_a_watched_one_stays_watched() {
+        for guarded in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            for d in ["src", "bin", "target/t"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            std::os::unix::fs::symlink("../target/t/app", root.join("bin/app")).unwrap();
+            let mut w = warden(&rule(None), "sg-guard", &root);
+            assert!(!w.guards.is_empty(), "control: build output guarded on the way");
+            if guarded {
+                std::fs::rename(root.join("target/t"), root.join("src/t")).unwrap();
+            } else {
+                std::fs::create_dir(root.join("src/t")).unwrap();
+            }
+            w.sweep_with(false);
+            w.sweep_with(false);
+            std::fs::write(root.join("src/t/.envrc"), "planted").unwrap();
+            w.sweep();
+            assert!(!root.join("src/t/.envrc").exists(), "guarded {guarded}: it stayed");
         }
     }
 

@@ -415,11 +415,18 @@ impl Warden {
         }
         w.guard_links();
         for file in &scan.review_files {
-            match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS)) {
+            // (Only an inode not watched yet: a directory named as a review file, read by the
+            // scan and watched above, would take this mask in place of its own and tell no new
+            // entry. `EEXIST` then, and it stays a directory watched.)
+            match fd.map(|fd| sys::inotify_watch(fd, file, FILE_EVENTS | libc::IN_MASK_CREATE)) {
                 Some(Ok(wd)) => {
                     w.files.insert(wd, file.clone());
                 }
-                Some(Err(e)) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+                Some(Err(e))
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::EEXIST)
+                    ) => {}
                 Some(Err(_)) => failed += 1,
                 None => {}
             }
@@ -610,8 +617,10 @@ impl Warden {
         let events = self.drain();
         let top = self.handle(&events);
         // (On the last turn, the tops are listed again only where their events may not have
-        // told everything: a listing of thousands of entries the launcher waits for.)
-        if top || all && (self.lost || !self.tops_told()) {
+        // told everything: a listing of thousands of entries the launcher waits for. A loss is
+        // listed on the turn that reads it, whichever: reading everything below ends it, and a
+        // top entry whose event it dropped would be told by no later turn.)
+        if top || self.lost || all && !self.tops_told() {
             self.sweep_tops();
         }
         if self.lost {
@@ -761,9 +770,12 @@ impl Warden {
             self.guarded.push(target);
         }
         // Made again from where the paths lead now (a guarded directory renamed away keeps its
-        // watch under its old name).
+        // watch under its old name). One moved into a watched directory is watched there by
+        // this same watch (one inode, one watch): left to it.
         for wd in std::mem::take(&mut self.guards).into_keys() {
-            sys::inotify_unwatch(fd, wd);
+            if !self.watches.contains_key(&wd) {
+                sys::inotify_unwatch(fd, wd);
+            }
         }
         if on_the_way.is_empty() {
             return;
@@ -774,10 +786,13 @@ impl Warden {
             if watched.contains(&dir) || !dir.is_dir() {
                 continue;
             }
-            match sys::inotify_watch(fd, &dir, EVENTS_NEW) {
+            // (Only where no watch is: a path swapped on the way since it was judged may lead
+            // to a watched directory, a top even, whose mask and events are not a guard's.)
+            match sys::inotify_watch(fd, &dir, EVENTS_NEW | libc::IN_MASK_CREATE) {
                 Ok(wd) => {
                     self.guards.insert(wd, dir);
                 }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(_) => self.lost = true,
             }
         }
@@ -1410,6 +1425,219 @@ mod tests {
         assert!(!top.join(".envrc").exists(), "the last turn did not list the overlay's top");
         drop(w);
         let _ = umount2(&top, MntFlags::MNT_DETACH);
+    }
+
+    /// Red team of the last turn's listing (issue 31): the command fills the warden's queue
+    /// with plain files below the top, then plants `.envrc` at the top while the queue is full,
+    /// so that its event is dropped (`IN_Q_OVERFLOW` queued instead). A turn during the run
+    /// read the loss and read every directory again, which ended the loss, but took nothing
+    /// away at the top; the last turn then found no loss and listed no top, and it stayed. The
+    /// tops are listed on every turn that reads a loss. Control: the queue holds the loss and
+    /// no event of `.envrc`; and with no listing on the turn that reads the loss, it stays
+    /// (checked by hand).
+    #[test]
+    fn a_top_entry_whose_event_was_lost_during_the_run_goes() {
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16384);
+        for control in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            std::fs::create_dir(root.join("sub")).unwrap();
+            let mut w = warden(&rule, "sg-ovf", &root);
+            for i in 0..=max {
+                std::fs::File::create(root.join(format!("sub/f{i}"))).unwrap();
+            }
+            std::fs::write(root.join(".envrc"), "planted while the queue was full").unwrap();
+            if control {
+                let events = w.drain();
+                assert!(events.iter().any(|e| e.mask & libc::IN_Q_OVERFLOW != 0), "control");
+                assert!(!events.iter().any(|e| e.name == b".envrc"), "control: its event came");
+                continue;
+            }
+            w.sweep_with(false);
+            w.sweep();
+            assert!(!root.join(".envrc").exists(), "a top entry whose event was lost stayed");
+        }
+    }
+
+    /// Red team of the last turn's listing (issue 31): it lists no top where every entry made
+    /// there is an event, so each way the command has of making a name at a top must be one:
+    /// a file written, a hard link to a file made below, a file renamed up, a directory made,
+    /// a symbolic link, a fifo, an unnamed file (`O_TMPFILE`) linked in by its descriptor, and
+    /// a `.git` there at launch exchanged (`renameat2(RENAME_EXCHANGE)`) for another
+    /// directory. Each is taken away by the last turn, listing the top for the event read.
+    /// Control: with the queue read out before it (the events not told), none is listed and
+    /// each stays.
+    #[test]
+    fn every_way_of_making_an_entry_at_a_top_is_told() {
+        use nix::sys::stat::Mode;
+        type Way = fn(&Path);
+        let ways: &[(&str, Way)] = &[
+            ("written", |r| std::fs::write(r.join(".envrc"), "x").unwrap()),
+            ("hard link", |r| {
+                std::fs::write(r.join("sub/f"), "x").unwrap();
+                std::fs::hard_link(r.join("sub/f"), r.join(".envrc")).unwrap();
+            }),
+            ("renamed up", |r| {
+                std::fs::write(r.join("sub/f"), "x").unwrap();
+                std::fs::rename(r.join("sub/f"), r.join(".envrc")).unwrap();
+            }),
+            ("directory", |r| std::fs::create_dir(r.join(".envrc")).unwrap()),
+            ("symbolic link", |r| std::os::unix::fs::symlink("sub", r.join(".envrc")).unwrap()),
+            ("fifo", |r| nix::unistd::mkfifo(&r.join(".envrc"), Mode::S_IRWXU).unwrap()),
+            ("O_TMPFILE linked in", |r| {
+                use nix::fcntl::{AtFlags, OFlag};
+                let fd =
+                    nix::fcntl::open(r, OFlag::O_TMPFILE | OFlag::O_RDWR, Mode::S_IRWXU).unwrap();
+                let proc = PathBuf::from(format!("/proc/self/fd/{fd}"));
+                let linked = nix::unistd::linkat(
+                    None,
+                    &proc,
+                    None,
+                    &r.join(".envrc"),
+                    AtFlags::AT_SYMLINK_FOLLOW,
+                );
+                let _ = nix::unistd::close(fd);
+                linked.unwrap();
+            }),
+            ("exchanged", |r| {
+                std::fs::create_dir(r.join("sub/g")).unwrap();
+                nix::fcntl::renameat2(
+                    None,
+                    &r.join(".git"),
+                    None,
+                    &r.join("sub/g"),
+                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                )
+                .unwrap();
+            }),
+        ];
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        for (what, way) in ways {
+            for control in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let root = dir.path().canonicalize().unwrap();
+                std::fs::create_dir_all(root.join("sub")).unwrap();
+                std::fs::create_dir_all(root.join(".git")).unwrap();
+                let known = std::fs::metadata(root.join(".git")).unwrap().ino();
+                let mut w = warden(&rule, "sg-ways", &root);
+                way(&root);
+                if control {
+                    let _ = w.drain();
+                }
+                // (Listed for its event; with none read, not at all.)
+                let listings = usize::from(!control);
+                assert_eq!(
+                    tops_listed(|| {
+                        w.sweep();
+                    }),
+                    listings,
+                    "{what}: listings"
+                );
+                let name = if *what == "exchanged" { ".git" } else { ".envrc" };
+                let stays = std::fs::symlink_metadata(root.join(name))
+                    .is_ok_and(|m| *what != "exchanged" || m.ino() != known);
+                assert_eq!(stays, control, "{what} (control: {control}): stays");
+            }
+        }
+    }
+
+    /// Red team of the last turn's listing (issue 31): an entry made at a top through another
+    /// mount of it (a bind mount, as the sandbox reaches its working directory) is an event of
+    /// the warden's watch all the same (a watch is on the directory, not on a mount): taken away
+    /// by the last turn, which lists the top for that event. Root (mounts). Control: with the
+    /// queue read out before the last turn, it stays.
+    #[test]
+    fn an_entry_made_through_another_mount_of_a_top_is_told() {
+        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+            return;
+        }
+        use nix::mount::{MntFlags, MsFlags, mount, umount2};
+        // (In a mount namespace of this test's thread, private: the mount reaches no other
+        // test.)
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .unwrap();
+        let q = tempfile::tempdir().unwrap();
+        let rule = rule(Some(q.path().into()));
+        for control in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            let other = tempfile::tempdir().unwrap();
+            let other = other.path().canonicalize().unwrap();
+            mount(Some(&root), &other, None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+            let mut w = warden(&rule, "sg-bind", &root);
+            std::fs::write(other.join(".envrc"), "planted through the other mount").unwrap();
+            if control {
+                let _ = w.drain();
+            }
+            let listings = usize::from(!control);
+            assert_eq!(
+                tops_listed(|| {
+                    w.sweep();
+                }),
+                listings,
+                "control {control}: listings"
+            );
+            assert_eq!(root.join(".envrc").exists(), control, "control {control}: stays");
+            let _ = umount2(&other, MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// Red team (issue 31): a directory of build output guarded on the way to where a link
+    /// there at launch leads (`bin/app` → `target/t/app`) moved by the command into a watched
+    /// directory is watched there with the guard's own watch (one inode, one watch). The guards
+    /// made again after the move ended every old one, that watch too: the directory went
+    /// unwatched with no loss known, and a tool file planted in it later stayed. A guard's
+    /// watch taken over by a watched directory is left to it. Control: the same directory made
+    /// there (no guard) loses its tool file too.
+    #[test]
+    fn a_guarded_directory_moved_into_a_watched_one_stays_watched() {
+        for guarded in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            for d in ["src", "bin", "target/t"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            std::os::unix::fs::symlink("../target/t/app", root.join("bin/app")).unwrap();
+            let mut w = warden(&rule(None), "sg-guard", &root);
+            assert!(!w.guards.is_empty(), "control: build output guarded on the way");
+            if guarded {
+                std::fs::rename(root.join("target/t"), root.join("src/t")).unwrap();
+            } else {
+                std::fs::create_dir(root.join("src/t")).unwrap();
+            }
+            w.sweep_with(false);
+            w.sweep_with(false);
+            std::fs::write(root.join("src/t/.envrc"), "planted").unwrap();
+            w.sweep();
+            assert!(!root.join("src/t/.envrc").exists(), "guarded {guarded}: it stayed");
+        }
+    }
+
+    /// Red team (issue 31): a directory named as a review file (`mkdir Makefile`, left by an
+    /// earlier launch) is read by the scan and is a review file too. The warden watched it for
+    /// the file's writes by the same path, which the kernel applies to the directory's watch:
+    /// the new-entry events of the directory were gone, and a tool file planted in it stayed.
+    /// A review file whose inode is watched already is not watched again. Control: the same
+    /// directory under a plain name loses its tool file.
+    #[test]
+    fn a_directory_named_as_a_review_file_stays_watched_for_new_entries() {
+        for name in ["Makefile", "control"] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            std::fs::create_dir_all(root.join("sub").join(name)).unwrap();
+            let mut w = warden(&rule(None), "sg-rd", &root);
+            let planted = root.join("sub").join(name).join(".envrc");
+            std::fs::write(&planted, "planted").unwrap();
+            w.sweep();
+            assert!(!planted.exists(), "{name}: a tool file planted in it stayed");
+        }
     }
 
     fn rule(quarantine: Option<PathBuf>) -> TopLevel {

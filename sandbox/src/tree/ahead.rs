@@ -254,18 +254,27 @@ impl Ahead {
 
     /// The watch of each of `dirs` when this instance watches exactly the tops and those
     /// directories, in that order, each with the mask the warden wants (a mask changed is
-    /// given to the same watch); `None` otherwise.
-    fn fit(&self, dirs: &[PathBuf], reviewed: &[PathBuf], roots: &[PathBuf]) -> Option<Vec<i32>> {
+    /// given to the same watch, and noted: the next comparison is with what the kernel
+    /// holds); `None` otherwise.
+    fn fit(
+        &mut self,
+        dirs: &[PathBuf],
+        reviewed: &[PathBuf],
+        roots: &[PathBuf],
+    ) -> Option<Vec<i32>> {
         let fd = self.inotify.as_fd().as_raw_fd();
-        let mut mine = self.dirs.iter();
+        let mut mine = self.dirs.iter_mut();
         let mut wants = plan_iter(dirs, reviewed, roots);
         let fits = loop {
             match (mine.next(), wants.next()) {
                 (None, None) => break true,
                 (Some((dir, mask, wd)), Some((want, m))) if bytes(dir) == bytes(want) => {
                     // (Its mask changed: the same watch takes the new one.)
-                    if *mask != m && crate::sys::inotify_watch(fd, dir, m).ok() != Some(*wd) {
-                        break false;
+                    if *mask != m {
+                        if crate::sys::inotify_watch(fd, dir, m).ok() != Some(*wd) {
+                            break false;
+                        }
+                        *mask = m;
                     }
                 }
                 _ => break false,

@@ -101,3 +101,44 @@ fn watches_made_ahead_leave_the_wardens_their_share() {
     assert!(past.is_none(), "made past the indexes' share");
     assert!(Ahead::place(plan).is_some(), "control: made within it");
 }
+
+/// Red team of the instance handed again (issue 31): its masks as the kernel holds them. Made
+/// ahead while `sub/d` held a review file (watched for its writes and removals too); the file
+/// removed on the host, the next answer's `sub/d` is watched for new entries only, and the
+/// handing gave the same watch that mask; the file made again, the next answer wants the
+/// first mask back, which the instance still noted as its own: handed without it, and the
+/// file's removal during that launch told nothing. The instance notes each mask it gives.
+/// Control: a watch placed now with the answer's plan tells the removal.
+#[test]
+fn a_mask_changed_and_changed_back_is_given_again() {
+    let (_dir, root) = tree(&["sub/d/build.rs", "sub/e/x.rs"]);
+    let d = root.join("sub/d");
+    let mut index = Index::build(std::slice::from_ref(&root), &rule()).unwrap();
+    assert!(index.wants_ahead(), "every directory is held");
+    let plan = index.ahead_plan().expect("the last scan stands");
+    index.install_ahead(Some(Ahead::place(plan).expect("placed")));
+    // Between launches, on the host: the review file removed.
+    std::fs::remove_file(d.join("build.rs")).unwrap();
+    let (scan, handed) = index.scan_and_hand().unwrap();
+    assert!(!scan.reviewed.contains(&d), "no review file there now");
+    let handed = handed.expect("the same directories, one mask changed: handed");
+    assert!(index.give_back(handed.lend, true), "given back clean");
+    drop(handed);
+    // Between launches again: the review file made again.
+    std::fs::write(d.join("build.rs"), "fn main() {}").unwrap();
+    let (scan, handed) = index.scan_and_hand().unwrap();
+    assert!(scan.reviewed.contains(&d), "a review file there again");
+    let handed = handed.expect("handed");
+    let at = scan.dirs.iter().position(|p| *p == d).unwrap();
+    let fresh = Ahead::place(index.ahead_plan().expect("stands")).expect("placed");
+    // The command, during that launch: the review file removed.
+    std::fs::remove_file(d.join("build.rs")).unwrap();
+    let told = |events: &[(i32, u32, Vec<u8>)], wd: i32| {
+        events.iter().any(|(w, m, n)| *w == wd && m & libc::IN_DELETE != 0 && n == b"build.rs")
+    };
+    let (fresh_handed, _) =
+        fresh.hand(&scan.dirs, &scan.reviewed, std::slice::from_ref(&root), u64::MAX).unwrap();
+    assert!(told(&queued(&fresh_handed), fresh_handed.wds[at]), "control: placed now, told");
+    let events = queued(&handed);
+    assert!(told(&events, handed.wds[at]), "handed without the review mask: {events:?}");
+}

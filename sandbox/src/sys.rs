@@ -589,16 +589,11 @@ pub fn close_detached(fd: OwnedFd) {
     if child == 0 {
         if clone() == 0 {
             let mut byte = 0u8;
-            // SAFETY: raw system calls on descriptor numbers, a constant C string, a one-byte
-            // buffer on this stack, and zeros written over this process's own copy of the
-            // command line (`args`: the range the kernel shows as /proc/PID/cmdline, writable
-            // memory of the initial stack). Every descriptor but `keep` and `raw` is closed;
-            // the pipe is read to its end, then `raw` closed (the last reference).
+            // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
+            // stack. Every descriptor but `keep` and `raw` is closed; the pipe is read to its
+            // end, then `raw` closed (the last reference).
+            hide_command_line(args, c"sandgate-close");
             unsafe {
-                if let Some((start, len)) = args {
-                    std::ptr::write_bytes(start as *mut u8, 0, len);
-                }
-                libc::prctl(libc::PR_SET_NAME, c"sandgate-close".as_ptr());
                 if low > 0 {
                     libc::syscall(libc::SYS_close_range, 0u32, (low - 1) as u32, 0u32);
                 }
@@ -622,9 +617,26 @@ pub fn close_detached(fd: OwnedFd) {
     drop(done_r);
 }
 
+/// Blanks this process's command line as `ps` and a search by command line read it
+/// (/proc/PID/cmdline: the memory `area` gives, from [`command_line_area`]) and names it
+/// `name`: what a process forked from the launcher does before it lingers past the launch
+/// (holding something whose last close takes time), so that a search for the sandboxed command
+/// does not find it. Raw writes and one `prctl`: safe in a forked child of a threaded process.
+pub fn hide_command_line(area: Option<(usize, usize)>, name: &CStr) {
+    // SAFETY: zeros written over this process's own copy of its command line (the range the
+    // kernel reads /proc/PID/cmdline from: writable memory of the initial stack, read by
+    // nothing in this process after its start), and a `prctl` with a C string.
+    unsafe {
+        if let Some((start, len)) = area {
+            std::ptr::write_bytes(start as *mut u8, 0, len);
+        }
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+    }
+}
+
 /// Where this process's command line lies in its memory (start, length), as the kernel shows it
 /// in /proc/PID/cmdline (`arg_start` and `arg_end` of /proc/self/stat); `None` when unknown.
-fn command_line_area() -> Option<(usize, usize)> {
+pub fn command_line_area() -> Option<(usize, usize)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // (The name in parentheses may hold spaces: the fields after it, from the third.)
     let after = &stat[stat.rfind(')')? + 1..];
@@ -920,12 +932,6 @@ pub fn lowest_priority() -> io::Result<()> {
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// A copy of the descriptor `fd` (close-on-exec).
-pub fn dup_owned(fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: borrowed only for the duplication; the caller keeps `fd` open meanwhile.
-    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
-}
-
 /// An inotify instance received from elsewhere (the warden's watches made ahead by the daemon).
 pub fn inotify_from(fd: std::os::fd::OwnedFd) -> nix::sys::inotify::Inotify {
     use std::os::fd::{FromRawFd as _, IntoRawFd as _};
@@ -1164,6 +1170,36 @@ mod tests {
         // readable memory of the initial stack, not written while the test reads it.
         let area = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
         assert_eq!(area, &shown[..], "another range than /proc/self/cmdline");
+    }
+
+    /// A child that hides its command line shows none (nothing of the test's command line,
+    /// which a search by command line would match) and the name it took. Control: the parent,
+    /// which did not hide it, shows its own.
+    #[test]
+    fn a_child_that_hides_its_command_line_shows_none_of_it() {
+        let (r, w) = std::io::pipe().unwrap();
+        let area = command_line_area();
+        let Some(pid) = fork().unwrap() else {
+            drop(w);
+            hide_command_line(area, c"sandgate-hid");
+            let mut byte = [0u8; 1];
+            let _ = std::io::Read::read(&mut &r, &mut byte);
+            exit_now(0)
+        };
+        drop(r);
+        let shown = |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap();
+        // (Polled: the child names itself after the fork, not before it.)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while shown("comm") != b"sandgate-hid\n" {
+            assert!(std::time::Instant::now() < deadline, "never named");
+            std::thread::yield_now();
+        }
+        let cmdline = shown("cmdline");
+        assert!(cmdline.iter().all(|b| *b == 0), "shown: {:?}", String::from_utf8_lossy(&cmdline));
+        let own = std::fs::read("/proc/self/cmdline").unwrap();
+        assert!(own.iter().any(|b| *b != 0), "control: the parent's own");
+        drop(w);
+        waitpid(pid, true).unwrap();
     }
 
     /// A descriptor closed detached is closed (its pipe's reader sees the end) once the call

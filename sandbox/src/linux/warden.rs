@@ -1291,22 +1291,21 @@ pub fn start(
             let _ = io::Write::write_all(&mut done_w, &changes);
             // The watches made ahead go back to the daemon for the next launch (which then
             // places none, and this process's close of them is not their last).
-            if warden.as_deref_mut().is_some_and(Warden::give_back) {
+            if warden.is_some_and(Warden::give_back) {
                 crate::timing::mark("watches given back to the daemon (kept)");
                 sys::exit_now(0)
             }
             // The last close of the watch frees a watch per directory (thousands in a large
-            // tree) and waits for an SRCU grace period: made in a detached process (see
-            // `close_detached`), not in this one's exit, which the launcher's end would share.
-            // At the lowest priority (the detached process inherits it): that work is no
-            // launch's, and the next one may be starting on these two cores.
-            if let Some(fd) = watch.and_then(|w| sys::dup_owned(w).ok()) {
-                // (This process's own copy first: the detached one is then the last.)
-                if let Some(w) = warden {
-                    w.release_watch();
-                }
+            // tree) and waits for an SRCU grace period (10-20 ms): made in this process's exit,
+            // once it holds nothing else (the launcher and whoever reads its stderr wait for
+            // none of it), and at the lowest priority: that work is no launch's, and the next
+            // one may be starting on these two cores. (A detached grandchild did it before: two
+            // more forks of every launch.) While it lingers, its command line is not the
+            // launcher's (see `close_detached`).
+            if let Some(fd) = watch {
+                sys::close_all_except(&[fd]);
+                sys::hide_command_line(sys::command_line_area(), c"sandgate-close");
                 let _ = sys::lowest_priority();
-                sys::close_detached(fd);
             }
             sys::exit_now(0)
         }

@@ -246,14 +246,21 @@ pub fn package_caches(var: impl Fn(&str) -> Option<OsString>, home: &Path) -> Ve
         })
         .filter(|c| c.path.is_absolute())
         .collect();
-    let all: Vec<PathBuf> = found.iter().map(|c| c.path.clone()).collect();
-    let mut seen: Vec<PathBuf> = Vec::new();
-    found.retain(|c| {
-        let inside_another = all.iter().any(|o| o != &c.path && c.path.starts_with(o));
-        let first = !seen.contains(&c.path);
-        seen.push(c.path.clone());
-        !inside_another && first
-    });
+    // (Compared as lists of components, made once: `Path::starts_with` walks both paths'
+    // components at each call, and this is on every launch's path.)
+    let parts: Vec<Vec<std::path::Component<'_>>> =
+        found.iter().map(|c| c.path.components().collect()).collect();
+    let keep: Vec<bool> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let inside_another = parts.iter().any(|o| o != p && p.starts_with(o));
+            let first = !parts[..i].contains(p);
+            !inside_another && first
+        })
+        .collect();
+    let mut keep = keep.into_iter();
+    found.retain(|_| keep.next().unwrap_or(false));
     found
 }
 

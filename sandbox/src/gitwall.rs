@@ -274,6 +274,28 @@ fn plain_config_refs(text: &[u8]) -> Option<Vec<ConfigRef>> {
     Some(out)
 }
 
+/// Whether a git configuration file turns `extensions.worktreeConfig` on (git's last value
+/// wins; a value that is no boolean is off). A file in git's plain form is read by hand (see
+/// [`plain_config_refs`]), any other by gix-config.
+fn worktree_config_on(text: &[u8]) -> bool {
+    let on = |v: &str| gix_config::Boolean::try_from(v).is_ok_and(|b| b.0);
+    match plain_config_refs(text) {
+        Some(refs) => refs
+            .iter()
+            .rev()
+            .find(|r| r.key == "extensions.worktreeconfig")
+            .is_some_and(|r| on(&r.value)),
+        None => gix_config::File::from_bytes_no_includes(
+            text,
+            gix_config::file::Metadata::api(),
+            Default::default(),
+        )
+        .ok()
+        .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
+        .unwrap_or(false),
+    }
+}
+
 /// The words of a shell command line, quotes dropped and split at whitespace and operators
 /// (`;|&()<>`), a leading `!` (aliases, credential helpers) dropped: more words than the shell
 /// sees, never fewer.
@@ -638,16 +660,8 @@ impl Walk<'_> {
     fn git_dir_files(&mut self, d: &Path, linked: bool) {
         self.protect(d.join("hooks"));
         self.protect(d.join("config"));
-        let worktree_config = std::fs::read(d.join("config")).ok().is_some_and(|t| {
-            gix_config::File::from_bytes_no_includes(
-                &t,
-                gix_config::file::Metadata::api(),
-                Default::default(),
-            )
-            .ok()
-            .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
-            .unwrap_or(false)
-        });
+        let worktree_config =
+            std::fs::read(d.join("config")).ok().is_some_and(|t| worktree_config_on(&t));
         if linked || worktree_config || d.join("config.worktree").exists() {
             self.protect(d.join("config.worktree"));
         }

@@ -636,7 +636,14 @@ pub fn hide_command_line(area: Option<(usize, usize)>, name: &CStr) {
 
 /// Where this process's command line lies in its memory (start, length), as the kernel shows it
 /// in /proc/PID/cmdline (`arg_start` and `arg_end` of /proc/self/stat); `None` when unknown.
+/// Found once per process (reading /proc/self/stat costs tens of microseconds), and a child
+/// forked after that inherits it: the same addresses in its copy of the memory.
 pub fn command_line_area() -> Option<(usize, usize)> {
+    static AREA: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    *AREA.get_or_init(read_command_line_area)
+}
+
+fn read_command_line_area() -> Option<(usize, usize)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // (The name in parentheses may hold spaces: the fields after it, from the third.)
     let after = &stat[stat.rfind(')')? + 1..];

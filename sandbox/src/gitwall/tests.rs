@@ -744,3 +744,36 @@ fn the_plain_form_reads_as_gix_config_reads_it() {
         assert_eq!(plain_config_refs(text.as_bytes()), None, "{text:?}");
     }
 }
+
+/// `extensions.worktreeConfig` read by hand from a plain file is what gix-config reads: on,
+/// off, the last value winning, in any case, other words, absent; and other forms still go to
+/// gix-config (an implicit `true`, a quoted value).
+#[test]
+fn worktree_config_is_read_as_gix_config_reads_it() {
+    let gix = |t: &str| {
+        gix_config::File::from_bytes_no_includes(
+            t.as_bytes(),
+            gix_config::file::Metadata::api(),
+            Default::default(),
+        )
+        .ok()
+        .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
+        .unwrap_or(false)
+    };
+    let rows = [
+        ("[extensions]\n\tworktreeConfig = true\n", true),
+        ("[extensions]\n\tworktreeconfig = false\n", false),
+        ("[Extensions]\n\tWORKTREECONFIG = yes\n", true),
+        ("[extensions]\n\tworktreeConfig = 1\n[extensions]\n\tworktreeConfig = off\n", false),
+        ("[extensions]\n\tworktreeConfig = off\n\tworktreeConfig = on\n", true),
+        ("[extensions]\n\tworktreeConfig = maybe\n", false),
+        ("[core]\n\tbare = false\n", false),
+        ("[extensions \"x\"]\n\tworktreeConfig = true\n", false),
+        ("[extensions]\n\tworktreeConfig\n", true),
+        ("[extensions]\n\tworktreeConfig = \"true\"\n", true),
+    ];
+    for (text, want) in rows {
+        assert_eq!(worktree_config_on(text.as_bytes()), want, "{text:?}");
+        assert_eq!(gix(text), want, "control: gix-config reads {text:?} so");
+    }
+}

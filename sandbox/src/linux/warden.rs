@@ -1236,6 +1236,9 @@ pub fn start(
     // the last reference to the inotify instance, which waits for an SRCU grace period in the
     // kernel (~13-22 ms measured), and the launcher need not wait for that.
     let (done_r, done_w) = std::io::pipe().ok()?;
+    // (Found before the fork: the warden hides its command line when it lingers, and this
+    // process's `close_detached` needs it too.)
+    let _ = sys::command_line_area();
     match sys::fork() {
         Ok(Some(pid)) => {
             drop(done_w);

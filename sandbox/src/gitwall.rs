@@ -274,6 +274,23 @@ fn plain_config_refs(text: &[u8]) -> Option<Vec<ConfigRef>> {
     Some(out)
 }
 
+/// The last value of `key` (`section.key`, lower case) in a git configuration file, as
+/// gix-config's `string` reads it; `None` when absent. A file in git's plain form is read by
+/// hand (see [`plain_config_refs`]), any other by gix-config.
+fn config_value(text: &[u8], key: &str) -> Option<String> {
+    match plain_config_refs(text) {
+        Some(refs) => refs.into_iter().rev().find(|r| r.key == key).map(|r| r.value),
+        None => gix_config::File::from_bytes_no_includes(
+            text,
+            gix_config::file::Metadata::api(),
+            Default::default(),
+        )
+        .ok()?
+        .string(key)
+        .map(|v| lossy(&v)),
+    }
+}
+
 /// Whether a git configuration file turns `extensions.worktreeConfig` on (git's last value
 /// wins; a value that is no boolean is off). A file in git's plain form is read by hand (see
 /// [`plain_config_refs`]), any other by gix-config.
@@ -704,16 +721,8 @@ impl Walk<'_> {
         // Gitlinks: the index, then what `.gitmodules` names.
         let sha256 = std::fs::read(repo.common_dir.join("config"))
             .ok()
-            .and_then(|t| {
-                let f = gix_config::File::from_bytes_no_includes(
-                    &t,
-                    gix_config::file::Metadata::api(),
-                    Default::default(),
-                )
-                .ok()?;
-                f.string("extensions.objectformat").map(|v| v.eq_ignore_ascii_case(b"sha256"))
-            })
-            .unwrap_or(false);
+            .and_then(|t| config_value(&t, "extensions.objectformat"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("sha256"));
         let mut links: Vec<(Option<String>, String)> = Vec::new();
         let index = repo.git_dir.join("index");
         match index_gitlinks(&index, sha256) {

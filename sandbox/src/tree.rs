@@ -394,8 +394,10 @@ pub(crate) fn scan_at(
     bounds: (usize, usize),
     start: (i64, i64),
 ) -> Scan {
-    let mut out = scan_with(roots, rule, bounds, start, None);
-    finish(&mut out, roots, rule);
+    // (The rule's names made once for both: hundreds of names.)
+    let below = Below::new(rule);
+    let mut out = scan_with(roots, rule, &below, bounds, start, None);
+    finish(&mut out, roots, rule, &below);
     out
 }
 
@@ -415,11 +417,11 @@ pub(crate) trait Live {
 pub(crate) fn scan_with(
     roots: &[PathBuf],
     rule: &crate::TopLevel,
+    below: &Below,
     (max_depth, max_dirs): (usize, usize),
     start: (i64, i64),
     mut live: Option<&mut dyn Live>,
 ) -> Scan {
-    let below = Below::new(rule);
     let mut out = Scan::default();
     // A writable path inside another is read as part of the outer one.
     let mut tops: Vec<&PathBuf> = roots.iter().filter(|r| r.is_dir()).collect();
@@ -460,7 +462,7 @@ pub(crate) fn scan_with(
             }
             None => {
                 // (A top inside another writable path is that path's top too.)
-                let mut sort = Classifier::new(&below, rule, roots.contains(&dir));
+                let mut sort = Classifier::new(below, rule, roots.contains(&dir));
                 if let Err(e) = list(&dir, &mut |name, kind| sort.add(name, kind)) {
                     out.unread.push(Unread { path: dir, why: Stop::Unreadable(e.kind()) });
                     continue;
@@ -522,17 +524,7 @@ pub(crate) fn scan_with(
 /// What a scan derives from what it read: the read-only cover of what it did not read, and the
 /// links that lead into what it did not read (judged now: where a link leads may change
 /// without a change in the directories read).
-pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel) {
-    finish_with(out, roots, rule, &Below::new(rule));
-}
-
-/// [`finish`], with the rule's names made already.
-pub(crate) fn finish_with(
-    out: &mut Scan,
-    roots: &[PathBuf],
-    rule: &crate::TopLevel,
-    below: &Below,
-) {
+pub(crate) fn finish(out: &mut Scan, roots: &[PathBuf], rule: &crate::TopLevel, below: &Below) {
     let mut tops: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
     tops.sort();
     tops.dedup_by(|inner, outer| inner.starts_with(&*outer));

@@ -777,3 +777,34 @@ fn worktree_config_is_read_as_gix_config_reads_it() {
         assert_eq!(gix(text), want, "control: gix-config reads {text:?} so");
     }
 }
+
+/// A value read by hand from a plain file is gix-config's `string`: the last one, absent, in
+/// another section; other forms still go to gix-config (quoted, with a comment).
+#[test]
+fn a_config_value_is_read_as_gix_config_reads_it() {
+    let gix = |t: &str| {
+        gix_config::File::from_bytes_no_includes(
+            t.as_bytes(),
+            gix_config::file::Metadata::api(),
+            Default::default(),
+        )
+        .ok()
+        .and_then(|f| f.string("extensions.objectformat").map(|v| v.to_string()))
+    };
+    let rows = [
+        ("[extensions]\n\tobjectFormat = sha256\n", Some("sha256")),
+        ("[Extensions]\n\tOBJECTFORMAT = SHA256\n", Some("SHA256")),
+        (
+            "[extensions]\n\tobjectformat = sha256\n[extensions]\n\tobjectformat = sha1\n",
+            Some("sha1"),
+        ),
+        ("[core]\n\tbare = false\n", None),
+        ("[extensions \"x\"]\n\tobjectformat = sha256\n", None),
+        ("[extensions]\n\tobjectformat = \"sha256\" # c\n", Some("sha256")),
+    ];
+    for (text, want) in rows {
+        let want = want.map(str::to_owned);
+        assert_eq!(config_value(text.as_bytes(), "extensions.objectformat"), want, "{text:?}");
+        assert_eq!(gix(text), want, "control: gix-config reads {text:?} so");
+    }
+}

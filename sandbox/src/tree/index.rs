@@ -453,7 +453,7 @@ impl Index {
         // tree's.)
         let moved = self.ways.moved();
         if !moved {
-            super::finish_with(&mut out, &self.roots, &self.rule, &self.below);
+            super::finish(&mut out, &self.roots, &self.rule, &self.below);
         }
         if let Some(last) = self.last.as_mut().filter(|_| lent) {
             last.dirs = std::mem::take(&mut out.dirs);
@@ -657,8 +657,14 @@ impl Index {
     fn bfs(&mut self) -> Scan {
         let start = memory::now();
         (self.held.asked, self.held.held_now) = (0, 0);
-        let mut out =
-            super::scan_with(&self.roots, &self.rule, self.bounds, start, Some(&mut self.held));
+        let mut out = super::scan_with(
+            &self.roots,
+            &self.rule,
+            &self.below,
+            self.bounds,
+            start,
+            Some(&mut self.held),
+        );
         out.memory = None;
         self.held.watched_now.clear();
         self.read = self.held.asked;

@@ -164,6 +164,18 @@ pub fn config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
     }
 }
 
+/// Whether `core.fsmonitor = value` is git's builtin daemon or nothing (a boolean), not a
+/// program. gix-config reads a number behind `0b` as binary; git reads numbers with the C
+/// library's `strtoimax`, which reads no `0b` here (glibc before 2.38, or not built for C23),
+/// so git runs `0b1` as a program found on `PATH` (red team of issue 31): such a value is a
+/// program to the wall too (protecting what it may name costs nothing where git reads a
+/// boolean).
+fn fsmonitor_off_or_builtin(value: &str) -> bool {
+    let digits = value.trim_start_matches(['+', '-']).as_bytes();
+    let binary = digits.len() > 1 && digits[0] == b'0' && matches!(digits[1], b'b' | b'B');
+    !binary && gix_config::Boolean::try_from(value).is_ok()
+}
+
 /// [`config_refs`] by gix-config, whatever the file's form.
 fn parsed_config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
     let file = gix_config::File::from_bytes_no_includes(
@@ -186,8 +198,7 @@ fn parsed_config_refs(text: &[u8]) -> Result<Vec<ConfigRef>, String> {
             let kind = kind_of(&name, sub.is_some(), &key);
             for value in section.values(&key) {
                 let value = lossy(&value);
-                // `core.fsmonitor = true|false` is the builtin daemon or nothing, not a path.
-                if key == "fsmonitor" && gix_config::Boolean::try_from(value.as_str()).is_ok() {
+                if key == "fsmonitor" && fsmonitor_off_or_builtin(&value) {
                     continue;
                 }
                 let full = match &sub {
@@ -260,7 +271,7 @@ fn plain_config_refs(text: &[u8]) -> Option<Vec<ConfigRef>> {
             }
             let kind = kind_of(name, sub.is_some(), key);
             for (_, value) in entries.iter().filter(|(k, _)| k == key) {
-                if key == "fsmonitor" && gix_config::Boolean::try_from(*value).is_ok() {
+                if key == "fsmonitor" && fsmonitor_off_or_builtin(value) {
                     continue;
                 }
                 let full = match sub {

@@ -133,6 +133,15 @@ impl Known {
         listed || self.noted.iter().any(|(n, d, i)| n.as_bytes() == name && *d == dev && *i == ino)
     }
 
+    /// Forgets `name`: it went from the top since launch (a new entry of that name and inode,
+    /// a hard link of a file the command holds, is new).
+    fn forget(&mut self, name: &[u8]) {
+        if let Ok(i) = self.at.binary_search_by(|e| self.name(e).cmp(name)) {
+            self.at.remove(i);
+        }
+        self.noted.retain(|n| n.0.as_bytes() != name);
+    }
+
     /// Every name there.
     fn names(&self) -> impl Iterator<Item = &[u8]> {
         self.at.iter().map(|e| self.name(e)).chain(self.noted.iter().map(|n| n.0.as_bytes()))
@@ -685,6 +694,15 @@ impl Warden {
             let name = OsStr::from_bytes(&ev.name);
             let is_dir = ev.mask & libc::IN_ISDIR != 0;
             let new = ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
+            // An entry there at launch that went (another launch's warden took it away, the
+            // host removed it; one bound read-only cannot go from inside) is not there at
+            // launch any more: the command could link its own file under that name with that
+            // inode again (red team of issue 31).
+            if is_top && ev.mask & (libc::IN_DELETE | libc::IN_MOVED_FROM) != 0 {
+                for root in self.roots.iter_mut().filter(|r| r.path == dir) {
+                    root.known.forget(&ev.name);
+                }
+            }
             // A new entry that may be a symbolic link (inotify does not say): one `lstat` for
             // each new file in a watched directory (build output is not watched).
             let protected = if is_top {

@@ -687,3 +687,47 @@ fn the_tops_entries_handed_by_the_index_are_those_a_listing_keeps() {
         assert!(root.join(f).exists(), "{f}, there at launch, taken away");
     }
 }
+
+/// Whether a tool file planted at a top stays after two launches at once on one tree: launch
+/// A's command links a file of its own (`sub/payload`) as `.envrc` while launch B asks (on
+/// watches made ahead, `b_ahead`: the index's listing of the top; or B's own listing), A's
+/// warden takes it away and A ends, then B's command links it again: the same name and inode
+/// B's view of the top had at launch.
+fn relinked_stays(b_ahead: bool) -> bool {
+    let (_dir, root, mut index) = held_tree();
+    let roots = [root.clone()];
+    std::fs::write(root.join("sub/payload"), "planted").unwrap();
+    let (mut a, _lent_a) = launch_on(&mut index, &roots);
+    a.id = "sg-a".into(); // (its quarantine's names are not B's)
+    // A's command.
+    std::fs::hard_link(root.join("sub/payload"), root.join(".envrc")).unwrap();
+    if b_ahead {
+        index.lent_long_ago();
+        assert!(index.wants_ahead(), "made again beside A");
+        let plan = index.ahead_plan().expect("the last scan stands");
+        index.install_ahead(Ahead::place(plan));
+    }
+    let (mut b, _lent_b) = launch_on(&mut index, &roots);
+    assert_eq!(b.watched_ahead(), b_ahead);
+    assert!(b.existing_protected().contains(&root.join(".envrc")), "B: there at launch");
+    a.sweep();
+    assert!(!root.join(".envrc").exists(), "A's warden left it");
+    a.release_watch();
+    // B's command, once A ended.
+    std::fs::hard_link(root.join("sub/payload"), root.join(".envrc")).unwrap();
+    b.sweep();
+    b.release_watch();
+    root.join(".envrc").exists()
+}
+
+/// Red team of issue 31: a top entry there at launch that goes during the run (another
+/// launch's warden took it away, the host removed it) is no longer "there at launch": a tool
+/// file linked again under its name with its inode (a hard link of the command's own file) is
+/// taken away, on the index's listing of the top as on the warden's own. It stayed: the
+/// warden knew the top's entries by name and inode only. Control: checked by hand that
+/// without the warden forgetting a top entry on its removal event both variants fail.
+#[test]
+fn a_top_entry_gone_during_the_run_is_not_there_at_launch_when_linked_again() {
+    assert!(!relinked_stays(true), "on the index's listing: kept");
+    assert!(!relinked_stays(false), "on the warden's own listing: kept");
+}

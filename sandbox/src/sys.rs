@@ -634,6 +634,19 @@ pub fn hide_command_line(area: Option<(usize, usize)>, name: &CStr) {
     }
 }
 
+/// Sixteen hex digits from the kernel's random source (a name nobody can guess); the time's
+/// nanoseconds if that cannot be read.
+pub fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the kernel writes at most `bytes.len()` bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        bytes = now.map_or(0, |d| d.as_nanos() as u64).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Where this process's command line lies in its memory (start, length), as the kernel shows it
 /// in /proc/PID/cmdline (`arg_start` and `arg_end` of /proc/self/stat); `None` when unknown.
 /// Found once per process (reading /proc/self/stat costs tens of microseconds), and a child

@@ -1109,12 +1109,20 @@ impl Warden {
                 }
             }
         }
-        if to.is_none() {
-            let in_place = format!("{QUARANTINED_PREFIX}{}-{label}", self.id);
+        // In place: the name first, then (that name made already: the command can guess it,
+        // and made every one it could guess) with a part it cannot guess.
+        let mut tries = 0;
+        while to.is_none() {
+            let in_place = match tries {
+                0 => format!("{QUARANTINED_PREFIX}{}-{label}", self.id),
+                _ => format!("{QUARANTINED_PREFIX}{}-{}-{label}", self.id, sys::random_hex()),
+            };
+            tries += 1;
             match sys::rename_at(dir_fd.as_raw_fd(), name, dir_fd.as_raw_fd(), Path::new(&in_place))
             {
                 Ok(()) => to = Some(dir.join(in_place)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 8 => {}
                 Err(e) => {
                     eprintln!("sandgate: could not take away {}: {e}", from.display());
                     return;
@@ -1806,6 +1814,25 @@ mod tests {
             vec![format!("{QUARANTINED_PREFIX}sg-u-1-.pre-commit-config.yaml")]
         );
         assert_eq!(w.sweep(), 0, "a quarantined name is not taken again");
+    }
+
+    /// The name an entry is renamed to in place can be guessed (the sandbox's id is visible
+    /// inside): a command that made every such name first still has its planted file taken
+    /// away, under a name with a part it cannot guess. Red team (issue 31, fifth pass).
+    /// Control (by hand): without the second try, the file stays ("File exists").
+    #[test]
+    fn a_guessed_in_place_name_made_first_does_not_keep_the_planted_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut w = warden(&rule(None), "sg-g", &root);
+        for n in 1..=3 {
+            std::fs::write(root.join(format!("{QUARANTINED_PREFIX}sg-g-{n}-.envrc")), "").unwrap();
+        }
+        std::fs::write(root.join(".envrc"), "planted").unwrap();
+        assert_eq!(w.sweep(), 1);
+        assert!(!root.join(".envrc").exists(), "kept: every name it would take was made");
+        let moved = names(&root).into_iter().filter(|n| n.ends_with("-1-.envrc")).count();
+        assert_eq!(moved, 2, "the guessed name and the one taken: {:?}", names(&root));
     }
 
     #[test]

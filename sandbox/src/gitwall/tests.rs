@@ -745,20 +745,25 @@ fn the_plain_form_reads_as_gix_config_reads_it() {
     }
 }
 
+/// `text` parsed by gix-config, as the git wall's readers of other forms parse it.
+fn gix_file(text: &str) -> Option<gix_config::File> {
+    gix_config::File::from_bytes_no_includes(
+        text.as_bytes(),
+        gix_config::file::Metadata::api(),
+        Default::default(),
+    )
+    .ok()
+}
+
 /// `extensions.worktreeConfig` read by hand from a plain file is what gix-config reads: on,
 /// off, the last value winning, in any case, other words, absent; and other forms still go to
 /// gix-config (an implicit `true`, a quoted value).
 #[test]
 fn worktree_config_is_read_as_gix_config_reads_it() {
     let gix = |t: &str| {
-        gix_config::File::from_bytes_no_includes(
-            t.as_bytes(),
-            gix_config::file::Metadata::api(),
-            Default::default(),
-        )
-        .ok()
-        .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
-        .unwrap_or(false)
+        gix_file(t)
+            .and_then(|f| f.boolean("extensions.worktreeconfig").ok().flatten())
+            .unwrap_or(false)
     };
     let rows = [
         ("[extensions]\n\tworktreeConfig = true\n", true),
@@ -783,13 +788,7 @@ fn worktree_config_is_read_as_gix_config_reads_it() {
 #[test]
 fn a_config_value_is_read_as_gix_config_reads_it() {
     let gix = |t: &str| {
-        gix_config::File::from_bytes_no_includes(
-            t.as_bytes(),
-            gix_config::file::Metadata::api(),
-            Default::default(),
-        )
-        .ok()
-        .and_then(|f| f.string("extensions.objectformat").map(|v| v.to_string()))
+        gix_file(t).and_then(|f| f.string("extensions.objectformat").map(|v| v.to_string()))
     };
     let rows = [
         ("[extensions]\n\tobjectFormat = sha256\n", Some("sha256")),

@@ -1358,6 +1358,19 @@ mod tests {
         TOPS_LISTED.with(std::cell::Cell::get) - before
     }
 
+    /// This test's thread in a mount namespace of its own, private (a mount reaches no other
+    /// test); false when that needs root and the test is skipped.
+    fn private_mounts() -> bool {
+        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+            return false;
+        }
+        use nix::mount::{MsFlags, mount};
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .unwrap();
+        true
+    }
+
     /// The last turn lists a top again only where its events may not have told everything
     /// (`Warden::tops_told`): a large top is a listing the launcher waits for. A tool file made
     /// at the top is taken away by its event; with nothing made there, no listing; with events
@@ -1420,15 +1433,10 @@ mod tests {
     /// (mounts). Control: a turn that is not the last (events only) leaves it.
     #[test]
     fn the_last_turn_lists_a_top_whose_changes_may_raise_no_event() {
-        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+        if !private_mounts() {
             return;
         }
         use nix::mount::{MntFlags, MsFlags, mount, umount2};
-        // (In a mount namespace of this test's thread, private: the mount reaches no other
-        // test.)
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-            .unwrap();
         let layers = tempfile::tempdir().unwrap();
         let l = |n: &str| layers.path().join(n);
         for n in ["lower", "upper", "work", "top"] {
@@ -1582,15 +1590,10 @@ mod tests {
     /// queue read out before the last turn, it stays.
     #[test]
     fn an_entry_made_through_another_mount_of_a_top_is_told() {
-        if sandgate_test_support::skip_unless(nix::unistd::geteuid().is_root(), "root (mount)") {
+        if !private_mounts() {
             return;
         }
         use nix::mount::{MntFlags, MsFlags, mount, umount2};
-        // (In a mount namespace of this test's thread, private: the mount reaches no other
-        // test.)
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-            .unwrap();
         let q = tempfile::tempdir().unwrap();
         let rule = rule(Some(q.path().into()));
         for control in [false, true] {

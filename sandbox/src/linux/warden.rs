@@ -1351,10 +1351,10 @@ mod tests {
         pub(super) static TOPS_LISTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
-    /// How many times `f` (a warden's turns on this thread) listed the tops again.
-    fn tops_listed(f: impl FnOnce()) -> usize {
+    /// How many times a last turn of `w` listed the tops again.
+    fn listed_at_turn(w: &mut Warden) -> usize {
         let before = TOPS_LISTED.with(std::cell::Cell::get);
-        f();
+        w.sweep();
         TOPS_LISTED.with(std::cell::Cell::get) - before
     }
 
@@ -1394,20 +1394,8 @@ mod tests {
             let mut w = warden(&rule, "sg-told", &root);
             assert!(w.tops_told(), "{what}: a top on this machine's filesystem, watched");
             std::fs::write(root.join("src.rs"), "").unwrap();
-            assert_eq!(
-                tops_listed(|| {
-                    w.sweep();
-                }),
-                1,
-                "{what}: a new entry at the top"
-            );
-            assert_eq!(
-                tops_listed(|| {
-                    w.sweep();
-                }),
-                0,
-                "{what}: nothing new, no listing"
-            );
+            assert_eq!(listed_at_turn(&mut w), 1, "{what}: a new entry at the top");
+            assert_eq!(listed_at_turn(&mut w), 0, "{what}: nothing new, no listing");
             std::fs::write(root.join(".envrc"), "planted").unwrap();
             if *lose {
                 let _ = w.drain();
@@ -1417,13 +1405,7 @@ mod tests {
                 let top = w.watches.iter().find(|(_, (_, top))| *top).map(|(wd, _)| *wd);
                 sys::inotify_unwatch(w.raw_fd().unwrap(), top.unwrap());
             }
-            assert_eq!(
-                tops_listed(|| {
-                    w.sweep();
-                }),
-                *listings,
-                "{what}: listings"
-            );
+            assert_eq!(listed_at_turn(&mut w), *listings, "{what}: listings");
             assert_eq!(!root.join(".envrc").exists(), *taken, "{what}: taken away");
         }
     }
@@ -1568,13 +1550,7 @@ mod tests {
                 }
                 // (Listed for its event; with none read, not at all.)
                 let listings = usize::from(!control);
-                assert_eq!(
-                    tops_listed(|| {
-                        w.sweep();
-                    }),
-                    listings,
-                    "{what}: listings"
-                );
+                assert_eq!(listed_at_turn(&mut w), listings, "{what}: listings");
                 let name = if *what == "exchanged" { ".git" } else { ".envrc" };
                 let stays = std::fs::symlink_metadata(root.join(name))
                     .is_ok_and(|m| *what != "exchanged" || m.ino() != known);
@@ -1608,13 +1584,7 @@ mod tests {
                 let _ = w.drain();
             }
             let listings = usize::from(!control);
-            assert_eq!(
-                tops_listed(|| {
-                    w.sweep();
-                }),
-                listings,
-                "control {control}: listings"
-            );
+            assert_eq!(listed_at_turn(&mut w), listings, "control {control}: listings");
             assert_eq!(root.join(".envrc").exists(), control, "control {control}: stays");
             let _ = umount2(&other, MntFlags::MNT_DETACH);
         }

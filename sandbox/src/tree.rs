@@ -126,6 +126,7 @@ pub struct Scan {
 pub(crate) type TopNames = Vec<(Vec<u8>, u64)>;
 
 /// Each top (its path) with its [`TopNames`].
+#[cfg(target_os = "linux")]
 pub(crate) type Tops = [(PathBuf, TopNames)];
 
 /// A launch's watches made ahead: the instance (with the watches on the tops too), and the watch

@@ -618,13 +618,22 @@ impl Warden {
         out
     }
 
-    /// Handles every pending event, lists the tops (when an entry appeared at one, or always
-    /// with `all`), and reads every directory again when events were lost. Returns how many
+    /// Handles every pending event, lists the tops (when an entry appeared at one or events
+    /// were lost, or with `all` where their events may not have told everything: see
+    /// [`Warden::tops_told`]), and reads every directory again when events were lost. With
+    /// `all`, gives the tops' owner access back. Returns how many
     /// entries were taken away.
     fn sweep_with(&mut self, all: bool) -> usize {
         let before = self.taken;
         let events = self.drain();
         let top = self.handle(&events);
+        // (A top the command left closed, `chmod 000`, is opened again on the last turn: no
+        // event of an entry says so, and it is the user's directory.)
+        if all {
+            for r in &self.roots {
+                open_up(&r.path);
+            }
+        }
         // (On the last turn, the tops are listed again only where their events may not have
         // told everything: a listing of thousands of entries the launcher waits for. A loss is
         // listed on the turn that reads it, whichever: reading everything below ends it, and a
@@ -1408,6 +1417,23 @@ mod tests {
             assert_eq!(listed_at_turn(&mut w), *listings, "{what}: listings");
             assert_eq!(!root.join(".envrc").exists(), *taken, "{what}: taken away");
         }
+    }
+
+    /// A top the command left closed (`chmod 000`, its last act) is opened again by the last
+    /// turn, though no event of an entry asks for a listing (the suite's killed-launcher test
+    /// found it left closed). Control: a turn during the run leaves it as it is.
+    #[test]
+    fn the_last_turn_opens_a_top_left_closed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut w = warden(&rule(None), "sg-closed", &root);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o000)).unwrap();
+        w.sweep_with(false);
+        assert_eq!(mode(&root), 0o000, "control: a turn during the run");
+        assert_eq!(listed_at_turn(&mut w), 0, "nothing to list");
+        assert_eq!(mode(&root) & 0o700, 0o700, "left closed");
     }
 
     /// A top on an overlay whose upper layer is written beside it: an entry made there raises

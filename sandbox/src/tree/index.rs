@@ -473,10 +473,6 @@ impl Index {
         };
         let handed =
             ahead.and_then(|a| a.hand(&scan.dirs, &scan.reviewed, &self.roots, self.scans));
-        let handed = handed.map(|(mut h, a)| {
-            h.tops = self.top_names().to_vec();
-            (h, a)
-        });
         Some((scan, handed.map(|h| self.lend(h))))
     }
 
@@ -490,17 +486,11 @@ impl Index {
             self.ahead = ahead;
             return None;
         };
-        let dirs: &[PathBuf] = match &self.last {
-            Some(last) if scan.dirs.is_empty() => &last.dirs,
-            _ => &scan.dirs,
-        };
-        let handed = ahead.and_then(|a| a.hand(dirs, &scan.reviewed, &self.roots, self.scans));
-        let tops = handed.is_some().then(|| self.top_names().to_vec());
-        // (Again: `top_names` borrowed the index.)
-        let dirs: &[PathBuf] = match &self.last {
-            Some(last) if scan.dirs.is_empty() => &last.dirs,
-            _ => &scan.dirs,
-        };
+        let handed = ahead.and_then(|a| {
+            a.hand(read_dirs(&self.last, &scan), &scan.reviewed, &self.roots, self.scans)
+        });
+        let handed = handed.map(|h| self.lend(h));
+        let dirs = read_dirs(&self.last, &scan);
         let fresh;
         let blob = match (&self.last, &mut self.last_dirs) {
             (Some(last), kept) if scan.dirs.is_empty() => {
@@ -511,13 +501,9 @@ impl Index {
                 &fresh
             }
         };
-        let wds = handed.as_ref().map(|h| (&h.0.wds[..], tops.as_deref().unwrap_or_default()));
+        let wds = handed.as_ref().map(|h| (&h.wds[..], &h.tops[..]));
         let reply = encode_parts(&scan, dirs.len(), blob, wds);
-        let handed = handed.map(|(mut h, a)| {
-            h.tops = tops.unwrap_or_default();
-            (h, a)
-        });
-        Some((reply, handed.map(|h| self.lend(h))))
+        Some((reply, handed))
     }
 
     /// Each top's entries that the warden keeps from launch: those the rule protects at a top
@@ -565,10 +551,11 @@ impl Index {
     }
 
     /// Notes the instance of `handed` as lent (one lent before is let go: its launch runs
-    /// long, and this is the newer).
+    /// long, and this is the newer), with the tops' entries the warden keeps from launch.
     fn lend(&mut self, (mut handed, ahead): (Handed, Ahead)) -> Handed {
         self.lends += 1;
         handed.lend = self.lends;
+        handed.tops = self.top_names().to_vec();
         if let Some((_, old, _)) = self.lent.replace((self.lends, ahead, Instant::now())) {
             super::ahead::let_go(old);
         }
@@ -690,6 +677,15 @@ impl Index {
             Err(_) => true,
         };
         tops && !moved && !self.ways.moved()
+    }
+}
+
+/// The directories `scan` read: its own, or those of `last` (the index's last scan) when it
+/// left them there (see `Index::scan_lean`).
+fn read_dirs<'a>(last: &'a Option<Scan>, scan: &'a Scan) -> &'a [PathBuf] {
+    match last {
+        Some(last) if scan.dirs.is_empty() => &last.dirs,
+        _ => &scan.dirs,
     }
 }
 

@@ -541,6 +541,19 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
     }
 }
 
+/// The id of the mount `fd` is on, from `statx` (`STATX_MNT_ID`, Linux 5.8); `None` where the
+/// kernel does not give it.
+pub fn statx_mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
+    // SAFETY: all-zero bytes are a valid `struct statx` (integers only).
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `statx` writes at most one `struct statx` into `buf`, which is ours; the path is
+    // an empty C string with `AT_EMPTY_PATH`, naming `fd` itself.
+    let r = unsafe {
+        libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_MNT_ID, &mut buf)
+    };
+    (r == 0 && buf.stx_mask & libc::STATX_MNT_ID != 0).then_some(buf.stx_mnt_id)
+}
+
 /// Drops `fd` in a detached grandchild and returns at once: when `fd` holds the last reference to
 /// a namespace, its teardown (unmounting a mount namespace's overlays syncs their upper file
 /// system and waits for RCU grace periods: milliseconds each) runs there, off the caller's path,
@@ -555,9 +568,15 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
 /// for the sandboxed command), it blanks its copy of the command line and names itself
 /// `sandgate-close`.
 ///
+/// Then, once `fd` is closed (its teardown done), the grandchild removes the empty directories
+/// `then_remove` names, in order (a cache overlay's work directory, of no use once the overlay
+/// is gone: removing it frees a block, and where the file system discards freed blocks that
+/// waits for the disk, which would otherwise be the next overlay mount's to wait for). One that
+/// is not empty, or not there, is left.
+///
 /// Safe to call with other threads running: between the `clone`s and `_exit` the children make
 /// raw system calls only (no allocation, no lock).
-pub fn close_detached(fd: OwnedFd) {
+pub fn close_detached(fd: OwnedFd, then_remove: &[CString]) {
     // The grandchild must be the last to let go of `fd`, or whoever is (this process, or the
     // child in its exit) pays the teardown: it waits for the end of this pipe, which comes when
     // the child has exited and this process has dropped its copy of `fd`.
@@ -568,7 +587,7 @@ pub fn close_detached(fd: OwnedFd) {
     }
     let clone = || {
         // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
-        // raw system calls (clone, prctl, close_range, read, close, exit_group) and write to
+        // raw system calls (clone, prctl, close_range, read, close, rmdir, exit_group) and write to
         // their own copy of the command line, none of which takes a lock another thread of the
         // parent might hold.
         unsafe {
@@ -603,6 +622,9 @@ pub fn close_detached(fd: OwnedFd) {
                 libc::syscall(libc::SYS_close_range, (high + 1) as u32, u32::MAX, 0u32);
                 while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
                 libc::close(raw);
+                for dir in then_remove {
+                    libc::rmdir(dir.as_ptr());
+                }
             }
         }
         exit_now(0);
@@ -1229,12 +1251,66 @@ mod tests {
     fn a_descriptor_closed_detached_is_closed_and_nothing_else_is_held() {
         let (r, w) = std::io::pipe().unwrap();
         let (other_r, other_w) = std::io::pipe().unwrap();
-        close_detached(OwnedFd::from(w));
+        close_detached(OwnedFd::from(w), &[]);
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
         assert!(buf.is_empty());
         drop(other_w);
         std::io::Read::read_to_end(&mut &other_r, &mut buf).unwrap();
         assert!(buf.is_empty(), "the other pipe's end came: no copy of its writer held");
+    }
+
+    /// After the close, the directories named are removed in order (a directory, then its
+    /// parent), and one that is not empty is left (the control: removal is `rmdir`, never a
+    /// tree's removal). Waited for by the event of the last removal, not by time.
+    #[test]
+    fn the_directories_named_go_after_the_close_and_a_full_one_stays() {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let d = tempfile::tempdir().unwrap();
+        let (a, b, full) = (d.path().join("a"), d.path().join("a/b"), d.path().join("full"));
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::create_dir(&full).unwrap();
+        std::fs::write(full.join("kept"), b"x").unwrap();
+        let events = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
+        events.add_watch(d.path(), AddWatchFlags::IN_DELETE).unwrap();
+        let (r, w) = std::io::pipe().unwrap();
+        let names: Vec<CString> = [&b, &full, &a].iter().map(|p| cpath(p).unwrap()).collect();
+        close_detached(OwnedFd::from(w), &names);
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
+        // `a` is the last named: its removal (an event in the watched directory) comes after
+        // the others were tried.
+        let gone = loop {
+            use std::os::fd::AsFd as _;
+            let fd = events.as_fd().as_raw_fd();
+            let mut fds = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+            if poll(&mut fds, 30_000).unwrap() == 0 {
+                break false; // not in 30 s: the removal did not happen
+            }
+            let got = events.read_events().unwrap();
+            if got.iter().any(|e| e.name.as_deref() == Some(std::ffi::OsStr::new("a"))) {
+                break true;
+            }
+        };
+        assert!(gone && !a.exists(), "the directory and the one inside it are removed");
+        assert!(full.join("kept").exists(), "a directory that is not empty stays");
+    }
+
+    /// `statx`'s mount id is the one `/proc/self/fdinfo` shows, and differs between two mounts
+    /// (`/` and `/proc`): the control that it is not a constant.
+    #[test]
+    fn the_mount_id_from_statx_is_fdinfo_s() {
+        let fdinfo = |f: &std::fs::File| -> u64 {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd()));
+            let info = info.unwrap();
+            info.lines().find_map(|l| l.strip_prefix("mnt_id:")).unwrap().trim().parse().unwrap()
+        };
+        let root = std::fs::File::open("/").unwrap();
+        let proc = std::fs::File::open("/proc/self").unwrap();
+        use std::os::fd::AsFd as _;
+        let (a, b) = (statx_mount_id(root.as_fd()), statx_mount_id(proc.as_fd()));
+        assert_eq!(a, Some(fdinfo(&root)));
+        assert_eq!(b, Some(fdinfo(&proc)));
+        assert_ne!(a, b);
     }
 }

@@ -66,7 +66,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> Result<u8, LaunchError> {
     let (mut spec, removed) = spec_and_removed(&policy, &args, &ctx, id)?;
     removal_notice(&removed);
     // Held (the slot's lock) until the sandbox is gone.
-    let layers = crate::caches::prepare(&policy, &ctx);
+    let layers = crate::caches::prepare(&policy, &ctx, spec.id.as_str());
     for note in &layers.notes {
         eprintln!("sandgate: {note}");
     }

@@ -118,6 +118,11 @@ pub struct Launched {
     /// overlays that is milliseconds per overlay): dropped in a detached process once init is
     /// reaped (see `sys::close_detached`).
     mount_ns: Option<OwnedFd>,
+    /// The cache overlays' work directories (each's `work` inside, then itself), removed by that
+    /// detached process once the overlays are gone: the next launch's overlays get new empty ones
+    /// (see `caches::prepare` in the daemon crate), so that no mount has an old one to clear on
+    /// its path.
+    cache_work: Vec<std::ffi::CString>,
 }
 
 /// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
@@ -210,7 +215,7 @@ impl Launched {
         }
         self.reaped = true;
         if let Some(ns) = self.mount_ns.take() {
-            sys::close_detached(ns);
+            sys::close_detached(ns, &self.cache_work);
         }
         if let Some(tty) = &mut self.tty {
             tty.finish();
@@ -583,6 +588,13 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
             };
             // Last, the mount namespace when it holds cache overlays.
             let mount_ns = if plan.fs.caches.is_empty() { None } else { fds.next() };
+            let cache_work = plan
+                .fs
+                .caches
+                .iter()
+                .flat_map(|c| [c.work.join("work"), c.work.clone()])
+                .filter_map(|p| sys::cpath(&p).ok())
+                .collect();
             Ok(Launched {
                 pid,
                 listener,
@@ -598,6 +610,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 tap,
                 read_only,
                 mount_ns,
+                cache_work,
             })
         }
         report::InitReport::Failed(e) => fail(cleanup, e),

@@ -16,7 +16,7 @@
 use std::ffi::CStr;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -665,8 +665,12 @@ fn overlay(
     Ok(Some(after))
 }
 
-/// The id of the mount `f` is on (`mnt_id` of `/proc/self/fdinfo`).
+/// The id of the mount `f` is on: `statx`'s `STATX_MNT_ID` (Linux 5.8; one call, where reading
+/// `/proc/self/fdinfo` costs an open, a read and a close), else `mnt_id` of `/proc/self/fdinfo`.
 fn mount_id(f: &std::fs::File) -> io::Result<u64> {
+    if let Some(id) = sys::statx_mount_id(f.as_fd()) {
+        return Ok(id);
+    }
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd()))?;
     info.lines()
         .find_map(|l| l.strip_prefix("mnt_id:"))

@@ -181,7 +181,61 @@ fn explain_and_cache_commands_show_the_layers(who: &Who) {
     assert!(npm.join("_npx/bin/tool").exists(), "the host's cache was touched");
 }
 
+/// Each launch's overlay has a work directory of its own, made empty for it, and it is gone
+/// once the launch is (removed by the launcher's detached closer after the overlay: a mount on a
+/// used work directory first clears it, which on a file system that discards freed blocks waits
+/// for the disk on the launch's path). Waited for by the removal's own event, with a deadline;
+/// the control is that a work directory was made at all (the name seen created), so a test that
+/// watched the wrong directory would fail on that.
+fn each_launch_has_its_own_work_directory_and_it_goes(who: &Who) {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let s = Scratch::new(who);
+    let (_npm, _) = caches_on_the_host(&s);
+    s.sh("build", &["--net", "none"], "true");
+    let caches = s.home.join(".local/share/sandgate/caches");
+    let scope = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
+    let layer = scope.join("0/npm");
+    let leftovers = |dir: &Path| -> Vec<String> {
+        let names = std::fs::read_dir(dir).unwrap().flatten();
+        let mut names: Vec<String> =
+            names.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let events = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).unwrap();
+    events.add_watch(&layer, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE).unwrap();
+    let mut made: Vec<String> = Vec::new();
+    for _ in 0..2 {
+        let (out, err) = s.sh("build", &["--net", "none"], "echo x > ~/.npm/w && echo ok");
+        assert_eq!(out, "ok\n", "{err}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut gone: Vec<String> = Vec::new();
+    let all_gone = |made: &[String], gone: &[String]| made.iter().all(|m| gone.contains(m));
+    while !(made.len() == 2 && all_gone(&made, &gone)) && std::time::Instant::now() < deadline {
+        use nix::poll::{PollFd, PollFlags};
+        use std::os::fd::AsFd as _;
+        let mut fds = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+        for e in events.read_events().unwrap_or_default() {
+            let name = e.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if e.mask.contains(AddWatchFlags::IN_CREATE) && name.starts_with("work-") {
+                made.push(name);
+            } else if e.mask.contains(AddWatchFlags::IN_DELETE) {
+                gone.push(name);
+            }
+        }
+    }
+    assert_eq!(made.len(), 2, "each launch makes a work directory: {made:?}");
+    assert_ne!(made[0], made[1], "one of its own");
+    for m in &made {
+        assert!(gone.contains(m), "{m} was not removed after its launch: {:?}", leftovers(&layer));
+    }
+    assert!(!leftovers(&layer).iter().any(|n| n.starts_with("work-")), "{:?}", leftovers(&layer));
+}
+
 both!(
+    each_launch_has_its_own_work_directory_and_it_goes,
     explain_and_cache_commands_show_the_layers,
     package_caches_are_copy_on_write_and_never_written_back,
     a_writable_bind_of_a_host_cache_is_seen_by_the_comparison,

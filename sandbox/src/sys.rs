@@ -554,19 +554,29 @@ pub fn statx_mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
     (r == 0 && buf.stx_mask & libc::STATX_MNT_ID != 0).then_some(buf.stx_mnt_id)
 }
 
-/// Drops `fd` in a detached grandchild and returns at once: when `fd` holds the last reference to
-/// a namespace, its teardown (unmounting a mount namespace's overlays syncs their upper file
-/// system and waits for RCU grace periods: milliseconds each) runs there, off the caller's path,
-/// instead of in the exit of the caller's child that held it before. The grandchild closes every
-/// other descriptor first (a copy of the caller's stdout would keep a reader of it waiting) and is
-/// reparented to the nearest subreaper, which reaps it.
+/// The go-ahead of a grandchild of [`hold_detached`]: dropping it (or this process's exit) lets
+/// the grandchild close its descriptor.
+#[derive(Debug)]
+pub struct Detached {
+    _go: OwnedFd,
+}
+
+/// Hands `fd` to a detached grandchild, made now, which drops it once the returned [`Detached`]
+/// is dropped: when `fd` holds the last reference to a namespace, its teardown (unmounting a
+/// mount namespace's overlays syncs their upper file system and waits for RCU grace periods:
+/// milliseconds each) runs there, off the caller's path, instead of in the exit of the caller's
+/// child that held it before. The two `clone`s (each copies this process's page tables: ~0.1 ms
+/// for a launcher) are made when the caller waits anyway (while the sandboxed command runs), not
+/// after it. The grandchild closes every other descriptor first (a copy of the caller's stdout
+/// would keep a reader of it waiting) and is reparented to the nearest subreaper, which reaps it.
+/// `None` when a pipe or a clone failed: `fd` is then dropped here (its teardown falls to
+/// whoever holds it last).
 ///
 /// The grandchild runs no program: a program's start costs more than the rest together here
 /// (an `exec` of `cat` was ~0.5 ms of CPU in a virtual machine, where the C library's reading of
-/// the processor's cache sizes traps to the hypervisor), and a launch makes one or two of these.
-/// So that it does not show the caller's command line while it lingers (to `ps`, or to a search
-/// for the sandboxed command), it blanks its copy of the command line and names itself
-/// `sandgate-close`.
+/// the processor's cache sizes traps to the hypervisor). So that it does not show the caller's
+/// command line while it lingers (to `ps`, or to a search for the sandboxed command), it blanks
+/// its copy of the command line and names itself `sandgate-close`.
 ///
 /// Then, once `fd` is closed (its teardown done), the grandchild removes the empty directories
 /// `then_remove` names, in order (a cache overlay's work directory, of no use once the overlay
@@ -574,16 +584,19 @@ pub fn statx_mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
 /// waits for the disk, which would otherwise be the next overlay mount's to wait for). One that
 /// is not empty, or not there, is left.
 ///
+/// A process this one forks later without an `exec` holds a copy of the go-ahead until it exits
+/// (the pipe is close-on-exec); the launcher forks none while it waits.
+///
 /// Safe to call with other threads running: between the `clone`s and `_exit` the children make
 /// raw system calls only (no allocation, no lock).
-pub fn close_detached(fd: OwnedFd, then_remove: &[CString]) {
+pub fn hold_detached(fd: OwnedFd, then_remove: &[CString]) -> Option<Detached> {
     // The grandchild must be the last to let go of `fd`, or whoever is (this process, or the
     // child in its exit) pays the teardown: it waits for the end of this pipe, which comes when
-    // the child has exited and this process has dropped its copy of `fd`.
-    let Ok((done_r, done_w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
+    // the child has exited and this process has dropped the go-ahead.
+    let (done_r, done_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
     let (raw, keep) = (fd.as_raw_fd(), done_r.as_raw_fd());
     if raw < 3 {
-        return; // not a descriptor the launcher opened for this (0-2 are always open)
+        return None; // not a descriptor the launcher opened for this (0-2 are always open)
     }
     let clone = || {
         // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
@@ -606,7 +619,8 @@ pub fn close_detached(fd: OwnedFd, then_remove: &[CString]) {
     let (low, high) = (keep.min(raw), keep.max(raw));
     let child = clone();
     if child == 0 {
-        if clone() == 0 {
+        let grandchild = clone();
+        if grandchild == 0 {
             let mut byte = 0u8;
             // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
             // stack. Every descriptor but `keep` and `raw` is closed; the pipe is read to its
@@ -626,17 +640,18 @@ pub fn close_detached(fd: OwnedFd, then_remove: &[CString]) {
                     libc::rmdir(dir.as_ptr());
                 }
             }
+            exit_now(0);
         }
-        exit_now(0);
+        // The child says whether the grandchild was made.
+        exit_now(i32::from(grandchild < 0));
     }
-    if child > 0 {
-        let _ = waitpid(child as libc::pid_t, true);
-    }
-    // Not the last reference while the grandchild holds one (if a clone failed, the teardown
-    // simply happens here); then the pipe's last writer goes and the grandchild lets go.
+    let waited = if child > 0 { waitpid(child as libc::pid_t, true).ok().flatten() } else { None };
+    let made = waited.is_some_and(|(_, how)| how.code() == 0);
+    // Not the last reference while the grandchild holds one; then, when the go-ahead is
+    // dropped, the pipe's last writer goes and the grandchild lets go.
     drop(fd);
-    drop(done_w);
     drop(done_r);
+    made.then_some(Detached { _go: done_w })
 }
 
 /// Blanks this process's command line as `ps` and a search by command line read it
@@ -1203,7 +1218,7 @@ mod tests {
     use super::*;
 
     /// The range found is the one the kernel shows as this process's command line: the
-    /// grandchild of [`close_detached`] blanks exactly that.
+    /// grandchild of [`hold_detached`] blanks exactly that.
     #[test]
     fn the_command_line_area_is_what_the_kernel_shows() {
         let shown = std::fs::read("/proc/self/cmdline").unwrap();
@@ -1251,7 +1266,11 @@ mod tests {
     fn a_descriptor_closed_detached_is_closed_and_nothing_else_is_held() {
         let (r, w) = std::io::pipe().unwrap();
         let (other_r, other_w) = std::io::pipe().unwrap();
-        close_detached(OwnedFd::from(w), &[]);
+        let held = hold_detached(OwnedFd::from(w), &[]).expect("the grandchild is made");
+        // Held until the go-ahead: the reader sees no end yet (the control for the wait below).
+        let mut fds = [libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        assert_eq!(poll(&mut fds, 0).unwrap(), 0, "closed before the go-ahead");
+        drop(held);
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
         assert!(buf.is_empty());
@@ -1275,7 +1294,7 @@ mod tests {
         events.add_watch(d.path(), AddWatchFlags::IN_DELETE).unwrap();
         let (r, w) = std::io::pipe().unwrap();
         let names: Vec<CString> = [&b, &full, &a].iter().map(|p| cpath(p).unwrap()).collect();
-        close_detached(OwnedFd::from(w), &names);
+        drop(hold_detached(OwnedFd::from(w), &names));
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
         // `a` is the last named: its removal (an event in the watched directory) comes after

@@ -115,8 +115,8 @@ pub struct Launched {
     /// What the stderr relay (pipe or pty) found: "Read-only file system" paths.
     read_only: Option<crate::readonly::SharedScanner>,
     /// The sandbox's mount namespace, held so that init's exit does not tear it down (with cache
-    /// overlays that is milliseconds per overlay): dropped in a detached process once init is
-    /// reaped (see `sys::close_detached`).
+    /// overlays that is milliseconds per overlay): handed to a detached process when the wait
+    /// begins, which drops it once init is reaped (see `sys::hold_detached`).
     mount_ns: Option<OwnedFd>,
     /// The cache overlays' work directories (each's `work` inside, then itself), removed by that
     /// detached process once the overlays are gone: the next launch's overlays get new empty ones
@@ -205,6 +205,9 @@ impl Launched {
     /// report it, once init is reaped). What returns is init's status, after the teardown.
     pub fn wait_with(mut self, on_end: impl FnOnce(u8)) -> Result<u8, SandboxError> {
         let mut on_end = Some(on_end);
+        // The process that will let the mount namespace go is made now, while the command runs,
+        // and goes ahead once init is reaped (see `sys::hold_detached`).
+        let closer = self.mount_ns.take().and_then(|ns| sys::hold_detached(ns, &self.cache_work));
         let code = self.supervise(&mut on_end);
         if let (Some(f), Ok(code)) = (on_end.take(), &code) {
             f(*code);
@@ -214,9 +217,7 @@ impl Launched {
             let _ = sys::waitpid(self.pid, true);
         }
         self.reaped = true;
-        if let Some(ns) = self.mount_ns.take() {
-            sys::close_detached(ns, &self.cache_work);
-        }
+        drop(closer);
         if let Some(tty) = &mut self.tty {
             tty.finish();
         }

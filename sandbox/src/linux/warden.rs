@@ -1272,7 +1272,7 @@ pub fn start(
     // kernel (~13-22 ms measured), and the launcher need not wait for that.
     let (done_r, done_w) = std::io::pipe().ok()?;
     // (Found before the fork: the warden hides its command line when it lingers, and this
-    // process's `close_detached` needs it too.)
+    // process's `hold_detached` needs it too.)
     let _ = sys::command_line_area();
     match sys::fork() {
         Ok(Some(pid)) => {
@@ -1339,7 +1339,7 @@ pub fn start(
             // none of it), and at the lowest priority: that work is no launch's, and the next
             // one may be starting on these two cores. (A detached grandchild did it before: two
             // more forks of every launch.) While it lingers, its command line is not the
-            // launcher's (see `close_detached`).
+            // launcher's (see `hold_detached`).
             if let Some(fd) = watch {
                 sys::close_all_except(&[fd]);
                 sys::hide_command_line(sys::command_line_area(), c"sandgate-close");

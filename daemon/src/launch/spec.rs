@@ -357,7 +357,8 @@ fn daemons_answer(stream: std::os::unix::net::UnixStream) -> Option<sandgate_san
     use std::os::fd::AsFd as _;
     // The warden's watches made ahead come with the answer's first byte (see
     // `sandgate_sandbox::tree::Ahead`).
-    let mut first = vec![0u8; 64 * 1024];
+    // (A first read of a few KiB: the rest goes straight into the answer's buffer.)
+    let mut first = vec![0u8; 4096];
     let (n, mut fds) = sandgate_sandbox::fdpass::recv_with_fds(stream.as_fd(), &mut first).ok()?;
     first.truncate(n);
     if n == 0 {

@@ -755,6 +755,8 @@ pub fn framed(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Reads one frame ([`framed`]) of at most `limit` bytes; `first`: what was read of it already.
+/// The rest is read straight into the frame's own buffer (no zeroing, no copy of the bulk: a
+/// large tree's answer is ~140 KB, and zeroing and moving it cost ~0.15 ms of a launch).
 pub fn read_framed(
     r: &mut impl std::io::Read,
     mut first: Vec<u8>,
@@ -762,19 +764,23 @@ pub fn read_framed(
 ) -> std::io::Result<Vec<u8>> {
     let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
     if first.len() < 4 {
-        let mut more = vec![0u8; 4 - first.len()];
-        r.read_exact(&mut more)?;
-        first.extend_from_slice(&more);
+        let mut more = [0u8; 4];
+        let missing = &mut more[..4 - first.len()];
+        r.read_exact(missing)?;
+        first.extend_from_slice(missing);
     }
     let len = u32::from_le_bytes(first[..4].try_into().map_err(|_| bad())?) as usize;
     if len > limit || first.len() > len + 4 {
         return Err(bad());
     }
-    let have = first.len();
-    first.resize(len + 4, 0);
-    r.read_exact(&mut first[have..])?;
-    first.drain(..4);
-    Ok(first)
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&first[4..]);
+    let want = (len - out.len()) as u64;
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut *r, want), &mut out)?;
+    if out.len() != len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(out)
 }
 
 /// A launcher's question: the writable paths and the parts of the rule the scan obeys.

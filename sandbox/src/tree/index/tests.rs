@@ -666,3 +666,30 @@ fn the_answer_reads_back_as_the_scan() {
 }
 
 mod lean_redteam;
+
+/// A frame reads back whole whatever part of it came with the first read (none, part of the
+/// length, the length, some of the bytes, all of them), at sizes around the first read's; a
+/// stream that ends early, a length over the limit and a first read longer than the frame are
+/// refused (the controls: each would otherwise hand a wrong answer on).
+#[test]
+fn a_frame_reads_back_whole_from_any_first_part() {
+    for len in [0usize, 1, 4095, 4096, 4097, 150_000] {
+        let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let frame = framed(&body);
+        for cut in [0, 2, 4, 9, 4096, frame.len()] {
+            let cut = cut.min(frame.len());
+            let (first, rest) = frame.split_at(cut);
+            let got = read_framed(&mut &rest[..], first.to_vec(), 1 << 20).unwrap();
+            assert!(got == body, "len {len}, first {cut}");
+        }
+        if len > 0 {
+            let short = &frame[..frame.len() - 1];
+            assert!(read_framed(&mut &short[4..], short[..4].to_vec(), 1 << 20).is_err());
+        }
+    }
+    let big = framed(&[1u8; 100]);
+    assert!(read_framed(&mut &big[4..], big[..4].to_vec(), 99).is_err(), "over the limit");
+    let mut long = framed(&[1u8; 3]);
+    long.push(9);
+    assert!(read_framed(&mut &[][..], long, 1 << 20).is_err(), "more than the frame");
+}

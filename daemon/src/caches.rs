@@ -9,11 +9,15 @@
 //! a slot with an exclusive lock held while it runs; concurrent launches in one project take the
 //! next slot (colder, never shared). `sandgate cache ls | clear` reads and frees them.
 //!
-//! Each launch's overlay gets a work directory of its own (`work-<sandbox id>`, made empty here),
-//! which the launcher's detached closer removes once the overlay is gone. An overlay mounted on
-//! a work directory used before first clears it (removes the `work` inside), and that removal
-//! frees a block: on a file system mounted with `discard` it waits for the disk, ~0.15 ms per
-//! cache on the launch's path where nothing needs it.
+//! An overlay's work directory must be empty or its own: an overlay mounted on one used before
+//! first clears it (removes the `work` inside), and that removal frees a block, which on a file
+//! system mounted with `discard` waits for the disk (~0.15 ms per cache on the launch's path).
+//! So the launcher's detached closer empties the work directories once the overlays are gone,
+//! and a launch mounts on emptied ones: each slot has a few sets of work directories
+//! (`<cache>/work-<n>`, locked by `work-<n>.lock` in the slot); a launch takes the first set
+//! whose lock is free and hands the lock to its closer, which holds it until the set is empty
+//! again. Should every set be busy (closers slow to finish), the launch makes work directories
+//! of its own (`work-<sandbox id>`), which its closer removes.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -26,6 +30,9 @@ use crate::launch_env::LaunchEnv;
 
 /// How many launches of one project may layer its caches at once (each in a slot of its own).
 const SLOTS: usize = 8;
+
+/// How many sets of work directories a slot has (see the module's documentation).
+const WORK_SETS: usize = 4;
 
 /// The name of the file in a project's layer directory that says which project it is.
 const PROJECT_FILE: &str = "project";
@@ -40,11 +47,22 @@ pub struct Layers {
     /// Credential files of the layered caches, to hide inside (`credentials.toml` of a
     /// `CARGO_HOME` outside the home, whose allowlist names only `~/.cargo`'s).
     pub hidden: Vec<PathBuf>,
-    /// This launch's work directories: removed when the layers are let go if still empty (a
-    /// launch that failed before its overlays were mounted; once mounted, the launcher's closer
-    /// removes them after the overlays are gone).
+    /// Work directories made for this launch alone (every set was busy): removed when the
+    /// layers are let go if still empty (a launch that failed before its overlays were
+    /// mounted; once mounted, the launcher's closer removes them after the overlays are gone).
     work: Vec<PathBuf>,
+    /// The lock of the set of work directories taken, which the launcher's closer holds on
+    /// until it has emptied them (see [`Layers::work_lock`]).
+    work_set: Option<File>,
     _slot: Option<nix::fcntl::Flock<File>>,
+}
+
+impl Layers {
+    /// The descriptor of the work directories' lock, for the launcher's closer to hold.
+    pub fn work_lock(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd as _;
+        self.work_set.as_ref().map(|l| l.as_raw_fd())
+    }
 }
 
 impl Drop for Layers {
@@ -306,18 +324,30 @@ pub fn prepare(policy: &Policy, ctx: &LaunchEnv, id: &str) -> Layers {
         return layers;
     };
     layers._slot = Some(lock);
+    let set = make_private_dir(&slot_dir).ok().and_then(|()| take_work_set(&slot_dir));
+    let work_name = match &set {
+        Some((n, _)) => format!("work-{n}"),
+        None => format!("work-{id}"),
+    };
+    let own_work = set.is_none();
+    layers.work_set = set.map(|(_, lock)| lock);
     for c in caches {
         let upper = slot_dir.join(c.name).join("upper");
-        let work = slot_dir.join(c.name).join(format!("work-{id}"));
+        let work = slot_dir.join(c.name).join(&work_name);
         let made = make_private_dir(&c.path)
             .with_context(|| format!("creating {}", c.path.display()))
             .and_then(|()| make_private_dir(&upper).context("creating its layer"))
-            .and_then(|()| make_new_dir(&work).context("creating its layer"));
+            .and_then(|()| {
+                if own_work { make_new_dir(&work) } else { make_private_dir(&work) }
+                    .context("creating its layer")
+            });
         match made {
             Ok(()) => {
-                layers.work.push(work.clone());
+                if own_work {
+                    layers.work.push(work.clone());
+                }
                 layers.hidden.extend(c.secrets.iter().map(|f| c.path.join(f)));
-                layers.caches.push(CacheLayer { path: c.path, upper, work });
+                layers.caches.push(CacheLayer { path: c.path, upper, work, own_work });
             }
             Err(e) => layers.notes.push(format!("the {} cache stays read-only: {e:#}", c.name)),
         }
@@ -363,6 +393,23 @@ fn take_slot(scope: &Path, n: usize) -> Option<(PathBuf, nix::fcntl::Flock<File>
     Some((scope.join(n.to_string()), held))
 }
 
+/// The first set of work directories of `slot_dir` whose lock is free (see the module's
+/// documentation), locked; `None` when every one is held. The lock is the open file's (`flock`),
+/// released when the last descriptor of it closes, never unlocked by hand: the launcher's
+/// closer holds a copy past this process's end (nix's `Flock` unlocks when dropped, which
+/// would free it for every holder).
+fn take_work_set(slot_dir: &Path) -> Option<(usize, File)> {
+    (0..WORK_SETS).find_map(|n| {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(slot_dir.join(format!("work-{n}.lock")))
+            .ok()?;
+        lock.try_lock().ok().map(|()| (n, lock))
+    })
+}
+
 /// One scope of layers, for `sandgate cache ls`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ScopeInfo {
@@ -398,6 +445,10 @@ pub fn list(data_home: &Path) -> anyhow::Result<Vec<ScopeInfo>> {
         let mut caches: Vec<(String, u64)> = Vec::new();
         for slot in (0..SLOTS).map(|n| path.join(n.to_string())) {
             for cache in std::fs::read_dir(&slot).into_iter().flatten().flatten() {
+                // (The work directories' locks lie beside the caches.)
+                if !cache.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
                 let name = cache.file_name().to_string_lossy().into_owned();
                 let bytes = disk_usage(&cache.path());
                 match caches.iter_mut().find(|(n, _)| *n == name) {

@@ -86,8 +86,12 @@ pub struct CacheLayer {
     pub path: PathBuf,
     /// The layer written (absolute, an existing directory, on the same file system as `work`).
     pub upper: PathBuf,
-    /// The overlay's work directory (absolute, existing, empty or the overlay's own).
+    /// The overlay's work directory (absolute, existing, empty or the overlay's own). Emptied
+    /// once the overlay is gone (its `work` removed), and removed itself when `own_work`.
     pub work: PathBuf,
+    /// Whether the work directory is this launch's alone (made for it, removed after it), or
+    /// one used again by later launches (see [`SandboxSpec::cache_work_lock`]).
+    pub own_work: bool,
 }
 
 /// Everything the launcher needs to start one sandbox. Paths must be absolute; the launcher
@@ -124,6 +128,10 @@ pub struct SandboxSpec {
     /// Package caches written copy-on-write (Linux; see [`CacheLayer`]). Not writable paths:
     /// no top-level rule applies inside them, and nothing written there reaches the host.
     pub caches: Vec<CacheLayer>,
+    /// A lock on the caches' work directories used again, held until they are emptied after
+    /// the sandbox (by the process that lets its mount namespace go): no later launch mounts an
+    /// overlay on one before that.
+    pub cache_work_lock: Option<std::os::fd::RawFd>,
     /// Paths whose contents must not be readable (credentials, the store).
     pub hidden: Vec<PathBuf>,
     /// Paths kept read-only even inside a writable path (files that run code later outside:

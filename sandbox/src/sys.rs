@@ -582,14 +582,19 @@ pub struct Detached {
 /// `then_remove` names, in order (a cache overlay's work directory, of no use once the overlay
 /// is gone: removing it frees a block, and where the file system discards freed blocks that
 /// waits for the disk, which would otherwise be the next overlay mount's to wait for). One that
-/// is not empty, or not there, is left.
+/// is not empty, or not there, is left. It keeps a copy of `hold` (a lock on those directories)
+/// open until then: its exit closes it.
 ///
 /// A process this one forks later without an `exec` holds a copy of the go-ahead until it exits
 /// (the pipe is close-on-exec); the launcher forks none while it waits.
 ///
 /// Safe to call with other threads running: between the `clone`s and `_exit` the children make
 /// raw system calls only (no allocation, no lock).
-pub fn hold_detached(fd: OwnedFd, then_remove: &[CString]) -> Option<Detached> {
+pub fn hold_detached(
+    fd: OwnedFd,
+    then_remove: &[CString],
+    hold: Option<RawFd>,
+) -> Option<Detached> {
     // The grandchild must be the last to let go of `fd`, or whoever is (this process, or the
     // child in its exit) pays the teardown: it waits for the end of this pipe, which comes when
     // the child has exited and this process has dropped the go-ahead.
@@ -616,24 +621,28 @@ pub fn hold_detached(fd: OwnedFd, then_remove: &[CString]) -> Option<Detached> {
     };
     // Found before the clones: the children may not allocate.
     let args = command_line_area();
-    let (low, high) = (keep.min(raw), keep.max(raw));
+    // The descriptors the grandchild keeps, in order (a missing `hold` is -1, first).
+    let mut kept = [keep, raw, hold.unwrap_or(-1)];
+    kept.sort_unstable();
     let child = clone();
     if child == 0 {
         let grandchild = clone();
         if grandchild == 0 {
             let mut byte = 0u8;
             // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
-            // stack. Every descriptor but `keep` and `raw` is closed; the pipe is read to its
-            // end, then `raw` closed (the last reference).
+            // stack. Every descriptor but `keep`, `raw` and `hold` is closed; the pipe is read
+            // to its end, then `raw` closed (the last reference), the directories removed, and
+            // `hold` closed by the exit.
             hide_command_line(args, c"sandgate-close");
             unsafe {
-                if low > 0 {
-                    libc::syscall(libc::SYS_close_range, 0u32, (low - 1) as u32, 0u32);
+                let mut from = 0;
+                for fd in kept.into_iter().filter(|&fd| fd >= 0) {
+                    if fd > from {
+                        libc::syscall(libc::SYS_close_range, from as u32, (fd - 1) as u32, 0u32);
+                    }
+                    from = fd + 1;
                 }
-                if high > low + 1 {
-                    libc::syscall(libc::SYS_close_range, (low + 1) as u32, (high - 1) as u32, 0u32);
-                }
-                libc::syscall(libc::SYS_close_range, (high + 1) as u32, u32::MAX, 0u32);
+                libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0u32);
                 while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
                 libc::close(raw);
                 for dir in then_remove {
@@ -1266,7 +1275,7 @@ mod tests {
     fn a_descriptor_closed_detached_is_closed_and_nothing_else_is_held() {
         let (r, w) = std::io::pipe().unwrap();
         let (other_r, other_w) = std::io::pipe().unwrap();
-        let held = hold_detached(OwnedFd::from(w), &[]).expect("the grandchild is made");
+        let held = hold_detached(OwnedFd::from(w), &[], None).expect("the grandchild is made");
         // Held until the go-ahead: the reader sees no end yet (the control for the wait below).
         let mut fds = [libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         assert_eq!(poll(&mut fds, 0).unwrap(), 0, "closed before the go-ahead");
@@ -1294,7 +1303,7 @@ mod tests {
         events.add_watch(d.path(), AddWatchFlags::IN_DELETE).unwrap();
         let (r, w) = std::io::pipe().unwrap();
         let names: Vec<CString> = [&b, &full, &a].iter().map(|p| cpath(p).unwrap()).collect();
-        drop(hold_detached(OwnedFd::from(w), &names));
+        drop(hold_detached(OwnedFd::from(w), &names, None));
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
         // `a` is the last named: its removal (an event in the watched directory) comes after
@@ -1331,5 +1340,26 @@ mod tests {
         assert_eq!(a, Some(fdinfo(&root)));
         assert_eq!(b, Some(fdinfo(&proc)));
         assert_ne!(a, b);
+    }
+
+    /// The lock handed on is held by the grandchild until it is done (a second holder cannot
+    /// take it while the go-ahead is kept: the control), and free once it is.
+    #[test]
+    fn a_lock_handed_on_is_held_until_the_grandchild_is_done() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("lock");
+        let open = || std::fs::OpenOptions::new().create(true).write(true).open(&path).unwrap();
+        let mine = open();
+        flock(mine.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        let (_r, w) = std::io::pipe().unwrap();
+        let held = hold_detached(OwnedFd::from(w), &[], Some(mine.as_raw_fd())).unwrap();
+        drop(mine);
+        let other = open();
+        assert!(flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err(), "not held");
+        drop(held);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(flock(other.as_raw_fd(), libc::LOCK_EX).is_ok()));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(got, Ok(true), "the lock was not let go");
     }
 }

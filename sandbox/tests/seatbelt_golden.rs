@@ -28,6 +28,7 @@ fn spec(tier: &str) -> SandboxSpec {
         env: vec![],
         writable: if build { vec![cwd.clone()] } else { vec![] },
         caches: vec![],
+        cache_work_lock: None,
         hidden: {
             let mut h: Vec<PathBuf> = [".ssh", ".aws", ".netrc", ".local/share/sandgate"]
                 .iter()

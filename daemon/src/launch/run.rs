@@ -71,6 +71,7 @@ pub fn run(tier: &str, args: LaunchOptions) -> Result<u8, LaunchError> {
         eprintln!("sandgate: {note}");
     }
     spec.caches = layers.caches.clone();
+    spec.cache_work_lock = layers.work_lock();
     spec.hidden.extend(layers.hidden.iter().cloned());
     if let Some(notice) = sandgate_sandbox::tree::unread_notice(&spec.scan, 5) {
         eprintln!("sandgate: {notice}");

@@ -261,6 +261,7 @@ pub(super) fn spec_and_removed(
         env,
         writable,
         caches: Vec::new(),
+        cache_work_lock: None,
         hidden,
         read_only,
         provided,

@@ -123,6 +123,9 @@ pub struct Launched {
     /// (see `caches::prepare` in the daemon crate), so that no mount has an old one to clear on
     /// its path.
     cache_work: Vec<std::ffi::CString>,
+    /// The lock on the work directories used again (`SandboxSpec::cache_work_lock`), which that
+    /// process holds until it has emptied them.
+    cache_work_lock: Option<std::os::fd::RawFd>,
 }
 
 /// Placeholders to release and the top-level rule to enforce once the sandbox is gone, and the
@@ -207,7 +210,10 @@ impl Launched {
         let mut on_end = Some(on_end);
         // The process that will let the mount namespace go is made now, while the command runs,
         // and goes ahead once init is reaped (see `sys::hold_detached`).
-        let closer = self.mount_ns.take().and_then(|ns| sys::hold_detached(ns, &self.cache_work));
+        let closer = self
+            .mount_ns
+            .take()
+            .and_then(|ns| sys::hold_detached(ns, &self.cache_work, self.cache_work_lock));
         let code = self.supervise(&mut on_end);
         if let (Some(f), Ok(code)) = (on_end.take(), &code) {
             f(*code);
@@ -593,7 +599,10 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 .fs
                 .caches
                 .iter()
-                .flat_map(|c| [c.work.join("work"), c.work.clone()])
+                .flat_map(|c| {
+                    let own = c.own_work.then(|| c.work.clone());
+                    std::iter::once(c.work.join("work")).chain(own)
+                })
                 .filter_map(|p| sys::cpath(&p).ok())
                 .collect();
             Ok(Launched {
@@ -612,6 +621,7 @@ pub fn launch(spec: &SandboxSpec, hooks: &dyn NamespaceHooks) -> Result<Launched
                 read_only,
                 mount_ns,
                 cache_work,
+                cache_work_lock: spec.cache_work_lock,
             })
         }
         report::InitReport::Failed(e) => fail(cleanup, e),
@@ -856,8 +866,7 @@ fn resolved_caches(
         .filter_map(|c| {
             let path = c.path.canonicalize().ok().filter(|p| p.is_dir())?;
             let special = ["/proc", "/sys", "/dev"].iter().any(|s| path.starts_with(s));
-            let layer =
-                crate::spec::CacheLayer { path, upper: c.upper.clone(), work: c.work.clone() };
+            let layer = crate::spec::CacheLayer { path, ..c.clone() };
             let usable = !special
                 && layer.path.parent().is_some()
                 && !held(&layer.path)
@@ -1248,6 +1257,7 @@ mod tests {
             env: Vec::new(),
             writable,
             caches: Vec::new(),
+            cache_work_lock: None,
             // Missing credential paths, as the built-in list names for every home.
             hidden: vec![dir.join("no/.ssh"), dir.join(".aws")],
             read_only: vec![dir.join(".git/hooks")],

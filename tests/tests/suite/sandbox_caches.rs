@@ -181,61 +181,140 @@ fn explain_and_cache_commands_show_the_layers(who: &Who) {
     assert!(npm.join("_npx/bin/tool").exists(), "the host's cache was touched");
 }
 
-/// Each launch's overlay has a work directory of its own, made empty for it, and it is gone
-/// once the launch is (removed by the launcher's detached closer after the overlay: a mount on a
-/// used work directory first clears it, which on a file system that discards freed blocks waits
-/// for the disk on the launch's path). Waited for by the removal's own event, with a deadline;
-/// the control is that a work directory was made at all (the name seen created), so a test that
-/// watched the wrong directory would fail on that.
-fn each_launch_has_its_own_work_directory_and_it_goes(who: &Who) {
-    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-    let s = Scratch::new(who);
-    let (_npm, _) = caches_on_the_host(&s);
-    s.sh("build", &["--net", "none"], "true");
-    let caches = s.home.join(".local/share/sandgate/caches");
-    let scope = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
-    let layer = scope.join("0/npm");
-    let leftovers = |dir: &Path| -> Vec<String> {
-        let names = std::fs::read_dir(dir).unwrap().flatten();
-        let mut names: Vec<String> =
-            names.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-        names.sort();
-        names
-    };
-    let events = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).unwrap();
-    events.add_watch(&layer, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE).unwrap();
-    let mut made: Vec<String> = Vec::new();
-    for _ in 0..2 {
-        let (out, err) = s.sh("build", &["--net", "none"], "echo x > ~/.npm/w && echo ok");
-        assert_eq!(out, "ok\n", "{err}");
-    }
+/// Events of `events` until `done` says so or 30 s pass: (watch, mask, name) of each.
+fn events_until(
+    events: &nix::sys::inotify::Inotify,
+    mut done: impl FnMut(&[(i32, u32, String)]) -> bool,
+) -> Vec<(i32, u32, String)> {
+    use nix::poll::{PollFd, PollFlags};
+    use std::os::fd::AsFd as _;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut gone: Vec<String> = Vec::new();
-    let all_gone = |made: &[String], gone: &[String]| made.iter().all(|m| gone.contains(m));
-    while !(made.len() == 2 && all_gone(&made, &gone)) && std::time::Instant::now() < deadline {
-        use nix::poll::{PollFd, PollFlags};
-        use std::os::fd::AsFd as _;
+    let mut seen = Vec::new();
+    while !done(&seen) && std::time::Instant::now() < deadline {
         let mut fds = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
         let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
         for e in events.read_events().unwrap_or_default() {
             let name = e.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if e.mask.contains(AddWatchFlags::IN_CREATE) && name.starts_with("work-") {
-                made.push(name);
-            } else if e.mask.contains(AddWatchFlags::IN_DELETE) {
-                gone.push(name);
-            }
+            seen.push((0, e.mask.bits(), name));
         }
     }
-    assert_eq!(made.len(), 2, "each launch makes a work directory: {made:?}");
-    assert_ne!(made[0], made[1], "one of its own");
-    for m in &made {
-        assert!(gone.contains(m), "{m} was not removed after its launch: {:?}", leftovers(&layer));
+    seen
+}
+
+/// Takes the lock of each set of work directories of `slot` (`work-<n>.lock`, as a launch
+/// does), waiting up to 30 s for each: the closer of a launch holds its set's lock until it has
+/// emptied it, so once this returns every closer of that slot is done.
+fn wait_for_closers(slot: &Path) {
+    for n in 0..4 {
+        let path = slot.join(format!("work-{n}.lock"));
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else { continue };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ =
+                tx.send(nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).is_ok());
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(got, Ok(true), "{} still held after 30 s", path.display());
     }
-    assert!(!leftovers(&layer).iter().any(|n| n.starts_with("work-")), "{:?}", leftovers(&layer));
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// An overlay's work directory is emptied after its launch (the `work` the overlay made in it
+/// removed by the launcher's detached closer once the overlay is gone), so the next launch
+/// mounts on an empty one: an overlay mounted on a used one first clears it, which on a file
+/// system that discards freed blocks waits for the disk on the launch's path. Waited for by the
+/// removals' own events, with a deadline; the control is that the overlay's `work` was seen
+/// made (two launches, two made), so watching the wrong directories would fail.
+fn work_directories_are_emptied_after_each_launch(who: &Who) {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let s = Scratch::new(who);
+    caches_on_the_host(&s);
+    s.sh("build", &["--net", "none"], "true");
+    let caches = s.home.join(".local/share/sandgate/caches");
+    let scope = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
+    let layer = scope.join("0/npm");
+    wait_for_closers(&scope.join("0"));
+    // Every set there (a launch makes the one it takes when missing: made here, so that the
+    // watch is on it before any launch's overlay uses it).
+    let events = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).unwrap();
+    for n in 0..4 {
+        let set = layer.join(format!("work-{n}"));
+        std::fs::create_dir_all(&set).unwrap();
+        let _ = std::process::Command::new("chown")
+            .arg(format!("{}:{}", who.uid, who.gid))
+            .arg(&set)
+            .status();
+        events.add_watch(&set, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE).unwrap();
+    }
+    events.add_watch(&layer, AddWatchFlags::IN_CREATE).unwrap();
+    for _ in 0..2 {
+        let (out, err) = s.sh("build", &["--net", "none"], "echo x > ~/.npm/w && echo ok");
+        assert_eq!(out, "ok\n", "{err}");
+    }
+    let (made, gone) = (AddWatchFlags::IN_CREATE.bits(), AddWatchFlags::IN_DELETE.bits());
+    let count = |seen: &[(i32, u32, String)], mask: u32| {
+        seen.iter().filter(|(_, m, n)| m & mask != 0 && n == "work").count()
+    };
+    let seen = events_until(&events, |seen| count(seen, made) == 2 && count(seen, gone) == 2);
+    assert_eq!(count(&seen, made), 2, "each launch's overlay makes its work: {seen:?}");
+    assert_eq!(count(&seen, gone), 2, "and it is removed after: {seen:?}");
+    wait_for_closers(&scope.join("0"));
+    for n in 0..4 {
+        let left = names_in(&layer.join(format!("work-{n}")));
+        assert!(left.is_empty(), "work-{n} not empty: {left:?} {seen:?}");
+    }
+    assert!(!names_in(&layer).iter().any(|n| n.starts_with("work-sg")), "{:?}", names_in(&layer));
+}
+
+/// With every set of work directories busy (their locks held, as by closers not done yet), a
+/// launch makes work directories of its own, and its closer removes them after it: watched by
+/// the removal's event, with a deadline; the control is the name seen made.
+fn a_launch_with_every_work_set_busy_makes_its_own(who: &Who) {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let s = Scratch::new(who);
+    caches_on_the_host(&s);
+    s.sh("build", &["--net", "none"], "true");
+    let caches = s.home.join(".local/share/sandgate/caches");
+    let scope = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
+    wait_for_closers(&scope.join("0"));
+    let held: Vec<nix::fcntl::Flock<std::fs::File>> = (0..4)
+        .map(|n| {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(scope.join(format!("0/work-{n}.lock")))
+                .unwrap();
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap()
+        })
+        .collect();
+    let layer = scope.join("0/npm");
+    let events = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).unwrap();
+    events.add_watch(&layer, AddWatchFlags::IN_CREATE | AddWatchFlags::IN_DELETE).unwrap();
+    let (out, err) = s.sh("build", &["--net", "none"], "echo x > ~/.npm/w && echo ok");
+    assert_eq!(out, "ok\n", "{err}");
+    let own = |seen: &[(i32, u32, String)], mask: AddWatchFlags| {
+        seen.iter().filter(|(_, m, n)| m & mask.bits() != 0 && n.starts_with("work-sg")).count()
+    };
+    let seen = events_until(&events, |seen| own(seen, AddWatchFlags::IN_DELETE) == 1);
+    assert_eq!(own(&seen, AddWatchFlags::IN_CREATE), 1, "made its own: {seen:?}");
+    assert_eq!(own(&seen, AddWatchFlags::IN_DELETE), 1, "removed after: {seen:?}");
+    drop(held);
 }
 
 both!(
-    each_launch_has_its_own_work_directory_and_it_goes,
+    work_directories_are_emptied_after_each_launch,
+    a_launch_with_every_work_set_busy_makes_its_own,
     explain_and_cache_commands_show_the_layers,
     package_caches_are_copy_on_write_and_never_written_back,
     a_writable_bind_of_a_host_cache_is_seen_by_the_comparison,

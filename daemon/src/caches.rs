@@ -126,19 +126,25 @@ fn resolved(path: &Path) -> PathBuf {
 /// costs a `readlink` per component (this is on every `net` and `build` launch's path).
 #[derive(Default)]
 struct Resolver {
-    done: std::collections::HashMap<PathBuf, PathBuf>,
+    /// Keyed by the path as spelled: `Path`'s equality ignores a trailing `/`, which changes
+    /// what a link's path names.
+    done: std::collections::HashMap<std::ffi::OsString, PathBuf>,
 }
 
 impl Resolver {
     /// `path` as [`resolved`] gives it.
     fn resolve(&mut self, path: &Path) -> PathBuf {
-        if let Some(r) = self.done.get(path) {
+        if let Some(r) = self.done.get(path.as_os_str()) {
             return r.clone();
         }
+        // Only a path spelled as its components are (no `..`, and no trailing `/` or `.`, after
+        // which `lstat` follows a link: `CARGO_HOME=~/link/` would be taken for the link's own
+        // path, which holds nothing, where it names the directory the link points to).
         let plain = path.is_absolute()
             && path.components().all(|c| {
                 matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_))
-            });
+            })
+            && path.components().collect::<PathBuf>().as_os_str() == path.as_os_str();
         let out = match (path.parent(), path.file_name()) {
             (Some(parent), Some(name)) if plain => {
                 let above = self.resolve(parent);
@@ -153,7 +159,7 @@ impl Resolver {
             }
             _ => resolved(path),
         };
-        self.done.insert(path.to_path_buf(), out.clone());
+        self.done.insert(path.as_os_str().to_owned(), out.clone());
         out
     }
 }
@@ -613,9 +619,11 @@ mod resolver_tests {
     use super::*;
 
     /// The kept parents give what resolving each path alone gives, over links (to a directory,
-    /// to a link, dangling, relative, to a file), missing paths below each, a file's child and
-    /// `..`; asked in an order that has parents resolved first and again in reverse. The control:
-    /// a link's own path differs from its resolution, so a resolver that ignored links would fail.
+    /// to a link, dangling, relative, to a file), missing paths below each, a file's child, `..`,
+    /// and a link named with a trailing `/` or `/.` (`lstat` follows it there: once taken for
+    /// the link's own path, which the checks of `eligible` let an overlay cover); asked in an
+    /// order that has parents resolved first and again in reverse. The control: a link's own
+    /// path differs from its resolution, so a resolver that ignored links would fail.
     #[test]
     fn kept_parents_resolve_as_each_path_alone() {
         let d = tempfile::tempdir().unwrap();
@@ -645,6 +653,14 @@ mod resolver_tests {
             "missing",
             "missing/a/b",
             "real/../abs/deep",
+            "abs/",
+            "abs/.",
+            "abs/./deep",
+            "chain/",
+            "rel/deep/",
+            "tofile/",
+            "dangling/",
+            "real//deep",
         ];
         let paths: Vec<PathBuf> = names.iter().map(|n| r.join(n)).collect();
         for order in [paths.clone(), paths.iter().rev().cloned().collect()] {

@@ -312,9 +312,45 @@ fn a_launch_with_every_work_set_busy_makes_its_own(who: &Who) {
     drop(held);
 }
 
+/// Red-team finding (the resolver of cache paths): a cache variable naming a link with a
+/// trailing `/` (`CARGO_HOME=~/link/`) was taken for the link's own path, which holds nothing,
+/// so a layer was mounted over the directory the link names: sandgate's configuration
+/// (`~/.config`), its data (`~/.local/share`, where the layers are) or its runtime directory.
+/// The launch must leave those alone, as it does for the link named without the `/`. The
+/// control: the same variable naming a plain cache directory through a link is layered.
+fn a_cache_variable_naming_a_link_with_a_trailing_slash_is_resolved(who: &Who) {
+    let s = Scratch::new(who);
+    let cargo = s.home.join("real-cargo");
+    std::fs::create_dir_all(&cargo).unwrap();
+    let _ = std::process::Command::new("chown")
+        .args([&format!("{}:{}", s.who.uid, s.who.gid), p(&cargo)])
+        .status();
+    let rows = [
+        ("config", s.home.join(".config"), false),
+        ("data", s.home.join(".local/share"), false),
+        ("runtime", s.root.join("run"), false),
+        ("control: a cache", cargo.clone(), true),
+    ];
+    for (what, target, layered) in rows {
+        let link = s.proj.join(format!("link-{}", what.len()));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for spelled in [format!("{}/", link.display()), format!("{}/.", link.display())] {
+            let mut c = s.command("build", &["--net", "none"], &["cat", "/proc/self/mountinfo"]);
+            c.env("CARGO_HOME", &spelled);
+            let out = c.output().unwrap();
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            let at = format!(" {} ", target.display());
+            let overlay =
+                text(&out.stdout).lines().any(|l| l.contains(&at) && l.contains(" - overlay "));
+            assert_eq!(overlay, layered, "{what}, CARGO_HOME={spelled}: {}", text(&out.stderr));
+        }
+    }
+}
+
 both!(
     work_directories_are_emptied_after_each_launch,
     a_launch_with_every_work_set_busy_makes_its_own,
+    a_cache_variable_naming_a_link_with_a_trailing_slash_is_resolved,
     explain_and_cache_commands_show_the_layers,
     package_caches_are_copy_on_write_and_never_written_back,
     a_writable_bind_of_a_host_cache_is_seen_by_the_comparison,

@@ -582,8 +582,11 @@ pub struct Detached {
 /// `then_remove` names, in order (a cache overlay's work directory, of no use once the overlay
 /// is gone: removing it frees a block, and where the file system discards freed blocks that
 /// waits for the disk, which would otherwise be the next overlay mount's to wait for). One that
-/// is not empty, or not there, is left. It keeps a copy of `hold` (a lock on those directories)
-/// open until then: its exit closes it.
+/// is not empty, or not there, is left; but first what an overlay leaves in its `work` is
+/// removed from a directory that is not empty (see [`remove_overlay_leftovers`]): otherwise a
+/// launch that deleted one file of a host's cache would leave its work directory full, for the
+/// next overlay on it to clear on its path. It keeps a copy of `hold` (a lock on those
+/// directories) open until then: its exit closes it.
 ///
 /// A process this one forks later without an `exec` holds a copy of the go-ahead until it exits
 /// (the pipe is close-on-exec); the launcher forks none while it waits.
@@ -605,9 +608,10 @@ pub fn hold_detached(
     }
     let clone = || {
         // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
-        // raw system calls (clone, prctl, close_range, read, close, rmdir, exit_group) and write to
-        // their own copy of the command line, none of which takes a lock another thread of the
-        // parent might hold.
+        // raw system calls (clone, prctl, close_range, read, close, rmdir, open, chmod,
+        // getdents64, unlinkat, exit_group) and write to their own copy of the command line and
+        // buffers on their stack, none of which takes a lock another thread of the parent
+        // might hold.
         unsafe {
             libc::syscall(
                 libc::SYS_clone,
@@ -646,7 +650,10 @@ pub fn hold_detached(
                 while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
                 libc::close(raw);
                 for dir in then_remove {
-                    libc::rmdir(dir.as_ptr());
+                    if libc::rmdir(dir.as_ptr()) != 0 {
+                        remove_overlay_leftovers(dir);
+                        libc::rmdir(dir.as_ptr());
+                    }
                 }
             }
             exit_now(0);
@@ -661,6 +668,76 @@ pub fn hold_detached(
     drop(fd);
     drop(done_r);
     made.then_some(Detached { _go: done_w })
+}
+
+/// Removes from directory `dir` what an overlay leaves in the `work` of its work directory once
+/// it is unmounted: entries named `#<n>`, its temporary names. Since Linux 5.8 an overlay keeps
+/// one such whiteout (a character device, linked into the upper layer for each file deleted
+/// from a lower one) there for as long as it is mounted, and does not remove it at the end;
+/// the directory (mode 0000, as the overlay makes it) is given its owner's access first.
+/// Nothing else is removed (no other name, no directory that is not empty), and a link at `dir`
+/// is not followed. Raw system calls and buffers on this stack only: for the grandchild of
+/// [`hold_detached`].
+///
+/// # Safety
+/// None beyond a valid C string: it is `unsafe` only because the caller may be a child of a
+/// multithreaded process (nothing here allocates or locks).
+unsafe fn remove_overlay_leftovers(dir: &CStr) {
+    const FLAGS: libc::c_int =
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: raw system calls on descriptors opened here and buffers on this stack.
+    unsafe {
+        let at = libc::open(dir.as_ptr(), FLAGS);
+        if at < 0 {
+            return;
+        }
+        // Its mode, set through the descriptor (/proc/self/fd/N names exactly what was opened).
+        let mut proc_fd = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+        let mut digits = [0u8; 10];
+        let (mut n, mut len) = (at as u32, 0);
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..len {
+            proc_fd[14 + i] = digits[len - 1 - i];
+        }
+        libc::chmod(proc_fd.as_ptr().cast(), 0o700);
+        let d =
+            libc::openat(at, c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        libc::close(at);
+        if d < 0 {
+            return;
+        }
+        // `struct linux_dirent64`: inode (8 bytes), offset (8), record length (2), type (1),
+        // then the name, NUL-terminated.
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = libc::syscall(libc::SYS_getdents64, d, buf.as_mut_ptr(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            while off + 19 < n as usize {
+                let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+                if reclen == 0 {
+                    break;
+                }
+                if buf[off + 19] == b'#' {
+                    let name = buf.as_ptr().add(off + 19).cast::<libc::c_char>();
+                    if libc::unlinkat(d, name, 0) != 0 {
+                        libc::unlinkat(d, name, libc::AT_REMOVEDIR);
+                    }
+                }
+                off += reclen;
+            }
+        }
+        libc::close(d);
+    }
 }
 
 /// Blanks this process's command line as `ps` and a search by command line read it
@@ -1290,15 +1367,21 @@ mod tests {
 
     /// After the close, the directories named are removed in order (a directory, then its
     /// parent), and one that is not empty is left (the control: removal is `rmdir`, never a
-    /// tree's removal). Waited for by the event of the last removal, not by time.
+    /// tree's removal). What an overlay leaves in its `work` (`#<n>` names, in a directory of
+    /// mode 0000) goes first: `b` holds one, and `full` one too, which goes while `kept` stays.
+    /// Waited for by the event of the last removal, not by time.
     #[test]
     fn the_directories_named_go_after_the_close_and_a_full_one_stays() {
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        use std::os::unix::fs::PermissionsExt as _;
         let d = tempfile::tempdir().unwrap();
         let (a, b, full) = (d.path().join("a"), d.path().join("a/b"), d.path().join("full"));
         std::fs::create_dir_all(&b).unwrap();
         std::fs::create_dir(&full).unwrap();
         std::fs::write(full.join("kept"), b"x").unwrap();
+        std::fs::write(full.join("#1f"), b"").unwrap();
+        std::fs::write(b.join("#2a"), b"").unwrap();
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0)).unwrap();
         let events = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
         events.add_watch(d.path(), AddWatchFlags::IN_DELETE).unwrap();
         let (r, w) = std::io::pipe().unwrap();
@@ -1322,6 +1405,7 @@ mod tests {
         };
         assert!(gone && !a.exists(), "the directory and the one inside it are removed");
         assert!(full.join("kept").exists(), "a directory that is not empty stays");
+        assert!(!full.join("#1f").exists(), "an overlay's leftover goes from it");
     }
 
     /// `statx`'s mount id is the one `/proc/self/fdinfo` shows, and differs between two mounts

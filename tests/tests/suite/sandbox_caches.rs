@@ -210,8 +210,9 @@ fn wait_for_closers(slot: &Path) {
         let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else { continue };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ =
-                tx.send(nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).is_ok());
+            // (Let go before saying so: the caller may take it next.)
+            let taken = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).is_ok();
+            let _ = tx.send(taken);
         });
         let got = rx.recv_timeout(std::time::Duration::from_secs(30));
         assert_eq!(got, Ok(true), "{} still held after 30 s", path.display());
@@ -347,9 +348,48 @@ fn a_cache_variable_naming_a_link_with_a_trailing_slash_is_resolved(who: &Who) {
     }
 }
 
+/// Red-team finding (each launch's own work directory): an overlay keeps a whiteout of its own
+/// in its work directory once a file of the lower layer is deleted (Linux 5.8+), and leaves it
+/// there when unmounted, so the closer's `rmdir` failed and every launch that deleted a file of
+/// a host's cache (what `npm install` or `cargo` do) left `work-<id>` behind for good. Once
+/// the launch's closer is done, no work directory is left. The control: the deletion did make a
+/// whiteout (a character device in the upper layer).
+fn a_launch_that_deletes_a_cached_file_leaves_no_work_directory(who: &Who) {
+    use std::os::unix::fs::FileTypeExt as _;
+    let s = Scratch::new(who);
+    let (npm, _) = caches_on_the_host(&s);
+    std::fs::write(npm.join("older.txt"), "older\n").unwrap();
+    for name in ["old.txt", "older.txt"] {
+        let (out, err) = s.sh("build", &["--net", "none"], &format!("rm ~/.npm/{name} && echo ok"));
+        assert_eq!(out, "ok\n", "{err}");
+    }
+    let caches = s.home.join(".local/share/sandgate/caches");
+    let scope = std::fs::read_dir(&caches).unwrap().flatten().next().unwrap().path();
+    wait_for_closers(&scope.join("0"));
+    let whiteout = std::fs::symlink_metadata(scope.join("0/npm/upper/old.txt")).unwrap();
+    assert!(whiteout.file_type().is_char_device(), "control: the deletion made a whiteout");
+    let mut left = Vec::new();
+    for slot in std::fs::read_dir(&scope).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        for cache in std::fs::read_dir(slot.path()).unwrap().flatten().filter(|e| e.path().is_dir())
+        {
+            for e in std::fs::read_dir(cache.path()).unwrap().flatten() {
+                // A set of work directories stays, empty; one of a launch's own goes.
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("work-sg")
+                    || name.starts_with("work-") && !names_in(&e.path()).is_empty()
+                {
+                    left.push(e.path());
+                }
+            }
+        }
+    }
+    assert!(left.is_empty(), "work directories left after their launches: {left:?}");
+}
+
 both!(
     work_directories_are_emptied_after_each_launch,
     a_launch_with_every_work_set_busy_makes_its_own,
+    a_launch_that_deletes_a_cached_file_leaves_no_work_directory,
     a_cache_variable_naming_a_link_with_a_trailing_slash_is_resolved,
     explain_and_cache_commands_show_the_layers,
     package_caches_are_copy_on_write_and_never_written_back,

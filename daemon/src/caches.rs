@@ -164,6 +164,13 @@ impl Resolver {
     }
 }
 
+/// How a `PATH` directory is opened: only as a place to look names up in (`O_PATH` where there
+/// is one: no read permission needed).
+#[cfg(target_os = "linux")]
+const PATH_DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+#[cfg(not(target_os = "linux"))]
+const PATH_DIR_FLAGS: libc::c_int = libc::O_DIRECTORY;
+
 /// The directories of a `PATH`, each opened once (absolute ones only, each once), so that
 /// looking a program up in them is one `fstatat` of a name per directory, not a walk of the
 /// whole path: a launch asks for some thirty programs.
@@ -178,10 +185,8 @@ impl PathDirs {
             if !d.is_absolute() || seen.contains(&d) {
                 continue;
             }
-            let opened = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-                .open(&d);
+            let opened =
+                std::fs::OpenOptions::new().read(true).custom_flags(PATH_DIR_FLAGS).open(&d);
             seen.push(d);
             dirs.extend(opened);
         }

@@ -501,7 +501,8 @@ pub fn to_json(scopes: &[ScopeInfo]) -> String {
 }
 
 /// Removes the scopes `which` selects (a project's, or every one); refuses one a running sandbox
-/// uses. Returns what was removed and the bytes freed.
+/// uses, and waits for the closers of launches just ended (their sets of work directories).
+/// Returns what was removed and the bytes freed.
 pub fn clear(data_home: &Path, which: Option<&str>) -> anyhow::Result<Vec<(String, u64)>> {
     let mut removed = Vec::new();
     for info in list(data_home)? {
@@ -520,7 +521,22 @@ pub fn clear(data_home: &Path, which: Option<&str>) -> anyhow::Result<Vec<(Strin
                 ),
             }
         }
+        // And every set of work directories: a launch's closer holds its set past the launch
+        // (whose slot is free by then) until it has emptied it. Removed under it, the lock
+        // files would no longer keep the next launch from mounting on the directories that
+        // closer is about to empty. Waited for: with every slot held no launch can take a set,
+        // and a closer is done soon after its launcher.
+        let mut sets = Vec::new();
+        for n in 0..SLOTS {
+            for m in 0..WORK_SETS {
+                let lock = path.join(n.to_string()).join(format!("work-{m}.lock"));
+                let Ok(f) = std::fs::OpenOptions::new().write(true).open(&lock) else { continue };
+                f.lock().with_context(|| format!("waiting for {}", lock.display()))?;
+                sets.push(f);
+            }
+        }
         remove_tree(&path).with_context(|| format!("removing {}", path.display()))?;
+        drop(sets);
         drop(held);
         removed.push((info.scope, info.bytes));
     }
@@ -616,6 +632,48 @@ mod tests {
         assert_eq!(removed.len(), 1);
         assert!(!scope.exists());
         assert!(list(d.path()).unwrap().is_empty());
+    }
+
+    /// Red-team finding (`cache clear` and the closers): a launch's closer holds its set of work
+    /// directories (`work-<n>.lock`) past the launch, whose slot is free by then; `clear` took
+    /// the slots only and removed the tree (the lock files with it) under a closer not done yet,
+    /// and the next launch made a new `work-<n>.lock`, took it and mounted its overlays on
+    /// `work-<n>`, whose `work` the old closer then removed or emptied of the live overlay's
+    /// `#<n>` entries. `clear` must wait for every set's lock before removing anything. Watched
+    /// by the kernel's list of blocked locks (`/proc/locks`), with a deadline; the control: the
+    /// removal goes ahead once the set is let go.
+    #[test]
+    fn clear_waits_for_a_closer_still_holding_a_work_set() {
+        use std::os::unix::fs::MetadataExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let scope = caches_dir(d.path()).join("project-x");
+        std::fs::create_dir_all(scope.join("0/npm/work-1/work")).unwrap();
+        std::fs::create_dir_all(scope.join("0/npm/upper")).unwrap();
+        // A closer's set (its launch, and so the slot, done).
+        let (n, closer) = take_work_set(&scope.join("0")).unwrap();
+        assert!(take_work_set(&scope.join("0")).is_some_and(|(m, _)| m != n), "held");
+        let ino = closer.metadata().unwrap().ino();
+        let clearing = {
+            let data = d.path().to_path_buf();
+            std::thread::spawn(move || clear(&data, None).map(|r| r.len()))
+        };
+        // Blocked on the closer's lock: a waiter (`->`) on its inode in /proc/locks.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let waiting = loop {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            let blocked = locks.lines().any(|l| {
+                l.contains("->") && l.contains("FLOCK") && l.contains(&format!(":{ino} "))
+            });
+            if blocked || clearing.is_finished() || std::time::Instant::now() > deadline {
+                break blocked;
+            }
+            std::thread::yield_now();
+        };
+        assert!(scope.join("0/npm/work-1/work").exists(), "cleared under a closer");
+        assert!(waiting, "clear did not wait for the closer");
+        drop(closer);
+        assert_eq!(clearing.join().unwrap().unwrap(), 1);
+        assert!(!scope.exists(), "the control: cleared once the closer is done");
     }
 }
 

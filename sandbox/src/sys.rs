@@ -588,6 +588,13 @@ pub struct Detached {
 /// next overlay on it to clear on its path. It keeps a copy of `hold` (a lock on those
 /// directories) open until then: its exit closes it.
 ///
+/// With `gone` (a pidfd: the sandbox's init), the grandchild also waits for that process to have
+/// ended before it lets go of `fd`: the go-ahead ends early when the caller dies (a launcher
+/// killed with SIGKILL), while init, killed by its parent-death signal, and the processes of its
+/// pid namespace may not have ended yet, and their mounts with them (an overlay whose work
+/// directory would be emptied under it, and `hold` let go before it is gone). Pid 1 of a pid
+/// namespace has ended only once every process in it is gone.
+///
 /// A process this one forks later without an `exec` holds a copy of the go-ahead until it exits
 /// (the pipe is close-on-exec); the launcher forks none while it waits.
 ///
@@ -597,6 +604,7 @@ pub fn hold_detached(
     fd: OwnedFd,
     then_remove: &[CString],
     hold: Option<RawFd>,
+    gone: Option<RawFd>,
 ) -> Option<Detached> {
     // The grandchild must be the last to let go of `fd`, or whoever is (this process, or the
     // child in its exit) pays the teardown: it waits for the end of this pipe, which comes when
@@ -608,7 +616,7 @@ pub fn hold_detached(
     }
     let clone = || {
         // SAFETY: as in `clone_fork`: a fork without a new stack. The children below make only
-        // raw system calls (clone, prctl, close_range, read, close, rmdir, open, chmod,
+        // raw system calls (clone, prctl, close_range, read, ppoll, close, rmdir, open, chmod,
         // getdents64, unlinkat, exit_group) and write to their own copy of the command line and
         // buffers on their stack, none of which takes a lock another thread of the parent
         // might hold.
@@ -625,8 +633,9 @@ pub fn hold_detached(
     };
     // Found before the clones: the children may not allocate.
     let args = command_line_area();
-    // The descriptors the grandchild keeps, in order (a missing `hold` is -1, first).
-    let mut kept = [keep, raw, hold.unwrap_or(-1)];
+    // The descriptors the grandchild keeps, in order (a missing `hold` or `gone` is -1, first).
+    let gone = gone.unwrap_or(-1);
+    let mut kept = [keep, raw, hold.unwrap_or(-1), gone];
     kept.sort_unstable();
     let child = clone();
     if child == 0 {
@@ -634,9 +643,9 @@ pub fn hold_detached(
         if grandchild == 0 {
             let mut byte = 0u8;
             // SAFETY: raw system calls on descriptor numbers and a one-byte buffer on this
-            // stack. Every descriptor but `keep`, `raw` and `hold` is closed; the pipe is read
-            // to its end, then `raw` closed (the last reference), the directories removed, and
-            // `hold` closed by the exit.
+            // stack. Every descriptor but `keep`, `raw`, `hold` and `gone` is closed; the pipe
+            // is read to its end, `gone` waited for, then `raw` closed (the last reference),
+            // the directories removed, and `hold` closed by the exit.
             hide_command_line(args, c"sandgate-close");
             unsafe {
                 let mut from = 0;
@@ -648,6 +657,13 @@ pub fn hold_detached(
                 }
                 libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0u32);
                 while libc::read(keep, (&raw mut byte).cast(), 1) > 0 {}
+                if gone >= 0 {
+                    let mut p = libc::pollfd { fd: gone, events: libc::POLLIN, revents: 0 };
+                    let null = std::ptr::null::<libc::c_void>();
+                    while libc::syscall(libc::SYS_ppoll, &raw mut p, 1, null, null, 0) < 0
+                        && *libc::__errno_location() == libc::EINTR
+                    {}
+                }
                 libc::close(raw);
                 for dir in then_remove {
                     if libc::rmdir(dir.as_ptr()) != 0 {
@@ -1352,7 +1368,8 @@ mod tests {
     fn a_descriptor_closed_detached_is_closed_and_nothing_else_is_held() {
         let (r, w) = std::io::pipe().unwrap();
         let (other_r, other_w) = std::io::pipe().unwrap();
-        let held = hold_detached(OwnedFd::from(w), &[], None).expect("the grandchild is made");
+        let held =
+            hold_detached(OwnedFd::from(w), &[], None, None).expect("the grandchild is made");
         // Held until the go-ahead: the reader sees no end yet (the control for the wait below).
         let mut fds = [libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         assert_eq!(poll(&mut fds, 0).unwrap(), 0, "closed before the go-ahead");
@@ -1381,12 +1398,12 @@ mod tests {
         std::fs::write(full.join("kept"), b"x").unwrap();
         std::fs::write(full.join("#1f"), b"").unwrap();
         std::fs::write(b.join("#2a"), b"").unwrap();
-        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o0)).unwrap();
         let events = Inotify::init(InitFlags::IN_CLOEXEC).unwrap();
         events.add_watch(d.path(), AddWatchFlags::IN_DELETE).unwrap();
         let (r, w) = std::io::pipe().unwrap();
         let names: Vec<CString> = [&b, &full, &a].iter().map(|p| cpath(p).unwrap()).collect();
-        drop(hold_detached(OwnedFd::from(w), &names, None));
+        drop(hold_detached(OwnedFd::from(w), &names, None, None));
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
         // `a` is the last named: its removal (an event in the watched directory) comes after
@@ -1432,11 +1449,18 @@ mod tests {
     fn a_lock_handed_on_is_held_until_the_grandchild_is_done() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("lock");
-        let open = || std::fs::OpenOptions::new().create(true).write(true).open(&path).unwrap();
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .unwrap()
+        };
         let mine = open();
         flock(mine.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap();
         let (_r, w) = std::io::pipe().unwrap();
-        let held = hold_detached(OwnedFd::from(w), &[], Some(mine.as_raw_fd())).unwrap();
+        let held = hold_detached(OwnedFd::from(w), &[], Some(mine.as_raw_fd()), None).unwrap();
         drop(mine);
         let other = open();
         assert!(flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err(), "not held");
@@ -1445,5 +1469,74 @@ mod tests {
         std::thread::spawn(move || tx.send(flock(other.as_raw_fd(), libc::LOCK_EX).is_ok()));
         let got = rx.recv_timeout(std::time::Duration::from_secs(30));
         assert_eq!(got, Ok(true), "the lock was not let go");
+    }
+
+    /// Red-team finding (a launcher killed with SIGKILL): the go-ahead ends with the launcher,
+    /// while init (killed by its parent-death signal) and the processes of its pid namespace
+    /// may still be there, and their overlays mounted; the grandchild went ahead at once,
+    /// emptied the live overlays' work directories and let their lock go. With the process to
+    /// wait for, it lets go of `fd` and removes nothing while that process lives, then does.
+    /// Watched by the grandchild's own system call (`ppoll`, in /proc/PID/syscall) with a
+    /// deadline, not by time; the control: the removal comes once the process is killed.
+    #[test]
+    fn the_grandchild_waits_for_the_process_named_when_the_go_ahead_ends_early() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("work");
+        std::fs::create_dir(&dir).unwrap();
+        let (r, w) = std::io::pipe().unwrap();
+        let pipe = format!("pipe:[{}]", nix::sys::stat::fstat(w.as_raw_fd()).unwrap().st_ino);
+        // (Killed when this test ends, whichever way: it holds the test's stdout.)
+        struct Killed(std::process::Child);
+        impl Drop for Killed {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut init = Killed(std::process::Command::new("sleep").arg("1000").spawn().unwrap());
+        let pidfd = pidfd_open(init.0.id() as libc::pid_t).unwrap();
+        let names = [cpath(&dir).unwrap()];
+        // The launcher gone at once: its go-ahead with it.
+        drop(hold_detached(OwnedFd::from(w), &names, None, Some(pidfd.as_raw_fd())).unwrap());
+        drop(pidfd);
+        // The grandchild: the one process holding the write end of `pipe`.
+        let holder = || {
+            std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+                let pid: u32 =
+                    p.file_name().to_str()?.parse().ok().filter(|&p| p != std::process::id())?;
+                let fds = std::fs::read_dir(p.path().join("fd")).ok()?;
+                fds.flatten()
+                    .any(|f| {
+                        std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == pipe.as_str())
+                    })
+                    .then_some(pid)
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let waiting = loop {
+            let call = holder()
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok());
+            let nr = call.as_deref().and_then(|c| c.split(' ').next()?.trim().parse::<i64>().ok());
+            if nr == Some(libc::SYS_ppoll) {
+                break true;
+            }
+            if !dir.exists() || std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::yield_now();
+        };
+        assert!(dir.exists(), "removed while the process named lived");
+        assert!(waiting, "the grandchild is not waiting for the process named");
+        let mut fds = [libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        assert_eq!(poll(&mut fds, 0).unwrap(), 0, "let go of while the process named lived");
+        init.0.kill().unwrap();
+        init.0.wait().unwrap();
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while dir.exists() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!dir.exists(), "the control: removed once the process named ended");
     }
 }

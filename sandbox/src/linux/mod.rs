@@ -209,11 +209,14 @@ impl Launched {
     pub fn wait_with(mut self, on_end: impl FnOnce(u8)) -> Result<u8, SandboxError> {
         let mut on_end = Some(on_end);
         // The process that will let the mount namespace go is made now, while the command runs,
-        // and goes ahead once init is reaped (see `sys::hold_detached`).
-        let closer = self
-            .mount_ns
-            .take()
-            .and_then(|ns| sys::hold_detached(ns, &self.cache_work, self.cache_work_lock));
+        // and goes ahead once init is reaped (see `sys::hold_detached`), or once it has ended
+        // should this process die first (its go-ahead is then gone before init and the
+        // processes of its namespace are).
+        let closer = self.mount_ns.take().and_then(|ns| {
+            let init = sys::pidfd_open(self.pid).ok();
+            let init_fd = init.as_ref().map(AsRawFd::as_raw_fd);
+            sys::hold_detached(ns, &self.cache_work, self.cache_work_lock, init_fd)
+        });
         let code = self.supervise(&mut on_end);
         if let (Some(f), Ok(code)) = (on_end.take(), &code) {
             f(*code);

@@ -392,14 +392,14 @@ fn make_scope(scope: &Path, project: &Path, mode: CacheMode) -> anyhow::Result<(
     Ok(())
 }
 
+/// The lock file at `path`, made when missing (never truncated: it holds nothing).
+fn lock_file(path: &Path) -> Option<File> {
+    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()
+}
+
 /// Slot `n` of `scope`, locked for this launch, or `None` when another launch holds it.
 fn take_slot(scope: &Path, n: usize) -> Option<(PathBuf, nix::fcntl::Flock<File>)> {
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(scope.join(format!("{n}.lock")))
-        .ok()?;
+    let lock = lock_file(&scope.join(format!("{n}.lock")))?;
     let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
     Some((scope.join(n.to_string()), held))
 }
@@ -411,12 +411,7 @@ fn take_slot(scope: &Path, n: usize) -> Option<(PathBuf, nix::fcntl::Flock<File>
 /// would free it for every holder).
 fn take_work_set(slot_dir: &Path) -> Option<(usize, File)> {
     (0..WORK_SETS).find_map(|n| {
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(slot_dir.join(format!("work-{n}.lock")))
-            .ok()?;
+        let lock = lock_file(&slot_dir.join(format!("work-{n}.lock")))?;
         lock.try_lock().ok().map(|()| (n, lock))
     })
 }

@@ -506,14 +506,17 @@ fn marked(s: &Scratch, script: &str) -> (bool, String) {
 }
 
 /// Launches until the daemon's index answers (the first launch in a tree starts building it):
-/// each launch is the event waited for, no sleep.
+/// each launch is the event waited for, no sleep. Bounded by time, not by a number of
+/// launches: the index is built beside the launches, and on a machine busy with other tests
+/// (the whole suite on two cores) a hundred launches came and went before it was ready.
 fn until_indexed(s: &Scratch) {
-    for _ in 0..100 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
         if marked(s, "true").0 {
             return;
         }
     }
-    panic!("the daemon's index never answered");
+    panic!("the daemon's index never answered in 120 s");
 }
 
 /// Stops the daemon of this tree and waits until it is gone (it holds a lock on its pid file
